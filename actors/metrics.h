@@ -1,0 +1,70 @@
+// Counters, gauges and histograms of the engine, kept in one place, read by /metrics and `generate --stats`.
+// Thread-safe: actors update, HTTP sessions read.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace paged {
+
+/// Fixed-bucket histogram (Prometheus semantics: cumulative buckets, sum, count).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  struct Snapshot {
+    std::vector<double> bounds;
+    std::vector<uint64_t> cumulative;  // per bound
+    uint64_t count = 0;
+    double sum = 0.0;
+    /// Approximate quantile by linear interpolation inside the bucket.
+    double quantile(double q) const;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  uint64_t count_ = 0;
+  double sum_ = 0.0;
+};
+
+struct Metrics {
+  Metrics();
+  // gauges
+  std::atomic<int64_t> waiting_requests{0};
+  std::atomic<int64_t> running_requests{0};
+  std::atomic<int64_t> swapped_requests{0};
+  std::atomic<int64_t> running_seqs{0};
+  std::atomic<int64_t> kv_blocks_total{0};
+  std::atomic<int64_t> kv_blocks_free{0};     // cached-but-free blocks count as free
+  std::atomic<int64_t> kv_blocks_cached{0};
+  std::atomic<int64_t> cpu_blocks_total{0};
+  std::atomic<int64_t> cpu_blocks_free{0};
+  // counters
+  std::atomic<int64_t> preemptions{0};
+  std::atomic<int64_t> swapped_out_blocks{0};
+  std::atomic<int64_t> swapped_in_blocks{0};
+  std::atomic<int64_t> prefix_cache_hit_tokens{0};
+  std::atomic<int64_t> prompt_tokens_computed{0};
+  std::atomic<int64_t> prompt_tokens{0};
+  std::atomic<int64_t> generation_tokens{0};
+  std::atomic<int64_t> requests_finished{0};
+  std::atomic<int64_t> requests_aborted{0};
+  std::atomic<int64_t> steps{0};
+  std::atomic<int64_t> peak_running_seqs{0};
+  // histograms, seconds
+  Histogram ttft;
+  Histogram tpot;
+  Histogram e2e;
+
+  /// Prometheus text exposition, every name prefixed paged_.
+  std::string prometheus() const;
+};
+
+}  // namespace paged

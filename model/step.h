@@ -1,0 +1,67 @@
+// One step of the engine as the executors see it: which sequences run, which of their tokens are computed, where
+// their K/V goes, and what to sample. Built by the scheduler, executed by a ModelRunner (CPU or CUDA).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "model/sampling_params.h"
+
+namespace paged {
+
+using SeqId = uint64_t;
+using BlockPair = std::pair<int32_t, int32_t>;  // (src block, dst block)
+
+/// Sampling inputs of one sequence in one step.
+struct SampleSpec {
+  const SamplingParams* params = nullptr;  // owned by the request; outlives the step
+  uint64_t seed = 0;                       // the sequence's seed (request seed + completion index, or random)
+  const std::vector<TokenId>* prompt = nullptr;   // prompt ids (repetition penalty)
+  const std::vector<TokenId>* output = nullptr;   // ids generated so far (penalties, min_tokens, random stream)
+  const std::vector<TokenId>* stop_ids = nullptr; // EOS (unless ignore_eos) and stop_token_ids: masked before min_tokens
+  int num_logprobs = 0;                    // top alternatives to return (0: only the chosen token's)
+  int num_candidates = 1;                  // beam search: how many best tokens to return
+};
+
+/// The part of one sequence computed in a step.
+struct SeqChunk {
+  SeqId seq = 0;
+  std::vector<TokenId> tokens;       // the tokens whose K/V this step computes
+  int32_t start_pos = 0;             // position of tokens[0] (= tokens already in the cache)
+  std::vector<int32_t> block_table;  // physical blocks of positions 0 .. start_pos + tokens.size() - 1
+  bool sample = false;               // sample a token from the logits of the last token
+  SampleSpec spec;                   // when sample
+};
+
+struct StepBatch {
+  std::vector<SeqChunk> seqs;
+  std::vector<BlockPair> copies;     // copy-on-write orders, applied before this step's attention
+};
+
+/// A sampled token with the log-probabilities the request asked for.
+struct SampledToken {
+  TokenId token = -1;
+  float logprob = 0.0f;                                  // log-softmax of the processed logits
+  std::vector<std::pair<TokenId, float>> top_logprobs;   // descending
+};
+
+/// Result of a step, one entry per SeqChunk with sample = true, in batch order.
+struct StepResult {
+  std::vector<SeqId> seqs;
+  std::vector<std::vector<SampledToken>> samples;  // [seq][candidate]: 1 candidate, or num_candidates for beams
+};
+
+/// A device that runs steps: owns weights and its slice of every KV block. Not thread-safe: one caller at a time.
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  /// Runs the step: applies batch.copies, computes K/V of every chunk into the cache, samples where asked.
+  virtual StepResult execute(const StepBatch& batch) = 0;
+  /// Copies device blocks to the CPU swap pool (src device block, dst cpu block).
+  virtual void swap_out(const std::vector<BlockPair>& device_to_cpu) = 0;
+  /// Copies CPU swap-pool blocks back to the device (src cpu block, dst device block).
+  virtual void swap_in(const std::vector<BlockPair>& cpu_to_device) = 0;
+};
+
+}  // namespace paged
