@@ -17,6 +17,7 @@
 #include "actors/metrics.h"
 #include "model/config.h"
 #include "model/sampling_params.h"
+#include "model/scheduler_policy.h"
 #include "model/step.h"
 #include "model/tokenizer.h"
 
@@ -33,8 +34,6 @@ struct InvalidRequest : std::invalid_argument {
 struct EngineOverloaded : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-enum class PreemptionMode { recompute, swap };
 
 struct EngineConfig {
   std::string model_dir;
@@ -115,7 +114,11 @@ class Engine {
   /// Checks `params` and a prompt of `prompt_len` tokens against the model; throws InvalidRequest.
   void validate(const SamplingParams& params, size_t prompt_len) const;
 
+  /// Blocks until no request is left and the memory manager has processed every release.
+  void wait_idle();
+
   const Tokenizer& tokenizer() const;
+  int max_model_len() const;
   const ModelConfig& model_config() const;
   const EngineConfig& config() const;
   /// Thread-safe view of the counters and histograms.

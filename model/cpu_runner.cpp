@@ -76,10 +76,12 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
   }
 
   const int64_t per_layer = block_elems() * opt_.num_blocks, per_layer_swap = block_elems() * opt_.num_swap_blocks;
-  k_cache_.assign(cfg_.num_layers, std::vector<float>(per_layer));
-  v_cache_.assign(cfg_.num_layers, std::vector<float>(per_layer));
-  k_swap_.assign(cfg_.num_layers, std::vector<float>(per_layer_swap));
-  v_swap_.assign(cfg_.num_layers, std::vector<float>(per_layer_swap));
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    k_cache_.push_back(std::make_unique_for_overwrite<float[]>(per_layer));
+    v_cache_.push_back(std::make_unique_for_overwrite<float[]>(per_layer));
+    k_swap_.push_back(std::make_unique_for_overwrite<float[]>(per_layer_swap));
+    v_swap_.push_back(std::make_unique_for_overwrite<float[]>(per_layer_swap));
+  }
 }
 
 int64_t CpuModelRunner::block_elems() const { return int64_t{local_kv_heads_} * opt_.block_size * cfg_.head_dim; }
@@ -91,8 +93,8 @@ std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) 
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
   for (int l = 0; l < cfg_.num_layers; ++l) {
-    cpu::copy_blocks(k_cache_[l].data(), batch.copies, block_elems());
-    cpu::copy_blocks(v_cache_[l].data(), batch.copies, block_elems());
+    cpu::copy_blocks(k_cache_[l].get(), batch.copies, block_elems());
+    cpu::copy_blocks(v_cache_[l].get(), batch.copies, block_elems());
   }
 
   // Flatten the ragged batch: tokens, positions, slots, per-sequence query ranges and block tables.
@@ -137,8 +139,8 @@ std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) 
       std::memcpy(&v[int64_t{t} * nkv * D], row + (nh + nkv) * D, sizeof(float) * nkv * D);
     }
     cpu::rope(q.data(), k.data(), positions.data(), inv_freq_.data(), T, nh, nkv, D);
-    cpu::reshape_and_cache(k.data(), v.data(), k_cache_[l].data(), v_cache_[l].data(), slots.data(), T, nkv, D, B);
-    cpu::paged_attention(attn.data(), q.data(), k_cache_[l].data(), v_cache_[l].data(), tables.data(),
+    cpu::reshape_and_cache(k.data(), v.data(), k_cache_[l].get(), v_cache_[l].get(), slots.data(), T, nkv, D, B);
+    cpu::paged_attention(attn.data(), q.data(), k_cache_[l].get(), v_cache_[l].get(), tables.data(),
                          query_start.data(), context_lens.data(), static_cast<int>(batch.seqs.size()),
                          static_cast<int>(max_blocks), nh, nkv, D, B, scale);
     cpu::linear(proj.data(), attn.data(), L.wo.data(), nullptr, T, H, nh * D);
@@ -156,7 +158,7 @@ std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) 
   const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
   std::vector<float> last(H);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
-    if (!batch.seqs[s].sample) continue;
+    if (batch.seqs[s].samples.empty()) continue;
     cpu::rms_norm(last.data(), &residual[int64_t{query_start[s + 1] - 1} * H], final_norm_.data(), 1, H, eps);
     logits.emplace_back(cfg_.vocab_size);
     cpu::linear(logits.back().data(), last.data(), head, nullptr, 1, cfg_.vocab_size, H);
@@ -170,9 +172,14 @@ StepResult CpuModelRunner::execute(const StepBatch& batch) {
   if (opt_.tp_rank != 0) return r;
   size_t i = 0;
   for (const SeqChunk& c : batch.seqs) {
-    if (!c.sample) continue;
+    if (c.samples.empty()) continue;
     r.seqs.push_back(c.seq);
-    r.samples.push_back(sample_logits(logits[i++], c.spec));
+    auto& per_spec = r.samples.emplace_back();
+    for (const SampleSpec& spec : c.samples) {
+      std::vector<float> l = c.samples.size() == 1 ? std::move(logits[i]) : logits[i];
+      per_spec.push_back(sample_logits(l, spec));
+    }
+    ++i;
   }
   return r;
 }

@@ -51,9 +51,9 @@ class CpuModelRunner final : public ModelRunner {
   /// Runs the step without sampling; returns the logits [num sampled seqs][vocab] (rank 0; others: empty).
   std::vector<std::vector<float>> forward(const StepBatch& batch);
 
-  /// Raw KV storage, for tests that check copy and swap orders move real data.
-  std::vector<float>& k_cache(int layer) { return k_cache_[layer]; }
-  std::vector<float>& v_cache(int layer) { return v_cache_[layer]; }
+  /// Raw KV storage [num_blocks][block_elems()] of a layer, for tests that check copy and swap orders move real data.
+  float* k_cache(int layer) { return k_cache_[layer].get(); }
+  float* v_cache(int layer) { return v_cache_[layer].get(); }
   int64_t block_elems() const;
 
  private:
@@ -63,8 +63,11 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<CpuLayerWeights> layers_;
   std::vector<float> inv_freq_;
-  std::vector<std::vector<float>> k_cache_, v_cache_;        // per layer [num_blocks][kv][block][head_dim]
-  std::vector<std::vector<float>> k_swap_, v_swap_;          // per layer, the CPU swap tier
+  // Per layer [num_blocks][kv][block][head_dim]. Left uninitialised so that untouched pages (most of a large swap
+  // pool) are never committed; a slot is read only after it was written.
+  using Buffer = std::unique_ptr<float[]>;
+  std::vector<Buffer> k_cache_, v_cache_;  // the device tier
+  std::vector<Buffer> k_swap_, v_swap_;    // the CPU swap tier
 };
 
 }  // namespace paged

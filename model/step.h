@@ -30,8 +30,9 @@ struct SeqChunk {
   std::vector<TokenId> tokens;       // the tokens whose K/V this step computes
   int32_t start_pos = 0;             // position of tokens[0] (= tokens already in the cache)
   std::vector<int32_t> block_table;  // physical blocks of positions 0 .. start_pos + tokens.size() - 1
-  bool sample = false;               // sample a token from the logits of the last token
-  SampleSpec spec;                   // when sample
+  /// Samples to draw from the logits of the last token (empty: none). Usually one; a parallel-sampling group
+  /// draws one per completion at its first token, from the same logits.
+  std::vector<SampleSpec> samples;
 };
 
 struct StepBatch {
@@ -46,10 +47,10 @@ struct SampledToken {
   std::vector<std::pair<TokenId, float>> top_logprobs;   // descending
 };
 
-/// Result of a step, one entry per SeqChunk with sample = true, in batch order.
+/// Result of a step, one entry per SeqChunk with samples, in batch order.
 struct StepResult {
   std::vector<SeqId> seqs;
-  std::vector<std::vector<SampledToken>> samples;  // [seq][candidate]: 1 candidate, or num_candidates for beams
+  std::vector<std::vector<std::vector<SampledToken>>> samples;  // [chunk][spec][candidate]
 };
 
 /// A device that runs steps: owns weights and its slice of every KV block. Not thread-safe: one caller at a time.

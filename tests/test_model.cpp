@@ -54,15 +54,16 @@ std::vector<std::vector<TokenId>> greedy_batch(CpuModelRunner& runner, const std
       c.start_pos = computed[s];
       c.tokens = step == 0 ? prompts[s] : std::vector<TokenId>{outputs[s].back()};
       c.block_table.assign(pool.begin() + s * blocks_per_seq, pool.begin() + (s + 1) * blocks_per_seq);
-      c.sample = true;
-      c.spec.params = &greedy;
-      c.spec.prompt = &prompts[s];
-      c.spec.output = &outputs[s];
+      SampleSpec spec;
+      spec.params = &greedy;
+      spec.prompt = &prompts[s];
+      spec.output = &outputs[s];
+      c.samples = {spec};
       computed[s] += static_cast<int>(c.tokens.size());
       batch.seqs.push_back(std::move(c));
     }
     StepResult r = runner.execute(batch);
-    for (size_t s = 0; s < prompts.size(); ++s) outputs[s].push_back(r.samples[s][0].token);
+    for (size_t s = 0; s < prompts.size(); ++s) outputs[s].push_back(r.samples[s][0][0].token);
   }
   (void)block_size;
   return outputs;
@@ -199,8 +200,9 @@ TEST_CASE("model logits over a paged cache equal those over one contiguous block
       c.tokens.assign(toks.begin() + from, toks.begin() + to);
       c.start_pos = from;
       c.block_table.assign(pool.begin() + s * per_seq, pool.begin() + (s + 1) * per_seq);
-      c.sample = true;
-      c.spec.params = &greedy;
+      SampleSpec spec;
+      spec.params = &greedy;
+      c.samples = {spec};
       return c;
     };
     std::vector<std::vector<float>> logits;

@@ -1,0 +1,46 @@
+// The actors of the runtime and how to start them. Each is a thin shell around a pure object (ModelRunner,
+// KvCacheManager, the scheduling policy, an IncrementalDetokenizer); docs/ARCHITECTURE.md shows the message flow.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <functional>
+#include <memory>
+
+#include "actors/engine.h"
+#include "actors/messages.h"
+#include "model/kv_cache_manager.h"
+
+namespace paged {
+
+/// Executor: owns a ModelRunner (one device, or one tensor-parallel rank). Handles
+/// (step_atom, StepMsg) -> StepResult, (swap_out_atom, pairs) -> ok, (swap_in_atom, pairs) -> ok, in arrival
+/// order, so swaps and copies ordered before a step complete before it. Spawn detached: a step blocks its thread
+/// (and tensor-parallel ranks wait on each other in the all-reduce).
+caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner);
+
+/// Memory manager: owns the KvCacheManager. (plan_atom, seqs, limits) -> StepPlan runs the scheduling policy
+/// against it; (free_atom, ids), (fork_atom, parent, child), (computed_atom, id, tokens, n) change it; gauges in
+/// `metrics` follow every change.
+caf::behavior memory_manager_actor(caf::event_based_actor* self, KvCacheOptions options, Metrics* metrics);
+
+struct SchedulerSetup {
+  PlanLimits limits;
+  int max_model_len = 0;
+  int block_size = 16;
+  std::vector<caf::actor> executors;   // one per tensor-parallel rank; rank 0 returns the samples
+  caf::actor memory_manager;
+  Metrics* metrics = nullptr;
+};
+
+/// Scheduler: owns the queues and every sequence's tokens. (submit_atom, RequestSpec) adds a request,
+/// (abort_atom, id) cancels one, (stop_atom, id, index) ends a completion (stop string). Runs steps as long as
+/// there is work, planning step N+1 while step N executes when no sequence of step N forks on its result.
+caf::actor spawn_scheduler(caf::actor_system& system, SchedulerSetup setup);
+
+/// Request actor: one per request. Detokenizes incrementally, applies stop strings, feeds the sink, records TTFT
+/// and TPOT, and stops once every completion ended.
+caf::actor spawn_request(caf::actor_system& system, RequestSpec spec, const Tokenizer* tokenizer, Engine::Sink sink,
+                         caf::actor scheduler, Metrics* metrics);
+
+}  // namespace paged

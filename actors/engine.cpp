@@ -1,0 +1,258 @@
+#include "actors/engine.h"
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "actors/actors.h"
+#include "model/cpu_runner.h"
+#include "model/safetensors.h"
+#include "model/tp.h"
+#ifdef PAGED_HAVE_CUDA
+#include "kernels/cuda/cuda_runner.h"
+#endif
+
+namespace paged {
+
+struct Engine::Impl {
+  EngineConfig config;
+  ModelConfig model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  Metrics metrics;
+  std::unique_ptr<caf::actor_system_config> sys_cfg;
+  std::unique_ptr<caf::actor_system> system;
+  caf::actor scheduler;
+  caf::actor memory_manager;
+  std::vector<caf::actor> executors;
+  std::shared_ptr<LocalAllReduce> all_reduce;
+  std::atomic<uint64_t> next_id{1};
+  std::mt19937_64 seed_rng{std::random_device{}()};
+  std::mutex seed_mu;
+  int max_model_len = 0;
+
+  uint64_t random_seed() {
+    std::lock_guard lock(seed_mu);
+    return seed_rng();
+  }
+};
+
+namespace {
+
+bool cuda_available() {
+#ifdef PAGED_HAVE_CUDA
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.config = std::move(config);
+  EngineConfig& c = m.config;
+  m.model = load_model_config(c.model_dir);
+  m.tokenizer = load_tokenizer(c.model_dir);
+  m.max_model_len = c.max_model_len.value_or(m.model.max_position_embeddings);
+  if (m.max_model_len < 1 || m.max_model_len > m.model.max_position_embeddings)
+    throw ModelError("max_model_len must be in [1, " + std::to_string(m.model.max_position_embeddings) + "]");
+  if (c.block_size < 1 || c.block_size > 256) throw ModelError("block_size must be in [1, 256]");
+  if (c.max_num_seqs < 1) throw ModelError("max_num_seqs must be positive");
+  if (c.max_num_batched_tokens < 1) throw ModelError("max_num_batched_tokens must be positive");
+  if (c.tensor_parallel_size < 1) throw ModelError("tensor_parallel_size must be positive");
+  if (c.device == "auto") c.device = cuda_available() ? "cuda" : "cpu";
+  if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
+  if (c.device == "cuda" && !cuda_available()) throw ModelError("--device cuda: no CUDA device is available");
+
+  SafeTensors weights(c.model_dir);
+  const int tp = c.tensor_parallel_size;
+  int num_blocks = 0, num_swap_blocks = 0;
+  std::vector<std::shared_ptr<ModelRunner>> runners;
+  const int64_t blocks_per_seq = (m.max_model_len + c.block_size - 1) / c.block_size;
+  if (c.device == "cpu") {
+    // Host memory per block over all ranks: K and V, every layer, every KV head, float32.
+    const int64_t block_bytes = int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size *
+                                m.model.head_dim * static_cast<int64_t>(sizeof(float));
+    const int64_t cap = (int64_t{4} << 30) / block_bytes;  // at most 4 GiB of KV by default
+    num_blocks = c.num_kv_blocks.value_or(static_cast<int>(std::min<int64_t>(c.max_num_seqs * blocks_per_seq, cap)));
+    num_swap_blocks = static_cast<int>(c.swap_space_gib * double(int64_t{1} << 30) / double(block_bytes));
+    if (tp > 1) m.all_reduce = std::make_shared<LocalAllReduce>(tp);
+    for (int rank = 0; rank < tp; ++rank)
+      runners.push_back(std::make_shared<CpuModelRunner>(
+          m.model, weights,
+          CpuRunnerOptions{.block_size = c.block_size, .num_blocks = num_blocks, .num_swap_blocks = num_swap_blocks,
+                           .tp_rank = rank, .tp_size = tp, .all_reduce = m.all_reduce.get()}));
+  } else {
+#ifdef PAGED_HAVE_CUDA
+    if (tp > 1) throw ModelError("--tensor-parallel-size > 1 on CUDA needs several GPUs (not built yet)");
+    auto runner = make_cuda_runner(m.model, weights,
+                                   CudaRunnerOptions{.block_size = c.block_size,
+                                                     .num_blocks = c.num_kv_blocks.value_or(0),
+                                                     .gpu_memory_utilization = c.gpu_memory_utilization,
+                                                     .swap_space_gib = c.swap_space_gib,
+                                                     .max_num_seqs = c.max_num_seqs,
+                                                     .max_num_batched_tokens = c.max_num_batched_tokens});
+    num_blocks = runner->num_blocks();
+    num_swap_blocks = runner->num_swap_blocks();
+    runners.push_back(std::move(runner));
+#endif
+  }
+  if (num_blocks < 1) throw ModelError("the KV cache has no blocks (--num-kv-blocks)");
+
+  m.sys_cfg = std::make_unique<caf::actor_system_config>();
+  register_message_types(*m.sys_cfg);
+  m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
+  for (auto& r : runners) m.executors.push_back(m.system->spawn<caf::detached>(executor_actor, r));
+  m.memory_manager = m.system->spawn(
+      memory_manager_actor,
+      KvCacheOptions{.block_size = c.block_size, .num_device_blocks = num_blocks, .num_cpu_blocks = num_swap_blocks,
+                     .enable_prefix_caching = c.enable_prefix_caching},
+      &m.metrics);
+  SchedulerSetup setup;
+  setup.limits = {c.max_num_seqs, c.max_num_batched_tokens, c.preemption_mode};
+  setup.max_model_len = m.max_model_len;
+  setup.block_size = c.block_size;
+  setup.executors = m.executors;
+  setup.memory_manager = m.memory_manager;
+  setup.metrics = &m.metrics;
+  m.scheduler = spawn_scheduler(*m.system, setup);
+}
+
+Engine::~Engine() {
+  if (!impl_ || !impl_->system) return;
+  Impl& m = *impl_;
+  caf::anon_send_exit(m.scheduler, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(m.memory_manager, caf::exit_reason::user_shutdown);
+  for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+  // The system waits for every detached actor to be destroyed: drop our handles first.
+  m.scheduler = nullptr;
+  m.memory_manager = nullptr;
+  m.executors.clear();
+  m.system.reset();
+}
+
+void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
+  const Impl& m = *impl_;
+  const int vocab = m.model.vocab_size;
+  if (prompt_len == 0) throw InvalidRequest("the prompt is empty", "prompt");
+  if (p.n < 1 || p.n > 128) throw InvalidRequest("n must be in [1, 128]", "n");
+  if (p.best_of != 0 && (p.best_of < p.n || p.best_of > 128))
+    throw InvalidRequest("best_of must be in [n, 128]", "best_of");
+  if (p.max_tokens < 1) throw InvalidRequest("max_tokens must be at least 1", "max_tokens");
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
+    throw InvalidRequest("min_tokens must be in [0, max_tokens]", "min_tokens");
+  if (!(p.temperature >= 0.0f) || p.temperature > 100.0f)
+    throw InvalidRequest("temperature must be in [0, 100]", "temperature");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw InvalidRequest("top_p must be in (0, 1]", "top_p");
+  if (p.top_k < -1) throw InvalidRequest("top_k must be -1 (off) or positive", "top_k");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) throw InvalidRequest("min_p must be in [0, 1]", "min_p");
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 10.0f))
+    throw InvalidRequest("repetition_penalty must be in (0, 10]", "repetition_penalty");
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
+    throw InvalidRequest("presence_penalty must be in [-2, 2]", "presence_penalty");
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
+    throw InvalidRequest("frequency_penalty must be in [-2, 2]", "frequency_penalty");
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab)
+      throw InvalidRequest("logit_bias key " + std::to_string(id) + " is outside the vocabulary [0, " +
+                               std::to_string(vocab) + ")", "logit_bias");
+    if (!(bias >= -100.0f && bias <= 100.0f)) throw InvalidRequest("logit_bias values must be in [-100, 100]", "logit_bias");
+  }
+  for (TokenId id : p.stop_token_ids)
+    if (id < 0 || id >= vocab) throw InvalidRequest("stop_token_ids entry outside the vocabulary", "stop_token_ids");
+  for (const auto& s : p.stop) {
+    if (s.empty()) throw InvalidRequest("stop strings must not be empty", "stop");
+    if (!is_valid_utf8(s)) throw InvalidRequest("stop strings must be valid UTF-8", "stop");
+  }
+  if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > 20)) throw InvalidRequest("logprobs must be in [0, 20]", "logprobs");
+  if (p.use_beam_search && p.temperature != 0.0f)
+    throw InvalidRequest("beam search requires temperature 0", "temperature");
+  if (static_cast<int64_t>(prompt_len) + p.max_tokens > m.max_model_len)
+    throw InvalidRequest("this model's maximum context length is " + std::to_string(m.max_model_len) +
+                             " tokens; the prompt has " + std::to_string(prompt_len) + " and max_tokens asks for " +
+                             std::to_string(p.max_tokens),
+                         prompt_len >= static_cast<size_t>(m.max_model_len) ? "prompt" : "max_tokens");
+}
+
+RequestId Engine::submit(std::vector<TokenId> prompt, SamplingParams params, Sink sink) {
+  Impl& m = *impl_;
+  validate(params, prompt.size());
+  for (TokenId id : prompt)
+    if (id < 0 || id >= m.model.vocab_size)
+      throw InvalidRequest("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                               std::to_string(m.model.vocab_size) + ")", "prompt");
+  if (m.metrics.waiting_requests >= m.config.max_waiting_requests)
+    throw EngineOverloaded("the server is overloaded: too many requests are waiting");
+  RequestSpec spec;
+  spec.id = m.next_id++;
+  spec.seed = params.seed.value_or(m.random_seed());
+  if (!params.ignore_eos)
+    for (TokenId id : m.model.eos_token_ids) spec.stop_ids.push_back(id);
+  if (!params.ignore_eos)
+    for (TokenId id : m.tokenizer->eos_ids())
+      if (std::find(spec.stop_ids.begin(), spec.stop_ids.end(), id) == spec.stop_ids.end()) spec.stop_ids.push_back(id);
+  for (TokenId id : params.stop_token_ids) spec.stop_ids.push_back(id);
+  spec.prompt = std::make_shared<const std::vector<TokenId>>(std::move(prompt));
+  spec.params = std::make_shared<const SamplingParams>(std::move(params));
+  m.metrics.waiting_requests += 1;  // the scheduler republishes the exact figure on its next change
+  spawn_request(*m.system, spec, m.tokenizer.get(), std::move(sink), m.scheduler, &m.metrics);
+  return spec.id;
+}
+
+void Engine::abort(RequestId id) { caf::anon_send(impl_->scheduler, abort_atom::value, id); }
+
+void Engine::wait_idle() {
+  caf::scoped_actor self{*impl_->system};
+  self->request(impl_->scheduler, caf::infinite, drained_atom::value).receive([](bool) {}, [](caf::error&) {});
+}
+
+std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenId>>& prompts,
+                                            const SamplingParams& params) {
+  std::vector<RequestOutput> outputs(prompts.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t remaining = prompts.size();
+  std::optional<std::string> failure;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    outputs[i].prompt_token_ids = prompts[i];
+    outputs[i].outputs.resize(params.use_beam_search ? std::max(1, params.n) : std::max(1, params.n));
+    for (size_t k = 0; k < outputs[i].outputs.size(); ++k) outputs[i].outputs[k].index = static_cast<int>(k);
+    outputs[i].id = submit(prompts[i], params, [&, i](RequestEvent ev) {
+      std::lock_guard lock(mu);
+      for (auto& d : ev.deltas) {
+        if (d.index >= static_cast<int>(outputs[i].outputs.size())) continue;
+        CompletionOutput& o = outputs[i].outputs[d.index];
+        o.text += d.text;
+        o.token_ids.insert(o.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+        o.logprobs.insert(o.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+        for (const auto& t : d.logprobs) o.cumulative_logprob += t.logprob;
+        if (d.finish_reason) o.finish_reason = *d.finish_reason;
+      }
+      if (ev.error) failure = *ev.error;
+      if (ev.done && --remaining == 0) cv.notify_all();
+    });
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return remaining == 0; });
+  if (failure) throw std::runtime_error(*failure);
+  return outputs;
+}
+
+std::vector<RequestOutput> Engine::generate(const std::vector<std::string>& prompts, const SamplingParams& params) {
+  std::vector<std::vector<TokenId>> ids;
+  for (const auto& p : prompts) ids.push_back(impl_->tokenizer->encode(p, true));
+  auto out = generate(ids, params);
+  for (size_t i = 0; i < prompts.size(); ++i) out[i].prompt = prompts[i];
+  return out;
+}
+
+const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+const ModelConfig& Engine::model_config() const { return impl_->model; }
+const EngineConfig& Engine::config() const { return impl_->config; }
+Metrics& Engine::metrics() { return impl_->metrics; }
+int Engine::max_model_len() const { return impl_->max_model_len; }
+
+}  // namespace paged

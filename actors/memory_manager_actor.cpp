@@ -1,0 +1,55 @@
+#include "actors/actors.h"
+
+namespace paged {
+
+namespace {
+
+struct MemoryManagerState {
+  std::unique_ptr<KvCacheManager> kv;
+  Metrics* metrics = nullptr;
+
+  void publish() {
+    const KvMetrics m = kv->metrics();
+    metrics->kv_blocks_total = m.device_total;
+    metrics->kv_blocks_free = m.device_free;
+    metrics->kv_blocks_cached = m.device_cached;
+    metrics->cpu_blocks_total = m.cpu_total;
+    metrics->cpu_blocks_free = m.cpu_free;
+    metrics->swapped_out_blocks = m.swapped_out_blocks;
+    metrics->swapped_in_blocks = m.swapped_in_blocks;
+    metrics->prefix_cache_hit_tokens = m.prefix_hit_tokens;
+  }
+};
+
+}  // namespace
+
+caf::behavior memory_manager_actor(caf::event_based_actor* self, KvCacheOptions options, Metrics* metrics) {
+  auto st = std::make_shared<MemoryManagerState>();
+  st->kv = std::make_unique<KvCacheManager>(options);
+  st->metrics = metrics;
+  st->publish();
+  (void)self;
+  return {
+      [st](plan_atom, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) -> StepPlan {
+        StepPlan plan = plan_step(*st->kv, seqs, limits);
+        st->publish();
+        return plan;
+      },
+      [st](free_atom, const std::vector<SeqId>& ids) {
+        for (SeqId id : ids) st->kv->free(id);
+        st->publish();
+      },
+      [st](fork_atom, SeqId parent, SeqId child) {
+        st->kv->fork(parent, child);
+        st->publish();
+      },
+      [st](computed_atom, SeqId id, const std::vector<TokenId>& tokens, int num_computed) {
+        // The sequence may have been preempted or freed since the scheduler sent this.
+        if (st->kv->contains(id) && !st->kv->is_swapped(id) && num_computed > st->kv->num_computed(id))
+          st->kv->mark_computed(id, tokens, num_computed);
+      },
+      [](drained_atom) { return true; },
+  };
+}
+
+}  // namespace paged

@@ -1,0 +1,19 @@
+#include "actors/messages.h"
+
+namespace paged {
+
+void register_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<SampledToken>("paged.SampledToken");
+  cfg.add_message_type<std::vector<SampledToken>>("paged.SampledTokens");
+  cfg.add_message_type<SeqOutput>("paged.SeqOutput");
+  cfg.add_message_type<PlanSeq>("paged.PlanSeq");
+  cfg.add_message_type<std::vector<PlanSeq>>("paged.PlanSeqs");
+  cfg.add_message_type<PlanLimits>("paged.PlanLimits");
+  cfg.add_message_type<StepPlan>("paged.StepPlan");
+  cfg.add_message_type<StepResult>("paged.StepResult");
+  cfg.add_message_type<std::vector<BlockPair>>("paged.BlockPairs");
+  cfg.add_message_type<std::vector<SeqId>>("paged.SeqIds");
+  cfg.add_message_type<std::vector<TokenId>>("paged.TokenIds");
+}
+
+}  // namespace paged

@@ -1,0 +1,94 @@
+// Every message type and atom the actors exchange, registered in one place (register_message_types) so that the
+// same names work in-process and, for the serialisable ones, across CAF's network layer.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/scheduler_policy.h"
+#include "model/step.h"
+
+namespace paged {
+
+using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
+using stop_atom = caf::atom_constant<caf::atom("stopseq")>;     // request -> scheduler: a stop string matched
+using output_atom = caf::atom_constant<caf::atom("output")>;    // scheduler -> request: new tokens
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;    // scheduler -> request: aborted
+using plan_atom = caf::atom_constant<caf::atom("plan")>;        // scheduler -> memory manager
+using free_atom = caf::atom_constant<caf::atom("free")>;
+using fork_atom = caf::atom_constant<caf::atom("fork")>;
+using computed_atom = caf::atom_constant<caf::atom("computed")>;
+using step_atom = caf::atom_constant<caf::atom("step")>;        // scheduler -> executors
+using swap_out_atom = caf::atom_constant<caf::atom("swapout")>;
+using swap_in_atom = caf::atom_constant<caf::atom("swapin")>;
+using drained_atom = caf::atom_constant<caf::atom("drained")>;  // query: no request left
+
+/// A step as sent to executors. SampleSpec pointers refer to scheduler-owned sequence data that `keep_alive`
+/// holds until every executor has finished the step (in-process only: remote executors would need the sampling
+/// inputs serialised by value).
+struct StepMsg {
+  std::shared_ptr<const StepBatch> batch;
+  std::vector<std::shared_ptr<const void>> keep_alive;
+};
+
+/// What the request actor gets per step for one of its completions.
+struct SeqOutput {
+  int index = 0;
+  std::vector<SampledToken> tokens;      // appended tokens (one per step; a whole beam at the end of beam search)
+  std::string finish;                    // "stop" | "length" when the scheduler ended it, else empty
+  double cumulative_logprob = 0.0;
+  bool replace = false;                  // beam search: tokens replace everything sent before
+};
+
+/// A request as the scheduler receives it.
+struct RequestSpec {
+  uint64_t id = 0;
+  std::shared_ptr<const std::vector<TokenId>> prompt;
+  std::shared_ptr<const SamplingParams> params;
+  std::vector<TokenId> stop_ids;         // EOS (unless ignore_eos) + stop_token_ids
+  uint64_t seed = 0;                     // completion i samples with seed + i
+  caf::actor client;                     // the request actor
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SampledToken& x) {
+  return f(caf::meta::type_name("SampledToken"), x.token, x.logprob, x.top_logprobs);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SeqOutput& x) {
+  return f(caf::meta::type_name("SeqOutput"), x.index, x.tokens, x.finish, x.cumulative_logprob, x.replace);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PlanSeq& x) {
+  return f(caf::meta::type_name("PlanSeq"), x.id, x.arrival, x.phase, x.num_computed, x.num_tokens, x.tokens, x.salt);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PlanLimits& x) {
+  return f(caf::meta::type_name("PlanLimits"), x.max_num_seqs, x.max_num_batched_tokens, x.preemption);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PlannedChunk& x) {
+  return f(caf::meta::type_name("PlannedChunk"), x.id, x.start_pos, x.num_tokens, x.sample, x.block_table);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepPlan& x) {
+  return f(caf::meta::type_name("StepPlan"), x.chunks, x.copies, x.swap_out, x.swap_in, x.preempted_recompute,
+           x.preempted_swap, x.swapping_in, x.admitted, x.rejected);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepResult& x) {
+  return f(caf::meta::type_name("StepResult"), x.seqs, x.samples);
+}
+
+/// Registers the message types above with an actor system configuration.
+void register_message_types(caf::actor_system_config& cfg);
+
+}  // namespace paged
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(paged::StepMsg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(paged::RequestSpec)

@@ -1,0 +1,213 @@
+#include <algorithm>
+#include <chrono>
+
+#include "actors/actors.h"
+
+namespace paged {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// One completion's text state: detokenizer, text so far, and where stop strings were searched up to.
+struct Completion {
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  std::string text;                  // text emitted so far (complete UTF-8, stop strings cut)
+  std::string held;                  // text withheld because it may be the start of a stop string
+  std::vector<TokenId> token_ids;
+  std::vector<SampledToken> logprobs;
+  double cumulative_logprob = 0.0;
+  std::optional<std::string> finish;
+};
+
+}  // namespace
+
+struct RequestState {
+  RequestSpec spec;
+  const Tokenizer* tokenizer = nullptr;
+  Engine::Sink sink;
+  caf::actor scheduler;
+  Metrics* metrics = nullptr;
+  std::vector<Completion> completions;
+  bool buffered = false;             // beam search / best_of > n: everything in the final event
+  int completion_tokens = 0;
+  Clock::time_point start = Clock::now();
+  std::optional<Clock::time_point> first_token;
+};
+
+namespace {
+
+using Self = caf::stateful_actor<RequestState>;
+
+// Longest suffix of `text` that is a proper prefix of some stop string: it must be withheld until it resolves.
+size_t partial_stop_suffix(const std::string& text, const std::vector<std::string>& stops) {
+  size_t best = 0;
+  for (const auto& s : stops)
+    for (size_t len = std::min(s.size() - 1, text.size()); len > best; --len)
+      if (text.compare(text.size() - len, len, s, 0, len) == 0) {
+        best = len;
+        break;
+      }
+  return best;
+}
+
+/// Appends new text to a completion, applying stop strings. Returns the delta to emit now.
+std::string add_text(Completion& c, std::string fresh, const std::vector<std::string>& stops, bool final) {
+  std::string pending = c.held + fresh;
+  c.held.clear();
+  if (!stops.empty()) {
+    size_t cut = std::string::npos;
+    for (const auto& s : stops)
+      if (!s.empty()) cut = std::min(cut, pending.find(s));
+    // A stop string may straddle the boundary with text already emitted only through `held`, which is included.
+    if (cut != std::string::npos) {
+      pending.resize(cut);
+      c.finish = "stop";
+    } else if (!final) {
+      const size_t keep = partial_stop_suffix(pending, stops);
+      c.held = pending.substr(pending.size() - keep);
+      pending.resize(pending.size() - keep);
+    }
+  }
+  c.text += pending;
+  return pending;
+}
+
+void emit_final(Self* self, bool cancelled, std::optional<std::string> error = std::nullopt) {
+  auto& st = self->state;
+  RequestEvent ev;
+  ev.id = st.spec.id;
+  ev.done = true;
+  ev.prompt_tokens = static_cast<int>(st.spec.prompt->size());
+  ev.error = std::move(error);
+  const auto& p = *st.spec.params;
+  std::vector<int> order(st.completions.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  int n_out = static_cast<int>(order.size());
+  if (st.buffered && !p.use_beam_search && p.best_of > p.n) {
+    // best_of: the n completions with the highest cumulative logprob.
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return st.completions[a].cumulative_logprob > st.completions[b].cumulative_logprob;
+    });
+    n_out = p.n;
+  }
+  for (int k = 0; k < n_out && k < static_cast<int>(order.size()); ++k) {
+    Completion& c = st.completions[order[k]];
+    CompletionDelta d;
+    d.index = k;
+    if (!c.finish) {
+      d.text = add_text(c, c.detok->finish(), p.stop, true);
+      if (!c.finish) c.finish = cancelled ? "cancelled" : "length";
+    }
+    if (st.buffered) {
+      d.text = c.text;
+      d.token_ids = c.token_ids;
+      d.logprobs = c.logprobs;
+    }
+    d.finish_reason = c.finish;
+    ev.deltas.push_back(std::move(d));
+  }
+  ev.completion_tokens = st.completion_tokens;
+  const auto now = Clock::now();
+  st.metrics->e2e.observe(std::chrono::duration<double>(now - st.start).count());
+  if (st.first_token && st.completion_tokens > 1)
+    st.metrics->tpot.observe(std::chrono::duration<double>(now - *st.first_token).count() /
+                             (st.completion_tokens - 1));
+  st.sink(std::move(ev));
+  self->quit();
+}
+
+}  // namespace
+
+namespace {
+
+caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* tokenizer, Engine::Sink sink,
+                            caf::actor scheduler, Metrics* metrics) {
+  auto& st = self->state;
+  st.spec = spec;
+  st.spec.client = caf::actor_cast<caf::actor>(self);
+  st.tokenizer = tokenizer;
+  st.sink = std::move(sink);
+  st.scheduler = scheduler;
+  st.metrics = metrics;
+  const auto& p = *spec.params;
+  const int width = std::max({1, p.n, p.best_of});
+  st.buffered = p.use_beam_search || p.best_of > p.n;
+  st.completions.resize(p.use_beam_search ? std::max(1, p.n) : width);
+  for (auto& c : st.completions) c.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer);
+  self->send(scheduler, submit_atom::value, st.spec);
+  return {
+      [self](output_atom, const SeqOutput& out) {
+        auto& st = self->state;
+        if (out.index < 0 || out.index >= static_cast<int>(st.completions.size())) return;
+        Completion& c = st.completions[out.index];
+        if (c.finish) return;  // ended by a stop string: later tokens are dropped
+        if (!st.first_token) {
+          st.first_token = Clock::now();
+          st.metrics->ttft.observe(std::chrono::duration<double>(*st.first_token - st.start).count());
+        }
+        const auto& p = *st.spec.params;
+        CompletionDelta d;
+        d.index = out.index;
+        for (const SampledToken& t : out.tokens) {
+          // Stop ids and EOS end the completion without becoming text (vLLM's default).
+          const bool is_stop_id = out.finish == "stop" && &t == &out.tokens.back() &&
+                                  std::find(st.spec.stop_ids.begin(), st.spec.stop_ids.end(), t.token) !=
+                                      st.spec.stop_ids.end();
+          c.token_ids.push_back(t.token);
+          d.token_ids.push_back(t.token);
+          if (p.logprobs) {
+            c.logprobs.push_back(t);
+            d.logprobs.push_back(t);
+          }
+          ++st.completion_tokens;
+          if (!is_stop_id && !c.finish) d.text += add_text(c, c.detok->push(t.token), p.stop, false);
+        }
+        c.cumulative_logprob = out.cumulative_logprob;
+        const bool stopped_by_string = c.finish.has_value();
+        if (!c.finish && !out.finish.empty()) {
+          d.text += add_text(c, c.detok->finish(), p.stop, true);
+          if (!c.finish) c.finish = out.finish;
+        }
+        d.finish_reason = c.finish;
+        if (stopped_by_string && out.finish.empty()) self->send(st.scheduler, stop_atom::value, st.spec.id, out.index);
+        const bool all_done =
+            std::all_of(st.completions.begin(), st.completions.end(), [](const Completion& x) { return x.finish; });
+        if (all_done && st.buffered) {
+          emit_final(self, false);
+          return;
+        }
+        if (!st.buffered) {
+          RequestEvent ev;
+          ev.id = st.spec.id;
+          ev.prompt_tokens = static_cast<int>(st.spec.prompt->size());
+          ev.completion_tokens = st.completion_tokens;
+          ev.deltas.push_back(std::move(d));
+          if (all_done) {
+            ev.done = true;
+            const auto now = Clock::now();
+            st.metrics->e2e.observe(std::chrono::duration<double>(now - st.start).count());
+            if (st.completion_tokens > 1)
+              st.metrics->tpot.observe(std::chrono::duration<double>(now - *st.first_token).count() /
+                                       (st.completion_tokens - 1));
+            st.sink(std::move(ev));
+            self->quit();
+            return;
+          }
+          st.sink(std::move(ev));
+        }
+      },
+      [self](cancel_atom, const std::string& reason) {
+        emit_final(self, true, reason.empty() ? std::nullopt : std::optional<std::string>(reason));
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_request(caf::actor_system& system, RequestSpec spec, const Tokenizer* tokenizer, Engine::Sink sink,
+                         caf::actor scheduler, Metrics* metrics) {
+  return system.spawn(request_actor, std::move(spec), tokenizer, std::move(sink), std::move(scheduler), metrics);
+}
+
+}  // namespace paged

@@ -1,0 +1,137 @@
+#include "tools/cli.h"
+
+#include <sstream>
+
+namespace paged::cli {
+
+Args::Args(int argc, char** argv, int first, const std::vector<std::string>& switches) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "'");
+    std::string name = a.substr(2), value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else if (std::find(switches.begin(), switches.end(), name) != switches.end()) {
+      value = "true";
+    } else {
+      if (i + 1 >= argc) throw UsageError("flag --" + name + " needs a value");
+      value = argv[++i];
+    }
+    values_[name].push_back(value);
+  }
+}
+
+std::optional<std::string> Args::get(const std::string& name) {
+  used_[name] = true;
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second.back();
+}
+
+bool Args::has(const std::string& name) {
+  used_[name] = true;
+  return values_.count(name) != 0;
+}
+
+int Args::get_int(const std::string& name, int fallback) {
+  auto v = get(name);
+  if (!v) return fallback;
+  try {
+    size_t pos = 0;
+    long long x = std::stoll(*v, &pos);
+    if (pos != v->size() || x < INT32_MIN || x > INT32_MAX) throw std::invalid_argument("");
+    return static_cast<int>(x);
+  } catch (const std::exception&) {
+    throw UsageError("--" + name + " expects an integer, got '" + *v + "'");
+  }
+}
+
+double Args::get_double(const std::string& name, double fallback) {
+  auto v = get(name);
+  if (!v) return fallback;
+  try {
+    size_t pos = 0;
+    double x = std::stod(*v, &pos);
+    if (pos != v->size()) throw std::invalid_argument("");
+    return x;
+  } catch (const std::exception&) {
+    throw UsageError("--" + name + " expects a number, got '" + *v + "'");
+  }
+}
+
+void Args::reject_unknown() const {
+  for (const auto& [name, _] : values_)
+    if (!used_.count(name)) throw UsageError("unknown flag --" + name);
+}
+
+std::vector<std::string> engine_switches() {
+  return {"enable-prefix-caching", "no-enable-prefix-caching", "use-beam-search", "ignore-eos"};
+}
+
+EngineConfig engine_config(Args& args) {
+  EngineConfig c;
+  auto model = args.get("model");
+  if (!model) throw UsageError("--model DIR is required");
+  c.model_dir = *model;
+  c.device = args.get("device").value_or("auto");
+  c.block_size = args.get_int("block-size", c.block_size);
+  if (args.has("num-kv-blocks")) c.num_kv_blocks = args.get_int("num-kv-blocks", 0);
+  c.swap_space_gib = args.get_double("swap-space", c.swap_space_gib);
+  c.gpu_memory_utilization = args.get_double("gpu-memory-utilization", c.gpu_memory_utilization);
+  c.max_num_seqs = args.get_int("max-num-seqs", c.max_num_seqs);
+  c.max_num_batched_tokens = args.get_int("max-num-batched-tokens", c.max_num_batched_tokens);
+  if (args.has("max-model-len")) c.max_model_len = args.get_int("max-model-len", 0);
+  if (args.has("enable-prefix-caching")) c.enable_prefix_caching = true;
+  if (args.has("no-enable-prefix-caching")) c.enable_prefix_caching = false;
+  if (auto mode = args.get("preemption-mode")) {
+    if (*mode == "swap") c.preemption_mode = PreemptionMode::swap;
+    else if (*mode == "recompute") c.preemption_mode = PreemptionMode::recompute;
+    else throw UsageError("--preemption-mode must be swap or recompute");
+  }
+  c.tensor_parallel_size = args.get_int("tensor-parallel-size", c.tensor_parallel_size);
+  if (c.swap_space_gib < 0) throw UsageError("--swap-space must be >= 0");
+  if (c.num_kv_blocks && *c.num_kv_blocks < 1) throw UsageError("--num-kv-blocks must be positive");
+  return c;
+}
+
+SamplingParams sampling_params(Args& args) {
+  SamplingParams p;
+  p.max_tokens = args.get_int("max-tokens", p.max_tokens);
+  p.min_tokens = args.get_int("min-tokens", p.min_tokens);
+  p.temperature = static_cast<float>(args.get_double("temperature", p.temperature));
+  p.top_p = static_cast<float>(args.get_double("top-p", p.top_p));
+  p.top_k = args.get_int("top-k", p.top_k);
+  p.min_p = static_cast<float>(args.get_double("min-p", p.min_p));
+  if (args.has("seed")) {
+    auto v = args.get("seed");
+    try {
+      p.seed = std::stoull(*v);
+    } catch (const std::exception&) {
+      throw UsageError("--seed expects a non-negative integer");
+    }
+  }
+  p.n = args.get_int("n", p.n);
+  p.best_of = args.get_int("best-of", p.best_of);
+  p.use_beam_search = args.has("use-beam-search");
+  p.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", p.repetition_penalty));
+  p.presence_penalty = static_cast<float>(args.get_double("presence-penalty", p.presence_penalty));
+  p.frequency_penalty = static_cast<float>(args.get_double("frequency-penalty", p.frequency_penalty));
+  p.ignore_eos = args.has("ignore-eos");
+  if (args.has("logprobs")) p.logprobs = args.get_int("logprobs", 0);
+  if (auto v = args.get("stop")) p.stop.push_back(*v);
+  if (auto v = args.get("stop-token-ids")) {
+    std::stringstream ss(*v);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      try {
+        p.stop_token_ids.push_back(std::stoi(item));
+      } catch (const std::exception&) {
+        throw UsageError("--stop-token-ids expects comma-separated integers");
+      }
+    }
+  }
+  return p;
+}
+
+}  // namespace paged::cli

@@ -1,0 +1,47 @@
+// Command-line parsing shared by the subcommands of `paged`: engine flags and sampling flags with vLLM's names.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "actors/engine.h"
+
+namespace paged::cli {
+
+/// A bad command line: printed with the usage, exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Flags as given: `--name value`, `--name=value`, or a bare switch.
+class Args {
+ public:
+  /// `switches` are flags that take no value.
+  Args(int argc, char** argv, int first, const std::vector<std::string>& switches);
+  std::optional<std::string> get(const std::string& name);
+  bool has(const std::string& name);
+  int get_int(const std::string& name, int fallback);
+  double get_double(const std::string& name, double fallback);
+  /// Throws UsageError naming any flag that no getter asked for.
+  void reject_unknown() const;
+
+ private:
+  std::map<std::string, std::vector<std::string>> values_;
+  std::map<std::string, bool> used_;
+};
+
+/// Engine flags: --model, --device, --block-size, --num-kv-blocks, --swap-space, --gpu-memory-utilization,
+/// --max-num-seqs, --max-num-batched-tokens, --max-model-len, --[no-]enable-prefix-caching, --preemption-mode,
+/// --tensor-parallel-size.
+EngineConfig engine_config(Args& args);
+/// Sampling flags: --max-tokens, --temperature, --top-p, --top-k, --min-p, --seed, --n, --best-of,
+/// --use-beam-search, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),
+/// --stop-token-ids, --ignore-eos, --min-tokens, --logprobs.
+SamplingParams sampling_params(Args& args);
+/// Switches the two functions above understand.
+std::vector<std::string> engine_switches();
+
+}  // namespace paged::cli

@@ -1,0 +1,150 @@
+// paged: the command-line entry point. Subcommands: generate (offline), serve (HTTP/WebSocket API).
+#include <boost/json.hpp>
+
+#include <fstream>
+#include <iostream>
+
+#include "actors/engine.h"
+#include "tools/cli.h"
+#ifdef PAGED_HAS_SERVER
+#include "http/server.h"
+#endif
+
+namespace {
+
+constexpr const char* kUsage = R"(usage:
+  paged generate --model DIR (--prompt TEXT | --prompts-file FILE.jsonl) [--max-tokens N] [--temperature T]
+                 [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N] [--best-of N] [--use-beam-search]
+                 [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F] [--stop STR]
+                 [--stop-token-ids A,B] [--ignore-eos] [--min-tokens N] [--logprobs K] [--json] [--stats]
+                 [engine flags]
+  paged serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
+              [--served-model-name NAME] [--config conf/serve.json] [engine flags]
+engine flags:
+  --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
+  --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --enable-prefix-caching
+  --no-enable-prefix-caching  --preemption-mode swap|recompute  --tensor-parallel-size N
+)";
+
+namespace json = boost::json;
+using namespace paged;
+
+std::vector<std::string> read_prompts_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open prompts file " + path);
+  std::vector<std::string> prompts;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    boost::system::error_code ec;
+    json::value v = json::parse(line, ec);
+    if (ec || !v.is_object() || !v.as_object().contains("prompt") || !v.at("prompt").is_string())
+      throw std::runtime_error(path + ":" + std::to_string(lineno) + ": expected {\"prompt\": \"...\"}");
+    prompts.emplace_back(v.at("prompt").as_string());
+  }
+  return prompts;
+}
+
+json::array to_json(const std::vector<TokenId>& ids) {
+  json::array a;
+  for (TokenId t : ids) a.push_back(t);
+  return a;
+}
+
+int generate(cli::Args& args) {
+  EngineConfig config = cli::engine_config(args);
+  SamplingParams params = cli::sampling_params(args);
+  const bool as_json = args.has("json"), stats = args.has("stats");
+  auto prompt = args.get("prompt");
+  auto file = args.get("prompts-file");
+  args.reject_unknown();
+  if (prompt.has_value() == file.has_value()) throw cli::UsageError("give exactly one of --prompt and --prompts-file");
+  std::vector<std::string> prompts = prompt ? std::vector<std::string>{*prompt} : read_prompts_file(*file);
+
+  Engine engine(config);
+  // Tokenize and validate every prompt first: a bad one fails the command before any work starts.
+  std::vector<std::vector<TokenId>> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    try {
+      ids.push_back(engine.tokenizer().encode(prompts[i], true));
+      engine.validate(params, ids.back().size());
+    } catch (const std::exception& e) {
+      throw std::runtime_error("prompt " + std::to_string(i + 1) + ": " + e.what());
+    }
+  }
+  std::vector<RequestOutput> outputs = engine.generate(ids, params);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const RequestOutput& r = outputs[i];
+    if (as_json) {
+      json::object o;
+      o["prompt"] = prompts[i];
+      o["prompt_token_ids"] = to_json(r.prompt_token_ids);
+      json::array outs;
+      for (const auto& c : r.outputs) {
+        json::object co;
+        co["text"] = c.text;
+        co["token_ids"] = to_json(c.token_ids);
+        co["finish_reason"] = c.finish_reason;
+        if (params.logprobs) {
+          json::array lps;
+          for (const auto& t : c.logprobs) lps.push_back(t.logprob);
+          co["logprobs"] = std::move(lps);
+        }
+        outs.push_back(std::move(co));
+      }
+      o["outputs"] = std::move(outs);
+      std::cout << json::serialize(o) << '\n';
+    } else {
+      for (const auto& c : r.outputs) std::cout << prompts[i] << c.text << "\n" << (r.outputs.size() > 1 ? "--\n" : "");
+    }
+  }
+  if (stats) {
+    engine.wait_idle();
+    Metrics& m = engine.metrics();
+    json::object s;
+    s["preemptions"] = m.preemptions.load();
+    s["swapped_out_blocks"] = m.swapped_out_blocks.load();
+    s["prefix_cache_hit_tokens"] = m.prefix_cache_hit_tokens.load();
+    s["prompt_tokens_computed"] = m.prompt_tokens_computed.load();
+    s["kv_blocks_total"] = m.kv_blocks_total.load();
+    s["kv_blocks_free_at_end"] = m.kv_blocks_free.load();
+    s["peak_running_seqs"] = m.peak_running_seqs.load();
+    std::cout << json::serialize(json::object{{"stats", s}}) << '\n';
+  }
+  return 0;
+}
+
+int serve(cli::Args& args) {
+#ifdef PAGED_HAS_SERVER
+  return run_serve_command(args);
+#else
+  (void)args;
+  throw std::runtime_error("serve is not built in this binary");
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    auto switches = cli::engine_switches();
+    switches.insert(switches.end(), {"json", "stats"});
+    cli::Args args(argc, argv, 2, switches);
+    if (cmd == "generate") return generate(args);
+    if (cmd == "serve") return serve(args);
+    throw cli::UsageError("unknown command '" + cmd + "'");
+  } catch (const cli::UsageError& e) {
+    std::cerr << "paged: " << e.what() << "\n" << kUsage;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "paged: error: " << e.what() << "\n";
+    return 1;
+  }
+}
