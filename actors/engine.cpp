@@ -11,7 +11,11 @@
 #include "model/safetensors.h"
 #include "model/tp.h"
 #ifdef PAGED_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#if __has_include("kernels/cuda/cuda_runner.h")
 #include "kernels/cuda/cuda_runner.h"
+#define PAGED_HAVE_CUDA_RUNNER 1
+#endif
 #endif
 
 namespace paged {
@@ -42,7 +46,8 @@ namespace {
 
 bool cuda_available() {
 #ifdef PAGED_HAVE_CUDA
-  return cuda_device_count() > 0;
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 #else
   return false;
 #endif
@@ -86,7 +91,9 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
           CpuRunnerOptions{.block_size = c.block_size, .num_blocks = num_blocks, .num_swap_blocks = num_swap_blocks,
                            .tp_rank = rank, .tp_size = tp, .all_reduce = m.all_reduce.get()}));
   } else {
-#ifdef PAGED_HAVE_CUDA
+#ifndef PAGED_HAVE_CUDA_RUNNER
+    throw ModelError("this build has no CUDA executor");
+#else
     if (tp > 1) throw ModelError("--tensor-parallel-size > 1 on CUDA needs several GPUs (not built yet)");
     auto runner = make_cuda_runner(m.model, weights,
                                    CudaRunnerOptions{.block_size = c.block_size,

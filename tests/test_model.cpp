@@ -20,8 +20,8 @@ using namespace paged;
 
 namespace {
 
-const std::string kModel = std::string(PAGED_SOURCE_DIR) + "/../shared/models/stories260K";
-const std::string kGolden = std::string(PAGED_SOURCE_DIR) + "/../shared/golden/stories260K-greedy.json";
+const std::string kModel = std::string(PAGED_SHARED_DIR) + "/models/stories260K";
+const std::string kGolden = std::string(PAGED_SHARED_DIR) + "/golden/stories260K-greedy.json";
 
 boost::json::value read_json(const std::string& path) {
   std::ifstream in(path);
