@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -11,11 +12,7 @@
 #include "model/safetensors.h"
 #include "model/tp.h"
 #ifdef PAGED_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#if __has_include("kernels/cuda/cuda_runner.h")
 #include "kernels/cuda/cuda_runner.h"
-#define PAGED_HAVE_CUDA_RUNNER 1
-#endif
 #endif
 
 namespace paged {
@@ -46,8 +43,7 @@ namespace {
 
 bool cuda_available() {
 #ifdef PAGED_HAVE_CUDA
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  return cuda_device_count() > 0;
 #else
   return false;
 #endif
@@ -72,7 +68,10 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
   if (c.device == "cuda" && !cuda_available()) throw ModelError("--device cuda: no CUDA device is available");
 
-  SafeTensors weights(c.model_dir);
+  if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
+  const bool dummy = c.load_format == "dummy";
+  if (dummy && c.device != "cuda") throw ModelError("--load-format dummy (random weights) needs --device cuda");
+  std::unique_ptr<SafeTensors> weights = dummy ? nullptr : std::make_unique<SafeTensors>(c.model_dir);
   const int tp = c.tensor_parallel_size;
   int num_blocks = 0, num_swap_blocks = 0;
   std::vector<std::shared_ptr<ModelRunner>> runners;
@@ -83,25 +82,30 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
                                 m.model.head_dim * static_cast<int64_t>(sizeof(float));
     const int64_t cap = (int64_t{4} << 30) / block_bytes;  // at most 4 GiB of KV by default
     num_blocks = c.num_kv_blocks.value_or(static_cast<int>(std::min<int64_t>(c.max_num_seqs * blocks_per_seq, cap)));
-    num_swap_blocks = static_cast<int>(c.swap_space_gib * double(int64_t{1} << 30) / double(block_bytes));
+    const double swap_blocks = c.swap_space_gib * double(int64_t{1} << 30) / double(block_bytes);
+    if (swap_blocks > double(std::numeric_limits<int32_t>::max()))
+      throw ModelError("--swap-space is too large for this model's block size");
+    num_swap_blocks = static_cast<int>(swap_blocks);
     if (tp > 1) m.all_reduce = std::make_shared<LocalAllReduce>(tp);
     for (int rank = 0; rank < tp; ++rank)
       runners.push_back(std::make_shared<CpuModelRunner>(
-          m.model, weights,
+          m.model, *weights,
           CpuRunnerOptions{.block_size = c.block_size, .num_blocks = num_blocks, .num_swap_blocks = num_swap_blocks,
                            .tp_rank = rank, .tp_size = tp, .all_reduce = m.all_reduce.get()}));
   } else {
-#ifndef PAGED_HAVE_CUDA_RUNNER
+#ifndef PAGED_HAVE_CUDA
     throw ModelError("this build has no CUDA executor");
 #else
     if (tp > 1) throw ModelError("--tensor-parallel-size > 1 on CUDA needs several GPUs (not built yet)");
-    auto runner = make_cuda_runner(m.model, weights,
-                                   CudaRunnerOptions{.block_size = c.block_size,
-                                                     .num_blocks = c.num_kv_blocks.value_or(0),
-                                                     .gpu_memory_utilization = c.gpu_memory_utilization,
-                                                     .swap_space_gib = c.swap_space_gib,
-                                                     .max_num_seqs = c.max_num_seqs,
-                                                     .max_num_batched_tokens = c.max_num_batched_tokens});
+    const CudaRunnerOptions options{.block_size = c.block_size,
+                                    .num_blocks = c.num_kv_blocks.value_or(0),
+                                    .gpu_memory_utilization = c.gpu_memory_utilization,
+                                    .swap_space_gib = c.swap_space_gib,
+                                    .max_num_seqs = c.max_num_seqs,
+                                    .max_num_batched_tokens = c.max_num_batched_tokens,
+                                    .max_model_len = m.max_model_len};
+    std::shared_ptr<CudaModelRunner> runner = dummy ? std::make_shared<CudaModelRunner>(m.model, 0, options)
+                                                    : make_cuda_runner(m.model, *weights, options);
     num_blocks = runner->num_blocks();
     num_swap_blocks = runner->num_swap_blocks();
     runners.push_back(std::move(runner));
@@ -184,14 +188,23 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
                          prompt_len >= static_cast<size_t>(m.max_model_len) ? "prompt" : "max_tokens");
 }
 
+void Engine::check_prompt_ids(const std::vector<TokenId>& prompt) const {
+  const int vocab = impl_->model.vocab_size;
+  for (TokenId id : prompt)
+    if (id < 0 || id >= vocab)
+      throw InvalidRequest("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                               std::to_string(vocab) + ")", "prompt");
+}
+
 RequestId Engine::submit(std::vector<TokenId> prompt, SamplingParams params, Sink sink) {
+  return start(std::move(prompt), std::move(params), std::move(sink), true);
+}
+
+RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink sink, bool limit_waiting) {
   Impl& m = *impl_;
   validate(params, prompt.size());
-  for (TokenId id : prompt)
-    if (id < 0 || id >= m.model.vocab_size)
-      throw InvalidRequest("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                               std::to_string(m.model.vocab_size) + ")", "prompt");
-  if (m.metrics.waiting_requests >= m.config.max_waiting_requests)
+  check_prompt_ids(prompt);
+  if (limit_waiting && m.metrics.waiting_requests >= m.config.max_waiting_requests)
     throw EngineOverloaded("the server is overloaded: too many requests are waiting");
   RequestSpec spec;
   spec.id = m.next_id++;
@@ -218,6 +231,11 @@ void Engine::wait_idle() {
 
 std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenId>>& prompts,
                                             const SamplingParams& params) {
+  // Check every prompt before starting any, so that a bad one leaves nothing running.
+  for (const auto& p : prompts) {
+    validate(params, p.size());
+    check_prompt_ids(p);
+  }
   std::vector<RequestOutput> outputs(prompts.size());
   std::mutex mu;
   std::condition_variable cv;
@@ -227,7 +245,7 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenI
     outputs[i].prompt_token_ids = prompts[i];
     outputs[i].outputs.resize(params.use_beam_search ? std::max(1, params.n) : std::max(1, params.n));
     for (size_t k = 0; k < outputs[i].outputs.size(); ++k) outputs[i].outputs[k].index = static_cast<int>(k);
-    outputs[i].id = submit(prompts[i], params, [&, i](RequestEvent ev) {
+    outputs[i].id = start(prompts[i], params, [&, i](RequestEvent ev) {
       std::lock_guard lock(mu);
       for (auto& d : ev.deltas) {
         if (d.index >= static_cast<int>(outputs[i].outputs.size())) continue;
@@ -240,7 +258,7 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenI
       }
       if (ev.error) failure = *ev.error;
       if (ev.done && --remaining == 0) cv.notify_all();
-    });
+    }, false);
   }
   std::unique_lock lock(mu);
   cv.wait(lock, [&] { return remaining == 0; });

@@ -38,6 +38,7 @@ struct EngineOverloaded : std::runtime_error {
 struct EngineConfig {
   std::string model_dir;
   std::string device = "auto";          // auto | cpu | cuda
+  std::string load_format = "auto";     // auto: the checkpoint; dummy: random weights (benchmarks; CUDA only)
   int block_size = 16;
   std::optional<int> num_kv_blocks;     // device pool size; default: from memory (CPU: fits max_num_seqs contexts)
   double swap_space_gib = 4.0;          // CPU swap pool, GiB (vLLM's --swap-space)
@@ -48,7 +49,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   PreemptionMode preemption_mode = PreemptionMode::recompute;
   int tensor_parallel_size = 1;
-  int max_waiting_requests = 4096;      // submit() beyond this throws EngineOverloaded
+  int max_waiting_requests = 4096;      // submit() beyond this throws EngineOverloaded (generate() is not limited)
 };
 
 using RequestId = uint64_t;
@@ -113,6 +114,8 @@ class Engine {
 
   /// Checks `params` and a prompt of `prompt_len` tokens against the model; throws InvalidRequest.
   void validate(const SamplingParams& params, size_t prompt_len) const;
+  /// Throws InvalidRequest when a prompt id lies outside the model's vocabulary.
+  void check_prompt_ids(const std::vector<TokenId>& prompt) const;
 
   /// Blocks until no request is left and the memory manager has processed every release.
   void wait_idle();
@@ -127,6 +130,7 @@ class Engine {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  RequestId start(std::vector<TokenId> prompt, SamplingParams params, Sink sink, bool limit_waiting);
 };
 
 }  // namespace paged

@@ -18,6 +18,8 @@ struct MemoryManagerState {
     metrics->swapped_out_blocks = m.swapped_out_blocks;
     metrics->swapped_in_blocks = m.swapped_in_blocks;
     metrics->prefix_cache_hit_tokens = m.prefix_hit_tokens;
+    const int64_t used = m.device_total - m.device_free;
+    if (used > metrics->kv_blocks_peak_used) metrics->kv_blocks_peak_used = used;  // the only writer
   }
 };
 
@@ -33,6 +35,9 @@ caf::behavior memory_manager_actor(caf::event_based_actor* self, KvCacheOptions 
       [st](plan_atom, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) -> StepPlan {
         StepPlan plan = plan_step(*st->kv, seqs, limits);
         st->publish();
+        const KvMetrics m = st->kv->metrics();
+        st->metrics->kv_reserved_slots_sum += m.reserved_slots;
+        st->metrics->kv_used_slots_sum += m.used_slots;
         return plan;
       },
       [st](free_atom, const std::vector<SeqId>& ids) {
@@ -43,10 +48,10 @@ caf::behavior memory_manager_actor(caf::event_based_actor* self, KvCacheOptions 
         st->kv->fork(parent, child);
         st->publish();
       },
-      [st](computed_atom, SeqId id, const std::vector<TokenId>& tokens, int num_computed) {
+      [st](computed_atom, SeqId id, int tokens_offset, const std::vector<TokenId>& tokens, int num_computed) {
         // The sequence may have been preempted or freed since the scheduler sent this.
         if (st->kv->contains(id) && !st->kv->is_swapped(id) && num_computed > st->kv->num_computed(id))
-          st->kv->mark_computed(id, tokens, num_computed);
+          st->kv->mark_computed(id, tokens, num_computed, tokens_offset);
       },
       [](drained_atom) { return true; },
   };

@@ -58,6 +58,11 @@ struct Metrics {
   std::atomic<int64_t> requests_aborted{0};
   std::atomic<int64_t> steps{0};
   std::atomic<int64_t> peak_running_seqs{0};
+  std::atomic<int64_t> kv_blocks_peak_used{0};   // most device blocks in use at once (kv_blocks_total - kv_blocks_free)
+  // KV waste over the run: reserved and used (computed) device slots summed over every planned step, so that
+  // 1 - used / reserved is the step-averaged waste (KvMetrics::kv_waste at plan time).
+  std::atomic<int64_t> kv_reserved_slots_sum{0};
+  std::atomic<int64_t> kv_used_slots_sum{0};
   // histograms, seconds
   Histogram ttft;
   Histogram tpot;

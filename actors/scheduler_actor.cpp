@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "actors/actors.h"
@@ -21,6 +22,7 @@ struct SeqData {
   bool swapping_in = false;
   bool pending = false;                             // a token of this sequence is being sampled in flight
   double cumulative_logprob = 0.0;
+  std::optional<std::vector<SampledToken>> beam_candidates;  // beam search: this step's offers, until every beam has them
 };
 
 struct RequestData {
@@ -55,6 +57,11 @@ struct SchedulerState {
   std::vector<std::pair<SeqId, int>> step_ends;     // (sequence, tokens cached once the running step is done)
   std::vector<caf::response_promise> drain_waiters;
 
+  /// Token at position p of a sequence: prompt, then output.
+  TokenId token_at(const SeqData& s, int p) const {
+    const auto& prompt = *requests.at(s.request).spec.prompt;
+    return p < static_cast<int>(prompt.size()) ? prompt[p] : (*s.output)[p - prompt.size()];
+  }
   std::vector<TokenId> all_tokens(const SeqData& s) const {
     const RequestData& r = requests.at(s.request);
     std::vector<TokenId> t(*r.spec.prompt);
@@ -146,85 +153,116 @@ SeqId fork_seq(Self* self, SeqData& parent, int index) {
   child.request = parent.request;
   child.index = index;
   *child.output = *parent.output;
-  child.num_computed = parent.num_computed;
-  child.num_done = parent.num_done;
-  child.num_marked = parent.num_marked;
-  child.phase = parent.phase;
   child.cumulative_logprob = parent.cumulative_logprob;
-  self->send(st.setup.memory_manager, fork_atom::value, parent.id, child.id);
+  if (parent.phase == PlanSeq::Phase::running && !parent.swapping_in) {
+    child.num_computed = parent.num_computed;
+    child.num_done = parent.num_done;
+    child.num_marked = parent.num_marked;
+    child.phase = parent.phase;
+    self->send(st.setup.memory_manager, fork_atom::value, parent.id, child.id);
+  }
+  // else: the parent was preempted (its blocks are freed or on the CPU) while it waited for the other beams of its
+  // request: the child starts as a waiting sequence and is recomputed (prefix-cache hits make that cheap).
   st.requests.at(parent.request).seqs.push_back(child.id);
   const SeqId id = child.id;
   st.seqs.emplace(id, std::move(child));
   return id;
 }
 
-/// One beam-search step of a request from the candidates of its beams (HF/vLLM semantics, length_penalty 1).
+/// Beam score (vLLM's legacy get_beam_search_score with length_penalty 1): cumulative logprob over the sequence
+/// length, prompt included, not counting a final stop id.
+double beam_score(double cumulative_logprob, size_t prompt_len, size_t output_len, bool stopped) {
+  return cumulative_logprob / static_cast<double>(prompt_len + output_len - (stopped ? 1 : 0));
+}
+
+/// One beam-search step of a request once every live beam has its candidates, with the semantics of vLLM's legacy
+/// beam search (length_penalty 1, early_stopping false):
+/// - each beam offers its 2w best next tokens (w = width) scored cumulative logprob + token logprob; the 2w best
+///   offers over all beams (ties: beam order, then token rank) are the children;
+/// - a child ending in a stop id (EOS / stop_token_ids, at or past min_tokens) or reaching max_tokens / the model
+///   length is finished; earlier and new finished hypotheses are ranked by beam_score and the best w kept;
+/// - the search stops when no child runs on, or when w hypotheses are finished and the worst of them scores at
+///   least the best running child; otherwise the best w running children are the next beams (a parent's first
+///   child continues its sequence, the others fork it, parents without children end);
+/// - the outputs are the best n finished hypotheses by beam_score.
 void beam_step(Self* self, RequestData& r, const std::vector<std::pair<SeqId, const std::vector<SampledToken>*>>& beams) {
   auto& st = self->state;
+  const auto& p = *r.spec.params;
+  const size_t width = static_cast<size_t>(r.width);
+  const size_t prompt_len = r.spec.prompt->size();
   struct Cand {
-    double score;
+    double score;  // cumulative logprob
     size_t beam;
     TokenId token;
+    bool stopped;
+    bool finished;
   };
   std::vector<Cand> cands;
   for (size_t b = 0; b < beams.size(); ++b)
     for (const SampledToken& t : *beams[b].second)
-      cands.push_back({st.seqs.at(beams[b].first).cumulative_logprob + t.logprob, b, t.token});
+      cands.push_back({st.seqs.at(beams[b].first).cumulative_logprob + t.logprob, b, t.token, false, false});
   std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.score > b.score; });
-  const auto& p = *r.spec.params;
-  std::vector<const Cand*> chosen;
-  for (const Cand& c : cands) {
-    if (chosen.size() == static_cast<size_t>(r.width)) break;
-    const SeqData& parent = st.seqs.at(beams[c.beam].first);
-    const bool is_stop = std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), c.token) != r.spec.stop_ids.end() &&
-                         static_cast<int>(parent.output->size()) + 1 >= p.min_tokens;
-    if (is_stop) {
-      if (r.finished_beams.size() < static_cast<size_t>(r.width)) {
-        auto tokens = *parent.output;
-        tokens.push_back(c.token);
-        r.finished_beams.push_back({std::move(tokens), c.score, "stop"});
-      }
-    } else {
-      chosen.push_back(&c);
-    }
-  }
-  // New beams: a parent's first continuation reuses its sequence, the others fork it; unused parents end.
-  std::vector<int> uses(beams.size(), 0);
-  std::vector<SeqId> live;
-  for (const Cand* c : chosen) {
-    SeqData& parent = st.seqs.at(beams[c->beam].first);
-    if (uses[c->beam]++ > 0) live.push_back(fork_seq(self, parent, r.next_index++));
-  }
-  std::fill(uses.begin(), uses.end(), 0);
-  size_t fork_i = 0;
-  std::vector<std::pair<SeqId, const Cand*>> updates;
-  for (const Cand* c : chosen) {
-    const SeqId pid = beams[c->beam].first;
-    updates.emplace_back(uses[c->beam]++ == 0 ? pid : live[fork_i++], c);
-  }
-  std::vector<SeqId> ended;
-  for (const auto& [pid, _] : beams)
-    if (std::none_of(updates.begin(), updates.end(), [&](const auto& u) { return u.first == pid; })) ended.push_back(pid);
-  for (const auto& [sid, c] : updates) {
-    SeqData& s = st.seqs.at(sid);
-    s.output->push_back(c->token);
-    s.cumulative_logprob = c->score;
-  }
-  for (SeqId e : ended) {
-    r.seqs.erase(std::remove(r.seqs.begin(), r.seqs.end(), e), r.seqs.end());
-    free_seqs(self, {e});
-  }
-  const bool length_done =
-      !updates.empty() && finish_reason(st, r, st.seqs.at(updates.front().first)).has_value();
-  if (!(updates.empty() || length_done || r.finished_beams.size() >= static_cast<size_t>(r.width))) return;
+  if (cands.size() > 2 * width) cands.resize(2 * width);
 
-  // Done: rank finished and live beams by cumulative logprob / sequence length; the best n are the outputs.
-  for (const auto& [sid, _] : updates)
-    r.finished_beams.push_back({*st.seqs.at(sid).output, st.seqs.at(sid).cumulative_logprob, "length"});
-  const double prompt_len = static_cast<double>(r.spec.prompt->size());
-  std::stable_sort(r.finished_beams.begin(), r.finished_beams.end(), [&](const auto& a, const auto& b) {
-    return a.cumulative_logprob / (prompt_len + a.tokens.size()) > b.cumulative_logprob / (prompt_len + b.tokens.size());
-  });
+  const size_t out_len = st.seqs.at(beams.front().first).output->size() + 1;  // every beam has the same length
+  const bool length_end = static_cast<int>(out_len) >= p.max_tokens ||
+                          static_cast<int>(prompt_len + out_len) >= st.setup.max_model_len;
+  std::vector<RequestData::Hyp> finished = std::move(r.finished_beams);
+  std::vector<const Cand*> running;
+  for (Cand& c : cands) {
+    c.stopped = std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), c.token) != r.spec.stop_ids.end() &&
+                static_cast<int>(out_len) >= p.min_tokens;
+    c.finished = c.stopped || length_end;
+    if (!c.finished) {
+      running.push_back(&c);
+      continue;
+    }
+    auto tokens = *st.seqs.at(beams[c.beam].first).output;
+    tokens.push_back(c.token);
+    finished.push_back({std::move(tokens), c.score, c.stopped ? "stop" : "length"});
+  }
+  auto hyp_score = [&](const RequestData::Hyp& h) {
+    return beam_score(h.cumulative_logprob, prompt_len, h.tokens.size(), h.finish == "stop");
+  };
+  std::stable_sort(finished.begin(), finished.end(),
+                   [&](const auto& a, const auto& b) { return hyp_score(a) > hyp_score(b); });
+  const bool stop = running.empty() ||
+                    (finished.size() >= width &&
+                     hyp_score(finished[width - 1]) >= beam_score(running.front()->score, prompt_len, out_len, false));
+  if (finished.size() > width) finished.resize(width);
+  r.finished_beams = std::move(finished);
+
+  if (!stop) {
+    if (running.size() > width) running.resize(width);
+    // Forks first, from the parents' current state; then the parents take their own first child's token.
+    std::vector<int> uses(beams.size(), 0);
+    std::vector<std::pair<SeqId, const Cand*>> updates;
+    for (const Cand* c : running) {
+      SeqData& parent = st.seqs.at(beams[c->beam].first);
+      updates.emplace_back(uses[c->beam]++ == 0 ? parent.id : fork_seq(self, parent, r.next_index++), c);
+    }
+    for (size_t b = 0; b < beams.size(); ++b)
+      if (uses[b] == 0) {
+        r.seqs.erase(std::remove(r.seqs.begin(), r.seqs.end(), beams[b].first), r.seqs.end());
+        free_seqs(self, {beams[b].first});
+      }
+    for (const auto& [sid, c] : updates) {
+      SeqData& s = st.seqs.at(sid);
+      s.output->push_back(c->token);
+      s.cumulative_logprob = c->score;
+      s.beam_candidates.reset();
+    }
+    return;
+  }
+
+  // Done: the best n finished hypotheses (running children fill in only if fewer than n finished, which needs a
+  // vocabulary smaller than 2w).
+  for (const Cand* c : running) {
+    if (r.finished_beams.size() >= width) break;
+    auto tokens = *st.seqs.at(beams[c->beam].first).output;
+    tokens.push_back(c->token);
+    r.finished_beams.push_back({std::move(tokens), c->score, "length"});
+  }
   const int n = std::max(1, p.n);
   for (int i = 0; i < n && i < static_cast<int>(r.finished_beams.size()); ++i) {
     SeqOutput out;
@@ -243,7 +281,25 @@ void beam_step(Self* self, RequestData& r, const std::vector<std::pair<SeqId, co
 
 void handle_results(Self* self, const StepResult& res) {
   auto& st = self->state;
-  std::map<uint64_t, std::vector<std::pair<SeqId, const std::vector<SampledToken>*>>> beam_groups;
+  // Report KV the step really wrote to the memory manager, first: it decides copy-on-write by it, so a fork below
+  // (n > 1, beam search) must find its parent's count up to date, or the copy of a partly filled block is skipped.
+  // Full blocks enter the prefix cache (planned but unwritten tokens never do: a block must not be found by a prefix
+  // hit before its KV exists). Only the tail from the first unregistered block travels.
+  const int block_size = st.setup.block_size;
+  for (const auto& [id, end] : st.step_ends) {
+    auto it = st.seqs.find(id);
+    if (it == st.seqs.end() || it->second.phase != PlanSeq::Phase::running) continue;
+    SeqData& s = it->second;
+    s.num_done = std::max(s.num_done, end);
+    if (s.num_done <= s.num_marked) continue;
+    const int from = s.num_marked / block_size * block_size;
+    std::vector<TokenId> tail;
+    for (int p = from; p < s.num_done; ++p) tail.push_back(st.token_at(s, p));
+    self->send(st.setup.memory_manager, computed_atom::value, id, from, std::move(tail), s.num_done);
+    s.num_marked = s.num_done;
+  }
+  st.step_ends.clear();
+  std::set<uint64_t> beam_requests;
   for (size_t i = 0; i < res.seqs.size(); ++i) {
     auto it = st.seqs.find(res.seqs[i]);
     if (it == st.seqs.end()) continue;  // aborted or ended while in flight
@@ -252,7 +308,10 @@ void handle_results(Self* self, const StepResult& res) {
     RequestData& r = st.requests.at(s.request);
     const auto& samples = res.samples[i];
     if (r.beam) {
-      beam_groups[r.spec.id].emplace_back(s.id, &samples[0]);
+      // A beam step needs the offers of every live beam; beams left out of a step (token budget, preemption) give
+      // theirs in a later step, and the step waits for them.
+      s.beam_candidates = samples[0];
+      beam_requests.insert(r.spec.id);
       continue;
     }
     // Parallel sampling: the first token of every completion comes from the same logits; forks share the prompt.
@@ -275,26 +334,17 @@ void handle_results(Self* self, const StepResult& res) {
       if (!out.finish.empty()) end_seq(self, sid);
     }
   }
-  for (auto& [rid, beams] : beam_groups) {
+  for (uint64_t rid : beam_requests) {
     auto it = st.requests.find(rid);
-    if (it != st.requests.end()) beam_step(self, it->second, beams);
-  }
-  // Report KV the step really wrote to the memory manager, so that full blocks enter the prefix cache (planned but
-  // unwritten tokens never do: a block must not be found by a prefix hit before its KV exists).
-  const int block_size = st.setup.block_size;
-  for (const auto& [id, end] : st.step_ends) {
-    auto it = st.seqs.find(id);
-    if (it == st.seqs.end() || it->second.phase != PlanSeq::Phase::running) continue;
-    SeqData& s = it->second;
-    s.num_done = std::max(s.num_done, end);
-    if (s.num_done / block_size > s.num_marked / block_size) {
-      auto tokens = st.all_tokens(s);
-      tokens.resize(s.num_done);
-      self->send(st.setup.memory_manager, computed_atom::value, id, tokens, s.num_done);
-      s.num_marked = s.num_done;
+    if (it == st.requests.end()) continue;
+    std::vector<std::pair<SeqId, const std::vector<SampledToken>*>> beams;
+    for (SeqId id : it->second.seqs) {
+      const SeqData& s = st.seqs.at(id);
+      if (!s.beam_candidates || s.pending) break;
+      beams.emplace_back(id, &*s.beam_candidates);
     }
+    if (!beams.empty() && beams.size() == it->second.seqs.size()) beam_step(self, it->second, beams);
   }
-  st.step_ends.clear();
 }
 
 bool forks_on_result(const SchedulerState& st, const StepPlan& plan) {
@@ -323,8 +373,7 @@ void dispatch(Self* self, StepPlan plan) {
     chunk.seq = s.id;
     chunk.start_pos = c.start_pos;
     const auto& prompt = *r.spec.prompt;
-    for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p)
-      chunk.tokens.push_back(p < static_cast<int>(prompt.size()) ? prompt[p] : (*s.output)[p - prompt.size()]);
+    for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p) chunk.tokens.push_back(st.token_at(s, p));
     chunk.block_table = std::move(c.block_table);
     if (c.start_pos < static_cast<int>(prompt.size()))
       st.setup.metrics->prompt_tokens_computed +=
@@ -412,10 +461,18 @@ void apply_plan(Self* self, StepPlan& plan) {
     auto it = st.seqs.find(id);
     if (it == st.seqs.end()) continue;
     it->second.phase = PlanSeq::Phase::swapped;
+    // The memory manager drops `computed` reports for a swapped sequence, and one may be in flight now (sent for
+    // the step that ran while this plan was made): after the swap-in, report from position 0 again rather than
+    // from a block the manager never registered.
+    it->second.num_marked = 0;
     st.setup.metrics->preemptions += 1;
   }
+  // A request, not a send: the executor replies `true`, and a reply the scheduler has no handler for comes back
+  // to the executor as an unexpected_message error, whose default handler makes the executor quit (the engine
+  // then stalls at its next step). Mailbox order still puts the copy before the next step.
   if (!plan.swap_out.empty())
-    for (const caf::actor& ex : st.setup.executors) self->send(ex, swap_out_atom::value, plan.swap_out);
+    for (const caf::actor& ex : st.setup.executors)
+      self->request(ex, caf::infinite, swap_out_atom::value, plan.swap_out).then([](bool) {});
   for (const auto& [id, cached] : plan.admitted) {
     auto it = st.seqs.find(id);
     if (it == st.seqs.end()) continue;
@@ -488,8 +545,10 @@ void request_plan(Self* self) {
           s.next_plan = std::move(plan);
         } else if (!plan.chunks.empty()) {
           dispatch(self, std::move(plan));
+        } else if (!plan.preempted_swap.empty() || !plan.preempted_recompute.empty() || !plan.rejected.empty()) {
+          request_plan(self);  // the plan only freed memory: plan again at once, it can run something now
         }
-        // An empty plan with nothing running: wait for a swap-in to finish, a new request or an abort.
+        // Otherwise nothing can run: wait for a swap-in to finish, a new request or an abort.
       });
 }
 

@@ -104,7 +104,12 @@ ModelConfig load_model_config(const std::string& model_dir) {
     throw ModelError("config.json: num_attention_heads must be a multiple of num_key_value_heads");
   if (c.head_dim % 2 != 0) throw ModelError("config.json: head_dim must be even (RoPE)");
 
+  // transformers >= 5 writes rope_theta and the scaling into one "rope_parameters" object.
+  const json::value* rope_params = find(o, "rope_parameters");
+  if (rope_params && !rope_params->is_object()) throw ModelError("config.json: field 'rope_parameters' must be an object");
   if (const json::value* v = find(o, "rope_theta")) c.rope_theta = number(*v, "rope_theta");
+  else if (rope_params && find(rope_params->as_object(), "rope_theta"))
+    c.rope_theta = number(*find(rope_params->as_object(), "rope_theta"), "rope_parameters.rope_theta");
   if (const json::value* v = find(o, "rms_norm_eps")) c.rms_norm_eps = number(*v, "rms_norm_eps");
   c.tie_word_embeddings = boolean(o, "tie_word_embeddings", false);
   c.qkv_bias = c.model_type == "qwen2" || boolean(o, "attention_bias", false);
@@ -120,7 +125,9 @@ ModelConfig load_model_config(const std::string& model_dir) {
   if (c.model_type == "qwen2" && boolean(o, "use_sliding_window", false))
     throw ModelError("config.json: unsupported field 'use_sliding_window' = true");
 
-  if (const json::value* rs = find(o, "rope_scaling")) {
+  const json::value* rs = find(o, "rope_scaling");
+  if (!rs) rs = rope_params;
+  if (rs) {
     if (!rs->is_object()) throw ModelError("config.json: field 'rope_scaling' must be an object");
     const auto& r = rs->as_object();
     const json::value* t = find(r, "rope_type");
@@ -139,6 +146,15 @@ ModelConfig load_model_config(const std::string& model_dir) {
       double orig = 0;
       get("original_max_position_embeddings", orig);
       c.rope_scaling.original_max_position_embeddings = static_cast<int>(orig);
+      // The values HF's _validate_llama3_parameters demands; anything else makes the blend divide by zero or
+      // produce non-finite frequencies.
+      const RopeScaling& s = c.rope_scaling;
+      if (!(s.factor >= 1.0)) throw ModelError("config.json: rope_scaling 'factor' must be >= 1");
+      if (!(s.low_freq_factor > 0.0)) throw ModelError("config.json: rope_scaling 'low_freq_factor' must be > 0");
+      if (!(s.high_freq_factor > s.low_freq_factor))
+        throw ModelError("config.json: rope_scaling 'high_freq_factor' must be greater than 'low_freq_factor'");
+      if (!(orig >= 1.0 && orig <= 1e9 && orig == std::floor(orig)))
+        throw ModelError("config.json: rope_scaling 'original_max_position_embeddings' must be a positive integer");
     } else if (kind != "default") {
       throw ModelError("config.json: unsupported rope_scaling type '" + kind + "' (supported: llama3)");
     }

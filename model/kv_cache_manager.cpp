@@ -155,10 +155,11 @@ bool KvCacheManager::reserve(SeqId seq, int first_write_pos, int num_tokens_to_h
   return true;
 }
 
-void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed) {
+void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed, int tokens_offset) {
   Sequence& s = device_seq(seq);
   if (num_computed < s.num_computed || num_computed > static_cast<int>(s.blocks.size()) * block_size_ ||
-      static_cast<size_t>(num_computed) > tokens.size()) {
+      static_cast<size_t>(num_computed) > tokens.size() + tokens_offset || tokens_offset % block_size_ != 0 ||
+      (prefix_caching_ && tokens_offset > static_cast<int>(s.content_ids.size()) * block_size_)) {
     throw std::invalid_argument("mark_computed(): " + std::to_string(num_computed) + " tokens for sequence " +
                                 std::to_string(seq) + " (computed " + std::to_string(s.num_computed) + ", table " +
                                 std::to_string(s.blocks.size()) + " blocks, " + std::to_string(tokens.size()) +
@@ -177,7 +178,7 @@ void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, i
   if (!prefix_caching_) return;
   for (size_t i = s.content_ids.size(); i < static_cast<size_t>(num_computed / block_size_); ++i) {
     BlockContent content{i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? s.salt : 0,
-                         tokens.subspan(i * block_size_, block_size_)};
+                         tokens.subspan(i * block_size_ - tokens_offset, block_size_)};
     s.content_ids.push_back(device_.register_content(s.blocks[i], content));  // in use -> in use (registered)
   }
 }

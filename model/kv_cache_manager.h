@@ -71,7 +71,9 @@ class KvCacheManager {
   /// The sequence's KV now holds tokens[0, num_computed) (num_computed never decreases and fits the table): every
   /// block that became full is registered for prefix caching (when enabled and its content is not cached yet), and
   /// the used-slot accounting follows.
-  void mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed);
+  /// `tokens` holds the sequence's tokens from position `tokens_offset` on (a multiple of block_size, at most the
+  /// start of the first block not registered yet), so a caller can send only the tail.
+  void mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed, int tokens_offset = 0);
   /// A new sequence `child` sharing every block of the device sequence `parent` (ref += 1 each), with its computed
   /// length and salt.
   void fork(SeqId parent, SeqId child);

@@ -185,9 +185,12 @@ SafeTensors::SafeTensors(const std::string& model_dir) {
         throw ModelError(where + ": needs dtype, shape and two data_offsets");
       TensorView t;
       t.dtype = parse_dtype(e.at("dtype").as_string(), where);
+      uint64_t numel = 1;  // saturates instead of wrapping: a huge shape must not pass for a small one
       for (const auto& d : e.at("shape").as_array()) {
         if (!d.is_int64() || d.as_int64() < 0) throw ModelError(where + ": bad shape");
         t.shape.push_back(d.as_int64());
+        const auto dim = static_cast<uint64_t>(d.as_int64());
+        numel = dim != 0 && numel > UINT64_MAX / dim ? UINT64_MAX : numel * dim;
       }
       const auto& off = e.at("data_offsets").as_array();
       if (!off[0].is_int64() || !off[1].is_int64() || off[0].as_int64() < 0 || off[1].as_int64() < off[0].as_int64())
@@ -197,7 +200,7 @@ SafeTensors::SafeTensors(const std::string& model_dir) {
         throw ModelError(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                          ") out of range (data section holds " + std::to_string(data_size) + " bytes; truncated?)");
       t.nbytes = end - begin;
-      if (static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype) != t.nbytes)
+      if (numel > t.nbytes || numel * dtype_size(t.dtype) != t.nbytes)
         throw ModelError(where + ": shape " + shape_str(t.shape) + " does not match its " +
                          std::to_string(t.nbytes) + " bytes");
       t.data = bytes + data_start + begin;

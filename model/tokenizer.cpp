@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -129,6 +130,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   SentencePieceTokenizer(const fs::path& model_path, const std::optional<json::object>& config) {
     auto status = sp_.Load(model_path.string());
     if (!status.ok()) throw TokenizerError(model_path.string() + ": " + status.ToString());
+    for (int id : {sp_.bos_id(), sp_.eos_id(), sp_.unk_id()})
+      if (id >= 0) specials_.emplace(sp_.IdToPiece(id), id);
     if (config) {
       if (auto it = config->find("add_bos_token"); it != config->end() && it->value().is_bool())
         add_bos_ = it->value().as_bool();
@@ -139,14 +142,32 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   std::vector<TokenId> encode(std::string_view text, bool add_special) const override {
     if (!is_valid_utf8(text)) throw TokenizerError("text is not valid UTF-8");
-    std::vector<int> ids;
-    if (!text.empty()) {
-      auto status = sp_.Encode(text, &ids);
-      if (!status.ok()) throw TokenizerError("sentencepiece: " + status.ToString());
-    }
     std::vector<TokenId> out;
     if (add_special && add_bos_ && sp_.bos_id() >= 0) out.push_back(sp_.bos_id());
-    out.insert(out.end(), ids.begin(), ids.end());
+    // Special tokens written in the text (a chat template's "<s>") are split out first and map to their ids, as
+    // HF's LlamaTokenizer does; each piece between them is encoded by SentencePiece on its own.
+    size_t pos = 0;
+    while (pos <= text.size()) {
+      size_t best = std::string_view::npos;
+      const std::string* special = nullptr;
+      for (const auto& [piece, id] : specials_) {
+        size_t at = text.find(piece, pos);
+        if (at < best || (at == best && at != std::string_view::npos && piece.size() > special->size())) {
+          best = at;
+          special = &piece;
+        }
+      }
+      std::string_view segment = text.substr(pos, best == std::string_view::npos ? std::string_view::npos : best - pos);
+      if (!segment.empty()) {
+        std::vector<int> ids;
+        auto status = sp_.Encode(segment, &ids);
+        if (!status.ok()) throw TokenizerError("sentencepiece: " + status.ToString());
+        out.insert(out.end(), ids.begin(), ids.end());
+      }
+      if (best == std::string_view::npos) break;
+      out.push_back(specials_.at(*special));
+      pos = best + special->size();
+    }
     if (add_special && add_eos_ && sp_.eos_id() >= 0) out.push_back(sp_.eos_id());
     return out;
   }
@@ -181,6 +202,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
  private:
   sentencepiece::SentencePieceProcessor sp_;
+  std::map<std::string, TokenId> specials_;  // BOS, EOS, UNK pieces as they may appear in text
   bool add_bos_ = true;
   bool add_eos_ = false;
 };

@@ -1,5 +1,6 @@
 #include "tools/cli.h"
 
+#include <cctype>
 #include <sstream>
 
 namespace paged::cli {
@@ -27,6 +28,12 @@ std::optional<std::string> Args::get(const std::string& name) {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
   return it->second.back();
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) {
+  used_[name] = true;
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 bool Args::has(const std::string& name) {
@@ -90,7 +97,20 @@ EngineConfig engine_config(Args& args) {
     else throw UsageError("--preemption-mode must be swap or recompute");
   }
   c.tensor_parallel_size = args.get_int("tensor-parallel-size", c.tensor_parallel_size);
-  if (c.swap_space_gib < 0) throw UsageError("--swap-space must be >= 0");
+  c.max_waiting_requests = args.get_int("max-waiting-requests", c.max_waiting_requests);
+  c.load_format = args.get("load-format").value_or(c.load_format);
+  if (c.load_format != "auto" && c.load_format != "dummy") throw UsageError("--load-format must be auto or dummy");
+  if (c.max_waiting_requests < 1) throw UsageError("--max-waiting-requests must be positive");
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda")
+    throw UsageError("--device must be auto, cpu or cuda");
+  if (c.block_size < 1 || c.block_size > 256) throw UsageError("--block-size must be in [1, 256]");
+  if (c.max_num_seqs < 1) throw UsageError("--max-num-seqs must be positive");
+  if (c.max_num_batched_tokens < 1) throw UsageError("--max-num-batched-tokens must be positive");
+  if (c.max_model_len && *c.max_model_len < 1) throw UsageError("--max-model-len must be positive");
+  if (c.tensor_parallel_size < 1) throw UsageError("--tensor-parallel-size must be positive");
+  if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1))
+    throw UsageError("--gpu-memory-utilization must be in (0, 1]");
+  if (!(c.swap_space_gib >= 0 && c.swap_space_gib < 1e6)) throw UsageError("--swap-space must be a number of GiB >= 0");
   if (c.num_kv_blocks && *c.num_kv_blocks < 1) throw UsageError("--num-kv-blocks must be positive");
   return c;
 }
@@ -106,9 +126,13 @@ SamplingParams sampling_params(Args& args) {
   if (args.has("seed")) {
     auto v = args.get("seed");
     try {
-      p.seed = std::stoull(*v);
+      size_t pos = 0;
+      // stoull would accept "-1" (as 2^64 - 1) and "12abc" (as 12).
+      if (v->empty() || !std::isdigit(static_cast<unsigned char>((*v)[0]))) throw std::invalid_argument("");
+      p.seed = std::stoull(*v, &pos);
+      if (pos != v->size()) throw std::invalid_argument("");
     } catch (const std::exception&) {
-      throw UsageError("--seed expects a non-negative integer");
+      throw UsageError("--seed expects a non-negative integer, got '" + *v + "'");
     }
   }
   p.n = args.get_int("n", p.n);
@@ -119,13 +143,15 @@ SamplingParams sampling_params(Args& args) {
   p.frequency_penalty = static_cast<float>(args.get_double("frequency-penalty", p.frequency_penalty));
   p.ignore_eos = args.has("ignore-eos");
   if (args.has("logprobs")) p.logprobs = args.get_int("logprobs", 0);
-  if (auto v = args.get("stop")) p.stop.push_back(*v);
+  p.stop = args.get_all("stop");
   if (auto v = args.get("stop-token-ids")) {
     std::stringstream ss(*v);
     std::string item;
     while (std::getline(ss, item, ',')) {
       try {
-        p.stop_token_ids.push_back(std::stoi(item));
+        size_t pos = 0;
+        p.stop_token_ids.push_back(std::stoi(item, &pos));
+        if (pos != item.size()) throw std::invalid_argument("");
       } catch (const std::exception&) {
         throw UsageError("--stop-token-ids expects comma-separated integers");
       }

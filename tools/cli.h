@@ -22,6 +22,8 @@ class Args {
   /// `switches` are flags that take no value.
   Args(int argc, char** argv, int first, const std::vector<std::string>& switches);
   std::optional<std::string> get(const std::string& name);
+  /// Every value of a repeatable flag, in order.
+  std::vector<std::string> get_all(const std::string& name);
   bool has(const std::string& name);
   int get_int(const std::string& name, int fallback);
   double get_double(const std::string& name, double fallback);
@@ -35,7 +37,7 @@ class Args {
 
 /// Engine flags: --model, --device, --block-size, --num-kv-blocks, --swap-space, --gpu-memory-utilization,
 /// --max-num-seqs, --max-num-batched-tokens, --max-model-len, --[no-]enable-prefix-caching, --preemption-mode,
-/// --tensor-parallel-size.
+/// --tensor-parallel-size, --max-waiting-requests, --load-format auto|dummy.
 EngineConfig engine_config(Args& args);
 /// Sampling flags: --max-tokens, --temperature, --top-p, --top-k, --min-p, --seed, --n, --best-of,
 /// --use-beam-search, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),

@@ -1,14 +1,13 @@
-// paged: the command-line entry point. Subcommands: generate (offline), serve (HTTP/WebSocket API).
+// paged: the command-line entry point. Subcommands: generate (offline), serve (HTTP/WebSocket API), bench.
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
 #include "actors/engine.h"
 #include "tools/cli.h"
-#ifdef PAGED_HAS_SERVER
-#include "http/server.h"
-#endif
+#include "tools/commands.h"
 
 namespace {
 
@@ -20,10 +19,13 @@ constexpr const char* kUsage = R"(usage:
                  [engine flags]
   paged serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--config conf/serve.json] [engine flags]
+  paged bench --model DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
+              [--seed S] [engine flags]
 engine flags:
   --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
   --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --enable-prefix-caching
   --no-enable-prefix-caching  --preemption-mode swap|recompute  --tensor-parallel-size N
+  --max-waiting-requests N  --load-format auto|dummy
 )";
 
 namespace json = boost::json;
@@ -38,12 +40,16 @@ std::vector<std::string> read_prompts_file(const std::string& path) {
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(lineno) + ": ";
+    if (!is_valid_utf8(line)) throw std::runtime_error(where + "the line is not valid UTF-8");
     boost::system::error_code ec;
     json::value v = json::parse(line, ec);
-    if (ec || !v.is_object() || !v.as_object().contains("prompt") || !v.at("prompt").is_string())
-      throw std::runtime_error(path + ":" + std::to_string(lineno) + ": expected {\"prompt\": \"...\"}");
+    if (ec) throw std::runtime_error(where + "not valid JSON (" + ec.message() + ")");
+    if (!v.is_object() || !v.as_object().contains("prompt") || !v.at("prompt").is_string())
+      throw std::runtime_error(where + "expected {\"prompt\": \"...\"}");
     prompts.emplace_back(v.at("prompt").as_string());
   }
+  if (prompts.empty()) throw std::runtime_error("no prompts in " + path);
   return prompts;
 }
 
@@ -64,12 +70,21 @@ int generate(cli::Args& args) {
   std::vector<std::string> prompts = prompt ? std::vector<std::string>{*prompt} : read_prompts_file(*file);
 
   Engine engine(config);
+  // The sampling flags first, against a one-token prompt: a bad value is a usage error, not a prompt's.
+  try {
+    engine.validate(params, 1);
+  } catch (const InvalidRequest& e) {
+    std::string flag = e.param;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    throw cli::UsageError("invalid --" + flag + ": " + e.what());
+  }
   // Tokenize and validate every prompt first: a bad one fails the command before any work starts.
   std::vector<std::vector<TokenId>> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
     try {
       ids.push_back(engine.tokenizer().encode(prompts[i], true));
       engine.validate(params, ids.back().size());
+      engine.check_prompt_ids(ids.back());  // a tokenizer larger than the model's vocabulary
     } catch (const std::exception& e) {
       throw std::runtime_error("prompt " + std::to_string(i + 1) + ": " + e.what());
     }
@@ -116,21 +131,16 @@ int generate(cli::Args& args) {
   return 0;
 }
 
-int serve(cli::Args& args) {
-#ifdef PAGED_HAS_SERVER
-  return run_serve_command(args);
-#else
-  (void)args;
-  throw std::runtime_error("serve is not built in this binary");
-#endif
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+  if (argc < 2) {  // a usage error: the message and the usage go to stderr, as for every other one
+    std::cerr << "paged: missing command\n" << kUsage;
+    return 2;
+  }
+  if (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cout << kUsage;
-    return argc < 2 ? 2 : 0;
+    return 0;
   }
   const std::string cmd = argv[1];
   try {
@@ -138,7 +148,8 @@ int main(int argc, char** argv) {
     switches.insert(switches.end(), {"json", "stats"});
     cli::Args args(argc, argv, 2, switches);
     if (cmd == "generate") return generate(args);
-    if (cmd == "serve") return serve(args);
+    if (cmd == "serve") return cli::run_serve_command(args);
+    if (cmd == "bench") return cli::run_bench_command(args);
     throw cli::UsageError("unknown command '" + cmd + "'");
   } catch (const cli::UsageError& e) {
     std::cerr << "paged: " << e.what() << "\n" << kUsage;

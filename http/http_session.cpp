@@ -1,0 +1,365 @@
+#include "http/http_session.h"
+
+#include <chrono>
+#include <ctime>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
+
+#include "http/websocket_session.h"
+
+namespace paged::server {
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+/// One request's response: whole (ready at once, or when the engine finishes) or streamed as SSE chunks.
+struct HttpSession::Exchange {
+  unsigned version = 11;
+  bool keep_alive = true;
+  std::shared_ptr<http::response<http::string_body>> complete;  // a whole response, ready to write
+  // SSE: the header once, then frames as they come, then the last chunk.
+  bool streaming = false;
+  std::shared_ptr<http::response<http::empty_body>> stream_header;
+  std::shared_ptr<http::response_serializer<http::empty_body>> serializer;
+  bool header_sent = false;
+  std::string pending;  // frames not yet written
+  bool stream_finished = false;
+  // The generation behind it.
+  std::unique_ptr<openai::ResponseBuilder> builder;
+  std::vector<RequestId> engine_ids;  // aborted if the client leaves before the end
+};
+
+namespace {
+
+constexpr auto kDrainTime = std::chrono::seconds(2);
+
+std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
+
+}  // namespace
+
+HttpSession::HttpSession(tcp::socket&& socket, ServerContext& ctx)
+    : stream_(std::move(socket)), ctx_(ctx), read_deadline_(stream_.get_executor()) {}
+
+HttpSession::~HttpSession() { abort_all(); }
+
+void HttpSession::run() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+}
+
+void HttpSession::abort_all() {
+  for (auto& ex : queue_) {
+    for (RequestId id : ex->engine_ids) ctx_.engine.abort(id);
+    ex->engine_ids.clear();
+  }
+}
+
+// ---- reading ----------------------------------------------------------------------------------------------------
+
+void HttpSession::do_read() {
+  if (reading_ || stop_reading_ || closed_ || queue_.size() >= ctx_.options.pipeline_limit) return;
+  parser_.emplace();
+  parser_->body_limit(ctx_.options.body_limit);
+  // No stream timeout on reads (a read stays pending through long generations); update_read_deadline() bounds
+  // the time a connection may sit idle or take to send its request.
+  stream_.expires_never();
+  reading_ = true;
+  update_read_deadline();
+  http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+}
+
+void HttpSession::update_read_deadline() {
+  const bool want = reading_ && queue_.empty() && !closed_;
+  if (want == deadline_armed_) return;
+  deadline_armed_ = want;
+  const uint64_t generation = ++deadline_generation_;
+  if (!want) {
+    read_deadline_.cancel();
+    return;
+  }
+  read_deadline_.expires_after(std::chrono::seconds(ctx_.options.read_timeout_s));
+  read_deadline_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+    if (ec || generation != self->deadline_generation_ || !self->deadline_armed_) return;
+    beast::error_code ignored;
+    self->stream_.socket().close(ignored);  // the pending read fails; the session ends
+  });
+}
+
+void HttpSession::on_read(beast::error_code ec, size_t) {
+  reading_ = false;
+  update_read_deadline();
+  if (closed_) return;
+  if (ec == http::error::body_limit) {
+    request_version_ = parser_->get().version();
+    respond(413, error_reply(413, "request body over the limit of " + std::to_string(ctx_.options.body_limit) +
+                                      " bytes").body,
+            "application/json", true);
+    return;
+  }
+  if (ec && ec.category() == http::make_error_code(http::error::bad_target).category() &&
+      ec != http::error::end_of_stream && ec != http::error::partial_message) {
+    respond(400, openai::error_body("malformed HTTP request: " + ec.message(), "invalid_request_error"),
+            "application/json", true);
+    return;
+  }
+  if (ec) {  // the client went away (or timed out): nothing to answer
+    abort_all();
+    closed_ = true;
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+    return;
+  }
+  Request req = parser_->release();
+  request_version_ = req.version();
+  request_keep_alive_ = req.keep_alive();
+  if (beast::websocket::is_upgrade(req)) {
+    if (path_of(req.target()) != "/v1/stream") {
+      respond(404, error_reply(404, "no WebSocket endpoint at " + std::string(req.target())).body, "application/json", true);
+    } else if (!ctx_.authorized(req[http::field::authorization])) {
+      respond(401, error_reply(401, "missing or invalid API key").body, "application/json", true);
+    } else if (!queue_.empty()) {
+      respond(400, openai::error_body("WebSocket upgrade while responses are pending", "invalid_request_error"),
+              "application/json", true);
+    } else {
+      // The socket moves to the WebSocket session; this session ends here.
+      ctx_.counters.count(101);
+      closed_ = true;
+      std::make_shared<WebSocketSession>(stream_.release_socket(), ctx_)->run(std::move(req));
+    }
+    return;
+  }
+  if (!request_keep_alive_) stop_reading_ = true;
+  handle(std::move(req));
+  do_read();
+}
+
+// ---- routing ----------------------------------------------------------------------------------------------------
+
+void HttpSession::respond(unsigned status, std::string body, const char* content_type, bool close,
+                          std::string_view allow) {
+  auto ex = std::make_shared<Exchange>();
+  ex->version = request_version_;
+  ex->keep_alive = request_keep_alive_ && !close;
+  auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), ex->version);
+  res->set(http::field::server, "paged");
+  res->set(http::field::content_type, content_type);
+  if (!allow.empty()) res->set(http::field::allow, allow);
+  res->keep_alive(ex->keep_alive);
+  res->body() = std::move(body);
+  res->prepare_payload();
+  ex->complete = std::move(res);
+  ctx_.counters.count(status);
+  if (close) stop_reading_ = true;
+  queue_.push_back(std::move(ex));
+  update_read_deadline();
+  do_write();
+}
+
+void HttpSession::handle(Request&& req) {
+  const std::string_view path = path_of(req.target());
+  const http::verb method = req.method();
+  struct Route {
+    std::string_view path;
+    http::verb method;
+    bool needs_key;
+  };
+  static constexpr Route kRoutes[] = {
+      {"/health", http::verb::get, false},           {"/metrics", http::verb::get, false},
+      {"/v1/models", http::verb::get, true},         {"/v1/completions", http::verb::post, true},
+      {"/v1/chat/completions", http::verb::post, true}, {"/v1/stream", http::verb::get, true},
+  };
+  const Route* route = nullptr;
+  for (const Route& r : kRoutes) {
+    if (r.path == path) route = &r;
+  }
+  if (!route) {
+    respond(404, error_reply(404, "no route for " + std::string(path)).body, "application/json");
+    return;
+  }
+  if (method != route->method) {
+    respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
+                                      "; use " + std::string(http::to_string(route->method)))
+                     .body,
+            "application/json", false, http::to_string(route->method));
+    return;
+  }
+  if (route->needs_key && !ctx_.authorized(req[http::field::authorization])) {
+    respond(401, error_reply(401, "missing or invalid API key (expected \"Authorization: Bearer KEY\")").body,
+            "application/json");
+    return;
+  }
+  if (path == "/health") {
+    respond(200, R"({"status":"ok"})", "application/json");
+  } else if (path == "/metrics") {
+    respond(200, ctx_.engine.metrics().prometheus() + ctx_.counters.prometheus(), "text/plain; version=0.0.4");
+  } else if (path == "/v1/models") {
+    respond(200, openai::models_body(ctx_.model_name, ctx_.max_model_len, std::time(nullptr)), "application/json");
+  } else if (path == "/v1/stream") {
+    respond(400, openai::error_body("/v1/stream is a WebSocket endpoint: send an upgrade request",
+                                    "invalid_request_error"),
+            "application/json");
+  } else {
+    auto ex = std::make_shared<Exchange>();
+    ex->version = request_version_;
+    ex->keep_alive = request_keep_alive_;
+    queue_.push_back(ex);
+    update_read_deadline();
+    start_generation(path == "/v1/completions" ? openai::Endpoint::completions : openai::Endpoint::chat, req, *ex, ex);
+    do_write();
+  }
+}
+
+void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req, Exchange& ex,
+                                   const std::shared_ptr<Exchange>& handle) {
+  try {
+    const openai::Request request = openai::parse_request(endpoint, req.body(), ctx_.model_info());
+    ex.builder = std::make_unique<openai::ResponseBuilder>(
+        request, ctx_.engine.tokenizer(), ctx_.model_name,
+        ctx_.next_id(endpoint == openai::Endpoint::chat ? "chatcmpl" : "cmpl"), std::time(nullptr));
+    ex.streaming = request.stream;
+    std::weak_ptr<HttpSession> weak = weak_from_this();
+    ex.engine_ids = submit_prompts(ctx_, request, stream_.get_executor(),
+                                   [weak, handle](size_t prompt_index, RequestEvent event) {
+                                     if (auto self = weak.lock()) self->on_event(handle, prompt_index, std::move(event));
+                                   });
+    if (ex.streaming) {
+      auto header = std::make_shared<http::response<http::empty_body>>(http::status::ok, ex.version);
+      header->set(http::field::server, "paged");
+      header->set(http::field::content_type, "text/event-stream");
+      header->set(http::field::cache_control, "no-cache");
+      header->keep_alive(ex.keep_alive);
+      header->chunked(true);
+      ex.stream_header = std::move(header);
+      ctx_.counters.count(200);
+    }
+  } catch (...) {
+    // The one exception boundary of a request: InvalidRequest 400, EngineOverloaded 503, the rest 500.
+    const ErrorReply err = error_reply(std::current_exception());
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(err.status), ex.version);
+    res->set(http::field::server, "paged");
+    res->set(http::field::content_type, "application/json");
+    res->keep_alive(ex.keep_alive);
+    res->body() = err.body;
+    res->prepare_payload();
+    ex.complete = std::move(res);
+    ex.streaming = false;
+    ex.engine_ids.clear();
+    ctx_.counters.count(err.status);
+  }
+}
+
+void HttpSession::on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_index, RequestEvent event) {
+  if (closed_ || !ex->builder || ex->engine_ids.empty()) return;  // answered or abandoned already
+  std::string frames = ex->builder->add(prompt_index, event);
+  if (ex->streaming) ex->pending += frames;
+  if (ex->builder->finished()) {
+    ex->engine_ids.clear();
+    if (ex->streaming) {
+      if (const auto& error = ex->builder->error()) {
+        ex->pending += "data: " + openai::error_body(*error, "server_error", "", "internal_error") + "\n\n";
+      }
+      ex->pending += ex->builder->stream_end();
+      ex->stream_finished = true;
+    } else {
+      const auto& error = ex->builder->error();
+      const unsigned status = error ? 500 : 200;
+      auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), ex->version);
+      res->set(http::field::server, "paged");
+      res->set(http::field::content_type, "application/json");
+      res->keep_alive(ex->keep_alive);
+      res->body() = error ? openai::error_body(*error, "server_error", "", "internal_error") : ex->builder->body();
+      res->prepare_payload();
+      ex->complete = std::move(res);
+      ctx_.counters.count(status);
+    }
+  }
+  do_write();
+}
+
+// ---- writing ----------------------------------------------------------------------------------------------------
+
+void HttpSession::do_write() {
+  if (writing_ || closed_ || queue_.empty()) return;
+  const std::shared_ptr<Exchange> ex = queue_.front();
+  auto self = shared_from_this();
+  // A client that stops reading is dropped after the write timeout (the pending read is not affected).
+  stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
+  if (ex->complete) {
+    writing_ = true;
+    http::async_write(stream_, *ex->complete, [self, ex](beast::error_code ec, size_t) {
+      self->on_write(ec, true, !ex->keep_alive);
+    });
+  } else if (ex->streaming && !ex->header_sent) {
+    writing_ = true;
+    ex->serializer = std::make_shared<http::response_serializer<http::empty_body>>(*ex->stream_header);
+    http::async_write_header(stream_, *ex->serializer, [self, ex](beast::error_code ec, size_t) {
+      ex->header_sent = true;
+      self->on_write(ec, false, false);
+    });
+  } else if (ex->streaming && !ex->pending.empty()) {
+    writing_ = true;
+    auto data = std::make_shared<std::string>(std::move(ex->pending));
+    ex->pending.clear();
+    net::async_write(stream_, http::make_chunk(net::buffer(*data)),
+                     [self, data](beast::error_code ec, size_t) { self->on_write(ec, false, false); });
+  } else if (ex->streaming && ex->stream_finished) {
+    writing_ = true;
+    net::async_write(stream_, http::make_chunk_last(),
+                     [self, ex](beast::error_code ec, size_t) { self->on_write(ec, true, !ex->keep_alive); });
+  }
+  // Otherwise the front exchange waits for the engine; on_event() calls back here.
+}
+
+void HttpSession::on_write(beast::error_code ec, bool exchange_done, bool close) {
+  writing_ = false;
+  if (ec) {  // the client went away mid-response
+    abort_all();
+    closed_ = true;
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+    return;
+  }
+  if (exchange_done) {
+    queue_.pop_front();
+    if (close) {
+      do_close();
+      return;
+    }
+    update_read_deadline();
+    do_read();
+  }
+  do_write();
+}
+
+void HttpSession::do_close() {
+  abort_all();
+  closed_ = true;
+  update_read_deadline();
+  // Graceful close: send FIN, then read (and drop) what the client still sends for a moment, so that a client
+  // still uploading a refused body sees the response instead of a reset.
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) {
+    stream_.socket().close(ec);
+    return;
+  }
+  stream_.expires_after(kDrainTime);
+  do_drain();
+}
+
+void HttpSession::do_drain() {
+  if (reading_) return;  // the read in flight drains; on_read sees closed_ and stops
+  auto scratch = std::make_shared<std::array<char, 4096>>();
+  stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](beast::error_code ec, size_t) {
+    if (ec) {
+      beast::error_code ignored;
+      self->stream_.socket().close(ignored);
+      return;
+    }
+    self->do_drain();
+  });
+}
+
+}  // namespace paged::server

@@ -1,0 +1,69 @@
+// One HTTP/1.1 connection: reads requests (body limit, read timeout), routes them, and writes responses in request
+// order (pipelining up to a limit). Generations are submitted to the engine and their events posted back onto
+// this session's strand; nothing here blocks. A WebSocket upgrade of /v1/stream hands the socket over to a
+// WebSocketSession. When the client goes away, every engine request of this connection is aborted.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include "http/server_context.h"
+
+namespace paged::server {
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+ public:
+  /// Takes the socket; `ctx` must outlive the session.
+  HttpSession(boost::asio::ip::tcp::socket&& socket, ServerContext& ctx);
+  /// Aborts the engine requests of this connection that still run.
+  ~HttpSession();
+  /// Starts reading requests (on the session's strand).
+  void run();
+
+ private:
+  using Request = boost::beast::http::request<boost::beast::http::string_body>;
+  struct Exchange;
+
+  void do_read();
+  void on_read(boost::beast::error_code ec, size_t bytes);
+  void do_write();
+  void on_write(boost::beast::error_code ec, bool exchange_done, bool close);
+  void do_close();
+  void do_drain();
+
+  /// Routes a request; queues its exchange (answered at once, or when the engine is done).
+  void handle(Request&& req);
+  void start_generation(openai::Endpoint endpoint, const Request& req, Exchange& ex,
+                        const std::shared_ptr<Exchange>& handle);
+  /// An engine event of prompt `prompt_index` of `ex`, on the strand.
+  void on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_index, RequestEvent event);
+  /// Queues a whole response; `close` ends the connection after it; `allow` fills the Allow header (405).
+  void respond(unsigned status, std::string body, const char* content_type, bool close = false,
+               std::string_view allow = {});
+  /// Arms the idle/read timeout while a read waits with nothing queued, disarms it otherwise.
+  void update_read_deadline();
+  void abort_all();
+
+  boost::beast::tcp_stream stream_;
+  boost::beast::flat_buffer buffer_;
+  ServerContext& ctx_;
+  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  std::deque<std::shared_ptr<Exchange>> queue_;  // in request order; the front one is being written
+  boost::asio::steady_timer read_deadline_;
+  uint64_t deadline_generation_ = 0;
+  bool deadline_armed_ = false;
+  bool reading_ = false;
+  bool writing_ = false;
+  bool stop_reading_ = false;  // after "Connection: close", an upgrade or a request we could not read
+  bool closed_ = false;
+  unsigned request_version_ = 11;
+  bool request_keep_alive_ = true;
+};
+
+}  // namespace paged::server

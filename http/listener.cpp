@@ -1,0 +1,41 @@
+#include "http/listener.h"
+
+#include <iostream>
+
+#include <boost/asio/strand.hpp>
+
+#include "http/http_session.h"
+
+namespace paged::server {
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+Listener::Listener(net::io_context& ioc, const tcp::endpoint& endpoint, ServerContext& ctx)
+    : ioc_(ioc), acceptor_(net::make_strand(ioc)), ctx_(ctx) {
+  acceptor_.open(endpoint.protocol());
+  acceptor_.set_option(net::socket_base::reuse_address(true));
+  acceptor_.bind(endpoint);
+  acceptor_.listen(net::socket_base::max_listen_connections);
+}
+
+void Listener::run() { do_accept(); }
+
+void Listener::do_accept() {
+  // Each connection gets its own strand: its handlers never run concurrently.
+  acceptor_.async_accept(net::make_strand(ioc_),
+                         [self = shared_from_this()](boost::beast::error_code ec, tcp::socket socket) {
+                           self->on_accept(ec, std::move(socket));
+                         });
+}
+
+void Listener::on_accept(boost::beast::error_code ec, tcp::socket socket) {
+  if (ec == net::error::operation_aborted) return;  // shutting down
+  if (ec) {
+    std::cerr << "paged: accept: " << ec.message() << "\n";
+  } else {
+    std::make_shared<HttpSession>(std::move(socket), ctx_)->run();
+  }
+  do_accept();
+}
+
+}  // namespace paged::server

@@ -1,0 +1,32 @@
+// Accepts TCP connections and hands each to an HttpSession on its own strand.
+#pragma once
+
+#include <memory>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/error.hpp>
+
+#include "http/server_context.h"
+
+namespace paged::server {
+
+class Listener : public std::enable_shared_from_this<Listener> {
+ public:
+  /// Opens, binds and listens on `endpoint`. Throws boost::system::system_error when it cannot (address in use).
+  Listener(boost::asio::io_context& ioc, const boost::asio::ip::tcp::endpoint& endpoint, ServerContext& ctx);
+  /// Starts accepting; returns at once.
+  void run();
+  /// The bound address (the chosen port when asked for port 0).
+  boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
+
+ private:
+  void do_accept();
+  void on_accept(boost::beast::error_code ec, boost::asio::ip::tcp::socket socket);
+
+  boost::asio::io_context& ioc_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  ServerContext& ctx_;
+};
+
+}  // namespace paged::server

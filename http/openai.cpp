@@ -1,0 +1,560 @@
+#include "http/openai.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include <boost/json.hpp>
+
+namespace paged::openai {
+namespace json = boost::json;
+namespace {
+
+constexpr int kMaxN = 128;        // n and best_of
+constexpr int kMaxLogprobs = 20;  // logprobs / top_logprobs
+
+[[noreturn]] void invalid(const std::string& message, const std::string& param) { throw InvalidRequest(message, param); }
+
+std::string show(double d) {
+  std::ostringstream ss;
+  ss << d;
+  return ss.str();
+}
+
+/// Typed, nullable access to the fields of a request body; every error names the field.
+class Fields {
+ public:
+  explicit Fields(const json::object& o) : o_(o) {}
+
+  /// The field, or nullptr when absent or null.
+  const json::value* get(const char* key) const {
+    const json::value* v = o_.if_contains(key);
+    return v && !v->is_null() ? v : nullptr;
+  }
+
+  std::optional<bool> boolean(const char* key) const {
+    const json::value* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_bool()) invalid(std::string("'") + key + "' must be a boolean", key);
+    return v->get_bool();
+  }
+
+  std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const {
+    const json::value* v = get(key);
+    if (!v) return std::nullopt;
+    const int64_t i = as_integer(*v, key);
+    if (i < lo || i > hi) {
+      invalid(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                  ", got " + std::to_string(i),
+              key);
+    }
+    return i;
+  }
+
+  /// A number in [lo, hi] (or (lo, hi] when `lo_open`).
+  std::optional<double> number(const char* key, double lo, double hi, bool lo_open = false) const {
+    const json::value* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) invalid(std::string("'") + key + "' must be a number", key);
+    const double d = v->to_number<double>();
+    if (!std::isfinite(d) || (lo_open ? d <= lo : d < lo) || d > hi) {
+      invalid(std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") + show(lo) + ", " + show(hi) +
+                  "], got " + show(d),
+              key);
+    }
+    return d;
+  }
+
+  std::optional<std::string> string(const char* key) const {
+    const json::value* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) invalid(std::string("'") + key + "' must be a string", key);
+    return std::string(v->get_string());
+  }
+
+  static int64_t as_integer(const json::value& v, const std::string& key) {
+    if (v.is_int64()) return v.get_int64();
+    if (v.is_uint64()) {
+      if (v.get_uint64() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) invalid("'" + key + "' is too large", key);
+      return static_cast<int64_t>(v.get_uint64());
+    }
+    if (v.is_double() && std::trunc(v.get_double()) == v.get_double() && std::abs(v.get_double()) < 9.0e15) {
+      return static_cast<int64_t>(v.get_double());
+    }
+    invalid("'" + key + "' must be an integer", key);
+  }
+
+ private:
+  const json::object& o_;
+};
+
+TokenId checked_token(const json::value& v, const std::string& param, int vocab_size) {
+  const int64_t id = Fields::as_integer(v, param);
+  if (id < 0 || id >= vocab_size) {
+    invalid("token id " + std::to_string(id) + " is out of vocabulary (size " + std::to_string(vocab_size) + ")", param);
+  }
+  return static_cast<TokenId>(id);
+}
+
+std::vector<TokenId> token_list(const json::array& a, const std::string& param, int vocab_size) {
+  std::vector<TokenId> ids;
+  ids.reserve(a.size());
+  for (const auto& v : a) ids.push_back(checked_token(v, param, vocab_size));
+  return ids;
+}
+
+std::vector<TokenId> encode(const Tokenizer& tok, const std::string& text, bool add_special, const char* param) {
+  try {
+    return tok.encode(text, add_special);
+  } catch (const TokenizerError& e) {
+    invalid(e.what(), param);
+  }
+}
+
+/// prompt: a string, a list of strings, a list of token ids, or a list of such lists.
+void parse_prompt(const json::value* prompt, const ModelInfo& model, Request& req) {
+  if (!prompt) invalid("'prompt' is required", "prompt");
+  const Tokenizer& tok = *model.tokenizer;
+  auto add_text = [&](std::string text) {
+    req.prompts.push_back(encode(tok, text, true, "prompt"));
+    req.prompt_texts.push_back(std::move(text));
+  };
+  auto add_ids = [&](std::vector<TokenId> ids) {
+    if (ids.empty()) invalid("a prompt must not be empty", "prompt");
+    req.prompt_texts.push_back(tok.decode(ids));
+    req.prompts.push_back(std::move(ids));
+  };
+  if (prompt->is_string()) {
+    add_text(std::string(prompt->get_string()));
+    return;
+  }
+  if (!prompt->is_array() || prompt->get_array().empty()) {
+    invalid("'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids",
+            "prompt");
+  }
+  const json::array& a = prompt->get_array();
+  if (a[0].is_number()) {
+    add_ids(token_list(a, "prompt", model.vocab_size));
+    return;
+  }
+  for (const auto& item : a) {
+    if (item.is_string()) {
+      add_text(std::string(item.get_string()));
+    } else if (item.is_array()) {
+      add_ids(token_list(item.get_array(), "prompt", model.vocab_size));
+    } else {
+      invalid("every element of 'prompt' must be a string or a list of token ids", "prompt");
+    }
+  }
+}
+
+/// One chat message, normalised for the template: content as a string (text parts joined by newlines, null as "").
+json::object normalise_message(const json::value& m, size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "]";
+  if (!m.is_object()) invalid(param + " must be an object", "messages");
+  json::object out = m.get_object();
+  const json::value* role = out.if_contains("role");
+  if (!role || !role->is_string()) invalid(param + ".role must be a string", "messages");
+  const std::string r(role->get_string());
+  if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer") {
+    invalid(param + ".role must be one of system, developer, user, assistant, tool; got '" + r + "'", "messages");
+  }
+  json::value* content = out.if_contains("content");
+  if (!content || content->is_null()) {
+    if (r != "assistant") invalid(param + ".content is required", "messages");
+    out["content"] = "";
+  } else if (content->is_array()) {
+    std::string text;
+    bool first = true;
+    for (const auto& part : content->get_array()) {
+      const json::object* p = part.if_object();
+      const json::value* type = p ? p->if_contains("type") : nullptr;
+      const json::value* t = p ? p->if_contains("text") : nullptr;
+      if (!type || !type->is_string() || type->get_string() != "text" || !t || !t->is_string()) {
+        invalid(param + ".content: only text parts ({\"type\": \"text\", \"text\": ...}) are supported", "messages");
+      }
+      if (!first) text += "\n";
+      text += t->get_string();
+      first = false;
+    }
+    out["content"] = text;
+  } else if (!content->is_string()) {
+    invalid(param + ".content must be a string or a list of text parts", "messages");
+  }
+  return out;
+}
+
+void parse_chat_prompt(const Fields& f, const ModelInfo& model, Request& req) {
+  const json::value* messages = f.get("messages");
+  if (!messages) invalid("'messages' is required", "messages");
+  if (!messages->is_array() || messages->get_array().empty()) invalid("'messages' must be a non-empty list", "messages");
+  if (!model.chat_template) {
+    invalid("this model has no chat template; start the server with --chat-template FILE", "messages");
+  }
+  json::array normalised;
+  for (size_t i = 0; i < messages->get_array().size(); ++i) {
+    normalised.push_back(normalise_message(messages->get_array()[i], i));
+  }
+  json::object extra;
+  if (const json::value* kwargs = f.get("chat_template_kwargs")) {
+    if (!kwargs->is_object()) invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    for (const auto& kv : kwargs->get_object()) extra[kv.key()] = kv.value();
+  }
+  if (const json::value* tools = f.get("tools")) {
+    if (!tools->is_array()) invalid("'tools' must be a list", "tools");
+    extra["tools"] = *tools;
+  }
+  const bool add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
+  std::string text;
+  try {
+    text = model.chat_template->apply(normalised, add_generation_prompt, extra);
+  } catch (const jinja::TemplateError& e) {
+    invalid(std::string("the chat template rejected the messages: ") + e.what(), "messages");
+  }
+  // The template renders BOS itself.
+  req.prompts.push_back(encode(*model.tokenizer, text, false, "messages"));
+  if (req.prompts.back().empty()) invalid("the rendered chat prompt is empty", "messages");
+  req.prompt_texts.push_back(std::move(text));
+}
+
+std::vector<std::string> parse_stop(const json::value* stop) {
+  std::vector<std::string> out;
+  if (!stop) return out;
+  auto add = [&](const json::value& s) {
+    if (!s.is_string() || s.get_string().empty()) invalid("'stop' must be a non-empty string or a list of them", "stop");
+    out.emplace_back(s.get_string());
+  };
+  if (stop->is_array()) {
+    for (const auto& s : stop->get_array()) add(s);
+  } else {
+    add(*stop);
+  }
+  return out;
+}
+
+std::string valid_utf8_or_bytes(const std::string& bytes) {
+  if (is_valid_utf8(bytes)) return bytes;
+  std::string out = "bytes:";
+  char buf[8];
+  for (unsigned char c : bytes) {
+    std::snprintf(buf, sizeof buf, "\\x%02x", c);
+    out += buf;
+  }
+  return out;
+}
+
+double finite_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
+
+}  // namespace
+
+Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model) {
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec) invalid("the body is not valid JSON (or not valid UTF-8): " + ec.message(), "");
+  if (!v.is_object()) invalid("the body must be a JSON object", "");
+  return parse_request(endpoint, v.get_object(), model);
+}
+
+Request parse_request(Endpoint endpoint, const json::object& body, const ModelInfo& model) {
+  const Fields f(body);
+  const bool chat = endpoint == Endpoint::chat;
+  Request req;
+  req.endpoint = endpoint;
+  if (auto name = f.string("model"); name && *name != model.served_model_name) {
+    invalid("The model `" + *name + "` does not exist; this server serves `" + model.served_model_name + "`", "model");
+  }
+  SamplingParams& p = req.params;
+  req.stream = f.boolean("stream").value_or(false);
+  if (const json::value* so = f.get("stream_options")) {
+    if (!so->is_object()) invalid("'stream_options' must be an object", "stream_options");
+    if (!req.stream) invalid("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    req.include_usage = Fields(so->get_object()).boolean("include_usage").value_or(false);
+  }
+  p.n = static_cast<int>(f.integer("n", 1, kMaxN).value_or(1));
+  if (auto best_of = f.integer("best_of", 1, kMaxN)) {
+    if (*best_of < p.n) invalid("'best_of' must be at least 'n'", "best_of");
+    if (req.stream && *best_of > p.n) invalid("'best_of' above 'n' cannot be streamed", "best_of");
+    p.best_of = static_cast<int>(*best_of);
+  }
+  p.use_beam_search = f.boolean("use_beam_search").value_or(false);
+  if (p.use_beam_search && req.stream) invalid("beam search cannot be streamed", "use_beam_search");
+  p.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(1.0));
+  p.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, true).value_or(1.0));
+  p.top_k = static_cast<int>(f.integer("top_k", -1, std::numeric_limits<int32_t>::max()).value_or(-1));
+  p.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0).value_or(0.0));
+  if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+    p.seed = static_cast<uint64_t>(*seed);
+  }
+  p.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0).value_or(0.0));
+  p.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0).value_or(0.0));
+  p.repetition_penalty = static_cast<float>(f.number("repetition_penalty", 0.0, 2.0, true).value_or(1.0));
+  p.stop = parse_stop(f.get("stop"));
+  if (const json::value* ids = f.get("stop_token_ids")) {
+    if (!ids->is_array()) invalid("'stop_token_ids' must be a list of token ids", "stop_token_ids");
+    p.stop_token_ids = token_list(ids->get_array(), "stop_token_ids", model.vocab_size);
+  }
+  if (const json::value* bias = f.get("logit_bias")) {
+    if (!bias->is_object()) invalid("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+    for (const auto& kv : bias->get_object()) {
+      const std::string key(kv.key());
+      int64_t id = -1;
+      size_t used = 0;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != key.size()) invalid("logit_bias key '" + key + "' is not a token id", "logit_bias");
+      if (id < 0 || id >= model.vocab_size) {
+        invalid("logit_bias key " + key + " is out of vocabulary (size " + std::to_string(model.vocab_size) + ")",
+                "logit_bias");
+      }
+      if (!kv.value().is_number()) invalid("logit_bias values must be numbers", "logit_bias");
+      const double b = kv.value().to_number<double>();
+      if (!(b >= -100.0 && b <= 100.0)) invalid("logit_bias values must be in [-100, 100]", "logit_bias");
+      p.logit_bias[static_cast<TokenId>(id)] = static_cast<float>(b);
+    }
+  }
+  if (chat) {
+    const bool logprobs = f.boolean("logprobs").value_or(false);
+    auto top = f.integer("top_logprobs", 0, kMaxLogprobs);
+    if (top && !logprobs) invalid("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+    if (logprobs) p.logprobs = static_cast<int>(top.value_or(0));
+  } else {
+    if (auto lp = f.integer("logprobs", 0, kMaxLogprobs)) p.logprobs = static_cast<int>(*lp);
+    req.echo = f.boolean("echo").value_or(false);
+    if (req.echo && p.logprobs) invalid("'echo' together with 'logprobs' is not supported", "echo");
+    if (f.get("suffix")) invalid("'suffix' is not supported", "suffix");
+  }
+  p.ignore_eos = f.boolean("ignore_eos").value_or(false);
+  p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
+  f.string("user");  // accepted, only type-checked
+
+  if (chat) {
+    parse_chat_prompt(f, model, req);
+  } else {
+    parse_prompt(f.get("prompt"), model, req);
+  }
+
+  size_t longest = 0;
+  for (const auto& prompt : req.prompts) longest = std::max(longest, prompt.size());
+  const char* prompt_param = chat ? "messages" : "prompt";
+  if (static_cast<int64_t>(longest) >= model.max_model_len) {
+    invalid("This model's maximum context length is " + std::to_string(model.max_model_len) +
+                " tokens; the prompt has " + std::to_string(longest) + " tokens, leaving none to generate",
+            prompt_param);
+  }
+  const char* max_key = chat && f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  auto max_tokens = f.integer(max_key, 1, std::numeric_limits<int32_t>::max());
+  if (max_tokens) {
+    if (static_cast<int64_t>(longest) + *max_tokens > model.max_model_len) {
+      invalid("This model's maximum context length is " + std::to_string(model.max_model_len) +
+                  " tokens. However, you requested " + std::to_string(longest + *max_tokens) + " tokens (" +
+                  std::to_string(longest) + " in the prompt, " + std::to_string(*max_tokens) +
+                  " in the completion).",
+              max_key);
+    }
+    p.max_tokens = static_cast<int>(*max_tokens);
+  } else {
+    // OpenAI's legacy default of 16 for completions; chat generates up to the context.
+    p.max_tokens = chat ? model.max_model_len - static_cast<int>(longest)
+                        : std::min(16, model.max_model_len - static_cast<int>(longest));
+  }
+  p.min_tokens = static_cast<int>(f.integer("min_tokens", 0, p.max_tokens).value_or(0));
+  return req;
+}
+
+std::string error_body(std::string_view message, std::string_view type, std::string_view param,
+                       std::string_view code) {
+  json::object err;
+  err["message"] = message;
+  err["type"] = type;
+  err["param"] = param.empty() ? json::value(nullptr) : json::value(param);
+  err["code"] = code.empty() ? json::value(nullptr) : json::value(code);
+  return json::serialize(json::object{{"error", std::move(err)}});
+}
+
+std::string models_body(const std::string& served_model_name, int max_model_len, int64_t created) {
+  json::object model{{"id", served_model_name},  {"object", "model"},   {"created", created},
+                     {"owned_by", "paged"},      {"root", served_model_name}, {"max_model_len", max_model_len}};
+  return json::serialize(json::object{{"object", "list"}, {"data", json::array{std::move(model)}}});
+}
+
+std::string token_text(const Tokenizer& tokenizer, TokenId id) {
+  return valid_utf8_or_bytes(tokenizer.token_bytes(id, false));
+}
+
+// ---- responses ----------------------------------------------------------------------------------------------
+
+ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokenizer, std::string model_name,
+                                 std::string id, int64_t created)
+    : endpoint_(request.endpoint),
+      stream_(request.stream),
+      include_usage_(request.include_usage),
+      echo_(request.echo),
+      want_logprobs_(request.params.logprobs.has_value()),
+      n_(request.params.n),
+      prompt_texts_(request.prompt_texts),
+      tokenizer_(&tokenizer),
+      model_name_(std::move(model_name)),
+      id_(std::move(id)),
+      created_(created),
+      choices_(request.prompts.size() * request.params.n),
+      done_(request.prompts.size(), false),
+      prompt_tokens_(request.prompts.size(), 0),
+      completion_tokens_(request.prompts.size(), 0) {
+  for (size_t p = 0; p < request.prompts.size(); ++p) prompt_tokens_[p] = static_cast<int>(request.prompts[p].size());
+  if (echo_) {
+    for (size_t c = 0; c < choices_.size(); ++c) choices_[c].text_offset = prompt_texts_[c / n_].size();
+  }
+}
+
+int ResponseBuilder::prompt_tokens() const {
+  int sum = 0;
+  for (int t : prompt_tokens_) sum += t;
+  return sum;
+}
+
+int ResponseBuilder::completion_tokens() const {
+  int sum = 0;
+  for (int t : completion_tokens_) sum += t;
+  return sum;
+}
+
+json::object ResponseBuilder::usage_json() const {
+  const int p = prompt_tokens(), c = completion_tokens();
+  return json::object{{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+}
+
+json::object ResponseBuilder::chunk_header() const {
+  json::object o;
+  o["id"] = id_;
+  o["object"] = endpoint_ == Endpoint::chat ? "chat.completion.chunk" : "text_completion";
+  o["created"] = created_;
+  o["model"] = model_name_;
+  return o;
+}
+
+json::value ResponseBuilder::logprobs_json(const std::vector<TokenId>& ids, const std::vector<SampledToken>& lps,
+                                           size_t& text_offset) const {
+  const size_t count = std::min(ids.size(), lps.size());
+  if (endpoint_ == Endpoint::chat) {
+    auto bytes_of = [](const std::string& s) {
+      json::array b;
+      for (unsigned char c : s) b.push_back(c);
+      return b;
+    };
+    json::array content;
+    for (size_t i = 0; i < count; ++i) {
+      const std::string raw = tokenizer_->token_bytes(ids[i], false);
+      json::array top;
+      for (const auto& [alt, lp] : lps[i].top_logprobs) {
+        const std::string alt_raw = tokenizer_->token_bytes(alt, false);
+        top.push_back(json::object{{"token", valid_utf8_or_bytes(alt_raw)}, {"logprob", finite_logprob(lp)},
+                                   {"bytes", bytes_of(alt_raw)}});
+      }
+      content.push_back(json::object{{"token", valid_utf8_or_bytes(raw)}, {"logprob", finite_logprob(lps[i].logprob)},
+                                     {"bytes", bytes_of(raw)}, {"top_logprobs", std::move(top)}});
+    }
+    return json::object{{"content", std::move(content)}};
+  }
+  json::array tokens, token_logprobs, top_logprobs, offsets;
+  for (size_t i = 0; i < count; ++i) {
+    const std::string text = token_text(*tokenizer_, ids[i]);
+    tokens.push_back(json::string(text));
+    token_logprobs.push_back(finite_logprob(lps[i].logprob));
+    json::object top;
+    for (const auto& [alt, lp] : lps[i].top_logprobs) top[token_text(*tokenizer_, alt)] = finite_logprob(lp);
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(static_cast<int64_t>(text_offset));
+    text_offset += tokenizer_->token_bytes(ids[i], false).size();
+  }
+  return json::object{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_logprobs)},
+                      {"top_logprobs", std::move(top_logprobs)},
+                      {"text_offset", std::move(offsets)}};
+}
+
+std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event) {
+  if (event.error && !error_) error_ = *event.error;
+  prompt_tokens_[prompt_index] = event.prompt_tokens > 0 ? event.prompt_tokens : prompt_tokens_[prompt_index];
+  completion_tokens_[prompt_index] = event.completion_tokens;
+  std::string frames;
+  for (const CompletionDelta& d : event.deltas) {
+    const size_t index = prompt_index * n_ + static_cast<size_t>(d.index);
+    if (index >= choices_.size()) continue;
+    Choice& c = choices_[index];
+    if (!stream_) {
+      c.text += d.text;
+      c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+      c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+      if (d.finish_reason) c.finish_reason = d.finish_reason;
+      continue;
+    }
+    if (d.text.empty() && d.token_ids.empty() && !d.finish_reason && c.started) continue;
+    json::object choice;
+    choice["index"] = index;
+    if (endpoint_ == Endpoint::chat) {
+      json::object delta;
+      if (!c.started) delta["role"] = "assistant";
+      if (!d.text.empty() || !c.started) delta["content"] = d.text;
+      choice["delta"] = std::move(delta);
+    } else {
+      choice["text"] = (echo_ && !c.started) ? prompt_texts_[prompt_index] + d.text : d.text;
+    }
+    choice["logprobs"] = want_logprobs_ && !d.token_ids.empty() ? logprobs_json(d.token_ids, d.logprobs, c.text_offset)
+                                                                 : json::value(nullptr);
+    choice["finish_reason"] = d.finish_reason ? json::value(*d.finish_reason) : json::value(nullptr);
+    c.started = true;
+    json::object chunk = chunk_header();
+    chunk["choices"] = json::array{std::move(choice)};
+    if (include_usage_) chunk["usage"] = nullptr;
+    frames += "data: " + json::serialize(chunk) + "\n\n";
+  }
+  if (event.done && !done_[prompt_index]) {
+    done_[prompt_index] = true;
+    ++prompts_done_;
+  }
+  return frames;
+}
+
+std::string ResponseBuilder::body() const {
+  json::array choices;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    size_t offset = c.text_offset;
+    json::object choice;
+    choice["index"] = i;
+    const json::value logprobs = want_logprobs_ ? logprobs_json(c.token_ids, c.logprobs, offset) : json::value(nullptr);
+    if (endpoint_ == Endpoint::chat) {
+      choice["message"] = json::object{{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = logprobs;
+    } else {
+      choice["text"] = echo_ ? prompt_texts_[i / n_] + c.text : c.text;
+      choice["logprobs"] = logprobs;
+    }
+    choice["finish_reason"] = c.finish_reason ? json::value(*c.finish_reason) : json::value(nullptr);
+    choices.push_back(std::move(choice));
+  }
+  json::object o;
+  o["id"] = id_;
+  o["object"] = endpoint_ == Endpoint::chat ? "chat.completion" : "text_completion";
+  o["created"] = created_;
+  o["model"] = model_name_;
+  o["choices"] = std::move(choices);
+  o["usage"] = usage_json();
+  return json::serialize(o);
+}
+
+std::string ResponseBuilder::stream_end() const {
+  std::string frames;
+  if (include_usage_) {
+    json::object chunk = chunk_header();
+    chunk["choices"] = json::array{};
+    chunk["usage"] = usage_json();
+    frames += "data: " + json::serialize(chunk) + "\n\n";
+  }
+  return frames + "data: [DONE]\n\n";
+}
+
+}  // namespace paged::openai

@@ -1,0 +1,119 @@
+// The OpenAI API schema: /v1/completions and /v1/chat/completions request bodies parsed and validated into
+// prompts + SamplingParams, and responses (whole or as SSE chunks, usage, logprobs) built from engine events.
+// Pure: no sockets and no engine here, so all of it is unit-tested directly ([openai]).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "actors/engine.h"
+#include "http/chat_template.h"
+#include "model/sampling_params.h"
+#include "model/tokenizer.h"
+
+namespace paged::openai {
+
+/// What request parsing needs to know about the served model.
+struct ModelInfo {
+  const Tokenizer* tokenizer = nullptr;         // must be set
+  int vocab_size = 0;                           // token ids, logit_bias keys and stop_token_ids must be below
+  int max_model_len = 0;                        // prompt + max_tokens may not exceed it
+  std::string served_model_name;                // the only `model` accepted (absent is fine too)
+  const ChatTemplate* chat_template = nullptr;  // null: chat requests answer 400
+};
+
+enum class Endpoint { completions, chat };
+
+/// A validated request: one engine request per prompt, all with the same parameters.
+struct Request {
+  Endpoint endpoint = Endpoint::completions;
+  std::vector<std::vector<TokenId>> prompts;
+  std::vector<std::string> prompt_texts;  // the prompts as text (echoed when `echo`)
+  SamplingParams params;
+  bool stream = false;
+  bool include_usage = false;             // stream_options.include_usage
+  bool echo = false;                      // completions: prepend the prompt to the text
+};
+
+/// Parses and validates a request body (a JSON object). Throws InvalidRequest naming the parameter for malformed
+/// JSON or invalid UTF-8, wrong types, out-of-range values, an unknown model, token ids or logit_bias keys out of
+/// the vocabulary, prompt + max_tokens over the context, messages the chat template rejects, or a chat request to
+/// a model without a chat template. Completions tokenize with the tokenizer's special tokens (BOS); chat prompts
+/// are the rendered template tokenized without them.
+Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model);
+Request parse_request(Endpoint endpoint, const boost::json::object& body, const ModelInfo& model);
+
+/// The OpenAI error body {"error": {"message", "type", "param", "code"}}; an empty param or code is null.
+std::string error_body(std::string_view message, std::string_view type, std::string_view param = {},
+                       std::string_view code = {});
+
+/// GET /v1/models: the one served model.
+std::string models_body(const std::string& served_model_name, int max_model_len, int64_t created);
+
+/// A token as the logprobs formats show it: its text when that is valid UTF-8, else "bytes:\xNN..." (vLLM's form).
+std::string token_text(const Tokenizer& tokenizer, TokenId id);
+
+/// Builds the response of one request from the engine events of all its prompts: SSE chunks as events arrive
+/// (stream) or the whole body at the end. Choice index of completion i of prompt p is p * n + i.
+/// Not thread-safe: one per HTTP request, used on that session's strand.
+class ResponseBuilder {
+ public:
+  /// `id` is the response id ("cmpl-..." / "chatcmpl-..."), `created` a Unix time.
+  ResponseBuilder(const Request& request, const Tokenizer& tokenizer, std::string model_name, std::string id,
+                  int64_t created);
+
+  /// Feeds one event of prompt `prompt_index` (events of one prompt in order). Returns the SSE frames it
+  /// produces ("data: {...}\n\n"), empty when not streaming.
+  std::string add(size_t prompt_index, const RequestEvent& event);
+  /// True once the final event of every prompt arrived.
+  bool finished() const { return prompts_done_ == done_.size(); }
+  /// The message of the first event that carried an engine error, if any.
+  const std::optional<std::string>& error() const { return error_; }
+  /// The whole response body (not streaming). Call when finished().
+  std::string body() const;
+  /// The closing SSE frames: the usage chunk when include_usage, then "data: [DONE]". Call when finished().
+  std::string stream_end() const;
+  /// Usage so far, summed over prompts.
+  int prompt_tokens() const;
+  int completion_tokens() const;
+
+ private:
+  struct Choice {
+    std::string text;
+    std::vector<TokenId> token_ids;
+    std::vector<SampledToken> logprobs;
+    std::optional<std::string> finish_reason;
+    bool started = false;       // a chunk of this choice was sent (chat: the role; completions: the echo)
+    size_t text_offset = 0;     // completions logprobs: offset of the next token in the text
+  };
+
+  boost::json::object chunk_header() const;
+  boost::json::value logprobs_json(const std::vector<TokenId>& ids, const std::vector<SampledToken>& lps,
+                                   size_t& text_offset) const;
+  boost::json::object usage_json() const;
+
+  Endpoint endpoint_;
+  bool stream_;
+  bool include_usage_;
+  bool echo_;
+  bool want_logprobs_;
+  int n_;
+  std::vector<std::string> prompt_texts_;
+  const Tokenizer* tokenizer_;
+  std::string model_name_;
+  std::string id_;
+  int64_t created_;
+  std::vector<Choice> choices_;
+  std::vector<bool> done_;
+  std::vector<int> prompt_tokens_;
+  std::vector<int> completion_tokens_;
+  size_t prompts_done_ = 0;
+  std::optional<std::string> error_;
+};
+
+}  // namespace paged::openai

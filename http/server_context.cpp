@@ -1,0 +1,129 @@
+#include "http/server_context.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include <boost/asio/post.hpp>
+
+namespace paged::server {
+
+void EventGate::post(const std::function<void()>& post) {
+  std::lock_guard lock(mu_);
+  if (open_) post();
+}
+
+void EventGate::close() {
+  std::lock_guard lock(mu_);
+  open_ = false;
+}
+
+void HttpCounters::count(unsigned status) {
+  size_t i = 0;
+  while (i + 1 < kCodes.size() && kCodes[i] != status) ++i;
+  counts_[i].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string HttpCounters::prometheus() const {
+  std::string out =
+      "# HELP paged_http_responses_total HTTP responses by status code (101: WebSocket upgrades).\n"
+      "# TYPE paged_http_responses_total counter\n";
+  for (size_t i = 0; i < kCodes.size(); ++i) {
+    const std::string code = kCodes[i] ? std::to_string(kCodes[i]) : "other";
+    out += "paged_http_responses_total{code=\"" + code + "\"} " + std::to_string(counts_[i].load()) + "\n";
+  }
+  return out;
+}
+
+namespace {
+
+std::string folder_name(const std::string& dir) {
+  std::filesystem::path p(dir);
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+}  // namespace
+
+ServerContext::ServerContext(Engine& eng, ServerOptions opts)
+    : engine(eng),
+      options(std::move(opts)),
+      model_name(options.served_model_name.empty() ? folder_name(eng.config().model_dir) : options.served_model_name),
+      max_model_len(eng.config().max_model_len.value_or(eng.model_config().max_position_embeddings)),
+      chat_template_(ChatTemplate::load(eng.config().model_dir, options.chat_template_file)),
+      id_salt_(std::random_device{}() * 0x9E3779B97F4A7C15ULL ^ std::random_device{}()) {
+  model_info_.tokenizer = &eng.tokenizer();
+  model_info_.vocab_size = eng.model_config().vocab_size;
+  model_info_.max_model_len = max_model_len;
+  model_info_.served_model_name = model_name;
+  model_info_.chat_template = chat_template_ ? &*chat_template_ : nullptr;
+}
+
+std::string ServerContext::next_id(const char* prefix) {
+  const uint64_t n = next_id_.fetch_add(1, std::memory_order_relaxed);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-%016llx%08llx", prefix, static_cast<unsigned long long>(id_salt_ ^ (n * 0xBF58476D1CE4E5B9ULL)),
+                static_cast<unsigned long long>(n & 0xFFFFFFFFULL));
+  return buf;
+}
+
+bool ServerContext::authorized(std::string_view authorization_header) const {
+  if (options.api_key.empty()) return true;
+  const std::string expected = "Bearer " + options.api_key;
+  if (authorization_header.size() != expected.size()) return false;
+  unsigned diff = 0;  // constant time in the key's length
+  for (size_t i = 0; i < expected.size(); ++i) diff |= static_cast<unsigned char>(authorization_header[i] ^ expected[i]);
+  return diff == 0;
+}
+
+std::vector<RequestId> submit_prompts(ServerContext& ctx, const openai::Request& request,
+                                      boost::asio::any_io_executor executor, EventHandler on_event) {
+  for (const auto& prompt : request.prompts) ctx.engine.validate(request.params, prompt.size());
+  auto handler = std::make_shared<EventHandler>(std::move(on_event));
+  std::vector<RequestId> ids;
+  try {
+    for (size_t i = 0; i < request.prompts.size(); ++i) {
+      std::weak_ptr<EventGate> gate = ctx.gate;
+      ids.push_back(ctx.engine.submit(request.prompts[i], request.params,
+                                      [gate, executor, handler, i](RequestEvent event) {
+                                        auto g = gate.lock();
+                                        if (!g) return;
+                                        g->post([&] {
+                                          boost::asio::post(executor, [handler, i, ev = std::move(event)]() mutable {
+                                            (*handler)(i, std::move(ev));
+                                          });
+                                        });
+                                      }));
+    }
+  } catch (...) {
+    for (RequestId id : ids) ctx.engine.abort(id);
+    throw;
+  }
+  return ids;
+}
+
+ErrorReply error_reply(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidRequest& e) {
+    return {400, openai::error_body(e.what(), "invalid_request_error", e.param)};
+  } catch (const EngineOverloaded& e) {
+    return {503, openai::error_body(e.what(), "server_error", "", "server_overloaded")};
+  } catch (const std::exception& e) {
+    return {500, openai::error_body(std::string("internal error: ") + e.what(), "server_error", "", "internal_error")};
+  } catch (...) {
+    return {500, openai::error_body("internal error", "server_error", "", "internal_error")};
+  }
+}
+
+ErrorReply error_reply(unsigned status, const std::string& message) {
+  switch (status) {
+    case 401: return {401, openai::error_body(message, "invalid_request_error", "", "invalid_api_key")};
+    case 404: return {404, openai::error_body(message, "invalid_request_error", "", "not_found")};
+    case 405: return {405, openai::error_body(message, "invalid_request_error", "", "method_not_allowed")};
+    case 413: return {413, openai::error_body(message, "invalid_request_error", "", "request_too_large")};
+    default: return {status, openai::error_body(message, "invalid_request_error")};
+  }
+}
+
+}  // namespace paged::server

@@ -1,0 +1,93 @@
+// What the sessions of one server share: the engine, the options, the served model's schema info, the gate that
+// engine threads post events through, and the one place where exceptions become HTTP statuses.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include "actors/engine.h"
+#include "http/chat_template.h"
+#include "http/openai.h"
+#include "http/server.h"
+
+namespace paged::server {
+
+/// Engine threads post events onto session strands through this; once closed (server shutting down) events are
+/// dropped, so nothing is posted onto a destroyed io_context. Thread-safe.
+class EventGate {
+ public:
+  /// Runs `post` (which posts onto an executor) unless the gate is closed.
+  void post(const std::function<void()>& post);
+  void close();
+
+ private:
+  std::mutex mu_;
+  bool open_ = true;
+};
+
+/// Responses by status code, appended to /metrics as paged_http_responses_total. Thread-safe.
+class HttpCounters {
+ public:
+  void count(unsigned status);
+  /// Prometheus text of the counters.
+  std::string prometheus() const;
+
+ private:
+  static constexpr std::array<unsigned, 10> kCodes = {101, 200, 400, 401, 404, 405, 413, 500, 503, 0};
+  std::array<std::atomic<int64_t>, kCodes.size()> counts_{};
+};
+
+class ServerContext {
+ public:
+  /// Loads the chat template (options.chat_template_file, else the model's). Throws std::runtime_error or
+  /// jinja::TemplateError when a template file is unreadable or does not parse.
+  ServerContext(Engine& engine, ServerOptions options);
+
+  Engine& engine;
+  const ServerOptions options;
+  const std::string model_name;
+  const int max_model_len;
+  const openai::ModelInfo& model_info() const { return model_info_; }
+  std::shared_ptr<EventGate> gate = std::make_shared<EventGate>();
+  HttpCounters counters;
+
+  /// A fresh response id: PREFIX-<24 hex digits>. Thread-safe.
+  std::string next_id(const char* prefix);
+  /// True when the request may use /v1/* (no API key set, or "Bearer KEY" given).
+  bool authorized(std::string_view authorization_header) const;
+
+ private:
+  std::optional<ChatTemplate> chat_template_;
+  openai::ModelInfo model_info_;
+  std::atomic<uint64_t> next_id_{0};
+  uint64_t id_salt_;
+};
+
+/// Called on `executor` for each engine event of prompt `prompt_index`.
+using EventHandler = std::function<void(size_t prompt_index, RequestEvent event)>;
+
+/// Validates every prompt with the engine, then submits them all; their events run `on_event` on `executor`.
+/// All or nothing: throws InvalidRequest or EngineOverloaded after aborting whatever it had submitted.
+std::vector<RequestId> submit_prompts(ServerContext& ctx, const openai::Request& request,
+                                      boost::asio::any_io_executor executor, EventHandler on_event);
+
+/// The HTTP status and OpenAI error body of an exception (the one exception boundary of the server):
+/// InvalidRequest 400, EngineOverloaded 503, anything else 500.
+struct ErrorReply {
+  unsigned status;
+  std::string body;
+};
+ErrorReply error_reply(std::exception_ptr error);
+/// The error body of a status the server produces itself (401, 404, 405, 413).
+ErrorReply error_reply(unsigned status, const std::string& message);
+
+}  // namespace paged::server

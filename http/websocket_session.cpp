@@ -1,0 +1,185 @@
+#include "http/websocket_session.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/json.hpp>
+
+namespace paged::server {
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+namespace net = boost::asio;
+namespace json = boost::json;
+using tcp = net::ip::tcp;
+
+WebSocketSession::WebSocketSession(tcp::socket&& socket, ServerContext& ctx) : ws_(std::move(socket)), ctx_(ctx) {}
+
+WebSocketSession::~WebSocketSession() { abort_all(); }
+
+void WebSocketSession::abort_all() {
+  for (const auto& [key, gen] : generations_) ctx_.engine.abort(gen.engine_id);
+  generations_.clear();
+}
+
+void WebSocketSession::run(http::request<http::string_body> upgrade) {
+  // The WebSocket layer keeps its own timeouts (handshake, idle with pings); the TCP stream's are off.
+  beast::get_lowest_layer(ws_).expires_never();
+  ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+  ws_.set_option(websocket::stream_base::decorator(
+      [](websocket::response_type& res) { res.set(http::field::server, "paged"); }));
+  ws_.read_message_max(ctx_.options.body_limit);
+  auto req = std::make_shared<http::request<http::string_body>>(std::move(upgrade));
+  net::dispatch(ws_.get_executor(), [self = shared_from_this(), req] {
+    self->ws_.async_accept(*req, [self, req](beast::error_code ec) { self->on_accept(ec); });
+  });
+}
+
+void WebSocketSession::on_accept(beast::error_code ec) {
+  if (ec) return;
+  do_read();
+}
+
+void WebSocketSession::do_read() {
+  ws_.async_read(buffer_, beast::bind_front_handler(&WebSocketSession::on_read, shared_from_this()));
+}
+
+void WebSocketSession::on_read(beast::error_code ec, size_t) {
+  if (ec) {  // closed by the client, or broken: stop everything it started
+    closed_ = true;
+    abort_all();
+    return;
+  }
+  const std::string text = beast::buffers_to_string(buffer_.data());
+  buffer_.consume(buffer_.size());
+  handle_frame(text);
+  do_read();
+}
+
+void WebSocketSession::send_error(const json::value& id, unsigned code, const std::string& body_json) {
+  // body_json is an OpenAI error body; the frame carries its "error" object with the status as code.
+  json::object err = json::parse(body_json).at("error").as_object();
+  err["code"] = code;
+  send(json::serialize(json::object{{"type", "error"}, {"id", id}, {"error", std::move(err)}}));
+}
+
+void WebSocketSession::handle_frame(const std::string& text) {
+  boost::system::error_code ec;
+  json::value frame = json::parse(text, ec);
+  if (ec || !frame.is_object()) {
+    send_error(nullptr, 400, openai::error_body("a frame must be a JSON object", "invalid_request_error"));
+    return;
+  }
+  json::object& obj = frame.get_object();
+  const json::value id = obj.contains("id") ? obj.at("id") : json::value(nullptr);
+  if (!id.is_string() && !id.is_number()) {
+    send_error(nullptr, 400, openai::error_body("'id' must be a string or a number", "invalid_request_error", "id"));
+    return;
+  }
+  const json::value* type = obj.if_contains("type");
+  if (type && type->is_string() && type->get_string() == "generate") {
+    start_generation(std::move(obj), id);
+  } else if (type && type->is_string() && type->get_string() == "cancel") {
+    auto it = generations_.find(json::serialize(id));
+    if (it == generations_.end()) {
+      send_error(id, 404, openai::error_body("no running generation with this id", "invalid_request_error", "id"));
+      return;
+    }
+    ctx_.engine.abort(it->second.engine_id);  // its last event arrives as a "cancelled" done frame
+  } else {
+    send_error(id, 400, openai::error_body("'type' must be \"generate\" or \"cancel\"", "invalid_request_error", "type"));
+  }
+}
+
+void WebSocketSession::start_generation(json::object frame, const json::value& id) {
+  const std::string key = json::serialize(id);
+  if (generations_.count(key)) {
+    send_error(id, 400, openai::error_body("a generation with this id is running", "invalid_request_error", "id"));
+    return;
+  }
+  if (static_cast<int>(generations_.size()) >= ctx_.options.ws_max_generations) {
+    send_error(id, 429, openai::error_body("too many generations on this socket (limit " +
+                                               std::to_string(ctx_.options.ws_max_generations) + ")",
+                                           "invalid_request_error", "", "too_many_generations"));
+    return;
+  }
+  for (const char* transport_field : {"type", "id", "stream", "stream_options"}) frame.erase(transport_field);
+  const auto endpoint = frame.contains("messages") ? openai::Endpoint::chat : openai::Endpoint::completions;
+  try {
+    const openai::Request request = openai::parse_request(endpoint, frame, ctx_.model_info());
+    if (request.prompts.size() != 1) throw InvalidRequest("a WebSocket generation takes one prompt", "prompt");
+    std::weak_ptr<WebSocketSession> weak = weak_from_this();
+    const auto ids = submit_prompts(ctx_, request, ws_.get_executor(), [weak, key](size_t, RequestEvent event) {
+      if (auto self = weak.lock()) self->on_event(key, std::move(event));
+    });
+    Generation gen;
+    gen.id = id;
+    gen.engine_id = ids.at(0);
+    gen.finish_reasons.assign(request.params.n, "");
+    generations_.emplace(key, std::move(gen));
+  } catch (...) {
+    // The one exception boundary of a frame: InvalidRequest 400, EngineOverloaded 503, the rest 500.
+    const ErrorReply err = error_reply(std::current_exception());
+    send_error(id, err.status, err.body);
+  }
+}
+
+void WebSocketSession::on_event(const std::string& key, RequestEvent event) {
+  auto it = generations_.find(key);
+  if (closed_ || it == generations_.end()) return;
+  Generation& gen = it->second;
+  for (const CompletionDelta& d : event.deltas) {
+    if (d.finish_reason && d.index >= 0 && static_cast<size_t>(d.index) < gen.finish_reasons.size()) {
+      gen.finish_reasons[d.index] = *d.finish_reason;
+    }
+    if (d.text.empty() && d.token_ids.empty()) continue;
+    json::array ids;
+    for (TokenId t : d.token_ids) ids.push_back(t);
+    send(json::serialize(json::object{{"type", "token"},
+                                      {"id", gen.id},
+                                      {"index", d.index},
+                                      {"text", d.text},
+                                      {"token_ids", std::move(ids)}}));
+  }
+  if (!event.done) return;
+  if (event.error) {
+    send_error(gen.id, 500, openai::error_body(*event.error, "server_error", "", "internal_error"));
+  } else {
+    json::array reasons;
+    for (const auto& r : gen.finish_reasons) reasons.push_back(json::string(r.empty() ? "cancelled" : r));
+    const json::value first = reasons.empty() ? json::value("cancelled") : reasons[0];
+    send(json::serialize(json::object{
+        {"type", "done"},
+        {"id", gen.id},
+        {"finish_reason", first},
+        {"finish_reasons", std::move(reasons)},
+        {"usage", json::object{{"prompt_tokens", event.prompt_tokens},
+                               {"completion_tokens", event.completion_tokens},
+                               {"total_tokens", event.prompt_tokens + event.completion_tokens}}}}));
+  }
+  generations_.erase(it);
+}
+
+void WebSocketSession::send(std::string frame) {
+  if (closed_) return;
+  outbox_.push_back(std::move(frame));
+  do_write();
+}
+
+void WebSocketSession::do_write() {
+  if (writing_ || outbox_.empty() || closed_) return;
+  writing_ = true;
+  ws_.text(true);
+  ws_.async_write(net::buffer(outbox_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->writing_ = false;
+    if (ec) {
+      self->closed_ = true;
+      self->abort_all();
+      return;
+    }
+    self->outbox_.pop_front();
+    self->do_write();
+  });
+}
+
+}  // namespace paged::server

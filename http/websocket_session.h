@@ -1,0 +1,62 @@
+// Token streaming over a WebSocket (/v1/stream). Several generations run at once on one socket.
+//   client: {"type":"generate","id":ID, ...completion params (prompt) or chat params (messages)...}
+//           {"type":"cancel","id":ID}
+//   server: {"type":"token","id":ID,"index":I,"text":DELTA,"token_ids":[...]}          per engine step
+//           {"type":"done","id":ID,"finish_reason":R,"finish_reasons":[...],"usage":{...}}  R: stop|length|cancelled
+//           {"type":"error","id":ID,"error":{"message":...,"type":...,"param":...,"code":STATUS}}
+// ID is any JSON string or number chosen by the client, unique among its running generations. Engine events are
+// posted onto the session's strand; a socket that closes aborts its generations.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket/stream.hpp>
+#include <boost/json/value.hpp>
+
+#include "http/server_context.h"
+
+namespace paged::server {
+
+class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
+ public:
+  /// Takes over the socket of an HttpSession; `ctx` must outlive the session.
+  WebSocketSession(boost::asio::ip::tcp::socket&& socket, ServerContext& ctx);
+  /// Aborts the generations still running.
+  ~WebSocketSession();
+  /// Completes the upgrade of `upgrade` (the HTTP request) and starts reading frames.
+  void run(boost::beast::http::request<boost::beast::http::string_body> upgrade);
+
+ private:
+  struct Generation {
+    boost::json::value id;
+    RequestId engine_id = 0;
+    std::vector<std::string> finish_reasons;  // per completion index
+  };
+
+  void on_accept(boost::beast::error_code ec);
+  void do_read();
+  void on_read(boost::beast::error_code ec, size_t bytes);
+  void handle_frame(const std::string& text);
+  void start_generation(boost::json::object frame, const boost::json::value& id);
+  void on_event(const std::string& key, RequestEvent event);
+  void send_error(const boost::json::value& id, unsigned code, const std::string& body_json);
+  void send(std::string frame);
+  void do_write();
+  void abort_all();
+
+  boost::beast::websocket::stream<boost::beast::tcp_stream> ws_;
+  boost::beast::flat_buffer buffer_;
+  ServerContext& ctx_;
+  std::map<std::string, Generation> generations_;  // by the serialised client id
+  std::deque<std::string> outbox_;
+  bool writing_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace paged::server

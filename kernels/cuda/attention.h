@@ -1,0 +1,57 @@
+// Attention over the paged KV cache: a decode kernel (one query token per sequence, long contexts split across
+// thread blocks flash-decoding style and merged by a reduction kernel) and a prefill kernel (many query tokens per
+// sequence, causal, over a cached prefix: prefill, chunked prefill and decode alike).
+// CPU twin: paged::cpu::paged_attention (kernels/cpu/ops.h), whose semantics both kernels follow: sequence s owns
+// queries query_start[s] .. query_start[s+1]-1 at positions context_lens[s] - q_len .. context_lens[s] - 1, and each
+// attends to every cached position up to and including its own (its own K/V is already in the cache).
+// Query head h reads KV head h / (num_heads / num_kv_heads). Inputs and output bf16, arithmetic float32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace paged::cuda {
+
+/// Everything both attention kernels read, passed to the kernels by value. Pointers are device pointers.
+struct PagedAttentionArgs {
+  bf16* out;                    // [total_q][num_heads][head_dim]
+  const bf16* q;                // [total_q][q_stride]: query head h at h * head_dim (the fused QKV buffer works)
+  int64_t q_stride;             // elements from one query token to the next, >= num_heads * head_dim, multiple of 8
+  const bf16* k_cache;          // [num_blocks][num_kv_heads][block_size][head_dim]
+  const bf16* v_cache;          // same
+  const int32_t* block_tables;  // [num_seqs][max_blocks_per_seq]
+  const int32_t* query_start;   // [num_seqs + 1]; prefill only: decode has query s for sequence s
+  const int32_t* context_lens;  // [num_seqs], each >= 1 (and >= that sequence's query count)
+  int num_seqs = 0;
+  int max_blocks_per_seq = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;
+  float scale = 1.0f;           // usually 1 / sqrt(head_dim)
+};
+
+/// Decode: query s is sequence s's last token (position context_lens[s] - 1). Grid (num_kv_heads, num_seqs,
+/// partitions): each thread block reads one KV head's blocks of one partition of partition_size tokens once, for all
+/// the query heads of its group, on tensor cores. Sequences with more than one partition write partial results into
+/// `workspace`, merged by a second kernel. Requirements: every context_lens[s] <= max_context_len; partition_size a
+/// multiple of block_size and at most kMaxDecodePartition; num_heads / num_kv_heads <= 16 (GQA group); head_dim and
+/// block_size supported. Probabilities enter the P.V product rounded to bf16 (as in flash attention). The grid depends only on (num_seqs, max_context_len, partition_size), so a CUDA graph captured with a
+/// fixed max_context_len replays for any contexts up to it.
+inline constexpr int kMaxDecodePartition = 512;
+
+/// Bytes of workspace paged_attention_decode needs (0 when max_context_len <= partition_size).
+size_t paged_attention_decode_workspace(int num_seqs, int num_heads, int head_dim, int max_context_len,
+                                        int partition_size);
+
+cudaError_t paged_attention_decode(const PagedAttentionArgs& args, int max_context_len, int partition_size,
+                                   void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+/// Prefill (any number of queries per sequence, causal). Grid (ceil(max_q_len * group / 32), num_kv_heads,
+/// num_seqs): a thread block takes 32 (query, head) rows of one KV head's group and streams the KV tiles up to its
+/// last query's position through shared memory with an online softmax. max_q_len >= every sequence's query count.
+cudaError_t paged_attention_prefill(const PagedAttentionArgs& args, int max_q_len, cudaStream_t stream);
+
+}  // namespace paged::cuda

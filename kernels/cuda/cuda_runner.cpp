@@ -1,0 +1,744 @@
+// CudaModelRunner: see cuda_runner.h. The layer loop mirrors CpuModelRunner::forward (model/cpu_runner.cpp) kernel
+// for kernel; every kernel here has its CPU twin there.
+//
+// Step flow on the compute stream: wait for pending swaps -> copy-on-write copies -> metadata upload -> embedding ->
+// layers (norm, fused QKV GEMM (+bias), RoPE + cache write, paged attention, O GEMM, residual + norm, fused
+// gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm -> LM head on the sampled rows -> sampling -> one
+// synchronisation for the sampled tokens. Decode-only steps (one token per sequence) replay a CUDA graph captured
+// per (batch bucket, context bucket): padding rows have slot -1 and context 1.
+#include "kernels/cuda/cuda_runner.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cache_ops.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layer_ops.h"
+#include "kernels/cuda/random_fill.h"
+#include "kernels/cuda/rope_cache.h"
+#include "kernels/cuda/sampling.h"
+#include "model/sampler.h"
+
+namespace paged {
+
+using cuda::bf16;
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw GpuError(std::string(what) + ": " + cuda::describe_launch_error(e));
+}
+#define PAGED_CUDA_CHECK(expr) check((expr), #expr)
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct HostFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+template <typename T>
+using DevicePtr = std::unique_ptr<T[], DeviceFree>;
+template <typename T>
+using PinnedPtr = std::unique_ptr<T[], HostFree>;
+
+template <typename T>
+DevicePtr<T> device_alloc(size_t n) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T));
+  if (e != cudaSuccess)
+    throw GpuError("cudaMalloc of " + std::to_string(n * sizeof(T) >> 20) + " MiB: " + cudaGetErrorString(e));
+  return DevicePtr<T>(static_cast<T*>(p));
+}
+
+template <typename T>
+PinnedPtr<T> pinned_alloc(size_t n) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocHost(&p, std::max<size_t>(n, 1) * sizeof(T));
+  if (e != cudaSuccess)
+    throw GpuError("cudaMallocHost of " + std::to_string(n * sizeof(T) >> 20) + " MiB: " + cudaGetErrorString(e));
+  return PinnedPtr<T>(static_cast<T*>(p));
+}
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Decode graphs: batch sizes 1, 2, 4, 8, then multiples of 16 (at most 15 padding rows), up to max_num_seqs.
+std::vector<int> batch_buckets(int max_num_seqs) {
+  std::vector<int> b;
+  for (int s : {1, 2, 4, 8})
+    if (s < max_num_seqs) b.push_back(s);
+  for (int s = 16; s < max_num_seqs; s += 16) b.push_back(s);
+  b.push_back(max_num_seqs);
+  return b;
+}
+
+// Context buckets of the decode grid: powers of two from 256, the last one max_model_len.
+std::vector<int> context_buckets(int max_model_len) {
+  std::vector<int> c;
+  for (int len = 256; len < max_model_len; len *= 2) c.push_back(len);
+  c.push_back(max_model_len);
+  return c;
+}
+
+// Decode partition size: the largest of 512, 256, 128, 64 that still gives about two thread blocks per SM, so that
+// small batches spread a long context over the whole GPU.
+int decode_partition(int batch, int kv_heads, int max_context, int sm_count, int block_size) {
+  int p = cuda::kMaxDecodePartition;
+  while (p > 64 && p / 2 >= block_size &&
+         int64_t{kv_heads} * batch * ((max_context + p - 1) / p) < 2 * int64_t{sm_count})
+    p /= 2;
+  return p;
+}
+
+struct LayerWeights {
+  bf16 *attn_norm = nullptr, *ffn_norm = nullptr;
+  bf16 *wqkv = nullptr, *bqkv = nullptr;  // [(heads + 2 kv_heads) * head_dim][hidden], bias or null
+  bf16 *wo = nullptr;                     // [hidden][heads * head_dim]
+  bf16 *w_gate_up = nullptr;              // [2 * inter][hidden]: gate rows, then up rows
+  bf16 *w_down = nullptr;                 // [hidden][inter]
+};
+
+// Whether the GPU sampler reproduces sample_logits for this spec: no logits processing, no alternatives to return.
+bool gpu_samplable(const SampleSpec& spec) {
+  const SamplingParams& p = *spec.params;
+  const size_t generated = spec.output ? spec.output->size() : 0;
+  const bool masks_stops = spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated) < p.min_tokens;
+  return spec.num_logprobs == 0 && spec.num_candidates <= 1 && p.repetition_penalty == 1.0f &&
+         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logit_bias.empty() && !masks_stops;
+}
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+struct CudaModelRunner::Impl {
+  ModelConfig cfg;
+  CudaRunnerOptions opt;
+  int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
+  int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;
+  float eps = 0.f, scale = 0.f;
+
+  cudaStream_t compute = nullptr, copy = nullptr;
+  cudaEvent_t compute_done = nullptr, swap_done = nullptr;
+  bool swap_pending = false;
+
+  // Weights: one arena, every tensor 256-byte aligned inside it.
+  DevicePtr<bf16> arena;
+  bf16 *embed = nullptr, *final_norm = nullptr, *lm_head = nullptr;
+  std::vector<LayerWeights> layers;
+  DevicePtr<float> inv_freq;
+  std::unique_ptr<cuda::Gemm> gemm;
+
+  // Activations, sized for max_tokens rows.
+  DevicePtr<bf16> residual, normed, qkv, attn, proj, gate_up, act, last_hidden;
+  DevicePtr<float> logits;  // [max_seqs][vocab]
+  DevicePtr<char> sample_ws, decode_ws;
+  size_t decode_ws_bytes = 0;
+
+  // Step metadata: device arrays at fixed addresses (graphs read them) and their pinned staging.
+  DevicePtr<int32_t> d_tokens, d_positions, d_query_start, d_context_lens, d_tables, d_last_rows, d_pairs;
+  DevicePtr<int64_t> d_slots;
+  DevicePtr<cuda::SamplingRow> d_sample_params;
+  DevicePtr<int32_t> d_logits_rows, d_sampled;
+  DevicePtr<float> d_logprobs;
+  PinnedPtr<int32_t> h_tokens, h_positions, h_query_start, h_context_lens, h_tables, h_last_rows, h_pairs;
+  PinnedPtr<int64_t> h_slots;
+  PinnedPtr<cuda::SamplingRow> h_sample_params;
+  PinnedPtr<int32_t> h_logits_rows, h_sampled;
+  PinnedPtr<float> h_logprobs, h_logits;
+  size_t pairs_capacity = 0;
+
+  // KV cache: device pool [2 * layers][num_blocks][block], pinned host pool likewise.
+  DevicePtr<char> kv_memory;
+  PinnedPtr<char> swap_memory;
+  cuda::BlockPool kv, host;
+
+  std::vector<int> buckets, ctx_buckets;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
+
+  ~Impl() {
+    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
+    if (compute_done) cudaEventDestroy(compute_done);
+    if (swap_done) cudaEventDestroy(swap_done);
+    if (compute) cudaStreamDestroy(compute);
+    if (copy) cudaStreamDestroy(copy);
+  }
+
+  void init_shapes(const ModelConfig& config, const CudaRunnerOptions& options);
+  void allocate_weights();
+  void load_weights(const SafeTensors& w);
+  void random_weights(uint64_t seed);
+  void allocate_runtime();
+  void allocate_kv();
+
+  bf16* k_cache(int layer) const { return reinterpret_cast<bf16*>(kv.block(2 * layer, 0)); }
+  bf16* v_cache(int layer) const { return reinterpret_cast<bf16*>(kv.block(2 * layer + 1, 0)); }
+
+  struct Plan {
+    int tokens = 0, seqs = 0;  // rows run (decode graphs: the bucket, padding included)
+    int max_q = 0, max_ctx = 0;
+    bool decode = false;
+    int grid_ctx = 0, partition = 0;  // decode: the context the grid is sized for, and the partition size
+    std::vector<int> logits_row;      // per chunk: its row of `logits`, -1 when it samples nothing
+    int logits_rows = 0;
+  };
+  Plan prepare(const StepBatch& batch);
+  void enqueue_forward(const Plan& plan);
+  void run(const StepBatch& batch, Plan& plan);
+  StepResult sample(const StepBatch& batch, const Plan& plan);
+};
+
+void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRunnerOptions& options) {
+  cfg = config;
+  opt = options;
+  heads = cfg.num_heads;
+  kv_heads = cfg.num_kv_heads;
+  head_dim = cfg.head_dim;
+  hidden = cfg.hidden_size;
+  inter = cfg.intermediate_size;
+  vocab = cfg.vocab_size;
+  qkv_dim = (heads + 2 * kv_heads) * head_dim;
+  eps = static_cast<float>(cfg.rms_norm_eps);
+  scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (head_dim != 64 && head_dim != 128)
+    throw ModelError("the CUDA backend supports head_dim 64 and 128, not " + std::to_string(head_dim));
+  if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > 16)
+    throw ModelError("the CUDA backend supports GQA groups of at most 16 query heads per KV head");
+  if (opt.block_size != 8 && opt.block_size != 16 && opt.block_size != 32)
+    throw ModelError("the CUDA backend supports block sizes 8, 16 and 32, not " + std::to_string(opt.block_size));
+  if (hidden % 8 != 0 || inter % 8 != 0)
+    throw ModelError("the CUDA backend needs hidden_size and intermediate_size divisible by 8");
+  if (opt.max_model_len <= 0) opt.max_model_len = cfg.max_position_embeddings;
+  max_seqs = std::max(1, opt.max_num_seqs);
+  max_tokens = std::max(opt.max_num_batched_tokens, max_seqs);
+  table_stride = (opt.max_model_len + opt.block_size - 1) / opt.block_size;
+
+  PAGED_CUDA_CHECK(cudaSetDevice(opt.device));
+  cudaDeviceProp prop{};
+  PAGED_CUDA_CHECK(cudaGetDeviceProperties(&prop, opt.device));
+  sm_count = prop.multiProcessorCount;
+  PAGED_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  PAGED_CUDA_CHECK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
+  PAGED_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming));
+  PAGED_CUDA_CHECK(cudaEventCreateWithFlags(&swap_done, cudaEventDisableTiming));
+}
+
+void CudaModelRunner::Impl::allocate_weights() {
+  // Offsets in elements, each tensor starting 256-byte aligned (cuBLASLt's preferred alignment).
+  int64_t size = 0;
+  std::vector<std::pair<bf16**, int64_t>> slots;
+  auto take = [&](bf16** where, int64_t elems) {
+    slots.emplace_back(where, size);
+    size += round_up(elems, 128);
+  };
+  take(&embed, int64_t{vocab} * hidden);
+  take(&final_norm, hidden);
+  if (!cfg.tie_word_embeddings) take(&lm_head, int64_t{vocab} * hidden);
+  layers.resize(cfg.num_layers);
+  for (LayerWeights& L : layers) {
+    take(&L.attn_norm, hidden);
+    take(&L.ffn_norm, hidden);
+    take(&L.wqkv, int64_t{qkv_dim} * hidden);
+    if (cfg.qkv_bias) take(&L.bqkv, qkv_dim);
+    take(&L.wo, int64_t{hidden} * heads * head_dim);
+    take(&L.w_gate_up, int64_t{2} * inter * hidden);
+    take(&L.w_down, int64_t{hidden} * inter);
+  }
+  arena = device_alloc<bf16>(size);
+  for (auto& [where, offset] : slots) *where = arena.get() + offset;
+  if (cfg.tie_word_embeddings) lm_head = embed;
+  const std::vector<float> freq = cfg.rope_inv_freq();
+  inv_freq = device_alloc<float>(freq.size());
+  PAGED_CUDA_CHECK(cudaMemcpy(inv_freq.get(), freq.data(), freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
+  // Copies tensor `name` (checked against `shape`) into dst as bf16. bf16 checkpoints go straight from the mapped
+  // file; float32 and f16 are converted in slices through a host buffer.
+  std::vector<uint16_t> staging;
+  auto load = [&](const std::string& name, const std::vector<int64_t>& shape, bf16* dst) {
+    const TensorView& t = w.get(name, shape);
+    const int64_t n = t.numel();
+    if (t.dtype == DType::bf16) {
+      PAGED_CUDA_CHECK(cudaMemcpy(dst, t.data, n * sizeof(bf16), cudaMemcpyHostToDevice));
+      return;
+    }
+    constexpr int64_t kSlice = int64_t{1} << 22;
+    staging.resize(std::min(n, kSlice));
+    for (int64_t at = 0; at < n; at += kSlice) {
+      const int64_t len = std::min(kSlice, n - at);
+      for (int64_t i = 0; i < len; ++i) {
+        if (t.dtype == DType::f32) {
+          staging[i] = float_to_bf16(static_cast<const float*>(t.data)[at + i]);
+        } else {
+          staging[i] = float_to_bf16(f16_to_float(static_cast<const uint16_t*>(t.data)[at + i]));
+        }
+      }
+      PAGED_CUDA_CHECK(cudaMemcpy(dst + at, staging.data(), len * sizeof(bf16), cudaMemcpyHostToDevice));
+    }
+  };
+  const int64_t H = hidden, D = head_dim, q_rows = int64_t{heads} * D, kv_rows = int64_t{kv_heads} * D;
+  load("model.embed_tokens.weight", {vocab, H}, embed);
+  load("model.norm.weight", {H}, final_norm);
+  if (!cfg.tie_word_embeddings) {
+    if (!w.contains("lm_head.weight"))
+      throw ModelError("checkpoint lacks tensor 'lm_head.weight' and tie_word_embeddings is false");
+    load("lm_head.weight", {vocab, H}, lm_head);
+  }
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights& L = layers[l];
+    load(p + "input_layernorm.weight", {H}, L.attn_norm);
+    load(p + "post_attention_layernorm.weight", {H}, L.ffn_norm);
+    load(p + "self_attn.q_proj.weight", {q_rows, H}, L.wqkv);
+    load(p + "self_attn.k_proj.weight", {kv_rows, H}, L.wqkv + q_rows * H);
+    load(p + "self_attn.v_proj.weight", {kv_rows, H}, L.wqkv + (q_rows + kv_rows) * H);
+    if (cfg.qkv_bias) {
+      load(p + "self_attn.q_proj.bias", {q_rows}, L.bqkv);
+      load(p + "self_attn.k_proj.bias", {kv_rows}, L.bqkv + q_rows);
+      load(p + "self_attn.v_proj.bias", {kv_rows}, L.bqkv + q_rows + kv_rows);
+    }
+    load(p + "self_attn.o_proj.weight", {H, q_rows}, L.wo);
+    load(p + "mlp.gate_proj.weight", {inter, H}, L.w_gate_up);
+    load(p + "mlp.up_proj.weight", {inter, H}, L.w_gate_up + int64_t{inter} * H);
+    load(p + "mlp.down_proj.weight", {H, inter}, L.w_down);
+  }
+}
+
+void CudaModelRunner::Impl::random_weights(uint64_t seed) {
+  // Linear weights uniform with standard deviation 1/sqrt(fan_in) (activations keep their scale through the
+  // layers), norms 1, biases small: a model whose numbers stay finite, which is all a benchmark needs.
+  uint64_t stream = seed * 1000003;
+  auto fill = [&](bf16* p, int64_t n, float scale, float offset) {
+    PAGED_CUDA_CHECK(cuda::fill_random_bf16(p, n, ++stream, scale, offset, compute));
+  };
+  const float sqrt3 = std::sqrt(3.0f);
+  auto linear = [&](bf16* p, int64_t rows, int64_t cols) {
+    fill(p, rows * cols, sqrt3 / std::sqrt(static_cast<float>(cols)), 0.0f);
+  };
+  fill(embed, int64_t{vocab} * hidden, sqrt3, 0.0f);
+  fill(final_norm, hidden, 0.0f, 1.0f);
+  if (!cfg.tie_word_embeddings) linear(lm_head, vocab, hidden);
+  for (LayerWeights& L : layers) {
+    fill(L.attn_norm, hidden, 0.0f, 1.0f);
+    fill(L.ffn_norm, hidden, 0.0f, 1.0f);
+    linear(L.wqkv, qkv_dim, hidden);
+    if (L.bqkv) fill(L.bqkv, qkv_dim, 0.1f, 0.0f);
+    linear(L.wo, hidden, int64_t{heads} * head_dim);
+    linear(L.w_gate_up, int64_t{2} * inter, hidden);
+    linear(L.w_down, hidden, inter);
+  }
+  PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
+}
+
+void CudaModelRunner::Impl::allocate_runtime() {
+  gemm = std::make_unique<cuda::Gemm>();
+  const int64_t T = max_tokens;
+  residual = device_alloc<bf16>(T * hidden);
+  normed = device_alloc<bf16>(T * hidden);
+  qkv = device_alloc<bf16>(T * qkv_dim);
+  attn = device_alloc<bf16>(T * heads * head_dim);
+  proj = device_alloc<bf16>(T * hidden);
+  gate_up = device_alloc<bf16>(T * 2 * inter);
+  act = device_alloc<bf16>(T * inter);
+  last_hidden = device_alloc<bf16>(int64_t{max_seqs} * hidden);
+  logits = device_alloc<float>(int64_t{max_seqs} * vocab);
+  sample_ws = device_alloc<char>(cuda::sampling_workspace_bytes(max_seqs, vocab));
+
+  buckets = batch_buckets(max_seqs);
+  ctx_buckets = context_buckets(opt.max_model_len);
+  // The decode workspace serves every (batch, context) the runner may launch: the largest need over the buckets
+  // (eager decode of batches between buckets pads to the next bucket too).
+  for (int b : buckets)
+    for (int c : ctx_buckets)
+      decode_ws_bytes = std::max(decode_ws_bytes, cuda::paged_attention_decode_workspace(
+                                                      b, heads, head_dim, c,
+                                                      decode_partition(b, kv_heads, c, sm_count, opt.block_size)));
+  decode_ws = device_alloc<char>(decode_ws_bytes);
+
+  d_tokens = device_alloc<int32_t>(T);
+  d_positions = device_alloc<int32_t>(T);
+  d_slots = device_alloc<int64_t>(T);
+  d_query_start = device_alloc<int32_t>(max_seqs + 1);
+  d_context_lens = device_alloc<int32_t>(max_seqs);
+  d_tables = device_alloc<int32_t>(int64_t{max_seqs} * table_stride);
+  d_last_rows = device_alloc<int32_t>(max_seqs);
+  d_sample_params = device_alloc<cuda::SamplingRow>(max_seqs);
+  d_logits_rows = device_alloc<int32_t>(max_seqs);
+  d_sampled = device_alloc<int32_t>(max_seqs);
+  d_logprobs = device_alloc<float>(max_seqs);
+  h_tokens = pinned_alloc<int32_t>(T);
+  h_positions = pinned_alloc<int32_t>(T);
+  h_slots = pinned_alloc<int64_t>(T);
+  h_query_start = pinned_alloc<int32_t>(max_seqs + 1);
+  h_context_lens = pinned_alloc<int32_t>(max_seqs);
+  h_tables = pinned_alloc<int32_t>(int64_t{max_seqs} * table_stride);
+  h_last_rows = pinned_alloc<int32_t>(max_seqs);
+  h_sample_params = pinned_alloc<cuda::SamplingRow>(max_seqs);
+  h_logits_rows = pinned_alloc<int32_t>(max_seqs);
+  h_sampled = pinned_alloc<int32_t>(max_seqs);
+  h_logprobs = pinned_alloc<float>(max_seqs);
+}
+
+void CudaModelRunner::Impl::allocate_kv() {
+  const size_t block_bytes = size_t{2} * kv_heads * opt.block_size * head_dim;  // one cache's block, bf16
+  const size_t all_layers = 2 * size_t(cfg.num_layers) * block_bytes;          // K and V of every layer
+  int64_t blocks = opt.num_blocks;
+  if (blocks <= 0) {
+    // vLLM's rule: the process may use gpu_memory_utilization of the device; what weights, activations and
+    // workspaces took is already gone from `free`. 512 MiB stay for CUDA graphs and cuBLAS' own needs.
+    size_t free = 0, total = 0;
+    PAGED_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    const double budget = total * opt.gpu_memory_utilization - double(total - free) - double(size_t{512} << 20);
+    blocks = budget > 0 ? static_cast<int64_t>(budget / all_layers) : 0;
+  }
+  const int64_t one_sequence = (opt.max_model_len + opt.block_size - 1) / opt.block_size;
+  if (blocks < one_sequence)
+    throw GpuError("KV cache: room for " + std::to_string(blocks) + " blocks, fewer than one sequence of max_model_len " +
+                   std::to_string(opt.max_model_len) + " needs (" + std::to_string(one_sequence) +
+                   "); raise gpu_memory_utilization or lower max_model_len");
+  blocks = std::min<int64_t>(blocks, INT32_MAX);
+  kv_memory = device_alloc<char>(blocks * all_layers);
+  kv = cuda::BlockPool{kv_memory.get(), 2 * cfg.num_layers, static_cast<int>(blocks), block_bytes};
+  const auto swap_blocks = static_cast<int64_t>(opt.swap_space_gib * double(int64_t{1} << 30) / double(all_layers));
+  swap_memory = pinned_alloc<char>(std::max<int64_t>(swap_blocks, 0) * all_layers);
+  host = cuda::BlockPool{swap_memory.get(), 2 * cfg.num_layers, static_cast<int>(std::max<int64_t>(swap_blocks, 0)),
+                         block_bytes};
+}
+
+CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batch) {
+  Plan plan;
+  const int B = opt.block_size;
+  const int n = static_cast<int>(batch.seqs.size());
+  if (n > max_seqs)
+    throw ModelError("step of " + std::to_string(n) + " sequences exceeds max_num_seqs " + std::to_string(max_seqs));
+  bool decode = n > 0;
+  int max_table = 1, tokens = 0;
+  for (const SeqChunk& c : batch.seqs) {
+    decode = decode && c.tokens.size() == 1;
+    tokens += static_cast<int>(c.tokens.size());
+  }
+  if (tokens > max_tokens)
+    throw ModelError("step of " + std::to_string(tokens) + " tokens exceeds max_num_batched_tokens " +
+                     std::to_string(max_tokens));
+  plan.decode = decode;
+  h_query_start[0] = 0;
+  int t = 0;
+  plan.logits_row.assign(n, -1);
+  for (int s = 0; s < n; ++s) {
+    const SeqChunk& c = batch.seqs[s];
+    const int ctx = c.start_pos + static_cast<int>(c.tokens.size());
+    const int needed = (ctx + B - 1) / B;
+    if (ctx > opt.max_model_len)
+      throw ModelError("context of " + std::to_string(ctx) + " tokens exceeds max_model_len " +
+                       std::to_string(opt.max_model_len));
+    if (static_cast<int>(c.block_table.size()) < needed) throw ModelError("block table shorter than the context");
+    for (int b = 0; b < needed; ++b) {
+      if (c.block_table[b] < 0 || c.block_table[b] >= kv.num_blocks) throw ModelError("block id out of range");
+      h_tables[int64_t{s} * table_stride + b] = c.block_table[b];
+    }
+    max_table = std::max(max_table, needed);
+    for (size_t i = 0; i < c.tokens.size(); ++i, ++t) {
+      if (c.tokens[i] < 0 || c.tokens[i] >= vocab) throw ModelError("token id out of range");
+      const int pos = c.start_pos + static_cast<int>(i);
+      h_tokens[t] = c.tokens[i];
+      h_positions[t] = pos;
+      h_slots[t] = int64_t{c.block_table[pos / B]} * B + pos % B;
+    }
+    h_query_start[s + 1] = t;
+    h_context_lens[s] = ctx;
+    plan.max_q = std::max(plan.max_q, static_cast<int>(c.tokens.size()));
+    plan.max_ctx = std::max(plan.max_ctx, ctx);
+    if (!c.samples.empty()) {
+      // Decode steps run the LM head on every row (row s is sequence s); others gather the sampled rows first.
+      plan.logits_row[s] = decode ? s : plan.logits_rows;
+      h_last_rows[plan.logits_rows++] = t - 1;
+    }
+  }
+  plan.tokens = t;
+  plan.seqs = n;
+  if (decode) {
+    // Pad to the batch bucket: token 0 at position 0, written nowhere (slot -1), attending to one cached token of
+    // block 0 (any valid block: its output is never read).
+    const int rows = *std::lower_bound(buckets.begin(), buckets.end(), n);
+    for (int s = n; s < rows; ++s) {
+      h_tokens[s] = 0;
+      h_positions[s] = 0;
+      h_slots[s] = -1;
+      h_query_start[s + 1] = s + 1;
+      h_context_lens[s] = 1;
+      h_tables[int64_t{s} * table_stride] = 0;
+    }
+    plan.tokens = plan.seqs = rows;
+    plan.grid_ctx = *std::lower_bound(ctx_buckets.begin(), ctx_buckets.end(), plan.max_ctx);
+    plan.partition = decode_partition(rows, kv_heads, plan.grid_ctx, sm_count, B);
+    plan.logits_rows = rows;
+  }
+  // Uploads on the compute stream: ordered before the kernels that read them, after the previous step's.
+  const auto up = [&](auto* dst, const auto* src, size_t count) {
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(*src), cudaMemcpyHostToDevice, compute));
+  };
+  up(d_tokens.get(), h_tokens.get(), plan.tokens);
+  up(d_positions.get(), h_positions.get(), plan.tokens);
+  up(d_slots.get(), h_slots.get(), plan.tokens);
+  up(d_query_start.get(), h_query_start.get(), plan.seqs + 1);
+  up(d_context_lens.get(), h_context_lens.get(), plan.seqs);
+  if (!decode) up(d_last_rows.get(), h_last_rows.get(), plan.logits_rows);
+  // Only the used columns of each table row travel.
+  PAGED_CUDA_CHECK(cudaMemcpy2DAsync(d_tables.get(), table_stride * sizeof(int32_t), h_tables.get(),
+                                     table_stride * sizeof(int32_t), max_table * sizeof(int32_t), plan.seqs,
+                                     cudaMemcpyHostToDevice, compute));
+  return plan;
+}
+
+void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
+  const int T = plan.tokens;
+  cudaStream_t s = compute;
+  PAGED_CUDA_CHECK(cuda::gather_rows(residual.get(), embed, d_tokens.get(), T, hidden, vocab, s));
+  cuda::PagedAttentionArgs a;
+  a.out = attn.get();
+  a.q = qkv.get();
+  a.q_stride = qkv_dim;
+  a.block_tables = d_tables.get();
+  a.query_start = d_query_start.get();
+  a.context_lens = d_context_lens.get();
+  a.num_seqs = plan.seqs;
+  a.max_blocks_per_seq = table_stride;
+  a.num_heads = heads;
+  a.num_kv_heads = kv_heads;
+  a.head_dim = head_dim;
+  a.block_size = opt.block_size;
+  a.scale = scale;
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const LayerWeights& L = layers[l];
+    if (l == 0)
+      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, s));
+    else
+      PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.attn_norm, T, hidden, eps, s));
+    PAGED_CUDA_CHECK(gemm->linear(qkv.get(), normed.get(), L.wqkv, L.bqkv, T, qkv_dim, hidden, false, s));
+    PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_cache(l), v_cache(l), d_positions.get(), d_slots.get(),
+                                          inv_freq.get(), T, heads, kv_heads, head_dim, opt.block_size, qkv_dim, s));
+    a.k_cache = k_cache(l);
+    a.v_cache = v_cache(l);
+    if (plan.decode)
+      PAGED_CUDA_CHECK(cuda::paged_attention_decode(a, plan.grid_ctx, plan.partition, decode_ws.get(),
+                                                    decode_ws_bytes, s));
+    else
+      PAGED_CUDA_CHECK(cuda::paged_attention_prefill(a, plan.max_q, s));
+    PAGED_CUDA_CHECK(gemm->linear(proj.get(), attn.get(), L.wo, nullptr, T, hidden, heads * head_dim, false, s));
+    PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.ffn_norm, T, hidden, eps, s));
+    PAGED_CUDA_CHECK(gemm->linear(gate_up.get(), normed.get(), L.w_gate_up, nullptr, T, 2 * inter, hidden, false, s));
+    PAGED_CUDA_CHECK(cuda::silu_and_mul(act.get(), gate_up.get(), T, inter, s));
+    PAGED_CUDA_CHECK(gemm->linear(proj.get(), act.get(), L.w_down, nullptr, T, hidden, inter, false, s));
+  }
+  PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), final_norm, T, hidden, eps, s));
+  if (plan.logits_rows == 0) return;
+  const bf16* rows = normed.get();
+  if (!plan.decode) {
+    PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), d_last_rows.get(), plan.logits_rows, hidden,
+                                       T, s));
+    rows = last_hidden.get();
+  }
+  PAGED_CUDA_CHECK(gemm->linear(logits.get(), rows, lm_head, nullptr, plan.logits_rows, vocab, hidden, true, s));
+}
+
+void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
+  PAGED_CUDA_CHECK(cudaSetDevice(opt.device));
+  if (swap_pending) {  // swapped-in blocks are read, swapped-out ones may be overwritten by this step
+    PAGED_CUDA_CHECK(cudaStreamWaitEvent(compute, swap_done, 0));
+    swap_pending = false;
+  }
+  if (!batch.copies.empty()) {
+    // Copy-on-write before anything of this step writes the cache.
+    if (batch.copies.size() > pairs_capacity) {
+      pairs_capacity = std::max(batch.copies.size(), size_t{256});
+      PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the old staging may still be in flight
+      d_pairs = device_alloc<int32_t>(2 * pairs_capacity);
+      h_pairs = pinned_alloc<int32_t>(2 * pairs_capacity);
+    }
+    for (size_t i = 0; i < batch.copies.size(); ++i) {
+      const auto [src, dst] = batch.copies[i];
+      if (src < 0 || src >= kv.num_blocks || dst < 0 || dst >= kv.num_blocks)
+        throw ModelError("copy-on-write block out of range");
+      h_pairs[2 * i] = src;
+      h_pairs[2 * i + 1] = dst;
+    }
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(d_pairs.get(), h_pairs.get(), 2 * batch.copies.size() * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, compute));
+    PAGED_CUDA_CHECK(cuda::copy_blocks(kv, d_pairs.get(), static_cast<int>(batch.copies.size()), compute));
+  }
+  plan = prepare(batch);
+  if (plan.seqs == 0) return;
+  if (!plan.decode || !opt.cuda_graphs) {
+    enqueue_forward(plan);
+    return;
+  }
+  const std::pair<int, int> key{plan.seqs, plan.grid_ctx};
+  if (auto it = graphs.find(key); it != graphs.end()) {
+    PAGED_CUDA_CHECK(cudaGraphLaunch(it->second, compute));
+    return;
+  }
+  // First step of this shape: run it eagerly (which also makes the GEMM plans), then capture it for the next ones.
+  enqueue_forward(plan);
+  cudaGraph_t graph = nullptr;
+  PAGED_CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
+  try {
+    enqueue_forward(plan);
+  } catch (...) {
+    cudaStreamEndCapture(compute, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  PAGED_CUDA_CHECK(cudaStreamEndCapture(compute, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(e, "cudaGraphInstantiate");
+  graphs.emplace(key, exec);
+}
+
+StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& plan) {
+  // Every sample spec is one row: GPU rows in batches of max_seqs, the rest on the CPU from downloaded logits.
+  struct Job {
+    int chunk, spec, logits_row;
+  };
+  std::vector<Job> gpu_jobs, cpu_jobs;
+  for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s)
+    for (int k = 0; k < static_cast<int>(batch.seqs[s].samples.size()); ++k)
+      (gpu_samplable(batch.seqs[s].samples[k]) ? gpu_jobs : cpu_jobs).push_back({s, k, plan.logits_row[s]});
+
+  StepResult result;
+  std::vector<int> chunk_slot(batch.seqs.size(), -1);
+  for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s) {
+    if (batch.seqs[s].samples.empty()) continue;
+    chunk_slot[s] = static_cast<int>(result.seqs.size());
+    result.seqs.push_back(batch.seqs[s].seq);
+    result.samples.emplace_back(batch.seqs[s].samples.size());
+  }
+  for (size_t begin = 0; begin < gpu_jobs.size(); begin += max_seqs) {
+    const int rows = static_cast<int>(std::min<size_t>(max_seqs, gpu_jobs.size() - begin));
+    for (int r = 0; r < rows; ++r) {
+      const Job& j = gpu_jobs[begin + r];
+      const SampleSpec& spec = batch.seqs[j.chunk].samples[j.spec];
+      cuda::SamplingRow& row = h_sample_params[r];
+      row.temperature = spec.params->temperature;
+      row.top_k = spec.params->top_k;
+      row.top_p = spec.params->top_p;
+      row.min_p = spec.params->min_p;
+      row.seed = spec.seed;
+      row.index = spec.output ? spec.output->size() : 0;
+      h_logits_rows[r] = j.logits_row;
+    }
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(d_sample_params.get(), h_sample_params.get(), rows * sizeof(cuda::SamplingRow),
+                                     cudaMemcpyHostToDevice, compute));
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(d_logits_rows.get(), h_logits_rows.get(), rows * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, compute));
+    PAGED_CUDA_CHECK(cuda::sample_tokens(d_sampled.get(), d_logprobs.get(), logits.get(), d_logits_rows.get(),
+                                         d_sample_params.get(), rows, vocab, sample_ws.get(),
+                                         cuda::sampling_workspace_bytes(max_seqs, vocab), compute));
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(h_sampled.get(), d_sampled.get(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                     compute));
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(h_logprobs.get(), d_logprobs.get(), rows * sizeof(float), cudaMemcpyDeviceToHost,
+                                     compute));
+    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next batch of rows
+    for (int r = 0; r < rows; ++r) {
+      const Job& j = gpu_jobs[begin + r];
+      result.samples[chunk_slot[j.chunk]][j.spec] = {SampledToken{h_sampled[r], h_logprobs[r], {}}};
+    }
+  }
+  if (!cpu_jobs.empty()) {
+    if (!h_logits) h_logits = pinned_alloc<float>(int64_t{max_seqs} * vocab);
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(h_logits.get(), logits.get(), int64_t{plan.logits_rows} * vocab * sizeof(float),
+                                     cudaMemcpyDeviceToHost, compute));
+    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
+    std::vector<float> row(vocab);
+    for (const Job& j : cpu_jobs) {
+      const float* src = h_logits.get() + int64_t{j.logits_row} * vocab;
+      std::copy(src, src + vocab, row.begin());
+      result.samples[chunk_slot[j.chunk]][j.spec] = sample_logits(row, batch.seqs[j.chunk].samples[j.spec]);
+    }
+  }
+  PAGED_CUDA_CHECK(cudaEventRecord(compute_done, compute));
+  return result;
+}
+
+CudaModelRunner::CudaModelRunner(const ModelConfig& config, const SafeTensors& weights, CudaRunnerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->init_shapes(config, options);
+  impl_->allocate_weights();
+  impl_->load_weights(weights);
+  impl_->allocate_runtime();
+  impl_->allocate_kv();
+}
+
+CudaModelRunner::CudaModelRunner(const ModelConfig& config, uint64_t seed, CudaRunnerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->init_shapes(config, options);
+  impl_->allocate_weights();
+  impl_->random_weights(seed);
+  impl_->allocate_runtime();
+  impl_->allocate_kv();
+}
+
+CudaModelRunner::~CudaModelRunner() {
+  if (impl_) {
+    cudaSetDevice(impl_->opt.device);
+    cudaDeviceSynchronize();  // nothing in flight may outlive the buffers it uses
+  }
+}
+
+StepResult CudaModelRunner::execute(const StepBatch& batch) {
+  Impl::Plan plan;
+  impl_->run(batch, plan);
+  return impl_->sample(batch, plan);
+}
+
+std::vector<std::vector<float>> CudaModelRunner::forward(const StepBatch& batch) {
+  Impl::Plan plan;
+  impl_->run(batch, plan);
+  std::vector<std::vector<float>> out;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    if (plan.logits_row.empty() || plan.logits_row[s] < 0) continue;
+    out.emplace_back(impl_->vocab);
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(out.back().data(), impl_->logits.get() + int64_t{plan.logits_row[s]} * impl_->vocab,
+                                     impl_->vocab * sizeof(float), cudaMemcpyDeviceToHost, impl_->compute));
+  }
+  PAGED_CUDA_CHECK(cudaStreamSynchronize(impl_->compute));
+  PAGED_CUDA_CHECK(cudaEventRecord(impl_->compute_done, impl_->compute));
+  return out;
+}
+
+void CudaModelRunner::swap_out(const std::vector<BlockPair>& device_to_cpu) {
+  if (device_to_cpu.empty()) return;
+  PAGED_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  // After the last step that wrote the blocks (compute_done), before the next that may reuse them (swap_pending).
+  PAGED_CUDA_CHECK(cuda::swap_blocks(impl_->kv, impl_->host, device_to_cpu, impl_->copy, impl_->compute_done,
+                                     impl_->swap_done));
+  impl_->swap_pending = true;
+}
+
+void CudaModelRunner::swap_in(const std::vector<BlockPair>& cpu_to_device) {
+  if (cpu_to_device.empty()) return;
+  PAGED_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  PAGED_CUDA_CHECK(cuda::swap_blocks(impl_->host, impl_->kv, cpu_to_device, impl_->copy, impl_->compute_done,
+                                     impl_->swap_done));
+  impl_->swap_pending = true;
+}
+
+int CudaModelRunner::num_blocks() const { return impl_->kv.num_blocks; }
+int CudaModelRunner::num_swap_blocks() const { return impl_->host.num_blocks; }
+
+std::unique_ptr<CudaModelRunner> make_cuda_runner(const ModelConfig& config, const SafeTensors& weights,
+                                                  const CudaRunnerOptions& options) {
+  return std::make_unique<CudaModelRunner>(config, weights, options);
+}
+
+}  // namespace paged

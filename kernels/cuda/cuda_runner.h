@@ -1,0 +1,69 @@
+// The CUDA executor's model: the Llama-family forward pass (Llama 2/3, Mistral, Qwen2) in bf16 on one GPU, over a
+// paged KV pool sized from the device's free memory, with a pinned host pool for swapped blocks, CUDA graphs for
+// decode steps and sampling on the GPU. Host C++ includes this header; the CUDA types stay in the .cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/step.h"
+
+namespace paged {
+
+/// A CUDA or cuBLAS failure inside the runner (not a problem of the model files: those are ModelError).
+struct GpuError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct CudaRunnerOptions {
+  int block_size = 16;                 // tokens per KV block: 8, 16 or 32
+  int num_blocks = 0;                  // device KV blocks; 0: as many as gpu_memory_utilization leaves room for
+  double gpu_memory_utilization = 0.9; // fraction of the device's memory this process may use in total (vLLM's)
+  double swap_space_gib = 4.0;         // pinned host memory for swapped-out blocks
+  int max_num_seqs = 256;              // sequences per step: sampling rows and the largest decode graph
+  int max_num_batched_tokens = 2048;   // tokens per step: the activation buffers
+  int max_model_len = 0;               // longest context; 0: the model's max_position_embeddings
+  bool cuda_graphs = true;             // replay decode-only steps from CUDA graphs
+  int device = 0;
+};
+
+/// CUDA devices this process can use; 0 when there is no driver or no device.
+int cuda_device_count();
+
+class CudaModelRunner final : public ModelRunner {
+ public:
+  /// Loads the weights (kept bf16; float32 and f16 checkpoints are converted once), allocates activations, then
+  /// the KV pool and the pinned swap pool. Throws ModelError for a model the kernels do not support (head_dim
+  /// other than 64 or 128, a GQA group above 16, a block size other than 8/16/32) and GpuError for CUDA failures,
+  /// including too little memory for one block per sequence.
+  CudaModelRunner(const ModelConfig& config, const SafeTensors& weights, CudaRunnerOptions options);
+  /// The same model with random weights (uniform, deterministic in `seed`): benchmarks without a checkpoint.
+  CudaModelRunner(const ModelConfig& config, uint64_t seed, CudaRunnerOptions options);
+  ~CudaModelRunner() override;
+
+  /// Runs the step on the compute stream and waits for its sampled tokens. Orders after any swap enqueued before.
+  StepResult execute(const StepBatch& batch) override;
+  /// Enqueue the copies on the copy stream and return; the next execute() waits for them on the device.
+  void swap_out(const std::vector<BlockPair>& device_to_cpu) override;
+  void swap_in(const std::vector<BlockPair>& cpu_to_device) override;
+
+  /// The step's logits [chunks with samples][vocab], float32, without sampling (parity checks).
+  std::vector<std::vector<float>> forward(const StepBatch& batch);
+
+  int num_blocks() const;
+  int num_swap_blocks() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The runner for the engine: CudaModelRunner on options.device.
+std::unique_ptr<CudaModelRunner> make_cuda_runner(const ModelConfig& config, const SafeTensors& weights,
+                                                  const CudaRunnerOptions& options);
+
+}  // namespace paged

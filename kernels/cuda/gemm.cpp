@@ -1,0 +1,148 @@
+#include "kernels/cuda/gemm.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace paged::cuda {
+
+namespace {
+
+cudaError_t cublas_failure(const char* call, cublasStatus_t status) {
+  return launch_failure(cudaErrorUnknown, std::string(call) + ": " + cublasGetStatusString(status));
+}
+
+}  // namespace
+
+Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  if (cublasStatus_t s = cublasLtCreate(&handle_); s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cublasLtCreate: ") + cublasGetStatusString(s));
+  if (cudaError_t e = cudaMalloc(&workspace_, workspace_bytes_); e != cudaSuccess) {
+    cublasLtDestroy(handle_);
+    throw std::runtime_error(std::string("cuBLASLt workspace: ") + cudaGetErrorString(e));
+  }
+}
+
+Gemm::~Gemm() {
+  for (auto& [key, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.w);
+    cublasLtMatrixLayoutDestroy(p.x);
+    cublasLtMatrixLayoutDestroy(p.y);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+// cuBLASLt is column-major. Row-major y[m][n] is column-major y^T (n x m), and
+// y^T = W * x^T where row-major W[n][k] is the column-major k x n matrix W^T (hence TRANSA = T) and row-major
+// x[m][k] is the column-major k x m matrix x^T (TRANSB = N).
+cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const bf16* x, const bf16* w, const bf16* bias,
+                       cudaStream_t stream) {
+  const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  const cudaDataType_t scale_type = CUDA_R_32F, y_type = key.y_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  cublasStatus_t s = cublasLtMatmulDescCreate(&p.op, compute, scale_type);
+  if (s != CUBLAS_STATUS_SUCCESS) return cublas_failure("cublasLtMatmulDescCreate", s);
+  const cublasOperation_t trans_w = CUBLAS_OP_T, trans_x = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w, sizeof trans_w);
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_x, sizeof trans_x);
+  if (key.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_16BF;
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+  }
+  if ((s = cublasLtMatrixLayoutCreate(&p.w, CUDA_R_16BF, key.k, key.n, key.k)) != CUBLAS_STATUS_SUCCESS ||
+      (s = cublasLtMatrixLayoutCreate(&p.x, CUDA_R_16BF, key.k, key.m, key.k)) != CUBLAS_STATUS_SUCCESS ||
+      (s = cublasLtMatrixLayoutCreate(&p.y, y_type, key.n, key.m, key.n)) != CUBLAS_STATUS_SUCCESS)
+    return cublas_failure("cublasLtMatrixLayoutCreate", s);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  if ((s = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
+    return cublas_failure("cublasLtMatmulPreferenceCreate", s);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                       sizeof workspace_bytes_);
+  // Callers pass 16-byte aligned sub-buffers (e.g. one layer's slice of a weight arena), not only the 256-byte
+  // aligned starts of allocations that the default preference assumes.
+  const uint32_t alignment = 16;
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof alignment);
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
+  int found = 0;
+  const int wanted = key.m <= kTuneMaxRows ? kTuneCandidates : 1;
+  s = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.w, p.x, p.y, p.y, pref, wanted, results, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (s != CUBLAS_STATUS_SUCCESS) return cublas_failure("cublasLtMatmulAlgoGetHeuristic", s);
+  if (found == 0) return cublas_failure("cublasLtMatmulAlgoGetHeuristic (no algorithm)", CUBLAS_STATUS_NOT_SUPPORTED);
+  p.algo = results[0].algo;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess) return e;
+  if (found == 1 || capture != cudaStreamCaptureStatusNone) return cudaSuccess;
+
+  // Time each candidate on the call's buffers (y = x w^T is idempotent, so the runs only overwrite y with the
+  // same product); a candidate that fails to launch is skipped.
+  if (bias) cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaError_t e = cudaEventCreate(&start); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+    cudaEventDestroy(start);
+    return e;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  float best_ms = 0.f;
+  bool have_best = false;
+  for (int i = 0; i < found; ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &results[i].algo,
+                            workspace_, workspace_bytes_, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;
+    constexpr int kReps = 5;
+    bool ok = cudaEventRecord(start, stream) == cudaSuccess;
+    for (int r = 0; r < kReps && ok; ++r) ok = run() == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cudaEventRecord(stop, stream) == cudaSuccess && cudaEventSynchronize(stop) == cudaSuccess;
+    float ms = 0.f;
+    if (!ok || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) continue;
+    if (!have_best || ms < best_ms) {
+      best_ms = ms;
+      have_best = true;
+      p.algo = results[i].algo;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGetLastError();  // a failed candidate must not leave its error for the next launcher to report
+  return cudaSuccess;
+}
+
+cudaError_t Gemm::linear(void* y, const bf16* x, const bf16* w, const bf16* bias, int m, int n, int k, bool y_f32,
+                         cudaStream_t stream) {
+  if (m <= 0) return cudaSuccess;
+  if (n % 8 != 0 || k % 8 != 0 || (bias && y_f32))
+    return launch_failure(cudaErrorInvalidValue, "Gemm::linear: n " + std::to_string(n) + " and k " +
+                                                     std::to_string(k) +
+                                                     " must be multiples of 8; bias needs a bf16 output");
+  const Key key{m, n, k, y_f32, bias != nullptr};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    Plan p;
+    if (cudaError_t e = plan(key, p, y, x, w, bias, stream); e != cudaSuccess) {
+      if (p.w) cublasLtMatrixLayoutDestroy(p.w);
+      if (p.x) cublasLtMatrixLayoutDestroy(p.x);
+      if (p.y) cublasLtMatrixLayoutDestroy(p.y);
+      if (p.op) cublasLtMatmulDescDestroy(p.op);
+      return e;
+    }
+    it = plans_.emplace(key, p).first;
+  }
+  Plan& p = it->second;
+  if (bias)  // the pointer changes per layer; the plan does not
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t s = cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &p.algo,
+                                          workspace_, workspace_bytes_, stream);
+  if (s != CUBLAS_STATUS_SUCCESS) return cublas_failure("cublasLtMatmul", s);
+  return cudaSuccess;
+}
+
+}  // namespace paged::cuda

@@ -1,0 +1,61 @@
+// bf16 matrix products through cuBLASLt: the Linear layers of the model (x * W^T, HF layout), float32 accumulation.
+// CPU twin: paged::cpu::linear (kernels/cpu/ops.h).
+#pragma once
+
+#include <cublasLt.h>
+
+#include <compare>
+#include <cstddef>
+#include <map>
+
+#include "kernels/cuda/launch.h"
+
+namespace paged::cuda {
+
+/// One cuBLASLt handle, its workspace and the plans (descriptors + chosen algorithm) of every shape seen so far.
+/// Not thread-safe: one owner (the executor) at a time. A plan is made on first use of a shape; for decode-sized
+/// products (m <= kTuneMaxRows) it times cuBLASLt's candidate algorithms on the call's own buffers and keeps the
+/// fastest (the heuristic's first choice leaves up to a fifth of the bandwidth unused there), which synchronises
+/// the stream once; under CUDA graph capture it takes the heuristic's choice. Replaying a captured linear() is fine
+/// (the workspace is fixed, cuBLASLt allocates nothing).
+class Gemm {
+ public:
+  /// Creates the handle and a device workspace of `workspace_bytes` on the current device; throws
+  /// std::runtime_error when CUDA or cuBLAS fails.
+  explicit Gemm(size_t workspace_bytes = size_t{32} << 20);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  /// y = x * w^T (+ bias), enqueued on `stream`. y is bf16, or float32 when y_f32 (the LM head's logits);
+  /// bias only with a bf16 y. All pointers 16-byte aligned; k and n multiples of 8.
+  /// A cuBLAS failure returns cudaErrorUnknown with the cuBLAS status in describe_launch_error().
+  cudaError_t linear(void* y,            // [m][n] bf16, or float32 when y_f32
+                     const bf16* x,      // [m][k]
+                     const bf16* w,      // [n][k]
+                     const bf16* bias,   // [n] or nullptr
+                     int m, int n, int k, bool y_f32, cudaStream_t stream);
+
+ private:
+  struct Key {
+    int m, n, k;
+    bool y_f32, bias;
+    auto operator<=>(const Key&) const = default;
+  };
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  static constexpr int kTuneMaxRows = 64;
+  static constexpr int kTuneCandidates = 8;
+  cudaError_t plan(const Key& key, Plan& out, void* y, const bf16* x, const bf16* w, const bf16* bias,
+                   cudaStream_t stream);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace paged::cuda

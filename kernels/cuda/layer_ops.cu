@@ -1,0 +1,125 @@
+#include "kernels/cuda/layer_ops.h"
+
+#include <string>
+
+#include "kernels/cuda/device_utils.cuh"
+
+namespace paged::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 256;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+cudaError_t bad_width(const char* kernel, const char* what, int width) {
+  return launch_failure(cudaErrorInvalidValue, std::string(kernel) + ": " + what + " " + std::to_string(width) +
+                                                   " must be a positive multiple of 8 with 16-byte aligned pointers");
+}
+
+// grid: (n); block: kRowThreads. Block i copies row rows[i] of the table in 16-byte vectors.
+__global__ void __launch_bounds__(kRowThreads)
+    gather_rows_kernel(bf16* __restrict__ out, const bf16* __restrict__ table, const int32_t* __restrict__ rows,
+                       int width, int table_rows) {
+  const int32_t r = rows[blockIdx.x];
+  bf16* dst = out + static_cast<int64_t>(blockIdx.x) * width;  // int64: n * width can pass 2^31
+  const bool valid = r >= 0 && r < table_rows;
+  const bf16* src = table + static_cast<int64_t>(valid ? r : 0) * width;
+  Bf16x8 zero;
+  for (int i = 0; i < 4; ++i) zero.h[i] = __floats2bfloat162_rn(0.f, 0.f);
+  for (int i = threadIdx.x * 8; i < width; i += blockDim.x * 8) store_bf16x8(dst + i, valid ? load_bf16x8(src + i) : zero);
+}
+
+// grid: (rows); block: kRowThreads. Block r normalises row r. With kAdd, residual[r] += x[r] first and the rounded
+// sum is normalised; the second pass re-reads the row the same thread wrote, so no barrier is needed between them.
+template <bool kAdd>
+__global__ void __launch_bounds__(kRowThreads)
+    rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ residual, const bf16* __restrict__ x,
+                    const bf16* __restrict__ weight, int hidden, float eps) {
+  __shared__ float scratch[kRowThreads / 32];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * hidden;
+  const bf16* src = kAdd ? residual + row : x + row;
+  float sum_sq = 0.f;
+  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
+    float v[8];
+    bf16x8_to_float(load_bf16x8(src + i), v);
+    if constexpr (kAdd) {
+      float a[8];
+      bf16x8_to_float(load_bf16x8(x + row + i), a);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] += a[j];
+      const Bf16x8 rounded = float_to_bf16x8(v);
+      store_bf16x8(residual + row + i, rounded);
+      bf16x8_to_float(rounded, v);  // HF normalises the bf16 residual, not the float sum
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+  }
+  sum_sq = block_sum(sum_sq, scratch);
+  const float inv = 1.0f / sqrtf(sum_sq / hidden + eps);
+  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
+    float v[8], w[8];
+    bf16x8_to_float(load_bf16x8(src + i), v);
+    bf16x8_to_float(load_bf16x8(weight + i), w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = w[j] * (v[j] * inv);
+    store_bf16x8(out + row + i, float_to_bf16x8(v));
+  }
+}
+
+// grid: (ceil(tokens * inter / 8 / kRowThreads)); block: kRowThreads. One thread per 8 outputs.
+__global__ void __launch_bounds__(kRowThreads)
+    silu_and_mul_kernel(bf16* __restrict__ out, const bf16* __restrict__ gate_up, int64_t tokens, int inter) {
+  const int64_t vec = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int vecs_per_row = inter / 8;
+  if (vec >= tokens * vecs_per_row) return;
+  const int64_t t = vec / vecs_per_row;
+  const int c = static_cast<int>(vec % vecs_per_row) * 8;
+  float g[8], u[8];
+  bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + c), g);
+  bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + inter + c), u);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+  store_bf16x8(out + t * inter + c, float_to_bf16x8(g));
+}
+
+}  // namespace
+
+cudaError_t gather_rows(bf16* out, const bf16* table, const int32_t* rows, int n, int width, int table_rows,
+                        cudaStream_t stream) {
+  if (width <= 0 || width % 8 != 0 || !aligned16(out) || !aligned16(table)) return bad_width("gather_rows", "width", width);
+  if (n <= 0) return cudaSuccess;
+  gather_rows_kernel<<<n, kRowThreads, 0, stream>>>(out, table, rows, width, table_rows);
+  return cudaGetLastError();
+}
+
+cudaError_t rms_norm(bf16* out, const bf16* x, const bf16* weight, int rows, int hidden, float eps,
+                     cudaStream_t stream) {
+  if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(weight))
+    return bad_width("rms_norm", "hidden", hidden);
+  if (rows <= 0) return cudaSuccess;
+  rms_norm_kernel<false><<<rows, kRowThreads, 0, stream>>>(out, nullptr, x, weight, hidden, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t add_rms_norm(bf16* out, bf16* residual, const bf16* x, const bf16* weight, int rows, int hidden,
+                         float eps, cudaStream_t stream) {
+  if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(residual) || !aligned16(x) ||
+      !aligned16(weight))
+    return bad_width("add_rms_norm", "hidden", hidden);
+  if (rows <= 0) return cudaSuccess;
+  rms_norm_kernel<true><<<rows, kRowThreads, 0, stream>>>(out, residual, x, weight, hidden, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t silu_and_mul(bf16* out, const bf16* gate_up, int tokens, int inter, cudaStream_t stream) {
+  if (inter <= 0 || inter % 8 != 0 || !aligned16(out) || !aligned16(gate_up))
+    return bad_width("silu_and_mul", "inter", inter);
+  if (tokens <= 0) return cudaSuccess;
+  const int64_t vecs = static_cast<int64_t>(tokens) * (inter / 8);
+  const auto blocks = static_cast<unsigned>((vecs + kRowThreads - 1) / kRowThreads);
+  silu_and_mul_kernel<<<blocks, kRowThreads, 0, stream>>>(out, gate_up, tokens, inter);
+  return cudaGetLastError();
+}
+
+}  // namespace paged::cuda

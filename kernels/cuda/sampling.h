@@ -1,0 +1,51 @@
+// Token sampling on the GPU: greedy, temperature, top-k, top-p, min-p, seeded. It reproduces paged::sample_logits
+// (model/sampler.h) for logits that already carry the penalties: the same random number random_uniform(seed, index)
+// (splitmix64, bit for bit), the same probabilities, the same cuts and the same inverse-CDF walk over the
+// probabilities sorted descending with ties broken by the lower id. It never sorts: the token at a given position of
+// that order is found by a radix descent over the bits of the float32 probabilities (4 passes of 8 bits, counting
+// elements and summing their mass in double per digit), which selects exactly what the sorted walk selects up to
+// the rounding of double sums taken in a different order.
+// Rows needing penalties, logit bias, top logprobs or beam candidates are processed before (penalties) or beside
+// (CPU sampler) this kernel by the runner.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace paged::cuda {
+
+/// Sampling parameters of one row, with SamplingParams' meaning.
+struct SamplingRow {
+  float temperature = 0.0f;  // 0: greedy (argmax, lowest id among equal maxima)
+  int top_k = -1;            // <= 0: off
+  float top_p = 1.0f;        // (0, 1]; 1: off
+  float min_p = 0.0f;        // [0, 1]; 0: off
+  uint64_t seed = 0;         // the sequence's seed
+  uint64_t index = 0;        // tokens the sequence generated so far: position in its random stream
+};
+
+/// Workspace bytes sample_tokens needs for `rows` rows of `vocab` logits (one float32 probability per logit).
+size_t sampling_workspace_bytes(int rows, int vocab);
+
+/// Samples one token per row. grid (rows), one thread block per row. Row r reads logits row logits_rows[r]
+/// (several samples of one sequence share its logits), or row r when logits_rows is null.
+/// logprobs[r] = log-softmax of those logits at the chosen token, before temperature (as the CPU sampler reports).
+cudaError_t sample_tokens(int32_t* tokens,              // [rows]
+                          float* logprobs,              // [rows]
+                          const float* logits,          // [logits rows][vocab]
+                          const int32_t* logits_rows,   // [rows] or nullptr
+                          const SamplingRow* params,    // [rows], device memory
+                          int rows, int vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+/// The uniform in [0, 1) of paged::random_uniform(seed, index), callable from host and device code alike.
+__host__ __device__ inline double sampling_uniform(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + (index + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+}  // namespace paged::cuda

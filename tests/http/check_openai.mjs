@@ -1,0 +1,177 @@
+// The official openai client against `paged serve` on stories260K: completions and chat completions, streamed and
+// not, n=2, logprobs, stop, echo; greedy completions must equal the Hugging Face golden continuations.
+// Usage: node check_openai.mjs --base http://127.0.0.1:PORT --golden .../stories260K-greedy.json
+import net from "node:net";
+import OpenAI from "openai";
+import { check, checkEqual, finish, loadGolden, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
+
+const args = parseArgs();
+const base = args.base;
+const golden = loadGolden(args.golden);
+await waitForHealth(base);
+const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+
+const models = await client.models.list();
+const model = models.data[0].id;
+checkEqual(model, "stories260K", "GET /v1/models names the served model");
+
+/// Collects a streamed completion: text per choice index, finish reasons, usage chunk.
+async function collectStream(stream, field) {
+  const text = {};
+  const finish = {};
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      const piece = field(c);
+      if (piece !== undefined && piece !== null) text[c.index] = (text[c.index] ?? "") + piece;
+      if (c.finish_reason) finish[c.index] = c.finish_reason;
+    }
+  }
+  return { text, finish, usage, chunks };
+}
+
+// ---- completions: greedy equals the golden continuations -----------------------------------------------------
+for (const g of golden) {
+  const r = await client.completions.create({ model, prompt: g.prompt, max_tokens: 64, temperature: 0 });
+  checkEqual(r.choices[0].text, g.greedy_text, `greedy completion of "${g.prompt}"`);
+  checkEqual(r.usage.prompt_tokens, g.prompt_ids.length, `prompt_tokens of "${g.prompt}"`);
+  checkEqual(r.usage.completion_tokens, g.greedy_ids.length, `completion_tokens of "${g.prompt}"`);
+  checkEqual(r.usage.total_tokens, g.prompt_ids.length + g.greedy_ids.length, `total_tokens of "${g.prompt}"`);
+  checkEqual(r.choices[0].finish_reason, "length", `finish_reason of "${g.prompt}"`);
+  check(r.object === "text_completion" && r.id.startsWith("cmpl-"), "completion object and id", r);
+
+  const s = await collectStream(
+    await client.completions.create({
+      model, prompt: g.prompt, max_tokens: 64, temperature: 0, stream: true, stream_options: { include_usage: true },
+    }),
+    (c) => c.text,
+  );
+  checkEqual(s.text[0], g.greedy_text, `streamed greedy completion of "${g.prompt}" concatenates to the golden text`);
+  check(!s.text[0].includes("\uFFFD"), "streamed text is valid UTF-8");
+  checkEqual(s.finish[0], "length", "streamed finish_reason");
+  checkEqual(s.usage && s.usage.completion_tokens, g.greedy_ids.length, "streamed usage chunk: completion_tokens");
+  checkEqual(s.usage && s.usage.prompt_tokens, g.prompt_ids.length, "streamed usage chunk: prompt_tokens");
+  check(s.chunks > 2, "a streamed completion comes in several chunks", s.chunks);
+}
+
+// A batch of prompts, token-id prompts, echo.
+{
+  const r = await client.completions.create({
+    model, prompt: [golden[0].prompt, golden[1].prompt], max_tokens: 64, temperature: 0,
+  });
+  checkEqual(r.choices.map((c) => c.index), [0, 1], "batched prompts: choice indices");
+  checkEqual(r.choices.map((c) => c.text), [golden[0].greedy_text, golden[1].greedy_text], "batched prompts: texts");
+  checkEqual(r.usage.prompt_tokens, golden[0].prompt_ids.length + golden[1].prompt_ids.length, "batched usage");
+  const ids = await client.completions.create({ model, prompt: golden[2].prompt_ids, max_tokens: 64, temperature: 0 });
+  checkEqual(ids.choices[0].text, golden[2].greedy_text, "token-id prompt gives the golden continuation");
+  const echo = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64, temperature: 0, echo: true });
+  checkEqual(echo.choices[0].text, golden[0].prompt + golden[0].greedy_text, "echo prepends the prompt");
+}
+
+// n = 2: greedy twice is the golden text twice; sampled with a seed, two streams.
+{
+  const r = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64, temperature: 0, n: 2 });
+  checkEqual(r.choices.length, 2, "n=2 gives two choices");
+  checkEqual(r.choices.map((c) => c.text), [golden[0].greedy_text, golden[0].greedy_text], "n=2 greedy choices");
+  checkEqual(r.usage.completion_tokens, 128, "n=2 usage counts both completions");
+  const s = await collectStream(
+    await client.completions.create({
+      model, prompt: golden[1].prompt, max_tokens: 20, temperature: 0.8, seed: 7, n: 2, stream: true,
+      stream_options: { include_usage: true },
+    }),
+    (c) => c.text,
+  );
+  checkEqual(Object.keys(s.text).sort(), ["0", "1"], "n=2 stream: both choices stream");
+  check(s.finish[0] && s.finish[1], "n=2 stream: both choices finish", s.finish);
+  check(s.usage && s.usage.completion_tokens > 0 && s.usage.completion_tokens <= 40, "n=2 stream usage", s.usage);
+  const again = await client.completions.create({
+    model, prompt: golden[1].prompt, max_tokens: 20, temperature: 0.8, seed: 7, n: 2,
+  });
+  checkEqual(again.choices.map((c) => c.text), [s.text[0], s.text[1]], "seeded sampling: streamed == non-streamed");
+}
+
+// stop strings and logprobs.
+{
+  const cut = golden[0].greedy_text.indexOf(" girl");
+  const r = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64, temperature: 0, stop: [" girl"] });
+  checkEqual(r.choices[0].text, golden[0].greedy_text.slice(0, cut), "stop string cuts the text before it");
+  checkEqual(r.choices[0].finish_reason, "stop", "stop string: finish_reason");
+  const lp = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 8, temperature: 0, logprobs: 2 });
+  const l = lp.choices[0].logprobs;
+  checkEqual(l.tokens.length, 8, "completions logprobs: one token per generated token");
+  checkEqual(l.token_logprobs.length, 8, "completions logprobs: token_logprobs");
+  checkEqual(l.text_offset.length, 8, "completions logprobs: text_offset");
+  check(l.top_logprobs.every((t) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2), "top_logprobs dicts", l.top_logprobs);
+  check(l.token_logprobs.every((x) => typeof x === "number" && x <= 0), "logprobs are <= 0", l.token_logprobs);
+  checkEqual(l.tokens.join(""), golden[0].greedy_text.slice(0, l.tokens.join("").length), "logprob tokens spell the text");
+}
+
+// ---- chat completions ----------------------------------------------------------------------------------------
+{
+  const messages = [{ role: "system", content: "You tell stories." }, { role: "user", content: "Once upon a time" }];
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 24, temperature: 0 });
+  const msg = r.choices[0].message;
+  checkEqual(msg.role, "assistant", "chat: assistant message");
+  check(typeof msg.content === "string" && msg.content.length > 0, "chat: content", msg);
+  check(r.object === "chat.completion" && r.id.startsWith("chatcmpl-"), "chat object and id", r);
+  check(r.usage.prompt_tokens > 10, "chat: prompt_tokens count the rendered template", r.usage);
+  check(r.usage.completion_tokens > 0 && r.usage.completion_tokens <= 24, "chat: completion_tokens", r.usage);
+  checkEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens, "chat: total_tokens");
+
+  const s = await collectStream(
+    await client.chat.completions.create({
+      model, messages, max_tokens: 24, temperature: 0, stream: true, stream_options: { include_usage: true },
+    }),
+    (c) => c.delta.content,
+  );
+  checkEqual(s.text[0], msg.content, "chat stream concatenates to the non-streamed content");
+  checkEqual(s.finish[0], r.choices[0].finish_reason, "chat stream: finish_reason");
+  checkEqual(s.usage, r.usage, "chat stream: usage chunk equals the non-streamed usage");
+
+  const two = await client.chat.completions.create({ model, messages, max_tokens: 24, temperature: 0, n: 2 });
+  checkEqual(two.choices.map((c) => c.message.content), [msg.content, msg.content], "chat n=2 greedy choices");
+  const two_s = await collectStream(
+    await client.chat.completions.create({ model, messages, max_tokens: 24, temperature: 0, n: 2, stream: true }),
+    (c) => c.delta.content,
+  );
+  checkEqual([two_s.text[0], two_s.text[1]], [msg.content, msg.content], "chat n=2 streamed choices");
+
+  const lp = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2 });
+  const content = lp.choices[0].logprobs.content;
+  checkEqual(content.length, lp.usage.completion_tokens, "chat logprobs: one entry per token");
+  check(content.every((t) => typeof t.token === "string" && Array.isArray(t.bytes) && t.top_logprobs.length <= 2),
+        "chat logprobs entries have token, bytes, top_logprobs", content[0]);
+}
+
+// ---- pipelining: two requests written at once on one connection are answered in order ------------------------
+{
+  const url = new URL(base);
+  const request = (g) => {
+    const body = JSON.stringify({ prompt: g.prompt, max_tokens: 64, temperature: 0 });
+    return `POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+  };
+  const raw = await new Promise((resolve, reject) => {
+    const sock = net.connect(Number(url.port), url.hostname, () => sock.write(request(golden[3]) + request(golden[4])));
+    let data = Buffer.alloc(0);
+    sock.on("data", (d) => {
+      data = Buffer.concat([data, d]);
+      if (data.toString().split("HTTP/1.1 200").length === 3 && data.toString().trimEnd().endsWith("}}")) {
+        sock.end();
+        resolve(data.toString());
+      }
+    });
+    sock.on("error", reject);
+    setTimeout(() => reject(new Error("pipelined responses did not arrive")), 30000);
+  });
+  const bodies = raw.split(/HTTP\/1\.1 200 OK\r\n/).slice(1).map((r) => JSON.parse(r.slice(r.indexOf("\r\n\r\n") + 4)));
+  checkEqual(bodies.map((b) => b.choices[0].text), [golden[3].greedy_text, golden[4].greedy_text],
+             "pipelined requests are answered in order");
+}
+
+const drained = await waitForDrained(base);
+check(drained.paged_kv_blocks_free === drained.paged_kv_blocks_total, "KV pool drained after the requests", drained);
+finish("check_openai");

@@ -1,0 +1,82 @@
+// A `ws` client on /v1/stream: two generations at once on one socket (their frames interleave), a third cancelled
+// mid-way, and error frames for bad frames.
+// Usage: node check_websocket.mjs --base http://127.0.0.1:PORT --golden .../stories260K-greedy.json
+import WebSocket from "ws";
+import { check, checkEqual, finish, loadGolden, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
+
+const args = parseArgs();
+const base = args.base;
+const golden = loadGolden(args.golden);
+await waitForHealth(base);
+
+const ws = new WebSocket(`${base.replace(/^http/, "ws")}/v1/stream`);
+await new Promise((resolve, reject) => {
+  ws.once("open", resolve);
+  ws.once("error", reject);
+});
+
+const gens = {};   // id -> { text, ids, done }
+const errors = {}; // id -> error frame
+const order = [];  // ids of token frames in arrival order
+let cancelSent = false;
+const allDone = new Promise((resolve, reject) => {
+  const timer = setTimeout(() => reject(new Error("timed out waiting for the generations")), 60000);
+  ws.on("message", (data) => {
+    const f = JSON.parse(data.toString());
+    if (f.type === "token") {
+      const g = (gens[f.id] ??= { text: "", ids: [], done: null, frames: 0 });
+      g.text += f.text;
+      g.ids.push(...f.token_ids);
+      g.frames++;
+      order.push(f.id);
+      if (f.id === "c" && !cancelSent) {
+        cancelSent = true;
+        ws.send(JSON.stringify({ type: "cancel", id: "c" }));
+      }
+    } else if (f.type === "done") {
+      (gens[f.id] ??= { text: "", ids: [], done: null, frames: 0 }).done = f;
+    } else if (f.type === "error") {
+      errors[f.id] = f;
+    }
+    const expectedErrors = ["bad", "dup-check", "404", "nope"];
+    if (["a", "b", "c"].every((id) => gens[id]?.done) && expectedErrors.every((id) => errors[id])) {
+      clearTimeout(timer);
+      resolve();
+    }
+  });
+});
+
+const [a, b] = golden;
+ws.send(JSON.stringify({ type: "generate", id: "a", prompt: a.prompt, max_tokens: 64, temperature: 0 }));
+ws.send(JSON.stringify({ type: "generate", id: "b", prompt: b.prompt, max_tokens: 64, temperature: 0 }));
+// Long enough to be cancelled mid-way: 400 tokens, EOS ignored.
+ws.send(JSON.stringify({ type: "generate", id: "c", prompt: golden[2].prompt, max_tokens: 400, ignore_eos: true, temperature: 0 }));
+// Bad frames: invalid parameter, duplicate running id (c still runs), cancel of an unknown id, unknown type.
+ws.send(JSON.stringify({ type: "generate", id: "bad", prompt: "x", temperature: -1 }));
+ws.send(JSON.stringify({ type: "generate", id: "dup-check", prompt: "x", max_tokens: 0 }));
+ws.send(JSON.stringify({ type: "cancel", id: "404" }));
+ws.send(JSON.stringify({ type: "frobnicate", id: "nope" }));
+await allDone;
+
+checkEqual(gens.a.text, a.greedy_text, "ws generation a equals the golden continuation");
+checkEqual(gens.a.ids, a.greedy_ids, "ws generation a token ids");
+checkEqual(gens.a.done.finish_reason, "length", "ws generation a finish_reason");
+checkEqual(gens.a.done.usage, { prompt_tokens: a.prompt_ids.length, completion_tokens: 64, total_tokens: a.prompt_ids.length + 64 }, "ws a usage");
+checkEqual(gens.b.text, b.greedy_text, "ws generation b equals the golden continuation");
+checkEqual(gens.b.done.finish_reason, "length", "ws generation b finish_reason");
+// Both ran at once: b's first token came before a's last.
+const lastA = order.lastIndexOf("a");
+const firstB = order.indexOf("b");
+check(firstB < lastA, "generations a and b interleave on one socket", { firstB, lastA });
+checkEqual(gens.c.done.finish_reason, "cancelled", "generation c was cancelled");
+check(gens.c.ids.length < 400, "cancelled generation stopped early", gens.c.ids.length);
+checkEqual(errors.bad.error.code, 400, "invalid generate frame: error code 400");
+checkEqual(errors.bad.error.param, "temperature", "invalid generate frame names the parameter");
+checkEqual(errors["dup-check"].error.code, 400, "max_tokens 0: error 400");
+checkEqual(errors["404"].error.code, 404, "cancel of an unknown id: error 404");
+checkEqual(errors.nope.error.code, 400, "unknown frame type: error 400");
+
+ws.close();
+const drained = await waitForDrained(base);
+check(drained.paged_kv_blocks_free === drained.paged_kv_blocks_total, "KV pool drained after the WebSocket", drained);
+finish("check_websocket");

@@ -1,0 +1,412 @@
+#!/usr/bin/env bash
+# The `paged generate` command line against bad input (issue 2, acceptance 5) and its output contract:
+#   bash tests/integration/cli_errors.sh PATH/TO/paged
+# Every bad input must end with a clear message on stderr and exit 1 (runtime error) or 2 (usage), never a signal.
+# The positive half checks the --json lines, the golden greedy outputs (batch and one at a time) and --stats.
+# JSON is checked with node (installed by tools/setup.sh).
+set -u
+
+PAGED=${1:?usage: cli_errors.sh PATH/TO/paged}
+SRC=${PAGED_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+SHARED=${PAGED_SHARED_DIR:-$SRC/../shared}
+MODEL=$SHARED/models/stories260K
+GOLDEN=$SHARED/golden/stories260K-greedy.json
+command -v node >/dev/null || { echo "cli_errors: node is required (tools/setup.sh installs it)" >&2; exit 1; }
+[ -x "$PAGED" ] || { echo "cli_errors: $PAGED is not an executable" >&2; exit 1; }
+[ -f "$MODEL/model.safetensors" ] || { echo "cli_errors: no model at $MODEL" >&2; exit 1; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/paged_cli.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+checks=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# run ARGS...: runs paged generate with a 60 s guard; sets $rc, leaves stdout in $TMP/out and stderr in $TMP/err.
+run() {
+  timeout -s KILL 60 "$PAGED" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+  rc=$?
+}
+
+# expect_fail NAME RC REGEX ARGS...: exit status RC, stderr matching REGEX (extended, case-insensitive), no output.
+expect_fail() {
+  local name=$1 want=$2 pattern=$3
+  shift 3
+  checks=$((checks + 1))
+  run "$@"
+  if ((rc >= 128)); then
+    fail "$name: killed by signal $((rc - 128)) (exit $rc); stderr: $(head -c 600 "$TMP/err")"
+    return
+  fi
+  [ "$rc" = "$want" ] || fail "$name: exit $rc, expected $want; stderr: $(head -c 600 "$TMP/err")"
+  grep -qiE -- "$pattern" "$TMP/err" || fail "$name: stderr does not match /$pattern/: $(head -c 600 "$TMP/err")"
+  grep -q '^paged: ' "$TMP/err" || fail "$name: stderr does not start with 'paged: '"
+  if [ "$want" = 2 ]; then grep -q '^usage:' "$TMP/err" || fail "$name: usage error without the usage text"; fi
+  [ ! -s "$TMP/out" ] || fail "$name: wrote to stdout: $(head -c 300 "$TMP/out")"
+  [ -z "$(find "$TMP" -maxdepth 2 -name 'core*' -print -quit)" ] || fail "$name: left a core file"
+  echo "ok   $name (exit $rc): $(head -n 1 "$TMP/err" | cut -c1-160)"
+}
+
+# A copy of the model folder to break: mkmodel NAME -> prints its path.
+mkmodel() {
+  local d=$TMP/models/$1
+  mkdir -p "$d"
+  cp "$MODEL"/{config.json,model.safetensors,tokenizer.model,tokenizer_config.json,generation_config.json} "$d"/
+  chmod u+w "$d"/*
+  echo "$d"
+}
+
+# edit_json FILE JS: runs JS with `j` bound to the parsed file, then writes `j` back.
+edit_json() {
+  node -e '
+    const fs = require("fs");
+    const f = process.argv[1];
+    const j = JSON.parse(fs.readFileSync(f, "utf8"));
+    new Function("j", process.argv[2])(j);
+    fs.writeFileSync(f, JSON.stringify(j, null, 2));
+  ' "$1" "$2"
+}
+
+# edit_st FILE JS: rewrites a safetensors header; JS sees `h` (the header object) and `n` (data bytes).
+edit_st() {
+  node -e '
+    const fs = require("fs");
+    const f = process.argv[1];
+    const buf = fs.readFileSync(f);
+    const len = Number(buf.readBigUInt64LE(0));
+    const h = JSON.parse(buf.subarray(8, 8 + len).toString("utf8"));
+    const data = buf.subarray(8 + len);
+    new Function("h", "n", process.argv[2])(h, data.length);
+    let s = JSON.stringify(h);
+    while (Buffer.byteLength(s) % 8) s += " ";
+    const head = Buffer.alloc(8);
+    head.writeBigUInt64LE(BigInt(Buffer.byteLength(s)));
+    fs.writeFileSync(f, Buffer.concat([head, Buffer.from(s, "utf8"), data]));
+  ' "$1" "$2"
+}
+
+GEN=(generate --max-tokens 8 --temperature 0)
+echo "== bad model folders"
+
+# Truncated safetensors: the data cut short, and a header length beyond the end of the file.
+m=$(mkmodel cut)
+head -c $(($(stat -c %s "$MODEL/model.safetensors") - 1000)) "$MODEL/model.safetensors" >"$m/model.safetensors"
+expect_fail "truncated safetensors (data cut short)" 1 "model\.safetensors.*tensor '.*out of range" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel header_len)
+node -e 'const fs = require("fs"); const b = fs.readFileSync(process.argv[1]);
+  b.writeBigUInt64LE(BigInt(b.length + 100), 0); fs.writeFileSync(process.argv[1], b);' "$m/model.safetensors"
+expect_fail "truncated safetensors (header length beyond the file)" 1 "model\.safetensors.*truncated.*header length" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel tiny)
+head -c 5 "$MODEL/model.safetensors" >"$m/model.safetensors"
+expect_fail "truncated safetensors (5 bytes)" 1 "truncated" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel empty_weights)
+: >"$m/model.safetensors"
+expect_fail "empty safetensors" 1 "truncated" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+
+# Out-of-range data_offsets.
+m=$(mkmodel offsets)
+edit_st "$m/model.safetensors" 'const t = h["model.layers.3.self_attn.k_proj.weight"];
+  const size = t.data_offsets[1] - t.data_offsets[0]; t.data_offsets = [n - size + 64, n + 64];'
+expect_fail "out-of-range data_offsets" 1 "model\.layers\.3\.self_attn\.k_proj\.weight.*out of range" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel offsets_reversed)
+edit_st "$m/model.safetensors" 'const t = h["model.norm.weight"]; t.data_offsets.reverse();'
+expect_fail "reversed data_offsets" 1 "model\.norm\.weight.*data_offsets" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel malformed_header)
+node -e 'const fs = require("fs"); const b = fs.readFileSync(process.argv[1]);
+  b.fill(0x23, 8, 40); fs.writeFileSync(process.argv[1], b);' "$m/model.safetensors"
+expect_fail "malformed safetensors header" 1 "malformed JSON header" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel dtype)
+edit_st "$m/model.safetensors" 'h["model.layers.0.mlp.up_proj.weight"].dtype = "F64";'
+expect_fail "unsupported dtype" 1 "model\.layers\.0\.mlp\.up_proj\.weight.*unsupported dtype F64" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+
+# Shapes that disagree with the config: an edited config, and a tensor with a wrong (transposed) shape.
+m=$(mkmodel hidden)
+edit_json "$m/config.json" 'j.hidden_size = 128;'
+expect_fail "shape mismatch (config hidden_size)" 1 "model\.embed_tokens\.weight.*\[512, 64\].*\[512, 128\]" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel layers)
+edit_json "$m/config.json" 'j.num_hidden_layers = 7;'
+expect_fail "shape mismatch (more layers than the checkpoint)" 1 "model\.layers\.5\." \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel transposed)
+edit_st "$m/model.safetensors" 'h["model.layers.2.mlp.down_proj.weight"].shape.reverse();'
+expect_fail "shape mismatch (transposed tensor)" 1 "model\.layers\.2\.mlp\.down_proj\.weight.*\[172, 64\].*\[64, 172\]" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel shape_bytes)
+edit_st "$m/model.safetensors" 'h["model.norm.weight"].shape = [65];'
+expect_fail "shape inconsistent with the bytes" 1 "model\.norm\.weight.*does not match" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+
+# Unsupported architecture / model type / config fields.
+m=$(mkmodel arch)
+edit_json "$m/config.json" 'j.architectures = ["GPTNeoXForCausalLM"];'
+expect_fail "unsupported architecture" 1 "architectures.*GPTNeoXForCausalLM" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel model_type)
+edit_json "$m/config.json" 'j.model_type = "gpt_neox";'
+expect_fail "unsupported model_type" 1 "model_type.*gpt_neox" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel missing_field)
+edit_json "$m/config.json" 'delete j.num_attention_heads;'
+expect_fail "missing config field" 1 "missing.*num_attention_heads" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel rope)
+edit_json "$m/config.json" 'j.rope_scaling = {rope_type: "yarn", factor: 4};'
+expect_fail "unsupported rope_scaling" 1 "rope_scaling.*yarn" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel bad_config)
+printf '{"model_type": "llama",' >"$m/config.json"
+expect_fail "malformed config.json" 1 "config\.json.*malformed JSON" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+
+# Missing or broken tokenizer.
+m=$(mkmodel no_tokenizer)
+rm "$m/tokenizer.model"
+expect_fail "missing tokenizer" 1 "no tokenizer.*tokenizer\.(json|model)" \
+  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel bad_tokenizer)
+echo "not a sentencepiece model" >"$m/tokenizer.model"
+expect_fail "corrupt tokenizer.model" 1 "tokenizer\.model" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+m=$(mkmodel no_weights)
+rm "$m/model.safetensors"
+expect_fail "missing weights" 1 "no model\.safetensors" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+expect_fail "missing model folder" 1 "model directory not found" \
+  "${GEN[@]}" --model "$TMP/does-not-exist" --prompt "Once upon a time"
+
+echo "== bad prompts"
+long=$(for _ in $(seq 200); do printf 'Once upon a time, '; done)
+expect_fail "prompt longer than the context" 1 "prompt 1:.*maximum context length is 512.*prompt has [0-9]{3,}" \
+  "${GEN[@]}" --model "$MODEL" --prompt "$long"
+expect_fail "prompt plus max-tokens longer than the context" 1 "prompt 1:.*maximum context length is 512" \
+  generate --model "$MODEL" --max-tokens 500 --prompt "Once upon a time, there was a little girl who liked to play"
+printf '{"prompt": "Once upon a time"}\n{"prompt": "%s"}\n' "$long" >"$TMP/long.jsonl"
+expect_fail "prompt longer than the context (second prompt of a file)" 1 "prompt 2:.*maximum context length" \
+  "${GEN[@]}" --model "$MODEL" --prompts-file "$TMP/long.jsonl"
+
+expect_fail "invalid UTF-8 in --prompt (stray byte)" 1 "prompt 1:.*UTF-8" \
+  "${GEN[@]}" --model "$MODEL" --prompt $'Once upon \xff a time'
+expect_fail "invalid UTF-8 in --prompt (truncated sequence)" 1 "prompt 1:.*UTF-8" \
+  "${GEN[@]}" --model "$MODEL" --prompt $'Once upon a time \xe2\x82'
+expect_fail "invalid UTF-8 in --prompt (surrogate)" 1 "prompt 1:.*UTF-8" \
+  "${GEN[@]}" --model "$MODEL" --prompt $'Once \xed\xa0\x80 upon'
+expect_fail "invalid UTF-8 in --prompt (overlong)" 1 "prompt 1:.*UTF-8" \
+  "${GEN[@]}" --model "$MODEL" --prompt $'Once \xc0\xaf upon'
+printf '{"prompt": "Once upon a time"}\n{"prompt": "Once \xff upon"}\n' >"$TMP/utf8.jsonl"
+expect_fail "invalid UTF-8 in a prompts file" 1 "utf8\.jsonl:2:.*UTF-8" \
+  "${GEN[@]}" --model "$MODEL" --prompts-file "$TMP/utf8.jsonl"
+printf '{"prompt": "Once \\ud800 upon"}\n' >"$TMP/surrogate.jsonl"
+expect_fail "lone surrogate escape in a prompts file" 1 "surrogate\.jsonl:1|UTF-8|surrogate" \
+  "${GEN[@]}" --model "$MODEL" --prompts-file "$TMP/surrogate.jsonl"
+
+printf '{"prompt": "Once upon a time"}\n{"prompt": "unterminated\n' >"$TMP/bad1.jsonl"
+expect_fail "malformed prompts file (not JSON)" 1 "bad1\.jsonl:2:.*JSON" \
+  "${GEN[@]}" --model "$MODEL" --prompts-file "$TMP/bad1.jsonl"
+printf '{"text": "Once upon a time"}\n' >"$TMP/bad2.jsonl"
+expect_fail "malformed prompts file (no prompt key)" 1 "bad2\.jsonl:1:.*prompt" \
+  "${GEN[@]}" --model "$MODEL" --prompts-file "$TMP/bad2.jsonl"
+printf '{"prompt": 42}\n' >"$TMP/bad3.jsonl"
+expect_fail "malformed prompts file (prompt not a string)" 1 "bad3\.jsonl:1:.*prompt" \
+  "${GEN[@]}" --model "$MODEL" --prompts-file "$TMP/bad3.jsonl"
+printf '["Once upon a time"]\n' >"$TMP/bad4.jsonl"
+expect_fail "malformed prompts file (array line)" 1 "bad4\.jsonl:1:.*prompt" \
+  "${GEN[@]}" --model "$MODEL" --prompts-file "$TMP/bad4.jsonl"
+printf '\n\n' >"$TMP/empty.jsonl"
+expect_fail "empty prompts file" 1 "no prompts" "${GEN[@]}" --model "$MODEL" --prompts-file "$TMP/empty.jsonl"
+expect_fail "missing prompts file" 1 "cannot open prompts file" \
+  "${GEN[@]}" --model "$MODEL" --prompts-file "$TMP/none.jsonl"
+
+echo "== usage errors"
+P=(--model "$MODEL" --prompt "Once upon a time")
+expect_fail "unknown flag" 2 "unknown flag --frobnicate" generate "${P[@]}" --frobnicate 3
+expect_fail "unknown switch" 2 "unknown flag --verbose" generate "${P[@]}" --verbose=1
+expect_fail "unknown command" 2 "unknown command 'frobnicate'" frobnicate "${P[@]}"
+expect_fail "positional argument" 2 "unexpected argument 'hello'" generate "${P[@]}" hello
+expect_fail "no command" 2 "missing command"
+expect_fail "missing --model" 2 "--model" generate --prompt "Once upon a time"
+expect_fail "no prompt" 2 "exactly one of --prompt and --prompts-file" generate --model "$MODEL"
+expect_fail "both prompt sources" 2 "exactly one of --prompt and --prompts-file" \
+  generate "${P[@]}" --prompts-file "$TMP/bad1.jsonl"
+expect_fail "flag without its value" 2 "--max-tokens needs a value" generate "${P[@]}" --max-tokens
+
+echo "== bad flag values"
+expect_fail "--max-tokens not a number" 2 "--max-tokens expects an integer, got 'abc'" generate "${P[@]}" --max-tokens abc
+expect_fail "--max-tokens with junk" 2 "--max-tokens expects an integer" generate "${P[@]}" --max-tokens 12x
+expect_fail "--max-tokens overflow" 2 "--max-tokens expects an integer" generate "${P[@]}" --max-tokens 99999999999
+expect_fail "--max-tokens 0" 2 "invalid --max-tokens" generate "${P[@]}" --max-tokens 0
+expect_fail "--max-tokens beyond the context" 2 "invalid --max-tokens.*maximum context length is 512" \
+  generate "${P[@]}" --max-tokens 100000
+expect_fail "--temperature not a number" 2 "--temperature expects a number" generate "${P[@]}" --temperature hot
+expect_fail "--temperature negative" 2 "invalid --temperature" generate "${P[@]}" --temperature -1
+expect_fail "--temperature nan" 2 "invalid --temperature" generate "${P[@]}" --temperature nan
+expect_fail "--top-p 0" 2 "invalid --top-p" generate "${P[@]}" --top-p 0
+expect_fail "--top-p above 1" 2 "invalid --top-p" generate "${P[@]}" --top-p 1.5
+expect_fail "--top-k below -1" 2 "invalid --top-k" generate "${P[@]}" --top-k -5
+expect_fail "--min-p above 1" 2 "invalid --min-p" generate "${P[@]}" --min-p 2
+expect_fail "--n 0" 2 "invalid --n" generate "${P[@]}" --n 0
+expect_fail "--seed negative" 2 "--seed expects a non-negative integer" generate "${P[@]}" --seed -1
+expect_fail "--seed junk" 2 "--seed expects a non-negative integer" generate "${P[@]}" --seed 12abc
+expect_fail "--repetition-penalty 0" 2 "invalid --repetition-penalty" generate "${P[@]}" --repetition-penalty 0
+expect_fail "--presence-penalty 3" 2 "invalid --presence-penalty" generate "${P[@]}" --presence-penalty 3
+expect_fail "--logprobs 50" 2 "invalid --logprobs" generate "${P[@]}" --logprobs 50
+expect_fail "--stop-token-ids junk" 2 "--stop-token-ids" generate "${P[@]}" --stop-token-ids 2,x
+expect_fail "--stop-token-ids outside the vocabulary" 2 "invalid --stop-token-ids" generate "${P[@]}" --stop-token-ids 9999
+expect_fail "--min-tokens above --max-tokens" 2 "invalid --min-tokens" generate "${P[@]}" --max-tokens 4 --min-tokens 8
+expect_fail "--block-size 0" 2 "--block-size" generate "${P[@]}" --block-size 0
+expect_fail "--block-size 1000" 2 "--block-size" generate "${P[@]}" --block-size 1000
+expect_fail "--num-kv-blocks 0" 2 "--num-kv-blocks" generate "${P[@]}" --num-kv-blocks 0
+expect_fail "--max-num-seqs 0" 2 "--max-num-seqs" generate "${P[@]}" --max-num-seqs 0
+expect_fail "--preemption-mode" 2 "--preemption-mode" generate "${P[@]}" --preemption-mode sometimes
+expect_fail "--device" 2 "--device" generate "${P[@]}" --device tpu
+expect_fail "--swap-space negative" 2 "--swap-space" generate "${P[@]}" --swap-space -4
+expect_fail "--max-model-len beyond the model" 1 "max_model_len must be in \[1, 512\]" \
+  generate "${P[@]}" --max-model-len 4096
+
+echo "== the output contract"
+# The golden prompts as a prompts file, and the expected lines.
+node -e '
+  const fs = require("fs");
+  const g = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+  fs.writeFileSync(process.argv[2], g.cases.map(c => JSON.stringify({prompt: c.prompt})).join("\n") + "\n");
+' "$GOLDEN" "$TMP/golden.jsonl"
+
+# check_golden FILE: FILE has one --json line per golden case, in order, equal to the golden ids.
+check_golden() {
+  node -e '
+    const fs = require("fs");
+    const g = JSON.parse(fs.readFileSync(process.argv[1], "utf8")).cases;
+    const lines = fs.readFileSync(process.argv[2], "utf8").split("\n").filter(l => l.length);
+    const eq = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+    let bad = 0;
+    const fail = m => { console.error("  " + m); bad++; };
+    if (lines.length !== g.length) fail(`${lines.length} lines for ${g.length} prompts`);
+    lines.forEach((line, i) => {
+      let o;
+      try { o = JSON.parse(line); } catch (e) { return fail(`line ${i + 1} is not JSON: ${line.slice(0, 200)}`); }
+      const c = g[i];
+      if (!c) return;
+      const keys = Object.keys(o).sort().join(",");
+      if (keys !== "outputs,prompt,prompt_token_ids") fail(`line ${i + 1}: keys ${keys}`);
+      if (o.prompt !== c.prompt) fail(`line ${i + 1}: prompt ${JSON.stringify(o.prompt)} (input order broken?)`);
+      if (!eq(o.prompt_token_ids, c.prompt_ids)) fail(`line ${i + 1}: prompt_token_ids ${o.prompt_token_ids}`);
+      if (!Array.isArray(o.outputs) || o.outputs.length !== 1) return fail(`line ${i + 1}: outputs ${JSON.stringify(o.outputs)}`);
+      const out = o.outputs[0];
+      const okeys = Object.keys(out).sort().join(",");
+      if (okeys !== "finish_reason,text,token_ids") fail(`line ${i + 1}: output keys ${okeys}`);
+      if (!eq(out.token_ids, c.greedy_ids)) {
+        const k = out.token_ids.findIndex((t, j) => t !== c.greedy_ids[j]);
+        fail(`line ${i + 1}: generated ids differ from the golden ids at index ${k}`);
+      }
+      if (out.text !== c.greedy_text) fail(`line ${i + 1}: text ${JSON.stringify(out.text)}`);
+      if (out.finish_reason !== "length") fail(`line ${i + 1}: finish_reason ${out.finish_reason}`);
+    });
+    process.exit(bad ? 1 : 0);
+  ' "$GOLDEN" "$1"
+}
+
+# expect_ok NAME ARGS...: exit 0 and nothing alarming on stderr.
+expect_ok() {
+  local name=$1
+  shift
+  checks=$((checks + 1))
+  run "$@"
+  if [ "$rc" != 0 ]; then
+    fail "$name: exit $rc; stderr: $(head -c 600 "$TMP/err")"
+    return 1
+  fi
+  return 0
+}
+
+GREEDY=(generate --model "$MODEL" --max-tokens 64 --temperature 0 --json)
+if expect_ok "golden batch" "${GREEDY[@]}" --prompts-file "$TMP/golden.jsonl"; then
+  cp "$TMP/out" "$TMP/batch.jsonl"
+  if check_golden "$TMP/batch.jsonl"; then echo "ok   golden prompts file: five --json lines equal the golden ids"
+  else fail "golden prompts file: --json lines differ from $GOLDEN"; fi
+fi
+
+# One at a time, with --prompt, and at two other block sizes: the same lines.
+: >"$TMP/alone.jsonl"
+n=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).cases.length)' "$GOLDEN")
+for ((i = 0; i < n; i++)); do
+  p=$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(process.argv[1])).cases[+process.argv[2]].prompt)' \
+    "$GOLDEN" "$i")
+  expect_ok "golden prompt $i alone" "${GREEDY[@]}" --prompt "$p" && cat "$TMP/out" >>"$TMP/alone.jsonl"
+done
+if check_golden "$TMP/alone.jsonl" && cmp -s "$TMP/alone.jsonl" "$TMP/batch.jsonl"; then
+  echo "ok   golden prompts one at a time: identical to the batch"
+else
+  fail "golden prompts one at a time differ from the batch or the golden file"
+fi
+for bs in 1 32; do
+  if expect_ok "golden batch, block size $bs" "${GREEDY[@]}" --prompts-file "$TMP/golden.jsonl" --block-size "$bs"; then
+    cmp -s "$TMP/out" "$TMP/batch.jsonl" && echo "ok   golden batch with --block-size $bs: identical" ||
+      fail "golden batch with --block-size $bs differs"
+  fi
+done
+
+# --stats: the outputs, then one last line {"stats": {...}} with the seven keys of the contract.
+if expect_ok "--stats" "${GREEDY[@]}" --prompts-file "$TMP/golden.jsonl" --stats; then
+  node -e '
+    const fs = require("fs");
+    const lines = fs.readFileSync(process.argv[1], "utf8").split("\n").filter(l => l.length);
+    const want = ["kv_blocks_free_at_end", "kv_blocks_total", "peak_running_seqs", "preemptions",
+                  "prefix_cache_hit_tokens", "prompt_tokens_computed", "swapped_out_blocks"];
+    const last = JSON.parse(lines[lines.length - 1]);
+    const errs = [];
+    if (Object.keys(last).join() !== "stats") errs.push("last line is not {\"stats\": ...}: " + lines[lines.length - 1]);
+    const s = last.stats || {};
+    if (Object.keys(s).sort().join() !== want.join()) errs.push("keys " + Object.keys(s).sort().join());
+    for (const k of want) if (!Number.isInteger(s[k]) || s[k] < 0) errs.push(`${k} = ${s[k]}`);
+    if (lines.length !== 6) errs.push(`${lines.length} lines, expected 5 outputs and the stats`);
+    const golden = fs.readFileSync(process.argv[2], "utf8").split("\n").filter(l => l.length);
+    if (lines.slice(0, -1).join("\n") !== golden.join("\n")) errs.push("the outputs before the stats changed");
+    if (s.kv_blocks_total < 1) errs.push("kv_blocks_total < 1");
+    if (s.kv_blocks_free_at_end !== s.kv_blocks_total) errs.push("blocks still held at the end: " + JSON.stringify(s));
+    if (s.peak_running_seqs < 1 || s.peak_running_seqs > 5) errs.push("peak_running_seqs " + s.peak_running_seqs);
+    if (s.prompt_tokens_computed < 1) errs.push("prompt_tokens_computed " + s.prompt_tokens_computed);
+    if (errs.length) { console.error("  " + errs.join("\n  ")); process.exit(1); }
+    console.log("ok   --stats: " + JSON.stringify(s));
+  ' "$TMP/out" "$TMP/batch.jsonl" || fail "--stats line"
+fi
+
+# --n 2 with a seed: two outputs per prompt, reproducible; plain text mode starts with the prompt.
+if expect_ok "--n 2 --seed" generate --model "$MODEL" --prompt "Once upon a time" --max-tokens 16 --temperature 0.8 \
+  --seed 7 --n 2 --json; then
+  cp "$TMP/out" "$TMP/n2a"
+  expect_ok "--n 2 --seed again" generate --model "$MODEL" --prompt "Once upon a time" --max-tokens 16 \
+    --temperature 0.8 --seed 7 --n 2 --json && { cmp -s "$TMP/out" "$TMP/n2a" || fail "--seed does not reproduce"; }
+  node -e '
+    const o = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    const ok = o.outputs.length === 2 && o.outputs.every(c => c.token_ids.length >= 1 && c.token_ids.length <= 16 &&
+      ["stop", "length"].includes(c.finish_reason) && typeof c.text === "string");
+    process.exit(ok ? 0 : 1);
+  ' "$TMP/n2a" && echo "ok   --n 2 --seed 7: two reproducible outputs" || fail "--n 2 output: $(cat "$TMP/n2a")"
+fi
+if expect_ok "text mode" generate --model "$MODEL" --prompt "Once upon a time" --max-tokens 8 --temperature 0; then
+  head -n 1 "$TMP/out" | grep -q '^Once upon a time' && echo "ok   text mode prints the prompt and its completion" ||
+    fail "text mode output: $(cat "$TMP/out")"
+fi
+# EOS ends a sequence with finish_reason "stop" unless --ignore-eos.
+if expect_ok "eos" generate --model "$MODEL" --prompt "Once upon a time" --max-tokens 400 --temperature 0 --json; then
+  node -e '
+    const c = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).outputs[0];
+    const ok = c.finish_reason === "stop" ? c.token_ids.length < 400 : c.token_ids.length === 400;
+    process.exit(ok ? 0 : 1);
+  ' "$TMP/out" && echo "ok   finish_reason matches the output length" || fail "finish_reason: $(cat "$TMP/out")"
+fi
+if expect_ok "--ignore-eos" generate --model "$MODEL" --prompt "Once upon a time" --max-tokens 300 --temperature 0 \
+  --ignore-eos --json; then
+  node -e '
+    const c = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).outputs[0];
+    process.exit(c.finish_reason === "length" && c.token_ids.length === 300 ? 0 : 1);
+  ' "$TMP/out" && echo "ok   --ignore-eos runs to --max-tokens" || fail "--ignore-eos: $(head -c 300 "$TMP/out")"
+fi
+
+echo "cli_errors: $checks checks, $failures failures"
+((failures == 0))

@@ -1,0 +1,56 @@
+// Server options: conf/serve.json holds exactly the built-in defaults, and the loader refuses what it does not know.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "http/server.h"
+
+using paged::ServerOptions;
+
+namespace {
+
+std::string write_temp(const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("paged-serve-" + std::to_string(std::hash<std::string>{}(text)) + ".json");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+}  // namespace
+
+TEST_CASE("conf/serve.json holds the built-in server defaults", "[http]") {
+  const ServerOptions conf = paged::load_server_options(std::string(PAGED_SOURCE_DIR) + "/conf/serve.json");
+  const ServerOptions defaults;
+  CHECK(conf.host == defaults.host);
+  CHECK(conf.host == "127.0.0.1");  // loopback unless told otherwise
+  CHECK(conf.port == defaults.port);
+  CHECK(conf.api_key == defaults.api_key);
+  CHECK(conf.served_model_name == defaults.served_model_name);
+  CHECK(conf.chat_template_file == defaults.chat_template_file);
+  CHECK(conf.body_limit == defaults.body_limit);
+  CHECK(conf.read_timeout_s == defaults.read_timeout_s);
+  CHECK(conf.write_timeout_s == defaults.write_timeout_s);
+  CHECK(conf.pipeline_limit == defaults.pipeline_limit);
+  CHECK(conf.io_threads == defaults.io_threads);
+  CHECK(conf.ws_max_generations == defaults.ws_max_generations);
+}
+
+TEST_CASE("server options: keys override defaults, unknown keys and bad values are refused", "[http]") {
+  const ServerOptions o = paged::load_server_options(
+      write_temp(R"({"server": {"port": 9001, "api_key": "k", "body_limit_bytes": 4096, "host": "0.0.0.0"}})"));
+  CHECK(o.port == 9001);
+  CHECK(o.api_key == "k");
+  CHECK(o.body_limit == 4096);
+  CHECK(o.host == "0.0.0.0");
+  CHECK(o.pipeline_limit == ServerOptions{}.pipeline_limit);
+  CHECK(paged::load_server_options(write_temp(R"({"model": "x"})")).port == ServerOptions{}.port);
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"prot": 1}})")), std::runtime_error);
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"port": 70000}})")), std::runtime_error);
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"io_threads": 0}})")), std::runtime_error);
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"api_key": 5}})")), std::runtime_error);
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": [1]})")), std::runtime_error);
+  CHECK_THROWS_AS(paged::load_server_options(write_temp("not json")), std::runtime_error);
+  CHECK_THROWS_AS(paged::load_server_options("/nonexistent/serve.json"), std::runtime_error);
+}

@@ -1,0 +1,441 @@
+// The CUDA runner driven directly through the ModelRunner interface, without the engine:
+//
+//   bench_cuda_runner decode [--batches 1,16,64,256] [--prompt 512] [--steps 128] [--max-model-len 2048]
+//       A Llama-3-8B-shaped model with random bf16 weights (32 layers, hidden 4096, 32 heads, 8 KV heads,
+//       intermediate 14336, vocab 128256): prefill of `batch` random prompts, then `steps` greedy decode steps
+//       timed end to end (host work, CUDA graphs, sampling and the token download included). Batch 1 is set
+//       against the one-stream limit of reading 16 GB of weights per token at 4.3 TB/s (about 270 tok/s).
+//
+//   bench_cuda_runner ops [--batch 1] [--context 576]
+//       Times each kernel of one decode step at the same shape (one layer's ops, the LM head, greedy sampling) with
+//       CUDA events, and the step they add up to: where a decode step's time goes.
+//
+//   bench_cuda_runner parity --model DIR --prompts FILE --steps N --out PREFIX [--cpu]
+//       Greedy generation on a checkpoint, for the Hugging Face comparison of tools/gpu/hf_parity.py. FILE holds
+//       one prompt per line as token ids. Writes PREFIX.tokens.json ({"tokens": [[...], ...]}, N tokens per
+//       prompt) and PREFIX.logits.bin (float32 [prompts][vocab], the logits after each prompt's last token).
+//       --cpu also writes PREFIX.cpu_logits.bin from the float32 CPU runner (the tight float32 check).
+//
+// Built everywhere (bench_*.cpp always are); without the CUDA backend it says so and exits.
+#include <cstdio>
+
+#ifndef PAGED_HAVE_CUDA
+
+int main() {
+  std::puts("bench_cuda_runner: no CUDA (built without the CUDA backend)");
+  return 0;
+}
+
+#else
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_runner.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layer_ops.h"
+#include "kernels/cuda/random_fill.h"
+#include "kernels/cuda/rope_cache.h"
+#include "kernels/cuda/sampling.h"
+#include "model/cpu_runner.h"
+
+namespace {
+
+using namespace paged;
+
+// A sequence of the driver: its ids and its blocks (contiguous ranges handed out in order; the runner does not care
+// where blocks are).
+struct Sequence {
+  std::vector<TokenId> prompt, output;
+  std::vector<int32_t> blocks;
+};
+
+SamplingParams greedy_params() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+const SamplingParams kGreedy = greedy_params();
+
+SampleSpec greedy_spec(const Sequence& s) {
+  SampleSpec spec;
+  spec.params = &kGreedy;
+  spec.prompt = &s.prompt;
+  spec.output = &s.output;
+  return spec;
+}
+
+// Steps that prefill every sequence's whole prompt, at most `budget` tokens a step (a prompt is never split here).
+std::vector<StepBatch> prefill_steps(const std::vector<Sequence>& seqs, int budget, bool sample) {
+  std::vector<StepBatch> steps(1);
+  int used = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int n = static_cast<int>(seqs[i].prompt.size());
+    if (used + n > budget && used > 0) {
+      steps.emplace_back();
+      used = 0;
+    }
+    SeqChunk c;
+    c.seq = i;
+    c.tokens = seqs[i].prompt;
+    c.start_pos = 0;
+    c.block_table = seqs[i].blocks;
+    if (sample) c.samples.push_back(greedy_spec(seqs[i]));
+    steps.back().seqs.push_back(std::move(c));
+    used += n;
+  }
+  return steps;
+}
+
+StepBatch decode_step(const std::vector<Sequence>& seqs) {
+  StepBatch b;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    SeqChunk c;
+    c.seq = i;
+    c.tokens = {seqs[i].output.back()};
+    c.start_pos = static_cast<int32_t>(seqs[i].prompt.size() + seqs[i].output.size() - 1);
+    c.block_table = seqs[i].blocks;
+    c.samples.push_back(greedy_spec(seqs[i]));
+    b.seqs.push_back(std::move(c));
+  }
+  return b;
+}
+
+void assign_blocks(std::vector<Sequence>& seqs, int tokens_each, int block_size, int available) {
+  int next = 0;
+  for (Sequence& s : seqs) {
+    const int n = (tokens_each + block_size - 1) / block_size;
+    if (next + n > available) throw std::runtime_error("the KV pool is too small for this run");
+    for (int b = 0; b < n; ++b) s.blocks.push_back(next++);
+  }
+}
+
+TokenId argmax(const std::vector<float>& v) {
+  return static_cast<TokenId>(std::max_element(v.begin(), v.end()) - v.begin());  // first maximum, as the sampler
+}
+
+std::map<std::string, std::string> flags(int argc, char** argv) {
+  std::map<std::string, std::string> f;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) throw std::runtime_error("unexpected argument " + a);
+    a = a.substr(2);
+    if (a == "cpu") {
+      f[a] = "1";
+    } else if (i + 1 < argc) {
+      f[a] = argv[++i];
+    } else {
+      throw std::runtime_error("--" + a + " needs a value");
+    }
+  }
+  return f;
+}
+
+ModelConfig llama3_8b() {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.hidden_size = 4096;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.intermediate_size = 14336;
+  c.vocab_size = 128256;
+  c.max_position_embeddings = 8192;
+  c.rope_theta = 500000.0;
+  c.rope_scaling.llama3 = true;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  c.rms_norm_eps = 1e-5;
+  c.torch_dtype = "bfloat16";
+  return c;
+}
+
+int run_decode(std::map<std::string, std::string>& f) {
+  std::vector<int> batches;
+  {
+    std::stringstream in(f.count("batches") ? f["batches"] : "1,16,64,256");
+    for (std::string item; std::getline(in, item, ',');) batches.push_back(std::stoi(item));
+  }
+  const int prompt = f.count("prompt") ? std::stoi(f["prompt"]) : 512;
+  const int steps = f.count("steps") ? std::stoi(f["steps"]) : 128;
+  const ModelConfig cfg = llama3_8b();
+  CudaRunnerOptions opt;
+  opt.block_size = 16;
+  opt.max_num_seqs = *std::max_element(batches.begin(), batches.end());
+  opt.max_num_batched_tokens = 8192;
+  opt.max_model_len = f.count("max-model-len") ? std::stoi(f["max-model-len"]) : 2048;
+  opt.swap_space_gib = 0;
+  const auto t_load = std::chrono::steady_clock::now();
+  CudaModelRunner runner(cfg, uint64_t{42}, opt);
+  std::printf("llama-3-8b shape, random bf16 weights: ready in %.1f s, %d KV blocks of %d tokens\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(), runner.num_blocks(),
+              opt.block_size);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<TokenId> token(0, cfg.vocab_size - 1);
+  for (int batch : batches) {
+    std::vector<Sequence> seqs(batch);
+    for (Sequence& s : seqs)
+      for (int i = 0; i < prompt; ++i) s.prompt.push_back(token(rng));
+    assign_blocks(seqs, prompt + steps + 2, opt.block_size, runner.num_blocks());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const StepBatch& step : prefill_steps(seqs, opt.max_num_batched_tokens, true)) {
+      const StepResult r = runner.execute(step);
+      for (size_t i = 0; i < r.seqs.size(); ++i) seqs[r.seqs[i]].output.push_back(r.samples[i][0][0].token);
+    }
+    const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto decode_once = [&] {
+      const StepResult r = runner.execute(decode_step(seqs));
+      for (size_t i = 0; i < r.seqs.size(); ++i) seqs[r.seqs[i]].output.push_back(r.samples[i][0][0].token);
+    };
+    decode_once();  // captures this bucket's graph
+    decode_once();
+    const auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) decode_once();
+    const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    const double tok_s = double(batch) * steps / decode_s;
+    std::printf("batch %4d: prefill %6.0f tok/s | decode %7.2f ms/step, %8.0f tok/s", batch,
+                double(batch) * prompt / prefill_s, 1e3 * decode_s / steps, tok_s);
+    if (batch == 1) std::printf(" (%.0f%% of the 270 tok/s weight-read limit)", 100.0 * tok_s / 270.0);
+    std::printf("\n");
+    if (batch == 1) std::printf("RESULT one_stream_decode_tok_s %.1f (target >= 216)\n", tok_s);
+  }
+  return 0;
+}
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cuda::describe_launch_error(e));
+}
+
+template <typename T>
+T* device_array(size_t n) {
+  void* p = nullptr;
+  cuda_ok(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
+  return static_cast<T*>(p);
+}
+
+int run_ops(std::map<std::string, std::string>& f) {
+  using cuda::bf16;
+  const int m = f.count("batch") ? std::stoi(f["batch"]) : 1;
+  const int ctx = f.count("context") ? std::stoi(f["context"]) : 576;
+  const ModelConfig cfg = llama3_8b();
+  const int H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size, D = cfg.head_dim;
+  const int heads = cfg.num_heads, kvh = cfg.num_kv_heads, qkv_dim = (heads + 2 * kvh) * D, bs = 16;
+  const int blocks_per_seq = (ctx + bs - 1) / bs, num_blocks = m * blocks_per_seq;
+  cudaStream_t s = nullptr;
+  cuda_ok(cudaStreamCreate(&s), "stream");
+  auto random = [&](size_t n, float scale, float offset = 0.f) {
+    bf16* p = device_array<bf16>(n);
+    cuda_ok(cuda::fill_random_bf16(p, n, n, scale, offset, s), "fill");
+    return p;
+  };
+  bf16 *w_qkv = random(size_t(qkv_dim) * H, 0.02f), *w_o = random(size_t(H) * heads * D, 0.02f);
+  bf16 *w_gu = random(size_t(2) * I * H, 0.02f), *w_down = random(size_t(H) * I, 0.02f);
+  bf16 *w_head = random(size_t(V) * H, 0.02f), *norm_w = random(H, 0.f, 1.f);
+  bf16 *x = random(size_t(m) * H, 1.f), *res = random(size_t(m) * H, 1.f), *normed = random(size_t(m) * H, 1.f);
+  bf16 *qkv = random(size_t(m) * qkv_dim, 1.f), *attn = random(size_t(m) * heads * D, 1.f);
+  bf16 *gu = random(size_t(m) * 2 * I, 1.f), *act = random(size_t(m) * I, 1.f);
+  const size_t cache_elems = size_t(num_blocks) * kvh * bs * D;
+  bf16 *kc = random(cache_elems, 1.f), *vc = random(cache_elems, 1.f);
+  float* logits = device_array<float>(size_t(m) * V);
+  std::vector<int32_t> tables(num_blocks), lens(m, ctx), positions(m, ctx - 1);
+  std::vector<int64_t> slots(m);
+  for (int i = 0; i < num_blocks; ++i) tables[i] = i;
+  for (int i = 0; i < m; ++i) slots[i] = int64_t{i} * blocks_per_seq * bs + ctx - 1;
+  int32_t *d_tables = device_array<int32_t>(tables.size()), *d_lens = device_array<int32_t>(m);
+  int32_t *d_pos = device_array<int32_t>(m), *d_tok = device_array<int32_t>(m);
+  int64_t* d_slots = device_array<int64_t>(m);
+  cuda_ok(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice), "copy");
+  cuda_ok(cudaMemcpy(d_lens, lens.data(), m * 4, cudaMemcpyHostToDevice), "copy");
+  cuda_ok(cudaMemcpy(d_pos, positions.data(), m * 4, cudaMemcpyHostToDevice), "copy");
+  cuda_ok(cudaMemcpy(d_slots, slots.data(), m * 8, cudaMemcpyHostToDevice), "copy");
+  const std::vector<float> freq = cfg.rope_inv_freq();
+  float* d_freq = device_array<float>(freq.size());
+  cuda_ok(cudaMemcpy(d_freq, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice), "copy");
+  std::vector<cuda::SamplingRow> rows(m);
+  cuda::SamplingRow* d_rows = device_array<cuda::SamplingRow>(m);
+  cuda_ok(cudaMemcpy(d_rows, rows.data(), m * sizeof(rows[0]), cudaMemcpyHostToDevice), "copy");
+  const size_t sample_ws_bytes = cuda::sampling_workspace_bytes(m, V);
+  void* sample_ws = device_array<char>(sample_ws_bytes);
+  float* d_logprobs = device_array<float>(m);
+  cuda::Gemm gemm;
+
+  cuda::PagedAttentionArgs a;
+  a.out = attn;
+  a.q = qkv;
+  a.q_stride = qkv_dim;
+  a.k_cache = kc;
+  a.v_cache = vc;
+  a.block_tables = d_tables;
+  a.context_lens = d_lens;
+  a.num_seqs = m;
+  a.max_blocks_per_seq = blocks_per_seq;
+  a.num_heads = heads;
+  a.num_kv_heads = kvh;
+  a.head_dim = D;
+  a.block_size = bs;
+  a.scale = 0.0884f;
+  const size_t attn_ws_bytes = cuda::paged_attention_decode_workspace(m, heads, D, ctx, 64);
+  void* attn_ws = device_array<char>(attn_ws_bytes);
+
+  cudaEvent_t e0, e1;
+  cuda_ok(cudaEventCreate(&e0), "event");
+  cuda_ok(cudaEventCreate(&e1), "event");
+  double layer_us = 0;
+  auto time = [&](const char* name, double bytes, bool per_layer, auto&& launch) {
+    for (int i = 0; i < 3; ++i) cuda_ok(launch(), name);
+    const int reps = 50;
+    cuda_ok(cudaEventRecord(e0, s), "record");
+    for (int i = 0; i < reps; ++i) cuda_ok(launch(), name);
+    cuda_ok(cudaEventRecord(e1, s), "record");
+    cuda_ok(cudaEventSynchronize(e1), "sync");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    const double us = 1e3 * ms / reps;
+    if (per_layer) layer_us += us;
+    std::printf("  %-34s %8.1f us", name, us);
+    if (bytes > 0) std::printf("  %6.2f TB/s", bytes / us / 1e6);
+    std::printf("\n");
+    return us;
+  };
+  std::printf("decode ops at batch %d, context %d (Llama-3-8B shapes), back-to-back launches:\n", m, ctx);
+  time("add_rms_norm", 0, true, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, s); });
+  time("gemm qkv", 2.0 * qkv_dim * H, true,
+       [&] { return gemm.linear(qkv, normed, w_qkv, nullptr, m, qkv_dim, H, false, s); });
+  time("rope_and_cache", 0, true, [&] {
+    return cuda::rope_and_cache(qkv, kc, vc, d_pos, d_slots, d_freq, m, heads, kvh, D, bs, qkv_dim, s);
+  });
+  for (int partition : {64, 128, 512}) {
+    const std::string name = "attention decode, partition " + std::to_string(partition);
+    time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == 64, [&] {
+      return cuda::paged_attention_decode(a, ctx, partition, attn_ws, attn_ws_bytes, s);
+    });
+  }
+  time("gemm o", 2.0 * H * heads * D, true,
+       [&] { return gemm.linear(x, attn, w_o, nullptr, m, H, heads * D, false, s); });
+  time("add_rms_norm", 0, true, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, s); });
+  time("gemm gate_up", 4.0 * I * H, true,
+       [&] { return gemm.linear(gu, normed, w_gu, nullptr, m, 2 * I, H, false, s); });
+  time("silu_and_mul", 0, true, [&] { return cuda::silu_and_mul(act, gu, m, I, s); });
+  time("gemm down", 2.0 * H * I, true, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
+  const double head_us = time("lm head (float32 logits)", 2.0 * V * H, false,
+                              [&] { return gemm.linear(logits, normed, w_head, nullptr, m, V, H, true, s); });
+  const double sample_us = time("greedy sampling", 0, false, [&] {
+    return cuda::sample_tokens(d_tok, d_logprobs, logits, nullptr, d_rows, m, V, sample_ws, sample_ws_bytes, s);
+  });
+  std::printf("  one layer %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n", layer_us,
+              (32 * layer_us + head_us + sample_us) / 1e3);
+  return 0;
+}
+
+void write_floats(const std::string& path, const std::vector<std::vector<float>>& rows) {
+  std::ofstream out(path, std::ios::binary);
+  for (const auto& r : rows) out.write(reinterpret_cast<const char*>(r.data()), r.size() * sizeof(float));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+int run_parity(std::map<std::string, std::string>& f) {
+  for (const char* need : {"model", "prompts", "steps", "out"})
+    if (!f.count(need)) throw std::runtime_error(std::string("parity needs --") + need);
+  const std::string dir = f["model"], out = f["out"];
+  const int steps = std::stoi(f["steps"]);
+  std::vector<Sequence> seqs;
+  {
+    std::ifstream in(f["prompts"]);
+    for (std::string line; std::getline(in, line);) {
+      std::stringstream ids(line);
+      Sequence s;
+      for (TokenId id; ids >> id;) s.prompt.push_back(id);
+      if (!s.prompt.empty()) seqs.push_back(std::move(s));
+    }
+  }
+  const ModelConfig cfg = load_model_config(dir);
+  const SafeTensors weights(dir);
+  size_t longest = 0;
+  for (const Sequence& s : seqs) longest = std::max(longest, s.prompt.size());
+  CudaRunnerOptions opt;
+  opt.block_size = 16;
+  opt.max_num_seqs = static_cast<int>(seqs.size());
+  opt.max_num_batched_tokens = 8192;
+  opt.max_model_len = static_cast<int>(longest) + steps + 16;
+  opt.num_blocks = static_cast<int>(seqs.size()) * ((opt.max_model_len + opt.block_size - 1) / opt.block_size);
+  opt.swap_space_gib = 0;
+  auto runner = make_cuda_runner(cfg, weights, opt);
+  assign_blocks(seqs, opt.max_model_len, opt.block_size, runner->num_blocks());
+
+  // Step 0 through forward(): the logits for the comparison, and the first greedy token from them.
+  std::vector<std::vector<float>> first;
+  for (const StepBatch& step : prefill_steps(seqs, opt.max_num_batched_tokens, true)) {
+    auto logits = runner->forward(step);
+    for (size_t i = 0; i < step.seqs.size(); ++i) {
+      seqs[step.seqs[i].seq].output.push_back(argmax(logits[i]));
+      first.push_back(std::move(logits[i]));
+    }
+  }
+  write_floats(out + ".logits.bin", first);
+  for (int i = 1; i < steps; ++i) {
+    const StepResult r = runner->execute(decode_step(seqs));
+    for (size_t j = 0; j < r.seqs.size(); ++j) seqs[r.seqs[j]].output.push_back(r.samples[j][0][0].token);
+  }
+  std::ofstream json(out + ".tokens.json");
+  json << "{\"tokens\": [";
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    json << (i ? ", [" : "[");
+    for (size_t j = 0; j < seqs[i].output.size(); ++j) json << (j ? ", " : "") << seqs[i].output[j];
+    json << "]";
+  }
+  json << "]}\n";
+
+  if (f.count("cpu")) {
+    CpuRunnerOptions copt;
+    copt.block_size = opt.block_size;
+    copt.num_blocks = static_cast<int>(seqs.size() * seqs[0].blocks.size());
+    CpuModelRunner cpu(cfg, weights, copt);
+    std::vector<std::vector<float>> cpu_first;
+    for (const StepBatch& step : prefill_steps(seqs, opt.max_num_batched_tokens, true))
+      for (auto& l : cpu.forward(step)) cpu_first.push_back(std::move(l));
+    write_floats(out + ".cpu_logits.bin", cpu_first);
+  }
+  std::printf("parity: %zu prompts, %d greedy tokens each, vocab %d\n", seqs.size(), steps, cfg.vocab_size);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|parity [flags]\n");
+    return 2;
+  }
+  if (paged::cuda_device_count() == 0) {
+    std::puts("bench_cuda_runner: no CUDA device");
+    return 0;
+  }
+  try {
+    auto f = flags(argc, argv);
+    const std::string mode = argv[1];
+    if (mode == "decode") return run_decode(f);
+    if (mode == "parity") return run_parity(f);
+    if (mode == "ops") return run_ops(f);
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda_runner: %s\n", e.what());
+    return 1;
+  }
+}
+
+#endif

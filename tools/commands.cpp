@@ -1,0 +1,124 @@
+#include "tools/commands.h"
+
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "http/server.h"
+
+namespace paged::cli {
+
+int run_serve_command(Args& args) {
+  namespace fs = std::filesystem;
+  std::string config_file = args.get("config").value_or("");
+  if (config_file.empty()) {
+    // conf/serve.json next to the source tree the binary was built from, if present.
+    for (fs::path p : {fs::path("conf/serve.json"), fs::path(PAGED_SOURCE_DIR) / "conf/serve.json"})
+      if (fs::exists(p)) {
+        config_file = p.string();
+        break;
+      }
+  }
+  ServerOptions options = config_file.empty() ? ServerOptions{} : load_server_options(config_file);
+  if (auto v = args.get("host")) options.host = *v;
+  if (args.has("port")) {
+    const int port = args.get_int("port", 0);
+    if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
+    options.port = static_cast<uint16_t>(port);
+  }
+  if (auto v = args.get("api-key")) options.api_key = *v;
+  if (auto v = args.get("chat-template")) options.chat_template_file = *v;
+  if (auto v = args.get("served-model-name")) options.served_model_name = *v;
+  EngineConfig config = engine_config(args);
+  args.reject_unknown();
+  Engine engine(config);
+  return run_server(engine, options);
+}
+
+int run_bench_command(Args& args) {
+  namespace json = boost::json;
+  EngineConfig config = engine_config(args);
+  const int num_prompts = args.get_int("num-prompts", 1000);
+  const std::string dataset = args.get("dataset").value_or("fixed");
+  const int input_len = args.get_int("input-len", 512);
+  const int output_len = args.get_int("output-len", 128);
+  const int seed = args.get_int("seed", 0);
+  args.reject_unknown();
+  if (num_prompts < 1) throw UsageError("--num-prompts must be positive");
+  if (dataset != "fixed" && dataset != "sharegpt") throw UsageError("--dataset must be fixed or sharegpt");
+
+  Engine engine(config);
+  const int vocab = engine.model_config().vocab_size;
+  const int max_len = engine.max_model_len();
+  std::mt19937_64 rng(seed);
+  // ShareGPT-like: lognormal lengths (sigma 1) with means 161 / 338, clamped so that a request fits the context.
+  std::lognormal_distribution<double> in_dist(std::log(161.0) - 0.5, 1.0), out_dist(std::log(338.0) - 0.5, 1.0);
+  std::uniform_int_distribution<int> token(std::min(100, vocab - 1), vocab - 1);
+  std::vector<std::vector<TokenId>> prompts;
+  std::vector<int> outputs;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  for (int i = 0; i < num_prompts; ++i) {
+    int in = input_len, out = output_len;
+    if (dataset == "sharegpt") {
+      in = std::clamp(static_cast<int>(std::lround(in_dist(rng))), 4, max_len / 2);
+      out = std::clamp(static_cast<int>(std::lround(out_dist(rng))), 1, max_len - in);
+    }
+    std::vector<TokenId> p(in);
+    for (auto& t : p) t = token(rng);
+    prompt_tokens += in;
+    output_tokens += out;
+    prompts.push_back(std::move(p));
+    outputs.push_back(out);
+  }
+  // Every request has its own output length, so each goes through submit() with its own parameters.
+  std::mutex mu;
+  std::condition_variable cv;
+  int remaining = num_prompts;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < num_prompts; ++i) {
+    SamplingParams p;
+    p.max_tokens = outputs[i];
+    p.temperature = 0;
+    p.ignore_eos = true;
+    engine.submit(prompts[i], p, [&](const RequestEvent& ev) {
+      if (!ev.done) return;
+      std::lock_guard lock(mu);
+      if (--remaining == 0) cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return remaining == 0; });
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  engine.wait_idle();
+  Metrics& m = engine.metrics();
+  json::object o;
+  o["device"] = engine.config().device;
+  o["dataset"] = dataset;
+  o["num_prompts"] = num_prompts;
+  o["prompt_tokens"] = prompt_tokens;
+  o["output_tokens"] = output_tokens;
+  o["seconds"] = seconds;
+  o["requests_per_s"] = num_prompts / seconds;
+  o["output_tok_per_s"] = output_tokens / seconds;
+  o["total_tok_per_s"] = (prompt_tokens + output_tokens) / seconds;
+  o["peak_running_seqs"] = m.peak_running_seqs.load();
+  o["kv_blocks_total"] = m.kv_blocks_total.load();
+  o["kv_blocks_peak_used"] = m.kv_blocks_peak_used.load();
+  const double reserved = static_cast<double>(m.kv_reserved_slots_sum.load());
+  o["kv_waste"] = reserved > 0 ? 1.0 - static_cast<double>(m.kv_used_slots_sum.load()) / reserved : 0.0;
+  o["preemptions"] = m.preemptions.load();
+  o["ttft_p50_s"] = m.ttft.snapshot().quantile(0.5);
+  o["tpot_p50_s"] = m.tpot.snapshot().quantile(0.5);
+  std::cout << json::serialize(o) << std::endl;
+  return 0;
+}
+
+}  // namespace paged::cli

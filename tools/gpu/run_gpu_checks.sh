@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs the GPU checks on the H200 machine from binaries built elsewhere (it builds nothing): the kernel tests,
+# the same tests under compute-sanitizer memcheck and racecheck, the decode-attention bandwidth benchmark, the
+# runner's decode benchmark (Llama-3-8B shape, random weights) and the Hugging Face parity script. Prints one
+# table last.
+#
+# usage: tools/gpu/run_gpu_checks.sh [BIN_DIR]
+#   BIN_DIR  folder with paged_gpu_tests, bench_cuda_attention, bench_cuda_runner and the shared libraries the
+#            H200 machine lacks (libcaf_core, libcaf_io, libboost_json); default build-cuda/ship
+#   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity
+#   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
+#   SANITIZER_LIMIT  seconds allowed to each compute-sanitizer run (default 420)
+#   SANITIZER_TESTS  Catch2 test filter for the sanitizer runs (default: all tests)
+set -uo pipefail
+BIN=$(cd "${1:-build-cuda/ship}" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+STAGES=${STAGES:-"tests attention memcheck racecheck runner parity"}
+LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
+mkdir -p "$LOG_DIR"
+export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+
+rows=()
+add_row() { rows+=("| $1 | $2 | $3 |"); }
+wanted() { [[ " $STAGES " == *" $1 "* ]]; }
+# run NAME SECONDS CMD...: runs with a time limit, keeps the log, returns the command's status.
+run() {
+  local name=$1 limit=$2; shift 2
+  echo "=== $name: $*"
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$LOG_DIR/$name.log" 2>&1
+  local status=$?
+  echo "    status $status after $((SECONDS - start)) s (log: $LOG_DIR/$name.log)"
+  tail -n 5 "$LOG_DIR/$name.log" | sed 's/^/    /'
+  return $status
+}
+status_word() { case $1 in 0) echo PASS ;; 124) echo "TIMEOUT" ;; *) echo "FAIL ($1)" ;; esac; }
+
+if wanted tests; then
+  run tests 300 "$BIN/paged_gpu_tests"
+  s=$?
+  add_row "kernel tests vs CPU twins" "$(status_word $s)" "$(grep -E 'test cases|assertions' "$LOG_DIR/tests.log" | tail -n 1)"
+fi
+if wanted attention; then
+  run attention 120 "$BIN/bench_cuda_attention" 64 2048 50
+  s=$?
+  add_row "decode attention bandwidth, batch 64 x 2048" "$(status_word $s)" \
+    "$(grep -E 'RESULT' "$LOG_DIR/attention.log" | sed 's/RESULT //'); $(grep -E 'partition' "$LOG_DIR/attention.log" | tr -s ' ' | paste -sd ';' -)"
+fi
+# Under the sanitizers the tests run in their quick mode (smaller vocabularies and contexts): the same code paths.
+for tool in memcheck racecheck; do
+  wanted $tool || continue
+  PAGED_GPU_TESTS_QUICK=1 run $tool "${SANITIZER_LIMIT:-420}" "$SANITIZER" --tool $tool --error-exitcode 99 \
+    "$BIN/paged_gpu_tests" ${SANITIZER_TESTS:+"$SANITIZER_TESTS"}
+  s=$?
+  add_row "compute-sanitizer $tool ${SANITIZER_TESTS:-(all tests)}" "$(status_word $s)" \
+    "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG_DIR/$tool.log" | tail -n 1)"
+done
+if wanted runner; then
+  run runner 400 "$BIN/bench_cuda_runner" decode --batches "${RUNNER_BATCHES:-1,64,256}" --prompt 512 --steps "${RUNNER_STEPS:-64}"
+  s=$?
+  add_row "runner decode, Llama-3-8B shape (random bf16)" "$(status_word $s)" \
+    "$(grep -E '^batch' "$LOG_DIR/runner.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
+  run ops 120 "$BIN/bench_cuda_runner" ops --batch 1 --context 576
+  s=$?
+  add_row "decode kernels at batch 1 (time per op)" "$(status_word $s)" "$(grep -E 'one layer' "$LOG_DIR/ops.log")"
+fi
+if wanted parity; then
+  run parity 400 python3 "$HERE/hf_parity.py" --bin "$BIN" --work /tmp/paged_parity
+  s=$?
+  add_row "HF parity (4 configs)" "$(status_word $s)" "see the parity table above"
+  sed -n '/^HF parity/,$p' "$LOG_DIR/parity.log"
+fi
+
+echo
+echo "| check | result | figures |"
+echo "|---|---|---|"
+printf '%s\n' "${rows[@]}"
