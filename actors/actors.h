@@ -19,17 +19,26 @@ namespace paged {
 /// (and tensor-parallel ranks wait on each other in the all-reduce).
 caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner);
 
-/// Memory manager: owns the KvCacheManager. (plan_atom, seqs, limits) -> StepPlan runs the scheduling policy
-/// against it; (free_atom, ids), (fork_atom, parent, child), (computed_atom, id, tokens, n) change it; gauges in
-/// `metrics` follow every change.
-caf::behavior memory_manager_actor(caf::event_based_actor* self, KvCacheOptions options, Metrics* metrics);
+/// Memory manager: owns the KvCacheManager. A typed actor: the compiler checks every message sent to it.
+/// plan: runs the scheduling policy against the manager and returns the step plan; free / fork: release or share a
+/// sequence's blocks; computed (id, offset, tokens from offset, n): the sequence's KV now holds n tokens (full
+/// blocks enter the prefix cache); drained: answers once every earlier message was processed. Gauges in `metrics`
+/// follow every change.
+using MemoryManager = caf::typed_actor<
+    caf::replies_to<plan_atom, std::vector<PlanSeq>, PlanLimits>::with<StepPlan>,
+    caf::reacts_to<free_atom, std::vector<SeqId>>,
+    caf::reacts_to<fork_atom, SeqId, SeqId>,
+    caf::reacts_to<computed_atom, SeqId, int, std::vector<TokenId>, int>,
+    caf::replies_to<drained_atom>::with<bool>>;
+
+MemoryManager::behavior_type memory_manager_actor(KvCacheOptions options, Metrics* metrics);
 
 struct SchedulerSetup {
   PlanLimits limits;
   int max_model_len = 0;
   int block_size = 16;
   std::vector<caf::actor> executors;   // one per tensor-parallel rank; rank 0 returns the samples
-  caf::actor memory_manager;
+  MemoryManager memory_manager;
   Metrics* metrics = nullptr;
 };
 

@@ -25,7 +25,7 @@ struct Engine::Impl {
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> system;
   caf::actor scheduler;
-  caf::actor memory_manager;
+  MemoryManager memory_manager;
   std::vector<caf::actor> executors;
   std::shared_ptr<LocalAllReduce> all_reduce;
   std::atomic<uint64_t> next_id{1};

@@ -25,12 +25,11 @@ struct MemoryManagerState {
 
 }  // namespace
 
-caf::behavior memory_manager_actor(caf::event_based_actor* self, KvCacheOptions options, Metrics* metrics) {
+MemoryManager::behavior_type memory_manager_actor(KvCacheOptions options, Metrics* metrics) {
   auto st = std::make_shared<MemoryManagerState>();
   st->kv = std::make_unique<KvCacheManager>(options);
   st->metrics = metrics;
   st->publish();
-  (void)self;
   return {
       [st](plan_atom, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) -> StepPlan {
         StepPlan plan = plan_step(*st->kv, seqs, limits);

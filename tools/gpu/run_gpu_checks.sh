@@ -5,16 +5,17 @@
 # table last.
 #
 # usage: tools/gpu/run_gpu_checks.sh [BIN_DIR]
-#   BIN_DIR  folder with paged_gpu_tests, bench_cuda_attention, bench_cuda_runner and the shared libraries the
-#            H200 machine lacks (libcaf_core, libcaf_io, libboost_json); default build-cuda/ship
-#   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity
+#   BIN_DIR  folder with paged, paged_gpu_tests, bench_cuda_attention, bench_cuda_runner, the shared libraries the
+#            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
+#            tokenizer (tokenizer.json, tokenizer_config.json); default build-cuda/ship
+#   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity throughput
 #   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
 #   SANITIZER_LIMIT  seconds allowed to each compute-sanitizer run (default 420)
 #   SANITIZER_TESTS  Catch2 test filter for the sanitizer runs (default: all tests)
 set -uo pipefail
 BIN=$(cd "${1:-build-cuda/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner parity"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -70,6 +71,33 @@ if wanted parity; then
   s=$?
   add_row "HF parity (4 configs)" "$(status_word $s)" "see the parity table above"
   sed -n '/^HF parity/,$p' "$LOG_DIR/parity.log"
+fi
+
+if wanted throughput; then
+  # Offline throughput through the whole engine (actors, scheduler, CUDA executor) on the Llama-3-8B shape with
+  # random bf16 weights (--load-format dummy), beside HF transformers generate on the same shape in this call.
+  M=/tmp/paged_llama3_8b_shape
+  mkdir -p "$M"
+  cp "$BIN/tokenizer.json" "$BIN/tokenizer_config.json" "$M/"
+  cat >"$M/config.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+ "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+ "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
+ "tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"}
+JSON
+  run hf_generate 300 python3 "$HERE/hf_generate_bench.py" "$M" --num-prompts "${HF_PROMPTS:-512}" --batch 256
+  hf=$(grep -o '"output_tok_per_s": [0-9.]*' "$LOG_DIR/hf_generate.log" | grep -o '[0-9.]*$')
+  add_row "HF transformers generate, 512 in / 128 out, batch 256" "$( [ -n "$hf" ] && echo DONE || echo FAIL)" "${hf:-?} output tok/s"
+  for ds in fixed sharegpt; do
+    run "paged_bench_$ds" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy --num-prompts 1000 \
+      --dataset $ds --input-len 512 --output-len 128 --max-num-seqs "${MAX_NUM_SEQS:-512}" \
+      --max-num-batched-tokens "${MAX_BATCHED:-8192}"
+    s=$?
+    line=$(grep '^{' "$LOG_DIR/paged_bench_$ds.log" | tail -n 1)
+    tok=$(echo "$line" | grep -o '"output_tok_per_s":[0-9.Ee+-]*' | cut -d: -f2)
+    ratio=$(awk -v a="$tok" -v b="$hf" 'BEGIN { if (b > 0) printf "%.1fx HF", a / b; else print "?" }')
+    add_row "paged bench $ds, 1000 requests (engine on CUDA)" "$(status_word $s)" "$line; $ratio"
+  done
 fi
 
 echo
