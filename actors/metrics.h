@@ -57,6 +57,7 @@ struct Metrics {
   std::atomic<int64_t> requests_finished{0};
   std::atomic<int64_t> requests_aborted{0};
   std::atomic<int64_t> steps{0};
+  std::atomic<int64_t> step_time_us{0};       // summed time from sending a step to the executors to all replies
   std::atomic<int64_t> peak_running_seqs{0};
   std::atomic<int64_t> kv_blocks_peak_used{0};   // most device blocks in use at once (kv_blocks_total - kv_blocks_free)
   // KV waste over the run: reserved and used (computed) device slots summed over every planned step, so that

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -55,6 +56,7 @@ struct SchedulerState {
   std::optional<StepPlan> next_plan;
   std::vector<StepResult> partial_results;          // replies of the executors for the running step
   std::vector<std::pair<SeqId, int>> step_ends;     // (sequence, tokens cached once the running step is done)
+  std::chrono::steady_clock::time_point step_sent;  // when the running step went to the executors
   std::vector<caf::response_promise> drain_waiters;
 
   /// Token at position p of a sequence: prompt, then output.
@@ -414,6 +416,7 @@ void dispatch(Self* self, StepPlan plan) {
   msg.keep_alive.push_back(owned_stop_ids);
   msg.batch = batch;
   st.step_running = true;
+  st.step_sent = std::chrono::steady_clock::now();
   st.setup.metrics->steps += 1;
   const bool pipeline = !forks_on_result(st, plan);
   st.partial_results.clear();
@@ -429,6 +432,9 @@ void dispatch(Self* self, StepPlan plan) {
                 if (!p.seqs.empty()) merged = std::move(p);  // rank 0 samples
               s.partial_results.clear();
               s.step_running = false;
+              s.setup.metrics->step_time_us += std::chrono::duration_cast<std::chrono::microseconds>(
+                                                   std::chrono::steady_clock::now() - s.step_sent)
+                                                   .count();
               handle_results(self, merged);
               publish_queue_metrics(self);
               if (s.next_plan) {

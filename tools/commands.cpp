@@ -115,6 +115,8 @@ int run_bench_command(Args& args) {
   const double reserved = static_cast<double>(m.kv_reserved_slots_sum.load());
   o["kv_waste"] = reserved > 0 ? 1.0 - static_cast<double>(m.kv_used_slots_sum.load()) / reserved : 0.0;
   o["preemptions"] = m.preemptions.load();
+  o["steps"] = m.steps.load();
+  o["executor_time_s"] = static_cast<double>(m.step_time_us.load()) * 1e-6;  // the rest is scheduling overhead
   o["ttft_p50_s"] = m.ttft.snapshot().quantile(0.5);
   o["tpot_p50_s"] = m.tpot.snapshot().quantile(0.5);
   std::cout << json::serialize(o) << std::endl;
