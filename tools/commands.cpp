@@ -57,7 +57,8 @@ int run_bench_command(Args& args) {
   const int vocab = engine.model_config().vocab_size;
   const int max_len = engine.max_model_len();
   std::mt19937_64 rng(seed);
-  // ShareGPT-like: lognormal lengths (sigma 1) with means 161 / 338, clamped so that a request fits the context.
+  // ShareGPT-like: lognormal lengths (sigma 1) with means 161 / 338, pruned as vLLM's benchmark prunes ShareGPT:
+  // prompts of 4 to 1024 tokens, prompt + output at most 2048 (and the model's context).
   std::lognormal_distribution<double> in_dist(std::log(161.0) - 0.5, 1.0), out_dist(std::log(338.0) - 0.5, 1.0);
   std::uniform_int_distribution<int> token(std::min(100, vocab - 1), vocab - 1);
   std::vector<std::vector<TokenId>> prompts;
@@ -66,8 +67,9 @@ int run_bench_command(Args& args) {
   for (int i = 0; i < num_prompts; ++i) {
     int in = input_len, out = output_len;
     if (dataset == "sharegpt") {
-      in = std::clamp(static_cast<int>(std::lround(in_dist(rng))), 4, max_len / 2);
-      out = std::clamp(static_cast<int>(std::lround(out_dist(rng))), 1, max_len - in);
+      const int total = std::min(2048, max_len);
+      in = std::clamp(static_cast<int>(std::lround(in_dist(rng))), 4, std::min(1024, total / 2));
+      out = std::clamp(static_cast<int>(std::lround(out_dist(rng))), 1, total - in);
     }
     std::vector<TokenId> p(in);
     for (auto& t : p) t = token(rng);

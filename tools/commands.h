@@ -12,7 +12,8 @@ int run_serve_command(Args& args);
 /// `paged bench`: offline throughput of the engine on synthetic requests (random prompt ids, ignore_eos), the way
 /// vLLM's benchmark_throughput reports it: requests/s, output tok/s, total tok/s, plus peak running sequences and
 /// KV waste. --num-prompts N, --input-len L --output-len O (fixed lengths) or --dataset sharegpt (seeded
-/// lognormal lengths, mean input 161 and output 338 as ShareGPT in the PagedAttention paper), --seed S.
+/// lognormal lengths, mean input 161 and output 338 as ShareGPT in the PagedAttention paper, pruned like vLLM's
+/// benchmark: prompt <= 1024, prompt + output <= 2048), --seed S.
 /// Prints one JSON line.
 int run_bench_command(Args& args);
 
