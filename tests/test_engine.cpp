@@ -18,36 +18,19 @@
 #include <thread>
 
 #include "actors/engine.h"
+#include "tests/test_data.h"
 #include "model/config.h"
 #include "model/cpu_runner.h"
 #include "model/safetensors.h"
 #include "model/sampler.h"
 
 using namespace paged;
+using namespace paged::test;
 
 namespace {
 
-#ifdef PAGED_SHARED_DIR
-const std::string kShared = PAGED_SHARED_DIR;
-#else
-const std::string kShared = std::string(PAGED_SHARED_DIR) + "";
-#endif
-const std::string kModel = kShared + "/models/stories260K";
-const std::string kGolden = kShared + "/golden/stories260K-greedy.json";
 
-boost::json::value read_json(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return boost::json::parse(ss.str());
-}
 
-std::vector<TokenId> ids_of(const boost::json::value& v) {
-  std::vector<TokenId> out;
-  for (const auto& x : v.as_array()) out.push_back(static_cast<TokenId>(x.as_int64()));
-  return out;
-}
 
 struct GoldenCase {
   std::vector<TokenId> prompt, greedy;

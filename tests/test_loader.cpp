@@ -21,16 +21,15 @@
 #include "model/safetensors.h"
 #include "model/sampling_params.h"
 #include "model/tokenizer.h"
+#include "tests/test_data.h"
 
 using namespace paged;
+using namespace paged::test;
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
 namespace {
 
-const std::string kShared = PAGED_SHARED_DIR;
-const std::string kModel = kShared + "/models/stories260K";
-const std::string kGolden = kShared + "/golden/stories260K-greedy.json";
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -219,11 +218,6 @@ std::string error_of(const std::function<void()>& f) {
     for (const char* part_ : {__VA_ARGS__}) CHECK_THAT(msg_, Catch::Contains(part_)); \
   } while (0)
 
-std::vector<TokenId> ids_of(const json::value& v) {
-  std::vector<TokenId> out;
-  for (const auto& x : v.as_array()) out.push_back(static_cast<TokenId>(x.as_int64()));
-  return out;
-}
 
 struct Golden {
   std::vector<std::vector<TokenId>> prompts, greedy;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "kernels/cpu/ops.h"
+#include "tests/test_data.h"
 #include "model/config.h"
 #include "model/cpu_runner.h"
 #include "model/safetensors.h"
@@ -17,24 +18,12 @@
 #include "model/tokenizer.h"
 
 using namespace paged;
+using namespace paged::test;
 
 namespace {
 
-const std::string kModel = std::string(PAGED_SHARED_DIR) + "/models/stories260K";
-const std::string kGolden = std::string(PAGED_SHARED_DIR) + "/golden/stories260K-greedy.json";
 
-boost::json::value read_json(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return boost::json::parse(ss.str());
-}
 
-std::vector<TokenId> ids_of(const boost::json::value& v) {
-  std::vector<TokenId> out;
-  for (const auto& x : v.as_array()) out.push_back(static_cast<TokenId>(x.as_int64()));
-  return out;
-}
 
 // Greedy decoding straight on the runner, with each sequence's blocks laid out in a shuffled order.
 std::vector<std::vector<TokenId>> greedy_batch(CpuModelRunner& runner, const std::vector<std::vector<TokenId>>& prompts,

@@ -14,22 +14,17 @@
 #include <thread>
 
 #include "actors/engine.h"
+#include "tests/test_data.h"
 #include "model/config.h"
 #include "model/cpu_runner.h"
 #include "model/safetensors.h"
 #include "model/tp.h"
 
 using namespace paged;
+using namespace paged::test;
 
 namespace {
 
-#ifdef PAGED_SHARED_DIR
-const std::string kShared = PAGED_SHARED_DIR;
-#else
-const std::string kShared = std::string(PAGED_SHARED_DIR) + "";
-#endif
-const std::string kModel = kShared + "/models/stories260K";
-const std::string kGolden = kShared + "/golden/stories260K-greedy.json";
 
 std::vector<std::vector<TokenId>> golden_field(const char* field) {
   std::ifstream in(kGolden);
