@@ -19,6 +19,29 @@ namespace paged {
 /// (and tensor-parallel ranks wait on each other in the all-reduce).
 caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner);
 
+/// A runner built for one tensor-parallel rank, with the KV pools it got.
+struct RankRunner {
+  std::shared_ptr<ModelRunner> runner;
+  int num_blocks = 0;
+  int num_swap_blocks = 0;
+};
+
+/// How an executor builds its rank on its own thread. `join` sets up the rank's share of the group's communication
+/// (NCCL: blocks until every rank has joined); `build` makes the runner over it. The share is kept apart from the
+/// runner so that it outlives a failed build: the executor releases it only when it terminates, after the runner
+/// (NCCL's teardown waits for every rank's, so all ranks' executors must terminate).
+struct RankSetup {
+  std::function<std::shared_ptr<void>(int rank, const NcclUniqueId& id)> join;
+  std::function<RankRunner(int rank, const std::shared_ptr<void>& group)> build;
+};
+
+/// Executor of one rank of a CUDA tensor-parallel group whose runner does not exist yet. Answers
+/// (init_atom, rank, NcclUniqueId) -> RankReady by calling setup.join then setup.build (errors come back in the
+/// RankReady); from then on it handles what executor_actor handles, which must not arrive before a successful init.
+/// Spawn detached, one per rank, and send every rank its init before waiting for any answer. On termination it
+/// releases the runner, then the group share, on its own thread.
+caf::behavior rank_executor_actor(caf::event_based_actor* self, RankSetup setup);
+
 /// Memory manager: owns the KvCacheManager. A typed actor: the compiler checks every message sent to it.
 /// plan: runs the scheduling policy against the manager and returns the step plan; free / fork: release or share a
 /// sequence's blocks; computed (id, offset, tokens from offset, n): the sequence's KV now holds n tokens (full

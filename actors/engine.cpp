@@ -13,6 +13,7 @@
 #include "model/tp.h"
 #ifdef PAGED_HAVE_CUDA
 #include "kernels/cuda/cuda_runner.h"
+#include "kernels/cuda/nccl_comm.h"
 #endif
 
 namespace paged {
@@ -71,8 +72,11 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
   const bool dummy = c.load_format == "dummy";
   if (dummy && c.device != "cuda") throw ModelError("--load-format dummy (random weights) needs --device cuda");
-  std::unique_ptr<SafeTensors> weights = dummy ? nullptr : std::make_unique<SafeTensors>(c.model_dir);
+  std::shared_ptr<const SafeTensors> weights = dummy ? nullptr : std::make_shared<const SafeTensors>(c.model_dir);
   const int tp = c.tensor_parallel_size;
+  m.sys_cfg = std::make_unique<caf::actor_system_config>();
+  register_message_types(*m.sys_cfg);
+  m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
   int num_blocks = 0, num_swap_blocks = 0;
   std::vector<std::shared_ptr<ModelRunner>> runners;
   const int64_t blocks_per_seq = (m.max_model_len + c.block_size - 1) / c.block_size;
@@ -96,7 +100,6 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
 #ifndef PAGED_HAVE_CUDA
     throw ModelError("this build has no CUDA executor");
 #else
-    if (tp > 1) throw ModelError("--tensor-parallel-size > 1 on CUDA needs several GPUs (not built yet)");
     const CudaRunnerOptions options{.block_size = c.block_size,
                                     .num_blocks = c.num_kv_blocks.value_or(0),
                                     .gpu_memory_utilization = c.gpu_memory_utilization,
@@ -104,18 +107,66 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
                                     .max_num_seqs = c.max_num_seqs,
                                     .max_num_batched_tokens = c.max_num_batched_tokens,
                                     .max_model_len = m.max_model_len};
-    std::shared_ptr<CudaModelRunner> runner = dummy ? std::make_shared<CudaModelRunner>(m.model, 0, options)
-                                                    : make_cuda_runner(m.model, *weights, options);
-    num_blocks = runner->num_blocks();
-    num_swap_blocks = runner->num_swap_blocks();
-    runners.push_back(std::move(runner));
+    if (tp == 1) {
+      std::shared_ptr<CudaModelRunner> runner = dummy ? std::make_shared<CudaModelRunner>(m.model, 0, options)
+                                                      : make_cuda_runner(m.model, *weights, options);
+      num_blocks = runner->num_blocks();
+      num_swap_blocks = runner->num_swap_blocks();
+      runners.push_back(std::move(runner));
+    } else {
+      // One detached executor per GPU, rank r on device r. Each builds its runner on its own thread, since joining
+      // the NCCL group blocks until every rank has: all ranks get their init (the unique id travels in it) before
+      // the engine waits for any answer. The KV manager gets the smallest pools any rank has room for.
+      const int visible = cuda_device_count();
+      if (visible < tp)
+        throw ModelError("--tensor-parallel-size " + std::to_string(tp) + " needs " + std::to_string(tp) +
+                         " GPUs, one per rank; " + std::to_string(visible) + " visible");
+      RankSetup setup;
+      setup.join = [tp](int rank, const NcclUniqueId& id) -> std::shared_ptr<void> {
+        return std::make_shared<NcclComm>(id, rank, tp, rank);
+      };
+      setup.build = [model = m.model, weights, dummy, options, tp](int rank, const std::shared_ptr<void>& group) {
+        CudaRunnerOptions o = options;
+        o.device = rank;
+        o.tp_rank = rank;
+        o.tp_size = tp;
+        o.comm = std::static_pointer_cast<NcclComm>(group);
+        std::shared_ptr<CudaModelRunner> runner = dummy ? std::make_shared<CudaModelRunner>(model, 0, o)
+                                                        : make_cuda_runner(model, *weights, o);
+        return RankRunner{runner, runner->num_blocks(), runner->num_swap_blocks()};
+      };
+      const NcclUniqueId id = nccl_unique_id();
+      for (int rank = 0; rank < tp; ++rank)
+        m.executors.push_back(m.system->spawn<caf::detached>(rank_executor_actor, setup));
+      std::vector<RankReady> ready(tp);
+      {
+        caf::scoped_actor self{*m.system};
+        std::vector<decltype(self->request(m.executors[0], caf::infinite, init_atom::value, 0, id))> pending;
+        for (int rank = 0; rank < tp; ++rank)
+          pending.push_back(self->request(m.executors[rank], caf::infinite, init_atom::value, rank, id));
+        for (int rank = 0; rank < tp; ++rank)
+          pending[rank].receive([&](RankReady& r) { ready[rank] = std::move(r); },
+                                [&](caf::error& e) { ready[rank].error = m.system->render(e); });
+      }
+      for (int rank = 0; rank < tp; ++rank) {
+        if (ready[rank].error.empty()) continue;
+        // Every executor ends, each tearing its NCCL share down on its own thread, before the system goes.
+        for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+        m.executors.clear();
+        if (ready[rank].model_error) throw ModelError(ready[rank].error);
+        throw GpuError("tensor-parallel rank " + std::to_string(rank) + ": " + ready[rank].error);
+      }
+      num_blocks = ready[0].num_blocks;
+      num_swap_blocks = ready[0].num_swap_blocks;
+      for (const RankReady& r : ready) {
+        num_blocks = std::min(num_blocks, r.num_blocks);
+        num_swap_blocks = std::min(num_swap_blocks, r.num_swap_blocks);
+      }
+    }
 #endif
   }
   if (num_blocks < 1) throw ModelError("the KV cache has no blocks (--num-kv-blocks)");
 
-  m.sys_cfg = std::make_unique<caf::actor_system_config>();
-  register_message_types(*m.sys_cfg);
-  m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
   for (auto& r : runners) m.executors.push_back(m.system->spawn<caf::detached>(executor_actor, r));
   m.memory_manager = m.system->spawn(
       memory_manager_actor,

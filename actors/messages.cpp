@@ -14,6 +14,8 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<BlockPair>>("paged.BlockPairs");
   cfg.add_message_type<std::vector<SeqId>>("paged.SeqIds");
   cfg.add_message_type<std::vector<TokenId>>("paged.TokenIds");
+  cfg.add_message_type<NcclUniqueId>("paged.NcclUniqueId");
+  cfg.add_message_type<RankReady>("paged.RankReady");
 }
 
 }  // namespace paged

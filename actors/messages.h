@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/nccl_comm.h"
 #include "model/scheduler_policy.h"
 #include "model/step.h"
 
@@ -27,6 +28,7 @@ using step_atom = caf::atom_constant<caf::atom("step")>;        // scheduler -> 
 using swap_out_atom = caf::atom_constant<caf::atom("swapout")>;
 using swap_in_atom = caf::atom_constant<caf::atom("swapin")>;
 using drained_atom = caf::atom_constant<caf::atom("drained")>;  // query: no request left
+using init_atom = caf::atom_constant<caf::atom("init")>;        // engine -> executor of a CUDA tensor-parallel rank
 
 /// A step as sent to executors. SampleSpec pointers refer to scheduler-owned sequence data that `keep_alive`
 /// holds until every executor has finished the step (in-process only: remote executors would need the sampling
@@ -83,6 +85,23 @@ typename Inspector::result_type inspect(Inspector& f, StepPlan& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepResult& x) {
   return f(caf::meta::type_name("StepResult"), x.seqs, x.samples);
+}
+
+/// An executor's answer to (init_atom, rank, NcclUniqueId): the KV pools its runner got, or why it has none.
+struct RankReady {
+  int num_blocks = 0;        // device KV blocks
+  int num_swap_blocks = 0;   // host swap blocks
+  std::string error;         // empty when the runner was built
+  bool model_error = false;  // the error was a ModelError (the model or the options), not a device failure
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NcclUniqueId& x) {
+  return f(caf::meta::type_name("NcclUniqueId"), x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankReady& x) {
+  return f(caf::meta::type_name("RankReady"), x.num_blocks, x.num_swap_blocks, x.error, x.model_error);
 }
 
 /// Registers the message types above with an actor system configuration.

@@ -6,6 +6,14 @@
 // gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm -> LM head on the sampled rows -> sampling -> one
 // synchronisation for the sampled tokens. Decode-only steps (one token per sequence) replay a CUDA graph captured
 // per (batch bucket, context bucket): padding rows have slot -1 and context 1.
+//
+// Tensor parallelism (tp_size > 1): the same flow on this rank's shard, with an NCCL all-reduce of the O and down
+// GEMMs' partial outputs on the compute stream, captured into the decode graphs like every other kernel (NCCL has
+// supported stream capture since 2.9; every rank captures and replays the same shapes in the same order). Ranks
+// other than 0 stop after the last layer and synchronise instead of sampling. The embedding and the LM head stay
+// replicated: 2 x vocab x hidden bf16 on every rank (4.2 GB for a 70B Llama 3), and rank 0 alone reads the LM head
+// each step (2.1 GB there, about 0.5 ms at 4.3 TB/s) while the other ranks wait; vocab-parallel would split both
+// at the price of one more collective (a gather of the logits) per step.
 #include "kernels/cuda/cuda_runner.h"
 
 #include <cuda_runtime_api.h>
@@ -20,6 +28,7 @@
 #include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layer_ops.h"
+#include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
@@ -95,6 +104,7 @@ int decode_partition(int batch, int kv_heads, int max_context, int sm_count, int
   return p;
 }
 
+// One layer's weights on this rank (heads, kv_heads and inter: the rank's share, see Impl).
 struct LayerWeights {
   bf16 *attn_norm = nullptr, *ffn_norm = nullptr;
   bf16 *wqkv = nullptr, *bqkv = nullptr;  // [(heads + 2 kv_heads) * head_dim][hidden], bias or null
@@ -122,6 +132,7 @@ int cuda_device_count() {
 struct CudaModelRunner::Impl {
   ModelConfig cfg;
   CudaRunnerOptions opt;
+  // This rank's shapes: heads, kv_heads and inter are the model's divided by tp_size.
   int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
   int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;
   float eps = 0.f, scale = 0.f;
@@ -205,7 +216,6 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   hidden = cfg.hidden_size;
   inter = cfg.intermediate_size;
   vocab = cfg.vocab_size;
-  qkv_dim = (heads + 2 * kv_heads) * head_dim;
   eps = static_cast<float>(cfg.rms_norm_eps);
   scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   if (head_dim != 64 && head_dim != 128)
@@ -216,6 +226,25 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
     throw ModelError("the CUDA backend supports block sizes 8, 16 and 32, not " + std::to_string(opt.block_size));
   if (hidden % 8 != 0 || inter % 8 != 0)
     throw ModelError("the CUDA backend needs hidden_size and intermediate_size divisible by 8");
+  const int tp = opt.tp_size;
+  if (tp < 1 || opt.tp_rank < 0 || opt.tp_rank >= tp) throw ModelError("invalid tensor-parallel rank/size");
+  if (kv_heads % tp != 0 || heads % tp != 0)
+    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " does not divide the attention heads (" +
+                     std::to_string(heads) + ") and KV heads (" + std::to_string(kv_heads) + ")");
+  if (inter % tp != 0)
+    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " does not divide intermediate_size " +
+                     std::to_string(inter));
+  if ((inter / tp) % 8 != 0)
+    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " leaves " + std::to_string(inter / tp) +
+                     " intermediate columns per rank; the CUDA backend needs a multiple of 8");
+  if (tp > 1 && (!opt.comm || opt.comm->size() != tp || opt.comm->rank() != opt.tp_rank ||
+                 opt.comm->device() != opt.device))
+    throw ModelError("tensor-parallel rank " + std::to_string(opt.tp_rank) + " of " + std::to_string(tp) +
+                     " needs its NCCL communicator on device " + std::to_string(opt.device));
+  heads /= tp;
+  kv_heads /= tp;
+  inter /= tp;
+  qkv_dim = (heads + 2 * kv_heads) * head_dim;
   if (opt.max_model_len <= 0) opt.max_model_len = cfg.max_position_embeddings;
   max_seqs = std::max(1, opt.max_num_seqs);
   max_tokens = std::max(opt.max_num_batched_tokens, max_seqs);
@@ -261,31 +290,61 @@ void CudaModelRunner::Impl::allocate_weights() {
 }
 
 void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
-  // Copies tensor `name` (checked against `shape`) into dst as bf16. bf16 checkpoints go straight from the mapped
-  // file; float32 and f16 are converted in slices through a host buffer.
+  // Copies rows [rows.begin, +rows.size) x columns [cols.begin, +cols.size) of tensor `name` (checked against
+  // `shape`: a matrix [R][C], or a vector taken as one row) densely into dst as bf16: the whole tensor by default,
+  // else this rank's shard. bf16 checkpoints go straight from the mapped file; float32 and f16 are converted through
+  // a host buffer, about kSlice elements per copy.
+  struct Range {
+    int64_t begin = 0, size = -1;  // size -1: to the end
+  };
   std::vector<uint16_t> staging;
-  auto load = [&](const std::string& name, const std::vector<int64_t>& shape, bf16* dst) {
+  auto load = [&](const std::string& name, const std::vector<int64_t>& shape, bf16* dst, Range rows = {},
+                  Range cols = {}) {
     const TensorView& t = w.get(name, shape);
-    const int64_t n = t.numel();
+    const int64_t R = shape.size() == 2 ? shape[0] : 1, C = shape.back();
+    const int64_t nr = rows.size < 0 ? R - rows.begin : rows.size, nc = cols.size < 0 ? C - cols.begin : cols.size;
+    const int64_t first = rows.begin * C + cols.begin;  // the slice's first element in the tensor
     if (t.dtype == DType::bf16) {
-      PAGED_CUDA_CHECK(cudaMemcpy(dst, t.data, n * sizeof(bf16), cudaMemcpyHostToDevice));
+      const uint16_t* src = static_cast<const uint16_t*>(t.data) + first;
+      if (nc == C)
+        PAGED_CUDA_CHECK(cudaMemcpy(dst, src, nr * nc * sizeof(bf16), cudaMemcpyHostToDevice));
+      else
+        PAGED_CUDA_CHECK(cudaMemcpy2D(dst, nc * sizeof(bf16), src, C * sizeof(bf16), nc * sizeof(bf16), nr,
+                                      cudaMemcpyHostToDevice));
       return;
     }
-    constexpr int64_t kSlice = int64_t{1} << 22;
-    staging.resize(std::min(n, kSlice));
-    for (int64_t at = 0; at < n; at += kSlice) {
-      const int64_t len = std::min(kSlice, n - at);
+    auto convert = [&](int64_t at, int64_t len, uint16_t* out) {  // elements [at, at + len) of the tensor
       for (int64_t i = 0; i < len; ++i) {
         if (t.dtype == DType::f32) {
-          staging[i] = float_to_bf16(static_cast<const float*>(t.data)[at + i]);
+          out[i] = float_to_bf16(static_cast<const float*>(t.data)[at + i]);
         } else {
-          staging[i] = float_to_bf16(f16_to_float(static_cast<const uint16_t*>(t.data)[at + i]));
+          out[i] = float_to_bf16(f16_to_float(static_cast<const uint16_t*>(t.data)[at + i]));
         }
       }
-      PAGED_CUDA_CHECK(cudaMemcpy(dst + at, staging.data(), len * sizeof(bf16), cudaMemcpyHostToDevice));
+    };
+    constexpr int64_t kSlice = int64_t{1} << 22;
+    if (nc == C) {  // whole rows: one contiguous run
+      const int64_t n = nr * nc;
+      staging.resize(std::min(n, kSlice));
+      for (int64_t at = 0; at < n; at += kSlice) {
+        const int64_t len = std::min(kSlice, n - at);
+        convert(first + at, len, staging.data());
+        PAGED_CUDA_CHECK(cudaMemcpy(dst + at, staging.data(), len * sizeof(bf16), cudaMemcpyHostToDevice));
+      }
+      return;
+    }
+    const int64_t per_copy = std::max<int64_t>(1, kSlice / nc);  // rows of a column slice per copy
+    staging.resize(std::min(nr, per_copy) * nc);
+    for (int64_t r = 0; r < nr; r += per_copy) {
+      const int64_t k = std::min(per_copy, nr - r);
+      for (int64_t i = 0; i < k; ++i) convert(first + (r + i) * C, nc, staging.data() + i * nc);
+      PAGED_CUDA_CHECK(cudaMemcpy(dst + r * nc, staging.data(), k * nc * sizeof(bf16), cudaMemcpyHostToDevice));
     }
   };
-  const int64_t H = hidden, D = head_dim, q_rows = int64_t{heads} * D, kv_rows = int64_t{kv_heads} * D;
+  const int64_t H = hidden, D = head_dim, I = cfg.intermediate_size;
+  const int64_t q_rows = int64_t{cfg.num_heads} * D, kv_rows = int64_t{cfg.num_kv_heads} * D;  // whole tensors
+  const int64_t qr = int64_t{heads} * D, kvr = int64_t{kv_heads} * D, ir = inter;               // this rank's
+  const int64_t rank = opt.tp_rank;
   load("model.embed_tokens.weight", {vocab, H}, embed);
   load("model.norm.weight", {H}, final_norm);
   if (!cfg.tie_word_embeddings) {
@@ -298,43 +357,48 @@ void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
     LayerWeights& L = layers[l];
     load(p + "input_layernorm.weight", {H}, L.attn_norm);
     load(p + "post_attention_layernorm.weight", {H}, L.ffn_norm);
-    load(p + "self_attn.q_proj.weight", {q_rows, H}, L.wqkv);
-    load(p + "self_attn.k_proj.weight", {kv_rows, H}, L.wqkv + q_rows * H);
-    load(p + "self_attn.v_proj.weight", {kv_rows, H}, L.wqkv + (q_rows + kv_rows) * H);
+    // Column-parallel: the rank's rows of q, k, v (its heads), gate and up (its intermediate slice).
+    load(p + "self_attn.q_proj.weight", {q_rows, H}, L.wqkv, {rank * qr, qr});
+    load(p + "self_attn.k_proj.weight", {kv_rows, H}, L.wqkv + qr * H, {rank * kvr, kvr});
+    load(p + "self_attn.v_proj.weight", {kv_rows, H}, L.wqkv + (qr + kvr) * H, {rank * kvr, kvr});
     if (cfg.qkv_bias) {
-      load(p + "self_attn.q_proj.bias", {q_rows}, L.bqkv);
-      load(p + "self_attn.k_proj.bias", {kv_rows}, L.bqkv + q_rows);
-      load(p + "self_attn.v_proj.bias", {kv_rows}, L.bqkv + q_rows + kv_rows);
+      load(p + "self_attn.q_proj.bias", {q_rows}, L.bqkv, {}, {rank * qr, qr});
+      load(p + "self_attn.k_proj.bias", {kv_rows}, L.bqkv + qr, {}, {rank * kvr, kvr});
+      load(p + "self_attn.v_proj.bias", {kv_rows}, L.bqkv + qr + kvr, {}, {rank * kvr, kvr});
     }
-    load(p + "self_attn.o_proj.weight", {H, q_rows}, L.wo);
-    load(p + "mlp.gate_proj.weight", {inter, H}, L.w_gate_up);
-    load(p + "mlp.up_proj.weight", {inter, H}, L.w_gate_up + int64_t{inter} * H);
-    load(p + "mlp.down_proj.weight", {H, inter}, L.w_down);
+    // Row-parallel: the rank's columns of o and down.
+    load(p + "self_attn.o_proj.weight", {H, q_rows}, L.wo, {}, {rank * qr, qr});
+    load(p + "mlp.gate_proj.weight", {I, H}, L.w_gate_up, {rank * ir, ir});
+    load(p + "mlp.up_proj.weight", {I, H}, L.w_gate_up + ir * H, {rank * ir, ir});
+    load(p + "mlp.down_proj.weight", {H, I}, L.w_down, {}, {rank * ir, ir});
   }
 }
 
 void CudaModelRunner::Impl::random_weights(uint64_t seed) {
   // Linear weights uniform with standard deviation 1/sqrt(fan_in) (activations keep their scale through the
-  // layers), norms 1, biases small: a model whose numbers stay finite, which is all a benchmark needs.
+  // layers), norms 1, biases small: a model whose numbers stay finite, which is all a benchmark needs. Replicated
+  // tensors are the same on every rank; each rank draws its own shards (streams offset by the rank, none for rank
+  // 0, which draws what a single GPU does), row-parallel ones scaled for the whole fan-in that the all-reduce sums.
   uint64_t stream = seed * 1000003;
-  auto fill = [&](bf16* p, int64_t n, float scale, float offset) {
-    PAGED_CUDA_CHECK(cuda::fill_random_bf16(p, n, ++stream, scale, offset, compute));
+  const uint64_t shard_offset = static_cast<uint64_t>(opt.tp_rank) << 40;
+  auto fill = [&](bf16* p, int64_t n, float scale, float offset, bool shard) {
+    PAGED_CUDA_CHECK(cuda::fill_random_bf16(p, n, ++stream + (shard ? shard_offset : 0), scale, offset, compute));
   };
   const float sqrt3 = std::sqrt(3.0f);
-  auto linear = [&](bf16* p, int64_t rows, int64_t cols) {
-    fill(p, rows * cols, sqrt3 / std::sqrt(static_cast<float>(cols)), 0.0f);
+  auto linear = [&](bf16* p, int64_t rows, int64_t cols, int64_t fan_in, bool shard) {
+    fill(p, rows * cols, sqrt3 / std::sqrt(static_cast<float>(fan_in)), 0.0f, shard);
   };
-  fill(embed, int64_t{vocab} * hidden, sqrt3, 0.0f);
-  fill(final_norm, hidden, 0.0f, 1.0f);
-  if (!cfg.tie_word_embeddings) linear(lm_head, vocab, hidden);
+  fill(embed, int64_t{vocab} * hidden, sqrt3, 0.0f, false);
+  fill(final_norm, hidden, 0.0f, 1.0f, false);
+  if (!cfg.tie_word_embeddings) linear(lm_head, vocab, hidden, hidden, false);
   for (LayerWeights& L : layers) {
-    fill(L.attn_norm, hidden, 0.0f, 1.0f);
-    fill(L.ffn_norm, hidden, 0.0f, 1.0f);
-    linear(L.wqkv, qkv_dim, hidden);
-    if (L.bqkv) fill(L.bqkv, qkv_dim, 0.1f, 0.0f);
-    linear(L.wo, hidden, int64_t{heads} * head_dim);
-    linear(L.w_gate_up, int64_t{2} * inter, hidden);
-    linear(L.w_down, hidden, inter);
+    fill(L.attn_norm, hidden, 0.0f, 1.0f, false);
+    fill(L.ffn_norm, hidden, 0.0f, 1.0f, false);
+    linear(L.wqkv, qkv_dim, hidden, hidden, true);
+    if (L.bqkv) fill(L.bqkv, qkv_dim, 0.1f, 0.0f, true);
+    linear(L.wo, hidden, int64_t{heads} * head_dim, int64_t{cfg.num_heads} * head_dim, true);
+    linear(L.w_gate_up, int64_t{2} * inter, hidden, hidden, true);
+    linear(L.w_down, hidden, inter, cfg.intermediate_size, true);
   }
   PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
 }
@@ -502,6 +566,10 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
 void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   const int T = plan.tokens;
   cudaStream_t s = compute;
+  // Row-parallel GEMMs leave a partial sum of `proj` [T][hidden] on every rank; the all-reduce completes it.
+  const auto reduce_proj = [&] {
+    if (opt.tp_size > 1) opt.comm->all_reduce_sum(proj.get(), size_t(T) * hidden, NcclType::bf16, s);
+  };
   PAGED_CUDA_CHECK(cuda::gather_rows(residual.get(), embed, d_tokens.get(), T, hidden, vocab, s));
   cuda::PagedAttentionArgs a;
   a.out = attn.get();
@@ -534,11 +602,14 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     else
       PAGED_CUDA_CHECK(cuda::paged_attention_prefill(a, plan.max_q, s));
     PAGED_CUDA_CHECK(gemm->linear(proj.get(), attn.get(), L.wo, nullptr, T, hidden, heads * head_dim, false, s));
+    reduce_proj();
     PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.ffn_norm, T, hidden, eps, s));
     PAGED_CUDA_CHECK(gemm->linear(gate_up.get(), normed.get(), L.w_gate_up, nullptr, T, 2 * inter, hidden, false, s));
     PAGED_CUDA_CHECK(cuda::silu_and_mul(act.get(), gate_up.get(), T, inter, s));
     PAGED_CUDA_CHECK(gemm->linear(proj.get(), act.get(), L.w_down, nullptr, T, hidden, inter, false, s));
+    reduce_proj();
   }
+  if (opt.tp_rank != 0) return;  // only rank 0 computes logits
   PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), final_norm, T, hidden, eps, s));
   if (plan.logits_rows == 0) return;
   const bf16* rows = normed.get();
@@ -698,7 +769,12 @@ CudaModelRunner::~CudaModelRunner() {
 StepResult CudaModelRunner::execute(const StepBatch& batch) {
   Impl::Plan plan;
   impl_->run(batch, plan);
-  return impl_->sample(batch, plan);
+  if (impl_->opt.tp_rank == 0) return impl_->sample(batch, plan);
+  // The other ranks sample nothing. They wait for their part of the step all the same, so that the next step may
+  // rewrite the staging its uploads read (rank 0's wait for the sampled tokens ends later anyway).
+  PAGED_CUDA_CHECK(cudaEventRecord(impl_->compute_done, impl_->compute));
+  PAGED_CUDA_CHECK(cudaStreamSynchronize(impl_->compute));
+  return {};
 }
 
 std::vector<std::vector<float>> CudaModelRunner::forward(const StepBatch& batch) {
@@ -706,7 +782,7 @@ std::vector<std::vector<float>> CudaModelRunner::forward(const StepBatch& batch)
   impl_->run(batch, plan);
   std::vector<std::vector<float>> out;
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
-    if (plan.logits_row.empty() || plan.logits_row[s] < 0) continue;
+    if (impl_->opt.tp_rank != 0 || plan.logits_row.empty() || plan.logits_row[s] < 0) continue;
     out.emplace_back(impl_->vocab);
     PAGED_CUDA_CHECK(cudaMemcpyAsync(out.back().data(), impl_->logits.get() + int64_t{plan.logits_row[s]} * impl_->vocab,
                                      impl_->vocab * sizeof(float), cudaMemcpyDeviceToHost, impl_->compute));

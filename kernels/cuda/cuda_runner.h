@@ -1,6 +1,8 @@
 // The CUDA executor's model: the Llama-family forward pass (Llama 2/3, Mistral, Qwen2) in bf16 on one GPU, over a
 // paged KV pool sized from the device's free memory, with a pinned host pool for swapped blocks, CUDA graphs for
-// decode steps and sampling on the GPU. Host C++ includes this header; the CUDA types stay in the .cpp.
+// decode steps and sampling on the GPU. One runner is also one rank of a tensor-parallel group (one GPU each, an
+// NCCL all-reduce between them), sharded as CpuModelRunner is. Host C++ includes this header; the CUDA types stay
+// in the .cpp.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,9 @@
 
 namespace paged {
 
-/// A CUDA or cuBLAS failure inside the runner (not a problem of the model files: those are ModelError).
+class NcclComm;
+
+/// A CUDA, cuBLAS or NCCL failure inside the runner (not a problem of the model files: those are ModelError).
 struct GpuError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -27,8 +31,14 @@ struct CudaRunnerOptions {
   int max_num_seqs = 256;              // sequences per step: sampling rows and the largest decode graph
   int max_num_batched_tokens = 2048;   // tokens per step: the activation buffers
   int max_model_len = 0;               // longest context; 0: the model's max_position_embeddings
-  bool cuda_graphs = true;             // replay decode-only steps from CUDA graphs
+  bool cuda_graphs = true;             // replay decode-only steps from CUDA graphs (with their all-reduces)
   int device = 0;
+  // Tensor parallelism: q/k/v and gate/up column-parallel (whole KV heads with their query heads per rank),
+  // o_proj and down_proj row-parallel with an all-reduce of their output, embedding, norms and LM head replicated;
+  // the KV pool holds this rank's KV heads only; rank 0 alone computes logits and samples.
+  int tp_rank = 0;
+  int tp_size = 1;
+  std::shared_ptr<NcclComm> comm = nullptr;  // required when tp_size > 1: this rank's communicator, on `device`
 };
 
 /// CUDA devices this process can use; 0 when there is no driver or no device.
@@ -36,22 +46,27 @@ int cuda_device_count();
 
 class CudaModelRunner final : public ModelRunner {
  public:
-  /// Loads the weights (kept bf16; float32 and f16 checkpoints are converted once), allocates activations, then
-  /// the KV pool and the pinned swap pool. Throws ModelError for a model the kernels do not support (head_dim
-  /// other than 64 or 128, a GQA group above 16, a block size other than 8/16/32) and GpuError for CUDA failures,
-  /// including too little memory for one block per sequence.
+  /// Loads the weights (kept bf16; float32 and f16 checkpoints are converted once; with tp_size > 1 only this
+  /// rank's shard), allocates activations, then the KV pool and the pinned swap pool. Throws ModelError for a model
+  /// the kernels do not support (head_dim other than 64 or 128, a GQA group above 16, a block size other than
+  /// 8/16/32), for head counts or an intermediate size that tp_size does not divide, and for a missing or
+  /// mismatched communicator; GpuError for CUDA failures, including too little memory for one block per sequence.
   CudaModelRunner(const ModelConfig& config, const SafeTensors& weights, CudaRunnerOptions options);
-  /// The same model with random weights (uniform, deterministic in `seed`): benchmarks without a checkpoint.
+  /// The same model with random weights (uniform, deterministic in `seed` and the rank): benchmarks without a
+  /// checkpoint.
   CudaModelRunner(const ModelConfig& config, uint64_t seed, CudaRunnerOptions options);
   ~CudaModelRunner() override;
 
   /// Runs the step on the compute stream and waits for its sampled tokens. Orders after any swap enqueued before.
+  /// Every rank of a group runs every step, in the same order; ranks other than 0 wait for their part of the step
+  /// and return an empty result.
   StepResult execute(const StepBatch& batch) override;
   /// Enqueue the copies on the copy stream and return; the next execute() waits for them on the device.
   void swap_out(const std::vector<BlockPair>& device_to_cpu) override;
   void swap_in(const std::vector<BlockPair>& cpu_to_device) override;
 
-  /// The step's logits [chunks with samples][vocab], float32, without sampling (parity checks).
+  /// The step's logits [chunks with samples][vocab], float32, without sampling (parity checks); empty on ranks
+  /// other than 0.
   std::vector<std::vector<float>> forward(const StepBatch& batch);
 
   int num_blocks() const;
