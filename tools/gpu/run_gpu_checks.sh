@@ -90,8 +90,8 @@ JSON
   add_row "HF transformers generate, 512 in / 128 out, batch 256" "$( [ -n "$hf" ] && echo DONE || echo FAIL)" "${hf:-?} output tok/s"
   for ds in fixed sharegpt; do
     run "paged_bench_$ds" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy --num-prompts 1000 \
-      --dataset $ds --input-len 512 --output-len 128 --max-num-seqs "${MAX_NUM_SEQS:-512}" \
-      --max-num-batched-tokens "${MAX_BATCHED:-8192}"
+      --dataset $ds --input-len 512 --output-len 128 --max-num-seqs "${MAX_NUM_SEQS:-1024}" \
+      --max-num-batched-tokens "${MAX_BATCHED:-16384}"
     s=$?
     line=$(grep '^{' "$LOG_DIR/paged_bench_$ds.log" | tail -n 1)
     tok=$(echo "$line" | grep -o '"output_tok_per_s":[0-9.Ee+-]*' | cut -d: -f2)
