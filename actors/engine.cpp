@@ -294,7 +294,7 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenI
   std::optional<std::string> failure;
   for (size_t i = 0; i < prompts.size(); ++i) {
     outputs[i].prompt_token_ids = prompts[i];
-    outputs[i].outputs.resize(params.use_beam_search ? std::max(1, params.n) : std::max(1, params.n));
+    outputs[i].outputs.resize(std::max(1, params.n));
     for (size_t k = 0; k < outputs[i].outputs.size(); ++k) outputs[i].outputs[k].index = static_cast<int>(k);
     outputs[i].id = start(prompts[i], params, [&, i](RequestEvent ev) {
       std::lock_guard lock(mu);

@@ -73,6 +73,18 @@ std::string add_text(Completion& c, std::string fresh, const std::vector<std::st
   return pending;
 }
 
+/// Records end-to-end latency and TPOT, delivers the request's last event and stops the actor.
+void finish_request(Self* self, RequestEvent last) {
+  auto& st = self->state;
+  const auto now = Clock::now();
+  st.metrics->e2e.observe(std::chrono::duration<double>(now - st.start).count());
+  if (st.first_token && st.completion_tokens > 1)
+    st.metrics->tpot.observe(std::chrono::duration<double>(now - *st.first_token).count() /
+                             (st.completion_tokens - 1));
+  st.sink(std::move(last));
+  self->quit();
+}
+
 void emit_final(Self* self, bool cancelled, std::optional<std::string> error = std::nullopt) {
   auto& st = self->state;
   RequestEvent ev;
@@ -108,13 +120,7 @@ void emit_final(Self* self, bool cancelled, std::optional<std::string> error = s
     ev.deltas.push_back(std::move(d));
   }
   ev.completion_tokens = st.completion_tokens;
-  const auto now = Clock::now();
-  st.metrics->e2e.observe(std::chrono::duration<double>(now - st.start).count());
-  if (st.first_token && st.completion_tokens > 1)
-    st.metrics->tpot.observe(std::chrono::duration<double>(now - *st.first_token).count() /
-                             (st.completion_tokens - 1));
-  st.sink(std::move(ev));
-  self->quit();
+  finish_request(self, std::move(ev));
 }
 
 }  // namespace
@@ -185,13 +191,7 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
           ev.deltas.push_back(std::move(d));
           if (all_done) {
             ev.done = true;
-            const auto now = Clock::now();
-            st.metrics->e2e.observe(std::chrono::duration<double>(now - st.start).count());
-            if (st.completion_tokens > 1)
-              st.metrics->tpot.observe(std::chrono::duration<double>(now - *st.first_token).count() /
-                                       (st.completion_tokens - 1));
-            st.sink(std::move(ev));
-            self->quit();
+            finish_request(self, std::move(ev));
             return;
           }
           st.sink(std::move(ev));
