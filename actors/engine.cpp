@@ -33,6 +33,7 @@ struct Engine::Impl {
   std::mt19937_64 seed_rng{std::random_device{}()};
   std::mutex seed_mu;
   int max_model_len = 0;
+  int64_t max_seq_tokens = 0;  // tokens one sequence can hold in the KV pool (admission keeps 1% free)
 
   uint64_t random_seed() {
     std::lock_guard lock(seed_mu);
@@ -166,6 +167,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
 #endif
   }
   if (num_blocks < 1) throw ModelError("the KV cache has no blocks (--num-kv-blocks)");
+  m.max_seq_tokens = int64_t{num_blocks - num_blocks / 100} * c.block_size;
 
   for (auto& r : runners) m.executors.push_back(m.system->spawn<caf::detached>(executor_actor, r));
   m.memory_manager = m.system->spawn(
@@ -237,6 +239,12 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
                              " tokens; the prompt has " + std::to_string(prompt_len) + " and max_tokens asks for " +
                              std::to_string(p.max_tokens),
                          prompt_len >= static_cast<size_t>(m.max_model_len) ? "prompt" : "max_tokens");
+  // A sequence that could outgrow the whole KV pool would be preempted forever: refuse it up front.
+  if (static_cast<int64_t>(prompt_len) + p.max_tokens > m.max_seq_tokens)
+    throw InvalidRequest("the prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" +
+                             std::to_string(p.max_tokens) + ") exceeds what one sequence can hold in the KV cache (" +
+                             std::to_string(m.max_seq_tokens) + " tokens; see --num-kv-blocks)",
+                         "max_tokens");
 }
 
 void Engine::check_prompt_ids(const std::vector<TokenId>& prompt) const {

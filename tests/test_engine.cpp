@@ -29,9 +29,6 @@ using namespace paged::test;
 
 namespace {
 
-
-
-
 struct GoldenCase {
   std::vector<TokenId> prompt, greedy;
 };
@@ -720,4 +717,23 @@ TEST_CASE("CPU runner: KV swapped out, overwritten, swapped into other blocks co
   // And the contrast: continuing on the clobbered blocks without swapping back gives different logits.
   const auto wrong = step(runner, {seq[prompt.size() + 5]}, static_cast<int>(prompt.size()) + 5, {3, 9, 1});
   CHECK(wrong != expected[6]);
+}
+
+TEST_CASE("a sequence that could outgrow the KV pool is refused; one that fits it exactly completes under pressure",
+          "[engine]") {
+  EngineConfig config = base_config();
+  config.num_kv_blocks = 8;  // 128 tokens
+  config.preemption_mode = PreemptionMode::swap;
+  Engine engine(config);
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  CHECK_THROWS_AS(engine.submit(prompt, greedy(124), [](RequestEvent) {}), InvalidRequest);
+  CHECK(engine.metrics().waiting_requests == 0);
+  // Three requests that each need the whole pool at the end: they preempt each other and still all finish.
+  SamplingParams params = greedy(123);
+  params.ignore_eos = true;
+  const auto outputs = engine.generate(std::vector<std::vector<TokenId>>(3, prompt), params);
+  for (const auto& o : outputs) CHECK(o.outputs[0].token_ids.size() == 123u);
+  CHECK(outputs[0].outputs[0].token_ids == outputs[2].outputs[0].token_ids);
+  engine.wait_idle();
+  CHECK(engine.metrics().kv_blocks_free == engine.metrics().kv_blocks_total);
 }
