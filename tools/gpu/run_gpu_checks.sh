@@ -21,21 +21,7 @@ mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
-rows=()
-add_row() { rows+=("| $1 | $2 | $3 |"); }
-wanted() { [[ " $STAGES " == *" $1 "* ]]; }
-# run NAME SECONDS CMD...: runs with a time limit, keeps the log, returns the command's status.
-run() {
-  local name=$1 limit=$2; shift 2
-  echo "=== $name: $*"
-  local start=$SECONDS
-  timeout "$limit" "$@" >"$LOG_DIR/$name.log" 2>&1
-  local status=$?
-  echo "    status $status after $((SECONDS - start)) s (log: $LOG_DIR/$name.log)"
-  tail -n 5 "$LOG_DIR/$name.log" | sed 's/^/    /'
-  return $status
-}
-status_word() { case $1 in 0) echo PASS ;; 124) echo "TIMEOUT" ;; *) echo "FAIL ($1)" ;; esac; }
+source "$(dirname "$0")/stages.sh"
 
 if wanted tests; then
   run tests 300 "$BIN/paged_gpu_tests"
@@ -93,8 +79,8 @@ JSON
       --dataset $ds --input-len 512 --output-len 128 --max-num-seqs "${MAX_NUM_SEQS:-1024}" \
       --max-num-batched-tokens "${MAX_BATCHED:-16384}"
     s=$?
-    line=$(grep '^{' "$LOG_DIR/paged_bench_$ds.log" | tail -n 1)
-    tok=$(echo "$line" | grep -o '"output_tok_per_s":[0-9.Ee+-]*' | cut -d: -f2)
+    line=$(bench_json "paged_bench_$ds")
+    tok=$(tok_per_s "$line")
     ratio=$(awk -v a="$tok" -v b="$hf" 'BEGIN { if (b > 0) printf "%.1fx HF", a / b; else print "?" }')
     add_row "paged bench $ds, 1000 requests (engine on CUDA)" "$(status_word $s)" "$line; $ratio"
   done

@@ -32,23 +32,7 @@ export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export NCCL_NVLS_ENABLE=0
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL's own account of a failure lands in the logs
 
-rows=()
-add_row() { rows+=("| $1 | $2 | $3 |"); }
-wanted() { [[ " $STAGES " == *" $1 "* ]]; }
-# run NAME SECONDS CMD...: runs with a time limit, keeps the log, returns the command's status.
-run() {
-  local name=$1 limit=$2; shift 2
-  echo "=== $name: $*"
-  local start=$SECONDS
-  timeout "$limit" "$@" >"$LOG_DIR/$name.log" 2>&1
-  local status=$?
-  echo "    status $status after $((SECONDS - start)) s (log: $LOG_DIR/$name.log)"
-  tail -n 5 "$LOG_DIR/$name.log" | sed 's/^/    /'
-  return $status
-}
-status_word() { case $1 in 0) echo PASS ;; 124) echo "TIMEOUT" ;; *) echo "FAIL ($1)" ;; esac; }
-bench_json() { grep '^{' "$LOG_DIR/$1.log" | tail -n 1; }
-tok_per_s() { echo "$1" | grep -o '"output_tok_per_s":[0-9.Ee+-]*' | cut -d: -f2; }
+source "$(dirname "$0")/stages.sh"
 
 # GPUs this process may use (CUDA_VISIBLE_DEVICES respected; GPUS=N overrides), and the TP sizes they allow.
 GPUS=${GPUS:-$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null ||
