@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/cpu_runner.h"
 #include "model/tokenizer.h"
 
 namespace paged::test {
@@ -31,6 +32,41 @@ inline std::vector<TokenId> ids_of(const boost::json::value& v) {
   std::vector<TokenId> out;
   for (const auto& x : v.as_array()) out.push_back(static_cast<TokenId>(x.to_number<int64_t>()));
   return out;
+}
+
+/// Greedy decoding of `prompts` as one batch straight on a runner (no engine); sequence s uses the blocks
+/// tables[s]. When `prefill_logits` is given it receives the logits after the prompts.
+inline std::vector<std::vector<TokenId>> greedy_on_runner(CpuModelRunner& runner,
+                                                          const std::vector<std::vector<TokenId>>& prompts,
+                                                          int max_tokens,
+                                                          const std::vector<std::vector<int32_t>>& tables,
+                                                          std::vector<std::vector<float>>* prefill_logits = nullptr) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<std::vector<TokenId>> outputs(prompts.size());
+  std::vector<int> computed(prompts.size(), 0);
+  for (int step = 0; step < max_tokens; ++step) {
+    StepBatch batch;
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      SeqChunk c;
+      c.seq = s;
+      c.start_pos = computed[s];
+      c.tokens = step == 0 ? prompts[s] : std::vector<TokenId>{outputs[s].back()};
+      c.block_table = tables[s];
+      SampleSpec spec;
+      spec.params = &greedy;
+      spec.prompt = &prompts[s];
+      spec.output = &outputs[s];
+      c.samples = {spec};
+      computed[s] += static_cast<int>(c.tokens.size());
+      batch.seqs.push_back(std::move(c));
+    }
+    // Running the same step twice on the same slots rewrites the same K/V, so the logits come for free.
+    if (step == 0 && prefill_logits) *prefill_logits = runner.forward(batch);
+    StepResult r = runner.execute(batch);
+    for (size_t s = 0; s < prompts.size(); ++s) outputs[s].push_back(r.samples[s][0][0].token);
+  }
+  return outputs;
 }
 
 }  // namespace paged::test

@@ -244,34 +244,11 @@ Run greedy(const std::string& dir, const std::vector<std::vector<TokenId>>& prom
   SafeTensors w(dir);
   const int block = 16, per_seq = (128 + max_tokens) / block + 1;
   CpuModelRunner runner(cfg, w, {.block_size = block, .num_blocks = per_seq * static_cast<int>(prompts.size())});
-  SamplingParams params;
-  params.temperature = 0;
+  std::vector<std::vector<int32_t>> tables(prompts.size());
+  for (size_t s = 0; s < prompts.size(); ++s)
+    for (int b = 0; b < per_seq; ++b) tables[s].push_back(static_cast<int32_t>(s * per_seq + b));
   Run run;
-  run.tokens.resize(prompts.size());
-  std::vector<int> computed(prompts.size(), 0);
-  for (int step = 0; step < max_tokens; ++step) {
-    StepBatch batch;
-    for (size_t s = 0; s < prompts.size(); ++s) {
-      SeqChunk c;
-      c.seq = s;
-      c.start_pos = computed[s];
-      c.tokens = step == 0 ? prompts[s] : std::vector<TokenId>{run.tokens[s].back()};
-      for (int b = 0; b < per_seq; ++b) c.block_table.push_back(static_cast<int32_t>(s * per_seq + b));
-      SampleSpec spec;
-      spec.params = &params;
-      spec.prompt = &prompts[s];
-      spec.output = &run.tokens[s];
-      c.samples = {spec};
-      computed[s] += static_cast<int>(c.tokens.size());
-      batch.seqs.push_back(std::move(c));
-    }
-    if (step == 0) {
-      // Same step twice on the same slots: the forward pass overwrites the K/V it wrote, so this is idempotent.
-      run.prefill_logits = runner.forward(batch);
-    }
-    StepResult r = runner.execute(batch);
-    for (size_t s = 0; s < prompts.size(); ++s) run.tokens[s].push_back(r.samples[s][0][0].token);
-  }
+  run.tokens = greedy_on_runner(runner, prompts, max_tokens, tables, &run.prefill_logits);
   return run;
 }
 

@@ -27,35 +27,14 @@ namespace {
 
 // Greedy decoding straight on the runner, with each sequence's blocks laid out in a shuffled order.
 std::vector<std::vector<TokenId>> greedy_batch(CpuModelRunner& runner, const std::vector<std::vector<TokenId>>& prompts,
-                                               int max_tokens, int block_size, int blocks_per_seq, uint64_t shuffle) {
-  SamplingParams greedy;
-  greedy.temperature = 0;
+                                               int max_tokens, int blocks_per_seq, uint64_t shuffle) {
   std::vector<int32_t> pool(prompts.size() * blocks_per_seq);
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), std::mt19937_64(shuffle));
-  std::vector<std::vector<TokenId>> outputs(prompts.size());
-  std::vector<int> computed(prompts.size(), 0);
-  for (int step = 0; step < max_tokens; ++step) {
-    StepBatch batch;
-    for (size_t s = 0; s < prompts.size(); ++s) {
-      SeqChunk c;
-      c.seq = s;
-      c.start_pos = computed[s];
-      c.tokens = step == 0 ? prompts[s] : std::vector<TokenId>{outputs[s].back()};
-      c.block_table.assign(pool.begin() + s * blocks_per_seq, pool.begin() + (s + 1) * blocks_per_seq);
-      SampleSpec spec;
-      spec.params = &greedy;
-      spec.prompt = &prompts[s];
-      spec.output = &outputs[s];
-      c.samples = {spec};
-      computed[s] += static_cast<int>(c.tokens.size());
-      batch.seqs.push_back(std::move(c));
-    }
-    StepResult r = runner.execute(batch);
-    for (size_t s = 0; s < prompts.size(); ++s) outputs[s].push_back(r.samples[s][0][0].token);
-  }
-  (void)block_size;
-  return outputs;
+  std::vector<std::vector<int32_t>> tables;
+  for (size_t s = 0; s < prompts.size(); ++s)
+    tables.emplace_back(pool.begin() + s * blocks_per_seq, pool.begin() + (s + 1) * blocks_per_seq);
+  return greedy_on_runner(runner, prompts, max_tokens, tables);
 }
 
 }  // namespace
@@ -91,11 +70,11 @@ TEST_CASE("CPU forward reproduces the Hugging Face greedy outputs, alone and bat
   for (int block_size : {1, 16}) {
     const int per_seq = (12 + max_tokens + block_size - 1) / block_size + 1;
     CpuModelRunner runner(cfg, weights, {.block_size = block_size, .num_blocks = per_seq * 5});
-    auto batched = greedy_batch(runner, prompts, max_tokens, block_size, per_seq, 7);
+    auto batched = greedy_batch(runner, prompts, max_tokens, per_seq, 7);
     for (size_t i = 0; i < prompts.size(); ++i) {
       INFO("case " << i << " block size " << block_size);
       CHECK(batched[i] == expected[i]);  // golden has no EOS inside 64 tokens
-      auto alone = greedy_batch(runner, {prompts[i]}, max_tokens, block_size, per_seq, i);
+      auto alone = greedy_batch(runner, {prompts[i]}, max_tokens, per_seq, i);
       CHECK(alone[0] == batched[i]);
     }
   }
