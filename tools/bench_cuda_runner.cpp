@@ -10,10 +10,12 @@
 //       Times each kernel of one decode step at the same shape (one layer's ops, the LM head, greedy sampling) with
 //       CUDA events, and the step they add up to: where a decode step's time goes.
 //
-//   bench_cuda_runner parity --model DIR --prompts FILE --steps N --out PREFIX [--cpu]
+//   bench_cuda_runner parity --model DIR --prompts FILE --steps N --out PREFIX [--group G] [--cpu]
 //       Greedy generation on a checkpoint, for the Hugging Face comparison of tools/gpu/hf_parity.py. FILE holds
-//       one prompt per line as token ids. Writes PREFIX.tokens.json ({"tokens": [[...], ...]}, N tokens per
-//       prompt) and PREFIX.logits.bin (float32 [prompts][vocab], the logits after each prompt's last token).
+//       one prompt per line as token ids; they run in groups of G sequences (default: all in one batch). Writes
+//       PREFIX.tokens.json ({"tokens": [[...], ...]}, N tokens per prompt), PREFIX.logits.bin (float32
+//       [prompts][vocab], the logits after each prompt's last token) and PREFIX.step1_logits.bin (the same after
+//       the first generated token).
 //       --cpu also writes PREFIX.cpu_logits.bin from the float32 CPU runner (the tight float32 check).
 //
 // Built everywhere (bench_*.cpp always are); without the CUDA backend it says so and exits.
@@ -44,6 +46,7 @@ int main() {
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_runner.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/layer_ops.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/rope_cache.h"
@@ -315,14 +318,15 @@ int run_ops(std::map<std::string, std::string>& f) {
   time("add_rms_norm", 0, true, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, s); });
   time("gemm qkv", 2.0 * qkv_dim * H, true,
        [&] { return gemm.linear(qkv, normed, w_qkv, nullptr, m, qkv_dim, H, false, s); });
-  time("rope_and_cache", 0, true, [&] {
+  double layer_time_of_rope_and_attention = time("rope_and_cache", 0, true, [&] {
     return cuda::rope_and_cache(qkv, kc, vc, d_pos, d_slots, d_freq, m, heads, kvh, D, bs, qkv_dim, s);
   });
   for (int partition : {64, 128, 512}) {
     const std::string name = "attention decode, partition " + std::to_string(partition);
-    time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == 64, [&] {
+    const double us = time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == 64, [&] {
       return cuda::paged_attention_decode(a, ctx, partition, attn_ws, attn_ws_bytes, s);
     });
+    if (partition == 64) layer_time_of_rope_and_attention += us;
   }
   time("gemm o", 2.0 * H * heads * D, true,
        [&] { return gemm.linear(x, attn, w_o, nullptr, m, H, heads * D, false, s); });
@@ -331,6 +335,35 @@ int run_ops(std::map<std::string, std::string>& f) {
        [&] { return gemm.linear(gu, normed, w_gu, nullptr, m, 2 * I, H, false, s); });
   time("silu_and_mul", 0, true, [&] { return cuda::silu_and_mul(act, gu, m, I, s); });
   time("gemm down", 2.0 * H * I, true, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
+  // The same layer through the fused GEMVs the runner takes at batch <= kGemvMaxRows (the norms, residual adds and
+  // SiLU-and-mul inside the projections); the attention is the partition-64 one above.
+  double fused_us = 0;
+  if (m <= cuda::kGemvMaxRows) {
+    const double unfused_us = layer_us;
+    auto gemv = [&](bf16* y, const bf16* in, const bf16* norm, const bf16* w, int n, int k, cuda::GemvOutput out) {
+      cuda::GemvArgs g;
+      g.x = in;
+      g.norm_weight = norm;
+      g.w = w;
+      g.y = y;
+      g.m = m;
+      g.n = n;
+      g.k = k;
+      g.input = norm ? cuda::GemvInput::kRmsNorm : cuda::GemvInput::kPlain;
+      g.output = out;
+      return cuda::gemv(g, s);
+    };
+    time("gemv qkv (+rms_norm)", 2.0 * qkv_dim * H, true,
+         [&] { return gemv(qkv, res, norm_w, w_qkv, qkv_dim, H, cuda::GemvOutput::kStore); });
+    time("gemv o (+residual)", 2.0 * H * heads * D, true,
+         [&] { return gemv(res, attn, nullptr, w_o, H, heads * D, cuda::GemvOutput::kAddToResidual); });
+    time("gemv gate_up (+rms_norm, silu)", 4.0 * I * H, true,
+         [&] { return gemv(act, res, norm_w, w_gu, 2 * I, H, cuda::GemvOutput::kSiluMul); });
+    time("gemv down (+residual)", 2.0 * H * I, true,
+         [&] { return gemv(res, act, nullptr, w_down, H, I, cuda::GemvOutput::kAddToResidual); });
+    fused_us = layer_us - unfused_us;
+    layer_us = unfused_us;
+  }
   const double head_us = time("lm head (float32 logits)", 2.0 * V * H, false,
                               [&] { return gemm.linear(logits, normed, w_head, nullptr, m, V, H, true, s); });
   const double sample_us = time("greedy sampling", 0, false, [&] {
@@ -338,6 +371,11 @@ int run_ops(std::map<std::string, std::string>& f) {
   });
   std::printf("  one layer %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n", layer_us,
               (32 * layer_us + head_us + sample_us) / 1e3);
+  if (fused_us > 0) {
+    const double rope_attn_us = layer_time_of_rope_and_attention;
+    std::printf("  one fused layer %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n",
+                fused_us + rope_attn_us, (32 * (fused_us + rope_attn_us) + head_us + sample_us) / 1e3);
+  }
   return 0;
 }
 
@@ -376,20 +414,35 @@ int run_parity(std::map<std::string, std::string>& f) {
   auto runner = make_cuda_runner(cfg, weights, opt);
   assign_blocks(seqs, opt.max_model_len, opt.block_size, runner->num_blocks());
 
-  // Step 0 through forward(): the logits for the comparison, and the first greedy token from them.
-  std::vector<std::vector<float>> first;
-  for (const StepBatch& step : prefill_steps(seqs, opt.max_num_batched_tokens, true)) {
-    auto logits = runner->forward(step);
-    for (size_t i = 0; i < step.seqs.size(); ++i) {
-      seqs[step.seqs[i].seq].output.push_back(argmax(logits[i]));
-      first.push_back(std::move(logits[i]));
+  // Groups of at most --group sequences run one after the other (default: all at once). Each group's first two
+  // steps go through forward(): the logits after the prompt (a prefill) and after the first generated token (a
+  // decode step: with groups of at most kGemvMaxRows, the fused GEMV path), and the greedy tokens from them.
+  const size_t group = f.count("group") ? std::max(1, std::stoi(f["group"])) : seqs.size();
+  std::vector<std::vector<float>> first(seqs.size()), second(seqs.size());
+  for (size_t g0 = 0; g0 < seqs.size(); g0 += group) {
+    std::vector<Sequence> part(seqs.begin() + g0, seqs.begin() + std::min(seqs.size(), g0 + group));
+    for (const StepBatch& step : prefill_steps(part, opt.max_num_batched_tokens, true)) {
+      auto logits = runner->forward(step);
+      for (size_t i = 0; i < step.seqs.size(); ++i) {
+        part[step.seqs[i].seq].output.push_back(argmax(logits[i]));
+        first[g0 + step.seqs[i].seq] = std::move(logits[i]);
+      }
     }
+    if (steps > 1) {
+      auto logits = runner->forward(decode_step(part));
+      for (size_t i = 0; i < part.size(); ++i) {
+        part[i].output.push_back(argmax(logits[i]));
+        second[g0 + i] = std::move(logits[i]);
+      }
+    }
+    for (int i = 2; i < steps; ++i) {
+      const StepResult r = runner->execute(decode_step(part));
+      for (size_t j = 0; j < r.seqs.size(); ++j) part[r.seqs[j]].output.push_back(r.samples[j][0][0].token);
+    }
+    for (size_t i = 0; i < part.size(); ++i) seqs[g0 + i].output = std::move(part[i].output);
   }
   write_floats(out + ".logits.bin", first);
-  for (int i = 1; i < steps; ++i) {
-    const StepResult r = runner->execute(decode_step(seqs));
-    for (size_t j = 0; j < r.seqs.size(); ++j) seqs[r.seqs[j]].output.push_back(r.samples[j][0][0].token);
-  }
+  if (steps > 1) write_floats(out + ".step1_logits.bin", second);
   std::ofstream json(out + ".tokens.json");
   json << "{\"tokens\": [";
   for (size_t i = 0; i < seqs.size(); ++i) {

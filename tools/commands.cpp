@@ -7,6 +7,7 @@
 #include <mutex>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <random>
 
@@ -49,6 +50,7 @@ int run_bench_command(Args& args) {
   const int input_len = args.get_int("input-len", 512);
   const int output_len = args.get_int("output-len", 128);
   const int seed = args.get_int("seed", 0);
+  const std::string requests_out = args.get("requests-out").value_or("");
   args.reject_unknown();
   if (num_prompts < 1) throw UsageError("--num-prompts must be positive");
   if (dataset != "fixed" && dataset != "sharegpt") throw UsageError("--dataset must be fixed or sharegpt");
@@ -77,6 +79,14 @@ int run_bench_command(Args& args) {
     output_tokens += out;
     prompts.push_back(std::move(p));
     outputs.push_back(out);
+  }
+  if (!requests_out.empty()) {
+    // The lengths of this run, for a baseline on the same workload (tools/gpu/hf_generate_bench.py --requests).
+    json::array lengths;
+    for (int i = 0; i < num_prompts; ++i) lengths.push_back(json::array{prompts[i].size(), outputs[i]});
+    std::ofstream out(requests_out);
+    out << json::serialize(json::object{{"dataset", dataset}, {"seed", seed}, {"requests", lengths}}) << "\n";
+    if (!out) throw UsageError("cannot write --requests-out " + requests_out);
   }
   // Every request has its own output length, so each goes through submit() with its own parameters.
   std::mutex mu;

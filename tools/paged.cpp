@@ -20,7 +20,7 @@ constexpr const char* kUsage = R"(usage:
   paged serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--config conf/serve.json] [engine flags]
   paged bench --model DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
-              [--seed S] [engine flags]
+              [--seed S] [--requests-out FILE.json] [engine flags]
 engine flags:
   --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
   --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --enable-prefix-caching

@@ -4,7 +4,9 @@
 // Step flow on the compute stream: wait for pending swaps -> copy-on-write copies -> metadata upload -> embedding ->
 // layers (norm, fused QKV GEMM (+bias), RoPE + cache write, paged attention, O GEMM, residual + norm, fused
 // gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm -> LM head on the sampled rows -> sampling -> one
-// synchronisation for the sampled tokens. Decode-only steps (one token per sequence) replay a CUDA graph captured
+// synchronisation for the sampled tokens. Steps of at most kGemvMaxRows tokens on one GPU (one-stream decode) fuse
+// the norms, the residual adds and SiLU-and-mul into the projections (kernels/cuda/gemv.h): QKV(+norm), RoPE,
+// attention, O(+residual), gate/up(+norm, +SiLU-and-mul), down(+residual). Decode-only steps (one token per sequence) replay a CUDA graph captured
 // per (batch bucket, context bucket): padding rows have slot -1 and context 1.
 //
 // Tensor parallelism (tp_size > 1): the same flow on this rank's shard, with an NCCL all-reduce of the O and down
@@ -25,6 +27,7 @@
 #include <utility>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layer_ops.h"
@@ -585,13 +588,38 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   a.head_dim = head_dim;
   a.block_size = opt.block_size;
   a.scale = scale;
+  // Decode-sized steps on one GPU take the fused GEMVs: the residual stream is updated by the O and down
+  // projections themselves and the norms run inside the next projection, 6 launches a layer instead of 10.
+  // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
+  const bool fused = opt.tp_size == 1 && T <= cuda::kGemvMaxRows;
+  const auto gemv = [&](bf16* y, const bf16* x, const bf16* norm_weight, const bf16* w, const bf16* bias, int n,
+                        int k, cuda::GemvOutput output) {
+    cuda::GemvArgs g;
+    g.x = x;
+    g.norm_weight = norm_weight;
+    g.eps = eps;
+    g.w = w;
+    g.bias = bias;
+    g.y = y;
+    g.m = T;
+    g.n = n;
+    g.k = k;
+    g.input = norm_weight ? cuda::GemvInput::kRmsNorm : cuda::GemvInput::kPlain;
+    g.output = output;
+    PAGED_CUDA_CHECK(cuda::gemv(g, s));
+  };
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
-    if (l == 0)
-      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, s));
-    else
-      PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.attn_norm, T, hidden, eps, s));
-    PAGED_CUDA_CHECK(gemm->linear(qkv.get(), normed.get(), L.wqkv, L.bqkv, T, qkv_dim, hidden, false, s));
+    if (fused) {
+      gemv(qkv.get(), residual.get(), L.attn_norm, L.wqkv, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore);
+    } else {
+      if (l == 0)
+        PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, s));
+      else
+        PAGED_CUDA_CHECK(
+            cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.attn_norm, T, hidden, eps, s));
+      PAGED_CUDA_CHECK(gemm->linear(qkv.get(), normed.get(), L.wqkv, L.bqkv, T, qkv_dim, hidden, false, s));
+    }
     PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_cache(l), v_cache(l), d_positions.get(), d_slots.get(),
                                           inv_freq.get(), T, heads, kv_heads, head_dim, opt.block_size, qkv_dim, s));
     a.k_cache = k_cache(l);
@@ -601,6 +629,13 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
                                                     decode_ws_bytes, s));
     else
       PAGED_CUDA_CHECK(cuda::paged_attention_prefill(a, plan.max_q, s));
+    if (fused) {
+      gemv(residual.get(), attn.get(), nullptr, L.wo, nullptr, hidden, heads * head_dim,
+           cuda::GemvOutput::kAddToResidual);
+      gemv(act.get(), residual.get(), L.ffn_norm, L.w_gate_up, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul);
+      gemv(residual.get(), act.get(), nullptr, L.w_down, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual);
+      continue;
+    }
     PAGED_CUDA_CHECK(gemm->linear(proj.get(), attn.get(), L.wo, nullptr, T, hidden, heads * head_dim, false, s));
     reduce_proj();
     PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.ffn_norm, T, hidden, eps, s));
@@ -610,7 +645,10 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     reduce_proj();
   }
   if (opt.tp_rank != 0) return;  // only rank 0 computes logits
-  PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), final_norm, T, hidden, eps, s));
+  if (fused)
+    PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), final_norm, T, hidden, eps, s));
+  else
+    PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), final_norm, T, hidden, eps, s));
   if (plan.logits_rows == 0) return;
   const bf16* rows = normed.get();
   if (!plan.decode) {

@@ -5,8 +5,9 @@ For each config below: build the HF model with random weights (seeded), save it 
 safetensors), then compare on random prompts
   - the CPU runner's float32 logits after the prompt with HF's float32 logits (same bf16-valued weights):
     relative L2 error, target <= 1e-4;
-  - the CUDA runner's bf16 logits with HF's float32 logits, beside HF's own bf16 logits against the same reference
-    (the bf16 noise level of the model);
+  - the CUDA runner's bf16 logits with HF's float32 logits after the prompt and after the first generated token,
+    beside HF's own bf16 logits against the same reference (the bf16 noise level of the model); the engine runs
+    twice, all prompts in one batch and in groups of 3 (decode through the fused GEMVs of small batches);
   - the CUDA runner's greedy tokens with HF's bf16 greedy tokens for --steps steps: a prompt passes when all match;
     target: at least 90% of prompts. HF bf16 against HF float32 is printed as the baseline of what bf16 noise alone
     does. At a divergence the script prints HF's own margin between the two tokens in units of the logits' rms;
@@ -126,52 +127,70 @@ def main():
         del fp32, model
         torch.cuda.empty_cache()
 
-        prefix = os.path.join(args.work, name + ".ours")
-        run = subprocess.run([os.path.join(args.bin, "bench_cuda_runner"), "parity", "--model", model_dir,
-                              "--prompts", prompt_file, "--steps", str(args.steps), "--out", prefix, "--cpu"],
-                             capture_output=True, text=True)
-        if run.returncode != 0:
-            print(run.stdout, run.stderr, file=sys.stderr)
-            rows.append((name, "engine failed", "", "", "", (run.stderr.strip().splitlines() or [""])[-1]))
+        # Two engine runs: all prompts in one batch (cuBLASLt GEMMs), and groups of 3 (decode steps of at most
+        # kGemvMaxRows rows: the fused GEMV path of one-stream decode).
+        runs, failed = {}, None
+        for label, extra in (("batched", ["--cpu"]), ("groups of 3", ["--group", "3"])):
+            prefix = os.path.join(args.work, name + ".ours." + label.replace(" ", "_"))
+            run = subprocess.run([os.path.join(args.bin, "bench_cuda_runner"), "parity", "--model", model_dir,
+                                  "--prompts", prompt_file, "--steps", str(args.steps), "--out", prefix] + extra,
+                                 capture_output=True, text=True)
+            if run.returncode != 0:
+                print(run.stdout, run.stderr, file=sys.stderr)
+                failed = (run.stderr.strip().splitlines() or [""])[-1]
+                break
+            runs[label] = prefix
+        if failed is not None:
+            rows.append((name, "engine failed", "", "", "", failed))
             ok_all = False
             continue
         vocab = cfg.vocab_size
         n = len(prompts)
-        cuda_logits = np.fromfile(prefix + ".logits.bin", dtype=np.float32).reshape(-1, vocab)
-        cpu_logits = np.fromfile(prefix + ".cpu_logits.bin", dtype=np.float32).reshape(-1, vocab)
-        with open(prefix + ".tokens.json") as f:
-            ours = json.load(f)["tokens"]
+        load = lambda path: np.fromfile(path, dtype=np.float32).reshape(-1, vocab)
+        cpu_logits = load(runs["batched"] + ".cpu_logits.bin")
         cpu_err = max(rel_l2(cpu_logits[i], hf32[i][1][0]) for i in range(n))
-        cuda_err = max(rel_l2(cuda_logits[i], hf32[i][1][0]) for i in range(n))   # ours (bf16) vs float32
-        hf_err = max(rel_l2(hf[i][1][0], hf32[i][1][0]) for i in range(n))         # HF bf16 vs float32
-        noise = max(cuda_err, hf_err)
+        hf_err = max(rel_l2(hf[i][1][0], hf32[i][1][0]) for i in range(n))  # HF bf16 vs float32: the noise level
 
         def agree(a, b):
             return next((k for k in range(args.steps) if a[k] != b[k]), args.steps)
 
-        full = sum(agree(hf[i][0], ours[i]) == args.steps for i in range(n))
         baseline = sum(agree(hf[i][0], hf32[i][0]) == args.steps for i in range(n))
-        notes, all_ties = [], True
-        for i in range(n):
-            k = agree(hf[i][0], ours[i])
-            if k == args.steps:
-                continue
-            l = hf[i][1][k]
-            # HF's own margin between its token and ours, in units of the logits' rms: a near-tie when it is within
-            # a few times the measured bf16 noise (relative L2 error of bf16 logits against float32).
-            gap = float(l[hf[i][0][k]] - l[ours[i][k]]) / float(np.sqrt(np.mean(l.astype(np.float64) ** 2)))
-            tie = gap <= 4 * noise
-            all_ties = all_ties and tie
-            notes.append(f"p{i}@{k}: gap {gap:.3f}{'' if tie else ' NOT A TIE'}")
-        ok = cpu_err <= 1e-4 and (full >= 0.9 * n or all_ties)
-        ok_all = ok_all and ok
-        rows.append((name, f"{cpu_err:.1e}", f"{cuda_err:.1e} (HF bf16: {hf_err:.1e})",
-                     f"{full}/{n} (HF bf16 vs fp32: {baseline}/{n})",
+        errs, equal, notes, all_ties = [], [], [], True
+        for label, prefix in runs.items():
+            with open(prefix + ".tokens.json") as f:
+                ours = json.load(f)["tokens"]
+            # bf16 logits against float32 after the prompt (prefill) and after the first generated token (a decode
+            # step), the latter where our first token is HF float32's.
+            prefill = max(rel_l2(load(prefix + ".logits.bin")[i], hf32[i][1][0]) for i in range(n))
+            step1 = load(prefix + ".step1_logits.bin")
+            same = [i for i in range(n) if ours[i][0] == hf32[i][0][0]]
+            decode = max((rel_l2(step1[i], hf32[i][1][1]) for i in same), default=float("nan"))
+            errs.append(f"{label}: {prefill:.1e} / {decode:.1e}")
+            noise = max(prefill, hf_err)
+            equal.append(f"{label}: {sum(agree(hf[i][0], ours[i]) == args.steps for i in range(n))}/{n}")
+            for i in range(n):
+                k = agree(hf[i][0], ours[i])
+                if k == args.steps:
+                    continue
+                l = hf[i][1][k]
+                # HF's own margin between its token and ours, in units of the logits' rms: a near-tie when it is
+                # within a few times the measured bf16 noise (relative L2 error of bf16 logits against float32).
+                gap = float(l[hf[i][0][k]] - l[ours[i][k]]) / float(np.sqrt(np.mean(l.astype(np.float64) ** 2)))
+                tie = gap <= 4 * noise
+                all_ties = all_ties and tie
+                notes.append(f"{label[0]}p{i}@{k}: {gap:.3f}{'' if tie else ' NOT A TIE'}")
+            full = sum(agree(hf[i][0], ours[i]) == args.steps for i in range(n))
+            ok_run = full >= 0.9 * n or all_ties
+            ok_all = ok_all and ok_run and prefill <= 4 * hf_err and decode <= 4 * hf_err
+        ok_all = ok_all and cpu_err <= 1e-4
+        rows.append((name, f"{cpu_err:.1e}", "; ".join(errs) + f" (HF bf16: {hf_err:.1e})",
+                     "; ".join(equal) + f" (HF bf16 vs fp32: {baseline}/{n})",
                      "all near-ties" if all_ties else "UNEXPLAINED", "; ".join(notes)))
 
     print("\nHF parity (steps %d)" % args.steps)
-    print("| config | CPU fp32 logits vs HF fp32 (<=1e-4) | CUDA bf16 logits vs HF fp32 | "
-          "greedy prompts equal to HF bf16 (>=90%) | divergences | gap/rms at first divergence |")
+    print("| config | CPU fp32 logits vs HF fp32 (<=1e-4) | CUDA bf16 logits vs HF fp32, prefill / decode | "
+          "greedy prompts equal to HF bf16 (>=90%) | divergences | gap/rms at first divergence (b: batched, "
+          "g: groups of 3) |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(str(x) for x in r) + " |")
