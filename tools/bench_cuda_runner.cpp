@@ -335,32 +335,32 @@ int run_ops(std::map<std::string, std::string>& f) {
        [&] { return gemm.linear(gu, normed, w_gu, nullptr, m, 2 * I, H, false, s); });
   time("silu_and_mul", 0, true, [&] { return cuda::silu_and_mul(act, gu, m, I, s); });
   time("gemm down", 2.0 * H * I, true, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
-  // The same layer through the fused GEMVs the runner takes at batch <= kGemvMaxRows (the norms, residual adds and
-  // SiLU-and-mul inside the projections); the attention is the partition-64 one above.
+  // The same layer through the GEMVs the runner takes at batch <= kGemvMaxRows (residual adds and SiLU-and-mul
+  // inside the projections); RoPE and the attention are the ones above (partition 64).
   double fused_us = 0;
   if (m <= cuda::kGemvMaxRows) {
     const double unfused_us = layer_us;
-    auto gemv = [&](bf16* y, const bf16* in, const bf16* norm, const bf16* w, int n, int k, cuda::GemvOutput out) {
+    auto gemv = [&](bf16* y, const bf16* in, const bf16* w, int n, int k, cuda::GemvOutput out) {
       cuda::GemvArgs g;
       g.x = in;
-      g.norm_weight = norm;
       g.w = w;
       g.y = y;
       g.m = m;
       g.n = n;
       g.k = k;
-      g.input = norm ? cuda::GemvInput::kRmsNorm : cuda::GemvInput::kPlain;
       g.output = out;
       return cuda::gemv(g, s);
     };
-    time("gemv qkv (+rms_norm)", 2.0 * qkv_dim * H, true,
-         [&] { return gemv(qkv, res, norm_w, w_qkv, qkv_dim, H, cuda::GemvOutput::kStore); });
+    time("rms_norm", 0, true, [&] { return cuda::rms_norm(normed, res, norm_w, m, H, 1e-5f, s); });
+    time("gemv qkv", 2.0 * qkv_dim * H, true,
+         [&] { return gemv(qkv, normed, w_qkv, qkv_dim, H, cuda::GemvOutput::kStore); });
     time("gemv o (+residual)", 2.0 * H * heads * D, true,
-         [&] { return gemv(res, attn, nullptr, w_o, H, heads * D, cuda::GemvOutput::kAddToResidual); });
-    time("gemv gate_up (+rms_norm, silu)", 4.0 * I * H, true,
-         [&] { return gemv(act, res, norm_w, w_gu, 2 * I, H, cuda::GemvOutput::kSiluMul); });
+         [&] { return gemv(res, attn, w_o, H, heads * D, cuda::GemvOutput::kAddToResidual); });
+    time("rms_norm", 0, true, [&] { return cuda::rms_norm(normed, res, norm_w, m, H, 1e-5f, s); });
+    time("gemv gate_up (+silu_and_mul)", 4.0 * I * H, true,
+         [&] { return gemv(act, normed, w_gu, 2 * I, H, cuda::GemvOutput::kSiluMul); });
     time("gemv down (+residual)", 2.0 * H * I, true,
-         [&] { return gemv(res, act, nullptr, w_down, H, I, cuda::GemvOutput::kAddToResidual); });
+         [&] { return gemv(res, act, w_down, H, I, cuda::GemvOutput::kAddToResidual); });
     fused_us = layer_us - unfused_us;
     layer_us = unfused_us;
   }

@@ -93,6 +93,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ float warp_max[kDecodeWarps][kRows], warp_sum[kDecodeWarps][kRows];
   __shared__ int blocks[kMaxBlocks];
 
+  allow_dependent_launch();  // the O projection may start streaming its weights (device_utils.cuh)
   const int kv_head = blockIdx.x, seq = blockIdx.y, part = blockIdx.z;
   const int ctx = a.context_lens[seq];
   const int start = part * partition_size;
@@ -326,6 +327,7 @@ __global__ void __launch_bounds__(HEAD_DIM)
                                const float* __restrict__ part_max,  // [num_seqs][num_heads][max_partitions]
                                const float* __restrict__ part_sum)  // [num_seqs][num_heads][max_partitions]
 {
+  allow_dependent_launch();
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int num_parts = (a.context_lens[seq] + partition_size - 1) / partition_size;
   if (num_parts <= 1) return;  // written by the decode kernel itself

@@ -4,9 +4,9 @@
 // Step flow on the compute stream: wait for pending swaps -> copy-on-write copies -> metadata upload -> embedding ->
 // layers (norm, fused QKV GEMM (+bias), RoPE + cache write, paged attention, O GEMM, residual + norm, fused
 // gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm -> LM head on the sampled rows -> sampling -> one
-// synchronisation for the sampled tokens. Steps of at most kGemvMaxRows tokens on one GPU (one-stream decode) fuse
-// the norms, the residual adds and SiLU-and-mul into the projections (kernels/cuda/gemv.h): QKV(+norm), RoPE,
-// attention, O(+residual), gate/up(+norm, +SiLU-and-mul), down(+residual). Decode-only steps (one token per sequence) replay a CUDA graph captured
+// synchronisation for the sampled tokens. Steps of at most kGemvMaxRows tokens on one GPU (one-stream decode) use
+// the GEMVs of kernels/cuda/gemv.h, with the residual adds and SiLU-and-mul inside the projections: norm, QKV,
+// RoPE, attention, O(+residual), norm, gate/up(+SiLU-and-mul), down(+residual). Decode-only steps (one token per sequence) replay a CUDA graph captured
 // per (batch bucket, context bucket): padding rows have slot -1 and context 1.
 //
 // Tensor parallelism (tp_size > 1): the same flow on this rank's shard, with an NCCL all-reduce of the O and down
@@ -588,30 +588,28 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   a.head_dim = head_dim;
   a.block_size = opt.block_size;
   a.scale = scale;
-  // Decode-sized steps on one GPU take the fused GEMVs: the residual stream is updated by the O and down
-  // projections themselves and the norms run inside the next projection, 6 launches a layer instead of 10.
+  // Decode-sized steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
+  // residual stream themselves and gate/up applies SiLU-and-mul, so each norm reads an up-to-date residual.
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
   const bool fused = opt.tp_size == 1 && T <= cuda::kGemvMaxRows;
-  const auto gemv = [&](bf16* y, const bf16* x, const bf16* norm_weight, const bf16* w, const bf16* bias, int n,
-                        int k, cuda::GemvOutput output) {
+  const auto gemv = [&](bf16* y, const bf16* x, const bf16* w, const bf16* bias, int n, int k,
+                        cuda::GemvOutput output) {
     cuda::GemvArgs g;
     g.x = x;
-    g.norm_weight = norm_weight;
-    g.eps = eps;
     g.w = w;
     g.bias = bias;
     g.y = y;
     g.m = T;
     g.n = n;
     g.k = k;
-    g.input = norm_weight ? cuda::GemvInput::kRmsNorm : cuda::GemvInput::kPlain;
     g.output = output;
     PAGED_CUDA_CHECK(cuda::gemv(g, s));
   };
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
     if (fused) {
-      gemv(qkv.get(), residual.get(), L.attn_norm, L.wqkv, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore);
+      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, s));
+      gemv(qkv.get(), normed.get(), L.wqkv, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore);
     } else {
       if (l == 0)
         PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, s));
@@ -630,10 +628,10 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     else
       PAGED_CUDA_CHECK(cuda::paged_attention_prefill(a, plan.max_q, s));
     if (fused) {
-      gemv(residual.get(), attn.get(), nullptr, L.wo, nullptr, hidden, heads * head_dim,
-           cuda::GemvOutput::kAddToResidual);
-      gemv(act.get(), residual.get(), L.ffn_norm, L.w_gate_up, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul);
-      gemv(residual.get(), act.get(), nullptr, L.w_down, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual);
+      gemv(residual.get(), attn.get(), L.wo, nullptr, hidden, heads * head_dim, cuda::GemvOutput::kAddToResidual);
+      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.ffn_norm, T, hidden, eps, s));
+      gemv(act.get(), normed.get(), L.w_gate_up, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul);
+      gemv(residual.get(), act.get(), L.w_down, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual);
       continue;
     }
     PAGED_CUDA_CHECK(gemm->linear(proj.get(), attn.get(), L.wo, nullptr, T, hidden, heads * head_dim, false, s));

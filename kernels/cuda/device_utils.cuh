@@ -65,6 +65,11 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   return total;
 }
 
+// Lets the next kernel of the stream start now if it was launched with programmatic dependent launch (the GEMVs of
+// gemv.cu are): it prefetches its weights and waits for this grid's results itself (griddepcontrol.wait). A no-op
+// for any other successor, which still starts after this grid completes.
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
+
 inline bool is_supported_block_size(int block_size) {
   for (int b : kSupportedBlockSizes)
     if (b == block_size) return true;

@@ -36,6 +36,7 @@ template <bool kAdd>
 __global__ void __launch_bounds__(kRowThreads)
     rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ residual, const bf16* __restrict__ x,
                     const bf16* __restrict__ weight, int hidden, float eps) {
+  allow_dependent_launch();  // the projection after the norm may start streaming its weights
   __shared__ float scratch[kRowThreads / 32];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * hidden;
   const bf16* src = kAdd ? residual + row : x + row;

@@ -1,8 +1,7 @@
-// gemv (decode-sized linear layers with fused RMSNorm input, residual add or SiLU-and-mul output) against the CPU
-// twins composed with the same bf16 rounding points: cpu::rms_norm -> cpu::linear -> add / cpu::silu_and_mul.
+// gemv (decode-sized linear layers with a fused residual add or SiLU-and-mul output) against the CPU twins composed
+// with the same bf16 rounding points: cpu::linear -> add / cpu::silu_and_mul.
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/gemv.h"
-#include "kernels/cuda/layer_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace paged;
@@ -17,37 +16,26 @@ std::vector<float> rounded(std::vector<float> v) {
 
 }  // namespace
 
-TEST_CASE("gemv matches rms_norm -> linear -> add / silu_and_mul on the CPU", "[gpu][gemv]") {
+TEST_CASE("gemv matches linear -> add / silu_and_mul on the CPU", "[gpu][gemv]") {
   require_device();
   std::mt19937 rng(21);
   std::vector<std::pair<int, int>> shapes = {{16, 8}, {144, 64}, {1008, 264}, {256, 4104}};
   if (!quick_mode()) shapes.insert(shapes.end(), {{6144, 4096}, {4096, 14336}});
   for (const auto& [n, k] : shapes) {
     for (int m = 1; m <= cuda::kGemvMaxRows; ++m) {
-      for (const auto input : {cuda::GemvInput::kPlain, cuda::GemvInput::kRmsNorm}) {
-        const bool norm = input == cuda::GemvInput::kRmsNorm;
-        INFO("m " << m << " n " << n << " k " << k << (norm ? " rms_norm input" : " plain input"));
+      {
+        INFO("m " << m << " n " << n << " k " << k);
         const auto x = random_bf16_values(rng, static_cast<size_t>(m) * k, 2.0f);
         const auto w = random_bf16_values(rng, static_cast<size_t>(n) * k, 1.0f / std::sqrt(static_cast<float>(k)));
         const auto bias = random_bf16_values(rng, n);
-        auto nw = random_bf16_values(rng, k, 0.3f);
-        for (auto& v : nw) v = round_bf16(v + 1.0f);
-        DeviceArray<bf16> d_x(to_bf16(x)), d_w(to_bf16(w)), d_b(to_bf16(bias)), d_nw(to_bf16(nw));
-
-        std::vector<float> in = x;
-        if (norm) {
-          cpu::rms_norm(in.data(), x.data(), nw.data(), m, k, 1e-5f);
-          in = rounded(in);
-        }
+        DeviceArray<bf16> d_x(to_bf16(x)), d_w(to_bf16(w)), d_b(to_bf16(bias));
+        const std::vector<float>& in = x;
         cuda::GemvArgs a;
         a.x = d_x.get();
-        a.norm_weight = d_nw.get();
-        a.eps = 1e-5f;
         a.w = d_w.get();
         a.m = m;
         a.n = n;
         a.k = k;
-        a.input = input;
 
         // Store with bias.
         std::vector<float> p(static_cast<size_t>(m) * n);
@@ -81,32 +69,6 @@ TEST_CASE("gemv matches rms_norm -> linear -> add / silu_and_mul on the CPU", "[
         check_close(to_float(d_act.download()), act, "silu_and_mul");
       }
     }
-  }
-}
-
-TEST_CASE("gemv's fused RMSNorm input has the rms_norm kernel's bits", "[gpu][gemv]") {
-  require_device();
-  std::mt19937 rng(22);
-  for (const int k : {64, 4096}) {
-    const int m = 3;
-    const auto x = random_bf16_values(rng, static_cast<size_t>(m) * k, 3.0f);
-    auto nw = random_bf16_values(rng, k, 0.3f);
-    for (auto& v : nw) v = round_bf16(v + 1.0f);
-    std::vector<float> identity(static_cast<size_t>(k) * k, 0.f);
-    for (int i = 0; i < k; ++i) identity[static_cast<size_t>(i) * k + i] = 1.f;
-    DeviceArray<bf16> d_x(to_bf16(x)), d_nw(to_bf16(nw)), d_eye(to_bf16(identity)), d_ref(x.size()), d_y(x.size());
-    CUDA_REQUIRE(cuda::rms_norm(d_ref.get(), d_x.get(), d_nw.get(), m, k, 1e-5f, nullptr));
-    cuda::GemvArgs a;
-    a.x = d_x.get();
-    a.norm_weight = d_nw.get();
-    a.w = d_eye.get();
-    a.y = d_y.get();
-    a.m = m;
-    a.n = a.k = k;
-    a.input = cuda::GemvInput::kRmsNorm;
-    CUDA_REQUIRE(cuda::gemv(a, nullptr));
-    // A product with the identity adds exact zeros to one exact bf16 value: the normalised input itself.
-    REQUIRE(to_float(d_y.download()) == to_float(d_ref.download()));
   }
 }
 
