@@ -4,8 +4,8 @@
 // Step flow on the compute stream: wait for pending swaps -> copy-on-write copies -> metadata upload -> embedding ->
 // layers (norm, fused QKV GEMM (+bias), RoPE + cache write, paged attention, O GEMM, residual + norm, fused
 // gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm -> LM head on the sampled rows -> sampling -> one
-// synchronisation for the sampled tokens. Steps of at most kGemvMaxRows tokens on one GPU (one-stream decode) use
-// the GEMVs of kernels/cuda/gemv.h, with the residual adds and SiLU-and-mul inside the projections: norm, QKV,
+// synchronisation for the sampled tokens. Single-token steps on one GPU (one-stream decode) use the GEMVs of
+// kernels/cuda/gemv.h, with the residual adds and SiLU-and-mul inside the projections: norm, QKV,
 // RoPE, attention, O(+residual), norm, gate/up(+SiLU-and-mul), down(+residual). Decode-only steps (one token per sequence) replay a CUDA graph captured
 // per (batch bucket, context bucket): padding rows have slot -1 and context 1.
 //
@@ -588,10 +588,10 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   a.head_dim = head_dim;
   a.block_size = opt.block_size;
   a.scale = scale;
-  // Decode-sized steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
+  // Single-token steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
   // residual stream themselves and gate/up applies SiLU-and-mul, so each norm reads an up-to-date residual.
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
-  const bool fused = opt.tp_size == 1 && T <= cuda::kGemvMaxRows;
+  const bool fused = opt.tp_size == 1 && T == 1;
   const auto gemv = [&](bf16* y, const bf16* x, const bf16* w, const bf16* bias, int n, int k,
                         cuda::GemvOutput output) {
     cuda::GemvArgs g;
@@ -599,7 +599,6 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     g.w = w;
     g.bias = bias;
     g.y = y;
-    g.m = T;
     g.n = n;
     g.k = k;
     g.output = output;

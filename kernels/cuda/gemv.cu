@@ -18,7 +18,6 @@ constexpr int kSplit = 2;
 constexpr int kWeightRows = 2;
 constexpr int kUnroll = 2;
 constexpr int kGroups = kWarps / kSplit;  // row groups (of kWeightRows weight rows) per block
-static_assert(kGemvMaxRows == 4, "gemv() dispatches m = 1..4");
 
 __device__ __forceinline__ Bf16x8 load_streaming(const bf16* p) {
   const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));  // read once: evict first, keep L2 for activations
@@ -37,10 +36,10 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 // Programmatic dependent launch: the weights do not depend on the previous kernel, so each warp issues its first
 // loads, lets the next kernel launch, and only then waits for the previous kernel's results (x, the residual).
 // Kernels that precede a gemv in the decode step (rms_norm, attention) let it launch early the same way.
-template <int M, GemvOutput kOut>
+template <GemvOutput kOut>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   constexpr bool kSilu = kOut == GemvOutput::kSiluMul;
-  __shared__ float partial[kWarps][kWeightRows][M];
+  __shared__ float partial[kWarps][kWeightRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplit, half = warp % kSplit;
   const int k = a.k, chunks = k / 8;
@@ -70,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 
-  float acc[kWeightRows][M] = {};
+  float acc[kWeightRows] = {};
   for (; base < c_end; base += 32 * kUnroll) {
     Bf16x8 cur[kWeightRows][kUnroll];
 #pragma unroll
@@ -82,46 +81,40 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + 32 * u;
       if (c >= c_end) break;
-      float wf[kWeightRows][8];
+      float xf[8];
+      bf16x8_to_float(load_bf16x8(a.x + c * 8), xf);
 #pragma unroll
-      for (int r = 0; r < kWeightRows; ++r) bf16x8_to_float(cur[r][u], wf[r]);
+      for (int r = 0; r < kWeightRows; ++r) {
+        float wf[8];
+        bf16x8_to_float(cur[r][u], wf);
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        float xf[8];
-        bf16x8_to_float(load_bf16x8(a.x + static_cast<int64_t>(m) * k + c * 8), xf);
-#pragma unroll
-        for (int r = 0; r < kWeightRows; ++r)
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc[r][m] += wf[r][j] * xf[j];
+        for (int j = 0; j < 8; ++j) acc[r] += wf[j] * xf[j];
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kWeightRows; ++r)
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      acc[r][m] = warp_sum(acc[r][m]);
-      if (lane == 0) partial[warp][r][m] = acc[r][m];
-    }
+  for (int r = 0; r < kWeightRows; ++r) {
+    acc[r] = warp_sum(acc[r]);
+    if (lane == 0) partial[warp][r] = acc[r];
+  }
   __syncthreads();
-  if (half != 0 || lane >= M) return;
-  const int m = lane;
+  if (half != 0 || lane != 0) return;
   float p[kWeightRows];
 #pragma unroll
   for (int r = 0; r < kWeightRows; ++r) {
     p[r] = 0.f;
 #pragma unroll
-    for (int h = 0; h < kSplit; ++h) p[r] += partial[group * kSplit + h][r][m];
+    for (int h = 0; h < kSplit; ++h) p[r] += partial[group * kSplit + h][r];
   }
   if constexpr (kSilu) {
     if (!valid[0]) return;
     const float g = round_bf16(p[0]), u = round_bf16(p[1]);
-    a.y[static_cast<int64_t>(m) * out_cols + first] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+    a.y[first] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
   } else {
 #pragma unroll
     for (int r = 0; r < kWeightRows; ++r) {
       if (!valid[r]) continue;
-      bf16* y = a.y + static_cast<int64_t>(m) * out_cols + first + r;
+      bf16* y = a.y + first + r;
       if constexpr (kOut == GemvOutput::kStore)
         *y = __float2bfloat16_rn(p[r] + (a.bias ? __bfloat162float(a.bias[first + r]) : 0.f));
       else
@@ -132,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
 
 // Launches with programmatic stream serialization allowed, so that the kernel may start while the previous one
 // finishes (it waits for that one's results itself, see gemv_kernel).
-template <int M, GemvOutput kOut>
+template <GemvOutput kOut>
 cudaError_t launch(const GemvArgs& a, unsigned blocks, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
@@ -143,17 +136,7 @@ cudaError_t launch(const GemvArgs& a, unsigned blocks, cudaStream_t stream) {
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_kernel<M, kOut>, a);
-}
-
-template <int M>
-cudaError_t launch_for_rows(const GemvArgs& a, unsigned blocks, cudaStream_t stream) {
-  switch (a.output) {
-    case GemvOutput::kStore: return launch<M, GemvOutput::kStore>(a, blocks, stream);
-    case GemvOutput::kAddToResidual: return launch<M, GemvOutput::kAddToResidual>(a, blocks, stream);
-    case GemvOutput::kSiluMul: return launch<M, GemvOutput::kSiluMul>(a, blocks, stream);
-  }
-  return cudaErrorInvalidValue;
+  return cudaLaunchKernelEx(&config, gemv_kernel<kOut>, a);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -163,9 +146,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   const bool silu = a.output == GemvOutput::kSiluMul;
   std::string why;
-  if (a.m < 1 || a.m > kGemvMaxRows)
-    why = "m " + std::to_string(a.m) + " must be in [1, " + std::to_string(kGemvMaxRows) + "]";
-  else if (a.n <= 0 || a.k <= 0 || a.n % (silu ? 16 : 8) != 0 || a.k % 8 != 0)
+  if (a.n <= 0 || a.k <= 0 || a.n % (silu ? 16 : 8) != 0 || a.k % 8 != 0)
     why = "n " + std::to_string(a.n) + " and k " + std::to_string(a.k) + " must be positive multiples of 8" +
           (silu ? " (n of 16 with SiLU-and-mul)" : "");
   else if (!aligned16(a.x) || !aligned16(a.w))
@@ -178,11 +159,10 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   const int groups = silu ? a.n / 2 : a.n / kWeightRows;
   const auto blocks = static_cast<unsigned>((groups + kGroups - 1) / kGroups);
   cudaError_t e = cudaSuccess;
-  switch (a.m) {
-    case 1: e = launch_for_rows<1>(a, blocks, stream); break;
-    case 2: e = launch_for_rows<2>(a, blocks, stream); break;
-    case 3: e = launch_for_rows<3>(a, blocks, stream); break;
-    default: e = launch_for_rows<4>(a, blocks, stream); break;
+  switch (a.output) {
+    case GemvOutput::kStore: e = launch<GemvOutput::kStore>(a, blocks, stream); break;
+    case GemvOutput::kAddToResidual: e = launch<GemvOutput::kAddToResidual>(a, blocks, stream); break;
+    case GemvOutput::kSiluMul: e = launch<GemvOutput::kSiluMul>(a, blocks, stream); break;
   }
   return e != cudaSuccess ? e : cudaGetLastError();
 }

@@ -7,7 +7,7 @@ safetensors), then compare on random prompts
     relative L2 error, target <= 1e-4;
   - the CUDA runner's bf16 logits with HF's float32 logits after the prompt and after the first generated token,
     beside HF's own bf16 logits against the same reference (the bf16 noise level of the model); the engine runs
-    twice, all prompts in one batch and in groups of 3 (decode through the fused GEMVs of small batches);
+    twice, all prompts in one batch and one prompt at a time (one-stream decode through the GEMVs of gemv.h);
   - the CUDA runner's greedy tokens with HF's bf16 greedy tokens for --steps steps: a prompt passes when all match;
     target: at least 90% of prompts. HF bf16 against HF float32 is printed as the baseline of what bf16 noise alone
     does. At a divergence the script prints HF's own margin between the two tokens in units of the logits' rms;
@@ -127,10 +127,10 @@ def main():
         del fp32, model
         torch.cuda.empty_cache()
 
-        # Two engine runs: all prompts in one batch (cuBLASLt GEMMs), and groups of 3 (decode steps of at most
-        # kGemvMaxRows rows: the fused GEMV path of one-stream decode).
+        # Two engine runs: all prompts in one batch (cuBLASLt GEMMs), and one at a time (single-token decode steps:
+        # the GEMV path of one-stream decode).
         runs, failed = {}, None
-        for label, extra in (("batched", ["--cpu"]), ("groups of 3", ["--group", "3"])):
+        for label, extra in (("batched", ["--cpu"]), ("one at a time", ["--group", "1"])):
             prefix = os.path.join(args.work, name + ".ours." + label.replace(" ", "_"))
             run = subprocess.run([os.path.join(args.bin, "bench_cuda_runner"), "parity", "--model", model_dir,
                                   "--prompts", prompt_file, "--steps", str(args.steps), "--out", prefix] + extra,
@@ -190,7 +190,7 @@ def main():
     print("\nHF parity (steps %d)" % args.steps)
     print("| config | CPU fp32 logits vs HF fp32 (<=1e-4) | CUDA bf16 logits vs HF fp32, prefill / decode | "
           "greedy prompts equal to HF bf16 (>=90%) | divergences | gap/rms at first divergence (b: batched, "
-          "g: groups of 3) |")
+          "o: one at a time) |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(str(x) for x in r) + " |")
