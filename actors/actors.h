@@ -10,6 +10,7 @@
 #include "actors/engine.h"
 #include "actors/messages.h"
 #include "model/kv_cache_manager.h"
+#include "model/safetensors.h"
 
 namespace paged {
 
@@ -19,12 +20,33 @@ namespace paged {
 /// (and tensor-parallel ranks wait on each other in the all-reduce).
 caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner);
 
+/// The executor of a `paged worker`: executor_actor's handlers, with the step arriving as a WireStep from an
+/// engine in another process, plus (hello_atom) -> WorkerInfo. Published by a Worker (actors/worker.h).
+caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
+                                    WorkerInfo info);
+
+/// Stands in the engine for a worker's executor (`remote`, reached through CAF's middleman): forwards steps as
+/// WireSteps and the swap orders as they are, in arrival order, and delegates the answers back. Quits when the
+/// remote actor goes down.
+caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor remote);
+
 /// A runner built for one tensor-parallel rank, with the KV pools it got.
 struct RankRunner {
   std::shared_ptr<ModelRunner> runner;
   int num_blocks = 0;
   int num_swap_blocks = 0;
 };
+
+/// Checks the engine options against the model and returns the maximum model length. With `local_device` it also
+/// resolves device "auto" and checks that the device exists (a remote executor's device is the worker's).
+/// Throws ModelError.
+int resolve_config(EngineConfig& config, const ModelConfig& model, bool local_device);
+
+/// The runner of one whole model on this process (tensor_parallel_size 1) on config.device, with its KV pools:
+/// CPU pools from max_num_seqs (at most 4 GiB) or num_kv_blocks, CUDA pools from gpu_memory_utilization.
+/// `weights` null: random weights (load_format dummy, CUDA only).
+RankRunner make_local_runner(const EngineConfig& config, const ModelConfig& model, int max_model_len,
+                             const SafeTensors* weights);
 
 /// How an executor builds its rank on its own thread. `join` sets up the rank's share of the group's communication
 /// (NCCL: blocks until every rank has joined); `build` makes the runner over it. The share is kept apart from the

@@ -1,5 +1,7 @@
 #include "actors/engine.h"
 
+#include <caf/io/all.hpp>
+
 #include <condition_variable>
 #include <future>
 #include <limits>
@@ -53,45 +55,147 @@ bool cuda_available() {
 
 }  // namespace
 
+int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device) {
+  const int max_model_len = c.max_model_len.value_or(model.max_position_embeddings);
+  if (max_model_len < 1 || max_model_len > model.max_position_embeddings)
+    throw ModelError("max_model_len must be in [1, " + std::to_string(model.max_position_embeddings) + "]");
+  if (c.block_size < 1 || c.block_size > 256) throw ModelError("block_size must be in [1, 256]");
+  if (c.max_num_seqs < 1) throw ModelError("max_num_seqs must be positive");
+  if (c.max_num_batched_tokens < 1) throw ModelError("max_num_batched_tokens must be positive");
+  if (c.tensor_parallel_size < 1) throw ModelError("tensor_parallel_size must be positive");
+  if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
+  if (!local_device) return max_model_len;
+  if (c.device == "auto") c.device = cuda_available() ? "cuda" : "cpu";
+  if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
+  if (c.device == "cuda" && !cuda_available()) throw ModelError("--device cuda: no CUDA device is available");
+  if (c.load_format == "dummy" && c.device != "cuda")
+    throw ModelError("--load-format dummy (random weights) needs --device cuda");
+  return max_model_len;
+}
+
+namespace {
+
+// KV pools of CPU runners: at most 4 GiB of float32 K and V over all ranks unless --num-kv-blocks says otherwise,
+// and the swap pool from --swap-space.
+std::pair<int, int> cpu_pools(const EngineConfig& c, const ModelConfig& model, int max_model_len) {
+  const int64_t block_bytes = int64_t{2} * model.num_layers * model.num_kv_heads * c.block_size * model.head_dim *
+                              static_cast<int64_t>(sizeof(float));
+  const int64_t blocks_per_seq = (max_model_len + c.block_size - 1) / c.block_size;
+  const int64_t cap = (int64_t{4} << 30) / block_bytes;
+  const int num_blocks =
+      c.num_kv_blocks.value_or(static_cast<int>(std::min<int64_t>(c.max_num_seqs * blocks_per_seq, cap)));
+  const double swap_blocks = c.swap_space_gib * double(int64_t{1} << 30) / double(block_bytes);
+  if (swap_blocks > double(std::numeric_limits<int32_t>::max()))
+    throw ModelError("--swap-space is too large for this model's block size");
+  return {num_blocks, static_cast<int>(swap_blocks)};
+}
+
+#ifdef PAGED_HAVE_CUDA
+CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
+  return {.block_size = c.block_size,
+          .num_blocks = c.num_kv_blocks.value_or(0),
+          .gpu_memory_utilization = c.gpu_memory_utilization,
+          .swap_space_gib = c.swap_space_gib,
+          .max_num_seqs = c.max_num_seqs,
+          .max_num_batched_tokens = c.max_num_batched_tokens,
+          .max_model_len = max_model_len};
+}
+#endif
+
+// "host:port" -> (host, port); ModelError when it is not one.
+std::pair<std::string, uint16_t> host_and_port(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos && colon > 0 && colon + 1 < address.size() &&
+      address.find_first_not_of("0123456789", colon + 1) == std::string::npos && address.size() - colon <= 6)
+    port = std::stoi(address.substr(colon + 1));
+  if (port < 1 || port > 65535)
+    throw ModelError("--remote-executor must be HOST:PORT with a port in [1, 65535], got '" + address + "'");
+  return {address.substr(0, colon), static_cast<uint16_t>(port)};
+}
+
+}  // namespace
+
+RankRunner make_local_runner(const EngineConfig& c, const ModelConfig& model, int max_model_len,
+                             const SafeTensors* weights) {
+  if (c.device == "cpu") {
+    const auto [num_blocks, num_swap_blocks] = cpu_pools(c, model, max_model_len);
+    auto runner = std::make_shared<CpuModelRunner>(
+        model, *weights,
+        CpuRunnerOptions{.block_size = c.block_size, .num_blocks = num_blocks, .num_swap_blocks = num_swap_blocks});
+    return {std::move(runner), num_blocks, num_swap_blocks};
+  }
+#ifndef PAGED_HAVE_CUDA
+  throw ModelError("this build has no CUDA executor");
+#else
+  const CudaRunnerOptions options = cuda_options(c, max_model_len);
+  std::shared_ptr<CudaModelRunner> runner = weights ? make_cuda_runner(model, *weights, options)
+                                                    : std::make_shared<CudaModelRunner>(model, 0, options);
+  const int num_blocks = runner->num_blocks(), num_swap_blocks = runner->num_swap_blocks();
+  return {std::move(runner), num_blocks, num_swap_blocks};
+#endif
+}
+
 Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.config = std::move(config);
   EngineConfig& c = m.config;
   m.model = load_model_config(c.model_dir);
   m.tokenizer = load_tokenizer(c.model_dir);
-  m.max_model_len = c.max_model_len.value_or(m.model.max_position_embeddings);
-  if (m.max_model_len < 1 || m.max_model_len > m.model.max_position_embeddings)
-    throw ModelError("max_model_len must be in [1, " + std::to_string(m.model.max_position_embeddings) + "]");
-  if (c.block_size < 1 || c.block_size > 256) throw ModelError("block_size must be in [1, 256]");
-  if (c.max_num_seqs < 1) throw ModelError("max_num_seqs must be positive");
-  if (c.max_num_batched_tokens < 1) throw ModelError("max_num_batched_tokens must be positive");
-  if (c.tensor_parallel_size < 1) throw ModelError("tensor_parallel_size must be positive");
-  if (c.device == "auto") c.device = cuda_available() ? "cuda" : "cpu";
-  if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
-  if (c.device == "cuda" && !cuda_available()) throw ModelError("--device cuda: no CUDA device is available");
-
-  if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
-  const bool dummy = c.load_format == "dummy";
-  if (dummy && c.device != "cuda") throw ModelError("--load-format dummy (random weights) needs --device cuda");
-  std::shared_ptr<const SafeTensors> weights = dummy ? nullptr : std::make_shared<const SafeTensors>(c.model_dir);
+  const bool remote = !c.remote_executor.empty();
+  m.max_model_len = resolve_config(c, m.model, !remote);
   const int tp = c.tensor_parallel_size;
+  if (remote && tp != 1)
+    throw ModelError("--remote-executor runs the whole model on one worker: --tensor-parallel-size must be 1");
   m.sys_cfg = std::make_unique<caf::actor_system_config>();
   register_message_types(*m.sys_cfg);
+  if (remote) m.sys_cfg->load<caf::io::middleman>();
   m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
   int num_blocks = 0, num_swap_blocks = 0;
   std::vector<std::shared_ptr<ModelRunner>> runners;
-  const int64_t blocks_per_seq = (m.max_model_len + c.block_size - 1) / c.block_size;
-  if (c.device == "cpu") {
-    // Host memory per block over all ranks: K and V, every layer, every KV head, float32.
-    const int64_t block_bytes = int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size *
-                                m.model.head_dim * static_cast<int64_t>(sizeof(float));
-    const int64_t cap = (int64_t{4} << 30) / block_bytes;  // at most 4 GiB of KV by default
-    num_blocks = c.num_kv_blocks.value_or(static_cast<int>(std::min<int64_t>(c.max_num_seqs * blocks_per_seq, cap)));
-    const double swap_blocks = c.swap_space_gib * double(int64_t{1} << 30) / double(block_bytes);
-    if (swap_blocks > double(std::numeric_limits<int32_t>::max()))
-      throw ModelError("--swap-space is too large for this model's block size");
-    num_swap_blocks = static_cast<int>(swap_blocks);
-    if (tp > 1) m.all_reduce = std::make_shared<LocalAllReduce>(tp);
+  const bool dummy = c.load_format == "dummy";
+  std::shared_ptr<const SafeTensors> weights =
+      dummy || remote ? nullptr : std::make_shared<const SafeTensors>(c.model_dir);
+  if (remote) {
+    // The executor lives in a `paged worker`: check that it runs this model with this KV layout, then talk to it
+    // through a local proxy, so the scheduler sees one more executor actor.
+    const auto [host, port] = host_and_port(c.remote_executor);
+    auto worker = m.system->middleman().remote_actor(host, port);
+    if (!worker)
+      throw ModelError("--remote-executor " + c.remote_executor + ": " + m.system->render(worker.error()));
+    WorkerInfo info;
+    std::string error;
+    {
+      caf::scoped_actor self{*m.system};
+      self->request(*worker, std::chrono::seconds(60), hello_atom::value)
+          .receive([&](WorkerInfo& i) { info = std::move(i); },
+                   [&](caf::error& e) { error = m.system->render(e); });
+    }
+    const ModelConfig& mc = m.model;
+    if (error.empty() && (info.num_layers != mc.num_layers || info.hidden_size != mc.hidden_size ||
+                          info.num_heads != mc.num_heads || info.num_kv_heads != mc.num_kv_heads ||
+                          info.head_dim != mc.head_dim || info.vocab_size != mc.vocab_size))
+      error = "the worker runs a different model (" + std::to_string(info.num_layers) + " layers, hidden " +
+              std::to_string(info.hidden_size) + ", vocab " + std::to_string(info.vocab_size) + ")";
+    else if (error.empty() && info.block_size != c.block_size)
+      error = "the worker's KV blocks hold " + std::to_string(info.block_size) + " tokens, this engine's " +
+              std::to_string(c.block_size) + " (--block-size)";
+    else if (error.empty() && info.max_model_len < m.max_model_len)
+      error = "the worker serves contexts of at most " + std::to_string(info.max_model_len) +
+              " tokens; pass --max-model-len " + std::to_string(info.max_model_len) + " or less";
+    if (!error.empty()) throw ModelError("--remote-executor " + c.remote_executor + ": " + error);
+    c.device = info.device;
+    num_blocks = info.num_blocks;
+    num_swap_blocks = info.num_swap_blocks;
+    m.executors.push_back(m.system->spawn(remote_executor_proxy, *worker));
+  } else if (tp == 1) {
+    RankRunner built = make_local_runner(c, m.model, m.max_model_len, weights.get());
+    num_blocks = built.num_blocks;
+    num_swap_blocks = built.num_swap_blocks;
+    runners.push_back(std::move(built.runner));
+  } else if (c.device == "cpu") {
+    std::tie(num_blocks, num_swap_blocks) = cpu_pools(c, m.model, m.max_model_len);
+    m.all_reduce = std::make_shared<LocalAllReduce>(tp);
     for (int rank = 0; rank < tp; ++rank)
       runners.push_back(std::make_shared<CpuModelRunner>(
           m.model, *weights,
@@ -101,68 +205,54 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
 #ifndef PAGED_HAVE_CUDA
     throw ModelError("this build has no CUDA executor");
 #else
-    const CudaRunnerOptions options{.block_size = c.block_size,
-                                    .num_blocks = c.num_kv_blocks.value_or(0),
-                                    .gpu_memory_utilization = c.gpu_memory_utilization,
-                                    .swap_space_gib = c.swap_space_gib,
-                                    .max_num_seqs = c.max_num_seqs,
-                                    .max_num_batched_tokens = c.max_num_batched_tokens,
-                                    .max_model_len = m.max_model_len};
-    if (tp == 1) {
-      std::shared_ptr<CudaModelRunner> runner = dummy ? std::make_shared<CudaModelRunner>(m.model, 0, options)
-                                                      : make_cuda_runner(m.model, *weights, options);
-      num_blocks = runner->num_blocks();
-      num_swap_blocks = runner->num_swap_blocks();
-      runners.push_back(std::move(runner));
-    } else {
-      // One detached executor per GPU, rank r on device r. Each builds its runner on its own thread, since joining
-      // the NCCL group blocks until every rank has: all ranks get their init (the unique id travels in it) before
-      // the engine waits for any answer. The KV manager gets the smallest pools any rank has room for.
-      const int visible = cuda_device_count();
-      if (visible < tp)
-        throw ModelError("--tensor-parallel-size " + std::to_string(tp) + " needs " + std::to_string(tp) +
-                         " GPUs, one per rank; " + std::to_string(visible) + " visible");
-      RankSetup setup;
-      setup.join = [tp](int rank, const NcclUniqueId& id) -> std::shared_ptr<void> {
-        return std::make_shared<NcclComm>(id, rank, tp, rank);
-      };
-      setup.build = [model = m.model, weights, dummy, options, tp](int rank, const std::shared_ptr<void>& group) {
-        CudaRunnerOptions o = options;
-        o.device = rank;
-        o.tp_rank = rank;
-        o.tp_size = tp;
-        o.comm = std::static_pointer_cast<NcclComm>(group);
-        std::shared_ptr<CudaModelRunner> runner = dummy ? std::make_shared<CudaModelRunner>(model, 0, o)
-                                                        : make_cuda_runner(model, *weights, o);
-        return RankRunner{runner, runner->num_blocks(), runner->num_swap_blocks()};
-      };
-      const NcclUniqueId id = nccl_unique_id();
+    const CudaRunnerOptions options = cuda_options(c, m.max_model_len);
+    // One detached executor per GPU, rank r on device r. Each builds its runner on its own thread, since joining
+    // the NCCL group blocks until every rank has: all ranks get their init (the unique id travels in it) before
+    // the engine waits for any answer. The KV manager gets the smallest pools any rank has room for.
+    const int visible = cuda_device_count();
+    if (visible < tp)
+      throw ModelError("--tensor-parallel-size " + std::to_string(tp) + " needs " + std::to_string(tp) +
+                       " GPUs, one per rank; " + std::to_string(visible) + " visible");
+    RankSetup setup;
+    setup.join = [tp](int rank, const NcclUniqueId& id) -> std::shared_ptr<void> {
+      return std::make_shared<NcclComm>(id, rank, tp, rank);
+    };
+    setup.build = [model = m.model, weights, dummy, options, tp](int rank, const std::shared_ptr<void>& group) {
+      CudaRunnerOptions o = options;
+      o.device = rank;
+      o.tp_rank = rank;
+      o.tp_size = tp;
+      o.comm = std::static_pointer_cast<NcclComm>(group);
+      std::shared_ptr<CudaModelRunner> runner = dummy ? std::make_shared<CudaModelRunner>(model, 0, o)
+                                                      : make_cuda_runner(model, *weights, o);
+      return RankRunner{runner, runner->num_blocks(), runner->num_swap_blocks()};
+    };
+    const NcclUniqueId id = nccl_unique_id();
+    for (int rank = 0; rank < tp; ++rank)
+      m.executors.push_back(m.system->spawn<caf::detached>(rank_executor_actor, setup));
+    std::vector<RankReady> ready(tp);
+    {
+      caf::scoped_actor self{*m.system};
+      std::vector<decltype(self->request(m.executors[0], caf::infinite, init_atom::value, 0, id))> pending;
       for (int rank = 0; rank < tp; ++rank)
-        m.executors.push_back(m.system->spawn<caf::detached>(rank_executor_actor, setup));
-      std::vector<RankReady> ready(tp);
-      {
-        caf::scoped_actor self{*m.system};
-        std::vector<decltype(self->request(m.executors[0], caf::infinite, init_atom::value, 0, id))> pending;
-        for (int rank = 0; rank < tp; ++rank)
-          pending.push_back(self->request(m.executors[rank], caf::infinite, init_atom::value, rank, id));
-        for (int rank = 0; rank < tp; ++rank)
-          pending[rank].receive([&](RankReady& r) { ready[rank] = std::move(r); },
-                                [&](caf::error& e) { ready[rank].error = m.system->render(e); });
-      }
-      for (int rank = 0; rank < tp; ++rank) {
-        if (ready[rank].error.empty()) continue;
-        // Every executor ends, each tearing its NCCL share down on its own thread, before the system goes.
-        for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
-        m.executors.clear();
-        if (ready[rank].model_error) throw ModelError(ready[rank].error);
-        throw GpuError("tensor-parallel rank " + std::to_string(rank) + ": " + ready[rank].error);
-      }
-      num_blocks = ready[0].num_blocks;
-      num_swap_blocks = ready[0].num_swap_blocks;
-      for (const RankReady& r : ready) {
-        num_blocks = std::min(num_blocks, r.num_blocks);
-        num_swap_blocks = std::min(num_swap_blocks, r.num_swap_blocks);
-      }
+        pending.push_back(self->request(m.executors[rank], caf::infinite, init_atom::value, rank, id));
+      for (int rank = 0; rank < tp; ++rank)
+        pending[rank].receive([&](RankReady& r) { ready[rank] = std::move(r); },
+                              [&](caf::error& e) { ready[rank].error = m.system->render(e); });
+    }
+    for (int rank = 0; rank < tp; ++rank) {
+      if (ready[rank].error.empty()) continue;
+      // Every executor ends, each tearing its NCCL share down on its own thread, before the system goes.
+      for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+      m.executors.clear();
+      if (ready[rank].model_error) throw ModelError(ready[rank].error);
+      throw GpuError("tensor-parallel rank " + std::to_string(rank) + ": " + ready[rank].error);
+    }
+    num_blocks = ready[0].num_blocks;
+    num_swap_blocks = ready[0].num_swap_blocks;
+    for (const RankReady& r : ready) {
+      num_blocks = std::min(num_blocks, r.num_blocks);
+      num_swap_blocks = std::min(num_swap_blocks, r.num_swap_blocks);
     }
 #endif
   }

@@ -50,6 +50,10 @@ struct EngineConfig {
   PreemptionMode preemption_mode = PreemptionMode::recompute;
   int tensor_parallel_size = 1;
   int max_waiting_requests = 4096;      // submit() beyond this throws EngineOverloaded (generate() is not limited)
+  /// "host:port" of a `paged worker` (actors/worker.h): the model runs there, reached through CAF's network
+  /// layer, and this engine keeps the scheduler, the KV bookkeeping and the requests. device, load_format,
+  /// num_kv_blocks, swap_space_gib and gpu_memory_utilization are then the worker's.
+  std::string remote_executor;
 };
 
 using RequestId = uint64_t;

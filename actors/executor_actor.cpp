@@ -16,6 +16,10 @@ struct ExecutorState {
 caf::message_handler runner_handlers(std::shared_ptr<ExecutorState> st) {
   return {
       [st](step_atom, const StepMsg& msg) -> StepResult { return st->runner->execute(*msg.batch); },
+      [st](step_atom, const WireStep& wire) -> StepResult {  // from an engine in another process
+        std::vector<SamplingParams> params;
+        return st->runner->execute(from_wire(wire, params));
+      },
       [st](swap_out_atom, const std::vector<BlockPair>& pairs) -> bool {
         st->runner->swap_out(pairs);
         return true;
@@ -31,6 +35,26 @@ caf::message_handler runner_handlers(std::shared_ptr<ExecutorState> st) {
 
 caf::behavior executor_actor(caf::event_based_actor* /*self*/, std::shared_ptr<ModelRunner> runner) {
   return runner_handlers(std::make_shared<ExecutorState>(ExecutorState{std::move(runner), nullptr}));
+}
+
+caf::behavior worker_executor_actor(caf::event_based_actor* /*self*/, std::shared_ptr<ModelRunner> runner,
+                                    WorkerInfo info) {
+  return runner_handlers(std::make_shared<ExecutorState>(ExecutorState{std::move(runner), nullptr}))
+      .or_else([info](hello_atom) { return info; });
+}
+
+caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor remote) {
+  // Ends with the remote side: a lost worker fails the pending step, which ends the scheduler (as a failing local
+  // executor does).
+  self->monitor(remote);
+  self->set_down_handler([self](const caf::down_msg& down) { self->quit(down.reason); });
+  return {
+      [self, remote](step_atom, const StepMsg& msg) {
+        return self->delegate(remote, step_atom::value, to_wire(*msg.batch));
+      },
+      [self, remote](swap_out_atom a, const std::vector<BlockPair>& pairs) { return self->delegate(remote, a, pairs); },
+      [self, remote](swap_in_atom a, const std::vector<BlockPair>& pairs) { return self->delegate(remote, a, pairs); },
+  };
 }
 
 caf::behavior rank_executor_actor(caf::event_based_actor* self, RankSetup setup) {

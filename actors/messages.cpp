@@ -16,6 +16,8 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<TokenId>>("paged.TokenIds");
   cfg.add_message_type<NcclUniqueId>("paged.NcclUniqueId");
   cfg.add_message_type<RankReady>("paged.RankReady");
+  cfg.add_message_type<WireStep>("paged.WireStep");
+  cfg.add_message_type<WorkerInfo>("paged.WorkerInfo");
 }
 
 }  // namespace paged

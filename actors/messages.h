@@ -12,6 +12,7 @@
 #include "kernels/cuda/nccl_comm.h"
 #include "model/scheduler_policy.h"
 #include "model/step.h"
+#include "model/step_wire.h"
 
 namespace paged {
 
@@ -29,10 +30,11 @@ using swap_out_atom = caf::atom_constant<caf::atom("swapout")>;
 using swap_in_atom = caf::atom_constant<caf::atom("swapin")>;
 using drained_atom = caf::atom_constant<caf::atom("drained")>;  // query: no request left
 using init_atom = caf::atom_constant<caf::atom("init")>;        // engine -> executor of a CUDA tensor-parallel rank
+using hello_atom = caf::atom_constant<caf::atom("hello")>;      // engine -> worker: what do you run?
 
 /// A step as sent to executors. SampleSpec pointers refer to scheduler-owned sequence data that `keep_alive`
-/// holds until every executor has finished the step (in-process only: remote executors would need the sampling
-/// inputs serialised by value).
+/// holds until every executor has finished the step. In-process only: the proxy of a remote executor sends the
+/// step on as a WireStep (model/step_wire.h).
 struct StepMsg {
   std::shared_ptr<const StepBatch> batch;
   std::vector<std::shared_ptr<const void>> keep_alive;
@@ -102,6 +104,37 @@ typename Inspector::result_type inspect(Inspector& f, NcclUniqueId& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankReady& x) {
   return f(caf::meta::type_name("RankReady"), x.num_blocks, x.num_swap_blocks, x.error, x.model_error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WireSample& x) {
+  return f(caf::meta::type_name("WireSample"), x.temperature, x.top_p, x.min_p, x.top_k, x.min_tokens,
+           x.repetition_penalty, x.presence_penalty, x.frequency_penalty, x.logit_bias, x.seed, x.prompt, x.output,
+           x.stop_ids, x.num_logprobs, x.num_candidates);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WireChunk& x) {
+  return f(caf::meta::type_name("WireChunk"), x.seq, x.tokens, x.start_pos, x.block_table, x.samples);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WireStep& x) {
+  return f(caf::meta::type_name("WireStep"), x.seqs, x.copies);
+}
+
+/// A worker's answer to (hello_atom): the model shape and KV layout its runner holds, so that an engine can check
+/// that it runs the same model before sending it steps.
+struct WorkerInfo {
+  std::string device;                      // cpu | cuda
+  int num_layers = 0, hidden_size = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, vocab_size = 0;
+  int block_size = 0;
+  int max_model_len = 0;
+  int num_blocks = 0, num_swap_blocks = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerInfo& x) {
+  return f(caf::meta::type_name("WorkerInfo"), x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads,
+           x.head_dim, x.vocab_size, x.block_size, x.max_model_len, x.num_blocks, x.num_swap_blocks);
 }
 
 /// Registers the message types above with an actor system configuration.

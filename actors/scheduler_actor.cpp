@@ -406,8 +406,11 @@ void dispatch(Self* self, StepPlan plan) {
     return;
   }
   // stop_ids live in RequestData, which an abort may erase mid-step: give the batch its own copies.
+  // Reserved for every sample (a parallel-sampling group draws several from one chunk): the specs point into it.
   auto owned_stop_ids = std::make_shared<std::vector<std::vector<TokenId>>>();
-  owned_stop_ids->reserve(batch->seqs.size());
+  size_t num_samples = 0;
+  for (const SeqChunk& c : batch->seqs) num_samples += c.samples.size();
+  owned_stop_ids->reserve(num_samples);
   for (SeqChunk& c : batch->seqs)
     for (SampleSpec& spec : c.samples) {
       owned_stop_ids->push_back(*spec.stop_ids);

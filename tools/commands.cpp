@@ -11,6 +11,10 @@
 #include <iostream>
 #include <random>
 
+#include <signal.h>
+
+#include "actors/messages.h"
+#include "actors/worker.h"
 #include "http/server.h"
 
 namespace paged::cli {
@@ -132,6 +136,27 @@ int run_bench_command(Args& args) {
   o["ttft_p50_s"] = m.ttft.snapshot().quantile(0.5);
   o["tpot_p50_s"] = m.tpot.snapshot().quantile(0.5);
   std::cout << json::serialize(o) << std::endl;
+  return 0;
+}
+
+int run_worker_command(Args& args) {
+  EngineConfig config = engine_config(args);
+  const std::string host = args.get("host").value_or("127.0.0.1");
+  const int port = args.get_int("port", 7000);
+  args.reject_unknown();
+  if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
+  // SIGINT / SIGTERM are taken by sigwait below: blocked before any thread starts, so every thread inherits it.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  Worker worker(config, host, static_cast<uint16_t>(port));
+  const WorkerInfo& info = worker.info();
+  std::cout << "paged worker: listening on " << host << ":" << worker.port() << " (" << info.device << ", "
+            << info.num_blocks << " KV blocks of " << info.block_size << " tokens)" << std::endl;
+  int received = 0;
+  sigwait(&signals, &received);
   return 0;
 }
 

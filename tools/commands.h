@@ -1,4 +1,4 @@
-// The `paged serve` and `paged bench` subcommands.
+// The `paged serve`, `paged bench` and `paged worker` subcommands.
 #pragma once
 
 #include "tools/cli.h"
@@ -16,5 +16,10 @@ int run_serve_command(Args& args);
 /// benchmark: prompt <= 1024, prompt + output <= 2048), --seed S.
 /// Prints one JSON line.
 int run_bench_command(Args& args);
+
+/// `paged worker`: builds the model's executor (engine flags as for serve; tensor-parallel size 1) and publishes it
+/// on --host (127.0.0.1) / --port (7000; 0 picks a free one) for engines started with --remote-executor.
+/// Prints "paged worker: listening on HOST:PORT ..." once ready and blocks until SIGINT or SIGTERM.
+int run_worker_command(Args& args);
 
 }  // namespace paged::cli

@@ -21,11 +21,13 @@ constexpr const char* kUsage = R"(usage:
               [--served-model-name NAME] [--config conf/serve.json] [engine flags]
   paged bench --model DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
               [--seed S] [--requests-out FILE.json] [engine flags]
+  paged worker --model DIR [--host 127.0.0.1] [--port 7000] [engine flags]
+               (runs the model for an engine started elsewhere with --remote-executor HOST:PORT)
 engine flags:
   --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
   --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --enable-prefix-caching
   --no-enable-prefix-caching  --preemption-mode swap|recompute  --tensor-parallel-size N
-  --max-waiting-requests N  --load-format auto|dummy
+  --max-waiting-requests N  --load-format auto|dummy  --remote-executor HOST:PORT (a `paged worker` runs the model)
 )";
 
 namespace json = boost::json;
@@ -150,6 +152,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return generate(args);
     if (cmd == "serve") return cli::run_serve_command(args);
     if (cmd == "bench") return cli::run_bench_command(args);
+    if (cmd == "worker") return cli::run_worker_command(args);
     throw cli::UsageError("unknown command '" + cmd + "'");
   } catch (const cli::UsageError& e) {
     std::cerr << "paged: " << e.what() << "\n" << kUsage;

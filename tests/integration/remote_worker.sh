@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# An engine and its executor in two processes, over TCP on loopback through CAF's network layer:
+#   bash tests/integration/remote_worker.sh PATH/TO/paged
+# `paged worker` runs stories260K on the CPU; `paged generate --remote-executor` and `paged serve
+# --remote-executor` (queried with curl) must give what the in-process engine gives, greedy and seeded; a bad
+# address must fail with a clear message, and the worker must end cleanly on SIGTERM.
+set -u
+
+PAGED=${1:?usage: remote_worker.sh PATH/TO/paged}
+SRC=${PAGED_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+SHARED=${PAGED_SHARED_DIR:-$SRC/../shared}
+MODEL=$SHARED/models/stories260K
+[ -x "$PAGED" ] || { echo "remote_worker: $PAGED is not an executable" >&2; exit 1; }
+command -v curl >/dev/null || { echo "remote_worker: curl is required (tools/setup.sh installs it)" >&2; exit 1; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/paged_remote.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# start_worker: a worker on a free port; sets $worker_pid and $worker_port.
+start_worker() {
+  "$PAGED" worker --model "$MODEL" --device cpu --port 0 >"$TMP/worker.out" 2>"$TMP/worker.err" &
+  worker_pid=$!
+  pids+=("$worker_pid")
+  worker_port=""
+  for _ in $(seq 1 100); do
+    worker_port=$(sed -n 's/^paged worker: listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$TMP/worker.out")
+    [ -n "$worker_port" ] && return 0
+    sleep 0.1
+  done
+  fail "the worker did not report its port: $(cat "$TMP/worker.out" "$TMP/worker.err")"
+  return 1
+}
+
+start_worker || exit 1
+grep -q '(cpu, [0-9]* KV blocks of 16 tokens)' "$TMP/worker.out" || fail "worker banner: $(cat "$TMP/worker.out")"
+
+# generate: local and remote, greedy and seeded sampling with penalties, several prompts in one batch.
+prompts="$TMP/prompts.jsonl"
+printf '%s\n' '{"prompt": "Once upon a time"}' '{"prompt": "Lily and Ben"}' '{"prompt": "The sun was"}' \
+  '{"prompt": "One day, a little"}' >"$prompts"
+for sampling in "--temperature 0" "--temperature 0.8 --top-p 0.9 --seed 7 --repetition-penalty 1.2 --n 2"; do
+  # shellcheck disable=SC2086
+  timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --device cpu --prompts-file "$prompts" --max-tokens 40 \
+    $sampling --json >"$TMP/local.json" 2>"$TMP/local.err" || fail "local generate ($sampling): $(cat "$TMP/local.err")"
+  # shellcheck disable=SC2086
+  timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" \
+    --prompts-file "$prompts" --max-tokens 40 $sampling --json >"$TMP/remote.json" 2>"$TMP/remote.err" ||
+    fail "remote generate ($sampling): $(cat "$TMP/remote.err")"
+  [ -s "$TMP/local.json" ] || fail "no local output ($sampling)"
+  cmp -s "$TMP/local.json" "$TMP/remote.json" ||
+    fail "remote output differs ($sampling): $(diff "$TMP/local.json" "$TMP/remote.json" | head -5)"
+done
+
+# serve: an OpenAI completion through a server whose executor is the worker, against the local engine's text.
+"$PAGED" serve --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --port 0 >"$TMP/serve.out" \
+  2>"$TMP/serve.err" &
+serve_pid=$!
+pids+=("$serve_pid")
+serve_port=""
+for _ in $(seq 1 100); do
+  serve_port=$(grep -o 'http://127.0.0.1:[0-9]*' "$TMP/serve.out" "$TMP/serve.err" 2>/dev/null | head -n 1 |
+               sed 's/.*://')
+  [ -n "$serve_port" ] && break
+  sleep 0.1
+done
+if [ -z "$serve_port" ]; then
+  fail "the server did not report its port: $(cat "$TMP/serve.out" "$TMP/serve.err")"
+else
+  curl -s "http://127.0.0.1:$serve_port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"model": "stories260K", "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0}' >"$TMP/http.json"
+  timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --device cpu --prompt "Once upon a time" --max-tokens 32 \
+    --temperature 0 --json >"$TMP/local.txt" 2>/dev/null
+  want=$(node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    process.stdout.write(JSON.stringify(r.outputs[0].text))' "$TMP/local.txt" 2>/dev/null || true)
+  got=$(node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    process.stdout.write(JSON.stringify(r.choices[0].text))' "$TMP/http.json" 2>/dev/null || true)
+  [ -n "$got" ] && [ "$got" = "$want" ] || fail "served text $got, local $want ($(head -c 300 "$TMP/http.json"))"
+fi
+
+kill -TERM "$serve_pid"
+wait "$serve_pid"
+rc=$?
+[ "$rc" = 0 ] || fail "server exit status $rc after SIGTERM"
+
+# Bad addresses: exit 1 with a message naming the flag; nothing listens on a closed port.
+timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --remote-executor "nowhere" --prompt hi >/dev/null \
+  2>"$TMP/err"
+rc=$?
+[ "$rc" = 1 ] && grep -q -- '--remote-executor' "$TMP/err" || fail "bad address: rc $rc, $(cat "$TMP/err")"
+
+# The worker ends on SIGTERM with status 0; an engine pointed at it afterwards fails cleanly.
+kill -TERM "$worker_pid"
+for _ in $(seq 1 50); do kill -0 "$worker_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$worker_pid" 2>/dev/null; then
+  fail "the worker ignored SIGTERM"
+else
+  wait "$worker_pid"
+  rc=$?
+  [ "$rc" = 0 ] || fail "worker exit status $rc after SIGTERM"
+fi
+timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --prompt hi \
+  >/dev/null 2>"$TMP/err"
+rc=$?
+[ "$rc" = 1 ] && grep -q -- '--remote-executor' "$TMP/err" || fail "closed port: rc $rc, $(cat "$TMP/err")"
+
+if [ "$failures" -gt 0 ]; then
+  echo "remote_worker: $failures failure(s)" >&2
+  exit 1
+fi
+echo "remote_worker: all checks passed"
