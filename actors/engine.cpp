@@ -183,6 +183,11 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     else if (error.empty() && info.max_model_len < m.max_model_len)
       error = "the worker serves contexts of at most " + std::to_string(info.max_model_len) +
               " tokens; pass --max-model-len " + std::to_string(info.max_model_len) + " or less";
+    else if (error.empty() && (info.max_num_seqs < c.max_num_seqs ||
+                               info.max_num_batched_tokens < c.max_num_batched_tokens))
+      error = "the worker takes steps of at most " + std::to_string(info.max_num_seqs) + " sequences and " +
+              std::to_string(info.max_num_batched_tokens) + " tokens; pass --max-num-seqs and " +
+              "--max-num-batched-tokens no larger";
     if (!error.empty()) throw ModelError("--remote-executor " + c.remote_executor + ": " + error);
     c.device = info.device;
     num_blocks = info.num_blocks;

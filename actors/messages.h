@@ -127,14 +127,15 @@ struct WorkerInfo {
   std::string device;                      // cpu | cuda
   int num_layers = 0, hidden_size = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, vocab_size = 0;
   int block_size = 0;
-  int max_model_len = 0;
+  int max_model_len = 0, max_num_seqs = 0, max_num_batched_tokens = 0;  // the largest step its runner takes
   int num_blocks = 0, num_swap_blocks = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerInfo& x) {
   return f(caf::meta::type_name("WorkerInfo"), x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads,
-           x.head_dim, x.vocab_size, x.block_size, x.max_model_len, x.num_blocks, x.num_swap_blocks);
+           x.head_dim, x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens,
+           x.num_blocks, x.num_swap_blocks);
 }
 
 /// Registers the message types above with an actor system configuration.

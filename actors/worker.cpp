@@ -33,6 +33,8 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
                       .vocab_size = model.vocab_size,
                       .block_size = c.block_size,
                       .max_model_len = max_model_len,
+                      .max_num_seqs = c.max_num_seqs,
+                      .max_num_batched_tokens = c.max_num_batched_tokens,
                       .num_blocks = built.num_blocks,
                       .num_swap_blocks = built.num_swap_blocks};
   m.sys_cfg = std::make_unique<caf::actor_system_config>();

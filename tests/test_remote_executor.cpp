@@ -166,6 +166,9 @@ TEST_CASE("an engine refuses a worker it cannot use, naming why", "[remote]") {
   c.block_size = 32;
   refused(c, "--block-size");
   c.block_size = 16;
+  c.max_num_seqs = 64;
+  refused(c, "--max-num-seqs");
+  c.max_num_seqs = 8;
   c.tensor_parallel_size = 2;
   refused(c, "--tensor-parallel-size");
 }

@@ -2,7 +2,7 @@
 # An engine and its executor in two processes, over TCP on loopback through CAF's network layer:
 #   bash tests/integration/remote_worker.sh PATH/TO/paged
 # `paged worker` runs stories260K on the CPU; `paged generate --remote-executor` and `paged serve
-# --remote-executor` (queried with curl) must give what the in-process engine gives, greedy and seeded; a bad
+# --remote-executor` (queried with node's http client) must give what the in-process engine gives, greedy and seeded; a bad
 # address must fail with a clear message, and the worker must end cleanly on SIGTERM.
 set -u
 
@@ -11,7 +11,7 @@ SRC=${PAGED_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 SHARED=${PAGED_SHARED_DIR:-$SRC/../shared}
 MODEL=$SHARED/models/stories260K
 [ -x "$PAGED" ] || { echo "remote_worker: $PAGED is not an executable" >&2; exit 1; }
-command -v curl >/dev/null || { echo "remote_worker: curl is required (tools/setup.sh installs it)" >&2; exit 1; }
+command -v node >/dev/null || { echo "remote_worker: node is required (tools/setup.sh installs it)" >&2; exit 1; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/paged_remote.XXXXXX")
 pids=()
@@ -76,8 +76,12 @@ done
 if [ -z "$serve_port" ]; then
   fail "the server did not report its port: $(cat "$TMP/serve.out" "$TMP/serve.err")"
 else
-  curl -s "http://127.0.0.1:$serve_port/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"model": "stories260K", "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0}' >"$TMP/http.json"
+  node -e '
+    const body = JSON.stringify({model: "stories260K", prompt: "Once upon a time", max_tokens: 32, temperature: 0});
+    const req = require("http").request({host: "127.0.0.1", port: +process.argv[1], path: "/v1/completions",
+      method: "POST", headers: {"Content-Type": "application/json"}}, (res) => res.pipe(process.stdout));
+    req.on("error", (e) => { console.error(e.message); process.exit(1); });
+    req.end(body);' "$serve_port" >"$TMP/http.json"
   timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --device cpu --prompt "Once upon a time" --max-tokens 32 \
     --temperature 0 --json >"$TMP/local.txt" 2>/dev/null
   want=$(node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
