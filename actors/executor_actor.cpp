@@ -1,5 +1,7 @@
 #include "actors/actors.h"
 
+#include <map>
+
 #include "model/config.h"
 
 namespace paged {
@@ -43,17 +45,55 @@ caf::behavior worker_executor_actor(caf::event_based_actor* /*self*/, std::share
       .or_else([info](hello_atom) { return info; });
 }
 
+namespace {
+
+// Callers' promises the proxy still owes, by request number.
+struct ProxyPending {
+  std::map<uint64_t, caf::response_promise> promises;
+  uint64_t next = 0;
+};
+
+// Sends `xs...` to the remote actor and answers the caller when the reply (a Reply) or an error comes back.
+template <class Reply, class... Ts>
+caf::response_promise forward_to(caf::event_based_actor* self, const caf::actor& remote,
+                                 const std::shared_ptr<ProxyPending>& pending, Ts&&... xs) {
+  caf::response_promise rp = self->make_response_promise();
+  const uint64_t id = pending->next++;
+  pending->promises.emplace(id, rp);
+  const auto settle = [pending, id](auto&&... answer) {
+    auto it = pending->promises.find(id);
+    if (it == pending->promises.end()) return;
+    it->second.deliver(std::forward<decltype(answer)>(answer)...);
+    pending->promises.erase(it);
+  };
+  self->request(remote, caf::infinite, std::forward<Ts>(xs)...)
+      .then([settle](Reply& r) { settle(std::move(r)); }, [settle](caf::error& e) { settle(std::move(e)); });
+  return rp;
+}
+
+}  // namespace
+
 caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor remote) {
-  // Ends with the remote side: a lost worker fails the pending step, which ends the scheduler (as a failing local
-  // executor does).
+  // Requests rather than delegation: the proxy keeps every caller's promise, so a lost worker fails them all (CAF
+  // answers nothing for a message already forwarded to a node that went away), and then the proxy ends, which
+  // ends the scheduler (as a failing local executor does) and with it the requests, with the reason.
+  auto pending = std::make_shared<ProxyPending>();
   self->monitor(remote);
-  self->set_down_handler([self](const caf::down_msg& down) { self->quit(down.reason); });
+  self->set_down_handler([self, pending](const caf::down_msg& down) {
+    for (auto& [id, rp] : pending->promises) rp.deliver(down.reason);
+    pending->promises.clear();
+    self->quit(down.reason);
+  });
   return {
-      [self, remote](step_atom, const StepMsg& msg) {
-        return self->delegate(remote, step_atom::value, to_wire(*msg.batch));
+      [self, remote, pending](step_atom a, const StepMsg& msg) {
+        return forward_to<StepResult>(self, remote, pending, a, to_wire(*msg.batch));
       },
-      [self, remote](swap_out_atom a, const std::vector<BlockPair>& pairs) { return self->delegate(remote, a, pairs); },
-      [self, remote](swap_in_atom a, const std::vector<BlockPair>& pairs) { return self->delegate(remote, a, pairs); },
+      [self, remote, pending](swap_out_atom a, const std::vector<BlockPair>& pairs) {
+        return forward_to<bool>(self, remote, pending, a, pairs);
+      },
+      [self, remote, pending](swap_in_atom a, const std::vector<BlockPair>& pairs) {
+        return forward_to<bool>(self, remote, pending, a, pairs);
+      },
   };
 }
 

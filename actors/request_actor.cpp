@@ -141,6 +141,16 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
   st.buffered = p.use_beam_search || p.best_of > p.n;
   st.completions.resize(p.use_beam_search ? std::max(1, p.n) : width);
   for (auto& c : st.completions) c.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer);
+  // A scheduler that stops on a failure (an executor failed: a GPU error, a lost worker) ends this request with
+  // the reason instead of leaving its client waiting; an engine shutting down ends it quietly.
+  self->monitor(scheduler);
+  self->set_down_handler([self](const caf::down_msg& down) {
+    if (down.reason == caf::exit_reason::user_shutdown) {
+      self->quit();
+      return;
+    }
+    emit_final(self, true, "the engine stopped: " + self->system().render(down.reason));
+  });
   self->send(scheduler, submit_atom::value, st.spec);
   return {
       [self](output_atom, const SeqOutput& out) {

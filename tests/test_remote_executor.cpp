@@ -172,3 +172,4 @@ TEST_CASE("an engine refuses a worker it cannot use, naming why", "[remote]") {
   c.tensor_parallel_size = 2;
   refused(c, "--tensor-parallel-size");
 }
+
