@@ -82,6 +82,7 @@ void finish_request(Self* self, RequestEvent last) {
     st.metrics->tpot.observe(std::chrono::duration<double>(now - *st.first_token).count() /
                              (st.completion_tokens - 1));
   st.sink(std::move(last));
+  self->demonitor(st.scheduler);  // the monitor lives on the scheduler: one per request would pile up there
   self->quit();
 }
 
