@@ -297,8 +297,11 @@ int run_ops(std::map<std::string, std::string>& f) {
   cudaEvent_t e0, e1;
   cuda_ok(cudaEventCreate(&e0), "event");
   cuda_ok(cudaEventCreate(&e1), "event");
-  double layer_us = 0;
-  auto time = [&](const char* name, double bytes, bool per_layer, auto&& launch) {
+  // One layer's kernel time two ways: the cuBLASLt path of batched steps and the GEMV path of single-token steps
+  // (residual adds and SiLU-and-mul inside the projections). RoPE and the attention (partition 64) count in both.
+  double cublas_layer_us = 0, gemv_layer_us = 0;
+  enum Layer { kNone, kCublas, kGemv, kBoth };
+  auto time = [&](const char* name, double bytes, Layer layer, auto&& launch) {
     for (int i = 0; i < 3; ++i) cuda_ok(launch(), name);
     const int reps = 50;
     cuda_ok(cudaEventRecord(e0, s), "record");
@@ -308,78 +311,66 @@ int run_ops(std::map<std::string, std::string>& f) {
     float ms = 0;
     cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
     const double us = 1e3 * ms / reps;
-    if (per_layer) layer_us += us;
+    if (layer == kCublas || layer == kBoth) cublas_layer_us += us;
+    if (layer == kGemv || layer == kBoth) gemv_layer_us += us;
     std::printf("  %-34s %8.1f us", name, us);
     if (bytes > 0) std::printf("  %6.2f TB/s", bytes / us / 1e6);
     std::printf("\n");
     return us;
   };
+  // The GEMV path at any batch runs the single-row kernel once per row: where cuBLASLt overtakes it.
+  auto gemv = [&](bf16* y, const bf16* in, const bf16* w, int n, int k, cuda::GemvOutput out) {
+    cuda::GemvArgs g;
+    g.w = w;
+    g.n = n;
+    g.k = k;
+    g.output = out;
+    const int y_width = out == cuda::GemvOutput::kSiluMul ? n / 2 : n;
+    for (int row = 0; row < m; ++row) {
+      g.x = in + int64_t{row} * k;
+      g.y = y + int64_t{row} * y_width;
+      if (const cudaError_t e = cuda::gemv(g, s); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  };
   std::printf("decode ops at batch %d, context %d (Llama-3-8B shapes), back-to-back launches:\n", m, ctx);
-  time("add_rms_norm", 0, true, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, s); });
-  time("gemm qkv", 2.0 * qkv_dim * H, true,
+  time("add_rms_norm", 0, kCublas, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, s); });
+  time("gemm qkv", 2.0 * qkv_dim * H, kCublas,
        [&] { return gemm.linear(qkv, normed, w_qkv, nullptr, m, qkv_dim, H, false, s); });
-  double layer_time_of_rope_and_attention = time("rope_and_cache", 0, true, [&] {
+  time("rope_and_cache", 0, kBoth, [&] {
     return cuda::rope_and_cache(qkv, kc, vc, d_pos, d_slots, d_freq, m, heads, kvh, D, bs, qkv_dim, s);
   });
   for (int partition : {64, 128, 512}) {
     const std::string name = "attention decode, partition " + std::to_string(partition);
-    const double us = time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == 64, [&] {
+    time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == 64 ? kBoth : kNone, [&] {
       return cuda::paged_attention_decode(a, ctx, partition, attn_ws, attn_ws_bytes, s);
     });
-    if (partition == 64) layer_time_of_rope_and_attention += us;
   }
-  time("gemm o", 2.0 * H * heads * D, true,
+  time("gemm o", 2.0 * H * heads * D, kCublas,
        [&] { return gemm.linear(x, attn, w_o, nullptr, m, H, heads * D, false, s); });
-  time("add_rms_norm", 0, true, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, s); });
-  time("gemm gate_up", 4.0 * I * H, true,
+  time("add_rms_norm", 0, kCublas, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, s); });
+  time("gemm gate_up", 4.0 * I * H, kCublas,
        [&] { return gemm.linear(gu, normed, w_gu, nullptr, m, 2 * I, H, false, s); });
-  time("silu_and_mul", 0, true, [&] { return cuda::silu_and_mul(act, gu, m, I, s); });
-  time("gemm down", 2.0 * H * I, true, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
-  // The same layer through the GEMVs the runner takes for single-token steps (residual adds and SiLU-and-mul inside
-  // the projections); RoPE and the attention are the ones above (partition 64). Timed at any batch by running the
-  // GEMVs once per row: where cuBLASLt overtakes them.
-  double fused_us = 0;
-  {
-    const double unfused_us = layer_us;
-    auto gemv = [&](bf16* y, const bf16* in, const bf16* w, int n, int k, cuda::GemvOutput out) {
-      cuda::GemvArgs g;
-      g.w = w;
-      g.n = n;
-      g.k = k;
-      g.output = out;
-      const int y_width = out == cuda::GemvOutput::kSiluMul ? n / 2 : n;
-      for (int row = 0; row < m; ++row) {
-        g.x = in + int64_t{row} * k;
-        g.y = y + int64_t{row} * y_width;
-        if (const cudaError_t e = cuda::gemv(g, s); e != cudaSuccess) return e;
-      }
-      return cudaSuccess;
-    };
-    time("rms_norm", 0, true, [&] { return cuda::rms_norm(normed, res, norm_w, m, H, 1e-5f, s); });
-    time("gemv qkv", 2.0 * qkv_dim * H, true,
-         [&] { return gemv(qkv, normed, w_qkv, qkv_dim, H, cuda::GemvOutput::kStore); });
-    time("gemv o (+residual)", 2.0 * H * heads * D, true,
-         [&] { return gemv(res, attn, w_o, H, heads * D, cuda::GemvOutput::kAddToResidual); });
-    time("rms_norm", 0, true, [&] { return cuda::rms_norm(normed, res, norm_w, m, H, 1e-5f, s); });
-    time("gemv gate_up (+silu_and_mul)", 4.0 * I * H, true,
-         [&] { return gemv(act, normed, w_gu, 2 * I, H, cuda::GemvOutput::kSiluMul); });
-    time("gemv down (+residual)", 2.0 * H * I, true,
-         [&] { return gemv(res, act, w_down, H, I, cuda::GemvOutput::kAddToResidual); });
-    fused_us = layer_us - unfused_us;
-    layer_us = unfused_us;
-  }
-  const double head_us = time("lm head (float32 logits)", 2.0 * V * H, false,
+  time("silu_and_mul", 0, kCublas, [&] { return cuda::silu_and_mul(act, gu, m, I, s); });
+  time("gemm down", 2.0 * H * I, kCublas, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
+  gemv_layer_us += time("rms_norm (twice a GEMV layer)", 0, kGemv,
+                        [&] { return cuda::rms_norm(normed, res, norm_w, m, H, 1e-5f, s); });
+  time("gemv qkv", 2.0 * qkv_dim * H, kGemv,
+       [&] { return gemv(qkv, normed, w_qkv, qkv_dim, H, cuda::GemvOutput::kStore); });
+  time("gemv o (+residual)", 2.0 * H * heads * D, kGemv,
+       [&] { return gemv(res, attn, w_o, H, heads * D, cuda::GemvOutput::kAddToResidual); });
+  time("gemv gate_up (+silu_and_mul)", 4.0 * I * H, kGemv,
+       [&] { return gemv(act, normed, w_gu, 2 * I, H, cuda::GemvOutput::kSiluMul); });
+  time("gemv down (+residual)", 2.0 * H * I, kGemv,
+       [&] { return gemv(res, act, w_down, H, I, cuda::GemvOutput::kAddToResidual); });
+  const double head_us = time("lm head (float32 logits)", 2.0 * V * H, kNone,
                               [&] { return gemm.linear(logits, normed, w_head, nullptr, m, V, H, true, s); });
-  const double sample_us = time("greedy sampling", 0, false, [&] {
+  const double sample_us = time("greedy sampling", 0, kNone, [&] {
     return cuda::sample_tokens(d_tok, d_logprobs, logits, nullptr, d_rows, m, V, sample_ws, sample_ws_bytes, s);
   });
-  std::printf("  one layer %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n", layer_us,
-              (32 * layer_us + head_us + sample_us) / 1e3);
-  if (fused_us > 0) {
-    const double rope_attn_us = layer_time_of_rope_and_attention;
-    std::printf("  one fused layer %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n",
-                fused_us + rope_attn_us, (32 * (fused_us + rope_attn_us) + head_us + sample_us) / 1e3);
-  }
+  for (const auto& [label, us] : {std::pair{"one layer", cublas_layer_us}, std::pair{"one GEMV layer", gemv_layer_us}})
+    std::printf("  %s %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n", label, us,
+                (32 * us + head_us + sample_us) / 1e3);
   return 0;
 }
 

@@ -50,7 +50,7 @@ if wanted runner; then
     "$(grep -E '^batch' "$LOG_DIR/runner.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
   run ops 120 "$BIN/bench_cuda_runner" ops --batch 1 --context 576
   s=$?
-  add_row "decode kernels at batch 1 (time per op)" "$(status_word $s)" "$(grep -E 'one layer' "$LOG_DIR/ops.log")"
+  add_row "decode kernels at batch 1 (time per op)" "$(status_word $s)" "$(grep -E 'one (GEMV )?layer' "$LOG_DIR/ops.log" | paste -sd ';' -)"
 fi
 if wanted parity; then
   run parity 400 python3 "$HERE/hf_parity.py" --bin "$BIN" --work /tmp/paged_parity
