@@ -9,8 +9,8 @@
 
 #include "actors/engine.h"
 #include "actors/messages.h"
-#include "model/kv_cache_manager.h"
-#include "model/safetensors.h"
+#include "model/kv/kv_cache_manager.h"
+#include "model/loader/safetensors.h"
 
 namespace paged {
 

@@ -10,9 +10,10 @@
 #include <thread>
 
 #include "actors/actors.h"
-#include "model/cpu_runner.h"
-#include "model/safetensors.h"
-#include "model/tp.h"
+#include "kernels/cpu/cpu_runner.h"
+#include "model/loader/safetensors.h"
+#include "model/tokenizer/load_tokenizer.h"
+#include "kernels/cpu/local_all_reduce.h"
 #ifdef PAGED_HAVE_CUDA
 #include "kernels/cuda/cuda_runner.h"
 #include "kernels/cuda/nccl_comm.h"

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "actors/metrics.h"
-#include "model/config.h"
-#include "model/sampling_params.h"
-#include "model/scheduler_policy.h"
+#include "model/loader/config.h"
+#include "model/sampling/sampling_params.h"
+#include "model/scheduling/scheduler_policy.h"
 #include "model/step.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace paged {
 

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "model/config.h"
+#include "model/loader/config.h"
 
 namespace paged {
 

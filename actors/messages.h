@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "kernels/cuda/nccl_comm.h"
-#include "model/scheduler_policy.h"
+#include "model/scheduling/scheduler_policy.h"
 #include "model/step.h"
-#include "model/step_wire.h"
+#include "actors/remote/step_wire.h"
 
 namespace paged {
 

@@ -12,9 +12,9 @@
 #include <boost/json/object.hpp>
 
 #include "actors/engine.h"
-#include "http/chat_template.h"
-#include "model/sampling_params.h"
-#include "model/tokenizer.h"
+#include "model/template/chat_template.h"
+#include "model/sampling/sampling_params.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace paged::openai {
 

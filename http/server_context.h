@@ -15,7 +15,7 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include "actors/engine.h"
-#include "http/chat_template.h"
+#include "model/template/chat_template.h"
 #include "http/openai.h"
 #include "http/server.h"
 

@@ -6,12 +6,9 @@
 #include <utility>
 #include <vector>
 
-#include "model/sampling_params.h"
+#include "model/sampling/sampling_params.h"
 
 namespace paged {
-
-using SeqId = uint64_t;
-using BlockPair = std::pair<int32_t, int32_t>;  // (src block, dst block)
 
 /// Sampling inputs of one sequence in one step.
 struct SampleSpec {

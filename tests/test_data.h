@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "model/cpu_runner.h"
-#include "model/tokenizer.h"
+#include "kernels/cpu/cpu_runner.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace paged::test {
 

@@ -51,7 +51,7 @@ int main() {
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
-#include "model/cpu_runner.h"
+#include "kernels/cpu/cpu_runner.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include <random>
 #include <vector>
 
-#include "model/kv_cache_manager.h"
+#include "model/kv/kv_cache_manager.h"
 
 namespace {
 

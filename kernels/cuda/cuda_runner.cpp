@@ -35,7 +35,7 @@
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
-#include "model/sampler.h"
+#include "model/sampling/sampler.h"
 
 namespace paged {
 

@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "model/loader/config.h"
+#include "model/loader/safetensors.h"
 #include "model/step.h"
 
 namespace paged {

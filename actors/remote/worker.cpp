@@ -1,0 +1,72 @@
+#include "actors/remote/worker.h"
+
+#include <caf/io/all.hpp>
+
+#include "actors/actors.h"
+#include "model/loader/config.h"
+
+namespace paged {
+
+struct Worker::Impl {
+  WorkerInfo info;
+  std::unique_ptr<caf::actor_system_config> sys_cfg;
+  std::unique_ptr<caf::actor_system> system;
+  caf::actor executor;
+  uint16_t port = 0;
+};
+
+Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (c.tensor_parallel_size != 1) throw ModelError("a worker runs the whole model: --tensor-parallel-size must be 1");
+  if (!c.remote_executor.empty()) throw ModelError("a worker runs its executor itself: no --remote-executor");
+  const ModelConfig model = load_model_config(c.model_dir);
+  const int max_model_len = resolve_config(c, model, true);
+  std::unique_ptr<const SafeTensors> weights =
+      c.load_format == "dummy" ? nullptr : std::make_unique<const SafeTensors>(c.model_dir);
+  RankRunner built = make_local_runner(c, model, max_model_len, weights.get());
+  m.info = WorkerInfo{.device = c.device,
+                      .num_layers = model.num_layers,
+                      .hidden_size = model.hidden_size,
+                      .num_heads = model.num_heads,
+                      .num_kv_heads = model.num_kv_heads,
+                      .head_dim = model.head_dim,
+                      .vocab_size = model.vocab_size,
+                      .block_size = c.block_size,
+                      .max_model_len = max_model_len,
+                      .max_num_seqs = c.max_num_seqs,
+                      .max_num_batched_tokens = c.max_num_batched_tokens,
+                      .num_blocks = built.num_blocks,
+                      .num_swap_blocks = built.num_swap_blocks};
+  m.sys_cfg = std::make_unique<caf::actor_system_config>();
+  register_message_types(*m.sys_cfg);
+  m.sys_cfg->load<caf::io::middleman>();
+  m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
+  // Not detached, although a step blocks its thread: the worker runs no other actor of its own, and a detached
+  // actor would make the system's shutdown wait for the last reference to it, which a connection's teardown in
+  // CAF's network layer sometimes keeps (the shutdown then hung).
+  m.executor = m.system->spawn(worker_executor_actor, std::move(built.runner), m.info);
+  auto bound = m.system->middleman().publish(m.executor, port, host.c_str(), true);
+  if (!bound) {
+    caf::anon_send_exit(m.executor, caf::exit_reason::user_shutdown);
+    m.executor = nullptr;
+    const std::string why = m.system->render(bound.error());
+    m.system.reset();
+    throw ModelError("cannot listen on " + host + ":" + std::to_string(port) + ": " + why);
+  }
+  m.port = *bound;
+}
+
+Worker::~Worker() {
+  if (!impl_ || !impl_->system) return;
+  // The middleman holds the published actor: without the unpublish the system would wait for it forever.
+  impl_->system->middleman().unpublish(impl_->executor, impl_->port);
+  caf::anon_send_exit(impl_->executor, caf::exit_reason::user_shutdown);
+  impl_->executor = nullptr;
+  impl_->system.reset();
+}
+
+uint16_t Worker::port() const { return impl_->port; }
+
+const WorkerInfo& Worker::info() const { return impl_->info; }
+
+}  // namespace paged

@@ -1,0 +1,73 @@
+// The CPU executor's model: Llama-family forward pass in float32 over a paged KV cache, plus sampling.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/loader/config.h"
+#include "model/loader/safetensors.h"
+#include "model/step.h"
+
+namespace paged {
+
+/// Sums a float buffer across the ranks of a tensor-parallel group; every rank calls it with the same n, in the
+/// same order. Blocks until all ranks arrived.
+class AllReduce {
+ public:
+  virtual ~AllReduce() = default;
+  virtual void sum(float* data, size_t n, int rank) = 0;
+};
+
+struct CpuRunnerOptions {
+  int block_size = 16;
+  int num_blocks = 0;       // device-tier KV blocks (here: host memory)
+  int num_swap_blocks = 0;  // CPU swap-tier blocks
+  int tp_rank = 0;
+  int tp_size = 1;
+  AllReduce* all_reduce = nullptr;  // required when tp_size > 1
+};
+
+/// Weights of one tensor-parallel rank: q/k/v and gate/up column-parallel (whole KV heads with their query heads
+/// per rank), o_proj and down_proj row-parallel; embedding, norms and LM head replicated. float32.
+struct CpuLayerWeights {
+  std::vector<float> attn_norm, ffn_norm;  // [hidden]
+  std::vector<float> wqkv;                 // [(local_heads + 2 * local_kv_heads) * head_dim][hidden]
+  std::vector<float> bqkv;                 // same rows, or empty
+  std::vector<float> wo;                   // [hidden][local_heads * head_dim]
+  std::vector<float> w_gate_up;            // [2 * local_inter][hidden]: gate rows, then up rows
+  std::vector<float> w_down;               // [hidden][local_inter]
+};
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  /// Loads (and converts to float32) this rank's weights; throws ModelError on any shape mismatch or when the
+  /// head counts / intermediate size do not divide by tp_size.
+  CpuModelRunner(const ModelConfig& config, const SafeTensors& weights, CpuRunnerOptions options);
+
+  StepResult execute(const StepBatch& batch) override;
+  void swap_out(const std::vector<BlockPair>& device_to_cpu) override;
+  void swap_in(const std::vector<BlockPair>& cpu_to_device) override;
+
+  /// Runs the step without sampling; returns the logits [num sampled seqs][vocab] (rank 0; others: empty).
+  std::vector<std::vector<float>> forward(const StepBatch& batch);
+
+  /// Raw KV storage [num_blocks][block_elems()] of a layer, for tests that check copy and swap orders move real data.
+  float* k_cache(int layer) { return k_cache_[layer].get(); }
+  float* v_cache(int layer) { return v_cache_[layer].get(); }
+  int64_t block_elems() const;
+
+ private:
+  ModelConfig cfg_;
+  CpuRunnerOptions opt_;
+  int local_heads_, local_kv_heads_, local_inter_;
+  std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
+  std::vector<CpuLayerWeights> layers_;
+  std::vector<float> inv_freq_;
+  // Per layer [num_blocks][kv][block][head_dim]. Left uninitialised so that untouched pages (most of a large swap
+  // pool) are never committed; a slot is read only after it was written.
+  using Buffer = std::unique_ptr<float[]>;
+  std::vector<Buffer> k_cache_, v_cache_;  // the device tier
+  std::vector<Buffer> k_swap_, v_swap_;    // the CPU swap tier
+};
+
+}  // namespace paged

@@ -1,0 +1,327 @@
+#include "model/kv/kv_cache_manager.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace paged {
+
+double KvMetrics::kv_waste() const {
+  return reserved_slots > 0 ? static_cast<double>(reserved_slots - used_slots) / static_cast<double>(reserved_slots)
+                            : 0.0;
+}
+
+KvCacheManager::KvCacheManager(KvCacheOptions options)
+    : block_size_(options.block_size),
+      prefix_caching_(options.enable_prefix_caching),
+      watermark_blocks_(static_cast<int>(options.watermark * options.num_device_blocks)),
+      device_(options.num_device_blocks, "device"),
+      cpu_(options.num_cpu_blocks, "cpu"),
+      filled_(std::max(options.num_device_blocks, 0), 0) {
+  if (options.block_size <= 0) throw std::invalid_argument("block_size must be positive");
+  if (options.watermark < 0.0 || options.watermark >= 1.0) throw std::invalid_argument("watermark must be in [0, 1)");
+}
+
+int KvCacheManager::computed_in(const Sequence& s, size_t index) const {
+  return std::clamp(s.num_computed - static_cast<int>(index) * block_size_, 0, block_size_);
+}
+
+const KvCacheManager::Sequence& KvCacheManager::device_seq(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) throw std::out_of_range("unknown sequence " + std::to_string(seq));
+  if (it->second.swapped) throw std::logic_error("sequence " + std::to_string(seq) + " is swapped out");
+  return it->second;
+}
+
+KvCacheManager::Sequence& KvCacheManager::device_seq(SeqId seq) {
+  return const_cast<Sequence&>(std::as_const(*this).device_seq(seq));
+}
+
+bool KvCacheManager::above_watermark(int blocks_needed) const {
+  return device_.num_free() - blocks_needed >= watermark_blocks_;
+}
+
+int32_t KvCacheManager::take_new(int filled) {
+  int32_t block = device_.allocate();
+  filled_[block] = filled;
+  used_slots_ += filled;
+  return block;
+}
+
+void KvCacheManager::take_shared(int32_t block, int filled) {
+  if (device_.ref_count(block) == 0) {  // revived from the cached queue; an in-use block keeps its count
+    filled_[block] = filled;
+    used_slots_ += filled;
+  }
+  device_.retain(block);
+}
+
+void KvCacheManager::drop(int32_t block) {
+  if (device_.ref_count(block) == 1) {
+    used_slots_ -= filled_[block];
+    filled_[block] = 0;
+  }
+  device_.release(block);
+}
+
+std::vector<int32_t> KvCacheManager::cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const {
+  std::vector<int32_t> prefix;
+  if (!prefix_caching_ || tokens.empty()) return prefix;
+  const size_t max_blocks = (tokens.size() - 1) / block_size_;
+  uint64_t parent = 0;
+  for (size_t i = 0; i < max_blocks; ++i) {
+    auto block = device_.find({parent, i == 0 ? salt : 0, tokens.subspan(i * block_size_, block_size_)});
+    if (!block) break;  // the chain stops at the first miss
+    prefix.push_back(*block);
+    parent = device_.content_id(*block);
+  }
+  return prefix;
+}
+
+int KvCacheManager::cached_prefix_tokens(std::span<const TokenId> tokens, uint64_t salt) const {
+  return static_cast<int>(cached_prefix(tokens, salt).size()) * block_size_;
+}
+
+int KvCacheManager::blocks_needed(const std::vector<int32_t>& prefix, int num_tokens_to_hold) const {
+  int revived = static_cast<int>(
+      std::count_if(prefix.begin(), prefix.end(), [&](int32_t b) { return device_.ref_count(b) == 0; }));
+  return revived + std::max(0, blocks_for(num_tokens_to_hold) - static_cast<int>(prefix.size()));
+}
+
+bool KvCacheManager::can_allocate(std::span<const TokenId> tokens, int num_tokens_to_hold, uint64_t salt) const {
+  return above_watermark(blocks_needed(cached_prefix(tokens, salt), num_tokens_to_hold));
+}
+
+bool KvCacheManager::could_ever_allocate(int num_tokens_to_hold) const {
+  return blocks_for(num_tokens_to_hold) <= device_.num_blocks() - watermark_blocks_;
+}
+
+std::optional<int> KvCacheManager::allocate(SeqId seq, std::span<const TokenId> tokens, int num_tokens_to_hold,
+                                            uint64_t salt) {
+  if (seqs_.contains(seq)) throw std::logic_error("allocate(): sequence " + std::to_string(seq) + " already exists");
+  std::vector<int32_t> prefix = cached_prefix(tokens, salt);
+  if (blocks_needed(prefix, num_tokens_to_hold) > device_.num_free()) return std::nullopt;
+
+  Sequence s;
+  s.salt = salt;
+  // Prefix blocks first: once in use they cannot be evicted by the new blocks taken below.
+  for (int32_t block : prefix) {
+    take_shared(block, block_size_);  // cached -> in use (ref 1), or in use -> ref += 1
+    s.blocks.push_back(block);
+    s.content_ids.push_back(device_.content_id(block));
+  }
+  while (static_cast<int>(s.blocks.size()) < blocks_for(num_tokens_to_hold)) s.blocks.push_back(take_new(0));
+  s.num_computed = static_cast<int>(prefix.size()) * block_size_;
+  prefix_hit_tokens_ += s.num_computed;
+  seqs_.emplace(seq, std::move(s));
+  return static_cast<int>(prefix.size()) * block_size_;
+}
+
+int KvCacheManager::cow_blocks(const Sequence& s, int first_write_pos, int num_tokens_to_hold) const {
+  if (first_write_pos < s.num_computed) {
+    throw std::invalid_argument("reserve(): first_write_pos " + std::to_string(first_write_pos) +
+                                " is below num_computed " + std::to_string(s.num_computed));
+  }
+  const int end = std::min(static_cast<int>(s.blocks.size()), blocks_for(num_tokens_to_hold));
+  int shared = 0;
+  for (int i = first_write_pos / block_size_; i < end; ++i) shared += device_.ref_count(s.blocks[i]) > 1;
+  return shared;
+}
+
+bool KvCacheManager::can_reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold) const {
+  const Sequence& s = device_seq(seq);
+  int grow = std::max(0, blocks_for(num_tokens_to_hold) - static_cast<int>(s.blocks.size()));
+  return grow + cow_blocks(s, first_write_pos, num_tokens_to_hold) <= device_.num_free();
+}
+
+bool KvCacheManager::reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold,
+                             std::vector<BlockPair>& copies) {
+  if (!can_reserve(seq, first_write_pos, num_tokens_to_hold)) return false;
+  Sequence& s = device_seq(seq);
+  // Copy-on-write: a shared block about to be written becomes private. Only the block holding computed KV (the
+  // partly filled one at num_computed) has slots to keep; later blocks in the range get a fresh block, no copy.
+  const int end = std::min(static_cast<int>(s.blocks.size()), blocks_for(num_tokens_to_hold));
+  for (int i = first_write_pos / block_size_; i < end; ++i) {
+    int32_t shared = s.blocks[i];
+    if (device_.ref_count(shared) <= 1) continue;
+    int keep = computed_in(s, i);
+    int32_t own = take_new(keep);     // free -> in use (ref 1)
+    if (keep > 0) copies.emplace_back(shared, own);
+    drop(shared);                     // in use -> ref -= 1 (stays in use: it was shared)
+    s.blocks[i] = own;
+  }
+  while (static_cast<int>(s.blocks.size()) < blocks_for(num_tokens_to_hold)) s.blocks.push_back(take_new(0));
+  return true;
+}
+
+void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed, int tokens_offset) {
+  Sequence& s = device_seq(seq);
+  if (num_computed < s.num_computed || num_computed > static_cast<int>(s.blocks.size()) * block_size_ ||
+      static_cast<size_t>(num_computed) > tokens.size() + tokens_offset || tokens_offset % block_size_ != 0 ||
+      (prefix_caching_ && tokens_offset > static_cast<int>(s.content_ids.size()) * block_size_)) {
+    throw std::invalid_argument("mark_computed(): " + std::to_string(num_computed) + " tokens for sequence " +
+                                std::to_string(seq) + " (computed " + std::to_string(s.num_computed) + ", table " +
+                                std::to_string(s.blocks.size()) + " blocks, " + std::to_string(tokens.size()) +
+                                " tokens given)");
+  }
+  const int first = s.num_computed / block_size_;
+  s.num_computed = num_computed;
+  for (int i = first; i < blocks_for(num_computed); ++i) {
+    int32_t block = s.blocks[i];
+    int now = computed_in(s, i);
+    if (now > filled_[block]) {
+      used_slots_ += now - filled_[block];
+      filled_[block] = now;
+    }
+  }
+  if (!prefix_caching_) return;
+  for (size_t i = s.content_ids.size(); i < static_cast<size_t>(num_computed / block_size_); ++i) {
+    BlockContent content{i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? s.salt : 0,
+                         tokens.subspan(i * block_size_ - tokens_offset, block_size_)};
+    s.content_ids.push_back(device_.register_content(s.blocks[i], content));  // in use -> in use (registered)
+  }
+}
+
+void KvCacheManager::fork(SeqId parent, SeqId child) {
+  Sequence copy = device_seq(parent);
+  if (seqs_.contains(child)) throw std::logic_error("fork(): sequence " + std::to_string(child) + " already exists");
+  for (int32_t block : copy.blocks) take_shared(block, 0);  // in use -> in use (ref += 1)
+  seqs_.emplace(child, std::move(copy));
+}
+
+void KvCacheManager::free(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  const std::vector<int32_t>& blocks = it->second.blocks;
+  if (it->second.swapped) {
+    for (int32_t block : blocks) cpu_.release(block);  // in use -> free
+  } else {
+    // Last block first: the LRU head is evicted first, so a prefix outlives its tail in the cache.
+    for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) drop(*b);  // ref -= 1; at 0 -> cached or free
+  }
+  seqs_.erase(it);
+}
+
+std::optional<std::vector<BlockPair>> KvCacheManager::swap_out(SeqId seq) {
+  Sequence& s = device_seq(seq);
+  if (static_cast<int>(s.blocks.size()) > cpu_.num_free()) return std::nullopt;
+  std::vector<BlockPair> pairs;
+  pairs.reserve(s.blocks.size());
+  for (int32_t block : s.blocks) pairs.emplace_back(block, cpu_.allocate());  // cpu: free -> in use (ref 1)
+  for (auto b = s.blocks.rbegin(); b != s.blocks.rend(); ++b) drop(*b);      // device: ref -= 1
+  for (size_t i = 0; i < pairs.size(); ++i) s.blocks[i] = pairs[i].second;
+  s.swapped = true;
+  swapped_out_blocks_ += static_cast<int64_t>(pairs.size());
+  return pairs;
+}
+
+bool KvCacheManager::can_swap_in(SeqId seq) const {
+  const Sequence& s = seqs_.at(seq);
+  return s.swapped && above_watermark(static_cast<int>(s.blocks.size()));
+}
+
+std::optional<std::vector<BlockPair>> KvCacheManager::swap_in(SeqId seq) {
+  Sequence& s = seqs_.at(seq);
+  if (!s.swapped) throw std::logic_error("swap_in(): sequence " + std::to_string(seq) + " is not swapped out");
+  if (static_cast<int>(s.blocks.size()) > device_.num_free()) return std::nullopt;
+  std::vector<BlockPair> pairs;
+  pairs.reserve(s.blocks.size());
+  for (size_t i = 0; i < s.blocks.size(); ++i) {
+    int32_t cpu_block = s.blocks[i];
+    s.blocks[i] = take_new(computed_in(s, i));  // device: free -> in use (ref 1)
+    pairs.emplace_back(cpu_block, s.blocks[i]);
+    cpu_.release(cpu_block);                    // cpu: in use -> free
+  }
+  s.swapped = false;
+  swapped_in_blocks_ += static_cast<int64_t>(pairs.size());
+  return pairs;
+}
+
+bool KvCacheManager::is_swapped(SeqId seq) const { return seqs_.at(seq).swapped; }
+
+const std::vector<int32_t>& KvCacheManager::block_table(SeqId seq) const { return device_seq(seq).blocks; }
+
+int KvCacheManager::num_computed(SeqId seq) const { return seqs_.at(seq).num_computed; }
+
+int64_t KvCacheManager::slot(SeqId seq, int pos) const {
+  const Sequence& s = device_seq(seq);
+  if (pos < 0 || pos >= static_cast<int>(s.blocks.size()) * block_size_) {
+    throw std::out_of_range("slot(): position " + std::to_string(pos) + " outside the table of sequence " +
+                            std::to_string(seq));
+  }
+  return static_cast<int64_t>(s.blocks[pos / block_size_]) * block_size_ + pos % block_size_;
+}
+
+KvMetrics KvCacheManager::metrics() const {
+  KvMetrics m;
+  m.device_total = device_.num_blocks();
+  m.device_free = device_.num_free();
+  m.device_cached = device_.num_cached_free();
+  m.cpu_total = cpu_.num_blocks();
+  m.cpu_free = cpu_.num_free();
+  m.prefix_hit_tokens = prefix_hit_tokens_;
+  m.swapped_out_blocks = swapped_out_blocks_;
+  m.swapped_in_blocks = swapped_in_blocks_;
+  m.evicted_blocks = device_.num_evicted();
+  m.reserved_slots = static_cast<int64_t>(device_.num_in_use()) * block_size_;
+  m.used_slots = used_slots_;
+  return m;
+}
+
+void KvCacheManager::check_invariants() const {
+  device_.check_invariants();
+  cpu_.check_invariants();
+  auto fail = [](const std::string& what) { throw std::logic_error("kv cache: " + what); };
+
+  std::vector<int32_t> device_refs(device_.num_blocks(), 0);
+  std::vector<int32_t> cpu_refs(cpu_.num_blocks(), 0);
+  std::vector<int32_t> expected_filled(device_.num_blocks(), 0);
+  for (const auto& [id, s] : seqs_) {
+    const std::string who = "sequence " + std::to_string(id);
+    std::vector<int32_t>& refs = s.swapped ? cpu_refs : device_refs;
+    if (s.num_computed < 0 || s.num_computed > static_cast<int>(s.blocks.size()) * block_size_) {
+      fail(who + " computed " + std::to_string(s.num_computed) + " tokens beyond its table");
+    }
+    std::vector<int32_t> sorted = s.blocks;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) fail(who + " holds a block twice");
+    for (size_t i = 0; i < s.blocks.size(); ++i) {
+      int32_t b = s.blocks[i];
+      if (b < 0 || b >= static_cast<int32_t>(refs.size())) fail(who + " holds block id " + std::to_string(b));
+      ++refs[b];
+      if (s.swapped) continue;
+      expected_filled[b] = std::max(expected_filled[b], computed_in(s, i));
+      uint64_t registered = device_.content_id(b);
+      bool full_computed = i < s.content_ids.size();
+      if (registered != 0 && (!full_computed || registered != s.content_ids[i])) {
+        fail(who + " block " + std::to_string(b) + " is registered with content it does not hold");
+      }
+    }
+    size_t expected_ids = prefix_caching_ ? static_cast<size_t>(s.num_computed / block_size_) : 0;
+    if (s.content_ids.size() != expected_ids) fail(who + " has " + std::to_string(s.content_ids.size()) +
+                                                   " content ids, expected " + std::to_string(expected_ids));
+  }
+  auto compare = [&](const BlockPool& pool, const std::vector<int32_t>& refs, const char* tier) {
+    for (int32_t b = 0; b < pool.num_blocks(); ++b) {
+      if (pool.ref_count(b) != refs[b]) {
+        fail(std::string(tier) + " block " + std::to_string(b) + " has ref " + std::to_string(pool.ref_count(b)) +
+             " but " + std::to_string(refs[b]) + " table references");
+      }
+    }
+  };
+  compare(device_, device_refs, "device");
+  compare(cpu_, cpu_refs, "cpu");
+
+  int64_t used = 0;
+  for (int32_t b = 0; b < device_.num_blocks(); ++b) {
+    if (filled_[b] != expected_filled[b]) {
+      fail("device block " + std::to_string(b) + " counts " + std::to_string(filled_[b]) + " used slots, tables say " +
+           std::to_string(expected_filled[b]));
+    }
+    used += filled_[b];
+  }
+  if (used != used_slots_) fail("used slots " + std::to_string(used_slots_) + " != sum " + std::to_string(used));
+}
+
+}  // namespace paged

@@ -1,0 +1,149 @@
+// The KV-cache memory manager's bookkeeping: per-sequence block tables over a device and a CPU BlockPool, prefix
+// caching of full blocks, copy-on-write forks and swap plans. Pure C++: no CAF, no CUDA, no KV data; it only says
+// which block holds which tokens and returns the copy orders (src, dst) that an executor carries out.
+// Not thread-safe: one owner (the memory-manager actor).
+//
+// Prefix-cache hits are verified token by token against the stored content of every block of the chain (see
+// model/block_pool.h), so a 64-bit hash collision can never hand out wrong KV.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "model/kv/block_pool.h"
+#include "model/step.h"
+
+namespace paged {
+
+struct KvCacheOptions {
+  int block_size = 16;                 // tokens per block
+  int num_device_blocks = 0;
+  int num_cpu_blocks = 0;              // swap space
+  bool enable_prefix_caching = true;
+  double watermark = 0.01;             // fraction of device blocks kept free when admitting (allocate, swap-in)
+};
+
+struct KvMetrics {
+  int64_t device_total = 0;
+  int64_t device_free = 0;             // includes cached-free blocks
+  int64_t device_cached = 0;           // free blocks still holding registered content
+  int64_t cpu_total = 0;
+  int64_t cpu_free = 0;
+  int64_t prefix_hit_tokens = 0;       // cumulative: tokens allocate() found cached
+  int64_t swapped_out_blocks = 0;      // cumulative
+  int64_t swapped_in_blocks = 0;       // cumulative
+  int64_t evicted_blocks = 0;          // cumulative: cached device blocks evicted to make room
+  int64_t reserved_slots = 0;          // in-use device blocks * block_size (shared blocks once)
+  int64_t used_slots = 0;              // slots of in-use device blocks holding computed KV (shared blocks once)
+  /// (reserved - used) / reserved; 0 if nothing is reserved.
+  double kv_waste() const;
+};
+
+class KvCacheManager {
+ public:
+  /// Throws std::invalid_argument for a non-positive block size, negative pool sizes or a watermark outside [0, 1).
+  explicit KvCacheManager(KvCacheOptions options);
+
+  /// Leading tokens of `tokens` whose KV sits in cached full blocks: a multiple of block_size, always
+  /// < tokens.size() so that at least one token is computed (0 for empty tokens or caching off). `salt` is mixed
+  /// into the first block's key (cache_salt / LoRA id). Pure query.
+  int cached_prefix_tokens(std::span<const TokenId> tokens, uint64_t salt = 0) const;
+  /// True if allocate() with these arguments would succeed and leave the watermark free.
+  bool can_allocate(std::span<const TokenId> tokens, int num_tokens_to_hold, uint64_t salt = 0) const;
+  /// False if a sequence holding `num_tokens_to_hold` tokens does not fit even in an empty device pool above the
+  /// watermark: it would wait forever, so the scheduler should reject it.
+  bool could_ever_allocate(int num_tokens_to_hold) const;
+  /// First allocation of a new sequence: takes the cached prefix blocks (ref += 1, or revived from the cached queue),
+  /// then new blocks so that the table holds max(num_tokens_to_hold, cached prefix) tokens. Returns the cached prefix
+  /// tokens (they need no computation; num_computed starts there); nullopt and no change if blocks run out. Does not
+  /// enforce the watermark (can_allocate does). Throws std::logic_error if the id is already known.
+  std::optional<int> allocate(SeqId seq, std::span<const TokenId> tokens, int num_tokens_to_hold, uint64_t salt = 0);
+  /// Grows the table to hold `num_tokens_to_hold` tokens and copy-on-writes every shared (ref > 1) block in the
+  /// write range [first_write_pos, num_tokens_to_hold): each gets a new block, and the one holding first_write_pos
+  /// gets a copy order (src, dst) appended to `copies` when it has slots before first_write_pos to keep. Returns
+  /// false and changes nothing if blocks run out. Call with first_write_pos >= num_computed(seq), on a device seq.
+  bool reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold, std::vector<BlockPair>& copies);
+  /// True if reserve() with these arguments would succeed.
+  bool can_reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold) const;
+  /// The sequence's KV now holds tokens[0, num_computed) (num_computed never decreases and fits the table): every
+  /// block that became full is registered for prefix caching (when enabled and its content is not cached yet), and
+  /// the used-slot accounting follows.
+  /// `tokens` holds the sequence's tokens from position `tokens_offset` on (a multiple of block_size, at most the
+  /// start of the first block not registered yet), so a caller can send only the tail.
+  void mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed, int tokens_offset = 0);
+  /// A new sequence `child` sharing every block of the device sequence `parent` (ref += 1 each), with its computed
+  /// length and salt.
+  void fork(SeqId parent, SeqId child);
+  /// Releases the sequence's blocks (ref -= 1; at 0 registered blocks go to the cached LRU tail, the sequence's last
+  /// block first so that prefixes outlive their tails, others to the free queue). Unknown ids are ignored.
+  void free(SeqId seq);
+  /// Moves a device sequence to the CPU tier: returns (device block, cpu block) pairs for the executor to copy, and
+  /// releases the device blocks. Shared blocks are not shared on the CPU: every swapped sequence gets its own CPU
+  /// copy of each block (simple and correct; a block shared by two swapped sequences costs two CPU blocks).
+  /// nullopt and no change if the CPU pool lacks room.
+  std::optional<std::vector<BlockPair>> swap_out(SeqId seq);
+  /// True if swap_in() would succeed and leave the watermark free.
+  bool can_swap_in(SeqId seq) const;
+  /// Moves a swapped sequence back: returns (cpu block, device block) pairs to copy, and releases its CPU blocks.
+  /// The new device blocks are private to the sequence. nullopt and no change if device blocks run out (the
+  /// watermark is can_swap_in's business).
+  std::optional<std::vector<BlockPair>> swap_in(SeqId seq);
+  bool is_swapped(SeqId seq) const;
+  /// True while the sequence holds blocks (on either tier).
+  bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
+
+  /// Device block ids of a sequence that is not swapped. Throws std::out_of_range / std::logic_error otherwise.
+  const std::vector<int32_t>& block_table(SeqId seq) const;
+  int num_computed(SeqId seq) const;
+  /// Cache slot of position `pos`: block_table[pos / B] * B + pos % B. Call with pos inside the table.
+  int64_t slot(SeqId seq, int pos) const;
+  KvMetrics metrics() const;
+  int block_size() const { return block_size_; }
+
+  /// Debug check (tests): each pool's own invariants; ref counts equal block-table references per tier; no block
+  /// both free and in use; free + cached + in use = total per tier; the used-slot accounting. Throws
+  /// std::logic_error describing the first violation.
+  void check_invariants() const;
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> blocks;       // device block ids, or CPU block ids while swapped
+    std::vector<uint64_t> content_ids; // content id of each registered-or-duplicate full block, a prefix of blocks
+    int num_computed = 0;
+    uint64_t salt = 0;
+    bool swapped = false;
+  };
+
+  int blocks_for(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+  int computed_in(const Sequence& s, size_t index) const;
+  // The cached device blocks of the longest verified prefix of `tokens`, at most (tokens.size() - 1) / B of them.
+  std::vector<int32_t> cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const;
+  // Device blocks allocate() would take from the free queues: cached prefix blocks to revive plus new blocks.
+  int blocks_needed(const std::vector<int32_t>& prefix, int num_tokens_to_hold) const;
+  int cow_blocks(const Sequence& s, int first_write_pos, int num_tokens_to_hold) const;
+  // The sequence, which must be known and on the device: throws std::out_of_range / std::logic_error otherwise.
+  const Sequence& device_seq(SeqId seq) const;
+  Sequence& device_seq(SeqId seq);
+  bool above_watermark(int blocks_needed) const;
+  // Device-block references with used-slot accounting; `filled` = slots of the block holding computed KV.
+  int32_t take_new(int filled);                  // free/cached -> in use (ref 1)
+  void take_shared(int32_t block, int filled);   // in use -> ref += 1; cached -> in use (ref 1)
+  void drop(int32_t block);                      // ref -= 1; at 0 -> cached or free
+
+  int block_size_;
+  bool prefix_caching_;
+  int watermark_blocks_;
+  BlockPool device_;
+  BlockPool cpu_;
+  std::vector<int32_t> filled_;        // per device block: computed slots while in use, else 0
+  std::unordered_map<SeqId, Sequence> seqs_;
+  int64_t used_slots_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
+  int64_t swapped_out_blocks_ = 0;
+  int64_t swapped_in_blocks_ = 0;
+};
+
+}  // namespace paged

@@ -1,0 +1,251 @@
+#include "model/loader/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace paged {
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType d) { return d == DType::f32 ? 4 : 2; }
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+float bf16_to_float(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float f16_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do { mant <<= 1; ++e; } while (!(mant & 0x400u));
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | mant << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (absx < 0x38800000u) {  // subnormal or zero in half
+    float a;
+    std::memcpy(&a, &absx, 4);
+    // 2^-24 is the smallest half subnormal; rounding handled by the float add trick.
+    float scaled = a * 16777216.0f;  // a / 2^-24
+    uint32_t m = static_cast<uint32_t>(std::nearbyint(scaled));
+    return static_cast<uint16_t>(sign | m);
+  }
+  uint32_t exp = ((absx >> 23) - 127 + 15) << 10;
+  uint32_t mant = absx & 0x7fffffu;
+  uint32_t h = exp | (mant >> 13);
+  uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+struct SafeTensors::Mapping {
+  std::string path;
+  void* base = MAP_FAILED;
+  size_t size = 0;
+  ~Mapping() {
+    if (base != MAP_FAILED) munmap(base, size);
+  }
+};
+
+namespace {
+
+DType parse_dtype(std::string_view s, const std::string& where) {
+  if (s == "F32") return DType::f32;
+  if (s == "F16") return DType::f16;
+  if (s == "BF16") return DType::bf16;
+  throw ModelError(where + ": unsupported dtype " + std::string(s) + " (supported: F32, F16, BF16)");
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+SafeTensors::SafeTensors(const std::string& model_dir) {
+  fs::path dir(model_dir);
+  std::vector<fs::path> shards;
+  if (fs::exists(dir / "model.safetensors.index.json")) {
+    std::ifstream in(dir / "model.safetensors.index.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    boost::system::error_code ec;
+    json::value idx = json::parse(ss.str(), ec);
+    if (ec || !idx.is_object() || !idx.as_object().contains("weight_map") ||
+        !idx.at("weight_map").is_object())
+      throw ModelError("model.safetensors.index.json: malformed (needs an object 'weight_map')");
+    std::set<std::string> files;
+    for (const auto& kv : idx.at("weight_map").as_object()) {
+      if (!kv.value().is_string()) throw ModelError("model.safetensors.index.json: weight_map values must be strings");
+      std::string f(kv.value().as_string());
+      if (f.find('/') != std::string::npos) throw ModelError("model.safetensors.index.json: bad shard name " + f);
+      files.insert(f);
+    }
+    for (const auto& f : files) shards.push_back(dir / f);
+  } else if (fs::exists(dir / "model.safetensors")) {
+    shards.push_back(dir / "model.safetensors");
+  } else {
+    throw ModelError("no model.safetensors or model.safetensors.index.json in " + model_dir);
+  }
+
+  for (const auto& path : shards) {
+    auto m = std::make_unique<Mapping>();
+    m->path = path.string();
+    int fd = ::open(m->path.c_str(), O_RDONLY);
+    if (fd < 0) throw ModelError("cannot open " + m->path);
+    struct stat st{};
+    fstat(fd, &st);
+    m->size = static_cast<size_t>(st.st_size);
+    if (m->size < 8) {
+      ::close(fd);
+      throw ModelError(m->path + ": truncated (shorter than the 8-byte header length)");
+    }
+    m->base = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (m->base == MAP_FAILED) throw ModelError("cannot map " + m->path);
+    const auto* bytes = static_cast<const unsigned char*>(m->base);
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, bytes, 8);  // little-endian, as the format says and x86 is
+    if (header_len > m->size - 8)
+      throw ModelError(m->path + ": truncated (header length " + std::to_string(header_len) + " beyond the file)");
+    boost::system::error_code ec;
+    json::value header = json::parse(
+        std::string_view(reinterpret_cast<const char*>(bytes + 8), header_len), ec);
+    if (ec || !header.is_object()) throw ModelError(m->path + ": malformed JSON header");
+    const size_t data_start = 8 + header_len;
+    const size_t data_size = m->size - data_start;
+    for (const auto& kv : header.as_object()) {
+      std::string name(kv.key());
+      if (name == "__metadata__") continue;
+      const std::string where = m->path + ": tensor '" + name + "'";
+      if (!kv.value().is_object()) throw ModelError(where + ": entry is not an object");
+      const auto& e = kv.value().as_object();
+      if (!e.contains("dtype") || !e.at("dtype").is_string() || !e.contains("shape") ||
+          !e.at("shape").is_array() || !e.contains("data_offsets") || !e.at("data_offsets").is_array() ||
+          e.at("data_offsets").as_array().size() != 2)
+        throw ModelError(where + ": needs dtype, shape and two data_offsets");
+      TensorView t;
+      t.dtype = parse_dtype(e.at("dtype").as_string(), where);
+      uint64_t numel = 1;  // saturates instead of wrapping: a huge shape must not pass for a small one
+      for (const auto& d : e.at("shape").as_array()) {
+        if (!d.is_int64() || d.as_int64() < 0) throw ModelError(where + ": bad shape");
+        t.shape.push_back(d.as_int64());
+        const auto dim = static_cast<uint64_t>(d.as_int64());
+        numel = dim != 0 && numel > UINT64_MAX / dim ? UINT64_MAX : numel * dim;
+      }
+      const auto& off = e.at("data_offsets").as_array();
+      if (!off[0].is_int64() || !off[1].is_int64() || off[0].as_int64() < 0 || off[1].as_int64() < off[0].as_int64())
+        throw ModelError(where + ": bad data_offsets");
+      auto begin = static_cast<uint64_t>(off[0].as_int64()), end = static_cast<uint64_t>(off[1].as_int64());
+      if (end > data_size)
+        throw ModelError(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                         ") out of range (data section holds " + std::to_string(data_size) + " bytes; truncated?)");
+      t.nbytes = end - begin;
+      if (numel > t.nbytes || numel * dtype_size(t.dtype) != t.nbytes)
+        throw ModelError(where + ": shape " + shape_str(t.shape) + " does not match its " +
+                         std::to_string(t.nbytes) + " bytes");
+      t.data = bytes + data_start + begin;
+      if (tensors_.count(name)) throw ModelError(where + ": duplicated across shards");
+      tensors_.emplace(std::move(name), std::move(t));
+    }
+    files_.push_back(std::move(m));
+  }
+}
+
+SafeTensors::~SafeTensors() = default;
+
+bool SafeTensors::contains(const std::string& name) const { return tensors_.count(name) != 0; }
+
+const TensorView& SafeTensors::get(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw ModelError("checkpoint lacks tensor '" + name + "'");
+  if (!expected_shape.empty() && it->second.shape != expected_shape)
+    throw ModelError("tensor '" + name + "' has shape " + shape_str(it->second.shape) + " but the config implies " +
+                     shape_str(expected_shape));
+  return it->second;
+}
+
+std::vector<float> SafeTensors::get_f32(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+  const TensorView& t = get(name, expected_shape);
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  const auto* src = static_cast<const unsigned char*>(t.data);
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (t.dtype) {
+      case DType::f32: std::memcpy(&out[i], src + 4 * i, 4); break;
+      case DType::f16: {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = f16_to_float(h);
+        break;
+      }
+      case DType::bf16: {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = bf16_to_float(h);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace paged

@@ -1,0 +1,56 @@
+// Memory-mapped safetensors checkpoints (single file or sharded through model.safetensors.index.json).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/loader/config.h"
+
+namespace paged {
+
+enum class DType { f32, f16, bf16 };
+
+const char* dtype_name(DType d);
+size_t dtype_size(DType d);
+
+/// A tensor inside a mapped file: valid while the SafeTensors object lives.
+struct TensorView {
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+  int64_t numel() const;
+};
+
+/// float32 <-> bf16/f16 conversions (round to nearest even).
+float bf16_to_float(uint16_t v);
+uint16_t float_to_bf16(float f);
+float f16_to_float(uint16_t v);
+uint16_t float_to_f16(float f);
+
+/// Every tensor of a checkpoint folder. Each header is parsed with Boost.JSON and every offset, dtype and shape is
+/// checked against the file before any byte is read; a problem throws ModelError naming the file and tensor.
+class SafeTensors {
+ public:
+  explicit SafeTensors(const std::string& model_dir);
+  ~SafeTensors();
+  SafeTensors(const SafeTensors&) = delete;
+  SafeTensors& operator=(const SafeTensors&) = delete;
+
+  bool contains(const std::string& name) const;
+  /// Throws ModelError when absent, or when `expected_shape` is given and differs.
+  const TensorView& get(const std::string& name, const std::vector<int64_t>& expected_shape = {}) const;
+  /// The tensor converted to float32.
+  std::vector<float> get_f32(const std::string& name, const std::vector<int64_t>& expected_shape = {}) const;
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+
+ private:
+  struct Mapping;
+  std::vector<std::unique_ptr<Mapping>> files_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+}  // namespace paged

@@ -1,0 +1,141 @@
+#include "model/sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <unordered_map>
+
+namespace paged {
+
+double random_uniform(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + (index + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void log_softmax(std::span<const float> logits, std::vector<float>& out) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
+  const double lse = mx + std::log(sum);
+  out.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<float>(logits[i] - lse);
+}
+
+void apply_penalties(std::span<float> logits, const SampleSpec& spec) {
+  const SamplingParams& p = *spec.params;
+  const auto vocab = static_cast<TokenId>(logits.size());
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id >= 0 && id < vocab) logits[id] += bias;
+  const size_t generated = spec.output ? spec.output->size() : 0;
+  if (spec.stop_ids && static_cast<int>(generated) < p.min_tokens)
+    for (TokenId id : *spec.stop_ids)
+      if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+  if (p.repetition_penalty != 1.0f) {
+    std::vector<bool> seen(logits.size(), false);
+    auto mark = [&](const std::vector<TokenId>* ids) {
+      if (ids)
+        for (TokenId id : *ids)
+          if (id >= 0 && id < vocab) seen[id] = true;
+    };
+    mark(spec.prompt);
+    mark(spec.output);
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (seen[i]) logits[i] = logits[i] > 0 ? logits[i] / p.repetition_penalty : logits[i] * p.repetition_penalty;
+  }
+  if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && spec.output) {
+    std::unordered_map<TokenId, int> counts;
+    for (TokenId id : *spec.output) ++counts[id];
+    for (const auto& [id, c] : counts)
+      if (id >= 0 && id < vocab) logits[id] -= p.frequency_penalty * c + p.presence_penalty;
+  }
+}
+
+std::vector<SampledToken> sample_logits(std::span<float> logits, const SampleSpec& spec) {
+  const SamplingParams& p = *spec.params;
+  apply_penalties(logits, spec);
+  std::vector<float> lp;
+  log_softmax(logits, lp);
+  const auto vocab = static_cast<TokenId>(logits.size());
+  // Descending by value, ties by lower id: the order every choice below is made in.
+  auto by_value = [&](const std::vector<float>& v) {
+    return [&v](TokenId a, TokenId b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+  };
+  auto with_top = [&](TokenId id) {
+    SampledToken t{id, lp[id], {}};
+    if (spec.num_logprobs > 0) {
+      std::vector<TokenId> ids(vocab);
+      std::iota(ids.begin(), ids.end(), 0);
+      const int k = std::min<int>(spec.num_logprobs, vocab);
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_value(lp));
+      for (int i = 0; i < k; ++i) t.top_logprobs.emplace_back(ids[i], lp[ids[i]]);
+    }
+    return t;
+  };
+
+  if (spec.num_candidates > 1) {
+    std::vector<TokenId> ids(vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    const int k = std::min<int>(spec.num_candidates, vocab);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_value(lp));
+    std::vector<SampledToken> out;
+    for (int i = 0; i < k; ++i) out.push_back(with_top(ids[i]));
+    return out;
+  }
+  if (p.greedy()) {
+    TokenId best = 0;
+    for (TokenId i = 1; i < vocab; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return {with_top(best)};
+  }
+
+  // Probabilities at temperature T, sorted descending; then the top-k, top-p and min-p cuts.
+  std::vector<float> probs(vocab);
+  {
+    const float inv_t = 1.0f / p.temperature;
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double sum = 0.0;
+    for (TokenId i = 0; i < vocab; ++i) sum += probs[i] = static_cast<float>(std::exp((logits[i] - mx) * inv_t));
+    for (auto& x : probs) x = static_cast<float>(x / sum);
+  }
+  std::vector<TokenId> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), by_value(probs));
+  size_t keep = order.size();
+  if (p.top_k > 0) keep = std::min<size_t>(keep, p.top_k);
+  if (p.top_p < 1.0f) {
+    double cum = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      cum += probs[order[i]];
+      if (cum >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const float threshold = p.min_p * probs[order[0]];
+    size_t i = 1;
+    while (i < keep && probs[order[i]] >= threshold) ++i;
+    keep = i;
+  }
+  double total = 0.0;
+  for (size_t i = 0; i < keep; ++i) total += probs[order[i]];
+  const size_t index = spec.output ? spec.output->size() : 0;
+  const double target = random_uniform(spec.seed, index) * total;
+  double cum = 0.0;
+  TokenId chosen = order[keep - 1];
+  for (size_t i = 0; i < keep; ++i) {
+    cum += probs[order[i]];
+    if (target < cum) {
+      chosen = order[i];
+      break;
+    }
+  }
+  return {with_top(chosen)};
+}
+
+}  // namespace paged

@@ -1,0 +1,38 @@
+// Per-request generation parameters, with the meaning vLLM gives them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/types.h"
+
+namespace paged {
+
+struct SamplingParams {
+  int n = 1;                       // completions returned
+  int best_of = 0;                 // completions generated (0: same as n); the n best by cumulative logprob return
+  bool use_beam_search = false;    // beam search of width max(n, best_of)
+  int max_tokens = 16;             // generated tokens at most
+  int min_tokens = 0;              // EOS/stop ids are masked before this many tokens
+  float temperature = 1.0f;        // 0: greedy
+  float top_p = 1.0f;              // (0, 1]
+  int top_k = -1;                  // -1 or 0: off
+  float min_p = 0.0f;              // [0, 1]
+  std::optional<uint64_t> seed;    // reproducible sampling; completion i of n uses seed + i
+  float repetition_penalty = 1.0f; // > 0; applies to prompt and output tokens (HF/vLLM)
+  float presence_penalty = 0.0f;   // [-2, 2]; output tokens
+  float frequency_penalty = 0.0f;  // [-2, 2]; output tokens
+  std::map<TokenId, float> logit_bias;
+  std::vector<TokenId> stop_token_ids;  // besides the model's EOS ids
+  std::vector<std::string> stop;        // stop strings; the text is cut before them
+  bool ignore_eos = false;
+  std::optional<int> logprobs;          // return the chosen token's logprob and this many top alternatives
+  bool skip_special_tokens = true;
+
+  bool greedy() const { return temperature == 0.0f; }
+};
+
+}  // namespace paged

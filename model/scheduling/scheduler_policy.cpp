@@ -1,0 +1,88 @@
+#include "model/scheduling/scheduler_policy.h"
+
+#include <algorithm>
+
+namespace paged {
+
+StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) {
+  StepPlan plan;
+  std::vector<const PlanSeq*> running, swapped, waiting;
+  for (const PlanSeq& s : seqs) {
+    auto& q = s.phase == PlanSeq::Phase::running ? running : s.phase == PlanSeq::Phase::swapped ? swapped : waiting;
+    q.push_back(&s);
+  }
+  auto older = [](const PlanSeq* a, const PlanSeq* b) { return a->arrival < b->arrival || (a->arrival == b->arrival && a->id < b->id); };
+  std::sort(running.begin(), running.end(), older);
+  std::sort(swapped.begin(), swapped.end(), older);
+  std::sort(waiting.begin(), waiting.end(), older);
+
+  int budget = limits.max_num_batched_tokens;
+  auto schedule = [&](const PlanSeq& s, int start, int n) {
+    plan.chunks.push_back({s.id, start, n, start + n == s.num_tokens, kv.block_table(s.id)});
+    budget -= n;
+  };
+
+  // 1. Running sequences, oldest first; victims are taken from the newest end.
+  size_t end = running.size();  // running[end..] were preempted
+  bool preempted = false;
+  auto preempt = [&](const PlanSeq& victim) {
+    preempted = true;
+    if (limits.preemption == PreemptionMode::swap) {
+      if (auto pairs = kv.swap_out(victim.id)) {
+        plan.swap_out.insert(plan.swap_out.end(), pairs->begin(), pairs->end());
+        plan.preempted_swap.push_back(victim.id);
+        return;
+      }
+    }
+    kv.free(victim.id);
+    plan.preempted_recompute.push_back(victim.id);
+  };
+  for (size_t i = 0; i < end; ++i) {
+    const PlanSeq& s = *running[i];
+    const int remaining = s.num_tokens - s.num_computed;
+    const int n = std::min(remaining, budget);
+    if (n <= 0) continue;  // out of budget this step (or nothing to do)
+    while (!kv.can_reserve(s.id, s.num_computed, s.num_computed + n)) {
+      preempt(*running[--end]);
+      if (end == i) break;  // s itself was the newest: it is preempted
+    }
+    if (end == i) break;
+    std::vector<BlockPair> copies;
+    kv.reserve(s.id, s.num_computed, s.num_computed + n, copies);
+    plan.copies.insert(plan.copies.end(), copies.begin(), copies.end());
+    schedule(s, s.num_computed, n);
+  }
+  int active = static_cast<int>(end);
+  if (preempted) return plan;
+
+  // 2. Swapped sequences come back before any new admission.
+  for (const PlanSeq* s : swapped) {
+    if (active >= limits.max_num_seqs || !kv.can_swap_in(s->id)) return plan;
+    auto pairs = kv.swap_in(s->id);
+    if (!pairs) return plan;
+    plan.swap_in.insert(plan.swap_in.end(), pairs->begin(), pairs->end());
+    plan.swapping_in.push_back(s->id);
+    ++active;
+  }
+  if (!swapped.empty()) return plan;
+
+  // 3. Waiting sequences, FCFS.
+  for (const PlanSeq* s : waiting) {
+    if (active >= limits.max_num_seqs || budget <= 0) break;
+    if (!kv.could_ever_allocate(s->num_tokens)) {
+      plan.rejected.push_back(s->id);
+      continue;
+    }
+    const int cached = kv.cached_prefix_tokens(s->tokens, s->salt);
+    const int n = std::min(s->num_tokens - cached, budget);
+    if (!kv.can_allocate(s->tokens, cached + n, s->salt)) break;
+    auto hit = kv.allocate(s->id, s->tokens, cached + n, s->salt);
+    if (!hit) break;
+    plan.admitted.emplace_back(s->id, *hit);
+    schedule(*s, *hit, cached + n - *hit);  // allocate() sized the table for cached + n tokens
+    ++active;
+  }
+  return plan;
+}
+
+}  // namespace paged

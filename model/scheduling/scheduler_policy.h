@@ -1,0 +1,64 @@
+// The scheduling policy of one engine step, pure: no CAF, no CUDA. Given a snapshot of the sequences (running,
+// swapped, waiting) and the KV-cache manager, it decides what runs in the next step: decodes and prefill chunks
+// within a token budget (continuous batching with chunked prefill), preemption of the newest sequences when blocks
+// run out (swap or recompute), swap-ins, and FCFS admission. The memory-manager actor runs it against the
+// KvCacheManager it owns; the scheduler actor applies the resulting plan to its queues.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/kv/kv_cache_manager.h"
+#include "model/step.h"
+
+namespace paged {
+
+enum class PreemptionMode { recompute, swap };
+
+/// One sequence as the policy sees it.
+struct PlanSeq {
+  enum class Phase { waiting, running, swapped };
+  SeqId id = 0;
+  uint64_t arrival = 0;      // request order: lower is older, served first, preempted last
+  Phase phase = Phase::waiting;
+  int num_computed = 0;      // tokens whose KV is (or, in flight, will be) in the cache
+  int num_tokens = 0;        // tokens known so far plus one being sampled in flight (pending)
+  std::vector<TokenId> tokens;  // waiting only: every token (prompt + output so far), for the prefix cache
+  uint64_t salt = 0;         // prefix-cache salt
+};
+
+struct PlanLimits {
+  int max_num_seqs = 256;            // running sequences at most
+  int max_num_batched_tokens = 2048; // tokens computed per step at most
+  PreemptionMode preemption = PreemptionMode::recompute;
+};
+
+/// Work of one sequence in the step: compute tokens [start_pos, start_pos + num_tokens).
+struct PlannedChunk {
+  SeqId id = 0;
+  int start_pos = 0;
+  int num_tokens = 0;
+  bool sample = false;               // the chunk reaches the last known token: sample the next one
+  std::vector<int32_t> block_table;
+};
+
+struct StepPlan {
+  std::vector<PlannedChunk> chunks;
+  std::vector<BlockPair> copies;          // copy-on-write, before this step's attention
+  std::vector<BlockPair> swap_out;        // device -> cpu, before this step
+  std::vector<BlockPair> swap_in;         // cpu -> device; its sequences run from a later step, once copied
+  std::vector<SeqId> preempted_recompute; // freed; back to waiting with num_computed = 0
+  std::vector<SeqId> preempted_swap;      // now swapped
+  std::vector<SeqId> swapping_in;         // become running after the swap-in copy completes
+  std::vector<std::pair<SeqId, int>> admitted;  // (sequence, cached prefix tokens) admitted from waiting
+  std::vector<SeqId> rejected;            // waiting sequences that can never fit the pool
+};
+
+/// Plans one step. Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is
+/// left of it); when one cannot grow, the newest running sequence is preempted (swap when asked and the CPU pool
+/// has room, else recompute), possibly itself. Then, if nothing was preempted, swapped sequences oldest first
+/// while they fit above the watermark; then, if no sequence is swapped, waiting sequences FCFS while blocks,
+/// budget and max_num_seqs allow (a waiting head that does not fit blocks those behind it).
+StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
+
+}  // namespace paged

@@ -1,0 +1,92 @@
+#include "model/template/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <boost/json.hpp>
+
+namespace paged {
+namespace {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// A special token as tokenizer_config.json writes it: "<s>", {"content": "<s>", ...}, or null.
+std::optional<std::string> token_string(const boost::json::object& config, const char* key) {
+  const auto* v = config.if_contains(key);
+  if (!v) return std::nullopt;
+  if (v->is_string()) return std::string(v->get_string());
+  if (v->is_object()) {
+    if (const auto* content = v->get_object().if_contains("content"); content && content->is_string()) {
+      return std::string(content->get_string());
+    }
+  }
+  return std::nullopt;
+}
+
+/// The "chat_template" entry: a string, or a list of {name, template} of which "default" is taken.
+std::optional<std::string> config_template(const boost::json::object& config) {
+  const auto* t = config.if_contains("chat_template");
+  if (!t || t->is_null()) return std::nullopt;
+  if (t->is_string()) return std::string(t->get_string());
+  if (t->is_array()) {
+    for (const auto& entry : t->get_array()) {
+      const auto* obj = entry.if_object();
+      if (!obj) continue;
+      const auto* name = obj->if_contains("name");
+      const auto* source = obj->if_contains("template");
+      if (name && name->is_string() && name->get_string() == "default" && source && source->is_string()) {
+        return std::string(source->get_string());
+      }
+    }
+    return std::nullopt;
+  }
+  throw std::runtime_error("tokenizer_config.json: chat_template must be a string or a list of {name, template}");
+}
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(const std::string& source, std::optional<std::string> bos_token,
+                           std::optional<std::string> eos_token)
+    : template_(source), bos_token_(std::move(bos_token)), eos_token_(std::move(eos_token)) {}
+
+std::optional<ChatTemplate> ChatTemplate::load(const std::string& model_dir, const std::string& override_file) {
+  namespace fs = std::filesystem;
+  const fs::path dir(model_dir);
+  boost::json::object config;
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    boost::system::error_code ec;
+    auto parsed = boost::json::parse(read_file(dir / "tokenizer_config.json"), ec);
+    if (ec || !parsed.is_object()) throw std::runtime_error("malformed " + (dir / "tokenizer_config.json").string());
+    config = std::move(parsed.get_object());
+  }
+  std::optional<std::string> source;
+  if (!override_file.empty()) {
+    source = read_file(override_file);
+  } else if (fs::exists(dir / "chat_template.jinja")) {
+    source = read_file(dir / "chat_template.jinja");
+  } else {
+    source = config_template(config);
+  }
+  if (!source) return std::nullopt;
+  return ChatTemplate(*source, token_string(config, "bos_token"), token_string(config, "eos_token"));
+}
+
+std::string ChatTemplate::apply(const boost::json::array& messages, bool add_generation_prompt,
+                                const boost::json::object& extra) const {
+  boost::json::object vars = extra;
+  vars["messages"] = messages;
+  vars["add_generation_prompt"] = add_generation_prompt;
+  if (bos_token_) vars["bos_token"] = *bos_token_;
+  if (eos_token_) vars["eos_token"] = *eos_token_;
+  return template_.render(vars);
+}
+
+}  // namespace paged

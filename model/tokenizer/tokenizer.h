@@ -1,0 +1,66 @@
+// Tokenizers: the interface the engine uses, the loader that picks an implementation from a model folder, and the
+// incremental detokenizer that turns a stream of token ids into text without ever emitting broken UTF-8.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/types.h"
+
+namespace paged {
+
+/// Raised for a missing or malformed tokenizer and for text that cannot be encoded (e.g. invalid UTF-8).
+struct TokenizerError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  /// Token ids of `text`. `add_special` adds what the tokenizer config asks for (BOS for Llama, nothing for Qwen).
+  /// Throws TokenizerError when `text` is not valid UTF-8.
+  virtual std::vector<TokenId> encode(std::string_view text, bool add_special) const = 0;
+
+  /// The raw bytes `id` contributes to decoded text (may be a partial UTF-8 sequence; byte-fallback and byte-level
+  /// tokens are single bytes). Special/control tokens yield "" (decode skips them, as HF's skip_special_tokens).
+  /// `first` is true for the first token of a decoded span: SentencePiece drops its dummy-prefix space there.
+  virtual std::string token_bytes(TokenId id, bool first) const = 0;
+
+  virtual int32_t vocab_size() const = 0;
+  /// -1 when the tokenizer has none.
+  virtual TokenId bos_id() const = 0;
+  virtual std::vector<TokenId> eos_ids() const = 0;
+  /// Id of a token by its exact string form (e.g. "<|eot_id|>"), -1 if absent.
+  virtual TokenId token_to_id(std::string_view token) const = 0;
+
+  /// Text of `ids` as HF's `decode(ids, skip_special_tokens=True)` gives it; invalid UTF-8 becomes U+FFFD.
+  std::string decode(std::span<const TokenId> ids) const;
+};
+
+/// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
+bool is_valid_utf8(std::string_view s);
+
+/// Turns token ids into text one token at a time. Each push returns only complete UTF-8 characters; bytes of a
+/// character split across tokens are held back until it completes. Bytes that can never complete are replaced by
+/// U+FFFD. The concatenation of every push() and the final finish() equals Tokenizer::decode of all ids.
+class IncrementalDetokenizer {
+ public:
+  explicit IncrementalDetokenizer(const Tokenizer& tok) : tok_(&tok) {}
+  /// Text newly completed by `id`.
+  std::string push(TokenId id);
+  /// Whatever is still held back, with incomplete sequences replaced by U+FFFD. The detokenizer can be reused after.
+  std::string finish();
+
+ private:
+  const Tokenizer* tok_;
+  std::string pending_;  // bytes of an incomplete UTF-8 character
+  bool first_ = true;
+};
+
+}  // namespace paged

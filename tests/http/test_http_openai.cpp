@@ -1,0 +1,370 @@
+// The OpenAI schema: request parsing/validation into SamplingParams and prompt ids, and responses built from engine
+// events (whole bodies, SSE chunks, usage, both logprobs formats). Uses the stories260K tokenizer.
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+
+#include "model/template/chat_template.h"
+#include "http/openai.h"
+#include "model/tokenizer/load_tokenizer.h"
+
+namespace json = boost::json;
+using namespace paged;
+using openai::Endpoint;
+
+namespace {
+
+const std::string kModelDir = std::string(PAGED_SHARED_DIR) + "/models/stories260K";
+
+struct Fixture {
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(kModelDir);
+  ChatTemplate chat = *ChatTemplate::load(kModelDir, std::string(PAGED_SOURCE_DIR) + "/conf/chat_templates/llama2.jinja");
+  openai::ModelInfo info() const {
+    return openai::ModelInfo{tok.get(), 512, 512, "stories260K", &chat};
+  }
+};
+
+const Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+openai::Request parse(Endpoint e, const std::string& body) { return openai::parse_request(e, body, fixture().info()); }
+
+/// The param an invalid body is refused for.
+std::string refused_param(Endpoint e, const std::string& body, const openai::ModelInfo* info = nullptr) {
+  try {
+    openai::parse_request(e, body, info ? *info : fixture().info());
+  } catch (const InvalidRequest& err) {
+    return err.param.empty() ? "<body>" : err.param;
+  }
+  return "<accepted>";
+}
+
+RequestEvent event(std::vector<CompletionDelta> deltas, bool done, int prompt_tokens, int completion_tokens) {
+  RequestEvent ev;
+  ev.deltas = std::move(deltas);
+  ev.done = done;
+  ev.prompt_tokens = prompt_tokens;
+  ev.completion_tokens = completion_tokens;
+  return ev;
+}
+
+CompletionDelta delta(int index, std::string text, std::vector<TokenId> ids, std::optional<std::string> finish = {}) {
+  CompletionDelta d;
+  d.index = index;
+  d.text = std::move(text);
+  d.token_ids = std::move(ids);
+  d.finish_reason = std::move(finish);
+  return d;
+}
+
+/// The JSON objects of "data: {...}" frames (the [DONE] sentinel excluded) and whether it ended with [DONE].
+std::vector<json::object> sse_objects(const std::string& frames, bool* saw_done = nullptr) {
+  std::vector<json::object> out;
+  size_t pos = 0;
+  while (pos < frames.size()) {
+    const size_t end = frames.find("\n\n", pos);
+    REQUIRE(end != std::string::npos);
+    const std::string line = frames.substr(pos, end - pos);
+    REQUIRE(line.rfind("data: ", 0) == 0);
+    const std::string payload = line.substr(6);
+    if (payload == "[DONE]") {
+      if (saw_done) *saw_done = true;
+    } else {
+      out.push_back(json::parse(payload).as_object());
+    }
+    pos = end + 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("completions: prompts in every form become token ids", "[openai]") {
+  auto r = parse(Endpoint::completions, R"({"model": "stories260K", "prompt": "Once upon a time"})");
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(r.prompts[0] == std::vector<TokenId>{1, 403, 407, 261, 378});  // golden prompt ids: BOS added
+  CHECK(r.prompt_texts[0] == "Once upon a time");
+  CHECK(r.params.max_tokens == 16);
+  CHECK_FALSE(r.stream);
+
+  r = parse(Endpoint::completions, R"({"prompt": ["Once upon a time", "Max found a box"]})");
+  CHECK(r.prompts.size() == 2);
+  r = parse(Endpoint::completions, R"({"prompt": [1, 403, 407]})");
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(r.prompts[0] == std::vector<TokenId>{1, 403, 407});
+  CHECK(r.prompt_texts[0] == "Once upon");
+  r = parse(Endpoint::completions, R"({"prompt": [[1, 403], [1, 407, 261]]})");
+  REQUIRE(r.prompts.size() == 2);
+  CHECK(r.prompts[1] == std::vector<TokenId>{1, 407, 261});
+}
+
+TEST_CASE("completions: every parameter reaches SamplingParams", "[openai]") {
+  auto r = parse(Endpoint::completions, R"({
+    "prompt": "Hi", "max_tokens": 32, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
+    "n": 2, "best_of": 3, "stop": ["\n", "The end"], "seed": 42, "presence_penalty": 0.5,
+    "frequency_penalty": -0.5, "repetition_penalty": 1.1, "logit_bias": {"13": -100, "400": 2.5},
+    "logprobs": 3, "echo": false, "user": "u1", "min_tokens": 4, "ignore_eos": true, "stop_token_ids": [7],
+    "skip_special_tokens": false})");
+  const SamplingParams& p = r.params;
+  CHECK(p.max_tokens == 32);
+  CHECK(p.temperature == Approx(0.5));
+  CHECK(p.top_p == Approx(0.9));
+  CHECK(p.top_k == 40);
+  CHECK(p.min_p == Approx(0.05));
+  CHECK(p.n == 2);
+  CHECK(p.best_of == 3);
+  CHECK(p.stop == std::vector<std::string>{"\n", "The end"});
+  CHECK(p.seed == std::optional<uint64_t>(42));
+  CHECK(p.presence_penalty == Approx(0.5));
+  CHECK(p.frequency_penalty == Approx(-0.5));
+  CHECK(p.repetition_penalty == Approx(1.1));
+  CHECK(p.logit_bias == std::map<TokenId, float>{{13, -100.0f}, {400, 2.5f}});
+  CHECK(p.logprobs == std::optional<int>(3));
+  CHECK(p.min_tokens == 4);
+  CHECK(p.ignore_eos);
+  CHECK(p.stop_token_ids == std::vector<TokenId>{7});
+  CHECK_FALSE(p.skip_special_tokens);
+  CHECK_FALSE(r.stream);
+
+  r = parse(Endpoint::completions, R"({"prompt": "Hi", "stream": true, "stream_options": {"include_usage": true},
+                                       "stop": "x", "temperature": 0, "echo": true, "n": 3, "seed": null})");
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(r.echo);
+  CHECK(r.params.greedy());
+  CHECK(r.params.stop == std::vector<std::string>{"x"});
+  CHECK(r.params.n == 3);
+  CHECK_FALSE(r.params.seed.has_value());
+}
+
+TEST_CASE("chat: messages are rendered by the template and tokenized without adding BOS again", "[openai]") {
+  const auto r = parse(Endpoint::chat, R"({"model": "stories260K", "messages": [
+      {"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+      "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 20})");
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(r.prompt_texts[0] == "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]");
+  CHECK(r.prompts[0] == fixture().tok->encode(r.prompt_texts[0], false));
+  CHECK(r.params.logprobs == std::optional<int>(2));
+  CHECK(r.params.max_tokens == 20);
+
+  // Without max_tokens a chat request may use the rest of the context.
+  const auto d = parse(Endpoint::chat, R"({"messages": [{"role": "user", "content": "Hi"}]})");
+  CHECK(d.params.max_tokens == 512 - static_cast<int>(d.prompts[0].size()));
+  CHECK_FALSE(d.params.logprobs.has_value());
+  // chat_template_kwargs reach the template; assistant content may be null.
+  CHECK_NOTHROW(parse(Endpoint::chat, R"({"messages": [{"role": "user", "content": "a"},
+      {"role": "assistant", "content": null}, {"role": "user", "content": "b"}], "chat_template_kwargs": {"x": 1}})"));
+}
+
+TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
+  const auto C = Endpoint::completions;
+  const auto K = Endpoint::chat;
+  const std::vector<std::tuple<Endpoint, std::string, std::string>> cases = {
+      {C, R"({"prompt": "x")", "<body>"},
+      {C, "[1, 2]", "<body>"},
+      {C, "\"just a string\"", "<body>"},
+      {C, "{\"prompt\": \"\xff\xfe\"}", "<body>"},  // invalid UTF-8
+      {C, R"({})", "prompt"},
+      {C, R"({"prompt": 5})", "prompt"},
+      {C, R"({"prompt": []})", "prompt"},
+      {C, R"({"prompt": [[]]})", "prompt"},
+      {C, R"({"prompt": [1, 512]})", "prompt"},
+      {C, R"({"prompt": [1, -1]})", "prompt"},
+      {C, R"({"prompt": [1, 2.5]})", "prompt"},
+      {C, R"({"prompt": [{"a": 1}]})", "prompt"},
+      {C, R"({"prompt": "x", "model": "gpt-4"})", "model"},
+      {C, R"({"prompt": "x", "model": 3})", "model"},
+      {C, R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+      {C, R"({"prompt": "x", "max_tokens": "10"})", "max_tokens"},
+      {C, R"({"prompt": "x", "max_tokens": 600})", "max_tokens"},
+      {C, R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens"},
+      {C, R"({"prompt": "x", "temperature": -0.1})", "temperature"},
+      {C, R"({"prompt": "x", "temperature": 2.5})", "temperature"},
+      {C, R"({"prompt": "x", "temperature": "hot"})", "temperature"},
+      {C, R"({"prompt": "x", "top_p": 0})", "top_p"},
+      {C, R"({"prompt": "x", "top_p": 1.5})", "top_p"},
+      {C, R"({"prompt": "x", "top_k": -2})", "top_k"},
+      {C, R"({"prompt": "x", "min_p": 1.5})", "min_p"},
+      {C, R"({"prompt": "x", "n": 0})", "n"},
+      {C, R"({"prompt": "x", "n": 1000})", "n"},
+      {C, R"({"prompt": "x", "n": true})", "n"},
+      {C, R"({"prompt": "x", "n": 3, "best_of": 2})", "best_of"},
+      {C, R"({"prompt": "x", "best_of": 3, "stream": true})", "best_of"},
+      {C, R"({"prompt": "x", "stop": 5})", "stop"},
+      {C, R"({"prompt": "x", "stop": [""]})", "stop"},
+      {C, R"({"prompt": "x", "stop": ["a", 1]})", "stop"},
+      {C, R"({"prompt": "x", "seed": "abc"})", "seed"},
+      {C, R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
+      {C, R"({"prompt": "x", "frequency_penalty": -2.5})", "frequency_penalty"},
+      {C, R"({"prompt": "x", "repetition_penalty": 0})", "repetition_penalty"},
+      {C, R"({"prompt": "x", "logit_bias": {"999": 1}})", "logit_bias"},
+      {C, R"({"prompt": "x", "logit_bias": {"abc": 1}})", "logit_bias"},
+      {C, R"({"prompt": "x", "logit_bias": {"5": 101}})", "logit_bias"},
+      {C, R"({"prompt": "x", "logit_bias": {"5": "a"}})", "logit_bias"},
+      {C, R"({"prompt": "x", "logit_bias": [1]})", "logit_bias"},
+      {C, R"({"prompt": "x", "logprobs": 21})", "logprobs"},
+      {C, R"({"prompt": "x", "logprobs": true})", "logprobs"},
+      {C, R"({"prompt": "x", "echo": "yes"})", "echo"},
+      {C, R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo"},
+      {C, R"({"prompt": "x", "stream": "true"})", "stream"},
+      {C, R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+      {C, R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})", "include_usage"},
+      {C, R"({"prompt": "x", "user": 7})", "user"},
+      {C, R"({"prompt": "x", "suffix": "y"})", "suffix"},
+      {C, R"({"prompt": "x", "stop_token_ids": [9999]})", "stop_token_ids"},
+      {C, R"({"prompt": "x", "max_tokens": 4, "min_tokens": 5})", "min_tokens"},
+      {K, R"({})", "messages"},
+      {K, R"({"messages": []})", "messages"},
+      {K, R"({"messages": "hi"})", "messages"},
+      {K, R"({"messages": [{"content": "hi"}]})", "messages"},
+      {K, R"({"messages": [{"role": "wizard", "content": "hi"}]})", "messages"},
+      {K, R"({"messages": [{"role": "user"}]})", "messages"},
+      {K, R"({"messages": [{"role": "user", "content": 3}]})", "messages"},
+      {K, R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})", "messages"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})", "messages"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "logprobs": 2})", "logprobs"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})", "top_logprobs"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 50})", "top_logprobs"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0})", "max_completion_tokens"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "tools": {}})", "tools"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "chat_template_kwargs": []})", "chat_template_kwargs"},
+  };
+  for (const auto& [endpoint, body, param] : cases) {
+    INFO(body);
+    CHECK(refused_param(endpoint, body) == param);
+  }
+  // Prompt + max_tokens over the context, and a prompt that fills it.
+  std::string long_prompt = "[1";
+  for (int i = 0; i < 511; ++i) long_prompt += ", 400";
+  long_prompt += "]";
+  CHECK(refused_param(C, R"({"prompt": )" + long_prompt + "}") == "prompt");
+  // A model without a chat template refuses chat requests.
+  auto no_template = fixture().info();
+  no_template.chat_template = nullptr;
+  CHECK(refused_param(K, R"({"messages": [{"role": "user", "content": "a"}]})", &no_template) == "messages");
+}
+
+TEST_CASE("completions response: n=2 over two prompts, usage summed", "[openai]") {
+  const auto req = parse(Endpoint::completions, R"({"prompt": ["Once upon a time", "Max found a box"], "n": 2})");
+  openai::ResponseBuilder rb(req, *fixture().tok, "stories260K", "cmpl-1", 1700000000);
+  CHECK(rb.add(0, event({delta(0, "Hello", {10}), delta(1, "Hi", {11})}, false, 5, 2)).empty());
+  CHECK_FALSE(rb.finished());
+  rb.add(1, event({delta(0, "a", {12}, "length"), delta(1, "b", {13}, "stop")}, true, 6, 2));
+  rb.add(0, event({delta(0, " there", {14}, "stop"), delta(1, "!", {15}, "length")}, true, 5, 4));
+  REQUIRE(rb.finished());
+  const auto body = json::parse(rb.body()).as_object();
+  CHECK(body.at("object") == "text_completion");
+  CHECK(body.at("id") == "cmpl-1");
+  CHECK(body.at("model") == "stories260K");
+  const auto& choices = body.at("choices").as_array();
+  REQUIRE(choices.size() == 4);
+  CHECK(choices[0].at("text") == "Hello there");
+  CHECK(choices[0].at("finish_reason") == "stop");
+  CHECK(choices[1].at("text") == "Hi!");
+  CHECK(choices[2].at("index") == 2);
+  CHECK(choices[2].at("text") == "a");
+  CHECK(choices[3].at("finish_reason") == "stop");
+  CHECK(choices[0].at("logprobs").is_null());
+  const auto& usage = body.at("usage").as_object();
+  CHECK(usage.at("prompt_tokens") == 11);
+  CHECK(usage.at("completion_tokens") == 6);
+  CHECK(usage.at("total_tokens") == 17);
+}
+
+TEST_CASE("chat stream: role first, deltas concatenate to the text, usage chunk, [DONE]", "[openai]") {
+  const auto req = parse(Endpoint::chat, R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true,
+                                             "stream_options": {"include_usage": true}})");
+  openai::ResponseBuilder rb(req, *fixture().tok, "stories260K", "chatcmpl-1", 1);
+  std::string frames;
+  frames += rb.add(0, event({delta(0, "Once", {403})}, false, 9, 1));
+  frames += rb.add(0, event({delta(0, "", {})}, false, 9, 1));  // nothing new: no chunk
+  frames += rb.add(0, event({delta(0, " upon", {407})}, false, 9, 2));
+  frames += rb.add(0, event({delta(0, "", {}, "length")}, true, 9, 2));
+  REQUIRE(rb.finished());
+  frames += rb.stream_end();
+  bool done = false;
+  const auto chunks = sse_objects(frames, &done);
+  CHECK(done);
+  REQUIRE(chunks.size() == 4);
+  std::string text;
+  for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+    CHECK(chunks[i].at("object") == "chat.completion.chunk");
+    CHECK(chunks[i].at("usage").is_null());
+    const auto& choice = chunks[i].at("choices").as_array().at(0).as_object();
+    const auto& d = choice.at("delta").as_object();
+    if (i == 0) CHECK(d.at("role") == "assistant");
+    if (const auto* c = d.if_contains("content")) text += std::string(c->as_string());
+    CHECK(choice.at("finish_reason") == (i == 2 ? json::value("length") : json::value(nullptr)));
+  }
+  CHECK(text == "Once upon");
+  CHECK(chunks[3].at("choices").as_array().empty());
+  CHECK(chunks[3].at("usage").at("completion_tokens") == 2);
+  CHECK(chunks[3].at("usage").at("prompt_tokens") == 9);
+}
+
+TEST_CASE("completions stream with echo prepends the prompt once", "[openai]") {
+  const auto req = parse(Endpoint::completions, R"({"prompt": "Once upon a time", "stream": true, "echo": true})");
+  openai::ResponseBuilder rb(req, *fixture().tok, "m", "cmpl-2", 1);
+  std::string frames = rb.add(0, event({delta(0, ",", {432})}, false, 5, 1));
+  frames += rb.add(0, event({delta(0, " there", {383}, "length")}, true, 5, 2));
+  frames += rb.stream_end();
+  bool done = false;
+  const auto chunks = sse_objects(frames, &done);
+  REQUIRE(chunks.size() == 2);
+  CHECK(done);
+  CHECK(chunks[0].at("choices").at(0).at("text") == "Once upon a time,");
+  CHECK(chunks[1].at("choices").at(0).at("text") == " there");
+  CHECK_FALSE(chunks[0].contains("usage"));
+}
+
+TEST_CASE("logprobs in the completions and the chat formats", "[openai]") {
+  const Tokenizer& tok = *fixture().tok;
+  SampledToken a{432, -0.25f, {{432, -0.25f}, {383, -2.0f}}};
+  SampledToken b{383, -1.5f, {{383, -1.5f}, {432, -3.0f}}};
+  CompletionDelta d = delta(0, tok.decode(std::vector<TokenId>{432, 383}), {432, 383}, "length");
+  d.logprobs = {a, b};
+
+  const auto creq = parse(Endpoint::completions, R"({"prompt": "Once upon a time", "logprobs": 2, "max_tokens": 2})");
+  openai::ResponseBuilder crb(creq, tok, "m", "cmpl-3", 1);
+  crb.add(0, event({d}, true, 5, 2));
+  const auto clp = json::parse(crb.body()).at("choices").at(0).at("logprobs").as_object();
+  const auto& tokens = clp.at("tokens").as_array();
+  REQUIRE(tokens.size() == 2);
+  CHECK(tokens[0] == json::value(openai::token_text(tok, 432)));
+  CHECK(clp.at("token_logprobs").at(1).as_double() == Approx(-1.5));
+  CHECK(clp.at("top_logprobs").at(0).at(openai::token_text(tok, 383)).as_double() == Approx(-2.0));
+  CHECK(clp.at("text_offset").at(0) == 0);
+  CHECK(clp.at("text_offset").at(1) == static_cast<int64_t>(tok.token_bytes(432, false).size()));
+
+  const auto kreq = parse(Endpoint::chat, R"({"messages": [{"role": "user", "content": "Hi"}], "logprobs": true,
+                                              "top_logprobs": 2})");
+  openai::ResponseBuilder krb(kreq, tok, "m", "chatcmpl-3", 1);
+  krb.add(0, event({d}, true, 9, 2));
+  const auto kbody = json::parse(krb.body());
+  const auto& content = kbody.at("choices").at(0).at("logprobs").at("content").as_array();
+  REQUIRE(content.size() == 2);
+  CHECK(content[0].at("token") == json::value(openai::token_text(tok, 432)));
+  CHECK(content[0].at("logprob").as_double() == Approx(-0.25));
+  const std::string raw = tok.token_bytes(432, false);
+  REQUIRE(content[0].at("bytes").as_array().size() == raw.size());
+  CHECK(content[0].at("bytes").at(0) == static_cast<unsigned char>(raw[0]));
+  CHECK(content[1].at("top_logprobs").as_array().size() == 2);
+  CHECK(content[1].at("top_logprobs").at(1).at("logprob").as_double() == Approx(-3.0));
+  CHECK(kbody.at("choices").at(0).at("message").at("role") == "assistant");
+  CHECK(kbody.at("object") == "chat.completion");
+}
+
+TEST_CASE("error and model bodies have the OpenAI shape", "[openai]") {
+  const auto e = json::parse(openai::error_body("bad n", "invalid_request_error", "n")).as_object();
+  const auto& err = e.at("error").as_object();
+  CHECK(err.at("message") == "bad n");
+  CHECK(err.at("type") == "invalid_request_error");
+  CHECK(err.at("param") == "n");
+  CHECK(err.at("code").is_null());
+  const auto m = json::parse(openai::models_body("stories260K", 512, 5)).as_object();
+  CHECK(m.at("object") == "list");
+  CHECK(m.at("data").at(0).at("id") == "stories260K");
+  CHECK(m.at("data").at(0).at("object") == "model");
+}

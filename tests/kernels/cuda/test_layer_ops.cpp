@@ -1,0 +1,77 @@
+// gather_rows, rms_norm, add_rms_norm and silu_and_mul against their CPU twins.
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/layer_ops.h"
+#include "tests/kernels/cuda/gpu_test_util.h"
+
+using namespace paged;
+using namespace paged::gpu_test;
+
+TEST_CASE("gather_rows copies the indexed rows and zeroes out-of-range ones", "[gpu][layer_ops]") {
+  require_device();
+  std::mt19937 rng(1);
+  const int vocab = 1000, hidden = 264, n = 37;
+  const auto table = random_bf16_values(rng, static_cast<size_t>(vocab) * hidden);
+  std::vector<int32_t> ids(n);
+  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  for (auto& id : ids) id = pick(rng);
+  ids[3] = -1;
+  ids[10] = vocab;  // out of range: a zero row
+  DeviceArray<bf16> d_table(to_bf16(table)), d_out(static_cast<size_t>(n) * hidden);
+  DeviceArray<int32_t> d_ids(ids);
+  CUDA_REQUIRE(cuda::gather_rows(d_out.get(), d_table.get(), d_ids.get(), n, hidden, vocab, nullptr));
+  const auto out = to_float(d_out.download());
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < hidden; ++c) {
+      const float want = ids[i] >= 0 && ids[i] < vocab ? table[static_cast<size_t>(ids[i]) * hidden + c] : 0.f;
+      REQUIRE(out[static_cast<size_t>(i) * hidden + c] == want);
+    }
+}
+
+TEST_CASE("rms_norm and add_rms_norm match the CPU twins", "[gpu][layer_ops]") {
+  require_device();
+  std::mt19937 rng(2);
+  for (const int hidden : {64, 896, 4096}) {
+    for (const int rows : {1, 5, 130}) {
+      const size_t n = static_cast<size_t>(rows) * hidden;
+      const auto x = random_bf16_values(rng, n, 2.0f);
+      const auto residual = random_bf16_values(rng, n, 3.0f);
+      auto weight = random_bf16_values(rng, hidden, 0.5f);
+      for (auto& w : weight) w = round_bf16(w + 1.0f);
+      const float eps = 1e-5f;
+      DeviceArray<bf16> d_x(to_bf16(x)), d_res(to_bf16(residual)), d_w(to_bf16(weight)), d_out(n);
+
+      std::vector<float> ref(n);
+      cpu::rms_norm(ref.data(), x.data(), weight.data(), rows, hidden, eps);
+      CUDA_REQUIRE(cuda::rms_norm(d_out.get(), d_x.get(), d_w.get(), rows, hidden, eps, nullptr));
+      check_close(to_float(d_out.download()), ref, "rms_norm hidden " + std::to_string(hidden));
+
+      std::vector<float> ref_res = residual;
+      cpu::add_rms_norm(ref.data(), ref_res.data(), x.data(), weight.data(), rows, hidden, eps);
+      CUDA_REQUIRE(cuda::add_rms_norm(d_out.get(), d_res.get(), d_x.get(), d_w.get(), rows, hidden, eps, nullptr));
+      check_close(to_float(d_out.download()), ref, "add_rms_norm out, hidden " + std::to_string(hidden));
+      check_close(to_float(d_res.download()), ref_res, "add_rms_norm residual, hidden " + std::to_string(hidden));
+    }
+  }
+}
+
+TEST_CASE("silu_and_mul matches the CPU twin", "[gpu][layer_ops]") {
+  require_device();
+  std::mt19937 rng(3);
+  for (const int inter : {8, 1024, 14336}) {
+    const int tokens = 9;
+    const auto gate_up = random_bf16_values(rng, static_cast<size_t>(tokens) * 2 * inter, 3.0f);
+    std::vector<float> ref(static_cast<size_t>(tokens) * inter);
+    cpu::silu_and_mul(ref.data(), gate_up.data(), tokens, inter);
+    DeviceArray<bf16> d_in(to_bf16(gate_up)), d_out(ref.size());
+    CUDA_REQUIRE(cuda::silu_and_mul(d_out.get(), d_in.get(), tokens, inter, nullptr));
+    check_close(to_float(d_out.download()), ref, "silu_and_mul inter " + std::to_string(inter));
+  }
+}
+
+TEST_CASE("row kernels refuse widths that are not multiples of 8", "[gpu][layer_ops]") {
+  require_device();
+  DeviceArray<bf16> buf(64);
+  const cudaError_t e = cuda::rms_norm(buf.get(), buf.get(), buf.get(), 1, 12, 1e-5f, nullptr);
+  CHECK(e == cudaErrorInvalidValue);
+  CHECK(cuda::describe_launch_error(e).find("hidden 12") != std::string::npos);
+}

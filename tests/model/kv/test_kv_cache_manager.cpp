@@ -1,0 +1,740 @@
+// KvCacheManager and BlockPool: deterministic tests of each method, and a seeded property test that runs random
+// operations against a shadow KV cache (one value per slot, a hash of the token prefix) so that prefix hits,
+// copy-on-write and swaps are checked on the data they would move, not only on the bookkeeping.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "model/kv/kv_cache_manager.h"
+
+namespace paged {
+namespace {
+
+std::vector<TokenId> iota_tokens(int n, TokenId first) {
+  std::vector<TokenId> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+KvCacheOptions options(int block_size, int device, int cpu, double watermark = 0.0, bool caching = true) {
+  KvCacheOptions o;
+  o.block_size = block_size;
+  o.num_device_blocks = device;
+  o.num_cpu_blocks = cpu;
+  o.watermark = watermark;
+  o.enable_prefix_caching = caching;
+  return o;
+}
+
+// Allocates `tokens` (holding all of them) and marks them computed; returns the cached prefix tokens.
+int admit(KvCacheManager& kv, SeqId id, const std::vector<TokenId>& tokens, uint64_t salt = 0) {
+  auto cached = kv.allocate(id, tokens, static_cast<int>(tokens.size()), salt);
+  REQUIRE(cached.has_value());
+  kv.mark_computed(id, tokens, static_cast<int>(tokens.size()));
+  kv.check_invariants();
+  return *cached;
+}
+
+bool same_metrics(const KvMetrics& a, const KvMetrics& b) {
+  return a.device_free == b.device_free && a.device_cached == b.device_cached && a.cpu_free == b.cpu_free &&
+         a.prefix_hit_tokens == b.prefix_hit_tokens && a.swapped_out_blocks == b.swapped_out_blocks &&
+         a.swapped_in_blocks == b.swapped_in_blocks && a.evicted_blocks == b.evicted_blocks &&
+         a.reserved_slots == b.reserved_slots && a.used_slots == b.used_slots;
+}
+
+}  // namespace
+
+TEST_CASE("BlockPool: uncached blocks first, then LRU eviction; revival leaves the queue", "[kv]") {
+  BlockPool pool(4, "test");
+  std::vector<TokenId> ta{1, 2}, tb{3, 4};
+  int32_t a = pool.allocate();  // free -> in use
+  int32_t b = pool.allocate();
+  CHECK(a == 0);
+  CHECK(b == 1);
+  uint64_t ida = pool.register_content(a, {0, 0, ta});
+  uint64_t idb = pool.register_content(b, {ida, 0, tb});
+  CHECK(ida != idb);
+  CHECK(pool.register_content(pool.allocate(), {0, 0, ta}) == ida);  // duplicate content: the holder's id
+  pool.release(2);
+  pool.release(a);  // -> cached, LRU head
+  pool.release(b);  // -> cached, tail
+  pool.check_invariants();
+  CHECK(pool.num_free() == 4);
+  CHECK(pool.num_cached_free() == 2);
+  CHECK(pool.find({0, 0, ta}) == a);
+  CHECK_FALSE(pool.find({0, 0, tb}).has_value());   // same tokens, other parent
+  CHECK_FALSE(pool.find({0, 7, ta}).has_value());   // other salt
+  std::vector<TokenId> other{1, 3};
+  CHECK_FALSE(pool.find({0, 0, other}).has_value());
+
+  pool.retain(a);  // cached -> in use (ref 1)
+  CHECK(pool.num_cached_free() == 1);
+  CHECK(pool.ref_count(a) == 1);
+  pool.check_invariants();
+  // Two uncached blocks remain: they go before any cached block is evicted.
+  CHECK(pool.allocate() == 3);
+  CHECK(pool.allocate() == 2);
+  CHECK(pool.num_evicted() == 0);
+  CHECK(pool.allocate() == b);  // the only cached block: evicted, its registration dropped
+  CHECK(pool.num_evicted() == 1);
+  CHECK(pool.content_id(b) == 0);
+  CHECK_FALSE(pool.find({ida, 0, tb}).has_value());
+  CHECK_THROWS_AS(pool.allocate(), std::logic_error);
+  pool.check_invariants();
+}
+
+TEST_CASE("allocate without a prefix hit, mark_computed and slots", "[kv]") {
+  KvCacheManager kv(options(4, 10, 4));
+  auto tokens = iota_tokens(10, 100);
+  CHECK(kv.cached_prefix_tokens(tokens) == 0);
+  REQUIRE(kv.allocate(1, tokens, 10) == 0);
+  CHECK(kv.block_table(1).size() == 3);
+  CHECK(kv.num_computed(1) == 0);
+  KvMetrics m = kv.metrics();
+  CHECK(m.device_free == 7);
+  CHECK(m.reserved_slots == 12);
+  CHECK(m.used_slots == 0);
+  kv.mark_computed(1, tokens, 10);
+  CHECK(kv.num_computed(1) == 10);
+  CHECK(kv.metrics().used_slots == 10);
+  CHECK(kv.metrics().kv_waste() == Approx(2.0 / 12.0));
+  const auto& table = kv.block_table(1);
+  CHECK(kv.slot(1, 0) == table[0] * 4);
+  CHECK(kv.slot(1, 9) == table[2] * 4 + 1);
+  CHECK_THROWS_AS(kv.slot(1, 12), std::out_of_range);
+  CHECK_THROWS_AS(kv.mark_computed(1, tokens, 9), std::invalid_argument);   // never decreases
+  CHECK_THROWS_AS(kv.allocate(1, tokens, 10), std::logic_error);           // known id
+  CHECK_THROWS_AS(kv.block_table(2), std::out_of_range);
+  kv.check_invariants();
+  kv.free(1);
+  kv.free(1);  // unknown ids are ignored
+  CHECK(kv.metrics().device_free == 10);
+  CHECK(kv.metrics().device_cached == 2);  // the two full blocks stay cached
+  CHECK(kv.metrics().reserved_slots == 0);
+  kv.check_invariants();
+}
+
+TEST_CASE("allocate with a prefix hit reuses in-use and cached blocks", "[kv]") {
+  KvCacheManager kv(options(4, 12, 4));
+  auto tokens = iota_tokens(10, 100);
+  admit(kv, 1, tokens);
+  auto first = kv.block_table(1);
+
+  SECTION("in use: ref += 1") {
+    CHECK(kv.cached_prefix_tokens(tokens) == 8);
+    CHECK(admit(kv, 2, tokens) == 8);
+    CHECK(kv.block_table(2)[0] == first[0]);
+    CHECK(kv.block_table(2)[1] == first[1]);
+    CHECK(kv.block_table(2)[2] != first[2]);
+    CHECK(kv.metrics().device_free == 12 - 4);  // 3 + 1 new
+  }
+  SECTION("cached: revived from the free queue") {
+    kv.free(1);
+    CHECK(kv.metrics().device_cached == 2);
+    CHECK(kv.allocate(2, tokens, 10) == 8);
+    CHECK(kv.metrics().device_cached == 0);
+    CHECK(kv.metrics().evicted_blocks == 0);
+    CHECK(kv.block_table(2)[0] == first[0]);
+    CHECK(kv.block_table(2)[1] == first[1]);
+    CHECK(kv.num_computed(2) == 8);
+    CHECK(kv.metrics().used_slots == 8);
+    kv.check_invariants();
+  }
+  CHECK(kv.metrics().prefix_hit_tokens == 8);
+
+  // At least one token is always computed: a prompt of exactly two full blocks hits only the first.
+  CHECK(kv.cached_prefix_tokens(std::span(tokens).first(8)) == 4);
+  CHECK(kv.cached_prefix_tokens(std::span(tokens).first(9)) == 8);
+  CHECK(kv.cached_prefix_tokens({}) == 0);
+}
+
+TEST_CASE("two sequences with the same 5-block prefix share 5 physical blocks", "[kv]") {
+  const int B = 16;
+  KvCacheManager kv(options(B, 64, 0));
+  auto prefix = iota_tokens(5 * B, 1000);
+  auto a = concat(prefix, iota_tokens(20, 5000));
+  auto b = concat(prefix, iota_tokens(7, 6000));
+  CHECK(admit(kv, 1, a) == 0);
+  int cached = admit(kv, 2, b);
+  CHECK(cached == 5 * B);
+  int computed_by_second = static_cast<int>(b.size()) - cached;
+  CHECK(computed_by_second == 7);
+  for (int i = 0; i < 5; ++i) CHECK(kv.block_table(1)[i] == kv.block_table(2)[i]);
+  CHECK(kv.block_table(1)[5] != kv.block_table(2)[5]);
+  KvMetrics m = kv.metrics();
+  CHECK(m.prefix_hit_tokens == 5 * B);
+  CHECK(m.device_total - m.device_free == 7 + 1);  // 7 blocks for a, 1 private block for b
+}
+
+TEST_CASE("prefix reuse is a chain: it stops at the first miss and follows duplicates", "[kv]") {
+  const int B = 4;
+  KvCacheManager kv(options(B, 32, 0));
+  auto x = iota_tokens(B, 10), y = iota_tokens(B, 20), z = iota_tokens(B, 30), w = iota_tokens(B, 40);
+  admit(kv, 1, concat(concat(concat(x, y), z), {1}));
+  // Block 2 equals a cached block, but its parent differs: only block 0 is reused.
+  CHECK(kv.cached_prefix_tokens(concat(concat(concat(x, w), z), {1})) == B);
+
+  // Two sequences compute the same blocks without sharing them (both allocated before either computed): the
+  // second's copies stay unregistered duplicates, and its next block chains onto the registered content.
+  KvCacheManager dup(options(B, 32, 0));
+  auto xy = concat(x, y), xyw = concat(xy, w);
+  REQUIRE(dup.allocate(1, xy, 2 * B) == 0);
+  REQUIRE(dup.allocate(2, xyw, 3 * B) == 0);
+  dup.mark_computed(1, xy, 2 * B);
+  dup.mark_computed(2, xyw, 3 * B);
+  dup.check_invariants();
+  const auto first = dup.block_table(1), second = dup.block_table(2);
+  dup.free(1);
+  dup.free(2);
+  CHECK(dup.metrics().device_cached == 3);  // x, y of sequence 1 and w of sequence 2
+  REQUIRE(dup.allocate(3, concat(xyw, {1}), 3 * B + 1) == 3 * B);
+  CHECK(dup.block_table(3)[0] == first[0]);
+  CHECK(dup.block_table(3)[1] == first[1]);
+  CHECK(dup.block_table(3)[2] == second[2]);
+  dup.check_invariants();
+}
+
+TEST_CASE("eviction takes the least recently freed cached block, only when no uncached block is left", "[kv]") {
+  const int B = 2;
+  KvCacheManager kv(options(B, 6, 0));
+  auto a = iota_tokens(2 * B, 10), b = iota_tokens(2 * B, 20);
+  admit(kv, 1, a);
+  admit(kv, 2, b);
+  kv.free(1);  // cached queue: a1 a0
+  kv.free(2);  // cached queue: a1 a0 b1 b0
+  REQUIRE(kv.metrics().device_cached == 4);
+  auto a_next = concat(a, {1});
+  auto b_next = concat(b, {1});
+  CHECK(kv.cached_prefix_tokens(a_next) == 2 * B);
+
+  admit(kv, 3, iota_tokens(2 * B, 90));  // two uncached blocks left: no eviction
+  CHECK(kv.metrics().evicted_blocks == 0);
+  CHECK(kv.metrics().device_cached == 4);
+
+  // A prefix hit on b revives b0, b1 out of the middle of the queue; the order of the rest is unchanged.
+  REQUIRE(kv.allocate(4, b_next, 2 * B) == 2 * B);
+  CHECK(kv.metrics().device_cached == 2);
+  kv.free(4);  // cached queue: a1 a0 b1 b0
+
+  REQUIRE(kv.allocate(5, iota_tokens(1, 70), 1) == 0);  // evicts a1, a's tail
+  CHECK(kv.metrics().evicted_blocks == 1);
+  CHECK(kv.cached_prefix_tokens(a_next) == B);
+  CHECK(kv.cached_prefix_tokens(b_next) == 2 * B);
+  REQUIRE(kv.allocate(6, iota_tokens(1, 71), 1) == 0);  // evicts a0
+  CHECK(kv.cached_prefix_tokens(a_next) == 0);
+  CHECK(kv.cached_prefix_tokens(b_next) == 2 * B);
+  CHECK(kv.metrics().evicted_blocks == 2);
+  kv.check_invariants();
+}
+
+TEST_CASE("copy-on-write: one copy per fork at the first divergent write", "[kv]") {
+  const int B = 16;
+  KvCacheManager kv(options(B, 32, 0));
+  auto prompt = iota_tokens(2 * B + 8, 1);  // ends mid-block
+  admit(kv, 1, prompt);
+  for (SeqId child : {2, 3, 4}) kv.fork(1, child);
+  kv.check_invariants();
+  for (SeqId s : {2, 3, 4}) {
+    CHECK(kv.block_table(s) == kv.block_table(1));
+    CHECK(kv.num_computed(s) == 2 * B + 8);
+  }
+  CHECK(kv.metrics().device_total - kv.metrics().device_free == 3);
+  const int32_t shared_last = kv.block_table(1)[2];
+
+  int total_copies = 0;
+  for (SeqId s : {2, 3, 4, 1}) {
+    std::vector<BlockPair> copies;
+    REQUIRE(kv.reserve(s, 2 * B + 8, 2 * B + 9, copies));
+    if (s != 1) {
+      REQUIRE(copies.size() == 1);
+      CHECK(copies[0].first == shared_last);
+      CHECK(copies[0].second == kv.block_table(s)[2]);
+    } else {
+      CHECK(copies.empty());  // the last holder writes in place
+      CHECK(kv.block_table(1)[2] == shared_last);
+    }
+    total_copies += static_cast<int>(copies.size());
+    auto next = concat(prompt, {static_cast<TokenId>(100 + s)});
+    kv.mark_computed(s, next, 2 * B + 9);
+    kv.check_invariants();
+  }
+  CHECK(total_copies == 3);  // one per fork
+  for (SeqId s : {2, 3, 4}) {
+    CHECK(kv.block_table(s)[0] == kv.block_table(1)[0]);  // full blocks stay shared
+    CHECK(kv.block_table(s)[1] == kv.block_table(1)[1]);
+  }
+  std::vector<BlockPair> copies;
+  REQUIRE(kv.reserve(2, 2 * B + 9, 2 * B + 10, copies));
+  CHECK(copies.empty());  // no longer shared
+
+  // A fork at a block boundary copies nothing: the next write lands in a new block.
+  KvCacheManager aligned(options(B, 32, 0));
+  admit(aligned, 1, iota_tokens(2 * B, 1));
+  aligned.fork(1, 2);
+  REQUIRE(aligned.reserve(2, 2 * B, 2 * B + 1, copies));
+  CHECK(copies.empty());
+  CHECK(aligned.block_table(2).size() == 3);
+  aligned.check_invariants();
+}
+
+TEST_CASE("copy-on-write covers every shared block of a multi-token write", "[kv]") {
+  const int B = 4;
+  KvCacheManager kv(options(B, 16, 0));
+  auto tokens = iota_tokens(6, 1);
+  REQUIRE(kv.allocate(1, tokens, 12) == 0);  // 3 blocks, 6 tokens computed: block 1 half full, block 2 empty
+  kv.mark_computed(1, tokens, 6);
+  kv.fork(1, 2);
+  std::vector<BlockPair> copies;
+  CHECK(kv.can_reserve(2, 6, 12));
+  REQUIRE(kv.reserve(2, 6, 12, copies));
+  REQUIRE(copies.size() == 1);  // block 1 keeps 2 computed slots; block 2 holds nothing to copy
+  CHECK(copies[0] == BlockPair{kv.block_table(1)[1], kv.block_table(2)[1]});
+  CHECK(kv.block_table(2)[0] == kv.block_table(1)[0]);
+  CHECK(kv.block_table(2)[2] != kv.block_table(1)[2]);
+  CHECK_THROWS_AS(kv.reserve(2, 5, 12, copies), std::invalid_argument);  // below num_computed
+  kv.check_invariants();
+}
+
+TEST_CASE("swap-out and swap-in round trip restores the table shape and the metrics", "[kv]") {
+  const int B = 4;
+  KvCacheManager kv(options(B, 16, 8));
+  auto tokens = iota_tokens(10, 1);
+  admit(kv, 1, tokens);
+  const auto before = kv.metrics();
+  const auto table = kv.block_table(1);
+
+  auto out = kv.swap_out(1);
+  REQUIRE(out.has_value());
+  REQUIRE(out->size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK((*out)[i].first == table[i]);
+  CHECK(kv.is_swapped(1));
+  CHECK_THROWS_AS(kv.block_table(1), std::logic_error);
+  KvMetrics m = kv.metrics();
+  CHECK(m.device_free == 16);
+  CHECK(m.device_cached == 2);  // the full blocks stay cached on the device
+  CHECK(m.cpu_free == 5);
+  CHECK(m.reserved_slots == 0);
+  CHECK(m.swapped_out_blocks == 3);
+  kv.check_invariants();
+
+  CHECK(kv.can_swap_in(1));
+  auto in = kv.swap_in(1);
+  REQUIRE(in.has_value());
+  REQUIRE(in->size() == 3);
+  CHECK_FALSE(kv.is_swapped(1));
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK((*in)[i].first == (*out)[i].second);  // logical block i: device -> cpu -> device
+    CHECK((*in)[i].second == kv.block_table(1)[i]);
+  }
+  CHECK(kv.num_computed(1) == 10);
+  m = kv.metrics();
+  CHECK(m.reserved_slots == before.reserved_slots);
+  CHECK(m.used_slots == before.used_slots);
+  CHECK(m.device_free == before.device_free);
+  CHECK(m.cpu_free == 8);
+  CHECK(m.swapped_in_blocks == 3);
+  kv.check_invariants();
+
+  // Grows normally after swap-in.
+  std::vector<BlockPair> copies;
+  REQUIRE(kv.reserve(1, 10, 13, copies));
+  kv.mark_computed(1, concat(tokens, {7, 8, 9}), 13);
+  kv.check_invariants();
+}
+
+TEST_CASE("swap: shared blocks get a CPU copy per sequence; no room means no change", "[kv]") {
+  const int B = 4;
+  KvCacheManager kv(options(B, 16, 5));
+  admit(kv, 1, iota_tokens(10, 1));
+  kv.fork(1, 2);
+  REQUIRE(kv.swap_out(1).has_value());  // 3 CPU blocks; the device blocks stay with sequence 2
+  CHECK(kv.metrics().device_total - kv.metrics().device_free == 3);
+  const auto before = kv.metrics();
+  CHECK_FALSE(kv.swap_out(2).has_value());  // needs 3, 2 left
+  CHECK(same_metrics(kv.metrics(), before));
+  CHECK_FALSE(kv.is_swapped(2));
+  kv.free(1);
+  kv.free(2);
+  kv.check_invariants();
+  CHECK(kv.metrics().cpu_free == 5);
+  CHECK(kv.metrics().device_free == 16);
+}
+
+TEST_CASE("the salt separates prefix caches", "[kv]") {
+  KvCacheManager kv(options(4, 16, 0));
+  auto tokens = iota_tokens(9, 1);
+  admit(kv, 1, tokens, /*salt=*/42);
+  CHECK(kv.cached_prefix_tokens(tokens, 42) == 8);
+  CHECK(kv.cached_prefix_tokens(tokens, 0) == 0);
+  CHECK(kv.cached_prefix_tokens(tokens, 43) == 0);
+  CHECK(admit(kv, 2, tokens, 0) == 0);
+  CHECK(admit(kv, 3, tokens, 42) == 8);
+  CHECK(kv.cached_prefix_tokens(tokens, 0) == 8);  // now cached under salt 0 too
+}
+
+TEST_CASE("prefix caching off: no hits, nothing cached", "[kv]") {
+  KvCacheManager kv(options(4, 16, 0, 0.0, /*caching=*/false));
+  auto tokens = iota_tokens(9, 1);
+  admit(kv, 1, tokens);
+  CHECK(kv.cached_prefix_tokens(tokens) == 0);
+  CHECK(admit(kv, 2, tokens) == 0);
+  kv.free(1);
+  CHECK(kv.metrics().device_cached == 0);
+  kv.check_invariants();
+}
+
+TEST_CASE("watermark: admission keeps it free, running sequences may use it", "[kv]") {
+  const int B = 4;
+  KvCacheManager kv(options(B, 100, 100, /*watermark=*/0.1));  // 10 blocks kept free
+  auto tokens = iota_tokens(1, 1);
+  CHECK(kv.can_allocate(tokens, 90 * B));
+  CHECK_FALSE(kv.can_allocate(tokens, 90 * B + 1));
+  CHECK(kv.could_ever_allocate(90 * B));
+  CHECK_FALSE(kv.could_ever_allocate(90 * B + 1));
+  REQUIRE(kv.allocate(1, tokens, 91 * B).has_value());  // allocate itself only needs the blocks
+  std::vector<BlockPair> copies;
+  CHECK(kv.reserve(1, 0, 100 * B, copies));             // growth may eat the watermark
+  CHECK(kv.metrics().device_free == 0);
+  CHECK_FALSE(kv.can_reserve(1, 0, 100 * B + 1));
+  CHECK_FALSE(kv.reserve(1, 0, 100 * B + 1, copies));
+  CHECK(kv.block_table(1).size() == 100);
+
+  REQUIRE(kv.swap_out(1).has_value());
+  CHECK_FALSE(kv.can_swap_in(1));  // 100 blocks would leave fewer than 10 free
+  REQUIRE(kv.allocate(2, tokens, 1).has_value());
+  CHECK_FALSE(kv.swap_in(1).has_value());  // 99 free: not enough, and no change
+  CHECK(kv.is_swapped(1));
+  kv.free(2);
+  CHECK(kv.swap_in(1).has_value());  // the watermark is can_swap_in's business only
+  kv.check_invariants();
+}
+
+TEST_CASE("allocation failures change nothing", "[kv]") {
+  const int B = 4;
+  KvCacheManager kv(options(B, 4, 0));
+  auto tokens = iota_tokens(9, 1);
+  admit(kv, 1, tokens);  // 3 blocks
+  kv.free(1);            // 2 cached, 2 uncached
+  const auto before = kv.metrics();
+  CHECK_FALSE(kv.can_allocate(tokens, 5 * B));
+  CHECK_FALSE(kv.allocate(2, tokens, 5 * B).has_value());  // 2 revived + 3 new > 4 free
+  CHECK(same_metrics(kv.metrics(), before));
+  CHECK(kv.cached_prefix_tokens(tokens) == 2 * B);
+  CHECK(kv.can_allocate(tokens, 4 * B));
+  REQUIRE(kv.allocate(2, tokens, 4 * B) == 2 * B);  // takes every block, the cached prefix kept
+  CHECK(kv.metrics().evicted_blocks == 0);
+  kv.check_invariants();
+}
+
+// ---- property test ----------------------------------------------------------------------------------------------
+
+namespace {
+
+// Deterministic across standard libraries (the std distributions are not).
+struct Rng {
+  std::mt19937_64 gen;
+  explicit Rng(uint64_t seed) : gen(seed) {}
+  int below(int n) { return static_cast<int>(gen() % static_cast<uint64_t>(n)); }
+  bool chance(int percent) { return below(100) < percent; }
+};
+
+uint64_t kv_of(uint64_t previous, TokenId token) {
+  uint64_t h = (previous ^ static_cast<uint32_t>(token)) * 0x9e3779b97f4a7c15ULL;
+  return h ^ (h >> 29);
+}
+
+// A sequence as the test sees it: its tokens and, per position, the KV value the executor would have written (a
+// hash of salt and every token up to there, so reusing KV of another prefix shows).
+struct Model {
+  std::vector<TokenId> tokens;
+  std::vector<uint64_t> kv;
+  uint64_t salt = 0;
+  int computed = 0;
+  bool swapped = false;
+
+  void push(TokenId t) {
+    kv.push_back(kv_of(kv.empty() ? salt * 0x51ed27ULL + 1 : kv.back(), t));
+    tokens.push_back(t);
+  }
+};
+
+class Simulation {
+ public:
+  static constexpr int B = 4;
+  static constexpr int kMaxTokens = 72;
+
+  Simulation(uint64_t seed, bool caching)
+      : rng_(seed), kv_(options(B, kDevice, kCpu, 0.05, caching)), device_(kDevice * B), cpu_(kCpu * B) {
+    for (int t = 0; t < 4; ++t) {  // shared system prompts of 2..11 blocks
+      std::vector<TokenId> p;
+      for (int i = 0, n = 2 * B + rng_.below(10 * B); i < n; ++i) p.push_back(100 + rng_.below(50));
+      templates_.push_back(p);
+    }
+  }
+
+  int64_t performed() const { return performed_; }
+  const std::map<std::string, int64_t>& counts() const { return counts_; }
+
+  void step() {
+    int op = rng_.below(100);
+    bool crowded = live_.size() > 14;
+    if (op < (crowded ? 8 : 22)) admit();
+    else if (op < 62) append();
+    else if (op < 69) fork();
+    else if (op < (crowded ? 86 : 78)) finish();
+    else if (op < 91) swap_out();
+    else swap_in();
+    kv_.check_invariants();
+    if (performed_ % 499 == 0) verify_all();
+  }
+
+  void drain() {
+    verify_all();
+    while (!live_.empty()) {
+      kv_.free(live_.begin()->first);
+      live_.erase(live_.begin());
+      kv_.check_invariants();
+    }
+    KvMetrics m = kv_.metrics();
+    CHECK(m.device_free == m.device_total);
+    CHECK(m.cpu_free == m.cpu_total);
+    CHECK(m.reserved_slots == 0);
+    CHECK(m.used_slots == 0);
+  }
+
+ private:
+  static constexpr int kDevice = 64;
+  static constexpr int kCpu = 40;
+
+  void count(const std::string& what, int64_t n = 1) { counts_[what] += n; }
+
+  // Every computed position of a device sequence holds its own KV value.
+  void verify(SeqId id) {
+    const Model& m = live_.at(id);
+    REQUIRE(kv_.num_computed(id) == m.computed);
+    if (m.swapped) return;
+    for (int p = 0; p < m.computed; ++p) {
+      if (device_[kv_.slot(id, p)] != m.kv[p]) {
+        FAIL("sequence " << id << " position " << p << " holds foreign KV after " << performed_ << " operations");
+      }
+    }
+  }
+  void verify_all() {
+    for (const auto& [id, m] : live_) verify(id);
+  }
+
+  std::vector<SeqId> pick_ids(bool swapped) {
+    std::vector<SeqId> ids;
+    for (const auto& [id, m] : live_) if (m.swapped == swapped) ids.push_back(id);
+    return ids;
+  }
+  std::optional<SeqId> pick(bool swapped) {
+    auto ids = pick_ids(swapped);
+    if (ids.empty()) return std::nullopt;
+    return ids[rng_.below(static_cast<int>(ids.size()))];
+  }
+
+  TokenId random_token() { return static_cast<TokenId>(rng_.below(3)); }  // tiny alphabet: chance duplicates
+
+  // Executor stand-in: computes positions [from, to) of a device sequence into the shadow cache.
+  void compute(SeqId id, int to) {
+    Model& m = live_.at(id);
+    for (int p = m.computed; p < to; ++p) device_[kv_.slot(id, p)] = m.kv[p];
+    kv_.mark_computed(id, m.tokens, to);
+    m.computed = to;
+  }
+
+  void admit() {
+    Model m;
+    m.salt = rng_.chance(20) ? 1 : 0;
+    std::vector<TokenId> prompt;
+    int source = rng_.below(10);
+    if (source < 5) prompt = templates_[rng_.below(static_cast<int>(templates_.size()))];
+    else if (source < 7 && !finished_.empty()) prompt = finished_[rng_.below(static_cast<int>(finished_.size()))];
+    for (int i = 0, n = rng_.below(3 * B); i < n; ++i) prompt.push_back(random_token());
+    if (prompt.empty()) prompt.push_back(random_token());
+    for (TokenId t : prompt) m.push(t);
+    const int size = static_cast<int>(prompt.size());
+    const int hold = rng_.chance(25) ? 1 + rng_.below(size) : size;  // a first prefill chunk or the whole prompt
+
+    const SeqId id = next_id_++;
+    const int expected_hit = kv_.cached_prefix_tokens(prompt, m.salt);
+    const bool admissible = kv_.can_allocate(prompt, hold, m.salt);
+    if (!admissible && rng_.chance(75)) return;  // the scheduler waits; sometimes try anyway
+    const KvMetrics before = kv_.metrics();
+    ++performed_;
+    auto cached = kv_.allocate(id, prompt, hold, m.salt);
+    if (!cached) {
+      REQUIRE_FALSE(admissible);
+      REQUIRE(same_metrics(kv_.metrics(), before));
+      count("allocate failed");
+      return;
+    }
+    REQUIRE(*cached == expected_hit);
+    REQUIRE(*cached % B == 0);
+    REQUIRE(*cached < size);
+    m.computed = *cached;
+    live_.emplace(id, std::move(m));
+    verify(id);  // the reused prefix holds exactly this prompt's KV
+    count("allocate");
+    if (*cached > 0) count("prefix hit");
+    if (kv_.metrics().evicted_blocks > before.evicted_blocks) count("allocate evicted");
+    compute(id, std::min(size, std::max(hold, *cached)));
+  }
+
+  void append() {
+    auto id = pick(false);
+    if (!id) return;
+    Model& m = live_.at(*id);
+    if (m.computed == static_cast<int>(m.tokens.size())) {
+      if (m.computed >= kMaxTokens) return finish_seq(*id);
+      for (int i = 0, n = rng_.chance(90) ? 1 : 1 + rng_.below(2 * B); i < n; ++i) m.push(random_token());
+    }
+    const int from = m.computed;
+    const int to = std::min(static_cast<int>(m.tokens.size()), from + 1 + rng_.below(2 * B));
+    const auto table = kv_.block_table(*id);
+    const bool possible = kv_.can_reserve(*id, from, to);
+    const KvMetrics before = kv_.metrics();
+    std::vector<BlockPair> copies;
+    ++performed_;
+    if (!kv_.reserve(*id, from, to, copies)) {
+      REQUIRE_FALSE(possible);
+      REQUIRE(copies.empty());
+      REQUIRE(kv_.block_table(*id) == table);
+      REQUIRE(same_metrics(kv_.metrics(), before));
+      count("reserve failed");
+      return;
+    }
+    REQUIRE(possible);
+    const auto& now = kv_.block_table(*id);
+    for (const auto& [src, dst] : copies) {  // each copy replaces a table entry, at the block holding `from`
+      REQUIRE(static_cast<size_t>(from / B) < table.size());
+      REQUIRE(table[from / B] == src);
+      REQUIRE(now[from / B] == dst);
+      std::copy_n(device_.begin() + src * B, B, device_.begin() + dst * B);
+    }
+    count("append");
+    count("cow copy", static_cast<int64_t>(copies.size()));
+    compute(*id, to);
+    verify(*id);
+  }
+
+  void fork() {
+    auto parent = pick(false);
+    if (!parent) return;
+    ++performed_;
+    const SeqId child = next_id_++;
+    kv_.fork(*parent, child);
+    live_.emplace(child, live_.at(*parent));
+    count("fork");
+  }
+
+  void finish() {
+    if (live_.empty()) return;
+    auto it = live_.begin();
+    std::advance(it, rng_.below(static_cast<int>(live_.size())));
+    finish_seq(it->first);
+  }
+
+  void finish_seq(SeqId id) {
+    ++performed_;
+    const Model& m = live_.at(id);
+    if (!m.swapped) verify(id);
+    std::vector<TokenId> done(m.tokens.begin(), m.tokens.begin() + m.computed);
+    if (!done.empty()) {
+      if (finished_.size() == 16) finished_.erase(finished_.begin());
+      finished_.push_back(std::move(done));  // re-admitted later: a recompute after preemption
+    }
+    kv_.free(id);
+    live_.erase(id);
+    count("free");
+  }
+
+  void swap_out() {
+    auto id = pick(false);
+    if (!id) return;
+    const KvMetrics before = kv_.metrics();
+    ++performed_;
+    auto pairs = kv_.swap_out(*id);
+    if (!pairs) {
+      REQUIRE(same_metrics(kv_.metrics(), before));
+      count("swap-out failed");
+      return;
+    }
+    for (const auto& [dev, host] : *pairs) std::copy_n(device_.begin() + dev * B, B, cpu_.begin() + host * B);
+    live_.at(*id).swapped = true;
+    count("swap-out");
+  }
+
+  void swap_in() {
+    auto id = pick(true);
+    if (!id) return;
+    const bool admissible = kv_.can_swap_in(*id);
+    if (!admissible && rng_.chance(75)) return;
+    const KvMetrics before = kv_.metrics();
+    ++performed_;
+    auto pairs = kv_.swap_in(*id);
+    if (!pairs) {
+      REQUIRE_FALSE(admissible);
+      REQUIRE(same_metrics(kv_.metrics(), before));
+      count("swap-in failed");
+      return;
+    }
+    for (const auto& [host, dev] : *pairs) std::copy_n(cpu_.begin() + host * B, B, device_.begin() + dev * B);
+    live_.at(*id).swapped = false;
+    verify(*id);
+    count("swap-in");
+  }
+
+  Rng rng_;
+  KvCacheManager kv_;
+  std::vector<uint64_t> device_;  // shadow KV, one value per device slot
+  std::vector<uint64_t> cpu_;     // shadow KV, one value per CPU slot
+  std::map<SeqId, Model> live_;
+  std::vector<std::vector<TokenId>> templates_;
+  std::vector<std::vector<TokenId>> finished_;
+  std::map<std::string, int64_t> counts_;
+  SeqId next_id_ = 1;
+  int64_t performed_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("property: 100,000 random operations keep every invariant and every sequence's KV", "[kv]") {
+  const bool caching = GENERATE(true, false);
+  Simulation sim(caching ? 20240601 : 7, caching);
+  while (sim.performed() < 100000) sim.step();
+  sim.drain();
+  const auto& c = sim.counts();
+  auto at_least = [&](const std::string& what, int64_t n) {
+    INFO(what);
+    CHECK(c.count(what) == 1);
+    if (c.count(what)) CHECK(c.at(what) >= n);
+  };
+  std::ostringstream summary;
+  for (const auto& [what, n] : c) summary << what << ": " << n << "; ";
+  INFO(summary.str());
+  at_least("allocate", 5000);
+  at_least("append", 30000);
+  at_least("fork", 3000);
+  at_least("cow copy", 1000);
+  at_least("free", 5000);
+  at_least("swap-out", 2000);
+  at_least("swap-in", 1000);
+  if (caching) {
+    at_least("prefix hit", 2000);
+    at_least("allocate evicted", 500);
+  }
+}
+
+}  // namespace paged

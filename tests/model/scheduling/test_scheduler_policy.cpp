@@ -1,0 +1,313 @@
+// The pure scheduling policy (plan_step) against a real KvCacheManager: admission, token budget and chunked prefill,
+// max_num_seqs, preemption victims and modes, resume order, rejection.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "model/kv/kv_cache_manager.h"
+#include "model/scheduling/scheduler_policy.h"
+
+using namespace paged;
+
+namespace {
+
+using Phase = PlanSeq::Phase;
+
+// Distinct tokens per sequence, so that nothing is a prefix-cache hit unless a test wants one.
+std::vector<TokenId> tokens_for(SeqId id, int n) {
+  std::vector<TokenId> t;
+  for (int i = 0; i < n; ++i) t.push_back(static_cast<TokenId>(1000 * id + i));
+  return t;
+}
+
+PlanSeq waiting(SeqId id, uint64_t arrival, int num_tokens) {
+  PlanSeq s;
+  s.id = id;
+  s.arrival = arrival;
+  s.phase = Phase::waiting;
+  s.num_tokens = num_tokens;
+  s.tokens = tokens_for(id, num_tokens);
+  return s;
+}
+
+PlanSeq running(SeqId id, uint64_t arrival, int num_computed, int num_tokens) {
+  PlanSeq s;
+  s.id = id;
+  s.arrival = arrival;
+  s.phase = Phase::running;
+  s.num_computed = num_computed;
+  s.num_tokens = num_tokens;
+  return s;
+}
+
+PlanSeq swapped(SeqId id, uint64_t arrival, int num_computed) {
+  PlanSeq s = running(id, arrival, num_computed, num_computed + 1);
+  s.phase = Phase::swapped;
+  return s;
+}
+
+KvCacheManager make_kv(int blocks, int cpu_blocks = 0, bool prefix_caching = false) {
+  return KvCacheManager(KvCacheOptions{.block_size = 4,
+                                       .num_device_blocks = blocks,
+                                       .num_cpu_blocks = cpu_blocks,
+                                       .enable_prefix_caching = prefix_caching,
+                                       .watermark = 0.0});
+}
+
+/// A sequence already on the device holding `computed` computed tokens (blocks for exactly that many).
+void place(KvCacheManager& kv, SeqId id, int computed) {
+  const auto t = tokens_for(id, computed);
+  REQUIRE(kv.allocate(id, t, computed).has_value());
+  kv.mark_computed(id, t, computed);
+}
+
+std::vector<SeqId> chunk_ids(const StepPlan& plan) {
+  std::vector<SeqId> ids;
+  for (const auto& c : plan.chunks) ids.push_back(c.id);
+  return ids;
+}
+
+const PlannedChunk& chunk_of(const StepPlan& plan, SeqId id) {
+  for (const auto& c : plan.chunks)
+    if (c.id == id) return c;
+  FAIL("no chunk for sequence " << id);
+  throw 0;
+}
+
+PlanLimits limits(int max_seqs, int budget, PreemptionMode mode = PreemptionMode::recompute) {
+  return PlanLimits{max_seqs, budget, mode};
+}
+
+}  // namespace
+
+TEST_CASE("admission is first come first served, whatever the input order", "[policy]") {
+  auto kv = make_kv(64);
+  // Input order differs from arrival order; ids differ from both.
+  const StepPlan plan = plan_step(kv, {waiting(7, 2, 5), waiting(3, 0, 9), waiting(5, 1, 4)}, limits(8, 100));
+  CHECK(chunk_ids(plan) == std::vector<SeqId>{3, 5, 7});
+  REQUIRE(plan.admitted.size() == 3);
+  CHECK(plan.admitted[0] == std::pair<SeqId, int>{3, 0});
+  CHECK(plan.admitted[1] == std::pair<SeqId, int>{5, 0});
+  CHECK(plan.admitted[2] == std::pair<SeqId, int>{7, 0});
+  for (const auto& c : plan.chunks) {
+    CHECK(c.start_pos == 0);
+    CHECK(c.sample);  // whole prompts: each chunk reaches the last token
+    CHECK(c.block_table == kv.block_table(c.id));
+  }
+  CHECK(chunk_of(plan, 3).num_tokens == 9);
+  CHECK(kv.block_table(3).size() == 3);
+  CHECK(kv.metrics().device_free == 64 - 3 - 1 - 2);
+  kv.check_invariants();
+}
+
+TEST_CASE("a waiting head that does not fit blocks the requests behind it", "[policy]") {
+  auto kv = make_kv(10);
+  // 12 tokens (3 blocks) fit; 40 tokens (10 blocks) fit an empty pool but not the 7 blocks left; the 1-block request
+  // behind it would fit, but FCFS keeps it waiting.
+  const StepPlan plan = plan_step(kv, {waiting(3, 2, 4), waiting(1, 0, 12), waiting(2, 1, 40)}, limits(8, 100));
+  CHECK(chunk_ids(plan) == std::vector<SeqId>{1});
+  CHECK(plan.rejected.empty());
+  CHECK_FALSE(kv.contains(2));
+  CHECK_FALSE(kv.contains(3));
+  CHECK(kv.metrics().device_free == 7);
+}
+
+TEST_CASE("the token budget: decodes of running sequences first, then prefill chunks over several steps",
+          "[policy]") {
+  auto kv = make_kv(64);
+  place(kv, 1, 7);
+  // Step 1: the running decode takes 1 token of 16, the new 40-token prompt the other 15.
+  StepPlan p1 = plan_step(kv, {waiting(2, 1, 40), running(1, 0, 7, 8)}, limits(8, 16));
+  REQUIRE(chunk_ids(p1) == std::vector<SeqId>{1, 2});
+  CHECK(p1.chunks[0].start_pos == 7);
+  CHECK(p1.chunks[0].num_tokens == 1);
+  CHECK(p1.chunks[0].sample);
+  CHECK(p1.chunks[1].start_pos == 0);
+  CHECK(p1.chunks[1].num_tokens == 15);
+  CHECK_FALSE(p1.chunks[1].sample);  // a partial prompt samples nothing
+  CHECK(p1.admitted == std::vector<std::pair<SeqId, int>>{{2, 0}});
+  CHECK(kv.block_table(2).size() == 4);  // blocks for the 15 tokens of this step only
+
+  // Step 2: the prompt continues where it stopped.
+  StepPlan p2 = plan_step(kv, {running(1, 0, 8, 9), running(2, 1, 15, 40)}, limits(8, 16));
+  REQUIRE(chunk_ids(p2) == std::vector<SeqId>{1, 2});
+  CHECK(p2.chunks[1].start_pos == 15);
+  CHECK(p2.chunks[1].num_tokens == 15);
+  CHECK_FALSE(p2.chunks[1].sample);
+  CHECK(p2.admitted.empty());
+  CHECK(kv.block_table(2).size() == 8);
+
+  // Step 3: the last 10 tokens; this chunk samples the first output token.
+  StepPlan p3 = plan_step(kv, {running(1, 0, 9, 10), running(2, 1, 30, 40)}, limits(8, 16));
+  REQUIRE(chunk_ids(p3) == std::vector<SeqId>{1, 2});
+  CHECK(p3.chunks[1].start_pos == 30);
+  CHECK(p3.chunks[1].num_tokens == 10);
+  CHECK(p3.chunks[1].sample);
+  CHECK(kv.block_table(2).size() == 10);
+  kv.check_invariants();
+}
+
+TEST_CASE("an exhausted budget leaves the newer running sequences for the next step, unpreempted", "[policy]") {
+  auto kv = make_kv(64);
+  place(kv, 1, 4);
+  place(kv, 2, 4);
+  place(kv, 3, 4);
+  const StepPlan plan =
+      plan_step(kv, {running(3, 2, 4, 5), running(1, 0, 4, 5), running(2, 1, 4, 5), waiting(4, 3, 3)}, limits(8, 2));
+  CHECK(chunk_ids(plan) == std::vector<SeqId>{1, 2});
+  CHECK(plan.preempted_recompute.empty());
+  CHECK(plan.preempted_swap.empty());
+  CHECK(plan.admitted.empty());  // no budget left
+  CHECK(kv.contains(3));
+}
+
+TEST_CASE("max_num_seqs caps the running set, counting running sequences", "[policy]") {
+  {
+    auto kv = make_kv(64);
+    place(kv, 1, 4);
+    place(kv, 2, 4);
+    const auto seqs = {running(1, 0, 4, 5), running(2, 1, 4, 5), waiting(3, 2, 4), waiting(4, 3, 4),
+                       waiting(5, 4, 4)};
+    const StepPlan plan = plan_step(kv, seqs, limits(3, 100));
+    CHECK(chunk_ids(plan) == std::vector<SeqId>{1, 2, 3});
+    CHECK(plan.admitted.size() == 1);
+  }
+  {
+    auto kv = make_kv(64);
+    const StepPlan plan = plan_step(kv, {waiting(3, 2, 4), waiting(4, 3, 4), waiting(5, 4, 4)}, limits(2, 100));
+    CHECK(chunk_ids(plan) == std::vector<SeqId>{3, 4});
+  }
+}
+
+TEST_CASE("preemption takes the newest running sequence first, possibly the one that needs room", "[policy]") {
+  SECTION("the newest is freed so the older ones can grow; nothing is admitted in that step") {
+    auto kv = make_kv(6);
+    place(kv, 10, 8);  // each holds 2 full blocks and needs a third for its next token
+    place(kv, 11, 8);
+    place(kv, 12, 8);
+    const StepPlan plan = plan_step(
+        kv, {running(12, 2, 8, 9), running(10, 0, 8, 9), running(11, 1, 8, 9), waiting(13, 3, 1)}, limits(8, 100));
+    CHECK(plan.preempted_recompute == std::vector<SeqId>{12});
+    CHECK(plan.preempted_swap.empty());
+    CHECK(chunk_ids(plan) == std::vector<SeqId>{10, 11});
+    CHECK(plan.admitted.empty());
+    CHECK_FALSE(kv.contains(12));
+    CHECK(kv.block_table(10).size() == 3);
+    kv.check_invariants();
+  }
+  SECTION("victims in order newest first, until the needy sequence is the newest itself") {
+    auto kv = make_kv(7);
+    place(kv, 1, 20);  // 5 full blocks
+    place(kv, 2, 4);
+    place(kv, 3, 4);
+    const StepPlan plan =
+        plan_step(kv, {running(1, 0, 20, 21), running(2, 1, 4, 5), running(3, 2, 4, 5)}, limits(8, 100));
+    CHECK(plan.preempted_recompute == std::vector<SeqId>{3, 2});  // 3 for 1's block, then 2 has none: itself
+    CHECK(chunk_ids(plan) == std::vector<SeqId>{1});
+    kv.check_invariants();
+  }
+  SECTION("a lone sequence that cannot grow is preempted") {
+    auto kv = make_kv(2);
+    place(kv, 1, 8);
+    const StepPlan plan = plan_step(kv, {running(1, 0, 8, 9)}, limits(8, 100));
+    CHECK(plan.preempted_recompute == std::vector<SeqId>{1});
+    CHECK(plan.chunks.empty());
+    CHECK(kv.metrics().device_free == 2);
+  }
+}
+
+TEST_CASE("swap mode swaps the victim out to the CPU pool, and recomputes when the CPU pool is full", "[policy]") {
+  for (int cpu_blocks : {10, 1}) {
+    INFO("CPU pool of " << cpu_blocks << " blocks");
+    auto kv = make_kv(6, cpu_blocks);
+    place(kv, 10, 8);
+    place(kv, 11, 8);
+    place(kv, 12, 8);
+    const auto victim_blocks = kv.block_table(12);
+    const StepPlan plan = plan_step(kv, {running(10, 0, 8, 9), running(11, 1, 8, 9), running(12, 2, 8, 9)},
+                                    limits(8, 100, PreemptionMode::swap));
+    CHECK(chunk_ids(plan) == std::vector<SeqId>{10, 11});
+    if (cpu_blocks >= 2) {
+      CHECK(plan.preempted_swap == std::vector<SeqId>{12});
+      CHECK(plan.preempted_recompute.empty());
+      REQUIRE(plan.swap_out.size() == 2);
+      CHECK(plan.swap_out[0].first == victim_blocks[0]);
+      CHECK(plan.swap_out[1].first == victim_blocks[1]);
+      CHECK(kv.is_swapped(12));
+      CHECK(kv.metrics().cpu_free == cpu_blocks - 2);
+    } else {
+      CHECK(plan.preempted_recompute == std::vector<SeqId>{12});
+      CHECK(plan.swap_out.empty());
+      CHECK_FALSE(kv.contains(12));
+    }
+    kv.check_invariants();
+  }
+}
+
+TEST_CASE("swapped sequences resume before waiting ones, oldest first", "[policy]") {
+  auto kv = make_kv(8, 16);
+  place(kv, 3, 8);  // 2 blocks each
+  place(kv, 4, 8);
+  REQUIRE(kv.swap_out(3));
+  REQUIRE(kv.swap_out(4));
+  place(kv, 9, 20);  // 5 blocks in use: 3 free, room to swap one of them in
+
+  // An older waiting request (arrival 1) still waits behind the swapped ones (arrivals 3, 4).
+  const auto seqs = {running(9, 0, 20, 21), swapped(4, 4, 8), waiting(1, 1, 2), swapped(3, 3, 8)};
+  StepPlan plan = plan_step(kv, seqs, limits(8, 100));
+  CHECK(chunk_ids(plan) == std::vector<SeqId>{9});  // takes the 6th block: 2 free
+  CHECK(plan.swapping_in == std::vector<SeqId>{3});
+  REQUIRE(plan.swap_in.size() == 2);
+  CHECK_FALSE(kv.is_swapped(3));
+  CHECK(kv.is_swapped(4));
+  CHECK(plan.admitted.empty());
+  CHECK_FALSE(kv.contains(1));
+
+  // Once 9 finished, 4 comes back; the waiting request still waits for the step after.
+  kv.free(9);
+  plan = plan_step(kv, {running(3, 3, 8, 9), swapped(4, 4, 8), waiting(1, 1, 2)}, limits(8, 100));
+  CHECK(plan.swapping_in == std::vector<SeqId>{4});
+  CHECK(plan.admitted.empty());
+  plan = plan_step(kv, {running(3, 3, 9, 10), running(4, 4, 8, 9), waiting(1, 1, 2)}, limits(8, 100));
+  CHECK(plan.admitted == std::vector<std::pair<SeqId, int>>{{1, 0}});
+  kv.check_invariants();
+}
+
+TEST_CASE("swap-in respects max_num_seqs", "[policy]") {
+  auto kv = make_kv(16, 16);
+  place(kv, 1, 4);
+  place(kv, 2, 4);
+  REQUIRE(kv.swap_out(2));
+  const StepPlan plan = plan_step(kv, {running(1, 0, 4, 5), swapped(2, 1, 4)}, limits(1, 100));
+  CHECK(plan.swapping_in.empty());
+  CHECK(kv.is_swapped(2));
+}
+
+TEST_CASE("a request that can never fit the pool is rejected and does not block the queue", "[policy]") {
+  auto kv = make_kv(4);  // 16 tokens at most
+  const StepPlan plan = plan_step(kv, {waiting(1, 0, 17), waiting(2, 1, 8)}, limits(8, 100));
+  CHECK(plan.rejected == std::vector<SeqId>{1});
+  CHECK(chunk_ids(plan) == std::vector<SeqId>{2});
+  CHECK_FALSE(kv.contains(1));
+}
+
+TEST_CASE("admission starts after the cached prefix, and the chunk covers only the tail", "[policy]") {
+  auto kv = make_kv(16, 0, true);
+  auto first = tokens_for(1, 10);
+  REQUIRE(kv.allocate(1, first, 10));
+  kv.mark_computed(1, first, 10);  // two full blocks registered
+  kv.free(1);
+  auto second = first;
+  second.resize(8);
+  second.insert(second.end(), {7, 7, 7, 7, 7});
+  PlanSeq w = waiting(2, 0, 13);
+  w.tokens = second;
+  const StepPlan plan = plan_step(kv, {w}, limits(8, 100));
+  CHECK(plan.admitted == std::vector<std::pair<SeqId, int>>{{2, 8}});
+  REQUIRE(plan.chunks.size() == 1);
+  CHECK(plan.chunks[0].start_pos == 8);
+  CHECK(plan.chunks[0].num_tokens == 5);
+  CHECK(plan.chunks[0].sample);
+  CHECK(kv.metrics().prefix_hit_tokens == 8);
+  kv.check_invariants();
+}
