@@ -17,6 +17,7 @@
 #ifdef PAGED_HAVE_CUDA
 #include "kernels/cuda/cuda_runner.h"
 #include "kernels/cuda/nccl_comm.h"
+#include "model/unicode/utf8.h"
 #endif
 
 namespace paged {
@@ -325,7 +326,7 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
     if (id < 0 || id >= vocab) throw InvalidRequest("stop_token_ids entry outside the vocabulary", "stop_token_ids");
   for (const auto& s : p.stop) {
     if (s.empty()) throw InvalidRequest("stop strings must not be empty", "stop");
-    if (!is_valid_utf8(s)) throw InvalidRequest("stop strings must be valid UTF-8", "stop");
+    if (!utf8::is_valid(s)) throw InvalidRequest("stop strings must be valid UTF-8", "stop");
   }
   if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > 20)) throw InvalidRequest("logprobs must be in [0, 20]", "logprobs");
   if (p.use_beam_search && p.temperature != 0.0f)

@@ -1,4 +1,5 @@
 #include "http/openai.h"
+#include "model/unicode/utf8.h"
 
 #include <cmath>
 #include <limits>
@@ -233,7 +234,7 @@ std::vector<std::string> parse_stop(const json::value* stop) {
 }
 
 std::string valid_utf8_or_bytes(const std::string& bytes) {
-  if (is_valid_utf8(bytes)) return bytes;
+  if (utf8::is_valid(bytes)) return bytes;
   std::string out = "bytes:";
   char buf[8];
   for (unsigned char c : bytes) {

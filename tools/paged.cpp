@@ -8,6 +8,7 @@
 #include "actors/engine.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "model/unicode/utf8.h"
 
 namespace {
 
@@ -43,7 +44,7 @@ std::vector<std::string> read_prompts_file(const std::string& path) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
-    if (!is_valid_utf8(line)) throw std::runtime_error(where + "the line is not valid UTF-8");
+    if (!utf8::is_valid(line)) throw std::runtime_error(where + "the line is not valid UTF-8");
     boost::system::error_code ec;
     json::value v = json::parse(line, ec);
     if (ec) throw std::runtime_error(where + "not valid JSON (" + ec.message() + ")");

@@ -1,4 +1,5 @@
 #include "model/tokenizer/bpe_tokenizer.h"
+#include "model/unicode/utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -219,7 +220,7 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   std::vector<TokenId> encode(std::string_view text, bool add_special) const override {
-    if (!is_valid_utf8(text)) throw TokenizerError("text is not valid UTF-8");
+    if (!utf8::is_valid(text)) throw TokenizerError("text is not valid UTF-8");
     std::vector<TokenId> ids;
     if (add_special) ids = special_prefix_;
     size_t section_start = 0;

@@ -1,4 +1,5 @@
 #include "model/tokenizer/sentencepiece_tokenizer.h"
+#include "model/unicode/utf8.h"
 
 #include <sentencepiece_processor.h>
 
@@ -28,7 +29,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
 
   std::vector<TokenId> encode(std::string_view text, bool add_special) const override {
-    if (!is_valid_utf8(text)) throw TokenizerError("text is not valid UTF-8");
+    if (!utf8::is_valid(text)) throw TokenizerError("text is not valid UTF-8");
     std::vector<TokenId> out;
     if (add_special && add_bos_ && sp_.bos_id() >= 0) out.push_back(sp_.bos_id());
     // Special tokens written in the text (a chat template's "<s>") are split out first and map to their ids, as

@@ -43,9 +43,6 @@ class Tokenizer {
   std::string decode(std::span<const TokenId> ids) const;
 };
 
-/// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
-bool is_valid_utf8(std::string_view s);
-
 /// Turns token ids into text one token at a time. Each push returns only complete UTF-8 characters; bytes of a
 /// character split across tokens are held back until it completes. Bytes that can never complete are replaced by
 /// U+FFFD. The concatenation of every push() and the final finish() equals Tokenizer::decode of all ids.
