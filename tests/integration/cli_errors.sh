@@ -89,94 +89,73 @@ edit_st() {
 }
 
 GEN=(generate --max-tokens 8 --temperature 0)
+
+# bad_model NAME DESCRIPTION REGEX: `generate` on the broken copy $TMP/models/NAME fails with exit 1 and REGEX.
+bad_model() { expect_fail "$2" 1 "$3" "${GEN[@]}" --model "$TMP/models/$1" --prompt "Once upon a time"; }
+# bad_config NAME JS DESCRIPTION REGEX: a copy whose config.json JS edits (see edit_json) fails so.
+bad_config() { edit_json "$(mkmodel "$1")/config.json" "$2"; bad_model "$1" "$3" "$4"; }
+# bad_header NAME JS DESCRIPTION REGEX: a copy whose safetensors header JS edits (see edit_st) fails so.
+bad_header() { edit_st "$(mkmodel "$1")/model.safetensors" "$2"; bad_model "$1" "$3" "$4"; }
+
 echo "== bad model folders"
 
 # Truncated safetensors: the data cut short, and a header length beyond the end of the file.
 m=$(mkmodel cut)
 head -c $(($(stat -c %s "$MODEL/model.safetensors") - 1000)) "$MODEL/model.safetensors" >"$m/model.safetensors"
-expect_fail "truncated safetensors (data cut short)" 1 "model\.safetensors.*tensor '.*out of range" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_model cut "truncated safetensors (data cut short)" "model\.safetensors.*tensor '.*out of range"
 m=$(mkmodel header_len)
 node -e 'const fs = require("fs"); const b = fs.readFileSync(process.argv[1]);
   b.writeBigUInt64LE(BigInt(b.length + 100), 0); fs.writeFileSync(process.argv[1], b);' "$m/model.safetensors"
-expect_fail "truncated safetensors (header length beyond the file)" 1 "model\.safetensors.*truncated.*header length" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_model header_len "truncated safetensors (header length beyond the file)" "model\.safetensors.*truncated.*header length"
 m=$(mkmodel tiny)
 head -c 5 "$MODEL/model.safetensors" >"$m/model.safetensors"
-expect_fail "truncated safetensors (5 bytes)" 1 "truncated" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_model tiny "truncated safetensors (5 bytes)" "truncated"
 m=$(mkmodel empty_weights)
 : >"$m/model.safetensors"
-expect_fail "empty safetensors" 1 "truncated" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_model empty_weights "empty safetensors" "truncated"
 
 # Out-of-range data_offsets.
-m=$(mkmodel offsets)
-edit_st "$m/model.safetensors" 'const t = h["model.layers.3.self_attn.k_proj.weight"];
-  const size = t.data_offsets[1] - t.data_offsets[0]; t.data_offsets = [n - size + 64, n + 64];'
-expect_fail "out-of-range data_offsets" 1 "model\.layers\.3\.self_attn\.k_proj\.weight.*out of range" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
-m=$(mkmodel offsets_reversed)
-edit_st "$m/model.safetensors" 'const t = h["model.norm.weight"]; t.data_offsets.reverse();'
-expect_fail "reversed data_offsets" 1 "model\.norm\.weight.*data_offsets" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_header offsets 'const t = h["model.layers.3.self_attn.k_proj.weight"];
+  const size = t.data_offsets[1] - t.data_offsets[0]; t.data_offsets = [n - size + 64, n + 64];' "out-of-range data_offsets" \
+  "model\.layers\.3\.self_attn\.k_proj\.weight.*out of range"
+bad_header offsets_reversed 'const t = h["model.norm.weight"]; t.data_offsets.reverse();' "reversed data_offsets" \
+  "model\.norm\.weight.*data_offsets"
 m=$(mkmodel malformed_header)
 node -e 'const fs = require("fs"); const b = fs.readFileSync(process.argv[1]);
   b.fill(0x23, 8, 40); fs.writeFileSync(process.argv[1], b);' "$m/model.safetensors"
-expect_fail "malformed safetensors header" 1 "malformed JSON header" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
-m=$(mkmodel dtype)
-edit_st "$m/model.safetensors" 'h["model.layers.0.mlp.up_proj.weight"].dtype = "F64";'
-expect_fail "unsupported dtype" 1 "model\.layers\.0\.mlp\.up_proj\.weight.*unsupported dtype F64" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_model malformed_header "malformed safetensors header" "malformed JSON header"
+bad_header dtype 'h["model.layers.0.mlp.up_proj.weight"].dtype = "F64";' "unsupported dtype" \
+  "model\.layers\.0\.mlp\.up_proj\.weight.*unsupported dtype F64"
 
 # Shapes that disagree with the config: an edited config, and a tensor with a wrong (transposed) shape.
-m=$(mkmodel hidden)
-edit_json "$m/config.json" 'j.hidden_size = 128;'
-expect_fail "shape mismatch (config hidden_size)" 1 "model\.embed_tokens\.weight.*\[512, 64\].*\[512, 128\]" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
-m=$(mkmodel layers)
-edit_json "$m/config.json" 'j.num_hidden_layers = 7;'
-expect_fail "shape mismatch (more layers than the checkpoint)" 1 "model\.layers\.5\." \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
-m=$(mkmodel transposed)
-edit_st "$m/model.safetensors" 'h["model.layers.2.mlp.down_proj.weight"].shape.reverse();'
-expect_fail "shape mismatch (transposed tensor)" 1 "model\.layers\.2\.mlp\.down_proj\.weight.*\[172, 64\].*\[64, 172\]" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
-m=$(mkmodel shape_bytes)
-edit_st "$m/model.safetensors" 'h["model.norm.weight"].shape = [65];'
-expect_fail "shape inconsistent with the bytes" 1 "model\.norm\.weight.*does not match" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_config hidden 'j.hidden_size = 128;' "shape mismatch (config hidden_size)" \
+  "model\.embed_tokens\.weight.*\[512, 64\].*\[512, 128\]"
+bad_config layers 'j.num_hidden_layers = 7;' "shape mismatch (more layers than the checkpoint)" "model\.layers\.5\."
+bad_header transposed 'h["model.layers.2.mlp.down_proj.weight"].shape.reverse();' "shape mismatch (transposed tensor)" \
+  "model\.layers\.2\.mlp\.down_proj\.weight.*\[172, 64\].*\[64, 172\]"
+bad_header shape_bytes 'h["model.norm.weight"].shape = [65];' "shape inconsistent with the bytes" \
+  "model\.norm\.weight.*does not match"
 
 # Unsupported architecture / model type / config fields.
-m=$(mkmodel arch)
-edit_json "$m/config.json" 'j.architectures = ["GPTNeoXForCausalLM"];'
-expect_fail "unsupported architecture" 1 "architectures.*GPTNeoXForCausalLM" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
-m=$(mkmodel model_type)
-edit_json "$m/config.json" 'j.model_type = "gpt_neox";'
-expect_fail "unsupported model_type" 1 "model_type.*gpt_neox" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
-m=$(mkmodel missing_field)
-edit_json "$m/config.json" 'delete j.num_attention_heads;'
-expect_fail "missing config field" 1 "missing.*num_attention_heads" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
-m=$(mkmodel rope)
-edit_json "$m/config.json" 'j.rope_scaling = {rope_type: "yarn", factor: 4};'
-expect_fail "unsupported rope_scaling" 1 "rope_scaling.*yarn" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_config arch 'j.architectures = ["GPTNeoXForCausalLM"];' "unsupported architecture" \
+  "architectures.*GPTNeoXForCausalLM"
+bad_config model_type 'j.model_type = "gpt_neox";' "unsupported model_type" "model_type.*gpt_neox"
+bad_config missing_field 'delete j.num_attention_heads;' "missing config field" "missing.*num_attention_heads"
+bad_config rope 'j.rope_scaling = {rope_type: "yarn", factor: 4};' "unsupported rope_scaling" "rope_scaling.*yarn"
 m=$(mkmodel bad_config)
 printf '{"model_type": "llama",' >"$m/config.json"
-expect_fail "malformed config.json" 1 "config\.json.*malformed JSON" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_model bad_config "malformed config.json" "config\.json.*malformed JSON"
 
 # Missing or broken tokenizer.
 m=$(mkmodel no_tokenizer)
 rm "$m/tokenizer.model"
-expect_fail "missing tokenizer" 1 "no tokenizer.*tokenizer\.(json|model)" \
-  "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_model no_tokenizer "missing tokenizer" "no tokenizer.*tokenizer\.(json|model)"
 m=$(mkmodel bad_tokenizer)
 echo "not a sentencepiece model" >"$m/tokenizer.model"
-expect_fail "corrupt tokenizer.model" 1 "tokenizer\.model" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_model bad_tokenizer "corrupt tokenizer.model" "tokenizer\.model"
 m=$(mkmodel no_weights)
 rm "$m/model.safetensors"
-expect_fail "missing weights" 1 "no model\.safetensors" "${GEN[@]}" --model "$m" --prompt "Once upon a time"
+bad_model no_weights "missing weights" "no model\.safetensors"
 expect_fail "missing model folder" 1 "model directory not found" \
   "${GEN[@]}" --model "$TMP/does-not-exist" --prompt "Once upon a time"
 
