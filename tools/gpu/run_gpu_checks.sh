@@ -7,13 +7,13 @@
 # usage: tools/gpu/run_gpu_checks.sh [BIN_DIR]
 #   BIN_DIR  folder with paged, paged_gpu_tests, bench_cuda_attention, bench_cuda_runner, the shared libraries the
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
-#            tokenizer (tokenizer.json, tokenizer_config.json); default build-cuda/ship
+#            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
 #   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity throughput
 #   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
 #   SANITIZER_LIMIT  seconds allowed to each compute-sanitizer run (default 420)
 #   SANITIZER_TESTS  Catch2 test filter for the sanitizer runs (default: all tests)
 set -uo pipefail
-BIN=$(cd "${1:-build-cuda/ship}" && pwd)
+BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
 STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}

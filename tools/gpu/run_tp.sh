@@ -16,13 +16,13 @@
 # usage: tools/gpu/run_tp.sh [BIN_DIR]
 #   BIN_DIR      folder with paged, the shared libraries the H200 machine lacks (libcaf_core, libcaf_io,
 #                libboost_json) and a Llama 3 tokenizer (tokenizer.json, tokenizer_config.json); default
-#                build-cuda/ship
+#                build/ship (tools/gpu/ship.sh makes it)
 #   STAGES       which stages to run (default: all): parity throughput big
 #   LOG_DIR      where the logs and the generated models go (default /tmp/paged_tp_logs)
 #   NUM_PROMPTS  requests per bench run (default 1000); MAX_NUM_SEQS (512), MAX_BATCHED (8192) as for run_gpu_checks
 #   GPUS         how many GPUs to use (default: all visible); PARITY_STEPS greedy steps per prompt (default 32)
 set -uo pipefail
-BIN=$(cd "${1:-build-cuda/ship}" && pwd)
+BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
 STAGES=${STAGES:-"parity throughput big"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_tp_logs}
