@@ -73,7 +73,8 @@ void Args::reject_unknown() const {
 }
 
 std::vector<std::string> engine_switches() {
-  return {"enable-prefix-caching", "no-enable-prefix-caching", "use-beam-search", "ignore-eos"};
+  return {"enable-prefix-caching", "no-enable-prefix-caching", "use-beam-search", "ignore-eos",
+          "no-skip-special-tokens"};
 }
 
 EngineConfig engine_config(Args& args) {
@@ -143,6 +144,7 @@ SamplingParams sampling_params(Args& args) {
   p.presence_penalty = static_cast<float>(args.get_double("presence-penalty", p.presence_penalty));
   p.frequency_penalty = static_cast<float>(args.get_double("frequency-penalty", p.frequency_penalty));
   p.ignore_eos = args.has("ignore-eos");
+  p.skip_special_tokens = !args.has("no-skip-special-tokens");
   if (args.has("logprobs")) p.logprobs = args.get_int("logprobs", 0);
   p.stop = args.get_all("stop");
   if (auto v = args.get("stop-token-ids")) {

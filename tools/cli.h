@@ -41,7 +41,7 @@ class Args {
 EngineConfig engine_config(Args& args);
 /// Sampling flags: --max-tokens, --temperature, --top-p, --top-k, --min-p, --seed, --n, --best-of,
 /// --use-beam-search, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),
-/// --stop-token-ids, --ignore-eos, --min-tokens, --logprobs.
+/// --stop-token-ids, --ignore-eos, --no-skip-special-tokens, --min-tokens, --logprobs.
 SamplingParams sampling_params(Args& args);
 /// Switches the two functions above understand.
 std::vector<std::string> engine_switches();

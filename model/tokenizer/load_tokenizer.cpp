@@ -2,33 +2,16 @@
 
 #include <boost/json.hpp>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
+#include "model/json_file.h"
 #include "model/tokenizer/bpe_tokenizer.h"
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 
 namespace paged {
-namespace {
-
-namespace fs = std::filesystem;
-namespace json = boost::json;
-
-std::optional<json::object> read_optional_json(const fs::path& p) {
-  if (!fs::exists(p)) return std::nullopt;
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  boost::system::error_code ec;
-  json::value v = json::parse(ss.str(), ec);
-  if (ec || !v.is_object()) throw TokenizerError(p.string() + ": malformed JSON");
-  return v.as_object();
-}
-
-}  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
+  namespace fs = std::filesystem;
   fs::path dir(model_dir);
   const fs::path config_path = dir / "tokenizer_config.json";
   if (fs::exists(dir / "tokenizer.json")) {
@@ -40,8 +23,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
       if (!fs::exists(dir / "tokenizer.model")) throw;
     }
   }
-  if (fs::exists(dir / "tokenizer.model"))
-    return make_sentencepiece_tokenizer((dir / "tokenizer.model").string(), read_optional_json(config_path));
+  if (fs::exists(dir / "tokenizer.model")) {
+    std::optional<boost::json::object> config;
+    if (fs::exists(config_path)) config = read_json_object<TokenizerError>(config_path);
+    return make_sentencepiece_tokenizer((dir / "tokenizer.model").string(), config);
+  }
   throw TokenizerError("no tokenizer in " + model_dir + " (expected tokenizer.json or tokenizer.model)");
 }
 

@@ -11,8 +11,8 @@ namespace {
 namespace json = boost::json;
 
 /// SentencePiece `tokenizer.model` (Llama 2, TinyStories) through libsentencepiece, with HF LlamaTokenizer's
-/// behaviour: BOS prepended when add_bos_token (default true), decode drops control/unknown tokens and the
-/// dummy-prefix space of the first piece.
+/// behaviour: BOS prepended when add_bos_token (default true), decode drops control/unknown tokens (BOS, EOS and UNK
+/// are the special ones) and the dummy-prefix space of the first piece.
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::string& model_path, const std::optional<json::object>& config) {
@@ -76,6 +76,11 @@ class SentencePieceTokenizer final : public Tokenizer {
     }
     if (first && !out.empty() && out[0] == ' ') out.erase(0, 1);
     return out;
+  }
+
+  std::string special_token_text(TokenId id) const override {
+    const bool special = id >= 0 && (id == sp_.bos_id() || id == sp_.eos_id() || id == sp_.unk_id());
+    return special ? sp_.IdToPiece(id) : std::string();
   }
 
   int32_t vocab_size() const override { return sp_.GetPieceSize(); }

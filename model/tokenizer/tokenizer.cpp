@@ -6,6 +6,7 @@ namespace paged {
 
 std::string IncrementalDetokenizer::push(TokenId id) {
   std::string bytes = tok_->token_bytes(id, first_);
+  if (bytes.empty() && !skip_special_tokens_) bytes = tok_->special_token_text(id);
   if (bytes.empty()) return {};
   first_ = false;
   pending_ += bytes;
@@ -22,8 +23,8 @@ std::string IncrementalDetokenizer::finish() {
   return out;
 }
 
-std::string Tokenizer::decode(std::span<const TokenId> ids) const {
-  IncrementalDetokenizer d(*this);
+std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special_tokens) const {
+  IncrementalDetokenizer d(*this, skip_special_tokens);
   std::string out;
   for (TokenId id : ids) out += d.push(id);
   return out + d.finish();

@@ -28,9 +28,14 @@ class Tokenizer {
   virtual std::vector<TokenId> encode(std::string_view text, bool add_special) const = 0;
 
   /// The raw bytes `id` contributes to decoded text (may be a partial UTF-8 sequence; byte-fallback and byte-level
-  /// tokens are single bytes). Special/control tokens yield "" (decode skips them, as HF's skip_special_tokens).
+  /// tokens are single bytes). Special/control tokens yield "" (HF's skip_special_tokens; see special_token_text).
   /// `first` is true for the first token of a decoded span: SentencePiece drops its dummy-prefix space there.
   virtual std::string token_bytes(TokenId id, bool first) const = 0;
+
+  /// The text a special token writes when it is not skipped, as HF's `decode(ids, skip_special_tokens=False)`
+  /// gives it (e.g. "</s>", "<|eot_id|>"); "" for any other id. Special: SentencePiece's BOS, EOS and UNK pieces,
+  /// tokenizer.json's added tokens marked "special".
+  virtual std::string special_token_text(TokenId id) const = 0;
 
   virtual int32_t vocab_size() const = 0;
   /// -1 when the tokenizer has none.
@@ -39,16 +44,19 @@ class Tokenizer {
   /// Id of a token by its exact string form (e.g. "<|eot_id|>"), -1 if absent.
   virtual TokenId token_to_id(std::string_view token) const = 0;
 
-  /// Text of `ids` as HF's `decode(ids, skip_special_tokens=True)` gives it; invalid UTF-8 becomes U+FFFD.
-  std::string decode(std::span<const TokenId> ids) const;
+  /// Text of `ids` as HF's `decode(ids, skip_special_tokens)` gives it; invalid UTF-8 becomes U+FFFD.
+  std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = true) const;
 };
 
 /// Turns token ids into text one token at a time. Each push returns only complete UTF-8 characters; bytes of a
 /// character split across tokens are held back until it completes. Bytes that can never complete are replaced by
-/// U+FFFD. The concatenation of every push() and the final finish() equals Tokenizer::decode of all ids.
+/// U+FFFD. The concatenation of every push() and the final finish() equals Tokenizer::decode of all ids (with the
+/// same skip_special_tokens).
 class IncrementalDetokenizer {
  public:
-  explicit IncrementalDetokenizer(const Tokenizer& tok) : tok_(&tok) {}
+  /// `skip_special_tokens`: special tokens add nothing (vLLM's default); false: they add their special_token_text.
+  IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens)
+      : tok_(&tok), skip_special_tokens_(skip_special_tokens) {}
   /// Text newly completed by `id`.
   std::string push(TokenId id);
   /// Whatever is still held back, with incomplete sequences replaced by U+FFFD. The detokenizer can be reused after.
@@ -56,6 +64,7 @@ class IncrementalDetokenizer {
 
  private:
   const Tokenizer* tok_;
+  bool skip_special_tokens_;
   std::string pending_;  // bytes of an incomplete UTF-8 character
   bool first_ = true;
 };

@@ -1,9 +1,10 @@
 // Reference token ids for tests/test_bpe_tokenizer.cpp, from the npm ports (transformers.js) of the Llama 3 and
 // Qwen3 tokenizers. Usage: node reference.mjs OUT.json (run where package.json's dependencies are installed).
 // OUT.json: {packages: [{package, version, tokenizer_json_path, tokenizer_config_path, cases: [{text, ids,
-// ids_with_special, decoded}]}]} where ids = encode(text, {add_special_tokens: false}), ids_with_special =
-// encode(text, {add_special_tokens: true}) and decoded = decode(ids, {skip_special_tokens: true,
-// clean_up_tokenization_spaces: false}). Every package gets the same texts, in the same order.
+// ids_with_special, decoded, decoded_with_special}]}]} where ids = encode(text, {add_special_tokens: false}),
+// ids_with_special = encode(text, {add_special_tokens: true}), decoded = decode(ids, {skip_special_tokens: true,
+// clean_up_tokenization_spaces: false}) and decoded_with_special = decode(ids_with_special, {skip_special_tokens:
+// false, clean_up_tokenization_spaces: false}). Every package gets the same texts, in the same order.
 import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -96,7 +97,9 @@ function reference(name, pkg, texts) {
     const idsWithSpecial = tokenizer.encode(text, { add_special_tokens: true });
     const decoded = ids.length === 0 ? ""
         : tokenizer.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false });
-    return { text, ids, ids_with_special: idsWithSpecial, decoded };
+    const decodedWithSpecial = idsWithSpecial.length === 0 ? ""
+        : tokenizer.decode(idsWithSpecial, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+    return { text, ids, ids_with_special: idsWithSpecial, decoded, decoded_with_special: decodedWithSpecial };
   });
   return {
     package: name,

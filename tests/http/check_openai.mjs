@@ -1,7 +1,9 @@
 // The official openai client against `paged serve` on stories260K: completions and chat completions, streamed and
 // not, n=2, logprobs, stop, echo; greedy completions must equal the Hugging Face golden continuations.
-// Usage: node check_openai.mjs --base http://127.0.0.1:PORT --golden .../stories260K-greedy.json
+// Usage: node check_openai.mjs --base http://127.0.0.1:PORT --golden .../stories260K-greedy.json --model DIR
+import { readFileSync } from "node:fs";
 import net from "node:net";
+import path from "node:path";
 import OpenAI from "openai";
 import { check, checkEqual, finish, loadGolden, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
 
@@ -107,6 +109,28 @@ for (const g of golden) {
   check(l.top_logprobs.every((t) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2), "top_logprobs dicts", l.top_logprobs);
   check(l.token_logprobs.every((x) => typeof x === "number" && x <= 0), "logprobs are <= 0", l.token_logprobs);
   checkEqual(l.tokens.join(""), golden[0].greedy_text.slice(0, l.tokens.join("").length), "logprob tokens spell the text");
+}
+
+// ---- skip_special_tokens ---------------------------------------------------------------------------------------
+// stories260K separates its stories with BOS: greedy from the first golden prompt writes one within 400 tokens.
+{
+  const bosText = JSON.parse(readFileSync(path.join(args.model, "tokenizer_config.json"), "utf8")).bos_token;
+  const bosId = golden[0].prompt_ids[0];  // Hugging Face's ids start with BOS
+  const request = { model, prompt: golden[0].prompt, max_tokens: 400, temperature: 0 };
+  const kept = (await client.completions.create({ ...request, skip_special_tokens: false })).choices[0].text;
+  const skipped = (await client.completions.create(request)).choices[0].text;
+  check(kept.includes(bosText), `skip_special_tokens false writes ${bosText}`, kept);
+  check(!skipped.includes(bosText), `skip_special_tokens defaults to true: no ${bosText}`, skipped);
+  checkEqual(skipped, kept.split(bosText).join(""), "skip_special_tokens true only leaves out the special text");
+  const s = await collectStream(
+    await client.completions.create({ ...request, skip_special_tokens: false, stream: true }),
+    (c) => c.text,
+  );
+  checkEqual(s.text[0], kept, "skip_special_tokens false: streamed == non-streamed");
+  // A token that stops the completion never becomes text (vLLM without include_stop_str_in_output).
+  const stopped = await client.completions.create({ ...request, skip_special_tokens: false, stop_token_ids: [bosId] });
+  checkEqual(stopped.choices[0].finish_reason, "stop", "stop_token_ids [BOS]: finish_reason");
+  checkEqual(stopped.choices[0].text, kept.slice(0, kept.indexOf(bosText)), "the stopping BOS is not written");
 }
 
 // ---- chat completions ----------------------------------------------------------------------------------------

@@ -387,5 +387,23 @@ if expect_ok "--ignore-eos" generate --model "$MODEL" --prompt "Once upon a time
   ' "$TMP/out" && echo "ok   --ignore-eos runs to --max-tokens" || fail "--ignore-eos: $(head -c 300 "$TMP/out")"
 fi
 
+# --no-skip-special-tokens: the text keeps the special tokens' own text (stories260K writes a BOS between stories
+# within 400 greedy tokens), which the default drops; otherwise the same tokens and text.
+bos=$(node -e 'const c = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  process.stdout.write(typeof c.bos_token === "string" ? c.bos_token : c.bos_token.content)' "$MODEL/tokenizer_config.json")
+SPECIAL=(generate --model "$MODEL" --prompt "Once upon a time" --max-tokens 400 --temperature 0 --json)
+if expect_ok "skip special tokens (default)" "${SPECIAL[@]}" && cp "$TMP/out" "$TMP/skip.json" &&
+  expect_ok "--no-skip-special-tokens" "${SPECIAL[@]}" --no-skip-special-tokens; then
+  node -e '
+    const fs = require("fs");
+    const [skip, keep] = [process.argv[1], process.argv[2]].map(f => JSON.parse(fs.readFileSync(f, "utf8")).outputs[0]);
+    const bos = process.argv[3];
+    const ok = JSON.stringify(skip.token_ids) === JSON.stringify(keep.token_ids) && keep.text.includes(bos) &&
+      !skip.text.includes(bos) && keep.text.split(bos).join("") === skip.text;
+    process.exit(ok ? 0 : 1);
+  ' "$TMP/skip.json" "$TMP/out" "$bos" && echo "ok   --no-skip-special-tokens keeps $bos in the text, the default drops it" ||
+    fail "--no-skip-special-tokens: $(head -c 300 "$TMP/out")"
+fi
+
 echo "cli_errors: $checks checks, $failures failures"
 ((failures == 0))

@@ -182,6 +182,10 @@ TEST_CASE("BPE matches added tokens first, longest first, and never splits them"
   CHECK(tok->token_bytes(kBos, false).empty());   // special: skipped when decoding
   CHECK(tok->token_bytes(kTool, false) == "<tool>");
   CHECK(tok->decode(Ids{kHello, kBos, kTool, kEos}) == "hello<tool>");
+  CHECK(tok->decode(Ids{kHello, kBos, kTool, kEos}, false) == "hello<|bos|><tool><|eos|>");
+  CHECK(tok->special_token_text(kEos) == "<|eos|>");
+  CHECK(tok->special_token_text(kTool).empty());  // not special: token_bytes gives its text
+  CHECK(tok->special_token_text(kHello).empty());
   CHECK(tok->token_to_id("<tool_x>") == kToolX);
   CHECK(tok->vocab_size() == kEos + 1);
   CHECK(tok->token_bytes(kEos + 1, false).empty());
@@ -348,7 +352,7 @@ TEST_CASE("BPE matches the npm Llama 3 and Qwen3 tokenizers", "[bpe]") {
                                          std::string(package.at("tokenizer_config_path").as_string()));
     const json::array& cases = package.at("cases").as_array();
     REQUIRE(cases.size() >= 200);
-    size_t ids_match = 0, with_special_match = 0, decode_match = 0;
+    size_t ids_match = 0, with_special_match = 0, decode_match = 0, decode_with_special_match = 0;
     std::vector<std::string> mismatches;
     for (const json::value& item : cases) {
       const json::object& c = item.as_object();
@@ -356,22 +360,28 @@ TEST_CASE("BPE matches the npm Llama 3 and Qwen3 tokenizers", "[bpe]") {
       const Ids expected = ids_of(c.at("ids")), expected_with_special = ids_of(c.at("ids_with_special"));
       const Ids ids = tok->encode(text, false), with_special = tok->encode(text, true);
       const std::string decoded = tok->decode(ids);
+      const std::string decoded_with_special = tok->decode(expected_with_special, false);
       ids_match += ids == expected;
       with_special_match += with_special == expected_with_special;
       decode_match += decoded == c.at("decoded").as_string();
-      if ((ids != expected || with_special != expected_with_special || decoded != c.at("decoded").as_string()) &&
+      decode_with_special_match += decoded_with_special == c.at("decoded_with_special").as_string();
+      if ((ids != expected || with_special != expected_with_special || decoded != c.at("decoded").as_string() ||
+           decoded_with_special != c.at("decoded_with_special").as_string()) &&
           mismatches.size() < 10) {
         mismatches.push_back(name + " text " + json::serialize(json::string(text)) + "\n  expected " +
                              show(expected) + "\n  got      " + show(ids) + "\n  decoded  " +
-                             json::serialize(json::string(decoded)));
+                             json::serialize(json::string(decoded)) + "\n  with special tokens " +
+                             json::serialize(json::string(decoded_with_special)));
       }
     }
     std::cout << "[bpe] " << name << "@" << package.at("version").as_string().c_str() << ": " << cases.size()
               << " texts; ids match " << ids_match << ", ids with special tokens match " << with_special_match
-              << ", decode(encode(text)) matches " << decode_match << "\n";
+              << ", decode(encode(text)) matches " << decode_match << ", decode keeping special tokens matches "
+              << decode_with_special_match << "\n";
     for (const std::string& mismatch : mismatches) FAIL_CHECK(mismatch);
     CHECK(ids_match == cases.size());
     CHECK(with_special_match == cases.size());
     CHECK(decode_match == cases.size());
+    CHECK(decode_with_special_match == cases.size());
   }
 }
