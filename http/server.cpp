@@ -1,9 +1,7 @@
 #include "http/server.h"
 
 #include <csignal>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -14,21 +12,16 @@
 
 #include "http/listener.h"
 #include "http/server_context.h"
+#include "model/json_file.h"
 
 namespace paged {
 namespace json = boost::json;
 namespace net = boost::asio;
 
 ServerOptions load_server_options(const std::string& json_file) {
-  std::ifstream in(json_file);
-  if (!in) throw std::runtime_error("cannot read " + json_file);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  boost::system::error_code ec;
-  const json::value root = json::parse(ss.str(), ec);
-  if (ec || !root.is_object()) throw std::runtime_error(json_file + ": not a JSON object");
+  const json::object root = read_json_object<std::runtime_error>(json_file);
   ServerOptions o;
-  const json::value* server = root.get_object().if_contains("server");
+  const json::value* server = root.if_contains("server");
   if (!server) return o;
   if (!server->is_object()) throw std::runtime_error(json_file + ": \"server\" must be an object");
   for (const auto& kv : server->get_object()) {

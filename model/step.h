@@ -32,6 +32,12 @@ struct SeqChunk {
   std::vector<SampleSpec> samples;
 };
 
+/// Cache slot of position `pos` in a sequence's `block_table`: block_table[pos / block_size] * block_size +
+/// pos % block_size. Throws std::out_of_range when the table does not reach pos (pos >= 0).
+inline int64_t kv_slot(const std::vector<int32_t>& block_table, int32_t pos, int block_size) {
+  return int64_t{block_table.at(pos / block_size)} * block_size + pos % block_size;
+}
+
 struct StepBatch {
   std::vector<SeqChunk> seqs;
   std::vector<BlockPair> copies;     // copy-on-write orders, applied before this step's attention

@@ -93,22 +93,11 @@ int main(int argc, char** argv) {
   BENCH_CHECK(cudaMemcpy(d_tables, tables.data(), tables.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   BENCH_CHECK(cudaMemcpy(d_lens, context_lens.data(), context_lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 
-  paged::cuda::PagedAttentionArgs args;
-  args.out = out;
-  args.q = q;
-  args.q_stride = static_cast<int64_t>(heads) * head_dim;
-  args.k_cache = k;
-  args.v_cache = v;
-  args.block_tables = d_tables;
-  args.query_start = nullptr;
-  args.context_lens = d_lens;
-  args.num_seqs = batch;
-  args.max_blocks_per_seq = blocks_per_seq;
-  args.num_heads = heads;
-  args.num_kv_heads = kv_heads;
-  args.head_dim = head_dim;
-  args.block_size = block_size;
-  args.scale = 0.08838834764831845f;
+  const paged::cuda::PagedAttentionArgs args{
+      .out = out, .q = q, .q_stride = static_cast<int64_t>(heads) * head_dim, .k_cache = k, .v_cache = v,
+      .block_tables = d_tables, .query_start = nullptr, .context_lens = d_lens, .num_seqs = batch,
+      .max_blocks_per_seq = blocks_per_seq, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = head_dim,
+      .block_size = block_size, .scale = 0.08838834764831845f};
 
   const double kv_bytes = 2.0 * batch * context * kv_heads * head_dim * sizeof(bf16);
   const double other_bytes = 2.0 * batch * heads * head_dim * sizeof(bf16) + tables.size() * sizeof(int32_t);

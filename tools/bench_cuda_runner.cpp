@@ -276,21 +276,10 @@ int run_ops(std::map<std::string, std::string>& f) {
   float* d_logprobs = device_array<float>(m);
   cuda::Gemm gemm;
 
-  cuda::PagedAttentionArgs a;
-  a.out = attn;
-  a.q = qkv;
-  a.q_stride = qkv_dim;
-  a.k_cache = kc;
-  a.v_cache = vc;
-  a.block_tables = d_tables;
-  a.context_lens = d_lens;
-  a.num_seqs = m;
-  a.max_blocks_per_seq = blocks_per_seq;
-  a.num_heads = heads;
-  a.num_kv_heads = kvh;
-  a.head_dim = D;
-  a.block_size = bs;
-  a.scale = 0.0884f;
+  const cuda::PagedAttentionArgs a{.out = attn, .q = qkv, .q_stride = qkv_dim, .k_cache = kc, .v_cache = vc,
+                                   .block_tables = d_tables, .context_lens = d_lens, .num_seqs = m,
+                                   .max_blocks_per_seq = blocks_per_seq, .num_heads = heads, .num_kv_heads = kvh,
+                                   .head_dim = D, .block_size = bs, .scale = 0.0884f};
   const size_t attn_ws_bytes = cuda::paged_attention_decode_workspace(m, heads, D, ctx, 64);
   void* attn_ws = device_array<char>(attn_ws_bytes);
 
@@ -320,11 +309,7 @@ int run_ops(std::map<std::string, std::string>& f) {
   };
   // The GEMV path at any batch runs the single-row kernel once per row: where cuBLASLt overtakes it.
   auto gemv = [&](bf16* y, const bf16* in, const bf16* w, int n, int k, cuda::GemvOutput out) {
-    cuda::GemvArgs g;
-    g.w = w;
-    g.n = n;
-    g.k = k;
-    g.output = out;
+    cuda::GemvArgs g{.w = w, .n = n, .k = k, .output = out};
     const int y_width = out == cuda::GemvOutput::kSiluMul ? n / 2 : n;
     for (int row = 0; row < m; ++row) {
       g.x = in + int64_t{row} * k;
@@ -406,8 +391,8 @@ int run_parity(std::map<std::string, std::string>& f) {
   opt.max_model_len = static_cast<int>(longest) + steps + 16;
   opt.num_blocks = static_cast<int>(seqs.size()) * ((opt.max_model_len + opt.block_size - 1) / opt.block_size);
   opt.swap_space_gib = 0;
-  auto runner = make_cuda_runner(cfg, weights, opt);
-  assign_blocks(seqs, opt.max_model_len, opt.block_size, runner->num_blocks());
+  CudaModelRunner runner(cfg, weights, opt);
+  assign_blocks(seqs, opt.max_model_len, opt.block_size, runner.num_blocks());
 
   // Groups of at most --group sequences run one after the other (default: all at once). Each group's first two
   // steps go through forward(): the logits after the prompt (a prefill) and after the first generated token (a
@@ -417,21 +402,21 @@ int run_parity(std::map<std::string, std::string>& f) {
   for (size_t g0 = 0; g0 < seqs.size(); g0 += group) {
     std::vector<Sequence> part(seqs.begin() + g0, seqs.begin() + std::min(seqs.size(), g0 + group));
     for (const StepBatch& step : prefill_steps(part, opt.max_num_batched_tokens, true)) {
-      auto logits = runner->forward(step);
+      auto logits = runner.forward(step);
       for (size_t i = 0; i < step.seqs.size(); ++i) {
         part[step.seqs[i].seq].output.push_back(argmax(logits[i]));
         first[g0 + step.seqs[i].seq] = std::move(logits[i]);
       }
     }
     if (steps > 1) {
-      auto logits = runner->forward(decode_step(part));
+      auto logits = runner.forward(decode_step(part));
       for (size_t i = 0; i < part.size(); ++i) {
         part[i].output.push_back(argmax(logits[i]));
         second[g0 + i] = std::move(logits[i]);
       }
     }
     for (int i = 2; i < steps; ++i) {
-      const StepResult r = runner->execute(decode_step(part));
+      const StepResult r = runner.execute(decode_step(part));
       for (size_t j = 0; j < r.seqs.size(); ++j) part[r.seqs[j]].output.push_back(r.samples[j][0][0].token);
     }
     for (size_t i = 0; i < part.size(); ++i) seqs[g0 + i].output = std::move(part[i].output);

@@ -2,77 +2,59 @@
 
 #include <cmath>
 #include <cstring>
-#include <string>
 
 #include "kernels/cpu/ops.h"
+#include "model/loader/weight_map.h"
 #include "model/sampling/sampler.h"
 
 namespace paged {
 
 namespace {
 
-// Rows [row0, row0 + rows) of a [R][cols] matrix.
-std::vector<float> slice_rows(const std::vector<float>& m, int64_t cols, int64_t row0, int64_t rows) {
-  return {m.begin() + row0 * cols, m.begin() + (row0 + rows) * cols};
-}
-
-// Columns [col0, col0 + n) of a [rows][cols] matrix.
-std::vector<float> slice_cols(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t col0, int64_t n) {
-  std::vector<float> out(rows * n);
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(&out[r * n], &m[r * cols + col0], sizeof(float) * n);
+// The rank's parameter as float32: its shards back to back.
+std::vector<float> read_param(const SafeTensors& weights, const RankParam& param) {
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(param.numel()));
+  for (const TensorShard& shard : param.shards) {
+    const std::vector<float> part = read_shard_f32(weights, shard);
+    out.insert(out.end(), part.begin(), part.end());
+  }
   return out;
 }
 
-void append(std::vector<float>& dst, const std::vector<float>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
+// Copies block src of `from` to block dst of `to` in every layer, for each (src, dst) pair; blocks of n floats.
+void copy_pool_blocks(std::vector<std::unique_ptr<float[]>>& to, const std::vector<std::unique_ptr<float[]>>& from,
+                      const std::vector<BlockPair>& pairs, int64_t n) {
+  for (size_t l = 0; l < to.size(); ++l)
+    for (const auto& [src, dst] : pairs) std::memcpy(&to[l][dst * n], &from[l][src * n], sizeof(float) * n);
+}
 
 }  // namespace
 
 CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, CpuRunnerOptions options)
     : cfg_(config), opt_(options) {
-  const int tp = opt_.tp_size, rank = opt_.tp_rank;
-  if (tp < 1 || rank < 0 || rank >= tp) throw ModelError("invalid tensor-parallel rank/size");
-  if (cfg_.num_kv_heads % tp != 0 || cfg_.num_heads % tp != 0)
-    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " does not divide the attention heads (" +
-                     std::to_string(cfg_.num_heads) + ") and KV heads (" + std::to_string(cfg_.num_kv_heads) + ")");
-  if (cfg_.intermediate_size % tp != 0)
-    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " does not divide intermediate_size " +
-                     std::to_string(cfg_.intermediate_size));
-  if (tp > 1 && !opt_.all_reduce) throw ModelError("tensor parallelism needs an all-reduce");
-  local_heads_ = cfg_.num_heads / tp;
-  local_kv_heads_ = cfg_.num_kv_heads / tp;
-  local_inter_ = cfg_.intermediate_size / tp;
-  const int64_t H = cfg_.hidden_size, D = cfg_.head_dim, V = cfg_.vocab_size, I = cfg_.intermediate_size;
-  const int64_t q_rows = int64_t{cfg_.num_heads} * D, kv_rows = int64_t{cfg_.num_kv_heads} * D;
+  const WeightMap map = rank_weight_map(cfg_, opt_.tp_rank, opt_.tp_size);
+  if (opt_.tp_size > 1 && !opt_.all_reduce) throw ModelError("tensor parallelism needs an all-reduce");
+  local_heads_ = map.heads;
+  local_kv_heads_ = map.kv_heads;
+  local_inter_ = map.intermediate;
 
-  embed_ = w.get_f32("model.embed_tokens.weight", {V, H});
-  final_norm_ = w.get_f32("model.norm.weight", {H});
-  if (!cfg_.tie_word_embeddings) {
-    if (!w.contains("lm_head.weight"))
-      throw ModelError("checkpoint lacks tensor 'lm_head.weight' and tie_word_embeddings is false");
-    lm_head_ = w.get_f32("lm_head.weight", {V, H});
-  }
+  embed_ = read_param(w, map.embed);
+  final_norm_ = read_param(w, map.final_norm);
+  lm_head_ = read_param(w, map.lm_head);
   inv_freq_ = cfg_.rope_inv_freq();
 
   layers_.resize(cfg_.num_layers);
   for (int l = 0; l < cfg_.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const RankLayer& M = map.layers[l];
     CpuLayerWeights& L = layers_[l];
-    L.attn_norm = w.get_f32(p + "input_layernorm.weight", {H});
-    L.ffn_norm = w.get_f32(p + "post_attention_layernorm.weight", {H});
-    const int64_t qr = local_heads_ * D, kvr = local_kv_heads_ * D;
-    append(L.wqkv, slice_rows(w.get_f32(p + "self_attn.q_proj.weight", {q_rows, H}), H, rank * qr, qr));
-    append(L.wqkv, slice_rows(w.get_f32(p + "self_attn.k_proj.weight", {kv_rows, H}), H, rank * kvr, kvr));
-    append(L.wqkv, slice_rows(w.get_f32(p + "self_attn.v_proj.weight", {kv_rows, H}), H, rank * kvr, kvr));
-    if (cfg_.qkv_bias) {
-      append(L.bqkv, slice_rows(w.get_f32(p + "self_attn.q_proj.bias", {q_rows}), 1, rank * qr, qr));
-      append(L.bqkv, slice_rows(w.get_f32(p + "self_attn.k_proj.bias", {kv_rows}), 1, rank * kvr, kvr));
-      append(L.bqkv, slice_rows(w.get_f32(p + "self_attn.v_proj.bias", {kv_rows}), 1, rank * kvr, kvr));
-    }
-    L.wo = slice_cols(w.get_f32(p + "self_attn.o_proj.weight", {H, q_rows}), H, q_rows, rank * qr, qr);
-    const int64_t ir = local_inter_;
-    append(L.w_gate_up, slice_rows(w.get_f32(p + "mlp.gate_proj.weight", {I, H}), H, rank * ir, ir));
-    append(L.w_gate_up, slice_rows(w.get_f32(p + "mlp.up_proj.weight", {I, H}), H, rank * ir, ir));
-    L.w_down = slice_cols(w.get_f32(p + "mlp.down_proj.weight", {H, I}), H, I, rank * ir, ir);
+    L.attn_norm = read_param(w, M.attn_norm);
+    L.ffn_norm = read_param(w, M.ffn_norm);
+    L.wqkv = read_param(w, M.wqkv);
+    L.bqkv = read_param(w, M.bqkv);
+    L.wo = read_param(w, M.wo);
+    L.w_gate_up = read_param(w, M.w_gate_up);
+    L.w_down = read_param(w, M.w_down);
   }
 
   const int64_t per_layer = block_elems() * opt_.num_blocks, per_layer_swap = block_elems() * opt_.num_swap_blocks;
@@ -110,7 +92,7 @@ std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) 
       const int32_t pos = c.start_pos + static_cast<int32_t>(i);
       tokens.push_back(c.tokens[i]);
       positions.push_back(pos);
-      slots.push_back(int64_t{c.block_table.at(pos / B)} * B + pos % B);
+      slots.push_back(kv_slot(c.block_table, pos, B));
     }
     query_start.push_back(static_cast<int32_t>(tokens.size()));
     context_lens.push_back(c.start_pos + static_cast<int32_t>(c.tokens.size()));
@@ -185,21 +167,13 @@ StepResult CpuModelRunner::execute(const StepBatch& batch) {
 }
 
 void CpuModelRunner::swap_out(const std::vector<BlockPair>& device_to_cpu) {
-  const int64_t n = block_elems();
-  for (int l = 0; l < cfg_.num_layers; ++l)
-    for (const auto& [dev, cpu] : device_to_cpu) {
-      std::memcpy(&k_swap_[l][cpu * n], &k_cache_[l][dev * n], sizeof(float) * n);
-      std::memcpy(&v_swap_[l][cpu * n], &v_cache_[l][dev * n], sizeof(float) * n);
-    }
+  copy_pool_blocks(k_swap_, k_cache_, device_to_cpu, block_elems());
+  copy_pool_blocks(v_swap_, v_cache_, device_to_cpu, block_elems());
 }
 
 void CpuModelRunner::swap_in(const std::vector<BlockPair>& cpu_to_device) {
-  const int64_t n = block_elems();
-  for (int l = 0; l < cfg_.num_layers; ++l)
-    for (const auto& [cpu, dev] : cpu_to_device) {
-      std::memcpy(&k_cache_[l][dev * n], &k_swap_[l][cpu * n], sizeof(float) * n);
-      std::memcpy(&v_cache_[l][dev * n], &v_swap_[l][cpu * n], sizeof(float) * n);
-    }
+  copy_pool_blocks(k_cache_, k_swap_, cpu_to_device, block_elems());
+  copy_pool_blocks(v_cache_, v_swap_, cpu_to_device, block_elems());
 }
 
 }  // namespace paged

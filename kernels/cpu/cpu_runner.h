@@ -27,8 +27,9 @@ struct CpuRunnerOptions {
   AllReduce* all_reduce = nullptr;  // required when tp_size > 1
 };
 
-/// Weights of one tensor-parallel rank: q/k/v and gate/up column-parallel (whole KV heads with their query heads
-/// per rank), o_proj and down_proj row-parallel; embedding, norms and LM head replicated. float32.
+/// Weights of one tensor-parallel rank, float32, sharded and laid out as model/loader/weight_map.h says: q/k/v and
+/// gate/up column-parallel (whole KV heads with their query heads per rank), o_proj and down_proj row-parallel;
+/// embedding, norms and LM head replicated.
 struct CpuLayerWeights {
   std::vector<float> attn_norm, ffn_norm;  // [hidden]
   std::vector<float> wqkv;                 // [(local_heads + 2 * local_kv_heads) * head_dim][hidden]

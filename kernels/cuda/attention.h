@@ -24,12 +24,8 @@ struct PagedAttentionArgs {
   const int32_t* block_tables;  // [num_seqs][max_blocks_per_seq]
   const int32_t* query_start;   // [num_seqs + 1]; prefill only: decode has query s for sequence s
   const int32_t* context_lens;  // [num_seqs], each >= 1 (and >= that sequence's query count)
-  int num_seqs = 0;
-  int max_blocks_per_seq = 0;
-  int num_heads = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;
-  int block_size = 0;
+  int num_seqs = 0, max_blocks_per_seq = 0;
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;           // usually 1 / sqrt(head_dim)
 };
 

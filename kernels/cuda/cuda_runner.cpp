@@ -1,5 +1,6 @@
-// CudaModelRunner: see cuda_runner.h. The layer loop mirrors CpuModelRunner::forward (model/cpu_runner.cpp) kernel
-// for kernel; every kernel here has its CPU twin there.
+// CudaModelRunner: see cuda_runner.h. The layer loop mirrors CpuModelRunner::forward (kernels/cpu/cpu_runner.cpp)
+// kernel for kernel; every kernel here has its CPU twin there. Both load the weights the one map of
+// model/loader/weight_map.h names, sharded and laid out alike.
 //
 // Step flow on the compute stream: wait for pending swaps -> copy-on-write copies -> metadata upload -> embedding ->
 // layers (norm, fused QKV GEMM (+bias), RoPE + cache write, paged attention, O GEMM, residual + norm, fused
@@ -35,6 +36,7 @@
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
+#include "model/loader/weight_map.h"
 #include "model/sampling/sampler.h"
 
 namespace paged {
@@ -59,23 +61,46 @@ using DevicePtr = std::unique_ptr<T[], DeviceFree>;
 template <typename T>
 using PinnedPtr = std::unique_ptr<T[], HostFree>;
 
+// n elements (room for one at least) from `allocate`, cudaMalloc or cudaMallocHost, named `what` in the GpuError
+// thrown when it fails.
+template <typename T, typename Free>
+std::unique_ptr<T[], Free> cuda_alloc(cudaError_t (*allocate)(void**, size_t), const char* what, size_t n) {
+  void* p = nullptr;
+  const cudaError_t e = allocate(&p, std::max<size_t>(n, 1) * sizeof(T));
+  if (e != cudaSuccess)
+    throw GpuError(std::string(what) + " of " + std::to_string(n * sizeof(T) >> 20) + " MiB: " + cudaGetErrorString(e));
+  return std::unique_ptr<T[], Free>(static_cast<T*>(p));
+}
+
 template <typename T>
 DevicePtr<T> device_alloc(size_t n) {
-  void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T));
-  if (e != cudaSuccess)
-    throw GpuError("cudaMalloc of " + std::to_string(n * sizeof(T) >> 20) + " MiB: " + cudaGetErrorString(e));
-  return DevicePtr<T>(static_cast<T*>(p));
+  return cuda_alloc<T, DeviceFree>(cudaMalloc, "cudaMalloc", n);
 }
 
 template <typename T>
 PinnedPtr<T> pinned_alloc(size_t n) {
-  void* p = nullptr;
-  const cudaError_t e = cudaMallocHost(&p, std::max<size_t>(n, 1) * sizeof(T));
-  if (e != cudaSuccess)
-    throw GpuError("cudaMallocHost of " + std::to_string(n * sizeof(T) >> 20) + " MiB: " + cudaGetErrorString(e));
-  return PinnedPtr<T>(static_cast<T*>(p));
+  return cuda_alloc<T, HostFree>(cudaMallocHost, "cudaMallocHost", n);
 }
+
+// A device array at a fixed address (CUDA graphs read it) and its pinned host staging, of the same length.
+template <typename T>
+struct Staged {
+  DevicePtr<T> device;
+  PinnedPtr<T> host;
+  /// (Re)allocates both arrays for n elements; the old ones must no longer be in use.
+  void allocate(size_t n) {
+    device = device_alloc<T>(n);
+    host = pinned_alloc<T>(n);
+  }
+  /// Enqueues the copy of the first `count` elements host -> device on `stream`.
+  cudaError_t upload(size_t count, cudaStream_t stream) const {
+    return cudaMemcpyAsync(device.get(), host.get(), count * sizeof(T), cudaMemcpyHostToDevice, stream);
+  }
+  /// Enqueues the copy of the first `count` elements device -> host on `stream`.
+  cudaError_t download(size_t count, cudaStream_t stream) const {
+    return cudaMemcpyAsync(host.get(), device.get(), count * sizeof(T), cudaMemcpyDeviceToHost, stream);
+  }
+};
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -135,6 +160,7 @@ int cuda_device_count() {
 struct CudaModelRunner::Impl {
   ModelConfig cfg;
   CudaRunnerOptions opt;
+  WeightMap map;  // this rank's tensors
   // This rank's shapes: heads, kv_heads and inter are the model's divided by tp_size.
   int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
   int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;
@@ -157,18 +183,16 @@ struct CudaModelRunner::Impl {
   DevicePtr<char> sample_ws, decode_ws;
   size_t decode_ws_bytes = 0;
 
-  // Step metadata: device arrays at fixed addresses (graphs read them) and their pinned staging.
-  DevicePtr<int32_t> d_tokens, d_positions, d_query_start, d_context_lens, d_tables, d_last_rows, d_pairs;
-  DevicePtr<int64_t> d_slots;
-  DevicePtr<cuda::SamplingRow> d_sample_params;
-  DevicePtr<int32_t> d_logits_rows, d_sampled;
-  DevicePtr<float> d_logprobs;
-  PinnedPtr<int32_t> h_tokens, h_positions, h_query_start, h_context_lens, h_tables, h_last_rows, h_pairs;
-  PinnedPtr<int64_t> h_slots;
-  PinnedPtr<cuda::SamplingRow> h_sample_params;
-  PinnedPtr<int32_t> h_logits_rows, h_sampled;
-  PinnedPtr<float> h_logprobs, h_logits;
+  // Step metadata, staged: token ids, positions and slots [max_tokens]; query starts [max_seqs + 1]; context
+  // lengths and the rows that sample [max_seqs]; block tables [max_seqs][table_stride]; copy-on-write pairs.
+  Staged<int32_t> token_ids, positions, query_start, context_lens, block_tables, last_rows, copy_pairs;
+  Staged<int64_t> slots;
   size_t pairs_capacity = 0;
+  // Sampling, [max_seqs] each: the rows' parameters, their rows of `logits`, the tokens and their logprobs.
+  Staged<cuda::SamplingRow> sample_rows;
+  Staged<int32_t> logits_row_ids, sampled;
+  Staged<float> logprobs;
+  PinnedPtr<float> h_logits;  // [max_seqs][vocab]: logits downloaded for sampling on the CPU, allocated when needed
 
   // KV cache: device pool [2 * layers][num_blocks][block], pinned host pool likewise.
   DevicePtr<char> kv_memory;
@@ -187,6 +211,8 @@ struct CudaModelRunner::Impl {
   }
 
   void init_shapes(const ModelConfig& config, const CudaRunnerOptions& options);
+  // Each weight pointer with the parameter of `map` that fills it, in the arena's order (the load order).
+  std::vector<std::pair<bf16**, const RankParam*>> weight_params();
   void allocate_weights();
   void load_weights(const SafeTensors& w);
   void random_weights(uint64_t seed);
@@ -208,6 +234,8 @@ struct CudaModelRunner::Impl {
   void enqueue_forward(const Plan& plan);
   void run(const StepBatch& batch, Plan& plan);
   StepResult sample(const StepBatch& batch, const Plan& plan);
+  // Enqueues the copies of (block of `from`, block of `to`) pairs on the copy stream; the next step waits for them.
+  void swap(const cuda::BlockPool& from, const cuda::BlockPool& to, const std::vector<BlockPair>& pairs);
 };
 
 void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRunnerOptions& options) {
@@ -229,24 +257,18 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
     throw ModelError("the CUDA backend supports block sizes 8, 16 and 32, not " + std::to_string(opt.block_size));
   if (hidden % 8 != 0 || inter % 8 != 0)
     throw ModelError("the CUDA backend needs hidden_size and intermediate_size divisible by 8");
+  map = rank_weight_map(cfg, opt.tp_rank, opt.tp_size);
   const int tp = opt.tp_size;
-  if (tp < 1 || opt.tp_rank < 0 || opt.tp_rank >= tp) throw ModelError("invalid tensor-parallel rank/size");
-  if (kv_heads % tp != 0 || heads % tp != 0)
-    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " does not divide the attention heads (" +
-                     std::to_string(heads) + ") and KV heads (" + std::to_string(kv_heads) + ")");
-  if (inter % tp != 0)
-    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " does not divide intermediate_size " +
-                     std::to_string(inter));
-  if ((inter / tp) % 8 != 0)
-    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " leaves " + std::to_string(inter / tp) +
+  if (map.intermediate % 8 != 0)
+    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " leaves " + std::to_string(map.intermediate) +
                      " intermediate columns per rank; the CUDA backend needs a multiple of 8");
   if (tp > 1 && (!opt.comm || opt.comm->size() != tp || opt.comm->rank() != opt.tp_rank ||
                  opt.comm->device() != opt.device))
     throw ModelError("tensor-parallel rank " + std::to_string(opt.tp_rank) + " of " + std::to_string(tp) +
                      " needs its NCCL communicator on device " + std::to_string(opt.device));
-  heads /= tp;
-  kv_heads /= tp;
-  inter /= tp;
+  heads = map.heads;
+  kv_heads = map.kv_heads;
+  inter = map.intermediate;
   qkv_dim = (heads + 2 * kv_heads) * head_dim;
   if (opt.max_model_len <= 0) opt.max_model_len = cfg.max_position_embeddings;
   max_seqs = std::max(1, opt.max_num_seqs);
@@ -263,29 +285,32 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   PAGED_CUDA_CHECK(cudaEventCreateWithFlags(&swap_done, cudaEventDisableTiming));
 }
 
+std::vector<std::pair<bf16**, const RankParam*>> CudaModelRunner::Impl::weight_params() {
+  std::vector<std::pair<bf16**, const RankParam*>> params{
+      {&embed, &map.embed}, {&final_norm, &map.final_norm}, {&lm_head, &map.lm_head}};
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    LayerWeights& L = layers[l];
+    const RankLayer& M = map.layers[l];
+    params.insert(params.end(), {{&L.attn_norm, &M.attn_norm}, {&L.ffn_norm, &M.ffn_norm}, {&L.wqkv, &M.wqkv},
+                                 {&L.bqkv, &M.bqkv}, {&L.wo, &M.wo}, {&L.w_gate_up, &M.w_gate_up},
+                                 {&L.w_down, &M.w_down}});
+  }
+  return params;
+}
+
 void CudaModelRunner::Impl::allocate_weights() {
-  // Offsets in elements, each tensor starting 256-byte aligned (cuBLASLt's preferred alignment).
-  int64_t size = 0;
-  std::vector<std::pair<bf16**, int64_t>> slots;
-  auto take = [&](bf16** where, int64_t elems) {
-    slots.emplace_back(where, size);
-    size += round_up(elems, 128);
-  };
-  take(&embed, int64_t{vocab} * hidden);
-  take(&final_norm, hidden);
-  if (!cfg.tie_word_embeddings) take(&lm_head, int64_t{vocab} * hidden);
+  // Offsets in elements, each tensor starting 256-byte aligned (cuBLASLt's preferred alignment). A parameter without
+  // shards (no bias; the LM head of tied embeddings) takes no room and keeps its null pointer.
   layers.resize(cfg.num_layers);
-  for (LayerWeights& L : layers) {
-    take(&L.attn_norm, hidden);
-    take(&L.ffn_norm, hidden);
-    take(&L.wqkv, int64_t{qkv_dim} * hidden);
-    if (cfg.qkv_bias) take(&L.bqkv, qkv_dim);
-    take(&L.wo, int64_t{hidden} * heads * head_dim);
-    take(&L.w_gate_up, int64_t{2} * inter * hidden);
-    take(&L.w_down, int64_t{hidden} * inter);
+  int64_t size = 0;
+  std::vector<std::pair<bf16**, int64_t>> offsets;
+  for (const auto& [where, param] : weight_params()) {
+    if (param->shards.empty()) continue;
+    offsets.emplace_back(where, size);
+    size += round_up(param->numel(), 128);
   }
   arena = device_alloc<bf16>(size);
-  for (auto& [where, offset] : slots) *where = arena.get() + offset;
+  for (auto& [where, offset] : offsets) *where = arena.get() + offset;
   if (cfg.tie_word_embeddings) lm_head = embed;
   const std::vector<float> freq = cfg.rope_inv_freq();
   inv_freq = device_alloc<float>(freq.size());
@@ -293,20 +318,14 @@ void CudaModelRunner::Impl::allocate_weights() {
 }
 
 void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
-  // Copies rows [rows.begin, +rows.size) x columns [cols.begin, +cols.size) of tensor `name` (checked against
-  // `shape`: a matrix [R][C], or a vector taken as one row) densely into dst as bf16: the whole tensor by default,
-  // else this rank's shard. bf16 checkpoints go straight from the mapped file; float32 and f16 are converted through
-  // a host buffer, about kSlice elements per copy.
-  struct Range {
-    int64_t begin = 0, size = -1;  // size -1: to the end
-  };
+  // Copies a shard (rows x columns of its tensor, see model/loader/weight_map.h) densely into dst as bf16. bf16
+  // checkpoints go straight from the mapped file; float32 and f16 are converted through a host buffer, about kSlice
+  // elements per copy.
   std::vector<uint16_t> staging;
-  auto load = [&](const std::string& name, const std::vector<int64_t>& shape, bf16* dst, Range rows = {},
-                  Range cols = {}) {
-    const TensorView& t = w.get(name, shape);
-    const int64_t R = shape.size() == 2 ? shape[0] : 1, C = shape.back();
-    const int64_t nr = rows.size < 0 ? R - rows.begin : rows.size, nc = cols.size < 0 ? C - cols.begin : cols.size;
-    const int64_t first = rows.begin * C + cols.begin;  // the slice's first element in the tensor
+  auto load = [&](const TensorShard& shard, bf16* dst) {
+    const TensorView& t = shard_tensor(w, shard);
+    const int64_t C = shard.shape.back(), nr = shard.rows, nc = shard.cols;
+    const int64_t first = shard.row_begin * C + shard.col_begin;  // the slice's first element in the tensor
     if (t.dtype == DType::bf16) {
       const uint16_t* src = static_cast<const uint16_t*>(t.data) + first;
       if (nc == C)
@@ -344,36 +363,13 @@ void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
       PAGED_CUDA_CHECK(cudaMemcpy(dst + r * nc, staging.data(), k * nc * sizeof(bf16), cudaMemcpyHostToDevice));
     }
   };
-  const int64_t H = hidden, D = head_dim, I = cfg.intermediate_size;
-  const int64_t q_rows = int64_t{cfg.num_heads} * D, kv_rows = int64_t{cfg.num_kv_heads} * D;  // whole tensors
-  const int64_t qr = int64_t{heads} * D, kvr = int64_t{kv_heads} * D, ir = inter;               // this rank's
-  const int64_t rank = opt.tp_rank;
-  load("model.embed_tokens.weight", {vocab, H}, embed);
-  load("model.norm.weight", {H}, final_norm);
-  if (!cfg.tie_word_embeddings) {
-    if (!w.contains("lm_head.weight"))
-      throw ModelError("checkpoint lacks tensor 'lm_head.weight' and tie_word_embeddings is false");
-    load("lm_head.weight", {vocab, H}, lm_head);
-  }
-  for (int l = 0; l < cfg.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerWeights& L = layers[l];
-    load(p + "input_layernorm.weight", {H}, L.attn_norm);
-    load(p + "post_attention_layernorm.weight", {H}, L.ffn_norm);
-    // Column-parallel: the rank's rows of q, k, v (its heads), gate and up (its intermediate slice).
-    load(p + "self_attn.q_proj.weight", {q_rows, H}, L.wqkv, {rank * qr, qr});
-    load(p + "self_attn.k_proj.weight", {kv_rows, H}, L.wqkv + qr * H, {rank * kvr, kvr});
-    load(p + "self_attn.v_proj.weight", {kv_rows, H}, L.wqkv + (qr + kvr) * H, {rank * kvr, kvr});
-    if (cfg.qkv_bias) {
-      load(p + "self_attn.q_proj.bias", {q_rows}, L.bqkv, {}, {rank * qr, qr});
-      load(p + "self_attn.k_proj.bias", {kv_rows}, L.bqkv + qr, {}, {rank * kvr, kvr});
-      load(p + "self_attn.v_proj.bias", {kv_rows}, L.bqkv + qr + kvr, {}, {rank * kvr, kvr});
+  // Each parameter's shards back to back: q, k, v rows of the fused QKV (and its bias), gate and up rows.
+  for (const auto& [where, param] : weight_params()) {
+    bf16* dst = *where;
+    for (const TensorShard& shard : param->shards) {
+      load(shard, dst);
+      dst += shard.numel();
     }
-    // Row-parallel: the rank's columns of o and down.
-    load(p + "self_attn.o_proj.weight", {H, q_rows}, L.wo, {}, {rank * qr, qr});
-    load(p + "mlp.gate_proj.weight", {I, H}, L.w_gate_up, {rank * ir, ir});
-    load(p + "mlp.up_proj.weight", {I, H}, L.w_gate_up + ir * H, {rank * ir, ir});
-    load(p + "mlp.down_proj.weight", {H, I}, L.w_down, {}, {rank * ir, ir});
   }
 }
 
@@ -431,28 +427,17 @@ void CudaModelRunner::Impl::allocate_runtime() {
                                                       decode_partition(b, kv_heads, c, sm_count, opt.block_size)));
   decode_ws = device_alloc<char>(decode_ws_bytes);
 
-  d_tokens = device_alloc<int32_t>(T);
-  d_positions = device_alloc<int32_t>(T);
-  d_slots = device_alloc<int64_t>(T);
-  d_query_start = device_alloc<int32_t>(max_seqs + 1);
-  d_context_lens = device_alloc<int32_t>(max_seqs);
-  d_tables = device_alloc<int32_t>(int64_t{max_seqs} * table_stride);
-  d_last_rows = device_alloc<int32_t>(max_seqs);
-  d_sample_params = device_alloc<cuda::SamplingRow>(max_seqs);
-  d_logits_rows = device_alloc<int32_t>(max_seqs);
-  d_sampled = device_alloc<int32_t>(max_seqs);
-  d_logprobs = device_alloc<float>(max_seqs);
-  h_tokens = pinned_alloc<int32_t>(T);
-  h_positions = pinned_alloc<int32_t>(T);
-  h_slots = pinned_alloc<int64_t>(T);
-  h_query_start = pinned_alloc<int32_t>(max_seqs + 1);
-  h_context_lens = pinned_alloc<int32_t>(max_seqs);
-  h_tables = pinned_alloc<int32_t>(int64_t{max_seqs} * table_stride);
-  h_last_rows = pinned_alloc<int32_t>(max_seqs);
-  h_sample_params = pinned_alloc<cuda::SamplingRow>(max_seqs);
-  h_logits_rows = pinned_alloc<int32_t>(max_seqs);
-  h_sampled = pinned_alloc<int32_t>(max_seqs);
-  h_logprobs = pinned_alloc<float>(max_seqs);
+  token_ids.allocate(T);
+  positions.allocate(T);
+  slots.allocate(T);
+  query_start.allocate(max_seqs + 1);
+  context_lens.allocate(max_seqs);
+  block_tables.allocate(int64_t{max_seqs} * table_stride);
+  last_rows.allocate(max_seqs);
+  sample_rows.allocate(max_seqs);
+  logits_row_ids.allocate(max_seqs);
+  sampled.allocate(max_seqs);
+  logprobs.allocate(max_seqs);
 }
 
 void CudaModelRunner::Impl::allocate_kv() {
@@ -497,7 +482,7 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     throw ModelError("step of " + std::to_string(tokens) + " tokens exceeds max_num_batched_tokens " +
                      std::to_string(max_tokens));
   plan.decode = decode;
-  h_query_start[0] = 0;
+  query_start.host[0] = 0;
   int t = 0;
   plan.logits_row.assign(n, -1);
   for (int s = 0; s < n; ++s) {
@@ -510,24 +495,24 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     if (static_cast<int>(c.block_table.size()) < needed) throw ModelError("block table shorter than the context");
     for (int b = 0; b < needed; ++b) {
       if (c.block_table[b] < 0 || c.block_table[b] >= kv.num_blocks) throw ModelError("block id out of range");
-      h_tables[int64_t{s} * table_stride + b] = c.block_table[b];
+      block_tables.host[int64_t{s} * table_stride + b] = c.block_table[b];
     }
     max_table = std::max(max_table, needed);
     for (size_t i = 0; i < c.tokens.size(); ++i, ++t) {
       if (c.tokens[i] < 0 || c.tokens[i] >= vocab) throw ModelError("token id out of range");
       const int pos = c.start_pos + static_cast<int>(i);
-      h_tokens[t] = c.tokens[i];
-      h_positions[t] = pos;
-      h_slots[t] = int64_t{c.block_table[pos / B]} * B + pos % B;
+      token_ids.host[t] = c.tokens[i];
+      positions.host[t] = pos;
+      slots.host[t] = kv_slot(c.block_table, pos, B);
     }
-    h_query_start[s + 1] = t;
-    h_context_lens[s] = ctx;
+    query_start.host[s + 1] = t;
+    context_lens.host[s] = ctx;
     plan.max_q = std::max(plan.max_q, static_cast<int>(c.tokens.size()));
     plan.max_ctx = std::max(plan.max_ctx, ctx);
     if (!c.samples.empty()) {
       // Decode steps run the LM head on every row (row s is sequence s); others gather the sampled rows first.
       plan.logits_row[s] = decode ? s : plan.logits_rows;
-      h_last_rows[plan.logits_rows++] = t - 1;
+      last_rows.host[plan.logits_rows++] = t - 1;
     }
   }
   plan.tokens = t;
@@ -537,12 +522,12 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     // block 0 (any valid block: its output is never read).
     const int rows = *std::lower_bound(buckets.begin(), buckets.end(), n);
     for (int s = n; s < rows; ++s) {
-      h_tokens[s] = 0;
-      h_positions[s] = 0;
-      h_slots[s] = -1;
-      h_query_start[s + 1] = s + 1;
-      h_context_lens[s] = 1;
-      h_tables[int64_t{s} * table_stride] = 0;
+      token_ids.host[s] = 0;
+      positions.host[s] = 0;
+      slots.host[s] = -1;
+      query_start.host[s + 1] = s + 1;
+      context_lens.host[s] = 1;
+      block_tables.host[int64_t{s} * table_stride] = 0;
     }
     plan.tokens = plan.seqs = rows;
     plan.grid_ctx = *std::lower_bound(ctx_buckets.begin(), ctx_buckets.end(), plan.max_ctx);
@@ -550,17 +535,14 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     plan.logits_rows = rows;
   }
   // Uploads on the compute stream: ordered before the kernels that read them, after the previous step's.
-  const auto up = [&](auto* dst, const auto* src, size_t count) {
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(*src), cudaMemcpyHostToDevice, compute));
-  };
-  up(d_tokens.get(), h_tokens.get(), plan.tokens);
-  up(d_positions.get(), h_positions.get(), plan.tokens);
-  up(d_slots.get(), h_slots.get(), plan.tokens);
-  up(d_query_start.get(), h_query_start.get(), plan.seqs + 1);
-  up(d_context_lens.get(), h_context_lens.get(), plan.seqs);
-  if (!decode) up(d_last_rows.get(), h_last_rows.get(), plan.logits_rows);
+  PAGED_CUDA_CHECK(token_ids.upload(plan.tokens, compute));
+  PAGED_CUDA_CHECK(positions.upload(plan.tokens, compute));
+  PAGED_CUDA_CHECK(slots.upload(plan.tokens, compute));
+  PAGED_CUDA_CHECK(query_start.upload(plan.seqs + 1, compute));
+  PAGED_CUDA_CHECK(context_lens.upload(plan.seqs, compute));
+  if (!decode) PAGED_CUDA_CHECK(last_rows.upload(plan.logits_rows, compute));
   // Only the used columns of each table row travel.
-  PAGED_CUDA_CHECK(cudaMemcpy2DAsync(d_tables.get(), table_stride * sizeof(int32_t), h_tables.get(),
+  PAGED_CUDA_CHECK(cudaMemcpy2DAsync(block_tables.device.get(), table_stride * sizeof(int32_t), block_tables.host.get(),
                                      table_stride * sizeof(int32_t), max_table * sizeof(int32_t), plan.seqs,
                                      cudaMemcpyHostToDevice, compute));
   return plan;
@@ -573,35 +555,20 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   const auto reduce_proj = [&] {
     if (opt.tp_size > 1) opt.comm->all_reduce_sum(proj.get(), size_t(T) * hidden, NcclType::bf16, s);
   };
-  PAGED_CUDA_CHECK(cuda::gather_rows(residual.get(), embed, d_tokens.get(), T, hidden, vocab, s));
-  cuda::PagedAttentionArgs a;
-  a.out = attn.get();
-  a.q = qkv.get();
-  a.q_stride = qkv_dim;
-  a.block_tables = d_tables.get();
-  a.query_start = d_query_start.get();
-  a.context_lens = d_context_lens.get();
-  a.num_seqs = plan.seqs;
-  a.max_blocks_per_seq = table_stride;
-  a.num_heads = heads;
-  a.num_kv_heads = kv_heads;
-  a.head_dim = head_dim;
-  a.block_size = opt.block_size;
-  a.scale = scale;
+  PAGED_CUDA_CHECK(cuda::gather_rows(residual.get(), embed, token_ids.device.get(), T, hidden, vocab, s));
+  cuda::PagedAttentionArgs a{.out = attn.get(), .q = qkv.get(), .q_stride = qkv_dim,
+                             .k_cache = nullptr, .v_cache = nullptr,  // set per layer
+                             .block_tables = block_tables.device.get(), .query_start = query_start.device.get(),
+                             .context_lens = context_lens.device.get(), .num_seqs = plan.seqs,
+                             .max_blocks_per_seq = table_stride, .num_heads = heads, .num_kv_heads = kv_heads,
+                             .head_dim = head_dim, .block_size = opt.block_size, .scale = scale};
   // Single-token steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
   // residual stream themselves and gate/up applies SiLU-and-mul, so each norm reads an up-to-date residual.
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
   const bool fused = opt.tp_size == 1 && T == 1;
   const auto gemv = [&](bf16* y, const bf16* x, const bf16* w, const bf16* bias, int n, int k,
                         cuda::GemvOutput output) {
-    cuda::GemvArgs g;
-    g.x = x;
-    g.w = w;
-    g.bias = bias;
-    g.y = y;
-    g.n = n;
-    g.k = k;
-    g.output = output;
+    const cuda::GemvArgs g{.x = x, .w = w, .bias = bias, .y = y, .n = n, .k = k, .output = output};
     PAGED_CUDA_CHECK(cuda::gemv(g, s));
   };
   for (int l = 0; l < cfg.num_layers; ++l) {
@@ -617,7 +584,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
             cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.attn_norm, T, hidden, eps, s));
       PAGED_CUDA_CHECK(gemm->linear(qkv.get(), normed.get(), L.wqkv, L.bqkv, T, qkv_dim, hidden, false, s));
     }
-    PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_cache(l), v_cache(l), d_positions.get(), d_slots.get(),
+    PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_cache(l), v_cache(l), positions.device.get(), slots.device.get(),
                                           inv_freq.get(), T, heads, kv_heads, head_dim, opt.block_size, qkv_dim, s));
     a.k_cache = k_cache(l);
     a.v_cache = v_cache(l);
@@ -649,8 +616,8 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   if (plan.logits_rows == 0) return;
   const bf16* rows = normed.get();
   if (!plan.decode) {
-    PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), d_last_rows.get(), plan.logits_rows, hidden,
-                                       T, s));
+    PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), last_rows.device.get(), plan.logits_rows,
+                                       hidden, T, s));
     rows = last_hidden.get();
   }
   PAGED_CUDA_CHECK(gemm->linear(logits.get(), rows, lm_head, nullptr, plan.logits_rows, vocab, hidden, true, s));
@@ -667,19 +634,17 @@ void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
     if (batch.copies.size() > pairs_capacity) {
       pairs_capacity = std::max(batch.copies.size(), size_t{256});
       PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the old staging may still be in flight
-      d_pairs = device_alloc<int32_t>(2 * pairs_capacity);
-      h_pairs = pinned_alloc<int32_t>(2 * pairs_capacity);
+      copy_pairs.allocate(2 * pairs_capacity);
     }
     for (size_t i = 0; i < batch.copies.size(); ++i) {
       const auto [src, dst] = batch.copies[i];
       if (src < 0 || src >= kv.num_blocks || dst < 0 || dst >= kv.num_blocks)
         throw ModelError("copy-on-write block out of range");
-      h_pairs[2 * i] = src;
-      h_pairs[2 * i + 1] = dst;
+      copy_pairs.host[2 * i] = src;
+      copy_pairs.host[2 * i + 1] = dst;
     }
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(d_pairs.get(), h_pairs.get(), 2 * batch.copies.size() * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, compute));
-    PAGED_CUDA_CHECK(cuda::copy_blocks(kv, d_pairs.get(), static_cast<int>(batch.copies.size()), compute));
+    PAGED_CUDA_CHECK(copy_pairs.upload(2 * batch.copies.size(), compute));
+    PAGED_CUDA_CHECK(cuda::copy_blocks(kv, copy_pairs.device.get(), static_cast<int>(batch.copies.size()), compute));
   }
   plan = prepare(batch);
   if (plan.seqs == 0) return;
@@ -734,30 +699,26 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
     for (int r = 0; r < rows; ++r) {
       const Job& j = gpu_jobs[begin + r];
       const SampleSpec& spec = batch.seqs[j.chunk].samples[j.spec];
-      cuda::SamplingRow& row = h_sample_params[r];
+      cuda::SamplingRow& row = sample_rows.host[r];
       row.temperature = spec.params->temperature;
       row.top_k = spec.params->top_k;
       row.top_p = spec.params->top_p;
       row.min_p = spec.params->min_p;
       row.seed = spec.seed;
       row.index = spec.output ? spec.output->size() : 0;
-      h_logits_rows[r] = j.logits_row;
+      logits_row_ids.host[r] = j.logits_row;
     }
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(d_sample_params.get(), h_sample_params.get(), rows * sizeof(cuda::SamplingRow),
-                                     cudaMemcpyHostToDevice, compute));
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(d_logits_rows.get(), h_logits_rows.get(), rows * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, compute));
-    PAGED_CUDA_CHECK(cuda::sample_tokens(d_sampled.get(), d_logprobs.get(), logits.get(), d_logits_rows.get(),
-                                         d_sample_params.get(), rows, vocab, sample_ws.get(),
-                                         cuda::sampling_workspace_bytes(max_seqs, vocab), compute));
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(h_sampled.get(), d_sampled.get(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                     compute));
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(h_logprobs.get(), d_logprobs.get(), rows * sizeof(float), cudaMemcpyDeviceToHost,
-                                     compute));
+    PAGED_CUDA_CHECK(sample_rows.upload(rows, compute));
+    PAGED_CUDA_CHECK(logits_row_ids.upload(rows, compute));
+    PAGED_CUDA_CHECK(cuda::sample_tokens(sampled.device.get(), logprobs.device.get(), logits.get(),
+                                         logits_row_ids.device.get(), sample_rows.device.get(), rows, vocab,
+                                         sample_ws.get(), cuda::sampling_workspace_bytes(max_seqs, vocab), compute));
+    PAGED_CUDA_CHECK(sampled.download(rows, compute));
+    PAGED_CUDA_CHECK(logprobs.download(rows, compute));
     PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next batch of rows
     for (int r = 0; r < rows; ++r) {
       const Job& j = gpu_jobs[begin + r];
-      result.samples[chunk_slot[j.chunk]][j.spec] = {SampledToken{h_sampled[r], h_logprobs[r], {}}};
+      result.samples[chunk_slot[j.chunk]][j.spec] = {SampledToken{sampled.host[r], logprobs.host[r], {}}};
     }
   }
   if (!cpu_jobs.empty()) {
@@ -827,29 +788,24 @@ std::vector<std::vector<float>> CudaModelRunner::forward(const StepBatch& batch)
   return out;
 }
 
-void CudaModelRunner::swap_out(const std::vector<BlockPair>& device_to_cpu) {
-  if (device_to_cpu.empty()) return;
-  PAGED_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+void CudaModelRunner::Impl::swap(const cuda::BlockPool& from, const cuda::BlockPool& to,
+                                 const std::vector<BlockPair>& pairs) {
+  if (pairs.empty()) return;
+  PAGED_CUDA_CHECK(cudaSetDevice(opt.device));
   // After the last step that wrote the blocks (compute_done), before the next that may reuse them (swap_pending).
-  PAGED_CUDA_CHECK(cuda::swap_blocks(impl_->kv, impl_->host, device_to_cpu, impl_->copy, impl_->compute_done,
-                                     impl_->swap_done));
-  impl_->swap_pending = true;
+  PAGED_CUDA_CHECK(cuda::swap_blocks(from, to, pairs, copy, compute_done, swap_done));
+  swap_pending = true;
+}
+
+void CudaModelRunner::swap_out(const std::vector<BlockPair>& device_to_cpu) {
+  impl_->swap(impl_->kv, impl_->host, device_to_cpu);
 }
 
 void CudaModelRunner::swap_in(const std::vector<BlockPair>& cpu_to_device) {
-  if (cpu_to_device.empty()) return;
-  PAGED_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
-  PAGED_CUDA_CHECK(cuda::swap_blocks(impl_->host, impl_->kv, cpu_to_device, impl_->copy, impl_->compute_done,
-                                     impl_->swap_done));
-  impl_->swap_pending = true;
+  impl_->swap(impl_->host, impl_->kv, cpu_to_device);
 }
 
 int CudaModelRunner::num_blocks() const { return impl_->kv.num_blocks; }
 int CudaModelRunner::num_swap_blocks() const { return impl_->host.num_blocks; }
-
-std::unique_ptr<CudaModelRunner> make_cuda_runner(const ModelConfig& config, const SafeTensors& weights,
-                                                  const CudaRunnerOptions& options) {
-  return std::make_unique<CudaModelRunner>(config, weights, options);
-}
 
 }  // namespace paged

@@ -77,8 +77,4 @@ class CudaModelRunner final : public ModelRunner {
   std::unique_ptr<Impl> impl_;
 };
 
-/// The runner for the engine: CudaModelRunner on options.device.
-std::unique_ptr<CudaModelRunner> make_cuda_runner(const ModelConfig& config, const SafeTensors& weights,
-                                                  const CudaRunnerOptions& options);
-
 }  // namespace paged

@@ -244,15 +244,6 @@ const std::vector<int32_t>& KvCacheManager::block_table(SeqId seq) const { retur
 
 int KvCacheManager::num_computed(SeqId seq) const { return seqs_.at(seq).num_computed; }
 
-int64_t KvCacheManager::slot(SeqId seq, int pos) const {
-  const Sequence& s = device_seq(seq);
-  if (pos < 0 || pos >= static_cast<int>(s.blocks.size()) * block_size_) {
-    throw std::out_of_range("slot(): position " + std::to_string(pos) + " outside the table of sequence " +
-                            std::to_string(seq));
-  }
-  return static_cast<int64_t>(s.blocks[pos / block_size_]) * block_size_ + pos % block_size_;
-}
-
 KvMetrics KvCacheManager::metrics() const {
   KvMetrics m;
   m.device_total = device_.num_blocks();

@@ -98,8 +98,6 @@ class KvCacheManager {
   /// Device block ids of a sequence that is not swapped. Throws std::out_of_range / std::logic_error otherwise.
   const std::vector<int32_t>& block_table(SeqId seq) const;
   int num_computed(SeqId seq) const;
-  /// Cache slot of position `pos`: block_table[pos / B] * B + pos % B. Call with pos inside the table.
-  int64_t slot(SeqId seq, int pos) const;
   KvMetrics metrics() const;
   int block_size() const { return block_size_; }
 
@@ -112,7 +110,7 @@ class KvCacheManager {
   struct Sequence {
     std::vector<int32_t> blocks;       // device block ids, or CPU block ids while swapped
     std::vector<uint64_t> content_ids; // content id of each registered-or-duplicate full block, a prefix of blocks
-    int num_computed = 0;
+    int num_computed = 0;              // tokens whose KV a returned step wrote (the scheduler plans ahead of it)
     uint64_t salt = 0;
     bool swapped = false;
   };

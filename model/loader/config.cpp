@@ -1,29 +1,18 @@
 #include "model/loader/config.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <numbers>
-#include <sstream>
+
+#include "model/json_file.h"
 
 namespace paged {
 namespace json = boost::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-json::object read_json_object(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ModelError("cannot open " + path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  boost::system::error_code ec;
-  json::value v = json::parse(ss.str(), ec);
-  if (ec) throw ModelError(path.string() + ": malformed JSON: " + ec.message());
-  if (!v.is_object()) throw ModelError(path.string() + ": expected a JSON object");
-  return v.as_object();
-}
 
 const json::value* find(const json::object& o, std::string_view key) {
   auto it = o.find(key);
@@ -73,7 +62,7 @@ void add_token_ids(const json::value* v, std::vector<TokenId>& out, std::string_
 ModelConfig load_model_config(const std::string& model_dir) {
   fs::path dir(model_dir);
   if (!fs::is_directory(dir)) throw ModelError("model directory not found: " + model_dir);
-  json::object o = read_json_object(dir / "config.json");
+  json::object o = read_json_object<ModelError>(dir / "config.json");
   ModelConfig c;
 
   const json::value* type = find(o, "model_type");
@@ -163,7 +152,7 @@ ModelConfig load_model_config(const std::string& model_dir) {
   if (const json::value* v = find(o, "bos_token_id")) c.bos_token_id = static_cast<TokenId>(number(*v, "bos_token_id"));
   add_token_ids(find(o, "eos_token_id"), c.eos_token_ids, "eos_token_id");
   if (fs::exists(dir / "generation_config.json")) {
-    json::object g = read_json_object(dir / "generation_config.json");
+    json::object g = read_json_object<ModelError>(dir / "generation_config.json");
     add_token_ids(find(g, "eos_token_id"), c.eos_token_ids, "generation_config.json eos_token_id");
   }
   return c;

@@ -5,13 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bit>
 #include <boost/json.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
+
+#include "model/json_file.h"
 
 namespace paged {
 namespace json = boost::json;
@@ -34,16 +35,10 @@ int64_t TensorView::numel() const {
   return n;
 }
 
-float bf16_to_float(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float bf16_to_float(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
 
 uint16_t float_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
+  uint32_t bits = std::bit_cast<uint32_t>(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
   bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
   return static_cast<uint16_t>(bits >> 16);
@@ -67,21 +62,17 @@ float f16_to_float(uint16_t h) {
   } else {
     bits = sign | (exp + 127 - 15) << 23 | mant << 13;
   }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return std::bit_cast<float>(bits);
 }
 
 uint16_t float_to_f16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  const uint32_t x = std::bit_cast<uint32_t>(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
   if (absx > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
   if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (absx < 0x38800000u) {  // subnormal or zero in half
-    float a;
-    std::memcpy(&a, &absx, 4);
+    const float a = std::bit_cast<float>(absx);
     // 2^-24 is the smallest half subnormal; rounding handled by the float add trick.
     float scaled = a * 16777216.0f;  // a / 2^-24
     uint32_t m = static_cast<uint32_t>(std::nearbyint(scaled));
@@ -125,16 +116,12 @@ SafeTensors::SafeTensors(const std::string& model_dir) {
   fs::path dir(model_dir);
   std::vector<fs::path> shards;
   if (fs::exists(dir / "model.safetensors.index.json")) {
-    std::ifstream in(dir / "model.safetensors.index.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    boost::system::error_code ec;
-    json::value idx = json::parse(ss.str(), ec);
-    if (ec || !idx.is_object() || !idx.as_object().contains("weight_map") ||
-        !idx.at("weight_map").is_object())
+    const json::object index = read_json_object<ModelError>(dir / "model.safetensors.index.json");
+    const json::value* weight_map = index.if_contains("weight_map");
+    if (!weight_map || !weight_map->is_object())
       throw ModelError("model.safetensors.index.json: malformed (needs an object 'weight_map')");
     std::set<std::string> files;
-    for (const auto& kv : idx.at("weight_map").as_object()) {
+    for (const auto& kv : weight_map->get_object()) {
       if (!kv.value().is_string()) throw ModelError("model.safetensors.index.json: weight_map values must be strings");
       std::string f(kv.value().as_string());
       if (f.find('/') != std::string::npos) throw ModelError("model.safetensors.index.json: bad shard name " + f);
@@ -222,30 +209,6 @@ const TensorView& SafeTensors::get(const std::string& name, const std::vector<in
     throw ModelError("tensor '" + name + "' has shape " + shape_str(it->second.shape) + " but the config implies " +
                      shape_str(expected_shape));
   return it->second;
-}
-
-std::vector<float> SafeTensors::get_f32(const std::string& name, const std::vector<int64_t>& expected_shape) const {
-  const TensorView& t = get(name, expected_shape);
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  const auto* src = static_cast<const unsigned char*>(t.data);
-  for (size_t i = 0; i < out.size(); ++i) {
-    switch (t.dtype) {
-      case DType::f32: std::memcpy(&out[i], src + 4 * i, 4); break;
-      case DType::f16: {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        out[i] = f16_to_float(h);
-        break;
-      }
-      case DType::bf16: {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        out[i] = bf16_to_float(h);
-        break;
-      }
-    }
-  }
-  return out;
 }
 
 }  // namespace paged

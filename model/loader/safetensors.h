@@ -43,8 +43,6 @@ class SafeTensors {
   bool contains(const std::string& name) const;
   /// Throws ModelError when absent, or when `expected_shape` is given and differs.
   const TensorView& get(const std::string& name, const std::vector<int64_t>& expected_shape = {}) const;
-  /// The tensor converted to float32.
-  std::vector<float> get_f32(const std::string& name, const std::vector<int64_t>& expected_shape = {}) const;
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
 
  private:

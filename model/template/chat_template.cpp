@@ -1,21 +1,20 @@
 #include "model/template/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include <boost/json.hpp>
 
+#include "model/json_file.h"
+
 namespace paged {
 namespace {
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The template source in `path`; throws std::runtime_error when it cannot be read.
+std::string read_template(const std::filesystem::path& path) {
+  std::optional<std::string> source = read_file(path);
+  if (!source) throw std::runtime_error("cannot read " + path.string());
+  return std::move(*source);
 }
 
 /// A special token as tokenizer_config.json writes it: "<s>", {"content": "<s>", ...}, or null.
@@ -61,17 +60,13 @@ std::optional<ChatTemplate> ChatTemplate::load(const std::string& model_dir, con
   namespace fs = std::filesystem;
   const fs::path dir(model_dir);
   boost::json::object config;
-  if (fs::exists(dir / "tokenizer_config.json")) {
-    boost::system::error_code ec;
-    auto parsed = boost::json::parse(read_file(dir / "tokenizer_config.json"), ec);
-    if (ec || !parsed.is_object()) throw std::runtime_error("malformed " + (dir / "tokenizer_config.json").string());
-    config = std::move(parsed.get_object());
-  }
+  if (fs::exists(dir / "tokenizer_config.json"))
+    config = read_json_object<std::runtime_error>(dir / "tokenizer_config.json");
   std::optional<std::string> source;
   if (!override_file.empty()) {
-    source = read_file(override_file);
+    source = read_template(override_file);
   } else if (fs::exists(dir / "chat_template.jinja")) {
-    source = read_file(dir / "chat_template.jinja");
+    source = read_template(dir / "chat_template.jinja");
   } else {
     source = config_template(config);
   }

@@ -109,9 +109,9 @@ TEST_CASE("allocate without a prefix hit, mark_computed and slots", "[kv]") {
   CHECK(kv.metrics().used_slots == 10);
   CHECK(kv.metrics().kv_waste() == Approx(2.0 / 12.0));
   const auto& table = kv.block_table(1);
-  CHECK(kv.slot(1, 0) == table[0] * 4);
-  CHECK(kv.slot(1, 9) == table[2] * 4 + 1);
-  CHECK_THROWS_AS(kv.slot(1, 12), std::out_of_range);
+  CHECK(kv_slot(table, 0, 4) == table[0] * 4);
+  CHECK(kv_slot(table, 9, 4) == table[2] * 4 + 1);
+  CHECK_THROWS_AS(kv_slot(table, 12, 4), std::out_of_range);
   CHECK_THROWS_AS(kv.mark_computed(1, tokens, 9), std::invalid_argument);   // never decreases
   CHECK_THROWS_AS(kv.allocate(1, tokens, 10), std::logic_error);           // known id
   CHECK_THROWS_AS(kv.block_table(2), std::out_of_range);
@@ -524,7 +524,7 @@ class Simulation {
     REQUIRE(kv_.num_computed(id) == m.computed);
     if (m.swapped) return;
     for (int p = 0; p < m.computed; ++p) {
-      if (device_[kv_.slot(id, p)] != m.kv[p]) {
+      if (device_[kv_slot(kv_.block_table(id), p, B)] != m.kv[p]) {
         FAIL("sequence " << id << " position " << p << " holds foreign KV after " << performed_ << " operations");
       }
     }
@@ -549,7 +549,7 @@ class Simulation {
   // Executor stand-in: computes positions [from, to) of a device sequence into the shadow cache.
   void compute(SeqId id, int to) {
     Model& m = live_.at(id);
-    for (int p = m.computed; p < to; ++p) device_[kv_.slot(id, p)] = m.kv[p];
+    for (int p = m.computed; p < to; ++p) device_[kv_slot(kv_.block_table(id), p, B)] = m.kv[p];
     kv_.mark_computed(id, m.tokens, to);
     m.computed = to;
   }

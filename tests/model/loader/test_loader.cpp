@@ -19,6 +19,7 @@
 #include "model/loader/config.h"
 #include "kernels/cpu/cpu_runner.h"
 #include "model/loader/safetensors.h"
+#include "model/loader/weight_map.h"
 #include "model/sampling/sampling_params.h"
 #include "model/tokenizer/load_tokenizer.h"
 #include "tests/test_data.h"
@@ -721,7 +722,10 @@ TEST_CASE("loader: bf16 and f16 checkpoints are converted to float32 correctly",
     for (size_t k = 0; k < f32.size(); ++k) {
       INFO(f32[k].name);
       REQUIRE(w.get(f32[k].name).dtype == (dtype == "BF16" ? DType::bf16 : DType::f16));
-      const std::vector<float> orig = floats_of(f32[k]), conv = w.get_f32(f32[k].name, f32[k].shape);
+      const std::vector<int64_t>& shape = f32[k].shape;
+      const TensorShard whole{.name = f32[k].name, .shape = shape, .rows = shape.size() == 2 ? shape[0] : 1,
+                              .cols = shape.back()};
+      const std::vector<float> orig = floats_of(f32[k]), conv = read_shard_f32(w, whole);
       REQUIRE(conv.size() == orig.size());
       for (size_t i = 0; i < orig.size(); ++i) {
         uint16_t bits;

@@ -1,0 +1,122 @@
+#include "model/loader/weight_map.h"
+
+#include <cstring>
+
+namespace paged {
+
+namespace {
+
+// The whole tensor `name` of `shape` (a vector is one row).
+TensorShard whole(std::string name, std::vector<int64_t> shape) {
+  const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+  return {std::move(name), std::move(shape), 0, rows, 0, cols};
+}
+
+// Rows [begin, begin + rows) of a [R][C] matrix: a column-parallel weight.
+TensorShard row_shard(std::string name, std::vector<int64_t> shape, int64_t begin, int64_t rows) {
+  TensorShard s = whole(std::move(name), std::move(shape));
+  s.row_begin = begin;
+  s.rows = rows;
+  return s;
+}
+
+// Columns [begin, begin + cols) of a [R][C] matrix (a row-parallel weight), or elements of a vector (the bias of a
+// column-parallel weight).
+TensorShard column_shard(std::string name, std::vector<int64_t> shape, int64_t begin, int64_t cols) {
+  TensorShard s = whole(std::move(name), std::move(shape));
+  s.col_begin = begin;
+  s.cols = cols;
+  return s;
+}
+
+const std::string kLmHead = "lm_head.weight";
+
+}  // namespace
+
+int64_t RankParam::numel() const {
+  int64_t n = 0;
+  for (const TensorShard& s : shards) n += s.numel();
+  return n;
+}
+
+WeightMap rank_weight_map(const ModelConfig& config, int tp_rank, int tp_size) {
+  const int tp = tp_size;
+  if (tp < 1 || tp_rank < 0 || tp_rank >= tp) throw ModelError("invalid tensor-parallel rank/size");
+  if (config.num_kv_heads % tp != 0 || config.num_heads % tp != 0)
+    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " does not divide the attention heads (" +
+                     std::to_string(config.num_heads) + ") and KV heads (" + std::to_string(config.num_kv_heads) +
+                     ")");
+  if (config.intermediate_size % tp != 0)
+    throw ModelError("tensor_parallel_size " + std::to_string(tp) + " does not divide intermediate_size " +
+                     std::to_string(config.intermediate_size));
+  WeightMap m;
+  m.heads = config.num_heads / tp;
+  m.kv_heads = config.num_kv_heads / tp;
+  m.intermediate = config.intermediate_size / tp;
+
+  const int64_t H = config.hidden_size, D = config.head_dim, V = config.vocab_size, I = config.intermediate_size;
+  const int64_t q_rows = int64_t{config.num_heads} * D, kv_rows = int64_t{config.num_kv_heads} * D;  // whole
+  const int64_t qr = m.heads * D, kvr = m.kv_heads * D, ir = m.intermediate;                          // the rank's
+  const int64_t rank = tp_rank;
+  m.embed.shards = {whole("model.embed_tokens.weight", {V, H})};
+  m.final_norm.shards = {whole("model.norm.weight", {H})};
+  if (!config.tie_word_embeddings) m.lm_head.shards = {whole(kLmHead, {V, H})};
+  m.layers.resize(config.num_layers);
+  for (int l = 0; l < config.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    RankLayer& L = m.layers[l];
+    L.attn_norm.shards = {whole(p + "input_layernorm.weight", {H})};
+    L.ffn_norm.shards = {whole(p + "post_attention_layernorm.weight", {H})};
+    // Column-parallel: the rank's rows of q, k, v (its heads), gate and up (its intermediate slice).
+    L.wqkv.shards = {row_shard(p + "self_attn.q_proj.weight", {q_rows, H}, rank * qr, qr),
+                     row_shard(p + "self_attn.k_proj.weight", {kv_rows, H}, rank * kvr, kvr),
+                     row_shard(p + "self_attn.v_proj.weight", {kv_rows, H}, rank * kvr, kvr)};
+    if (config.qkv_bias)
+      L.bqkv.shards = {column_shard(p + "self_attn.q_proj.bias", {q_rows}, rank * qr, qr),
+                       column_shard(p + "self_attn.k_proj.bias", {kv_rows}, rank * kvr, kvr),
+                       column_shard(p + "self_attn.v_proj.bias", {kv_rows}, rank * kvr, kvr)};
+    // Row-parallel: the rank's columns of o and down.
+    L.wo.shards = {column_shard(p + "self_attn.o_proj.weight", {H, q_rows}, rank * qr, qr)};
+    L.w_gate_up.shards = {row_shard(p + "mlp.gate_proj.weight", {I, H}, rank * ir, ir),
+                          row_shard(p + "mlp.up_proj.weight", {I, H}, rank * ir, ir)};
+    L.w_down.shards = {column_shard(p + "mlp.down_proj.weight", {H, I}, rank * ir, ir)};
+  }
+  return m;
+}
+
+const TensorView& shard_tensor(const SafeTensors& weights, const TensorShard& shard) {
+  if (shard.name == kLmHead && !weights.contains(kLmHead))
+    throw ModelError("checkpoint lacks tensor '" + kLmHead + "' and tie_word_embeddings is false");
+  return weights.get(shard.name, shard.shape);
+}
+
+std::vector<float> read_shard_f32(const SafeTensors& weights, const TensorShard& shard) {
+  const TensorView& t = shard_tensor(weights, shard);
+  const int64_t C = shard.shape.back();
+  std::vector<float> out(static_cast<size_t>(shard.numel()));
+  float* dst = out.data();
+  for (int64_t r = 0; r < shard.rows; ++r, dst += shard.cols) {
+    const int64_t first = (shard.row_begin + r) * C + shard.col_begin;  // the run's first element in the tensor
+    const auto* src = static_cast<const unsigned char*>(t.data) + first * dtype_size(t.dtype);
+    for (int64_t i = 0; i < shard.cols; ++i) {
+      switch (t.dtype) {
+        case DType::f32: std::memcpy(&dst[i], src + 4 * i, 4); break;
+        case DType::f16: {
+          uint16_t h;
+          std::memcpy(&h, src + 2 * i, 2);
+          dst[i] = f16_to_float(h);
+          break;
+        }
+        case DType::bf16: {
+          uint16_t h;
+          std::memcpy(&h, src + 2 * i, 2);
+          dst[i] = bf16_to_float(h);
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace paged

@@ -1,0 +1,70 @@
+// The checkpoint's tensors as the runners hold them: Hugging Face names of the Llama family, the shapes the config
+// implies, and the part of each tensor one tensor-parallel rank keeps. q/k/v and gate/up are column-parallel (rank r
+// keeps whole KV heads with their query heads, and a slice of the intermediate size: rows of those tensors), o_proj
+// and down_proj row-parallel (the matching columns); embedding, norms and LM head are replicated, and the LM head is
+// the embedding when tie_word_embeddings is set. The CPU runner (float32) and the CUDA runner (bf16) both load from
+// this one map, in its order, into the same layout: the fused QKV [q rows, k rows, v rows][hidden] (Qwen2's biases
+// likewise) and the fused gate/up [gate rows, up rows][hidden].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/loader/config.h"
+#include "model/loader/safetensors.h"
+
+namespace paged {
+
+/// The part of one checkpoint tensor that a rank keeps: rows [row_begin, row_begin + rows) and columns
+/// [col_begin, col_begin + cols) of the tensor taken as a matrix (a vector is one row).
+struct TensorShard {
+  std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // what the config implies: {rows, cols} for a matrix, {cols} for a vector
+  int64_t row_begin = 0, rows = 1;
+  int64_t col_begin = 0, cols = 0;
+  /// Elements the rank keeps: rows * cols.
+  int64_t numel() const { return rows * cols; }
+};
+
+/// One parameter of a runner: the shards that fill it back to back, each dense [rows][cols] (q, k and v for the
+/// fused QKV projection and its bias, gate and up for the fused gate/up projection, one shard for the others; none
+/// for a bias the model has not, or the LM head of tied embeddings).
+struct RankParam {
+  std::vector<TensorShard> shards;
+  /// Elements of the parameter on the rank: the sum over its shards.
+  int64_t numel() const;
+};
+
+/// The parameters of one decoder layer on a rank, declared in load order.
+struct RankLayer {
+  RankParam attn_norm, ffn_norm;  // input_layernorm, post_attention_layernorm: [hidden]
+  RankParam wqkv, bqkv;           // [(heads + 2 * kv_heads) * head_dim][hidden] and its bias (empty without)
+  RankParam wo;                   // [hidden][heads * head_dim]
+  RankParam w_gate_up;            // [2 * intermediate][hidden]
+  RankParam w_down;               // [hidden][intermediate]
+};
+
+/// Every parameter one rank loads, and the rank's share of the model's dimensions. Load order: embed, final_norm,
+/// lm_head, then each layer's parameters in RankLayer's order (the first missing or mismatched tensor is reported).
+struct WeightMap {
+  int heads = 0, kv_heads = 0, intermediate = 0;  // the model's, divided by tp_size
+  RankParam embed;       // [vocab][hidden]
+  RankParam final_norm;  // [hidden]
+  RankParam lm_head;     // [vocab][hidden]; no shards when tie_word_embeddings (the embedding serves)
+  std::vector<RankLayer> layers;
+};
+
+/// The weight map of rank tp_rank of tp_size. Throws ModelError for a rank outside [0, tp_size) or tp_size < 1, and
+/// when tp_size does not divide the attention heads and KV heads, or intermediate_size (the message names
+/// "tensor_parallel_size N" and what it does not divide).
+WeightMap rank_weight_map(const ModelConfig& config, int tp_rank, int tp_size);
+
+/// The checkpoint tensor of `shard`, checked against shard.shape. Throws ModelError when it is absent (for
+/// lm_head.weight the message adds that tie_word_embeddings is false) or has another shape.
+const TensorView& shard_tensor(const SafeTensors& weights, const TensorShard& shard);
+
+/// The shard's elements converted to float32, dense [rows][cols]. Throws as shard_tensor.
+std::vector<float> read_shard_f32(const SafeTensors& weights, const TensorShard& shard);
+
+}  // namespace paged

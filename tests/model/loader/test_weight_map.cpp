@@ -1,0 +1,194 @@
+// The weight map: checkpoint names and shapes from the config, the part of every tensor each tensor-parallel rank
+// keeps (the ranks' parts tile each sharded tensor exactly once), the divisibility errors, and reading a shard.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/loader/weight_map.h"
+#include "tests/test_data.h"
+
+using namespace paged;
+using namespace paged::test;
+
+namespace {
+
+// A small Qwen2-like shape: 8 heads of 16, 4 KV heads, intermediate 96, untied, q/k/v biases.
+ModelConfig small_config() {
+  return ModelConfig{.model_type = "qwen2", .hidden_size = 128, .num_layers = 2, .num_heads = 8, .num_kv_heads = 4,
+                     .head_dim = 16, .intermediate_size = 96, .vocab_size = 1000, .tie_word_embeddings = false,
+                     .qkv_bias = true};
+}
+
+// Every parameter of the map with a label, in load order.
+std::vector<std::pair<std::string, const RankParam*>> params_of(const WeightMap& m) {
+  std::vector<std::pair<std::string, const RankParam*>> out{
+      {"embed", &m.embed}, {"final_norm", &m.final_norm}, {"lm_head", &m.lm_head}};
+  for (const RankLayer& L : m.layers)
+    out.insert(out.end(), {{"attn_norm", &L.attn_norm}, {"ffn_norm", &L.ffn_norm}, {"wqkv", &L.wqkv},
+                           {"bqkv", &L.bqkv}, {"wo", &L.wo}, {"w_gate_up", &L.w_gate_up}, {"w_down", &L.w_down}});
+  return out;
+}
+
+std::string error_of(const ModelConfig& c, int rank, int size) {
+  try {
+    rank_weight_map(c, rank, size);
+  } catch (const ModelError& e) {
+    return e.what();
+  }
+  FAIL("rank " << rank << " of " << size << " was accepted");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("weight map: names, shapes and fused layouts of one rank", "[loader]") {
+  const WeightMap m = rank_weight_map(small_config(), 0, 1);
+  CHECK(m.heads == 8);
+  CHECK(m.kv_heads == 4);
+  CHECK(m.intermediate == 96);
+  REQUIRE(m.embed.shards.size() == 1);
+  CHECK(m.embed.shards[0].name == "model.embed_tokens.weight");
+  CHECK(m.embed.shards[0].shape == std::vector<int64_t>{1000, 128});
+  CHECK(m.final_norm.shards[0].name == "model.norm.weight");
+  CHECK(m.final_norm.shards[0].shape == std::vector<int64_t>{128});
+  REQUIRE(m.lm_head.shards.size() == 1);
+  CHECK(m.lm_head.shards[0].name == "lm_head.weight");
+  REQUIRE(m.layers.size() == 2);
+
+  const RankLayer& L = m.layers[1];
+  CHECK(L.attn_norm.shards[0].name == "model.layers.1.input_layernorm.weight");
+  CHECK(L.ffn_norm.shards[0].name == "model.layers.1.post_attention_layernorm.weight");
+  // The fused QKV: q rows, then k rows, then v rows; the biases likewise.
+  REQUIRE(L.wqkv.shards.size() == 3);
+  CHECK(L.wqkv.shards[0].name == "model.layers.1.self_attn.q_proj.weight");
+  CHECK(L.wqkv.shards[0].shape == std::vector<int64_t>{128, 128});
+  CHECK(L.wqkv.shards[1].name == "model.layers.1.self_attn.k_proj.weight");
+  CHECK(L.wqkv.shards[1].shape == std::vector<int64_t>{64, 128});
+  CHECK(L.wqkv.shards[2].name == "model.layers.1.self_attn.v_proj.weight");
+  CHECK(L.wqkv.numel() == (128 + 2 * 64) * 128);
+  REQUIRE(L.bqkv.shards.size() == 3);
+  CHECK(L.bqkv.shards[0].name == "model.layers.1.self_attn.q_proj.bias");
+  CHECK(L.bqkv.shards[2].shape == std::vector<int64_t>{64});
+  CHECK(L.bqkv.numel() == 128 + 2 * 64);
+  CHECK(L.wo.shards[0].name == "model.layers.1.self_attn.o_proj.weight");
+  CHECK(L.wo.shards[0].shape == std::vector<int64_t>{128, 128});
+  // The fused gate/up: gate rows, then up rows.
+  REQUIRE(L.w_gate_up.shards.size() == 2);
+  CHECK(L.w_gate_up.shards[0].name == "model.layers.1.mlp.gate_proj.weight");
+  CHECK(L.w_gate_up.shards[1].name == "model.layers.1.mlp.up_proj.weight");
+  CHECK(L.w_gate_up.shards[1].shape == std::vector<int64_t>{96, 128});
+  CHECK(L.w_down.shards[0].name == "model.layers.1.mlp.down_proj.weight");
+  CHECK(L.w_down.shards[0].shape == std::vector<int64_t>{128, 96});
+  // One rank keeps every tensor whole.
+  for (const auto& [label, param] : params_of(m))
+    for (const TensorShard& s : param->shards) {
+      INFO(s.name);
+      CHECK(s.row_begin == 0);
+      CHECK(s.col_begin == 0);
+      CHECK(s.rows == (s.shape.size() == 2 ? s.shape[0] : 1));
+      CHECK(s.cols == s.shape.back());
+    }
+}
+
+TEST_CASE("weight map: tied embeddings have no LM head, models without bias no bias", "[loader]") {
+  ModelConfig c = small_config();
+  c.tie_word_embeddings = true;
+  c.qkv_bias = false;
+  const WeightMap m = rank_weight_map(c, 0, 1);
+  CHECK(m.lm_head.shards.empty());
+  CHECK(m.lm_head.numel() == 0);
+  for (const RankLayer& L : m.layers) CHECK(L.bqkv.shards.empty());
+}
+
+TEST_CASE("weight map: the ranks' shards tile every sharded tensor once; the rest is replicated", "[loader][tp]") {
+  const ModelConfig c = small_config();
+  for (int tp : {1, 2, 4}) {
+    INFO("tensor_parallel_size " << tp);
+    // Per tensor: how often each element is kept over all ranks.
+    std::map<std::string, std::vector<int>> kept;
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (int rank = 0; rank < tp; ++rank) {
+      const WeightMap m = rank_weight_map(c, rank, tp);
+      CHECK(m.heads == 8 / tp);
+      CHECK(m.kv_heads == 4 / tp);
+      CHECK(m.intermediate == 96 / tp);
+      const RankLayer& L = m.layers[0];
+      CHECK(L.wqkv.numel() == int64_t{m.heads + 2 * m.kv_heads} * 16 * 128);
+      CHECK(L.wo.numel() == int64_t{128} * m.heads * 16);
+      CHECK(L.w_gate_up.numel() == int64_t{2} * m.intermediate * 128);
+      CHECK(L.w_down.numel() == int64_t{128} * m.intermediate);
+      // Rank r's query heads are those of its KV heads: q rows follow the k rows' KV heads.
+      CHECK(L.wqkv.shards[0].row_begin == int64_t{rank} * m.heads * 16);
+      CHECK(L.wqkv.shards[1].row_begin == int64_t{rank} * m.kv_heads * 16);
+      CHECK(L.wo.shards[0].col_begin == L.wqkv.shards[0].row_begin);
+      CHECK(L.w_down.shards[0].col_begin == L.w_gate_up.shards[0].row_begin);
+      for (const auto& [label, param] : params_of(m))
+        for (const TensorShard& s : param->shards) {
+          const int64_t C = s.shape.back(), R = s.shape.size() == 2 ? s.shape[0] : 1;
+          REQUIRE(s.row_begin + s.rows <= R);
+          REQUIRE(s.col_begin + s.cols <= C);
+          shapes[s.name] = s.shape;
+          std::vector<int>& count = kept[s.name];
+          count.resize(R * C);
+          for (int64_t r = s.row_begin; r < s.row_begin + s.rows; ++r)
+            for (int64_t col = s.col_begin; col < s.col_begin + s.cols; ++col) ++count[r * C + col];
+        }
+    }
+    for (const auto& [name, count] : kept) {
+      INFO(name);
+      const bool replicated = name.find("norm") != std::string::npos || name == "model.embed_tokens.weight" ||
+                              name == "lm_head.weight";
+      const int expected = replicated ? tp : 1;
+      CHECK(std::all_of(count.begin(), count.end(), [&](int n) { return n == expected; }));
+    }
+    CHECK(kept.size() == 3 + 2 * 12);  // embedding, norm, LM head; per layer 2 norms, 7 weights, 3 biases
+  }
+}
+
+TEST_CASE("weight map: a tensor_parallel_size that does not divide the model is a clear error", "[loader][tp]") {
+  const ModelConfig c = small_config();
+  const std::string heads = error_of(c, 0, 3);
+  CHECK_THAT(heads, Catch::Contains("tensor_parallel_size 3") && Catch::Contains("attention heads (8)") &&
+                        Catch::Contains("KV heads (4)"));
+  CHECK_THAT(error_of(c, 0, 8), Catch::Contains("tensor_parallel_size 8") && Catch::Contains("KV heads"));
+  ModelConfig odd = c;
+  odd.intermediate_size = 90;
+  CHECK_THAT(error_of(odd, 1, 4), Catch::Contains("tensor_parallel_size 4 does not divide intermediate_size 90"));
+  CHECK_THAT(error_of(c, 2, 2), Catch::Contains("invalid tensor-parallel rank/size"));
+  CHECK_THAT(error_of(c, -1, 2), Catch::Contains("invalid tensor-parallel rank/size"));
+  CHECK_THAT(error_of(c, 0, 0), Catch::Contains("invalid tensor-parallel rank/size"));
+}
+
+TEST_CASE("weight map: reading a shard gives the rank's rows or columns of the checkpoint tensor", "[loader][tp]") {
+  const ModelConfig c = load_model_config(kModel);  // stories260K: 8 heads of 8, 4 KV heads, intermediate 172
+  const SafeTensors w(kModel);
+  const WeightMap one = rank_weight_map(c, 0, 1), rank1 = rank_weight_map(c, 1, 2);
+  // q_proj: rank 1 of 2 keeps rows 32..63 of [64][64].
+  const std::vector<float> q = read_shard_f32(w, one.layers[3].wqkv.shards[0]);
+  const std::vector<float> q1 = read_shard_f32(w, rank1.layers[3].wqkv.shards[0]);
+  REQUIRE(q.size() == 64 * 64);
+  REQUIRE(q1.size() == 32 * 64);
+  CHECK(std::equal(q1.begin(), q1.end(), q.begin() + 32 * 64));
+  // down_proj: rank 1 of 2 keeps columns 86..171 of [64][172].
+  const std::vector<float> down = read_shard_f32(w, one.layers[3].w_down.shards[0]);
+  const std::vector<float> down1 = read_shard_f32(w, rank1.layers[3].w_down.shards[0]);
+  REQUIRE(down1.size() == 64 * 86);
+  for (int r = 0; r < 64; ++r)
+    for (int col = 0; col < 86; ++col) {
+      if (down1[r * 86 + col] == down[r * 172 + 86 + col]) continue;
+      FAIL("down_proj element (" << r << ", " << 86 + col << ") differs");
+    }
+  // Checkpoint tensors are checked against the config's shapes.
+  ModelConfig wide = c;
+  wide.intermediate_size = 200;
+  const TensorShard gate = rank_weight_map(wide, 0, 1).layers[0].w_gate_up.shards[0];
+  CHECK_THROWS_WITH(read_shard_f32(w, gate), Catch::Contains("mlp.gate_proj.weight") && Catch::Contains("[200, 64]"));
+  // An untied config on a tied checkpoint: the LM head is missing, and the message says why it is needed.
+  ModelConfig untied = c;
+  untied.tie_word_embeddings = false;
+  CHECK_THROWS_WITH(shard_tensor(w, rank_weight_map(untied, 0, 1).lm_head.shards[0]),
+                    Catch::Contains("lm_head.weight") && Catch::Contains("tie_word_embeddings is false"));
+}
