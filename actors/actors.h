@@ -66,14 +66,14 @@ caf::behavior rank_executor_actor(caf::event_based_actor* self, RankSetup setup)
 
 /// Memory manager: owns the KvCacheManager. A typed actor: the compiler checks every message sent to it.
 /// plan: runs the scheduling policy against the manager and returns the step plan; free / fork: release or share a
-/// sequence's blocks; computed (id, offset, tokens from offset, n): the sequence's KV now holds n tokens (full
-/// blocks enter the prefix cache); drained: answers once every earlier message was processed. Gauges in `metrics`
-/// follow every change.
+/// sequence's blocks; computed (one message per step): each reported sequence's KV now holds its num_computed
+/// tokens (full blocks enter the prefix cache; reports for sequences freed or swapped out since are dropped);
+/// drained: answers once every earlier message was processed. Gauges in `metrics` follow every change.
 using MemoryManager = caf::typed_actor<
     caf::replies_to<plan_atom, std::vector<PlanSeq>, PlanLimits>::with<StepPlan>,
     caf::reacts_to<free_atom, std::vector<SeqId>>,
     caf::reacts_to<fork_atom, SeqId, SeqId>,
-    caf::reacts_to<computed_atom, SeqId, int, std::vector<TokenId>, int>,
+    caf::reacts_to<computed_atom, std::vector<ComputedKv>>,
     caf::replies_to<drained_atom>::with<bool>>;
 
 MemoryManager::behavior_type memory_manager_actor(KvCacheOptions options, Metrics* metrics);

@@ -14,10 +14,10 @@
 #include "model/loader/safetensors.h"
 #include "model/tokenizer/load_tokenizer.h"
 #include "kernels/cpu/local_all_reduce.h"
+#include "model/unicode/utf8.h"
 #ifdef PAGED_HAVE_CUDA
 #include "kernels/cuda/cuda_runner.h"
 #include "kernels/cuda/nccl_comm.h"
-#include "model/unicode/utf8.h"
 #endif
 
 namespace paged {
@@ -131,7 +131,7 @@ RankRunner make_local_runner(const EngineConfig& c, const ModelConfig& model, in
   throw ModelError("this build has no CUDA executor");
 #else
   const CudaRunnerOptions options = cuda_options(c, max_model_len);
-  std::shared_ptr<CudaModelRunner> runner = weights ? make_cuda_runner(model, *weights, options)
+  std::shared_ptr<CudaModelRunner> runner = weights ? std::make_shared<CudaModelRunner>(model, *weights, options)
                                                     : std::make_shared<CudaModelRunner>(model, 0, options);
   const int num_blocks = runner->num_blocks(), num_swap_blocks = runner->num_swap_blocks();
   return {std::move(runner), num_blocks, num_swap_blocks};
@@ -231,7 +231,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
       o.tp_size = tp;
       o.comm = std::static_pointer_cast<NcclComm>(group);
       std::shared_ptr<CudaModelRunner> runner = dummy ? std::make_shared<CudaModelRunner>(model, 0, o)
-                                                      : make_cuda_runner(model, *weights, o);
+                                                      : std::make_shared<CudaModelRunner>(model, *weights, o);
       return RankRunner{runner, runner->num_blocks(), runner->num_swap_blocks()};
     };
     const NcclUniqueId id = nccl_unique_id();

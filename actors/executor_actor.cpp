@@ -19,8 +19,7 @@ caf::message_handler runner_handlers(std::shared_ptr<ExecutorState> st) {
   return {
       [st](step_atom, const StepMsg& msg) -> StepResult { return st->runner->execute(*msg.batch); },
       [st](step_atom, const WireStep& wire) -> StepResult {  // from an engine in another process
-        std::vector<SamplingParams> params;
-        return st->runner->execute(from_wire(wire, params));
+        return st->runner->execute(from_wire(wire));
       },
       [st](swap_out_atom, const std::vector<BlockPair>& pairs) -> bool {
         st->runner->swap_out(pairs);

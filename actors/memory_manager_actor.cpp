@@ -18,6 +18,7 @@ struct MemoryManagerState {
     metrics->swapped_out_blocks = m.swapped_out_blocks;
     metrics->swapped_in_blocks = m.swapped_in_blocks;
     metrics->prefix_cache_hit_tokens = m.prefix_hit_tokens;
+    metrics->evicted_blocks = m.evicted_blocks;
     const int64_t used = m.device_total - m.device_free;
     if (used > metrics->kv_blocks_peak_used) metrics->kv_blocks_peak_used = used;  // the only writer
   }
@@ -47,10 +48,11 @@ MemoryManager::behavior_type memory_manager_actor(KvCacheOptions options, Metric
         st->kv->fork(parent, child);
         st->publish();
       },
-      [st](computed_atom, SeqId id, int tokens_offset, const std::vector<TokenId>& tokens, int num_computed) {
-        // The sequence may have been preempted or freed since the scheduler sent this.
-        if (st->kv->contains(id) && !st->kv->is_swapped(id) && num_computed > st->kv->num_computed(id))
-          st->kv->mark_computed(id, tokens, num_computed, tokens_offset);
+      [st](computed_atom, const std::vector<ComputedKv>& reports) {
+        // A sequence may have been preempted or freed since the scheduler sent this.
+        for (const ComputedKv& r : reports)
+          if (st->kv->contains(r.seq) && !st->kv->is_swapped(r.seq) && r.num_computed > st->kv->num_computed(r.seq))
+            st->kv->mark_computed(r.seq, r.tokens, r.num_computed, r.tokens_offset);
       },
       [](drained_atom) { return true; },
   };

@@ -6,6 +6,9 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<SampledToken>("paged.SampledToken");
   cfg.add_message_type<std::vector<SampledToken>>("paged.SampledTokens");
   cfg.add_message_type<SeqOutput>("paged.SeqOutput");
+  cfg.add_message_type<std::vector<SeqOutput>>("paged.SeqOutputs");
+  cfg.add_message_type<ComputedKv>("paged.ComputedKv");
+  cfg.add_message_type<std::vector<ComputedKv>>("paged.ComputedKvs");
   cfg.add_message_type<PlanSeq>("paged.PlanSeq");
   cfg.add_message_type<std::vector<PlanSeq>>("paged.PlanSeqs");
   cfg.add_message_type<PlanLimits>("paged.PlanLimits");

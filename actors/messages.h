@@ -34,19 +34,29 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;      // engine -> wor
 
 /// A step as sent to executors. SampleSpec pointers refer to scheduler-owned sequence data that `keep_alive`
 /// holds until every executor has finished the step. In-process only: the proxy of a remote executor sends the
-/// step on as a WireStep (model/step_wire.h).
+/// step on as a WireStep (actors/remote/step_wire.h).
 struct StepMsg {
   std::shared_ptr<const StepBatch> batch;
   std::vector<std::shared_ptr<const void>> keep_alive;
 };
 
-/// What the request actor gets per step for one of its completions.
+/// What the request actor gets for one of its completions after a step; the outputs of one step for one request
+/// travel together, as a std::vector<SeqOutput>.
 struct SeqOutput {
   int index = 0;
   std::vector<SampledToken> tokens;      // appended tokens (one per step; a whole beam at the end of beam search)
   std::string finish;                    // "stop" | "length" when the scheduler ended it, else empty
   double cumulative_logprob = 0.0;
   bool replace = false;                  // beam search: tokens replace everything sent before
+};
+
+/// What a step wrote into one sequence's KV, reported to the memory manager (every sequence of a step in one
+/// `computed` message, as a std::vector<ComputedKv>): the KV now holds `num_computed` tokens.
+struct ComputedKv {
+  SeqId seq = 0;
+  int tokens_offset = 0;                 // position of tokens[0]: a block start, not after the first unreported one
+  std::vector<TokenId> tokens;           // the sequence's tokens from tokens_offset up to num_computed
+  int num_computed = 0;
 };
 
 /// A request as the scheduler receives it.
@@ -59,36 +69,6 @@ struct RequestSpec {
   caf::actor client;                     // the request actor
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, SampledToken& x) {
-  return f(caf::meta::type_name("SampledToken"), x.token, x.logprob, x.top_logprobs);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, SeqOutput& x) {
-  return f(caf::meta::type_name("SeqOutput"), x.index, x.tokens, x.finish, x.cumulative_logprob, x.replace);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, PlanSeq& x) {
-  return f(caf::meta::type_name("PlanSeq"), x.id, x.arrival, x.phase, x.num_computed, x.num_tokens, x.tokens, x.salt);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, PlanLimits& x) {
-  return f(caf::meta::type_name("PlanLimits"), x.max_num_seqs, x.max_num_batched_tokens, x.preemption);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, PlannedChunk& x) {
-  return f(caf::meta::type_name("PlannedChunk"), x.id, x.start_pos, x.num_tokens, x.sample, x.block_table);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, StepPlan& x) {
-  return f(caf::meta::type_name("StepPlan"), x.chunks, x.copies, x.swap_out, x.swap_in, x.preempted_recompute,
-           x.preempted_swap, x.swapping_in, x.admitted, x.rejected);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, StepResult& x) {
-  return f(caf::meta::type_name("StepResult"), x.seqs, x.samples);
-}
-
 /// An executor's answer to (init_atom, rank, NcclUniqueId): the KV pools its runner got, or why it has none.
 struct RankReady {
   int num_blocks = 0;        // device KV blocks
@@ -96,30 +76,6 @@ struct RankReady {
   std::string error;         // empty when the runner was built
   bool model_error = false;  // the error was a ModelError (the model or the options), not a device failure
 };
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, NcclUniqueId& x) {
-  return f(caf::meta::type_name("NcclUniqueId"), x.bytes);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, RankReady& x) {
-  return f(caf::meta::type_name("RankReady"), x.num_blocks, x.num_swap_blocks, x.error, x.model_error);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, WireSample& x) {
-  return f(caf::meta::type_name("WireSample"), x.temperature, x.top_p, x.min_p, x.top_k, x.min_tokens,
-           x.repetition_penalty, x.presence_penalty, x.frequency_penalty, x.logit_bias, x.seed, x.prompt, x.output,
-           x.stop_ids, x.num_logprobs, x.num_candidates);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, WireChunk& x) {
-  return f(caf::meta::type_name("WireChunk"), x.seq, x.tokens, x.start_pos, x.block_table, x.samples);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, WireStep& x) {
-  return f(caf::meta::type_name("WireStep"), x.seqs, x.copies);
-}
 
 /// A worker's answer to (hello_atom): the model shape and KV layout its runner holds, so that an engine can check
 /// that it runs the same model before sending it steps.
@@ -131,12 +87,75 @@ struct WorkerInfo {
   int num_blocks = 0, num_swap_blocks = 0;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, WorkerInfo& x) {
-  return f(caf::meta::type_name("WorkerInfo"), x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads,
-           x.head_dim, x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens,
-           x.num_blocks, x.num_swap_blocks);
+// CAF's inspect overloads (serialisation across the network layer, to_string) of the message types and what they
+// hold.
+
+/// A std::optional member, which CAF 0.17 cannot inspect: a presence flag, then the value if there is one.
+template <class T>
+struct OptionalMember {
+  std::optional<T>& value;
+};
+/// The value part of an OptionalMember: inspected only when `present` (which is inspected before it) holds.
+template <class T>
+struct PresentValue {
+  const bool& present;
+  T& value;
+};
+template <class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, PresentValue<T>& x) {
+  return x.present ? f(x.value) : f();
 }
+template <class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, OptionalMember<T>& x) {
+  bool present = x.value.has_value();
+  T value = x.value.value_or(T{});
+  PresentValue<T> tail{present, value};
+  if constexpr (Inspector::writes_state) {
+    auto result = f(present, tail);
+    x.value = present ? std::optional<T>(value) : std::nullopt;
+    return result;
+  } else {
+    return f(present, tail);
+  }
+}
+
+/// Every field, so that a worker samples with the parameters the engine was given.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
+  OptionalMember<uint64_t> seed{x.seed};
+  OptionalMember<int> logprobs{x.logprobs};
+  return f(caf::meta::type_name("SamplingParams"), x.n, x.best_of, x.use_beam_search, x.max_tokens, x.min_tokens,
+           x.temperature, x.top_p, x.top_k, x.min_p, seed, x.repetition_penalty, x.presence_penalty,
+           x.frequency_penalty, x.logit_bias, x.stop_token_ids, x.stop, x.ignore_eos, logprobs,
+           x.skip_special_tokens);
+}
+
+// PAGED_INSPECT(Type, x.member...) defines one over the members given, in that order.
+#define PAGED_INSPECT(Type, ...)                                   \
+  template <class Inspector>                                       \
+  typename Inspector::result_type inspect(Inspector& f, Type& x) { \
+    return f(caf::meta::type_name(#Type), __VA_ARGS__);            \
+  }
+
+PAGED_INSPECT(SampledToken, x.token, x.logprob, x.top_logprobs)
+PAGED_INSPECT(SeqOutput, x.index, x.tokens, x.finish, x.cumulative_logprob, x.replace)
+PAGED_INSPECT(ComputedKv, x.seq, x.tokens_offset, x.tokens, x.num_computed)
+PAGED_INSPECT(PlanSeq, x.id, x.arrival, x.phase, x.num_computed, x.num_tokens, x.last_token_in_flight, x.tokens, x.salt)
+PAGED_INSPECT(PlanLimits, x.max_num_seqs, x.max_num_batched_tokens, x.preemption)
+PAGED_INSPECT(PlannedChunk, x.id, x.start_pos, x.num_tokens, x.sample, x.block_table)
+PAGED_INSPECT(StepPlan, x.chunks, x.copies, x.swap_out, x.swap_in, x.preempted_recompute, x.preempted_swap,
+              x.swapping_in, x.admitted, x.rejected)
+PAGED_INSPECT(StepResult, x.seqs, x.samples)
+PAGED_INSPECT(NcclUniqueId, x.bytes)
+PAGED_INSPECT(RankReady, x.num_blocks, x.num_swap_blocks, x.error, x.model_error)
+PAGED_INSPECT(WireSample, x.params, x.seed, x.prompt, x.output, x.stop_ids, x.num_logprobs, x.num_candidates)
+PAGED_INSPECT(WireChunk, x.chunk.seq, x.chunk.tokens, x.chunk.start_pos, x.chunk.block_table, x.samples)
+PAGED_INSPECT(WireStep, x.seqs, x.copies)
+PAGED_INSPECT(WorkerInfo, x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads, x.head_dim,
+              x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens, x.num_blocks,
+              x.num_swap_blocks)
+
+#undef PAGED_INSPECT
 
 /// Registers the message types above with an actor system configuration.
 void register_message_types(caf::actor_system_config& cfg);

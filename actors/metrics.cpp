@@ -77,6 +77,8 @@ std::string Metrics::prometheus() const {
   gauge("swapped_in_blocks_total", "Blocks swapped back in.", swapped_in_blocks, "counter");
   gauge("prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", prefix_cache_hit_tokens,
         "counter");
+  gauge("kv_evicted_blocks_total", "Cached KV blocks evicted from the prefix cache to make room.", evicted_blocks,
+        "counter");
   gauge("prompt_tokens_computed_total", "Prompt tokens whose KV was computed.", prompt_tokens_computed, "counter");
   gauge("prompt_tokens_total", "Prompt tokens of finished and running requests.", prompt_tokens, "counter");
   gauge("generation_tokens_total", "Generated tokens.", generation_tokens, "counter");

@@ -36,34 +36,25 @@ class Histogram {
 
 struct Metrics {
   Metrics();
-  // gauges
-  std::atomic<int64_t> waiting_requests{0};
-  std::atomic<int64_t> running_requests{0};
-  std::atomic<int64_t> swapped_requests{0};
-  std::atomic<int64_t> running_seqs{0};
-  std::atomic<int64_t> kv_blocks_total{0};
-  std::atomic<int64_t> kv_blocks_free{0};     // cached-but-free blocks count as free
-  std::atomic<int64_t> kv_blocks_cached{0};
-  std::atomic<int64_t> cpu_blocks_total{0};
-  std::atomic<int64_t> cpu_blocks_free{0};
-  // counters
-  std::atomic<int64_t> preemptions{0};
-  std::atomic<int64_t> swapped_out_blocks{0};
-  std::atomic<int64_t> swapped_in_blocks{0};
-  std::atomic<int64_t> prefix_cache_hit_tokens{0};
-  std::atomic<int64_t> prompt_tokens_computed{0};
-  std::atomic<int64_t> prompt_tokens{0};
-  std::atomic<int64_t> generation_tokens{0};
-  std::atomic<int64_t> requests_finished{0};
-  std::atomic<int64_t> requests_aborted{0};
-  std::atomic<int64_t> steps{0};
-  std::atomic<int64_t> step_time_us{0};       // summed time from sending a step to the executors to all replies
-  std::atomic<int64_t> peak_running_seqs{0};
-  std::atomic<int64_t> kv_blocks_peak_used{0};   // most device blocks in use at once (kv_blocks_total - kv_blocks_free)
+  using Gauge = std::atomic<int64_t>;
+  using Counter = std::atomic<int64_t>;
+  Gauge waiting_requests{0}, running_requests{0}, swapped_requests{0};  // requests by queue
+  Gauge running_seqs{0};
+  Gauge kv_blocks_total{0}, kv_blocks_free{0}, kv_blocks_cached{0};  // device pool; cached-but-free blocks are free
+  Gauge cpu_blocks_total{0}, cpu_blocks_free{0};                      // CPU swap pool
+  Counter preemptions{0};
+  Counter swapped_out_blocks{0}, swapped_in_blocks{0};
+  Counter prefix_cache_hit_tokens{0};
+  Counter evicted_blocks{0};               // cached device blocks evicted from the prefix cache to make room
+  Counter prompt_tokens_computed{0}, prompt_tokens{0}, generation_tokens{0};
+  Counter requests_finished{0}, requests_aborted{0};
+  Counter steps{0};
+  Counter step_time_us{0};                 // summed time from sending a step to the executors to all replies
+  Gauge peak_running_seqs{0};
+  Gauge kv_blocks_peak_used{0};            // most device blocks in use at once (kv_blocks_total - kv_blocks_free)
   // KV waste over the run: reserved and used (computed) device slots summed over every planned step, so that
   // 1 - used / reserved is the step-averaged waste (KvMetrics::kv_waste at plan time).
-  std::atomic<int64_t> kv_reserved_slots_sum{0};
-  std::atomic<int64_t> kv_used_slots_sum{0};
+  Counter kv_reserved_slots_sum{0}, kv_used_slots_sum{0};
   // histograms, seconds
   Histogram ttft;
   Histogram tpot;

@@ -124,6 +124,64 @@ void emit_final(Self* self, bool cancelled, std::optional<std::string> error = s
   finish_request(self, std::move(ev));
 }
 
+/// Takes one completion's output of a step: detokenizes, applies stop strings, feeds the sink. Returns true if it
+/// ended the request (the actor quits).
+bool take_output(Self* self, const SeqOutput& out) {
+  auto& st = self->state;
+  if (out.index < 0 || out.index >= static_cast<int>(st.completions.size())) return false;
+  Completion& c = st.completions[out.index];
+  if (c.finish) return false;  // ended by a stop string: later tokens are dropped
+  if (!st.first_token) {
+    st.first_token = Clock::now();
+    st.metrics->ttft.observe(std::chrono::duration<double>(*st.first_token - st.start).count());
+  }
+  const auto& p = *st.spec.params;
+  CompletionDelta d;
+  d.index = out.index;
+  for (const SampledToken& t : out.tokens) {
+    // Stop ids and EOS end the completion without becoming text (vLLM's default).
+    const bool is_stop_id = out.finish == "stop" && &t == &out.tokens.back() &&
+                            std::find(st.spec.stop_ids.begin(), st.spec.stop_ids.end(), t.token) !=
+                                st.spec.stop_ids.end();
+    c.token_ids.push_back(t.token);
+    d.token_ids.push_back(t.token);
+    if (p.logprobs) {
+      c.logprobs.push_back(t);
+      d.logprobs.push_back(t);
+    }
+    ++st.completion_tokens;
+    if (!is_stop_id && !c.finish) d.text += add_text(c, c.detok->push(t.token), p.stop, false);
+  }
+  c.cumulative_logprob = out.cumulative_logprob;
+  const bool stopped_by_string = c.finish.has_value();
+  if (!c.finish && !out.finish.empty()) {
+    d.text += add_text(c, c.detok->finish(), p.stop, true);
+    if (!c.finish) c.finish = out.finish;
+  }
+  d.finish_reason = c.finish;
+  if (stopped_by_string && out.finish.empty()) self->send(st.scheduler, stop_atom::value, st.spec.id, out.index);
+  const bool all_done =
+      std::all_of(st.completions.begin(), st.completions.end(), [](const Completion& x) { return x.finish; });
+  if (all_done && st.buffered) {
+    emit_final(self, false);
+    return true;
+  }
+  if (!st.buffered) {
+    RequestEvent ev;
+    ev.id = st.spec.id;
+    ev.prompt_tokens = static_cast<int>(st.spec.prompt->size());
+    ev.completion_tokens = st.completion_tokens;
+    ev.deltas.push_back(std::move(d));
+    if (all_done) {
+      ev.done = true;
+      finish_request(self, std::move(ev));
+      return true;
+    }
+    st.sink(std::move(ev));
+  }
+  return false;
+}
+
 }  // namespace
 
 namespace {
@@ -141,7 +199,7 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
   const int width = std::max({1, p.n, p.best_of});
   st.buffered = p.use_beam_search || p.best_of > p.n;
   st.completions.resize(p.use_beam_search ? std::max(1, p.n) : width);
-  for (auto& c : st.completions) c.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer);
+  for (auto& c : st.completions) c.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer, p.skip_special_tokens);
   // A scheduler that stops on a failure (an executor failed: a GPU error, a lost worker) ends this request with
   // the reason instead of leaving its client waiting; an engine shutting down ends it quietly.
   self->monitor(scheduler);
@@ -154,59 +212,9 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
   });
   self->send(scheduler, submit_atom::value, st.spec);
   return {
-      [self](output_atom, const SeqOutput& out) {
-        auto& st = self->state;
-        if (out.index < 0 || out.index >= static_cast<int>(st.completions.size())) return;
-        Completion& c = st.completions[out.index];
-        if (c.finish) return;  // ended by a stop string: later tokens are dropped
-        if (!st.first_token) {
-          st.first_token = Clock::now();
-          st.metrics->ttft.observe(std::chrono::duration<double>(*st.first_token - st.start).count());
-        }
-        const auto& p = *st.spec.params;
-        CompletionDelta d;
-        d.index = out.index;
-        for (const SampledToken& t : out.tokens) {
-          // Stop ids and EOS end the completion without becoming text (vLLM's default).
-          const bool is_stop_id = out.finish == "stop" && &t == &out.tokens.back() &&
-                                  std::find(st.spec.stop_ids.begin(), st.spec.stop_ids.end(), t.token) !=
-                                      st.spec.stop_ids.end();
-          c.token_ids.push_back(t.token);
-          d.token_ids.push_back(t.token);
-          if (p.logprobs) {
-            c.logprobs.push_back(t);
-            d.logprobs.push_back(t);
-          }
-          ++st.completion_tokens;
-          if (!is_stop_id && !c.finish) d.text += add_text(c, c.detok->push(t.token), p.stop, false);
-        }
-        c.cumulative_logprob = out.cumulative_logprob;
-        const bool stopped_by_string = c.finish.has_value();
-        if (!c.finish && !out.finish.empty()) {
-          d.text += add_text(c, c.detok->finish(), p.stop, true);
-          if (!c.finish) c.finish = out.finish;
-        }
-        d.finish_reason = c.finish;
-        if (stopped_by_string && out.finish.empty()) self->send(st.scheduler, stop_atom::value, st.spec.id, out.index);
-        const bool all_done =
-            std::all_of(st.completions.begin(), st.completions.end(), [](const Completion& x) { return x.finish; });
-        if (all_done && st.buffered) {
-          emit_final(self, false);
-          return;
-        }
-        if (!st.buffered) {
-          RequestEvent ev;
-          ev.id = st.spec.id;
-          ev.prompt_tokens = static_cast<int>(st.spec.prompt->size());
-          ev.completion_tokens = st.completion_tokens;
-          ev.deltas.push_back(std::move(d));
-          if (all_done) {
-            ev.done = true;
-            finish_request(self, std::move(ev));
-            return;
-          }
-          st.sink(std::move(ev));
-        }
+      [self](output_atom, const std::vector<SeqOutput>& outputs) {
+        for (const SeqOutput& out : outputs)
+          if (take_output(self, out)) return;  // the request ended
       },
       [self](cancel_atom, const std::string& reason) {
         emit_final(self, true, reason.empty() ? std::nullopt : std::optional<std::string>(reason));

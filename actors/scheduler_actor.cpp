@@ -5,25 +5,31 @@
 #include <unordered_map>
 
 #include "actors/actors.h"
+#include "model/scheduling/beam_search.h"
 
 namespace paged {
 
 namespace {
 
 /// One sequence: a completion (or a beam) of a request.
+///
+/// Who owns what of a sequence: the scheduler owns its tokens, phase and what is in flight (pending, the planned
+/// position); the memory manager's KvCacheManager owns its blocks and how many tokens its KV holds (num_computed,
+/// which decides copy-on-write and prefix-cache registration). The scheduler tells it through `computed` reports
+/// once a step returned; num_reported is only where the next report starts.
 struct SeqData {
   SeqId id = 0;
   uint64_t request = 0;
   int index = 0;                                    // completion index (seed offset)
   std::shared_ptr<std::vector<TokenId>> output = std::make_shared<std::vector<TokenId>>();
-  int num_computed = 0;                             // as planned: KV of tokens [0, num_computed) is (or will be) cached
-  int num_done = 0;                                 // tokens whose KV a finished step wrote
-  int num_marked = 0;                               // computed tokens reported to the memory manager
+  int num_planned = 0;    // KV of tokens [0, num_planned) is cached or computed by a step in flight (PlanSeq)
+  int num_reported = 0;   // tokens reported written to the memory manager (its num_computed); 0 after a swap-out
+                          // was planned, which may have dropped a report in flight: the next report starts at 0
   PlanSeq::Phase phase = PlanSeq::Phase::waiting;
   bool swapping_in = false;
   bool pending = false;                             // a token of this sequence is being sampled in flight
   double cumulative_logprob = 0.0;
-  std::optional<std::vector<SampledToken>> beam_candidates;  // beam search: this step's offers, until every beam has them
+  std::optional<std::vector<SampledToken>> beam_candidates;  // beam search: this step's offers, until all beams have
 };
 
 struct RequestData {
@@ -33,12 +39,7 @@ struct RequestData {
   bool beam = false;
   bool forked = false;           // parallel sampling: the completions exist
   std::vector<SeqId> seqs;       // live sequences
-  struct Hyp {
-    std::vector<TokenId> tokens;
-    double cumulative_logprob;
-    std::string finish;
-  };
-  std::vector<Hyp> finished_beams;
+  std::vector<BeamHypothesis> finished_beams;  // beam search: the best `width` finished so far
   int next_index = 1;
 };
 
@@ -137,14 +138,18 @@ void end_seq(Self* self, SeqId id) {
   finish_request_if_done(self, rid);
 }
 
+/// True if an output of `output_len` tokens ends the sequence by length: max_tokens or the model length.
+bool reaches_length_limit(const SchedulerState& st, const RequestData& r, size_t output_len) {
+  return static_cast<int>(output_len) >= r.spec.params->max_tokens ||
+         static_cast<int>(r.spec.prompt->size() + output_len) >= st.setup.max_model_len;
+}
+
 std::optional<std::string> finish_reason(const SchedulerState& st, const RequestData& r, const SeqData& s) {
   const TokenId last = s.output->back();
-  const auto& p = *r.spec.params;
-  if (static_cast<int>(s.output->size()) >= p.min_tokens &&
+  if (static_cast<int>(s.output->size()) >= r.spec.params->min_tokens &&
       std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), last) != r.spec.stop_ids.end())
     return "stop";
-  if (static_cast<int>(s.output->size()) >= p.max_tokens) return "length";
-  if (static_cast<int>(r.spec.prompt->size() + s.output->size()) >= st.setup.max_model_len) return "length";
+  if (reaches_length_limit(st, r, s.output->size())) return "length";
   return std::nullopt;
 }
 
@@ -157,9 +162,8 @@ SeqId fork_seq(Self* self, SeqData& parent, int index) {
   *child.output = *parent.output;
   child.cumulative_logprob = parent.cumulative_logprob;
   if (parent.phase == PlanSeq::Phase::running && !parent.swapping_in) {
-    child.num_computed = parent.num_computed;
-    child.num_done = parent.num_done;
-    child.num_marked = parent.num_marked;
+    child.num_planned = parent.num_planned;
+    child.num_reported = parent.num_reported;
     child.phase = parent.phase;
     self->send(st.setup.memory_manager, fork_atom::value, parent.id, child.id);
   }
@@ -171,109 +175,74 @@ SeqId fork_seq(Self* self, SeqData& parent, int index) {
   return id;
 }
 
-/// Beam score (vLLM's legacy get_beam_search_score with length_penalty 1): cumulative logprob over the sequence
-/// length, prompt included, not counting a final stop id.
-double beam_score(double cumulative_logprob, size_t prompt_len, size_t output_len, bool stopped) {
-  return cumulative_logprob / static_cast<double>(prompt_len + output_len - (stopped ? 1 : 0));
-}
+/// The outputs of one step, gathered to go as one `output` message per request actor.
+class Outbox {
+ public:
+  void add(const RequestData& r, SeqOutput out) {
+    auto& [client, outputs] = by_request_[r.spec.id];
+    client = r.spec.client;
+    outputs.push_back(std::move(out));
+  }
+  void send(Self* self) {
+    for (auto& [id, to] : by_request_) self->send(to.first, output_atom::value, std::move(to.second));
+    by_request_.clear();
+  }
 
-/// One beam-search step of a request once every live beam has its candidates, with the semantics of vLLM's legacy
-/// beam search (length_penalty 1, early_stopping false):
-/// - each beam offers its 2w best next tokens (w = width) scored cumulative logprob + token logprob; the 2w best
-///   offers over all beams (ties: beam order, then token rank) are the children;
-/// - a child ending in a stop id (EOS / stop_token_ids, at or past min_tokens) or reaching max_tokens / the model
-///   length is finished; earlier and new finished hypotheses are ranked by beam_score and the best w kept;
-/// - the search stops when no child runs on, or when w hypotheses are finished and the worst of them scores at
-///   least the best running child; otherwise the best w running children are the next beams (a parent's first
-///   child continues its sequence, the others fork it, parents without children end);
-/// - the outputs are the best n finished hypotheses by beam_score.
-void beam_step(Self* self, RequestData& r, const std::vector<std::pair<SeqId, const std::vector<SampledToken>*>>& beams) {
+ private:
+  std::map<uint64_t, std::pair<caf::actor, std::vector<SeqOutput>>> by_request_;
+};
+
+/// One beam-search step of a request whose live beams `beam_ids` all have their offers (model/scheduling/
+/// beam_search.h decides): forks, ends and extends the beams, or outputs the result and ends the request.
+void beam_step(Self* self, RequestData& r, const std::vector<SeqId>& beam_ids, Outbox& outbox) {
   auto& st = self->state;
   const auto& p = *r.spec.params;
-  const size_t width = static_cast<size_t>(r.width);
-  const size_t prompt_len = r.spec.prompt->size();
-  struct Cand {
-    double score;  // cumulative logprob
-    size_t beam;
-    TokenId token;
-    bool stopped;
-    bool finished;
-  };
-  std::vector<Cand> cands;
-  for (size_t b = 0; b < beams.size(); ++b)
-    for (const SampledToken& t : *beams[b].second)
-      cands.push_back({st.seqs.at(beams[b].first).cumulative_logprob + t.logprob, b, t.token, false, false});
-  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.score > b.score; });
-  if (cands.size() > 2 * width) cands.resize(2 * width);
-
-  const size_t out_len = st.seqs.at(beams.front().first).output->size() + 1;  // every beam has the same length
-  const bool length_end = static_cast<int>(out_len) >= p.max_tokens ||
-                          static_cast<int>(prompt_len + out_len) >= st.setup.max_model_len;
-  std::vector<RequestData::Hyp> finished = std::move(r.finished_beams);
-  std::vector<const Cand*> running;
-  for (Cand& c : cands) {
-    c.stopped = std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), c.token) != r.spec.stop_ids.end() &&
-                static_cast<int>(out_len) >= p.min_tokens;
-    c.finished = c.stopped || length_end;
-    if (!c.finished) {
-      running.push_back(&c);
-      continue;
-    }
-    auto tokens = *st.seqs.at(beams[c.beam].first).output;
-    tokens.push_back(c.token);
-    finished.push_back({std::move(tokens), c.score, c.stopped ? "stop" : "length"});
+  std::vector<Beam> beams;
+  for (SeqId id : beam_ids) {
+    const SeqData& s = st.seqs.at(id);
+    beams.push_back({s.cumulative_logprob, *s.output, *s.beam_candidates});
   }
-  auto hyp_score = [&](const RequestData::Hyp& h) {
-    return beam_score(h.cumulative_logprob, prompt_len, h.tokens.size(), h.finish == "stop");
-  };
-  std::stable_sort(finished.begin(), finished.end(),
-                   [&](const auto& a, const auto& b) { return hyp_score(a) > hyp_score(b); });
-  const bool stop = running.empty() ||
-                    (finished.size() >= width &&
-                     hyp_score(finished[width - 1]) >= beam_score(running.front()->score, prompt_len, out_len, false));
-  if (finished.size() > width) finished.resize(width);
-  r.finished_beams = std::move(finished);
+  const BeamSearchLimits limits{.width = r.width,
+                                .n = std::max(1, p.n),
+                                .min_tokens = p.min_tokens,
+                                .max_tokens = p.max_tokens,
+                                .max_model_len = st.setup.max_model_len,
+                                .prompt_len = r.spec.prompt->size(),
+                                .stop_ids = r.spec.stop_ids};
+  BeamDecision decision = beam_search_step(beams, std::move(r.finished_beams), limits);
+  r.finished_beams = std::move(decision.finished);
 
-  if (!stop) {
-    if (running.size() > width) running.resize(width);
+  if (!decision.done) {
     // Forks first, from the parents' current state; then the parents take their own first child's token.
-    std::vector<int> uses(beams.size(), 0);
-    std::vector<std::pair<SeqId, const Cand*>> updates;
-    for (const Cand* c : running) {
-      SeqData& parent = st.seqs.at(beams[c->beam].first);
-      updates.emplace_back(uses[c->beam]++ == 0 ? parent.id : fork_seq(self, parent, r.next_index++), c);
+    std::vector<SeqId> child_ids;
+    std::vector<bool> has_child(beam_ids.size(), false);
+    for (const BeamChild& c : decision.children) {
+      SeqData& parent = st.seqs.at(beam_ids[c.parent]);
+      child_ids.push_back(c.fork ? fork_seq(self, parent, r.next_index++) : parent.id);
+      has_child[c.parent] = true;
     }
-    for (size_t b = 0; b < beams.size(); ++b)
-      if (uses[b] == 0) {
-        r.seqs.erase(std::remove(r.seqs.begin(), r.seqs.end(), beams[b].first), r.seqs.end());
-        free_seqs(self, {beams[b].first});
+    for (size_t b = 0; b < beam_ids.size(); ++b)
+      if (!has_child[b]) {
+        r.seqs.erase(std::remove(r.seqs.begin(), r.seqs.end(), beam_ids[b]), r.seqs.end());
+        free_seqs(self, {beam_ids[b]});
       }
-    for (const auto& [sid, c] : updates) {
-      SeqData& s = st.seqs.at(sid);
-      s.output->push_back(c->token);
-      s.cumulative_logprob = c->score;
+    for (size_t i = 0; i < child_ids.size(); ++i) {
+      SeqData& s = st.seqs.at(child_ids[i]);
+      s.output->push_back(decision.children[i].token);
+      s.cumulative_logprob = decision.children[i].cumulative_logprob;
       s.beam_candidates.reset();
     }
     return;
   }
-
-  // Done: the best n finished hypotheses (running children fill in only if fewer than n finished, which needs a
-  // vocabulary smaller than 2w).
-  for (const Cand* c : running) {
-    if (r.finished_beams.size() >= width) break;
-    auto tokens = *st.seqs.at(beams[c->beam].first).output;
-    tokens.push_back(c->token);
-    r.finished_beams.push_back({std::move(tokens), c->score, "length"});
-  }
-  const int n = std::max(1, p.n);
-  for (int i = 0; i < n && i < static_cast<int>(r.finished_beams.size()); ++i) {
+  for (size_t i = 0; i < r.finished_beams.size(); ++i) {
+    const BeamHypothesis& h = r.finished_beams[i];
     SeqOutput out;
-    out.index = i;
+    out.index = static_cast<int>(i);
     out.replace = true;
-    for (TokenId t : r.finished_beams[i].tokens) out.tokens.push_back({t, 0.0f, {}});
-    out.finish = r.finished_beams[i].finish;
-    out.cumulative_logprob = r.finished_beams[i].cumulative_logprob;
-    self->send(r.spec.client, output_atom::value, out);
+    for (TokenId t : h.tokens) out.tokens.push_back({t, 0.0f, {}});
+    out.finish = h.stopped ? "stop" : "length";
+    out.cumulative_logprob = h.cumulative_logprob;
+    outbox.add(r, std::move(out));
   }
   const auto remaining = r.seqs;
   r.seqs.clear();
@@ -281,26 +250,35 @@ void beam_step(Self* self, RequestData& r, const std::vector<std::pair<SeqId, co
   finish_request_if_done(self, r.spec.id);
 }
 
-void handle_results(Self* self, const StepResult& res) {
+/// Reports to the memory manager, in one message, the KV that the step just returned wrote. First: it decides
+/// copy-on-write by it, so a fork after the step (n > 1, beam search) must find its parent's count up to date, or
+/// the copy of a partly filled block is skipped. Full blocks enter the prefix cache (planned but unwritten tokens
+/// never do: a block must not be found by a prefix hit before its KV exists). Only the tail from the first block
+/// not reported yet travels.
+void report_computed(Self* self) {
   auto& st = self->state;
-  // Report KV the step really wrote to the memory manager, first: it decides copy-on-write by it, so a fork below
-  // (n > 1, beam search) must find its parent's count up to date, or the copy of a partly filled block is skipped.
-  // Full blocks enter the prefix cache (planned but unwritten tokens never do: a block must not be found by a prefix
-  // hit before its KV exists). Only the tail from the first unregistered block travels.
   const int block_size = st.setup.block_size;
+  std::vector<ComputedKv> reports;
   for (const auto& [id, end] : st.step_ends) {
     auto it = st.seqs.find(id);
     if (it == st.seqs.end() || it->second.phase != PlanSeq::Phase::running) continue;
     SeqData& s = it->second;
-    s.num_done = std::max(s.num_done, end);
-    if (s.num_done <= s.num_marked) continue;
-    const int from = s.num_marked / block_size * block_size;
-    std::vector<TokenId> tail;
-    for (int p = from; p < s.num_done; ++p) tail.push_back(st.token_at(s, p));
-    self->send(st.setup.memory_manager, computed_atom::value, id, from, std::move(tail), s.num_done);
-    s.num_marked = s.num_done;
+    if (end <= s.num_reported) continue;
+    ComputedKv& report = reports.emplace_back();
+    report.seq = id;
+    report.tokens_offset = s.num_reported / block_size * block_size;
+    for (int p = report.tokens_offset; p < end; ++p) report.tokens.push_back(st.token_at(s, p));
+    report.num_computed = end;
+    s.num_reported = end;
   }
   st.step_ends.clear();
+  if (!reports.empty()) self->send(st.setup.memory_manager, computed_atom::value, std::move(reports));
+}
+
+void handle_results(Self* self, const StepResult& res) {
+  auto& st = self->state;
+  report_computed(self);
+  Outbox outbox;
   std::set<uint64_t> beam_requests;
   for (size_t i = 0; i < res.seqs.size(); ++i) {
     auto it = st.seqs.find(res.seqs[i]);
@@ -320,7 +298,8 @@ void handle_results(Self* self, const StepResult& res) {
     std::vector<std::pair<SeqId, SampledToken>> appended{{s.id, samples[0][0]}};
     if (!r.forked && r.width > 1) {
       r.forked = true;
-      for (size_t k = 1; k < samples.size(); ++k) appended.emplace_back(fork_seq(self, s, r.next_index++), samples[k][0]);
+      for (size_t k = 1; k < samples.size(); ++k)
+        appended.emplace_back(fork_seq(self, s, r.next_index++), samples[k][0]);
     }
     for (auto& [sid, tok] : appended) {
       SeqData& q = st.seqs.at(sid);
@@ -332,21 +311,23 @@ void handle_results(Self* self, const StepResult& res) {
       out.finish = finish_reason(st, r, q).value_or("");
       out.cumulative_logprob = q.cumulative_logprob;
       st.setup.metrics->generation_tokens += 1;
-      self->send(r.spec.client, output_atom::value, out);
-      if (!out.finish.empty()) end_seq(self, sid);
+      const bool ends = !out.finish.empty();
+      outbox.add(r, std::move(out));
+      if (ends) end_seq(self, sid);  // may end the request: `r` is not used after the last one
     }
   }
   for (uint64_t rid : beam_requests) {
     auto it = st.requests.find(rid);
     if (it == st.requests.end()) continue;
-    std::vector<std::pair<SeqId, const std::vector<SampledToken>*>> beams;
+    std::vector<SeqId> beams;
     for (SeqId id : it->second.seqs) {
       const SeqData& s = st.seqs.at(id);
       if (!s.beam_candidates || s.pending) break;
-      beams.emplace_back(id, &*s.beam_candidates);
+      beams.push_back(id);
     }
-    if (!beams.empty() && beams.size() == it->second.seqs.size()) beam_step(self, it->second, beams);
+    if (!beams.empty() && beams.size() == it->second.seqs.size()) beam_step(self, it->second, beams, outbox);
   }
+  outbox.send(self);
 }
 
 bool forks_on_result(const SchedulerState& st, const StepPlan& plan) {
@@ -461,9 +442,8 @@ void apply_plan(Self* self, StepPlan& plan) {
     auto it = st.seqs.find(id);
     if (it == st.seqs.end()) continue;
     it->second.phase = PlanSeq::Phase::waiting;
-    it->second.num_computed = 0;
-    it->second.num_done = 0;
-    it->second.num_marked = 0;
+    it->second.num_planned = 0;
+    it->second.num_reported = 0;
     st.setup.metrics->preemptions += 1;
   }
   for (SeqId id : plan.preempted_swap) {
@@ -473,7 +453,7 @@ void apply_plan(Self* self, StepPlan& plan) {
     // The memory manager drops `computed` reports for a swapped sequence, and one may be in flight now (sent for
     // the step that ran while this plan was made): after the swap-in, report from position 0 again rather than
     // from a block the manager never registered.
-    it->second.num_marked = 0;
+    it->second.num_reported = 0;
     st.setup.metrics->preemptions += 1;
   }
   // A request, not a send: the executor replies `true`, and a reply the scheduler has no handler for comes back
@@ -486,13 +466,12 @@ void apply_plan(Self* self, StepPlan& plan) {
     auto it = st.seqs.find(id);
     if (it == st.seqs.end()) continue;
     it->second.phase = PlanSeq::Phase::running;
-    it->second.num_computed = cached;
-    it->second.num_done = cached;
-    it->second.num_marked = cached;
+    it->second.num_planned = cached;
+    it->second.num_reported = cached;
   }
   for (const PlannedChunk& c : plan.chunks) {
     auto it = st.seqs.find(c.id);
-    if (it != st.seqs.end()) it->second.num_computed = c.start_pos + c.num_tokens;
+    if (it != st.seqs.end()) it->second.num_planned = c.start_pos + c.num_tokens;
   }
   for (SeqId id : plan.rejected) {
     auto it = st.seqs.find(id);
@@ -529,13 +508,14 @@ void request_plan(Self* self) {
   std::vector<PlanSeq> view;
   for (const auto& [id, s] : st.seqs) {
     if (s.swapping_in) continue;
+    const RequestData& r = st.requests.at(s.request);
     PlanSeq p;
     p.id = id;
-    p.arrival = st.requests.at(s.request).arrival;
+    p.arrival = r.arrival;
     p.phase = s.phase;
-    p.num_computed = s.num_computed;
-    const int known = static_cast<int>(st.requests.at(s.request).spec.prompt->size() + s.output->size());
-    p.num_tokens = known + (s.pending ? 1 : 0);
+    p.num_computed = s.num_planned;
+    p.num_tokens = static_cast<int>(r.spec.prompt->size() + s.output->size()) + (s.pending ? 1 : 0);
+    p.last_token_in_flight = s.pending && reaches_length_limit(st, r, s.output->size() + 1);
     if (s.phase == PlanSeq::Phase::waiting) {
       if (s.pending) continue;  // preempted while its last token is in flight: admit it next time
       p.tokens = st.all_tokens(s);

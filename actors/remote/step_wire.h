@@ -13,22 +13,17 @@
 
 namespace paged {
 
-/// A SampleSpec by value: the SamplingParams fields a runner reads, and copies of the id lists.
+/// A SampleSpec by value: the parameters themselves and copies of the id lists.
 struct WireSample {
-  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
-  int top_k = -1, min_tokens = 0;
-  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
-  std::vector<std::pair<TokenId, float>> logit_bias;
+  SamplingParams params;
   uint64_t seed = 0;
   std::vector<TokenId> prompt, output, stop_ids;
   int num_logprobs = 0, num_candidates = 1;
 };
 
+/// A SeqChunk by value: its samples travel in `samples`, the chunk's own are empty.
 struct WireChunk {
-  SeqId seq = 0;
-  std::vector<TokenId> tokens;
-  int32_t start_pos = 0;
-  std::vector<int32_t> block_table;
+  SeqChunk chunk;
   std::vector<WireSample> samples;
 };
 
@@ -37,10 +32,11 @@ struct WireStep {
   std::vector<BlockPair> copies;
 };
 
+/// The batch by value: what its SampleSpecs point to is copied in.
 WireStep to_wire(const StepBatch& batch);
 
-/// The step a runner executes on the receiving side. Its SampleSpecs point into `wire` and into `params` (filled
-/// here, one entry per sample): both must outlive the returned batch and stay unchanged.
-StepBatch from_wire(const WireStep& wire, std::vector<SamplingParams>& params);
+/// The step a runner executes on the receiving side. Its SampleSpecs point into `wire`, which must outlive the
+/// returned batch and stay unchanged.
+StepBatch from_wire(const WireStep& wire);
 
 }  // namespace paged

@@ -33,6 +33,7 @@ struct SamplingParams {
   bool skip_special_tokens = true;
 
   bool greedy() const { return temperature == 0.0f; }
+  bool operator==(const SamplingParams&) const = default;  // every field equal
 };
 
 }  // namespace paged

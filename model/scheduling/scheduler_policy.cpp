@@ -27,7 +27,8 @@ StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const P
   bool preempted = false;
   auto preempt = [&](const PlanSeq& victim) {
     preempted = true;
-    if (limits.preemption == PreemptionMode::swap) {
+    // A victim whose token in flight ends it is freed: a swap-out would copy blocks that are never swapped back in.
+    if (limits.preemption == PreemptionMode::swap && !victim.last_token_in_flight) {
       if (auto pairs = kv.swap_out(victim.id)) {
         plan.swap_out.insert(plan.swap_out.end(), pairs->begin(), pairs->end());
         plan.preempted_swap.push_back(victim.id);

@@ -23,6 +23,7 @@ struct PlanSeq {
   Phase phase = Phase::waiting;
   int num_computed = 0;      // tokens whose KV is (or, in flight, will be) in the cache
   int num_tokens = 0;        // tokens known so far plus one being sampled in flight (pending)
+  bool last_token_in_flight = false;  // the token in flight ends the sequence (max_tokens, model length)
   std::vector<TokenId> tokens;  // waiting only: every token (prompt + output so far), for the prefix cache
   uint64_t salt = 0;         // prefix-cache salt
 };
@@ -55,10 +56,11 @@ struct StepPlan {
 };
 
 /// Plans one step. Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is
-/// left of it); when one cannot grow, the newest running sequence is preempted (swap when asked and the CPU pool
-/// has room, else recompute), possibly itself. Then, if nothing was preempted, swapped sequences oldest first
-/// while they fit above the watermark; then, if no sequence is swapped, waiting sequences FCFS while blocks,
-/// budget and max_num_seqs allow (a waiting head that does not fit blocks those behind it).
+/// left of it); when one cannot grow, the newest running sequence is preempted (swap when asked, the CPU pool has
+/// room and its token in flight does not end it; else recompute: freed), possibly itself. Then, if nothing was
+/// preempted, swapped sequences oldest first while they fit above the watermark; then, if no sequence is swapped,
+/// waiting sequences FCFS while blocks, budget and max_num_seqs allow (a waiting head that does not fit blocks those
+/// behind it).
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
 
 }  // namespace paged

@@ -224,6 +224,8 @@ TEST_CASE("a KV pool a quarter of the need preempts and still gives identical ou
     CHECK(m.preemptions > 0);
     if (swap) {
       CHECK(m.swapped_out_blocks > 0);
+      // No sequence can end while swapped out: each runs to max_tokens (no stop id, stop string or abort), and a
+      // victim whose token in flight is its last is freed, not swapped. So every block swapped out comes back in.
       CHECK(m.swapped_in_blocks == m.swapped_out_blocks);
     } else {
       CHECK(m.swapped_out_blocks == 0);
@@ -285,8 +287,8 @@ TEST_CASE("n=4 with a seed equals four requests with seeds seed+i, and shares th
 namespace {
 
 /// Plain beam search on CpuModelRunner, recomputing every beam from scratch each step, with the definition the
-/// scheduler implements (vLLM's legacy beam search, length_penalty 1, early_stopping false): see beam_step in
-/// actors/scheduler_actor.cpp.
+/// scheduler implements (vLLM's legacy beam search, length_penalty 1, early_stopping false): see
+/// model/scheduling/beam_search.h.
 std::vector<std::vector<TokenId>> reference_beam_search(const std::vector<TokenId>& prompt, int width, int n,
                                                         int max_tokens, const std::vector<TokenId>& stop_ids,
                                                         int max_model_len) {
@@ -564,6 +566,26 @@ TEST_CASE("prefix caching: a second request with the same 5-block prefix reuses 
   CHECK(uncached.metrics().prefix_cache_hit_tokens == 0);
   CHECK(uncached.metrics().prompt_tokens_computed == 87 + 91);
   require_pool_drained(cached);
+}
+
+TEST_CASE("prefix caching: cached blocks are evicted when a new request needs them, and /metrics counts them",
+          "[engine][prefix]") {
+  // 8 blocks. The first request (87 + 8 tokens: 6 blocks) leaves its 5 full blocks cached and 3 blocks free; the
+  // second, another 87-token prompt, takes the 3 free blocks and evicts 3 cached ones.
+  EngineConfig config = base_config();
+  config.num_kv_blocks = 8;
+  Engine engine(config);
+  Metrics& m = engine.metrics();
+  run_all(engine, {text_prompt(0, 87)}, greedy(8));
+  engine.wait_idle();
+  CHECK(m.kv_blocks_cached == 5);
+  CHECK(m.evicted_blocks == 0);
+  run_all(engine, {text_prompt(500, 87)}, greedy(8));
+  engine.wait_idle();
+  CHECK(m.prefix_cache_hit_tokens == 0);
+  CHECK(m.evicted_blocks == 3);
+  CHECK(m.prometheus().find("\npaged_kv_evicted_blocks_total 3\n") != std::string::npos);
+  require_pool_drained(engine);
 }
 
 TEST_CASE("prefix caching: a request shares the in-use prefix blocks of a running one", "[engine][prefix]") {

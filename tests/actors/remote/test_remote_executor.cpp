@@ -74,8 +74,7 @@ TEST_CASE("a step survives its wire form: same samples from the runner", "[remot
     c.samples.push_back(SampleSpec{.params = &params, .seed = 7u + i, .prompt = &prompt, .output = &output,
                                    .stop_ids = &stops, .num_logprobs = 3, .num_candidates = 2});
   const WireStep wire = to_wire(b);
-  std::vector<SamplingParams> owned;
-  const StepBatch back = from_wire(wire, owned);
+  const StepBatch back = from_wire(wire);
   REQUIRE(back.seqs.size() == 1);
   CHECK(back.seqs[0].seq == 42);
   CHECK(back.seqs[0].block_table == c.block_table);
@@ -91,6 +90,53 @@ TEST_CASE("a step survives its wire form: same samples from the runner", "[remot
       CHECK(g.logprob == w.logprob);
       CHECK(g.top_logprobs == w.top_logprobs);
     }
+}
+
+TEST_CASE("every sampling parameter survives CAF's serialisation of a wire step, unset optional ones too",
+          "[remote]") {
+  // Every field away from its default.
+  const SamplingParams set{.n = 3, .best_of = 5, .use_beam_search = true, .max_tokens = 77, .min_tokens = 4,
+                           .temperature = 0.7f, .top_p = 0.8f, .top_k = 12, .min_p = 0.05f, .seed = uint64_t{1} << 40,
+                           .repetition_penalty = 1.1f, .presence_penalty = -0.5f, .frequency_penalty = 0.3f,
+                           .logit_bias = {{3, 1.5f}, {9, -2.0f}}, .stop_token_ids = {7, 8}, .stop = {"\n\n", "The end"},
+                           .ignore_eos = true, .logprobs = 4, .skip_special_tokens = false};
+  const SamplingParams unset;  // no seed, no logprobs
+  const std::vector<TokenId> prompt = {1, 2, 3}, output = {4}, stops = {2, 7, 8};
+  StepBatch b;
+  b.copies = {{5, 6}};
+  SeqChunk& c = b.seqs.emplace_back();
+  c.seq = 9;
+  c.tokens = {4};
+  c.start_pos = 3;
+  c.block_table = {0};
+  for (const SamplingParams* p : {&set, &unset})
+    c.samples.push_back(SampleSpec{.params = p, .seed = 11, .prompt = &prompt, .output = &output, .stop_ids = &stops,
+                                   .num_logprobs = 4, .num_candidates = 2});
+
+  WireStep sent = to_wire(b), received;
+  std::vector<char> bytes;
+  caf::binary_serializer sink(nullptr, bytes);
+  REQUIRE_FALSE(sink(sent));
+  caf::binary_deserializer source(nullptr, bytes);
+  REQUIRE_FALSE(source(received));
+  const StepBatch back = from_wire(received);
+
+  CHECK(back.copies == b.copies);
+  REQUIRE(back.seqs.size() == 1);
+  CHECK(back.seqs[0].seq == 9);
+  CHECK(back.seqs[0].tokens == c.tokens);
+  CHECK(back.seqs[0].start_pos == 3);
+  CHECK(back.seqs[0].block_table == c.block_table);
+  REQUIRE(back.seqs[0].samples.size() == 2);
+  const SampleSpec& spec = back.seqs[0].samples[0];
+  CHECK(spec.seed == 11);
+  CHECK(*spec.prompt == prompt);
+  CHECK(*spec.output == output);
+  CHECK(*spec.stop_ids == stops);
+  CHECK(spec.num_logprobs == 4);
+  CHECK(spec.num_candidates == 2);
+  CHECK(*spec.params == set);
+  CHECK(*back.seqs[0].samples[1].params == unset);
 }
 
 TEST_CASE("an engine whose executor is a worker on loopback generates what an in-process one does", "[remote]") {

@@ -1,5 +1,6 @@
 // The pure scheduling policy (plan_step) against a real KvCacheManager: admission, token budget and chunked prefill,
-// max_num_seqs, preemption victims and modes, resume order, rejection.
+// max_num_seqs, preemption victims and modes (a victim whose last token is in flight is freed), resume order,
+// rejection.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -242,6 +243,27 @@ TEST_CASE("swap mode swaps the victim out to the CPU pool, and recomputes when t
     }
     kv.check_invariants();
   }
+}
+
+TEST_CASE("swap mode frees a victim whose token in flight is its last instead of swapping it out", "[policy]") {
+  // Planned while the step that samples 12's last token runs (max_tokens or the model length): 12 ends when that
+  // step returns, so blocks copied to the CPU now would never come back.
+  auto kv = make_kv(6, 10);
+  place(kv, 10, 8);
+  place(kv, 11, 8);
+  place(kv, 12, 8);
+  PlanSeq ending = running(12, 2, 8, 9);
+  ending.last_token_in_flight = true;
+  const StepPlan plan =
+      plan_step(kv, {running(10, 0, 8, 9), running(11, 1, 8, 9), ending}, limits(8, 100, PreemptionMode::swap));
+  CHECK(chunk_ids(plan) == std::vector<SeqId>{10, 11});
+  CHECK(plan.preempted_recompute == std::vector<SeqId>{12});
+  CHECK(plan.preempted_swap.empty());
+  CHECK(plan.swap_out.empty());
+  CHECK_FALSE(kv.contains(12));
+  CHECK(kv.metrics().cpu_free == 10);
+  CHECK(kv.metrics().swapped_out_blocks == 0);
+  kv.check_invariants();
 }
 
 TEST_CASE("swapped sequences resume before waiting ones, oldest first", "[policy]") {
