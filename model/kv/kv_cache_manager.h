@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "model/kv/block_pool.h"
-#include "model/step.h"
+#include "model/types.h"
 
 namespace paged {
 

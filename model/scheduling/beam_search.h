@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "model/step.h"
+#include "model/sampling/sample.h"
 
 namespace paged {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "model/kv/kv_cache_manager.h"
-#include "model/step.h"
+#include "model/types.h"
 
 namespace paged {
 

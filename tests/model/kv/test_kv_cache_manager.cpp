@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "model/kv/kv_cache_manager.h"
+#include "model/step.h"
 
 namespace paged {
 namespace {
