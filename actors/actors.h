@@ -7,10 +7,12 @@
 #include <functional>
 #include <memory>
 
-#include "actors/engine.h"
+#include "actors/engine_types.h"
 #include "actors/messages.h"
+#include "actors/metrics.h"
 #include "model/kv/kv_cache_manager.h"
 #include "model/loader/safetensors.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace paged {
 
@@ -94,7 +96,7 @@ caf::actor spawn_scheduler(caf::actor_system& system, SchedulerSetup setup);
 
 /// Request actor: one per request. Detokenizes incrementally, applies stop strings, feeds the sink, records TTFT
 /// and TPOT, and stops once every completion ended.
-caf::actor spawn_request(caf::actor_system& system, RequestSpec spec, const Tokenizer* tokenizer, Engine::Sink sink,
+caf::actor spawn_request(caf::actor_system& system, RequestSpec spec, const Tokenizer* tokenizer, RequestSink sink,
                          caf::actor scheduler, Metrics* metrics);
 
 }  // namespace paged

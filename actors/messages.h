@@ -12,7 +12,7 @@
 #include "kernels/cuda/nccl_comm.h"
 #include "model/scheduling/scheduler_policy.h"
 #include "model/step.h"
-#include "actors/remote/step_wire.h"
+#include "actors/step_wire.h"
 
 namespace paged {
 
@@ -34,7 +34,7 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;      // engine -> wor
 
 /// A step as sent to executors. SampleSpec pointers refer to scheduler-owned sequence data that `keep_alive`
 /// holds until every executor has finished the step. In-process only: the proxy of a remote executor sends the
-/// step on as a WireStep (actors/remote/step_wire.h).
+/// step on as a WireStep (actors/step_wire.h).
 struct StepMsg {
   std::shared_ptr<const StepBatch> batch;
   std::vector<std::shared_ptr<const void>> keep_alive;

@@ -25,7 +25,7 @@ struct Completion {
 struct RequestState {
   RequestSpec spec;
   const Tokenizer* tokenizer = nullptr;
-  Engine::Sink sink;
+  RequestSink sink;
   caf::actor scheduler;
   Metrics* metrics = nullptr;
   std::vector<Completion> completions;
@@ -186,7 +186,7 @@ bool take_output(Self* self, const SeqOutput& out) {
 
 namespace {
 
-caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* tokenizer, Engine::Sink sink,
+caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* tokenizer, RequestSink sink,
                             caf::actor scheduler, Metrics* metrics) {
   auto& st = self->state;
   st.spec = spec;
@@ -224,7 +224,7 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
 
 }  // namespace
 
-caf::actor spawn_request(caf::actor_system& system, RequestSpec spec, const Tokenizer* tokenizer, Engine::Sink sink,
+caf::actor spawn_request(caf::actor_system& system, RequestSpec spec, const Tokenizer* tokenizer, RequestSink sink,
                          caf::actor scheduler, Metrics* metrics) {
   return system.spawn(request_actor, std::move(spec), tokenizer, std::move(sink), std::move(scheduler), metrics);
 }

@@ -17,7 +17,7 @@
 #include "actors/engine.h"
 #include "model/template/chat_template.h"
 #include "http/openai.h"
-#include "http/server.h"
+#include "http/server_options.h"
 
 namespace paged::server {
 

@@ -14,7 +14,7 @@
 #include <signal.h>
 
 #include "actors/messages.h"
-#include "actors/remote/worker.h"
+#include "actors/worker.h"
 #include "http/server.h"
 
 namespace paged::cli {

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
 #include <vector>
 
+#include "kernels/cuda/gpu_error.h"
 #include "model/loader/config.h"
 #include "model/loader/safetensors.h"
 #include "model/step.h"
@@ -17,11 +17,6 @@
 namespace paged {
 
 class NcclComm;
-
-/// A CUDA, cuBLAS or NCCL failure inside the runner (not a problem of the model files: those are ModelError).
-struct GpuError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct CudaRunnerOptions {
   int block_size = 16;                 // tokens per KV block: 8, 16 or 32

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/cuda/cuda_runner.h"
+#include "kernels/cuda/gpu_error.h"
 
 namespace paged {
 

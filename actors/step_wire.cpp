@@ -1,4 +1,4 @@
-#include "actors/remote/step_wire.h"
+#include "actors/step_wire.h"
 
 namespace paged {
 

@@ -7,9 +7,9 @@
 
 #include "actors/engine.h"
 #include "actors/messages.h"
-#include "actors/remote/worker.h"
+#include "actors/worker.h"
 #include "model/loader/config.h"
-#include "actors/remote/step_wire.h"
+#include "actors/step_wire.h"
 #include "tests/test_data.h"
 
 using namespace paged;

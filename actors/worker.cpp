@@ -1,4 +1,4 @@
-#include "actors/remote/worker.h"
+#include "actors/worker.h"
 
 #include <caf/io/all.hpp>
 

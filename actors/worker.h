@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/engine.h"
+#include "actors/engine_types.h"
 
 namespace paged {
 

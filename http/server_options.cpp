@@ -1,0 +1,59 @@
+#include "http/server_options.h"
+
+#include <boost/json.hpp>
+#include <stdexcept>
+
+#include "model/json_file.h"
+
+namespace paged {
+namespace json = boost::json;
+
+ServerOptions load_server_options(const std::string& json_file) {
+  const json::object root = read_json_object<std::runtime_error>(json_file);
+  ServerOptions o;
+  const json::value* server = root.if_contains("server");
+  if (!server) return o;
+  if (!server->is_object()) throw std::runtime_error(json_file + ": \"server\" must be an object");
+  for (const auto& kv : server->get_object()) {
+    const std::string key(kv.key());
+    const json::value& v = kv.value();
+    auto bad = [&](const char* what) { return std::runtime_error(json_file + ": server." + key + " must be " + what); };
+    auto text = [&] {
+      if (!v.is_string()) throw bad("a string");
+      return std::string(v.get_string());
+    };
+    auto positive = [&](int64_t max) {
+      if (!v.is_int64() || v.get_int64() < 1 || v.get_int64() > max) throw bad("a positive integer");
+      return v.get_int64();
+    };
+    if (key == "host") {
+      o.host = text();
+    } else if (key == "port") {
+      if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 65535) throw bad("a port number");
+      o.port = static_cast<uint16_t>(v.get_int64());
+    } else if (key == "api_key") {
+      o.api_key = text();
+    } else if (key == "served_model_name") {
+      o.served_model_name = text();
+    } else if (key == "chat_template") {
+      o.chat_template_file = text();
+    } else if (key == "body_limit_bytes") {
+      o.body_limit = static_cast<size_t>(positive(int64_t{1} << 32));
+    } else if (key == "read_timeout_s") {
+      o.read_timeout_s = static_cast<int>(positive(86400));
+    } else if (key == "write_timeout_s") {
+      o.write_timeout_s = static_cast<int>(positive(86400));
+    } else if (key == "pipeline_limit") {
+      o.pipeline_limit = static_cast<size_t>(positive(1024));
+    } else if (key == "io_threads") {
+      o.io_threads = static_cast<int>(positive(256));
+    } else if (key == "ws_max_generations") {
+      o.ws_max_generations = static_cast<int>(positive(4096));
+    } else {
+      throw std::runtime_error(json_file + ": unknown key server." + key);
+    }
+  }
+  return o;
+}
+
+}  // namespace paged

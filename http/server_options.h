@@ -1,0 +1,28 @@
+// The options of `paged serve`'s HTTP server, and their file (conf/serve.json).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace paged {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";      // loopback unless told otherwise
+  uint16_t port = 8000;                 // 0: any free port (the bound one is printed)
+  std::string api_key;                  // non-empty: /v1/* requires "Authorization: Bearer KEY"
+  std::string served_model_name;        // empty: the model folder's name
+  std::string chat_template_file;       // empty: the model's own template (tokenizer_config.json)
+  size_t body_limit = 1 << 20;          // request body bytes; more is answered 413
+  int read_timeout_s = 30;              // an idle connection, or one slow to send its request, is closed
+  int write_timeout_s = 30;             // a client that stops reading is dropped (and its requests aborted)
+  size_t pipeline_limit = 16;           // requests queued per connection before reading pauses
+  int io_threads = 2;                   // threads running the sockets (the engine has its own)
+  int ws_max_generations = 16;          // concurrent generations per WebSocket
+};
+
+/// Reads server options from the "server" object of a JSON file (conf/serve.json); keys absent keep their
+/// defaults. Throws std::runtime_error naming the file and the bad key.
+ServerOptions load_server_options(const std::string& json_file);
+
+}  // namespace paged
