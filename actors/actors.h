@@ -18,18 +18,26 @@ namespace paged {
 
 /// Executor: owns a ModelRunner (one device, or one tensor-parallel rank). Handles
 /// (step_atom, StepMsg) -> StepResult, (swap_out_atom, pairs) -> ok, (swap_in_atom, pairs) -> ok, in arrival
-/// order, so swaps and copies ordered before a step complete before it. Spawn detached: a step blocks its thread
-/// (and tensor-parallel ranks wait on each other in the all-reduce).
+/// order, so swaps and copies ordered before a step complete before it; what the runner throws comes back as an
+/// ExecutorError::runner_failed error and the executor stays up. The steps come from this engine's scheduler and are
+/// not checked again (the runners keep their own bounds checks). Spawn detached: a step blocks its thread (and
+/// tensor-parallel ranks wait on each other in the all-reduce).
 caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner);
 
-/// The executor of a `paged worker`: executor_actor's handlers, with the step arriving as a WireStep from an
-/// engine in another process, plus (hello_atom) -> WorkerInfo. Published by a Worker (actors/worker.h).
+/// The executor of a `paged worker`, for an engine in another process: (hello_atom) -> WorkerInfo,
+/// (step_atom, WireStep) -> StepResult and the swap orders. It serves one engine at a time: the first whose proxy
+/// says hello, until that proxy goes down; another engine's hello, and any message from another node, gets an
+/// ExecutorError::refused error. Every step (check_step) and swap order (check_block_pairs) is checked against the
+/// runner's limits in `info` before the runner sees it: a bad one gets an invalid_step / invalid_swap error, a runner
+/// that throws a runner_failed one, and the next good message is executed as usual. Logprobs of -inf come back as
+/// the lowest float (CAF's float encoding cannot carry an infinity). Published by a Worker (actors/worker.h).
 caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
                                     WorkerInfo info);
 
-/// Stands in the engine for a worker's executor (`remote`, reached through CAF's middleman): forwards steps as
-/// WireSteps and the swap orders as they are, in arrival order, and delegates the answers back. Quits when the
-/// remote actor goes down.
+/// Stands in the engine for a worker's executor (`remote`, reached through CAF's middleman): forwards the hello,
+/// steps as WireSteps and the swap orders as they are, in arrival order, and delegates the answers back; answers
+/// the worker's (alive_atom) with true. The hello must go through it: the worker serves the engine whose proxy said
+/// hello while that proxy lives. Quits when the remote actor goes down.
 caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor remote);
 
 /// A runner built for one tensor-parallel rank, with the KV pools it got.

@@ -1,7 +1,5 @@
 #include "actors/engine.h"
 
-#include <caf/io/all.hpp>
-
 #include <condition_variable>
 #include <future>
 #include <limits>
@@ -10,11 +8,12 @@
 #include <thread>
 
 #include "actors/actors.h"
+#include "actors/tls.h"
 #include "kernels/cpu/cpu_runner.h"
 #include "model/loader/safetensors.h"
 #include "model/tokenizer/load_tokenizer.h"
 #include "kernels/cpu/local_all_reduce.h"
-#include "model/unicode/utf8.h"
+#include "model/sampling/params_check.h"
 #ifdef PAGED_HAVE_CUDA
 #include "kernels/cuda/cuda_runner.h"
 #include "kernels/cuda/nccl_comm.h"
@@ -27,6 +26,7 @@ struct Engine::Impl {
   ModelConfig model;
   std::unique_ptr<Tokenizer> tokenizer;
   Metrics metrics;
+  std::unique_ptr<HeldTlsFiles> tls_files;  // outlives the system, which reads them on every connection
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> system;
   caf::actor scheduler;
@@ -149,9 +149,11 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   const int tp = c.tensor_parallel_size;
   if (remote && tp != 1)
     throw ModelError("--remote-executor runs the whole model on one worker: --tensor-parallel-size must be 1");
+  if (!remote && !c.tls_dir.empty())
+    throw ModelError("--tls-dir secures the connection to a worker: it needs --remote-executor");
   m.sys_cfg = std::make_unique<caf::actor_system_config>();
   register_message_types(*m.sys_cfg);
-  if (remote) m.sys_cfg->load<caf::io::middleman>();
+  if (remote) m.tls_files = load_transport(*m.sys_cfg, c.tls_dir);
   m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
   int num_blocks = 0, num_swap_blocks = 0;
   std::vector<std::shared_ptr<ModelRunner>> runners;
@@ -162,14 +164,14 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     // The executor lives in a `paged worker`: check that it runs this model with this KV layout, then talk to it
     // through a local proxy, so the scheduler sees one more executor actor.
     const auto [host, port] = host_and_port(c.remote_executor);
-    auto worker = m.system->middleman().remote_actor(host, port);
-    if (!worker)
-      throw ModelError("--remote-executor " + c.remote_executor + ": " + m.system->render(worker.error()));
+    const caf::actor worker = connect_executor(*m.system, host, port);
+    // The proxy says hello: the worker serves this engine while the proxy lives.
+    const caf::actor proxy = m.system->spawn(remote_executor_proxy, worker);
     WorkerInfo info;
     std::string error;
     {
       caf::scoped_actor self{*m.system};
-      self->request(*worker, std::chrono::seconds(60), hello_atom::value)
+      self->request(proxy, std::chrono::seconds(60), hello_atom::value)
           .receive([&](WorkerInfo& i) { info = std::move(i); },
                    [&](caf::error& e) { error = m.system->render(e); });
     }
@@ -190,11 +192,14 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
       error = "the worker takes steps of at most " + std::to_string(info.max_num_seqs) + " sequences and " +
               std::to_string(info.max_num_batched_tokens) + " tokens; pass --max-num-seqs and " +
               "--max-num-batched-tokens no larger";
-    if (!error.empty()) throw ModelError("--remote-executor " + c.remote_executor + ": " + error);
+    if (!error.empty()) {
+      caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+      throw ModelError("--remote-executor " + c.remote_executor + ": " + error);
+    }
     c.device = info.device;
     num_blocks = info.num_blocks;
     num_swap_blocks = info.num_swap_blocks;
-    m.executors.push_back(m.system->spawn(remote_executor_proxy, *worker));
+    m.executors.push_back(proxy);
   } else if (tp == 1) {
     RankRunner built = make_local_runner(c, m.model, m.max_model_len, weights.get());
     num_blocks = built.num_blocks;
@@ -299,38 +304,8 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
   const Impl& m = *impl_;
   const int vocab = m.model.vocab_size;
   if (prompt_len == 0) throw InvalidRequest("the prompt is empty", "prompt");
-  if (p.n < 1 || p.n > 128) throw InvalidRequest("n must be in [1, 128]", "n");
-  if (p.best_of != 0 && (p.best_of < p.n || p.best_of > 128))
-    throw InvalidRequest("best_of must be in [n, 128]", "best_of");
-  if (p.max_tokens < 1) throw InvalidRequest("max_tokens must be at least 1", "max_tokens");
-  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
-    throw InvalidRequest("min_tokens must be in [0, max_tokens]", "min_tokens");
-  if (!(p.temperature >= 0.0f) || p.temperature > 100.0f)
-    throw InvalidRequest("temperature must be in [0, 100]", "temperature");
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw InvalidRequest("top_p must be in (0, 1]", "top_p");
-  if (p.top_k < -1) throw InvalidRequest("top_k must be -1 (off) or positive", "top_k");
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) throw InvalidRequest("min_p must be in [0, 1]", "min_p");
-  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 10.0f))
-    throw InvalidRequest("repetition_penalty must be in (0, 10]", "repetition_penalty");
-  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
-    throw InvalidRequest("presence_penalty must be in [-2, 2]", "presence_penalty");
-  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
-    throw InvalidRequest("frequency_penalty must be in [-2, 2]", "frequency_penalty");
-  for (const auto& [id, bias] : p.logit_bias) {
-    if (id < 0 || id >= vocab)
-      throw InvalidRequest("logit_bias key " + std::to_string(id) + " is outside the vocabulary [0, " +
-                               std::to_string(vocab) + ")", "logit_bias");
-    if (!(bias >= -100.0f && bias <= 100.0f)) throw InvalidRequest("logit_bias values must be in [-100, 100]", "logit_bias");
-  }
-  for (TokenId id : p.stop_token_ids)
-    if (id < 0 || id >= vocab) throw InvalidRequest("stop_token_ids entry outside the vocabulary", "stop_token_ids");
-  for (const auto& s : p.stop) {
-    if (s.empty()) throw InvalidRequest("stop strings must not be empty", "stop");
-    if (!utf8::is_valid(s)) throw InvalidRequest("stop strings must be valid UTF-8", "stop");
-  }
-  if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > 20)) throw InvalidRequest("logprobs must be in [0, 20]", "logprobs");
-  if (p.use_beam_search && p.temperature != 0.0f)
-    throw InvalidRequest("beam search requires temperature 0", "temperature");
+  if (std::optional<FieldError> bad = check_sampling_params(p, vocab))
+    throw InvalidRequest(bad->message, bad->field);
   if (static_cast<int64_t>(prompt_len) + p.max_tokens > m.max_model_len)
     throw InvalidRequest("this model's maximum context length is " + std::to_string(m.max_model_len) +
                              " tokens; the prompt has " + std::to_string(prompt_len) + " and max_tokens asks for " +

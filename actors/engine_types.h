@@ -45,6 +45,9 @@ struct EngineConfig {
   /// layer, and this engine keeps the scheduler, the KV bookkeeping and the requests. device, load_format,
   /// num_kv_blocks, swap_space_gib and gpu_memory_utilization are then the worker's.
   std::string remote_executor;
+  /// A deployment's folder of `paged gen-certs` (actors/tls_certs.h): the connection to the worker (and a worker's
+  /// listening port) then takes mutual TLS with its certificates. Empty: plain TCP, for loopback only.
+  std::string tls_dir;
 };
 
 using RequestId = uint64_t;

@@ -1,8 +1,13 @@
 #include "actors/actors.h"
 
+#include <chrono>
+#include <cmath>
+#include <limits>
 #include <map>
+#include <type_traits>
 
 #include "model/loader/config.h"
+#include "model/step_check.h"
 
 namespace paged {
 
@@ -14,22 +19,127 @@ struct ExecutorState {
   std::shared_ptr<void> group;
 };
 
+// The answer of a runner call, or what it threw as an error reply: a runner that throws (a GPU error, kv_slot's
+// std::out_of_range) fails that message, and the executor stays up for the next one.
+template <class Call>
+caf::result<std::invoke_result_t<Call>> guarded(Call&& call) {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    return make_error(ExecutorError::runner_failed, e.what());
+  }
+}
+
 // The step and swap handlers, over the runner the state holds when a message arrives.
 caf::message_handler runner_handlers(std::shared_ptr<ExecutorState> st) {
   return {
-      [st](step_atom, const StepMsg& msg) -> StepResult { return st->runner->execute(*msg.batch); },
-      [st](step_atom, const WireStep& wire) -> StepResult {  // from an engine in another process
-        return st->runner->execute(from_wire(wire));
+      [st](step_atom, const StepMsg& msg) { return guarded([&] { return st->runner->execute(*msg.batch); }); },
+      [st](swap_out_atom, const std::vector<BlockPair>& pairs) {
+        return guarded([&] {
+          st->runner->swap_out(pairs);
+          return true;
+        });
       },
-      [st](swap_out_atom, const std::vector<BlockPair>& pairs) -> bool {
-        st->runner->swap_out(pairs);
-        return true;
-      },
-      [st](swap_in_atom, const std::vector<BlockPair>& pairs) -> bool {
-        st->runner->swap_in(pairs);
-        return true;
+      [st](swap_in_atom, const std::vector<BlockPair>& pairs) {
+        return guarded([&] {
+          st->runner->swap_in(pairs);
+          return true;
+        });
       },
   };
+}
+
+// What a worker's executor owns: its runner, the limits every step and swap order is checked against, and the
+// engine it serves.
+struct WorkerState {
+  std::shared_ptr<ModelRunner> runner;
+  WorkerInfo info;
+  StepLimits limits;
+  caf::actor head;  // the proxy of the engine served, which said hello (monitored); null: none
+};
+
+// How long a second engine's hello waits for the engine served to answer that it is still there.
+constexpr auto kHeadProbeTimeout = std::chrono::seconds(5);
+
+caf::error serving_another_engine() {
+  return make_error(ExecutorError::refused, "the worker is already serving another engine (one at a time)");
+}
+
+// The refusal of the message being handled when its sender is not of the engine served (on another node); nullopt
+// when it may use the runner.
+std::optional<caf::error> foreign_sender(caf::event_based_actor* self, const WorkerState& st) {
+  if (!st.head) return make_error(ExecutorError::refused, "no engine said hello to this worker");
+  const caf::strong_actor_ptr& sender = self->current_sender();
+  if (!sender || sender->node() != st.head.node()) return serving_another_engine();
+  return std::nullopt;
+}
+
+// Serves `head` from now on, until it goes down.
+void serve(caf::event_based_actor* self, WorkerState& st, const caf::actor& head) {
+  st.head = head;
+  self->monitor(head);
+}
+
+// (hello_atom) -> WorkerInfo. The first engine to say hello is served while its proxy lives; another's hello is
+// refused while that proxy answers `alive` (asked so that an engine that has just ended, whose down message is not
+// here yet, does not keep the worker; no answer within kHeadProbeTimeout counts as still there).
+caf::response_promise hello(caf::event_based_actor* self, const std::shared_ptr<WorkerState>& st) {
+  const auto sender = caf::actor_cast<caf::actor>(self->current_sender());  // the promise takes it from the message
+  caf::response_promise rp = self->make_response_promise();
+  if (!sender) {
+    rp.deliver(make_error(ExecutorError::refused, "a hello must come from the actor that will send the steps"));
+    return rp;
+  }
+  if (!st->head || st->head == sender) {
+    if (!st->head) serve(self, *st, sender);
+    rp.deliver(st->info);
+    return rp;
+  }
+  const caf::actor held = st->head;
+  self->request(held, kHeadProbeTimeout, alive_atom::value)
+      .then([rp](bool) mutable { rp.deliver(serving_another_engine()); },
+            [self, st, rp, sender, held](caf::error& e) mutable {
+              if (e != caf::sec::request_timeout && st->head == held) {
+                self->demonitor(held);
+                st->head = nullptr;
+              }
+              if (st->head) {
+                rp.deliver(serving_another_engine());
+                return;
+              }
+              serve(self, *st, sender);
+              rp.deliver(st->info);
+            });
+  return rp;
+}
+
+// CAF 0.17 encodes a float by halving it until it is below 2, which never ends for an infinity: a logprob of -inf (a
+// masked token among the alternatives asked for) goes back as the lowest float, so that the reply can be sent.
+void make_sendable(StepResult& result) {
+  const auto finite = [](float& x) {
+    if (std::isinf(x)) x = x < 0 ? std::numeric_limits<float>::lowest() : std::numeric_limits<float>::max();
+  };
+  for (auto& chunk : result.samples)
+    for (auto& candidates : chunk)
+      for (SampledToken& t : candidates) {
+        finite(t.logprob);
+        for (auto& alternative : t.top_logprobs) finite(alternative.second);
+      }
+}
+
+// A swap order from the engine served, checked against the pools before the runner copies anything.
+caf::result<bool> checked_swap(caf::event_based_actor* self, WorkerState& st, const std::vector<BlockPair>& pairs,
+                               PairOrder order) {
+  if (auto refusal = foreign_sender(self, st)) return std::move(*refusal);
+  if (auto bad = check_block_pairs(pairs, order, st.limits.num_blocks, st.limits.num_swap_blocks))
+    return make_error(ExecutorError::invalid_swap, bad->describe());
+  return guarded([&] {
+    if (order == PairOrder::swap_out)
+      st.runner->swap_out(pairs);
+    else
+      st.runner->swap_in(pairs);
+    return true;
+  });
 }
 
 }  // namespace
@@ -38,10 +148,37 @@ caf::behavior executor_actor(caf::event_based_actor* /*self*/, std::shared_ptr<M
   return runner_handlers(std::make_shared<ExecutorState>(ExecutorState{std::move(runner), nullptr}));
 }
 
-caf::behavior worker_executor_actor(caf::event_based_actor* /*self*/, std::shared_ptr<ModelRunner> runner,
+caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
                                     WorkerInfo info) {
-  return runner_handlers(std::make_shared<ExecutorState>(ExecutorState{std::move(runner), nullptr}))
-      .or_else([info](hello_atom) { return info; });
+  const StepLimits limits{.vocab_size = info.vocab_size,
+                          .block_size = info.block_size,
+                          .num_blocks = info.num_blocks,
+                          .num_swap_blocks = info.num_swap_blocks,
+                          .max_model_len = info.max_model_len,
+                          .max_num_batched_tokens = info.max_num_batched_tokens};
+  auto st = std::make_shared<WorkerState>(WorkerState{std::move(runner), std::move(info), limits, nullptr});
+  self->set_down_handler([st](const caf::down_msg& down) {
+    if (st->head && down.source == st->head.address()) st->head = nullptr;  // the engine served went away
+  });
+  return {
+      [self, st](hello_atom) { return hello(self, st); },
+      [self, st](step_atom, const WireStep& wire) -> caf::result<StepResult> {
+        if (auto refusal = foreign_sender(self, *st)) return std::move(*refusal);
+        const StepBatch batch = from_wire(wire);
+        if (auto bad = check_step(batch, st->limits)) return make_error(ExecutorError::invalid_step, bad->describe());
+        return guarded([&] {
+          StepResult result = st->runner->execute(batch);
+          make_sendable(result);
+          return result;
+        });
+      },
+      [self, st](swap_out_atom, const std::vector<BlockPair>& pairs) {
+        return checked_swap(self, *st, pairs, PairOrder::swap_out);
+      },
+      [self, st](swap_in_atom, const std::vector<BlockPair>& pairs) {
+        return checked_swap(self, *st, pairs, PairOrder::swap_in);
+      },
+  };
 }
 
 namespace {
@@ -84,6 +221,8 @@ caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor rem
     self->quit(down.reason);
   });
   return {
+      [self, remote, pending](hello_atom a) { return forward_to<WorkerInfo>(self, remote, pending, a); },
+      [](alive_atom) { return true; },  // the worker asks whether this engine is still there
       [self, remote, pending](step_atom a, const StepMsg& msg) {
         return forward_to<StepResult>(self, remote, pending, a, to_wire(*msg.batch));
       },

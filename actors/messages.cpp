@@ -2,6 +2,26 @@
 
 namespace paged {
 
+namespace {
+
+const caf::atom_value executor_error_category = caf::atom("executor");
+
+}  // namespace
+
+std::string to_string(ExecutorError code) {
+  switch (code) {
+    case ExecutorError::invalid_step: return "invalid step";
+    case ExecutorError::invalid_swap: return "invalid swap order";
+    case ExecutorError::refused: return "refused";
+    case ExecutorError::runner_failed: return "the runner failed";
+  }
+  return "executor error " + std::to_string(static_cast<int>(code));
+}
+
+caf::error make_error(ExecutorError code, std::string message) {
+  return {static_cast<uint8_t>(code), executor_error_category, caf::make_message(std::move(message))};
+}
+
 void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<SampledToken>("paged.SampledToken");
   cfg.add_message_type<std::vector<SampledToken>>("paged.SampledTokens");
@@ -21,6 +41,11 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<RankReady>("paged.RankReady");
   cfg.add_message_type<WireStep>("paged.WireStep");
   cfg.add_message_type<WorkerInfo>("paged.WorkerInfo");
+  cfg.add_error_category(executor_error_category, [](uint8_t code, caf::atom_value, const caf::message& context) {
+    std::string text = to_string(static_cast<ExecutorError>(code));
+    if (context.match_elements<std::string>()) text += ": " + context.get_as<std::string>(0);
+    return text;
+  });
 }
 
 }  // namespace paged

@@ -31,6 +31,22 @@ using swap_in_atom = caf::atom_constant<caf::atom("swapin")>;
 using drained_atom = caf::atom_constant<caf::atom("drained")>;  // query: no request left
 using init_atom = caf::atom_constant<caf::atom("init")>;        // engine -> executor of a CUDA tensor-parallel rank
 using hello_atom = caf::atom_constant<caf::atom("hello")>;      // engine -> worker: what do you run?
+using alive_atom = caf::atom_constant<caf::atom("alive")>;      // worker -> the engine it serves: still there?
+
+/// Why an executor refused a message or failed it: the codes of the caf::errors in its category ("executor"),
+/// each with a message naming what was wrong (rendered "invalid step: seqs[0].tokens[3]: token 900 is ...").
+enum class ExecutorError : uint8_t {
+  invalid_step = 1,  // a step outside the runner's limits (model/step_check.h); nothing was executed
+  invalid_swap,      // a swap order outside the KV pools; nothing was copied
+  refused,           // the sender may not use this worker: it serves another engine, or none said hello yet
+  runner_failed,     // the runner threw while executing (the executor stays up for the next message)
+};
+
+/// The category's name, e.g. "invalid step".
+std::string to_string(ExecutorError code);
+
+/// An error of the executor category with `message` as its context.
+caf::error make_error(ExecutorError code, std::string message);
 
 /// A step as sent to executors. SampleSpec pointers refer to scheduler-owned sequence data that `keep_alive`
 /// holds until every executor has finished the step. In-process only: the proxy of a remote executor sends the
@@ -157,7 +173,8 @@ PAGED_INSPECT(WorkerInfo, x.device, x.num_layers, x.hidden_size, x.num_heads, x.
 
 #undef PAGED_INSPECT
 
-/// Registers the message types above with an actor system configuration.
+/// Registers the message types above, and the executor's error category (its renderer), with an actor system
+/// configuration.
 void register_message_types(caf::actor_system_config& cfg);
 
 }  // namespace paged

@@ -3,12 +3,14 @@
 #include <caf/io/all.hpp>
 
 #include "actors/actors.h"
+#include "actors/tls.h"
 #include "model/loader/config.h"
 
 namespace paged {
 
 struct Worker::Impl {
   WorkerInfo info;
+  std::unique_ptr<HeldTlsFiles> tls_files;  // outlives the system, which reads them on every connection
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> system;
   caf::actor executor;
@@ -19,6 +21,11 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
   Impl& m = *impl_;
   if (c.tensor_parallel_size != 1) throw ModelError("a worker runs the whole model: --tensor-parallel-size must be 1");
   if (!c.remote_executor.empty()) throw ModelError("a worker runs its executor itself: no --remote-executor");
+  if (const std::string why = plain_listen_refusal(host, c.tls_dir); !why.empty()) throw ModelError(why);
+  // The transport first: a bad --tls-dir fails before the model is loaded.
+  m.sys_cfg = std::make_unique<caf::actor_system_config>();
+  register_message_types(*m.sys_cfg);
+  m.tls_files = load_transport(*m.sys_cfg, c.tls_dir);
   const ModelConfig model = load_model_config(c.model_dir);
   const int max_model_len = resolve_config(c, model, true);
   std::unique_ptr<const SafeTensors> weights =
@@ -37,15 +44,12 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
                       .max_num_batched_tokens = c.max_num_batched_tokens,
                       .num_blocks = built.num_blocks,
                       .num_swap_blocks = built.num_swap_blocks};
-  m.sys_cfg = std::make_unique<caf::actor_system_config>();
-  register_message_types(*m.sys_cfg);
-  m.sys_cfg->load<caf::io::middleman>();
   m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
   // Not detached, although a step blocks its thread: the worker runs no other actor of its own, and a detached
   // actor would make the system's shutdown wait for the last reference to it, which a connection's teardown in
   // CAF's network layer sometimes keeps (the shutdown then hung).
   m.executor = m.system->spawn(worker_executor_actor, std::move(built.runner), m.info);
-  auto bound = m.system->middleman().publish(m.executor, port, host.c_str(), true);
+  auto bound = publish_executor(m.executor, host, port);
   if (!bound) {
     caf::anon_send_exit(m.executor, caf::exit_reason::user_shutdown);
     m.executor = nullptr;

@@ -1,8 +1,9 @@
 // A worker: one executor (the whole model, CPU or CUDA) published on a TCP port through CAF's network layer, for an
 // engine on another host (EngineConfig::remote_executor). The engine keeps the scheduler, the KV bookkeeping and
 // the requests; each step travels to the worker as a WireStep (model/step_wire.h) and the samples come back.
-//   paged worker --model DIR --port 7000          # on the GPU host
-//   paged serve --model DIR --remote-executor gpu-host:7000
+// Off loopback only with mutual TLS (actors/tls.h): EngineConfig::tls_dir names the deployment's certificates.
+//   paged worker --model DIR --host 0.0.0.0 --port 7000 --tls-dir certs          # on the GPU host
+//   paged serve --model DIR --remote-executor gpu-host:7000 --tls-dir certs
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,8 @@ struct WorkerInfo;
 class Worker {
  public:
   /// Loads the model, builds the runner as an engine with tensor_parallel_size 1 would, and listens on host:port
-  /// (port 0: any free port, see port()). Throws ModelError on bad options or a port it cannot listen on.
+  /// (port 0: any free port, see port()), through TLS when config.tls_dir is set. Throws ModelError on bad options,
+  /// a non-loopback host without tls_dir, an unusable tls_dir, or a port it cannot listen on.
   Worker(EngineConfig config, const std::string& host, uint16_t port);
   ~Worker();
   Worker(const Worker&) = delete;

@@ -3,7 +3,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <stdlib.h>
+
 #include <boost/json.hpp>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -13,6 +16,27 @@
 #include "model/tokenizer/tokenizer.h"
 
 namespace paged::test {
+
+/// A fresh folder under the system's temporary directory, named `prefix` and six random characters; removed, with
+/// what it holds, with the object.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix) {
+    std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 inline const std::string kShared = PAGED_SHARED_DIR;
 inline const std::string kModel = kShared + "/models/stories260K";

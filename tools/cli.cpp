@@ -101,6 +101,7 @@ EngineConfig engine_config(Args& args) {
   c.max_waiting_requests = args.get_int("max-waiting-requests", c.max_waiting_requests);
   c.load_format = args.get("load-format").value_or(c.load_format);
   c.remote_executor = args.get("remote-executor").value_or("");
+  c.tls_dir = args.get("tls-dir").value_or("");
   if (c.load_format != "auto" && c.load_format != "dummy") throw UsageError("--load-format must be auto or dummy");
   if (c.max_waiting_requests < 1) throw UsageError("--max-waiting-requests must be positive");
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda")

@@ -14,6 +14,8 @@
 #include <signal.h>
 
 #include "actors/messages.h"
+#include "actors/tls.h"
+#include "actors/tls_certs.h"
 #include "actors/worker.h"
 #include "http/server.h"
 
@@ -145,6 +147,7 @@ int run_worker_command(Args& args) {
   const int port = args.get_int("port", 7000);
   args.reject_unknown();
   if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
+  if (const std::string why = plain_listen_refusal(host, config.tls_dir); !why.empty()) throw UsageError(why);
   // SIGINT / SIGTERM are taken by sigwait below: blocked before any thread starts, so every thread inherits it.
   sigset_t signals;
   sigemptyset(&signals);
@@ -154,9 +157,29 @@ int run_worker_command(Args& args) {
   Worker worker(config, host, static_cast<uint16_t>(port));
   const WorkerInfo& info = worker.info();
   std::cout << "paged worker: listening on " << host << ":" << worker.port() << " (" << info.device << ", "
-            << info.num_blocks << " KV blocks of " << info.block_size << " tokens)" << std::endl;
+            << info.num_blocks << " KV blocks of " << info.block_size << " tokens)"
+            << (config.tls_dir.empty() ? "" : " with mutual TLS (" + config.tls_dir + ")") << std::endl;
   int received = 0;
   sigwait(&signals, &received);
+  return 0;
+}
+
+int run_gen_certs_command(const std::string& dir, Args& args) {
+  CertOptions options;
+  options.hosts = args.get_all("host");
+  options.days = args.get_int("days", options.days);
+  options.force = args.has("force");
+  args.reject_unknown();
+  if (options.days < 1 || options.days > 3650) throw UsageError("--days must be in [1, 3650]");
+  for (const std::string& host : options.hosts)
+    if (!subject_alt_name(host)) throw UsageError("--host '" + host + "' is neither an IP address nor a DNS name");
+  const DeploymentFiles files = write_deployment(dir, options);
+  std::string names = "localhost, 127.0.0.1, ::1";
+  for (const std::string& host : options.hosts) names += ", " + host;
+  std::cout << "paged gen-certs: wrote " << files.ca << ", " << files.cert << " and " << files.key << " (valid "
+            << options.days << " days; names " << names << ").\nCopy " << dir << " to every host of this "
+            << "deployment (node-key.pem is secret) and start the worker and the engine with --tls-dir " << dir
+            << "." << std::endl;
   return 0;
 }
 

@@ -18,8 +18,13 @@ int run_serve_command(Args& args);
 int run_bench_command(Args& args);
 
 /// `paged worker`: builds the model's executor (engine flags as for serve; tensor-parallel size 1) and publishes it
-/// on --host (127.0.0.1) / --port (7000; 0 picks a free one) for engines started with --remote-executor.
+/// on --host (127.0.0.1) / --port (7000; 0 picks a free one) for engines started with --remote-executor; with
+/// --tls-dir DIR through mutual TLS, which a host off loopback requires (UsageError without it).
 /// Prints "paged worker: listening on HOST:PORT ..." once ready and blocks until SIGINT or SIGTERM.
 int run_worker_command(Args& args);
+
+/// `paged gen-certs DIR [--host NAME]... [--days N] [--force]`: writes a new deployment's ca.pem, node.pem and
+/// node-key.pem into DIR (actors/tls_certs.h) and says what to do with them. Returns the exit code.
+int run_gen_certs_command(const std::string& dir, Args& args);
 
 }  // namespace paged::cli

@@ -1,4 +1,5 @@
-// paged: the command-line entry point. Subcommands: generate (offline), serve (HTTP/WebSocket API), bench.
+// paged: the command-line entry point. Subcommands: generate (offline), serve (HTTP/WebSocket API), bench, worker,
+// gen-certs.
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -22,13 +23,17 @@ constexpr const char* kUsage = R"(usage:
               [--served-model-name NAME] [--config conf/serve.json] [engine flags]
   paged bench --model DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
               [--seed S] [--requests-out FILE.json] [engine flags]
-  paged worker --model DIR [--host 127.0.0.1] [--port 7000] [engine flags]
-               (runs the model for an engine started elsewhere with --remote-executor HOST:PORT)
+  paged worker --model DIR [--host 127.0.0.1] [--port 7000] [--tls-dir DIR] [engine flags]
+               (runs the model for an engine started elsewhere with --remote-executor HOST:PORT; a --host off
+               loopback needs --tls-dir)
+  paged gen-certs DIR [--host NAME]... [--days 825] [--force]
+               (writes a deployment's ca.pem, node.pem, node-key.pem for --tls-dir DIR on every host)
 engine flags:
   --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
   --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --enable-prefix-caching
   --no-enable-prefix-caching  --preemption-mode swap|recompute  --tensor-parallel-size N
   --max-waiting-requests N  --load-format auto|dummy  --remote-executor HOST:PORT (a `paged worker` runs the model)
+  --tls-dir DIR (mutual TLS with the worker, with the files of `paged gen-certs DIR`)
 )";
 
 namespace json = boost::json;
@@ -148,7 +153,13 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     auto switches = cli::engine_switches();
-    switches.insert(switches.end(), {"json", "stats"});
+    switches.insert(switches.end(), {"json", "stats", "force"});
+    if (cmd == "gen-certs") {
+      if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)
+        throw cli::UsageError("gen-certs needs the folder to write: paged gen-certs DIR");
+      cli::Args args(argc, argv, 3, switches);
+      return cli::run_gen_certs_command(argv[2], args);
+    }
     cli::Args args(argc, argv, 2, switches);
     if (cmd == "generate") return generate(args);
     if (cmd == "serve") return cli::run_serve_command(args);

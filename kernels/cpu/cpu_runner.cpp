@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/ops.h"
 #include "model/loader/weight_map.h"
 #include "model/sampling/sampler.h"
+#include "model/step_check.h"
 
 namespace paged {
 
@@ -20,6 +22,12 @@ std::vector<float> read_param(const SafeTensors& weights, const RankParam& param
     out.insert(out.end(), part.begin(), part.end());
   }
   return out;
+}
+
+// Throws ModelError naming the first pair outside the pools (check_block_pairs), before anything is copied.
+void require_pairs_in_pools(const std::vector<BlockPair>& pairs, PairOrder order, const CpuRunnerOptions& opt) {
+  if (auto bad = check_block_pairs(pairs, order, opt.num_blocks, opt.num_swap_blocks))
+    throw ModelError(bad->describe());
 }
 
 // Copies block src of `from` to block dst of `to` in every layer, for each (src, dst) pair; blocks of n floats.
@@ -74,9 +82,18 @@ std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) 
   const int qkv_dim = (nh + 2 * nkv) * D;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    cpu::copy_blocks(k_cache_[l].get(), batch.copies, block_elems());
-    cpu::copy_blocks(v_cache_[l].get(), batch.copies, block_elems());
+  // Bounds first, before anything is written: the KV a chunk writes and reads stays in the pool (every block of its
+  // table is in the pool, and kv_slot below checks that the table reaches every position written, so every one
+  // read), and so do the copies.
+  require_pairs_in_pools(batch.copies, PairOrder::copy_on_write, opt_);
+  for (const SeqChunk& c : batch.seqs) {
+    if (c.start_pos < 0 || c.tokens.empty() ||
+        int64_t{c.start_pos} + static_cast<int64_t>(c.tokens.size()) > std::numeric_limits<int32_t>::max())
+      throw ModelError("a chunk needs a token and positions in [0, 2^31)");
+    for (TokenId t : c.tokens)
+      if (t < 0 || t >= cfg_.vocab_size) throw ModelError("token id out of range");
+    for (int32_t b : c.block_table)
+      if (b < 0 || b >= opt_.num_blocks) throw ModelError("block id out of range");
   }
 
   // Flatten the ragged batch: tokens, positions, slots, per-sequence query ranges and block tables.
@@ -99,13 +116,16 @@ std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) 
     std::copy(c.block_table.begin(), c.block_table.end(), tables.begin() + s * max_blocks);
   }
   const int T = static_cast<int>(tokens.size());
+  for (int l = 0; l < cfg_.num_layers; ++l) {  // copy-on-write, before this step's attention
+    cpu::copy_blocks(k_cache_[l].get(), batch.copies, block_elems());
+    cpu::copy_blocks(v_cache_[l].get(), batch.copies, block_elems());
+  }
 
   std::vector<float> residual(int64_t{T} * H), h(int64_t{T} * H), qkv(int64_t{T} * qkv_dim);
   std::vector<float> q(int64_t{T} * nh * D), k(int64_t{T} * nkv * D), v(int64_t{T} * nkv * D);
   std::vector<float> attn(int64_t{T} * nh * D), proj(int64_t{T} * H);
   std::vector<float> gate_up(int64_t{T} * 2 * local_inter_), act(int64_t{T} * local_inter_);
   for (int t = 0; t < T; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= cfg_.vocab_size) throw ModelError("token id out of range");
     std::memcpy(&residual[int64_t{t} * H], &embed_[int64_t{tokens[t]} * H], sizeof(float) * H);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -167,11 +187,13 @@ StepResult CpuModelRunner::execute(const StepBatch& batch) {
 }
 
 void CpuModelRunner::swap_out(const std::vector<BlockPair>& device_to_cpu) {
+  require_pairs_in_pools(device_to_cpu, PairOrder::swap_out, opt_);
   copy_pool_blocks(k_swap_, k_cache_, device_to_cpu, block_elems());
   copy_pool_blocks(v_swap_, v_cache_, device_to_cpu, block_elems());
 }
 
 void CpuModelRunner::swap_in(const std::vector<BlockPair>& cpu_to_device) {
+  require_pairs_in_pools(cpu_to_device, PairOrder::swap_in, opt_);
   copy_pool_blocks(k_cache_, k_swap_, cpu_to_device, block_elems());
   copy_pool_blocks(v_cache_, v_swap_, cpu_to_device, block_elems());
 }

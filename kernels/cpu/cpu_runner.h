@@ -45,11 +45,16 @@ class CpuModelRunner final : public ModelRunner {
   /// head counts / intermediate size do not divide by tp_size.
   CpuModelRunner(const ModelConfig& config, const SafeTensors& weights, CpuRunnerOptions options);
 
+  /// Bounds-checked before the KV is touched: throws ModelError for a chunk without tokens, a negative start_pos,
+  /// a token or block id outside the vocabulary or pool, copy pairs outside the pool (check_block_pairs), and
+  /// std::out_of_range (kv_slot) for a block table that does not reach a position written.
   StepResult execute(const StepBatch& batch) override;
+  /// Both throw ModelError, copying nothing, for a pair outside the pools (check_block_pairs).
   void swap_out(const std::vector<BlockPair>& device_to_cpu) override;
   void swap_in(const std::vector<BlockPair>& cpu_to_device) override;
 
-  /// Runs the step without sampling; returns the logits [num sampled seqs][vocab] (rank 0; others: empty).
+  /// Runs the step without sampling (bounds-checked as execute is); returns the logits [num sampled seqs][vocab]
+  /// (rank 0; others: empty).
   std::vector<std::vector<float>> forward(const StepBatch& batch);
 
   /// Raw KV storage [num_blocks][block_elems()] of a layer, for tests that check copy and swap orders move real data.

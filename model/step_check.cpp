@@ -1,0 +1,142 @@
+#include "model/step_check.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace paged {
+
+namespace {
+
+// Field names are built only for the error returned: the checks of a good step allocate nothing but two sorted id
+// lists.
+
+std::optional<FieldError> bad(std::string field, std::string message) {
+  return FieldError{std::move(field), std::move(message)};
+}
+
+// `e` with its field put under `prefix` ("seqs[2]" + ".tokens[0]").
+std::optional<FieldError> under(const std::string& prefix, std::optional<FieldError> e) {
+  e->field = prefix + e->field;
+  return e;
+}
+
+std::string indexed(const std::string& field, size_t i) { return field + "[" + std::to_string(i) + "]"; }
+
+// "[0, n)".
+std::string range(int n) { return "[0, " + std::to_string(n) + ")"; }
+
+// The first id of `ids` (null: none) outside the vocabulary, as "[i]".
+std::optional<FieldError> check_token_ids(const std::vector<TokenId>* ids, int vocab) {
+  if (!ids) return std::nullopt;
+  for (size_t i = 0; i < ids->size(); ++i)
+    if ((*ids)[i] < 0 || (*ids)[i] >= vocab)
+      return bad(indexed("", i), "token " + std::to_string((*ids)[i]) + " is outside the vocabulary " + range(vocab));
+  return std::nullopt;
+}
+
+// Fields as ".num_logprobs", ".params.top_p", ...
+std::optional<FieldError> check_sample(const SampleSpec& s, const StepLimits& limits) {
+  if (!s.params) return bad(".params", "a sample needs its sampling parameters");
+  if (auto e = check_sampling_params(*s.params, limits.vocab_size)) return under(".params.", std::move(e));
+  if (s.num_logprobs < 0 || s.num_logprobs > kMaxLogprobs)
+    return bad(".num_logprobs", "num_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
+  if (s.num_candidates < 1 || s.num_candidates > kMaxCandidates)
+    return bad(".num_candidates", "num_candidates must be in [1, " + std::to_string(kMaxCandidates) + "]");
+  if (auto e = check_token_ids(s.prompt, limits.vocab_size)) return under(".prompt", std::move(e));
+  if (auto e = check_token_ids(s.output, limits.vocab_size)) return under(".output", std::move(e));
+  if (auto e = check_token_ids(s.stop_ids, limits.vocab_size)) return under(".stop_ids", std::move(e));
+  const size_t history = (s.prompt ? s.prompt->size() : 0) + (s.output ? s.output->size() : 0);
+  if (history > static_cast<size_t>(limits.max_model_len))
+    return bad(".output", "a history of " + std::to_string(history) + " tokens exceeds max_model_len " +
+                              std::to_string(limits.max_model_len));
+  return std::nullopt;
+}
+
+// Fields as ".tokens[3]", ".block_table", ...
+std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limits) {
+  if (c.tokens.empty()) return bad(".tokens", "a chunk computes at least one token");
+  if (auto e = check_token_ids(&c.tokens, limits.vocab_size)) return under(".tokens", std::move(e));
+  if (c.start_pos < 0) return bad(".start_pos", "start_pos " + std::to_string(c.start_pos) + " is negative");
+  const int64_t end = int64_t{c.start_pos} + static_cast<int64_t>(c.tokens.size());
+  if (end > limits.max_model_len)
+    return bad(".start_pos", "the chunk writes up to position " + std::to_string(end - 1) +
+                                 ", beyond max_model_len " + std::to_string(limits.max_model_len));
+  const int64_t needed = (end + limits.block_size - 1) / limits.block_size;
+  const int64_t most = (int64_t{limits.max_model_len} + limits.block_size - 1) / limits.block_size;
+  const auto blocks = static_cast<int64_t>(c.block_table.size());
+  if (blocks < needed)
+    return bad(".block_table", std::to_string(blocks) + " blocks do not reach position " + std::to_string(end - 1) +
+                                   " (" + std::to_string(needed) + " needed)");
+  if (blocks > most)
+    return bad(".block_table", std::to_string(blocks) + " blocks, more than the " + std::to_string(most) +
+                                   " of a sequence of max_model_len tokens");
+  for (size_t b = 0; b < c.block_table.size(); ++b)
+    if (c.block_table[b] < 0 || c.block_table[b] >= limits.num_blocks)
+      return bad(indexed(".block_table", b), "block " + std::to_string(c.block_table[b]) +
+                                                 " is outside the device pool " + range(limits.num_blocks));
+  if (c.samples.size() > static_cast<size_t>(kMaxSamplesPerChunk))
+    return bad(".samples", std::to_string(c.samples.size()) + " samples, more than the " +
+                               std::to_string(kMaxSamplesPerChunk) + " a chunk draws at most");
+  for (size_t k = 0; k < c.samples.size(); ++k)
+    if (auto e = check_sample(c.samples[k], limits)) return under(indexed(".samples", k), std::move(e));
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs, PairOrder order, int num_blocks,
+                                            int num_swap_blocks) {
+  const bool from_device = order != PairOrder::swap_in, to_device = order != PairOrder::swap_out;
+  const char* list = order == PairOrder::copy_on_write ? "copies" : from_device ? "swap_out" : "swap_in";
+  const auto outside = [&](int32_t block, bool device) {
+    const int pool = device ? num_blocks : num_swap_blocks;
+    return block < 0 || block >= pool;
+  };
+  const auto outside_error = [&](int32_t block, bool device, size_t i, const char* side) {
+    return bad(indexed(list, i) + side, std::string(device ? "device block " : "swap block ") +
+                                            std::to_string(block) + " is outside the " +
+                                            (device ? "device pool " : "CPU swap pool ") +
+                                            range(device ? num_blocks : num_swap_blocks));
+  };
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (outside(pairs[i].first, from_device)) return outside_error(pairs[i].first, from_device, i, ".first");
+    if (outside(pairs[i].second, to_device)) return outside_error(pairs[i].second, to_device, i, ".second");
+  }
+  std::vector<int32_t> sources, destinations;
+  for (const auto& [src, dst] : pairs) {
+    sources.push_back(src);
+    destinations.push_back(dst);
+  }
+  std::sort(sources.begin(), sources.end());
+  std::sort(destinations.begin(), destinations.end());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const int32_t dst = pairs[i].second;
+    const auto [first, last] = std::equal_range(destinations.begin(), destinations.end(), dst);
+    if (last - first > 1)
+      return bad(indexed(list, i) + ".second", "block " + std::to_string(dst) + " is the destination of two pairs");
+    if (order == PairOrder::copy_on_write && std::binary_search(sources.begin(), sources.end(), dst))
+      return bad(indexed(list, i) + ".second",
+                 "block " + std::to_string(dst) + " is both copied to and copied from in one step");
+  }
+  return std::nullopt;
+}
+
+std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& limits) {
+  size_t tokens = 0;
+  for (const SeqChunk& c : step.seqs) tokens += c.tokens.size();
+  if (tokens > static_cast<size_t>(limits.max_num_batched_tokens))
+    return bad("seqs", std::to_string(tokens) + " tokens, more than max_num_batched_tokens " +
+                           std::to_string(limits.max_num_batched_tokens));
+  std::vector<SeqId> ids;
+  ids.reserve(step.seqs.size());
+  for (const SeqChunk& c : step.seqs) ids.push_back(c.seq);
+  std::sort(ids.begin(), ids.end());
+  if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end())
+    return bad("seqs", "sequence " + std::to_string(*twice) + " has two chunks in the step");
+  for (size_t s = 0; s < step.seqs.size(); ++s)
+    if (auto e = check_chunk(step.seqs[s], limits)) return under(indexed("seqs", s), std::move(e));
+  return check_block_pairs(step.copies, PairOrder::copy_on_write, limits.num_blocks, limits.num_swap_blocks);
+}
+
+}  // namespace paged

@@ -1,0 +1,57 @@
+// Checks a step against the runner it is for, before any memory is touched. A worker executes steps and swap orders
+// that arrive from another process (actors/executor_actor.cpp): a bad one must fail alone, not write outside the KV
+// pools, read past a block table or feed the sampler NaN. Pure: no CAF, no CUDA; O(tokens + blocks + sampling
+// inputs) per step.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "model/field_error.h"
+#include "model/sampling/params_check.h"
+#include "model/step.h"
+
+namespace paged {
+
+/// What a runner was built to take: its vocabulary, its KV pools and the largest step it was sized for.
+struct StepLimits {
+  int vocab_size = 0;              // token ids in [0, vocab_size)
+  int block_size = 16;             // tokens per KV block (at least 1)
+  int num_blocks = 0;              // the device pool: block ids in [0, num_blocks)
+  int num_swap_blocks = 0;         // the CPU swap pool: swap block ids in [0, num_swap_blocks)
+  int max_model_len = 0;           // positions in [0, max_model_len)
+  int max_num_batched_tokens = 0;  // tokens per step, over all chunks (and so chunks: each has a token)
+};
+
+/// Most samples one chunk draws: a parallel-sampling group draws one per completion at its first token.
+inline constexpr int kMaxSamplesPerChunk = kMaxCompletions;
+/// Most candidates one sample returns: beam search asks for two per beam.
+inline constexpr int kMaxCandidates = 2 * kMaxCompletions;
+
+/// Which order a list of block pairs (src, dst) is, and so which pool each side of a pair is in.
+enum class PairOrder {
+  copy_on_write,  // device block -> device block, applied before a step (StepBatch::copies)
+  swap_out,       // device block -> CPU swap block
+  swap_in,        // CPU swap block -> device block
+};
+
+/// The first bad pair of `pairs`, or nullopt when all are good: each side inside its pool (`num_blocks` device
+/// blocks, `num_swap_blocks` swap blocks), no destination twice and, for copy-on-write, no destination that is also
+/// a source (the result would depend on the order the copies run in, and the CUDA runner runs them at once).
+/// Fields are named "copies[i]", "swap_out[i]" or "swap_in[i]" with ".first" (source) or ".second" (destination).
+std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs, PairOrder order, int num_blocks,
+                                            int num_swap_blocks);
+
+/// The first field of `step` that `limits` do not allow, or nullopt when the step is safe to execute. The step: at
+/// most max_num_batched_tokens tokens in all, in chunks of distinct sequences (not bounded by max_num_seqs, which
+/// bounds admissions: the forks of parallel sampling and beam search run beside the sequences admitted); its copies
+/// as check_block_pairs says. A chunk: at least one token, each in the vocabulary; start_pos >= 0 and start_pos +
+/// tokens <= max_model_len; a block table that covers every position written (and so every one read before them),
+/// of at most ceil(max_model_len / block_size) blocks of the device pool; at most kMaxSamplesPerChunk samples. A
+/// sample: parameters, in range (check_sampling_params); num_logprobs in [0, kMaxLogprobs]; num_candidates in
+/// [1, kMaxCandidates]; prompt, output and stop ids (each may be null) in the vocabulary; a history (prompt and
+/// output) of at most max_model_len tokens. Fields are named by path: "seqs[2].block_table[0]",
+/// "seqs[0].samples[1].params.top_p".
+std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& limits);
+
+}  // namespace paged

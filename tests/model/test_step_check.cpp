@@ -1,0 +1,226 @@
+// check_step and check_block_pairs (model/step_check.h): every rule, each on an otherwise good step, with the field
+// the error names.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "model/step_check.h"
+
+using namespace paged;
+
+namespace {
+
+const StepLimits kLimits{.vocab_size = 100,
+                         .block_size = 16,
+                         .num_blocks = 8,
+                         .num_swap_blocks = 4,
+                         .max_model_len = 64,
+                         .max_num_batched_tokens = 32};
+
+// A good step of two chunks (a prefill that samples, a decode that does not) and one copy, with what its sample
+// points to. Not copyable: the sample points into it.
+struct GoodStep {
+  SamplingParams params;
+  std::vector<TokenId> prompt{1, 5, 9}, output{7}, stop_ids{2};
+  StepBatch step;
+
+  GoodStep() {
+    step.seqs.push_back({.seq = 1, .tokens = {1, 5, 9}, .start_pos = 0, .block_table = {0}, .samples = {}});
+    step.seqs[0].samples.push_back({.params = &params, .seed = 3, .prompt = &prompt, .output = &output,
+                                    .stop_ids = &stop_ids, .num_logprobs = 2, .num_candidates = 1});
+    step.seqs.push_back({.seq = 2, .tokens = {7}, .start_pos = 20, .block_table = {1, 2}, .samples = {}});
+    step.copies = {{3, 4}};
+  }
+  GoodStep(const GoodStep&) = delete;
+
+  SampleSpec& sample() { return step.seqs[0].samples[0]; }
+  SeqChunk& decode() { return step.seqs[1]; }
+};
+
+// The field the step fails on, or "" when it passes.
+std::string failing_field(const StepBatch& step, const StepLimits& limits = kLimits) {
+  const std::optional<FieldError> e = check_step(step, limits);
+  return e ? e->field : "";
+}
+
+std::string failing_pair(const std::vector<BlockPair>& pairs, PairOrder order) {
+  const std::optional<FieldError> e = check_block_pairs(pairs, order, kLimits.num_blocks, kLimits.num_swap_blocks);
+  return e ? e->field : "";
+}
+
+}  // namespace
+
+TEST_CASE("a good step passes the check, at every limit", "[step_check]") {
+  GoodStep g;
+  CHECK(failing_field(g.step).empty());
+  g.decode().start_pos = 63;  // the last position of max_model_len
+  g.decode().block_table = {1, 2, 3, 4};
+  g.sample().num_candidates = kMaxCandidates;
+  g.sample().num_logprobs = kMaxLogprobs;
+  g.sample().output = nullptr;  // null histories count as empty
+  g.sample().stop_ids = nullptr;
+  g.step.copies = {{3, 4}, {3, 5}};  // one source, two copies
+  CHECK(failing_field(g.step).empty());
+  // Chunks of 3 + 1 + 1 + 27 = max_num_batched_tokens tokens.
+  g.step.seqs.push_back({.seq = 3, .tokens = {4}, .start_pos = 0, .block_table = {5}, .samples = {}});
+  g.step.seqs.push_back(
+      {.seq = 4, .tokens = std::vector<TokenId>(27, 5), .start_pos = 0, .block_table = {5, 6}, .samples = {}});
+  CHECK(failing_field(g.step).empty());
+  g.step.seqs[3].tokens.push_back(5);
+  CHECK(failing_field(g.step) == "seqs");
+}
+
+TEST_CASE("a step is refused for more tokens than max_num_batched_tokens or two chunks of one sequence",
+          "[step_check]") {
+  GoodStep g;  // 4 tokens
+  g.step.seqs.push_back({.seq = 10, .tokens = std::vector<TokenId>(29, 1), .start_pos = 0, .block_table = {0, 1},
+                         .samples = {}});
+  const auto e = check_step(g.step, kLimits);
+  REQUIRE(e);
+  CHECK(e->field == "seqs");
+  CHECK(e->message == "33 tokens, more than max_num_batched_tokens 32");
+  g.step.seqs.back().tokens.pop_back();
+  CHECK(failing_field(g.step).empty());
+  g.step.seqs.back().seq = 1;
+  CHECK(failing_field(g.step) == "seqs");
+  CHECK(check_step(g.step, kLimits)->message == "sequence 1 has two chunks in the step");
+}
+
+TEST_CASE("a chunk is refused for no token or a token outside the vocabulary", "[step_check]") {
+  GoodStep g;
+  g.step.seqs[0].tokens.clear();
+  CHECK(failing_field(g.step) == "seqs[0].tokens");
+  for (TokenId bad : {100, -1, std::numeric_limits<TokenId>::max()}) {
+    g.step.seqs[0].tokens = {1, bad, 9};
+    CHECK(failing_field(g.step) == "seqs[0].tokens[1]");
+  }
+  g.step.seqs[0].tokens = {1, 99, 9};
+  CHECK(failing_field(g.step).empty());
+}
+
+TEST_CASE("a chunk is refused for positions outside [0, max_model_len)", "[step_check]") {
+  GoodStep g;
+  g.decode().start_pos = -1;
+  CHECK(failing_field(g.step) == "seqs[1].start_pos");
+  g.decode().start_pos = 64;
+  g.decode().block_table = {1, 2, 3, 4};
+  CHECK(failing_field(g.step) == "seqs[1].start_pos");
+  g.decode().start_pos = std::numeric_limits<int32_t>::max();  // no overflow on the way
+  CHECK(failing_field(g.step) == "seqs[1].start_pos");
+}
+
+TEST_CASE("a block table must reach every position written, be no longer than max_model_len needs and hold pool "
+          "blocks", "[step_check]") {
+  GoodStep g;
+  g.decode().block_table = {1};  // position 20 is in the second block
+  CHECK(failing_field(g.step) == "seqs[1].block_table");
+  g.decode().block_table = {1, 2, 3, 4, 5};  // 64 / 16 = 4 blocks at most
+  CHECK(failing_field(g.step) == "seqs[1].block_table");
+  for (int32_t bad : {8, -1, 9000}) {
+    g.decode().block_table = {1, bad};
+    const auto e = check_step(g.step, kLimits);
+    REQUIRE(e);
+    CHECK(e->field == "seqs[1].block_table[1]");
+    CHECK(e->message == "block " + std::to_string(bad) + " is outside the device pool [0, 8)");
+  }
+  g.decode().block_table = {1, 2, 9000};  // a block past the positions written is checked too
+  CHECK(failing_field(g.step) == "seqs[1].block_table[2]");
+}
+
+TEST_CASE("a chunk draws at most kMaxSamplesPerChunk samples", "[step_check]") {
+  GoodStep g;
+  const SampleSpec spec = g.sample();
+  g.step.seqs[0].samples.resize(kMaxSamplesPerChunk, spec);
+  CHECK(failing_field(g.step).empty());
+  g.step.seqs[0].samples.push_back(spec);
+  CHECK(failing_field(g.step) == "seqs[0].samples");
+}
+
+TEST_CASE("a sample is refused for parameters out of range, named by their path", "[step_check]") {
+  GoodStep g;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const auto refused = [&](auto set, const std::string& field) {
+    g.params = SamplingParams{};
+    set(g.params);
+    CHECK(failing_field(g.step) == "seqs[0].samples[0].params." + field);
+  };
+  refused([&](SamplingParams& p) { p.temperature = nan; }, "temperature");
+  refused([&](SamplingParams& p) { p.temperature = -inf; }, "temperature");
+  refused([&](SamplingParams& p) { p.top_p = 0.0f; }, "top_p");
+  refused([&](SamplingParams& p) { p.top_p = nan; }, "top_p");
+  refused([&](SamplingParams& p) { p.min_p = nan; }, "min_p");
+  refused([&](SamplingParams& p) { p.repetition_penalty = 0.0f; }, "repetition_penalty");  // a division by it
+  refused([&](SamplingParams& p) { p.frequency_penalty = inf; }, "frequency_penalty");
+  refused([&](SamplingParams& p) { p.logit_bias = {{100, 1.0f}}; }, "logit_bias");
+  refused([&](SamplingParams& p) { p.logit_bias = {{5, nan}}; }, "logit_bias");
+  refused([&](SamplingParams& p) { p.stop_token_ids = {-3}; }, "stop_token_ids");
+  refused([&](SamplingParams& p) { p.min_tokens = -1; }, "min_tokens");
+  g.params = SamplingParams{};
+  g.sample().params = nullptr;
+  CHECK(failing_field(g.step) == "seqs[0].samples[0].params");
+}
+
+TEST_CASE("a sample is refused for logprobs or candidates out of range", "[step_check]") {
+  GoodStep g;
+  for (int bad : {-1, kMaxLogprobs + 1}) {
+    g.sample().num_logprobs = bad;
+    CHECK(failing_field(g.step) == "seqs[0].samples[0].num_logprobs");
+  }
+  g.sample().num_logprobs = 0;
+  for (int bad : {0, -5, kMaxCandidates + 1}) {
+    g.sample().num_candidates = bad;
+    CHECK(failing_field(g.step) == "seqs[0].samples[0].num_candidates");
+  }
+}
+
+TEST_CASE("a sample's prompt, output and stop ids are in the vocabulary and its history within max_model_len",
+          "[step_check]") {
+  GoodStep g;
+  g.prompt[2] = 100;
+  CHECK(failing_field(g.step) == "seqs[0].samples[0].prompt[2]");
+  g.prompt[2] = 9;
+  g.output[0] = -1;
+  CHECK(failing_field(g.step) == "seqs[0].samples[0].output[0]");
+  g.output[0] = 7;
+  g.stop_ids = {2, 555};
+  CHECK(failing_field(g.step) == "seqs[0].samples[0].stop_ids[1]");
+  g.stop_ids = {2};
+  g.output.assign(62, 7);  // 3 + 62 > 64
+  CHECK(failing_field(g.step) == "seqs[0].samples[0].output");
+  g.output.resize(61);
+  CHECK(failing_field(g.step).empty());
+}
+
+TEST_CASE("copies stay in the device pool, write each block once and never write a block another copy reads",
+          "[step_check]") {
+  GoodStep g;
+  const auto copies = [&](std::vector<BlockPair> pairs) {
+    g.step.copies = std::move(pairs);
+    return failing_field(g.step);
+  };
+  CHECK(copies({{8, 4}}) == "copies[0].first");
+  CHECK(copies({{3, 4}, {3, -1}}) == "copies[1].second");
+  CHECK(copies({{3, 4}, {5, 4}}) == "copies[0].second");  // two copies into block 4
+  CHECK(copies({{3, 4}, {4, 5}}) == "copies[0].second");  // 4 is written and read: the order would matter
+  CHECK(copies({{3, 3}}) == "copies[0].second");
+  CHECK(copies({{3, 4}, {3, 5}, {6, 7}}).empty());
+}
+
+TEST_CASE("swap pairs: a device and a swap block on the side their order says", "[step_check]") {
+  CHECK(failing_pair({{7, 3}, {0, 0}}, PairOrder::swap_out).empty());
+  CHECK(failing_pair({{3, 7}, {0, 0}}, PairOrder::swap_in).empty());
+  CHECK(failing_pair({{4, 0}}, PairOrder::swap_out).empty());  // device block 4 exists
+  CHECK(failing_pair({{0, 4}}, PairOrder::swap_out) == "swap_out[0].second");  // swap block 4 does not
+  CHECK(failing_pair({{4, 0}}, PairOrder::swap_in) == "swap_in[0].first");
+  CHECK(failing_pair({{0, 8}}, PairOrder::swap_in) == "swap_in[0].second");
+  CHECK(failing_pair({{-1, 0}}, PairOrder::swap_out) == "swap_out[0].first");
+  CHECK(failing_pair({{1, 2}, {2, 1}}, PairOrder::swap_out).empty());  // other pools: no chain
+  CHECK(failing_pair({{1, 2}, {3, 2}}, PairOrder::swap_out) == "swap_out[0].second");
+  const auto e = check_block_pairs({{0, 9}}, PairOrder::swap_out, 8, 4);
+  REQUIRE(e);
+  CHECK(e->message == "swap block 9 is outside the CPU swap pool [0, 4)");
+  CHECK(e->describe() == "swap_out[0].second: swap block 9 is outside the CPU swap pool [0, 4)");
+  CHECK(check_block_pairs({{12, 0}}, PairOrder::swap_in, 8, 4)->message ==
+        "swap block 12 is outside the CPU swap pool [0, 4)");
+}
