@@ -38,6 +38,21 @@ struct Engine::Impl {
   std::mutex seed_mu;
   int max_model_len = 0;
   int64_t max_seq_tokens = 0;  // tokens one sequence can hold in the KV pool (admission keeps 1% free)
+  std::vector<ExecutorInfo> executor_infos;  // what /health lists, one per executor actor
+  mutable std::mutex state_mu;                // guards state, failure and stopping
+  EngineState state = EngineState::ready;
+  std::string failure;    // why the engine failed; empty while ready
+  bool stopping = false;  // the engine is being destroyed: its actors' ends are no failure
+
+  // Marks the engine failed because an actor ended with `reason` (the first reason stays) and drops
+  // paged_engine_ready to 0; ignored while stopping (the system may be half destroyed then).
+  void fail(const caf::error& reason) {
+    std::lock_guard lock(state_mu);
+    if (stopping || state == EngineState::failed) return;
+    state = EngineState::failed;
+    failure = "the engine's executor is gone: " + system->render(reason);
+    metrics.engine_ready = 0;
+  }
 
   uint64_t random_seed() {
     std::lock_guard lock(seed_mu);
@@ -285,11 +300,24 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   setup.memory_manager = m.memory_manager;
   setup.metrics = &m.metrics;
   m.scheduler = spawn_scheduler(*m.system, setup);
+  for (size_t i = 0; i < m.executors.size(); ++i) m.executor_infos.push_back({remote, remote ? c.remote_executor : ""});
+  m.metrics.engine_ready = 1;
+  // Before the engine's own shutdown, the scheduler or an executor ends only when an executor failed or was lost
+  // (an idle scheduler does not notice a lost worker). The functors run on the actor's thread, before m.system
+  // (and with it m) is destroyed.
+  std::vector<caf::actor> watched = m.executors;
+  watched.push_back(m.scheduler);
+  for (const caf::actor& actor : watched)
+    actor->attach_functor([&m](const caf::error& reason) { m.fail(reason); });
 }
 
 Engine::~Engine() {
   if (!impl_ || !impl_->system) return;
   Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.state_mu);
+    m.stopping = true;
+  }
   caf::anon_send_exit(m.scheduler, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(m.memory_manager, caf::exit_reason::user_shutdown);
   for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
@@ -328,6 +356,10 @@ void Engine::check_prompt_ids(const std::vector<TokenId>& prompt) const {
 }
 
 RequestId Engine::submit(std::vector<TokenId> prompt, SamplingParams params, Sink sink) {
+  {
+    std::lock_guard lock(impl_->state_mu);
+    if (impl_->state == EngineState::failed) throw EngineUnavailable(impl_->failure);
+  }
   return start(std::move(prompt), std::move(params), std::move(sink), true);
 }
 
@@ -410,5 +442,10 @@ const ModelConfig& Engine::model_config() const { return impl_->model; }
 const EngineConfig& Engine::config() const { return impl_->config; }
 Metrics& Engine::metrics() { return impl_->metrics; }
 int Engine::max_model_len() const { return impl_->max_model_len; }
+
+EngineHealth Engine::health() const {
+  std::lock_guard lock(impl_->state_mu);
+  return {impl_->state, impl_->failure, impl_->executor_infos};
+}
 
 }  // namespace paged

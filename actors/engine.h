@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,27 @@
 #include "model/tokenizer/tokenizer.h"
 
 namespace paged {
+
+/// Whether the engine can take requests: failed once its scheduler ended (a lost worker, a failed executor).
+enum class EngineState { ready, failed };
+
+/// Thrown by submit() on a failed engine; the HTTP layer answers 503.
+struct EngineUnavailable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// One executor of the engine as /health lists it.
+struct ExecutorInfo {
+  bool remote = false;
+  std::string address;  // HOST:PORT of a remote one; empty for a local one
+};
+
+/// A snapshot of the engine's state, with the reason it failed (empty while ready) and its executors.
+struct EngineHealth {
+  EngineState state = EngineState::ready;
+  std::string reason;
+  std::vector<ExecutorInfo> executors;
+};
 
 class Engine {
  public:
@@ -31,7 +53,7 @@ class Engine {
 
   using Sink = RequestSink;
   /// Starts a request; events go to `sink` (called from an engine thread, never concurrently for one request).
-  /// Throws InvalidRequest or EngineOverloaded and then changes nothing.
+  /// Throws InvalidRequest, EngineOverloaded or EngineUnavailable and then changes nothing.
   RequestId submit(std::vector<TokenId> prompt, SamplingParams params, Sink sink);
   /// Cancels a request: its blocks are freed at once and its sink gets one last event (finish "cancelled").
   /// Unknown or finished ids are ignored.
@@ -51,6 +73,8 @@ class Engine {
   const EngineConfig& config() const;
   /// Thread-safe view of the counters and histograms.
   Metrics& metrics();
+  /// Thread-safe snapshot of the state and the executors.
+  EngineHealth health() const;
 
  private:
   struct Impl;

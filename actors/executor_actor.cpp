@@ -6,6 +6,7 @@
 #include <map>
 #include <type_traits>
 
+#include "actors/tls.h"
 #include "model/loader/config.h"
 #include "model/step_check.h"
 
@@ -58,8 +59,9 @@ struct WorkerState {
   caf::actor head;  // the proxy of the engine served, which said hello (monitored); null: none
 };
 
-// How long a second engine's hello waits for the engine served to answer that it is still there.
-constexpr auto kHeadProbeTimeout = std::chrono::seconds(5);
+// How long a second engine's hello waits for the engine served to answer that it is still there: longer than the
+// transport takes to count a silent engine as lost, so a frozen engine's down message comes first.
+constexpr auto kHeadProbeTimeout = kSilentPeerTimeout + 2 * kHeartbeatInterval;
 
 caf::error serving_another_engine() {
   return make_error(ExecutorError::refused, "the worker is already serving another engine (one at a time)");
@@ -82,7 +84,8 @@ void serve(caf::event_based_actor* self, WorkerState& st, const caf::actor& head
 
 // (hello_atom) -> WorkerInfo. The first engine to say hello is served while its proxy lives; another's hello is
 // refused while that proxy answers `alive` (asked so that an engine that has just ended, whose down message is not
-// here yet, does not keep the worker; no answer within kHeadProbeTimeout counts as still there).
+// here yet, does not keep the worker; no answer within kHeadProbeTimeout counts as still there unless the engine's
+// down message came meanwhile, as it does for a silent engine).
 caf::response_promise hello(caf::event_based_actor* self, const std::shared_ptr<WorkerState>& st) {
   const auto sender = caf::actor_cast<caf::actor>(self->current_sender());  // the promise takes it from the message
   caf::response_promise rp = self->make_response_promise();

@@ -72,6 +72,7 @@ std::string Metrics::prometheus() const {
   out << "# HELP paged_kv_cache_usage_perc KV-cache usage (0-1).\n# TYPE paged_kv_cache_usage_perc gauge\n"
       << "paged_kv_cache_usage_perc " << (total ? 1.0 - double(kv_blocks_free) / double(total) : 0.0) << '\n';
   gauge("peak_running_seqs", "Largest running batch seen.", peak_running_seqs);
+  gauge("engine_ready", "1 while the engine takes requests, 0 once its executor is gone.", engine_ready);
   gauge("num_preemptions_total", "Preemptions (swap or recompute).", preemptions, "counter");
   gauge("swapped_out_blocks_total", "Blocks swapped out to CPU.", swapped_out_blocks, "counter");
   gauge("swapped_in_blocks_total", "Blocks swapped back in.", swapped_in_blocks, "counter");

@@ -51,6 +51,7 @@ struct Metrics {
   Counter steps{0};
   Counter step_time_us{0};                 // summed time from sending a step to the executors to all replies
   Gauge peak_running_seqs{0};
+  Gauge engine_ready{0};                   // 1 while the engine takes requests, 0 once its executor is gone
   Gauge kv_blocks_peak_used{0};            // most device blocks in use at once (kv_blocks_total - kv_blocks_free)
   // KV waste over the run: reserved and used (computed) device slots summed over every planned step, so that
   // 1 - used / reserved is the step-averaged waste (KvMetrics::kv_waste at plan time).

@@ -35,6 +35,10 @@ HeldTlsFiles::~HeldTlsFiles() {
 
 std::unique_ptr<HeldTlsFiles> load_transport(caf::actor_system_config& cfg, const std::string& tls_dir) {
   cfg.load<caf::io::middleman>();
+  // Both ends send a BASP heartbeat every kHeartbeatInterval; a connection silent for kSilentPeerTimeout is closed,
+  // which takes down the peer's actors here (the proxy fails its pending steps, the worker frees its engine slot).
+  cfg.set("middleman.heartbeat-interval", caf::timespan{kHeartbeatInterval});
+  cfg.set("middleman.connection-timeout", caf::timespan{kSilentPeerTimeout});
   if (tls_dir.empty()) return nullptr;
   const DeploymentFiles files = deployment_files(tls_dir);
   try {

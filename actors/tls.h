@@ -7,6 +7,7 @@
 #include <caf/fwd.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,9 +35,16 @@ class HeldTlsFiles {
   DeploymentFiles paths_;
 };
 
-/// Loads CAF's middleman into cfg and, when tls_dir is not empty, CAF's OpenSSL module with the deployment's CA,
-/// node certificate and key, checked first: ModelError "--tls-dir DIR: ..." names a missing or unusable file.
-/// The caller keeps what it returns (null without TLS) until the actor system made from cfg is gone.
+/// How often each end of a connection tells the other it is there.
+constexpr std::chrono::seconds kHeartbeatInterval{1};
+/// How long a connection may stay silent before its peer counts as lost (checked at each heartbeat, so a silent
+/// peer is lost within kSilentPeerTimeout + kHeartbeatInterval).
+constexpr std::chrono::seconds kSilentPeerTimeout{4};
+
+/// Loads CAF's middleman into cfg, with the heartbeats above, and, when tls_dir is not empty, CAF's OpenSSL module
+/// with the deployment's CA, node certificate and key, checked first: ModelError "--tls-dir DIR: ..." names a
+/// missing or unusable file. The caller keeps what it returns (null without TLS) until the actor system made from cfg
+/// is gone.
 std::unique_ptr<HeldTlsFiles> load_transport(caf::actor_system_config& cfg, const std::string& tls_dir);
 
 /// Publishes the executor on host:port (0: any free port) over the transport load_transport set up; the bound port.

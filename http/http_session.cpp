@@ -191,7 +191,8 @@ void HttpSession::handle(Request&& req) {
     return;
   }
   if (path == "/health") {
-    respond(200, R"({"status":"ok"})", "application/json");
+    const HealthReply health = health_reply(ctx_.engine.health());
+    respond(health.status, health.body, "application/json");
   } else if (path == "/metrics") {
     respond(200, ctx_.engine.metrics().prometheus() + ctx_.counters.prometheus(), "text/plain; version=0.0.4");
   } else if (path == "/v1/models") {
@@ -235,7 +236,7 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
       ctx_.counters.count(200);
     }
   } catch (...) {
-    // The one exception boundary of a request: InvalidRequest 400, EngineOverloaded 503, the rest 500.
+    // The one exception boundary of a request: InvalidRequest 400, EngineOverloaded/Unavailable 503, the rest 500.
     const ErrorReply err = error_reply(std::current_exception());
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(err.status), ex.version);
     res->set(http::field::server, "paged");

@@ -7,7 +7,7 @@
 //   GET  /v1/stream (WebSocket upgrade): generate / cancel frames, several generations at once
 //
 // Errors are OpenAI-shaped: 400 invalid parameters, 401 missing/wrong API key, 404, 405, 413 over the body
-// limit, 503 engine overloaded, 500 anything else.
+// limit, 503 engine overloaded or its executor gone (then /health answers 503 too), 500 anything else.
 #pragma once
 
 #include "actors/engine.h"

@@ -5,6 +5,7 @@
 #include <random>
 
 #include <boost/asio/post.hpp>
+#include <boost/json.hpp>
 
 namespace paged::server {
 
@@ -109,6 +110,8 @@ ErrorReply error_reply(std::exception_ptr error) {
     return {400, openai::error_body(e.what(), "invalid_request_error", e.param)};
   } catch (const EngineOverloaded& e) {
     return {503, openai::error_body(e.what(), "server_error", "", "server_overloaded")};
+  } catch (const EngineUnavailable& e) {
+    return {503, openai::error_body(e.what(), "server_error", "", "engine_unavailable")};
   } catch (const std::exception& e) {
     return {500, openai::error_body(std::string("internal error: ") + e.what(), "server_error", "", "internal_error")};
   } catch (...) {
@@ -124,6 +127,21 @@ ErrorReply error_reply(unsigned status, const std::string& message) {
     case 413: return {413, openai::error_body(message, "invalid_request_error", "", "request_too_large")};
     default: return {status, openai::error_body(message, "invalid_request_error")};
   }
+}
+
+HealthReply health_reply(const EngineHealth& health) {
+  const bool ready = health.state == EngineState::ready;
+  boost::json::array executors;
+  for (const ExecutorInfo& e : health.executors) {
+    boost::json::object o{{"kind", e.remote ? "remote" : "local"}};
+    if (e.remote) o["address"] = e.address;
+    o["state"] = ready ? "ready" : "lost";
+    executors.push_back(std::move(o));
+  }
+  boost::json::object body{{"status", ready ? "ok" : "unavailable"}};
+  if (!ready) body["reason"] = health.reason;
+  body["executors"] = std::move(executors);
+  return {ready ? 200u : 503u, boost::json::serialize(body)};
 }
 
 }  // namespace paged::server

@@ -76,12 +76,13 @@ class ServerContext {
 using EventHandler = std::function<void(size_t prompt_index, RequestEvent event)>;
 
 /// Validates every prompt with the engine, then submits them all; their events run `on_event` on `executor`.
-/// All or nothing: throws InvalidRequest or EngineOverloaded after aborting whatever it had submitted.
+/// All or nothing: throws InvalidRequest, EngineOverloaded or EngineUnavailable after aborting whatever it had
+/// submitted.
 std::vector<RequestId> submit_prompts(ServerContext& ctx, const openai::Request& request,
                                       boost::asio::any_io_executor executor, EventHandler on_event);
 
 /// The HTTP status and OpenAI error body of an exception (the one exception boundary of the server):
-/// InvalidRequest 400, EngineOverloaded 503, anything else 500.
+/// InvalidRequest 400, EngineOverloaded and EngineUnavailable 503, anything else 500.
 struct ErrorReply {
   unsigned status;
   std::string body;
@@ -89,5 +90,13 @@ struct ErrorReply {
 ErrorReply error_reply(std::exception_ptr error);
 /// The error body of a status the server produces itself (401, 404, 405, 413).
 ErrorReply error_reply(unsigned status, const std::string& message);
+
+/// GET /health: 200 with {"status":"ok","executors":[{"kind","address" (remote only),"state":"ready"}]} while the
+/// engine is ready; 503 with {"status":"unavailable","reason",...,"executors":[... "state":"lost"]} once it failed.
+struct HealthReply {
+  unsigned status;
+  std::string body;
+};
+HealthReply health_reply(const EngineHealth& health);
 
 }  // namespace paged::server

@@ -118,7 +118,7 @@ void WebSocketSession::start_generation(json::object frame, const json::value& i
     gen.finish_reasons.assign(request.params.n, "");
     generations_.emplace(key, std::move(gen));
   } catch (...) {
-    // The one exception boundary of a frame: InvalidRequest 400, EngineOverloaded 503, the rest 500.
+    // The one exception boundary of a frame: InvalidRequest 400, EngineOverloaded/Unavailable 503, the rest 500.
     const ErrorReply err = error_reply(std::current_exception());
     send_error(id, err.status, err.body);
   }

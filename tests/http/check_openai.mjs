@@ -17,6 +17,11 @@ const models = await client.models.list();
 const model = models.data[0].id;
 checkEqual(model, "stories260K", "GET /v1/models names the served model");
 
+const health = await fetch(`${base}/health`);
+checkEqual([health.status, health.headers.get("content-type"), await health.json()],
+  [200, "application/json", { status: "ok", executors: [{ kind: "local", state: "ready" }] }],
+  "GET /health: 200, the local executor ready");
+
 /// Collects a streamed completion: text per choice index, finish reasons, usage chunk.
 async function collectStream(stream, field) {
   const text = {};

@@ -30,20 +30,7 @@ for sampling in "--temperature 0" "--temperature 0.8 --top-p 0.9 --seed 7 --repe
 done
 
 # serve: an OpenAI completion through a server whose executor is the worker, against the local engine's text.
-"$PAGED" serve --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --port 0 >"$TMP/serve.out" \
-  2>"$TMP/serve.err" &
-serve_pid=$!
-pids+=("$serve_pid")
-serve_port=""
-for _ in $(seq 1 100); do
-  serve_port=$(grep -o 'http://127.0.0.1:[0-9]*' "$TMP/serve.out" "$TMP/serve.err" 2>/dev/null | head -n 1 |
-               sed 's/.*://')
-  [ -n "$serve_port" ] && break
-  sleep 0.1
-done
-if [ -z "$serve_port" ]; then
-  fail "the server did not report its port: $(cat "$TMP/serve.out" "$TMP/serve.err")"
-else
+if start_server; then
   node -e '
     const body = JSON.stringify({model: "stories260K", prompt: "Once upon a time", max_tokens: 32, temperature: 0});
     const req = require("http").request({host: "127.0.0.1", port: +process.argv[1], path: "/v1/completions",
@@ -81,11 +68,7 @@ rc=$?
 
 # A worker lost mid-generation: the engine ends the running requests with the reason (exit 1), it does not hang.
 start_worker || exit 1
-for _ in $(seq 1 48); do echo '{"prompt": "Once upon a time there was"}'; done >"$TMP/many.jsonl"
-"$PAGED" generate --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --prompts-file "$TMP/many.jsonl" \
-  --max-tokens 400 --ignore-eos --temperature 0.7 --seed 1 >/dev/null 2>"$TMP/lost.err" &
-client=$!
-pids+=("$client")
+start_long_generation "$TMP/lost.err"
 sleep 0.5
 kill -KILL "$worker_pid"
 wait "$worker_pid" 2>/dev/null

@@ -2,7 +2,7 @@
 # itself (ctest runs tests/integration/*.sh). The script sets NAME and sources it with its arguments:
 #   NAME=tls_worker; . "$(dirname "$0")/worker_common.bash" "$@"
 # It gives PAGED, MODEL, GOLDEN, a scratch folder $TMP removed at exit, the processes in $pids killed at exit, and
-# fail, start_worker, await_exit and finish.
+# fail, start_worker, start_server, start_long_generation, await_exit and finish.
 
 PAGED=${1:?usage: $NAME.sh PATH/TO/paged}
 SRC=${PAGED_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -31,14 +31,47 @@ start_worker() {
   "$PAGED" worker --model "$MODEL" --device cpu --port 0 "$@" >"$TMP/worker.out" 2>"$TMP/worker.err" &
   worker_pid=$!
   pids+=("$worker_pid")
-  worker_port=""
+  await_port worker_port worker worker_port_printed
+}
+worker_port_printed() { sed -n 's/^paged worker: listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$TMP/worker.out"; }
+
+# await_port VAR NAME PRINTED: waits up to 10 s for the function PRINTED to print the port that process NAME (its
+# output in $TMP/NAME.out and .err) listens on, and sets VAR to it.
+await_port() {
+  local port=""
   for _ in $(seq 1 100); do
-    worker_port=$(sed -n 's/^paged worker: listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$TMP/worker.out")
-    [ -n "$worker_port" ] && return 0
+    port=$("$3")
+    if [ -n "$port" ]; then
+      printf -v "$1" '%s' "$port"
+      return 0
+    fi
     sleep 0.1
   done
-  fail "the worker did not report its port: $(cat "$TMP/worker.out" "$TMP/worker.err")"
+  fail "the $2 did not report its port: $(cat "$TMP/$2.out" "$TMP/$2.err")"
   return 1
+}
+
+# start_server: `paged serve` of the model on a free port, its executor the worker on $worker_port; sets $serve_pid
+# and $serve_port, and leaves its output in $TMP/serve.out and .err.
+start_server() {
+  "$PAGED" serve --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --port 0 >"$TMP/serve.out" \
+    2>"$TMP/serve.err" &
+  serve_pid=$!
+  pids+=("$serve_pid")
+  await_port serve_port serve server_port_printed
+}
+server_port_printed() {
+  grep -o 'http://127.0.0.1:[0-9]*' "$TMP/serve.out" "$TMP/serve.err" 2>/dev/null | head -n 1 | sed 's/.*://'
+}
+
+# start_long_generation ERRFILE: `paged generate` of 48 long sampled completions through the worker, in the
+# background (it runs for many seconds); sets $client and leaves its stderr in ERRFILE.
+start_long_generation() {
+  for _ in $(seq 1 48); do echo '{"prompt": "Once upon a time there was"}'; done >"$TMP/many.jsonl"
+  "$PAGED" generate --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --prompts-file "$TMP/many.jsonl" \
+    --max-tokens 400 --ignore-eos --temperature 0.7 --seed 1 >/dev/null 2>"$1" &
+  client=$!
+  pids+=("$client")
 }
 
 # await_exit PID SECONDS: waits for the process to end; sets $rc to its status, or to "hung".
