@@ -12,6 +12,7 @@
 #include "actors/metrics.h"
 #include "model/kv/kv_cache_manager.h"
 #include "model/loader/safetensors.h"
+#include "model/routing/router_policy.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace paged {
@@ -86,7 +87,9 @@ using MemoryManager = caf::typed_actor<
     caf::reacts_to<computed_atom, std::vector<ComputedKv>>,
     caf::replies_to<drained_atom>::with<bool>>;
 
-MemoryManager::behavior_type memory_manager_actor(KvCacheOptions options, Metrics* metrics);
+/// It publishes the KV gauges of its replica through `metrics` and clears them when it ends.
+MemoryManager::behavior_type memory_manager_actor(MemoryManager::pointer self, KvCacheOptions options,
+                                                  ReplicaMetricsWriter metrics);
 
 struct SchedulerSetup {
   PlanLimits limits;
@@ -94,17 +97,39 @@ struct SchedulerSetup {
   int block_size = 16;
   std::vector<caf::actor> executors;   // one per tensor-parallel rank; rank 0 returns the samples
   MemoryManager memory_manager;
-  Metrics* metrics = nullptr;
+  ReplicaMetricsWriter metrics{nullptr, nullptr};  // the replica's figures and the engine's totals
 };
 
-/// Scheduler: owns the queues and every sequence's tokens. (submit_atom, RequestSpec) adds a request,
-/// (abort_atom, id) cancels one, (stop_atom, id, index) ends a completion (stop string). Runs steps as long as
-/// there is work, planning step N+1 while step N executes when no sequence of step N forks on its result.
+/// Scheduler of one replica: owns the queues and every sequence's tokens. (submit_atom, RequestSpec) adds a request
+/// (a moved one goes on from RequestSpec::resume), (abort_atom, id) cancels one, (stop_atom, id, index) ends a
+/// completion (stop string). Runs steps as long as there is work, planning step N+1 while step N executes when no
+/// sequence of step N forks on its result. Quits with the error when an executor fails a message (the replica is
+/// lost); publishes its queue gauges and clears them when it ends.
 caf::actor spawn_scheduler(caf::actor_system& system, SchedulerSetup setup);
 
-/// Request actor: one per request. Detokenizes incrementally, applies stop strings, feeds the sink, records TTFT
-/// and TPOT, and stops once every completion ended.
+/// What the router is started with: one scheduler per replica (null: the replica is not serving yet), the replicas'
+/// own metrics (free blocks) and the engine's (whose unqueued_requests it decrements for a request it refuses).
+struct RouterSetup {
+  std::vector<caf::actor> schedulers;
+  std::vector<const Metrics*> replica_metrics;
+  Metrics* metrics = nullptr;
+  RoutingOptions options;
+};
+
+/// Router: sends each request to a replica's scheduler (model/routing/router_policy.h: least loaded, with prefix
+/// affinity). (submit_atom, RequestSpec) -> the scheduler chosen; (resume_atom, RequestSpec) moves a request whose
+/// replica was lost -> the new scheduler (never the lost one); both answer an error when no replica serves.
+/// (done_atom, id): the request ended; (abort_atom, id) goes on to the request's scheduler, and a request aborted
+/// so is not moved (its resume is answered with a null actor: cancelled); (replica_atom, index,
+/// scheduler): the replica serves (again). It monitors the schedulers: a replica whose scheduler ended gets nothing
+/// until it joins again.
+caf::actor spawn_router(caf::actor_system& system, RouterSetup setup);
+
+/// Request actor: one per request. Asks the router for a replica, detokenizes incrementally, applies stop strings,
+/// feeds the sink, records TTFT and TPOT, and stops once every completion ended (telling the router). When its
+/// replica's scheduler ends on a failure, it moves to another replica from where it stood (model/scheduling/
+/// resume.h), so the sink sees one stream; with none left it ends with the error.
 caf::actor spawn_request(caf::actor_system& system, RequestSpec spec, const Tokenizer* tokenizer, RequestSink sink,
-                         caf::actor scheduler, Metrics* metrics);
+                         caf::actor router, Metrics* metrics);
 
 }  // namespace paged

@@ -21,44 +21,77 @@
 
 namespace paged {
 
+namespace {
+
+/// One replica of the model: its executors (tensor-parallel ranks in this process, or the proxy of its worker), the
+/// memory manager and scheduler the engine keeps for it, and its own figures.
+struct Replica {
+  size_t index = 0;
+  std::string address;                 // HOST:PORT of its worker; empty: in this process
+  Metrics metrics;                     // engine_ready: 1 while it serves
+  std::vector<caf::actor> executors;
+  MemoryManager memory_manager;
+  caf::actor scheduler;
+  bool serving = false;                // guarded by Engine::Impl::state_mu, with reason and generation
+  std::string reason;
+  uint64_t generation = 0;             // which start of the replica its actors' functors belong to
+};
+
+/// A worker that answered hello with the model this engine runs: the proxy that stands for it, and its pools.
+struct JoinedWorker {
+  caf::actor proxy;
+  WorkerInfo info;
+};
+
+}  // namespace
+
 struct Engine::Impl {
   EngineConfig config;
   ModelConfig model;
   std::unique_ptr<Tokenizer> tokenizer;
-  Metrics metrics;
-  std::unique_ptr<HeldTlsFiles> tls_files;  // outlives the system, which reads them on every connection
+  Metrics metrics;                              // the totals over the replicas, and the request histograms
+  std::unique_ptr<HeldTlsFiles> tls_files;      // outlives the system, which reads them on every connection
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> system;
-  caf::actor scheduler;
-  MemoryManager memory_manager;
-  std::vector<caf::actor> executors;
+  std::vector<std::unique_ptr<Replica>> replicas;  // fixed once constructed
+  caf::actor router;
+  caf::actor reconnect_actor;                   // reconnects lost workers, with backoff (reconnector())
   std::shared_ptr<LocalAllReduce> all_reduce;
   std::atomic<uint64_t> next_id{1};
   std::mt19937_64 seed_rng{std::random_device{}()};
   std::mutex seed_mu;
   int max_model_len = 0;
-  int64_t max_seq_tokens = 0;  // tokens one sequence can hold in the KV pool (admission keeps 1% free)
-  std::vector<ExecutorInfo> executor_infos;  // what /health lists, one per executor actor
-  mutable std::mutex state_mu;                // guards state, failure and stopping
+  int64_t max_seq_tokens = 0;  // tokens one sequence can hold in every replica's KV pool (admission keeps 1% free)
+  mutable std::mutex state_mu;  // guards state, failure, stopping and the replicas' serving, reason, generation
   EngineState state = EngineState::ready;
   std::string failure;    // why the engine failed; empty while ready
   bool stopping = false;  // the engine is being destroyed: its actors' ends are no failure
-
-  // Marks the engine failed because an actor ended with `reason` (the first reason stays) and drops
-  // paged_engine_ready to 0; ignored while stopping (the system may be half destroyed then).
-  void fail(const caf::error& reason) {
-    std::lock_guard lock(state_mu);
-    if (stopping || state == EngineState::failed) return;
-    state = EngineState::failed;
-    failure = "the engine's executor is gone: " + system->render(reason);
-    metrics.engine_ready = 0;
-  }
 
   uint64_t random_seed() {
     std::lock_guard lock(seed_mu);
     return seed_rng();
   }
+
+  // Why a worker's hello does not fit this engine (another model, block size, smaller limits, or, once the engine
+  // admits sequences, a KV pool too small for them); empty when it fits.
+  std::string misfit(const WorkerInfo& info) const;
+  // Connects to the worker at `address`, says hello through a new proxy and checks the answer. Throws ModelError
+  // "--workers ADDRESS: why".
+  JoinedWorker join_worker(const std::string& address);
+  // Spawns the replica's memory manager and scheduler over its executors, and watches them all: the first to end
+  // makes the replica lost. Call with the replica's executors set and serving false.
+  void start_replica(Replica& r, int num_blocks, int num_swap_blocks);
+  // The replica's actor of generation `generation` ended with `reason`: the replica is lost (the first call counts),
+  // its other actors end (its requests move to another replica), the engine fails when none serves, and a worker is
+  // reconnected.
+  void replica_lost(size_t index, uint64_t generation, const caf::error& reason);
+  // A lost worker answered again: it serves once more, with a fresh KV bookkeeping.
+  void replica_joined(size_t index, JoinedWorker joined);
+  // The behaviour of `reconnector` (detached: a connection attempt blocks its thread): (reconnect_atom, replica,
+  // attempt) tries once and, failing, again after a delay that doubles from kFirstRetry up to kLongestRetry.
+  caf::behavior reconnector(caf::event_based_actor* self);
 };
+
 
 namespace {
 
@@ -127,7 +160,7 @@ std::pair<std::string, uint16_t> host_and_port(const std::string& address) {
       address.find_first_not_of("0123456789", colon + 1) == std::string::npos && address.size() - colon <= 6)
     port = std::stoi(address.substr(colon + 1));
   if (port < 1 || port > 65535)
-    throw ModelError("--remote-executor must be HOST:PORT with a port in [1, 65535], got '" + address + "'");
+    throw ModelError("--workers takes HOST:PORT entries with a port in [1, 65535], got '" + address + "'");
   return {address.substr(0, colon), static_cast<uint16_t>(port)};
 }
 
@@ -153,73 +186,209 @@ RankRunner make_local_runner(const EngineConfig& c, const ModelConfig& model, in
 #endif
 }
 
+std::string Engine::Impl::misfit(const WorkerInfo& info) const {
+  const ModelConfig& mc = model;
+  if (info.num_layers != mc.num_layers || info.hidden_size != mc.hidden_size || info.num_heads != mc.num_heads ||
+      info.num_kv_heads != mc.num_kv_heads || info.head_dim != mc.head_dim || info.vocab_size != mc.vocab_size)
+    return "the worker runs a different model (" + std::to_string(info.num_layers) + " layers, hidden " +
+           std::to_string(info.hidden_size) + ", vocab " + std::to_string(info.vocab_size) + ")";
+  if (info.block_size != config.block_size)
+    return "the worker's KV blocks hold " + std::to_string(info.block_size) + " tokens, this engine's " +
+           std::to_string(config.block_size) + " (--block-size)";
+  if (info.max_model_len < max_model_len)
+    return "the worker serves contexts of at most " + std::to_string(info.max_model_len) +
+           " tokens; pass --max-model-len " + std::to_string(info.max_model_len) + " or less";
+  if (info.max_num_seqs < config.max_num_seqs || info.max_num_batched_tokens < config.max_num_batched_tokens)
+    return "the worker takes steps of at most " + std::to_string(info.max_num_seqs) + " sequences and " +
+           std::to_string(info.max_num_batched_tokens) + " tokens; pass --max-num-seqs and " +
+           "--max-num-batched-tokens no larger";
+  if (info.num_blocks < 1) return "the worker's KV cache has no blocks";
+  if (max_seq_tokens > int64_t{info.num_blocks - info.num_blocks / 100} * info.block_size)
+    return "the worker's KV cache holds fewer tokens per sequence than this engine admits (" +
+           std::to_string(max_seq_tokens) + ")";
+  return "";
+}
+
+JoinedWorker Engine::Impl::join_worker(const std::string& address) {
+  const auto [host, port] = host_and_port(address);
+  try {
+    const caf::actor worker = connect_executor(*system, host, port);
+    // The proxy says hello: the worker serves this engine while the proxy lives.
+    const caf::actor proxy = system->spawn(remote_executor_proxy, worker);
+    WorkerInfo info;
+    std::string error;
+    {
+      caf::scoped_actor self{*system};
+      self->request(proxy, std::chrono::seconds(60), hello_atom::value)
+          .receive([&](WorkerInfo& i) { info = std::move(i); },
+                   [&](caf::error& e) { error = system->render(e); });
+    }
+    if (error.empty()) error = misfit(info);
+    if (!error.empty()) {
+      caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+      throw ModelError(error);
+    }
+    return {proxy, std::move(info)};
+  } catch (const ModelError& e) {
+    throw ModelError("--workers " + address + ": " + e.what());
+  }
+}
+
+void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_swap_blocks) {
+  const ReplicaMetricsWriter writer{&metrics, &r.metrics};
+  r.memory_manager = system->spawn(
+      memory_manager_actor,
+      KvCacheOptions{.block_size = config.block_size, .num_device_blocks = num_blocks,
+                     .num_cpu_blocks = num_swap_blocks, .enable_prefix_caching = config.enable_prefix_caching},
+      writer);
+  SchedulerSetup setup;
+  setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode};
+  setup.max_model_len = max_model_len;
+  setup.block_size = config.block_size;
+  setup.executors = r.executors;
+  setup.memory_manager = r.memory_manager;
+  setup.metrics = writer;
+  r.scheduler = spawn_scheduler(*system, setup);
+  uint64_t generation = 0;
+  {
+    std::lock_guard lock(state_mu);
+    generation = ++r.generation;
+    r.serving = true;
+    r.reason.clear();
+    r.metrics.engine_ready = 1;
+  }
+  // Before the engine's own shutdown, an actor of the replica ends only when an executor failed or its worker was
+  // lost (an idle scheduler does not notice a lost worker). The functors run on the actor's thread, before the
+  // system (and with it this) is destroyed.
+  std::vector<caf::actor> watched = r.executors;
+  watched.push_back(r.scheduler);
+  for (const caf::actor& actor : watched)
+    actor->attach_functor([this, index = r.index, generation](const caf::error& reason) {
+      replica_lost(index, generation, reason);
+    });
+}
+
+void Engine::Impl::replica_lost(size_t index, uint64_t generation, const caf::error& reason) {
+  std::lock_guard lock(state_mu);
+  Replica& r = *replicas[index];
+  if (stopping || !r.serving || r.generation != generation) return;
+  r.serving = false;
+  r.reason = system->render(reason);
+  r.metrics.engine_ready = 0;
+  // The reason goes on to the other actors, unless it is none (which would not end them) or user_shutdown (which the
+  // request actors take as the engine's own end): they move to another replica.
+  const caf::error end = !reason || reason == caf::exit_reason::normal || reason == caf::exit_reason::user_shutdown
+                             ? caf::error{caf::exit_reason::kill}
+                             : reason;
+  const auto exit = [&end](const auto& actor) {
+    caf::anon_send<caf::message_priority::high>(caf::actor_cast<caf::actor>(actor),
+                                                caf::exit_msg{caf::actor_addr{}, end});
+  };
+  for (const caf::actor& actor : r.executors) exit(actor);
+  exit(r.scheduler);
+  exit(r.memory_manager);
+  if (std::none_of(replicas.begin(), replicas.end(), [](const auto& x) { return x->serving; })) {
+    state = EngineState::failed;
+    failure = (replicas.size() == 1 ? "the engine's executor is gone: " : "every replica is lost; the last: ") +
+              r.reason;
+    metrics.engine_ready = 0;
+  }
+  if (!r.address.empty()) caf::anon_send(reconnect_actor, reconnect_atom::value, index, 0);
+}
+
+void Engine::Impl::replica_joined(size_t index, JoinedWorker joined) {
+  Replica& r = *replicas[index];
+  {
+    std::lock_guard lock(state_mu);
+    if (stopping) {
+      caf::anon_send_exit(joined.proxy, caf::exit_reason::user_shutdown);
+      return;
+    }
+  }
+  r.executors = {joined.proxy};
+  start_replica(r, joined.info.num_blocks, joined.info.num_swap_blocks);
+  {
+    std::lock_guard lock(state_mu);
+    state = EngineState::ready;
+    failure.clear();
+    metrics.engine_ready = 1;
+  }
+  caf::anon_send(router, replica_atom::value, index, r.scheduler);
+}
+
+namespace {
+
+constexpr auto kFirstRetry = std::chrono::milliseconds(250);
+constexpr auto kLongestRetry = std::chrono::seconds(5);
+
+}  // namespace
+
+caf::behavior Engine::Impl::reconnector(caf::event_based_actor* self) {
+  return {
+      [this, self](reconnect_atom a, size_t index, int attempt) {
+        {
+          std::lock_guard lock(state_mu);
+          if (stopping || replicas[index]->serving) return;
+        }
+        try {
+          replica_joined(index, join_worker(replicas[index]->address));
+        } catch (const std::exception& e) {
+          std::lock_guard lock(state_mu);
+          replicas[index]->reason = e.what();
+          const auto delay =
+              std::min<std::chrono::milliseconds>(kFirstRetry * (1 << std::min(attempt, 5)), kLongestRetry);
+          self->delayed_send(self, delay, a, index, attempt + 1);
+        }
+      },
+  };
+}
+
 Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.config = std::move(config);
   EngineConfig& c = m.config;
   m.model = load_model_config(c.model_dir);
   m.tokenizer = load_tokenizer(c.model_dir);
-  const bool remote = !c.remote_executor.empty();
+  const bool remote = !c.workers.empty();
   m.max_model_len = resolve_config(c, m.model, !remote);
   const int tp = c.tensor_parallel_size;
   if (remote && tp != 1)
-    throw ModelError("--remote-executor runs the whole model on one worker: --tensor-parallel-size must be 1");
+    throw ModelError("--workers: each worker runs the whole model (tensor parallel on its host, with its own "
+                     "--tensor-parallel-size): this engine's --tensor-parallel-size must be 1");
   if (!remote && !c.tls_dir.empty())
-    throw ModelError("--tls-dir secures the connection to a worker: it needs --remote-executor");
+    throw ModelError("--tls-dir secures the connections to workers: it needs --workers");
   m.sys_cfg = std::make_unique<caf::actor_system_config>();
   register_message_types(*m.sys_cfg);
   if (remote) m.tls_files = load_transport(*m.sys_cfg, c.tls_dir);
   m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
-  int num_blocks = 0, num_swap_blocks = 0;
-  std::vector<std::shared_ptr<ModelRunner>> runners;
-  const bool dummy = c.load_format == "dummy";
-  std::shared_ptr<const SafeTensors> weights =
-      dummy || remote ? nullptr : std::make_shared<const SafeTensors>(c.model_dir);
+  // Every replica's KV pools, in replica order.
+  std::vector<std::pair<int, int>> pools;
   if (remote) {
-    // The executor lives in a `paged worker`: check that it runs this model with this KV layout, then talk to it
-    // through a local proxy, so the scheduler sees one more executor actor.
-    const auto [host, port] = host_and_port(c.remote_executor);
-    const caf::actor worker = connect_executor(*m.system, host, port);
-    // The proxy says hello: the worker serves this engine while the proxy lives.
-    const caf::actor proxy = m.system->spawn(remote_executor_proxy, worker);
-    WorkerInfo info;
-    std::string error;
-    {
-      caf::scoped_actor self{*m.system};
-      self->request(proxy, std::chrono::seconds(60), hello_atom::value)
-          .receive([&](WorkerInfo& i) { info = std::move(i); },
-                   [&](caf::error& e) { error = m.system->render(e); });
+    // Each executor lives in a `paged worker`: check that it runs this model with this KV layout, then talk to it
+    // through a local proxy, so that its scheduler sees one executor actor.
+    for (const std::string& address : c.workers) {
+      for (const auto& r : m.replicas)
+        if (r->address == address) throw ModelError("--workers names " + address + " twice");
+      JoinedWorker joined = m.join_worker(address);
+      auto& r = m.replicas.emplace_back(std::make_unique<Replica>());
+      r->index = m.replicas.size() - 1;
+      r->address = address;
+      r->executors = {joined.proxy};
+      if (c.device == "auto" || m.replicas.size() == 1) c.device = joined.info.device;
+      pools.emplace_back(joined.info.num_blocks, joined.info.num_swap_blocks);
     }
-    const ModelConfig& mc = m.model;
-    if (error.empty() && (info.num_layers != mc.num_layers || info.hidden_size != mc.hidden_size ||
-                          info.num_heads != mc.num_heads || info.num_kv_heads != mc.num_kv_heads ||
-                          info.head_dim != mc.head_dim || info.vocab_size != mc.vocab_size))
-      error = "the worker runs a different model (" + std::to_string(info.num_layers) + " layers, hidden " +
-              std::to_string(info.hidden_size) + ", vocab " + std::to_string(info.vocab_size) + ")";
-    else if (error.empty() && info.block_size != c.block_size)
-      error = "the worker's KV blocks hold " + std::to_string(info.block_size) + " tokens, this engine's " +
-              std::to_string(c.block_size) + " (--block-size)";
-    else if (error.empty() && info.max_model_len < m.max_model_len)
-      error = "the worker serves contexts of at most " + std::to_string(info.max_model_len) +
-              " tokens; pass --max-model-len " + std::to_string(info.max_model_len) + " or less";
-    else if (error.empty() && (info.max_num_seqs < c.max_num_seqs ||
-                               info.max_num_batched_tokens < c.max_num_batched_tokens))
-      error = "the worker takes steps of at most " + std::to_string(info.max_num_seqs) + " sequences and " +
-              std::to_string(info.max_num_batched_tokens) + " tokens; pass --max-num-seqs and " +
-              "--max-num-batched-tokens no larger";
-    if (!error.empty()) {
-      caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
-      throw ModelError("--remote-executor " + c.remote_executor + ": " + error);
-    }
-    c.device = info.device;
-    num_blocks = info.num_blocks;
-    num_swap_blocks = info.num_swap_blocks;
-    m.executors.push_back(proxy);
-  } else if (tp == 1) {
-    RankRunner built = make_local_runner(c, m.model, m.max_model_len, weights.get());
-    num_blocks = built.num_blocks;
-    num_swap_blocks = built.num_swap_blocks;
-    runners.push_back(std::move(built.runner));
+  } else {
+    int num_blocks = 0, num_swap_blocks = 0;
+    std::vector<std::shared_ptr<ModelRunner>> runners;
+    const bool dummy = c.load_format == "dummy";
+    std::shared_ptr<const SafeTensors> weights = dummy ? nullptr : std::make_shared<const SafeTensors>(c.model_dir);
+    auto& replica = m.replicas.emplace_back(std::make_unique<Replica>());
+    std::vector<caf::actor>& executors = replica->executors;
+    if (tp == 1) {
+      RankRunner built = make_local_runner(c, m.model, m.max_model_len, weights.get());
+      num_blocks = built.num_blocks;
+      num_swap_blocks = built.num_swap_blocks;
+      runners.push_back(std::move(built.runner));
   } else if (c.device == "cpu") {
     std::tie(num_blocks, num_swap_blocks) = cpu_pools(c, m.model, m.max_model_len);
     m.all_reduce = std::make_shared<LocalAllReduce>(tp);
@@ -256,13 +425,13 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     };
     const NcclUniqueId id = nccl_unique_id();
     for (int rank = 0; rank < tp; ++rank)
-      m.executors.push_back(m.system->spawn<caf::detached>(rank_executor_actor, setup));
+      executors.push_back(m.system->spawn<caf::detached>(rank_executor_actor, setup));
     std::vector<RankReady> ready(tp);
     {
       caf::scoped_actor self{*m.system};
-      std::vector<decltype(self->request(m.executors[0], caf::infinite, init_atom::value, 0, id))> pending;
+      std::vector<decltype(self->request(executors[0], caf::infinite, init_atom::value, 0, id))> pending;
       for (int rank = 0; rank < tp; ++rank)
-        pending.push_back(self->request(m.executors[rank], caf::infinite, init_atom::value, rank, id));
+        pending.push_back(self->request(executors[rank], caf::infinite, init_atom::value, rank, id));
       for (int rank = 0; rank < tp; ++rank)
         pending[rank].receive([&](RankReady& r) { ready[rank] = std::move(r); },
                               [&](caf::error& e) { ready[rank].error = m.system->render(e); });
@@ -270,8 +439,8 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     for (int rank = 0; rank < tp; ++rank) {
       if (ready[rank].error.empty()) continue;
       // Every executor ends, each tearing its NCCL share down on its own thread, before the system goes.
-      for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
-      m.executors.clear();
+      for (auto& e : executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+      executors.clear();
       if (ready[rank].model_error) throw ModelError(ready[rank].error);
       throw GpuError("tensor-parallel rank " + std::to_string(rank) + ": " + ready[rank].error);
     }
@@ -282,33 +451,27 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
       num_swap_blocks = std::min(num_swap_blocks, r.num_swap_blocks);
     }
 #endif
+    }
+    for (auto& r : runners) executors.push_back(m.system->spawn<caf::detached>(executor_actor, r));
+    pools.emplace_back(num_blocks, num_swap_blocks);
   }
-  if (num_blocks < 1) throw ModelError("the KV cache has no blocks (--num-kv-blocks)");
-  m.max_seq_tokens = int64_t{num_blocks - num_blocks / 100} * c.block_size;
+  int smallest = std::numeric_limits<int>::max();
+  for (const auto& [num_blocks, num_swap_blocks] : pools) smallest = std::min(smallest, num_blocks);
+  if (smallest < 1) throw ModelError("the KV cache has no blocks (--num-kv-blocks)");
+  m.max_seq_tokens = int64_t{smallest - smallest / 100} * c.block_size;
 
-  for (auto& r : runners) m.executors.push_back(m.system->spawn<caf::detached>(executor_actor, r));
-  m.memory_manager = m.system->spawn(
-      memory_manager_actor,
-      KvCacheOptions{.block_size = c.block_size, .num_device_blocks = num_blocks, .num_cpu_blocks = num_swap_blocks,
-                     .enable_prefix_caching = c.enable_prefix_caching},
-      &m.metrics);
-  SchedulerSetup setup;
-  setup.limits = {c.max_num_seqs, c.max_num_batched_tokens, c.preemption_mode};
-  setup.max_model_len = m.max_model_len;
-  setup.block_size = c.block_size;
-  setup.executors = m.executors;
-  setup.memory_manager = m.memory_manager;
-  setup.metrics = &m.metrics;
-  m.scheduler = spawn_scheduler(*m.system, setup);
-  for (size_t i = 0; i < m.executors.size(); ++i) m.executor_infos.push_back({remote, remote ? c.remote_executor : ""});
+  m.reconnect_actor =
+      m.system->spawn<caf::detached>([&m](caf::event_based_actor* self) { return m.reconnector(self); });
+  for (size_t i = 0; i < m.replicas.size(); ++i) m.start_replica(*m.replicas[i], pools[i].first, pools[i].second);
+  RouterSetup router;
+  for (const auto& r : m.replicas) {
+    router.schedulers.push_back(r->scheduler);
+    router.replica_metrics.push_back(&r->metrics);
+  }
+  router.metrics = &m.metrics;
+  router.options.block_size = c.block_size;
+  m.router = spawn_router(*m.system, std::move(router));
   m.metrics.engine_ready = 1;
-  // Before the engine's own shutdown, the scheduler or an executor ends only when an executor failed or was lost
-  // (an idle scheduler does not notice a lost worker). The functors run on the actor's thread, before m.system
-  // (and with it m) is destroyed.
-  std::vector<caf::actor> watched = m.executors;
-  watched.push_back(m.scheduler);
-  for (const caf::actor& actor : watched)
-    actor->attach_functor([&m](const caf::error& reason) { m.fail(reason); });
 }
 
 Engine::~Engine() {
@@ -318,13 +481,21 @@ Engine::~Engine() {
     std::lock_guard lock(m.state_mu);
     m.stopping = true;
   }
-  caf::anon_send_exit(m.scheduler, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(m.memory_manager, caf::exit_reason::user_shutdown);
-  for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(m.router, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(m.reconnect_actor, caf::exit_reason::user_shutdown);
+  for (auto& r : m.replicas) {
+    caf::anon_send_exit(r->scheduler, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(r->memory_manager, caf::exit_reason::user_shutdown);
+    for (auto& e : r->executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+  }
   // The system waits for every detached actor to be destroyed: drop our handles first.
-  m.scheduler = nullptr;
-  m.memory_manager = nullptr;
-  m.executors.clear();
+  m.router = nullptr;
+  m.reconnect_actor = nullptr;
+  for (auto& r : m.replicas) {
+    r->scheduler = nullptr;
+    r->memory_manager = nullptr;
+    r->executors.clear();
+  }
   m.system.reset();
 }
 
@@ -367,7 +538,7 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
   Impl& m = *impl_;
   validate(params, prompt.size());
   check_prompt_ids(prompt);
-  if (limit_waiting && m.metrics.waiting_requests >= m.config.max_waiting_requests)
+  if (limit_waiting && m.metrics.waiting_requests + m.metrics.unqueued_requests >= m.config.max_waiting_requests)
     throw EngineOverloaded("the server is overloaded: too many requests are waiting");
   RequestSpec spec;
   spec.id = m.next_id++;
@@ -380,16 +551,23 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
   for (TokenId id : params.stop_token_ids) spec.stop_ids.push_back(id);
   spec.prompt = std::make_shared<const std::vector<TokenId>>(std::move(prompt));
   spec.params = std::make_shared<const SamplingParams>(std::move(params));
-  m.metrics.waiting_requests += 1;  // the scheduler republishes the exact figure on its next change
-  spawn_request(*m.system, spec, m.tokenizer.get(), std::move(sink), m.scheduler, &m.metrics);
+  m.metrics.unqueued_requests += 1;  // until a scheduler has it (or the router refused it)
+  spawn_request(*m.system, spec, m.tokenizer.get(), std::move(sink), m.router, &m.metrics);
   return spec.id;
 }
 
-void Engine::abort(RequestId id) { caf::anon_send(impl_->scheduler, abort_atom::value, id); }
+void Engine::abort(RequestId id) { caf::anon_send(impl_->router, abort_atom::value, id); }
 
 void Engine::wait_idle() {
+  std::vector<caf::actor> schedulers;
+  {
+    std::lock_guard lock(impl_->state_mu);
+    for (const auto& r : impl_->replicas)
+      if (r->serving) schedulers.push_back(r->scheduler);
+  }
   caf::scoped_actor self{*impl_->system};
-  self->request(impl_->scheduler, caf::infinite, drained_atom::value).receive([](bool) {}, [](caf::error&) {});
+  for (const caf::actor& scheduler : schedulers)
+    self->request(scheduler, caf::infinite, drained_atom::value).receive([](bool) {}, [](caf::error&) {});
 }
 
 std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenId>>& prompts,
@@ -445,7 +623,15 @@ int Engine::max_model_len() const { return impl_->max_model_len; }
 
 EngineHealth Engine::health() const {
   std::lock_guard lock(impl_->state_mu);
-  return {impl_->state, impl_->failure, impl_->executor_infos};
+  EngineHealth health{impl_->state, impl_->failure, {}};
+  for (const auto& r : impl_->replicas) health.replicas.push_back({r->address, r->serving, r->reason});
+  return health;
+}
+
+std::string Engine::prometheus() const {
+  std::vector<ReplicaView> views;
+  for (const auto& r : impl_->replicas) views.push_back({r->index, r->address.empty() ? "local" : r->address, &r->metrics});
+  return impl_->metrics.prometheus() + replicas_prometheus(views);
 }
 
 }  // namespace paged

@@ -17,7 +17,7 @@
 
 namespace paged {
 
-/// Whether the engine can take requests: failed once its scheduler ended (a lost worker, a failed executor).
+/// Whether the engine can take requests: failed while no replica serves (lost workers, failed executors).
 enum class EngineState { ready, failed };
 
 /// Thrown by submit() on a failed engine; the HTTP layer answers 503.
@@ -25,17 +25,18 @@ struct EngineUnavailable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// One executor of the engine as /health lists it.
-struct ExecutorInfo {
-  bool remote = false;
-  std::string address;  // HOST:PORT of a remote one; empty for a local one
+/// One replica of the model as /health lists it.
+struct ReplicaInfo {
+  std::string address;     // HOST:PORT of its worker; empty for the replica in this process
+  bool serving = true;     // false while lost (a lost worker is reconnected with backoff)
+  std::string reason;      // why it was lost; empty while serving
 };
 
-/// A snapshot of the engine's state, with the reason it failed (empty while ready) and its executors.
+/// A snapshot of the engine's state, with the reason it failed (empty while ready) and its replicas.
 struct EngineHealth {
   EngineState state = EngineState::ready;
   std::string reason;
-  std::vector<ExecutorInfo> executors;
+  std::vector<ReplicaInfo> replicas;
 };
 
 class Engine {
@@ -71,9 +72,11 @@ class Engine {
   int max_model_len() const;
   const ModelConfig& model_config() const;
   const EngineConfig& config() const;
-  /// Thread-safe view of the counters and histograms.
+  /// Thread-safe view of the counters and histograms, summed over the replicas.
   Metrics& metrics();
-  /// Thread-safe snapshot of the state and the executors.
+  /// Prometheus text of the engine's figures and of each replica's (replicas_prometheus).
+  std::string prometheus() const;
+  /// Thread-safe snapshot of the state and the replicas.
   EngineHealth health() const;
 
  private:

@@ -41,12 +41,13 @@ struct EngineConfig {
   PreemptionMode preemption_mode = PreemptionMode::recompute;
   int tensor_parallel_size = 1;
   int max_waiting_requests = 4096;      // submit() beyond this throws EngineOverloaded (generate() is not limited)
-  /// "host:port" of a `paged worker` (actors/worker.h): the model runs there, reached through CAF's network
-  /// layer, and this engine keeps the scheduler, the KV bookkeeping and the requests. device, load_format,
-  /// num_kv_blocks, swap_space_gib and gpu_memory_utilization are then the worker's.
-  std::string remote_executor;
-  /// A deployment's folder of `paged gen-certs` (actors/tls_certs.h): the connection to the worker (and a worker's
-  /// listening port) then takes mutual TLS with its certificates. Empty: plain TCP, for loopback only.
+  /// "host:port" of each `paged worker` (actors/worker.h), one replica of the model each, reached through CAF's
+  /// network layer: this engine keeps one scheduler and KV bookkeeping per replica, the router and the requests.
+  /// device, load_format, num_kv_blocks, swap_space_gib, gpu_memory_utilization and tensor_parallel_size are then
+  /// the workers'. Empty: one replica in this process.
+  std::vector<std::string> workers;
+  /// A deployment's folder of `paged gen-certs` (actors/tls_certs.h): the connections to the workers (and a worker's
+  /// listening port) then take mutual TLS with its certificates. Empty: plain TCP, for loopback only.
   std::string tls_dir;
 };
 
@@ -71,6 +72,7 @@ struct RequestEvent {
   int prompt_tokens = 0;
   int completion_tokens = 0;              // so far, over all completions
   std::optional<std::string> error;       // the request failed inside the engine
+  bool unavailable = false;               // with error: no replica of the model can serve it (HTTP 503)
 };
 
 struct CompletionOutput {

@@ -5,7 +5,9 @@
 #include <limits>
 #include <map>
 #include <type_traits>
+#include <variant>
 
+#include "actors/step_wire.h"
 #include "actors/tls.h"
 #include "model/loader/config.h"
 #include "model/step_check.h"
@@ -50,13 +52,14 @@ caf::message_handler runner_handlers(std::shared_ptr<ExecutorState> st) {
   };
 }
 
-// What a worker's executor owns: its runner, the limits every step and swap order is checked against, and the
-// engine it serves.
+// What a worker's executor owns: its runner, the limits every step and swap order is checked against, the engine
+// it serves and what that engine's steps have sent about each sequence.
 struct WorkerState {
   std::shared_ptr<ModelRunner> runner;
   WorkerInfo info;
   StepLimits limits;
   caf::actor head;  // the proxy of the engine served, which said hello (monitored); null: none
+  WireDecoder decoder;
 };
 
 // How long a second engine's hello waits for the engine served to answer that it is still there: longer than the
@@ -76,9 +79,10 @@ std::optional<caf::error> foreign_sender(caf::event_based_actor* self, const Wor
   return std::nullopt;
 }
 
-// Serves `head` from now on, until it goes down.
+// Serves `head` from now on, until it goes down, knowing none of its sequences yet.
 void serve(caf::event_based_actor* self, WorkerState& st, const caf::actor& head) {
   st.head = head;
+  st.decoder.reset();
   self->monitor(head);
 }
 
@@ -159,7 +163,8 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
                           .num_swap_blocks = info.num_swap_blocks,
                           .max_model_len = info.max_model_len,
                           .max_num_batched_tokens = info.max_num_batched_tokens};
-  auto st = std::make_shared<WorkerState>(WorkerState{std::move(runner), std::move(info), limits, nullptr});
+  auto st = std::make_shared<WorkerState>(
+      WorkerState{std::move(runner), std::move(info), limits, nullptr, WireDecoder(limits)});
   self->set_down_handler([st](const caf::down_msg& down) {
     if (st->head && down.source == st->head.address()) st->head = nullptr;  // the engine served went away
   });
@@ -167,8 +172,10 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
       [self, st](hello_atom) { return hello(self, st); },
       [self, st](step_atom, const WireStep& wire) -> caf::result<StepResult> {
         if (auto refusal = foreign_sender(self, *st)) return std::move(*refusal);
-        const StepBatch batch = from_wire(wire);
-        if (auto bad = check_step(batch, st->limits)) return make_error(ExecutorError::invalid_step, bad->describe());
+        auto decoded = st->decoder.decode(wire);
+        if (const auto* bad = std::get_if<FieldError>(&decoded))
+          return make_error(ExecutorError::invalid_step, bad->describe());
+        const StepBatch& batch = std::get<StepBatch>(decoded);
         return guarded([&] {
           StepResult result = st->runner->execute(batch);
           make_sendable(result);
@@ -217,6 +224,7 @@ caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor rem
   // answers nothing for a message already forwarded to a node that went away), and then the proxy ends, which
   // ends the scheduler (as a failing local executor does) and with it the requests, with the reason.
   auto pending = std::make_shared<ProxyPending>();
+  auto encoder = std::make_shared<WireEncoder>();  // what the worker was sent about each sequence
   self->monitor(remote);
   self->set_down_handler([self, pending](const caf::down_msg& down) {
     for (auto& [id, rp] : pending->promises) rp.deliver(down.reason);
@@ -226,8 +234,8 @@ caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor rem
   return {
       [self, remote, pending](hello_atom a) { return forward_to<WorkerInfo>(self, remote, pending, a); },
       [](alive_atom) { return true; },  // the worker asks whether this engine is still there
-      [self, remote, pending](step_atom a, const StepMsg& msg) {
-        return forward_to<StepResult>(self, remote, pending, a, to_wire(*msg.batch));
+      [self, remote, pending, encoder](step_atom a, const StepMsg& msg) {
+        return forward_to<StepResult>(self, remote, pending, a, encoder->encode(*msg.batch));
       },
       [self, remote, pending](swap_out_atom a, const std::vector<BlockPair>& pairs) {
         return forward_to<bool>(self, remote, pending, a, pairs);

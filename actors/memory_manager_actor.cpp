@@ -6,38 +6,44 @@ namespace {
 
 struct MemoryManagerState {
   std::unique_ptr<KvCacheManager> kv;
-  Metrics* metrics = nullptr;
+  ReplicaMetricsWriter metrics;
+  KvMetrics published;  // the manager's running totals as last added to the counters
 
   void publish() {
     const KvMetrics m = kv->metrics();
-    metrics->kv_blocks_total = m.device_total;
-    metrics->kv_blocks_free = m.device_free;
-    metrics->kv_blocks_cached = m.device_cached;
-    metrics->cpu_blocks_total = m.cpu_total;
-    metrics->cpu_blocks_free = m.cpu_free;
-    metrics->swapped_out_blocks = m.swapped_out_blocks;
-    metrics->swapped_in_blocks = m.swapped_in_blocks;
-    metrics->prefix_cache_hit_tokens = m.prefix_hit_tokens;
-    metrics->evicted_blocks = m.evicted_blocks;
-    const int64_t used = m.device_total - m.device_free;
-    if (used > metrics->kv_blocks_peak_used) metrics->kv_blocks_peak_used = used;  // the only writer
+    metrics.set(&Metrics::kv_blocks_total, m.device_total);
+    metrics.set(&Metrics::kv_blocks_free, m.device_free);
+    metrics.set(&Metrics::kv_blocks_cached, m.device_cached);
+    metrics.set(&Metrics::cpu_blocks_total, m.cpu_total);
+    metrics.set(&Metrics::cpu_blocks_free, m.cpu_free);
+    metrics.add(&Metrics::swapped_out_blocks, m.swapped_out_blocks - published.swapped_out_blocks);
+    metrics.add(&Metrics::swapped_in_blocks, m.swapped_in_blocks - published.swapped_in_blocks);
+    metrics.add(&Metrics::prefix_cache_hit_tokens, m.prefix_hit_tokens - published.prefix_hit_tokens);
+    metrics.add(&Metrics::evicted_blocks, m.evicted_blocks - published.evicted_blocks);
+    published = m;
+    metrics.raise_peak(&Metrics::kv_blocks_peak_used,
+                       [](const Metrics& x) -> int64_t { return x.kv_blocks_total - x.kv_blocks_free; });
   }
 };
 
 }  // namespace
 
-MemoryManager::behavior_type memory_manager_actor(KvCacheOptions options, Metrics* metrics) {
-  auto st = std::make_shared<MemoryManagerState>();
-  st->kv = std::make_unique<KvCacheManager>(options);
-  st->metrics = metrics;
+MemoryManager::behavior_type memory_manager_actor(MemoryManager::pointer self, KvCacheOptions options,
+                                                  ReplicaMetricsWriter metrics) {
+  auto st = std::make_shared<MemoryManagerState>(
+      MemoryManagerState{std::make_unique<KvCacheManager>(options), metrics, KvMetrics{}});
   st->publish();
+  self->attach_functor([metrics](const caf::error&) mutable {
+    metrics.clear({&Metrics::kv_blocks_total, &Metrics::kv_blocks_free, &Metrics::kv_blocks_cached,
+                   &Metrics::cpu_blocks_total, &Metrics::cpu_blocks_free});
+  });
   return {
       [st](plan_atom, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) -> StepPlan {
         StepPlan plan = plan_step(*st->kv, seqs, limits);
         st->publish();
         const KvMetrics m = st->kv->metrics();
-        st->metrics->kv_reserved_slots_sum += m.reserved_slots;
-        st->metrics->kv_used_slots_sum += m.used_slots;
+        st->metrics.add(&Metrics::kv_reserved_slots_sum, m.reserved_slots);
+        st->metrics.add(&Metrics::kv_used_slots_sum, m.used_slots);
         return plan;
       },
       [st](free_atom, const std::vector<SeqId>& ids) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cuda/nccl_comm.h"
+#include "model/scheduling/resume.h"
 #include "model/scheduling/scheduler_policy.h"
 #include "model/step.h"
 #include "actors/step_wire.h"
@@ -32,6 +33,10 @@ using drained_atom = caf::atom_constant<caf::atom("drained")>;  // query: no req
 using init_atom = caf::atom_constant<caf::atom("init")>;        // engine -> executor of a CUDA tensor-parallel rank
 using hello_atom = caf::atom_constant<caf::atom("hello")>;      // engine -> worker: what do you run?
 using alive_atom = caf::atom_constant<caf::atom("alive")>;      // worker -> the engine it serves: still there?
+using resume_atom = caf::atom_constant<caf::atom("resume")>;    // request -> router: my replica is gone, move me
+using done_atom = caf::atom_constant<caf::atom("reqdone")>;     // request -> router: finished
+using replica_atom = caf::atom_constant<caf::atom("replica")>;  // engine -> router: a replica (re)joined
+using reconnect_atom = caf::atom_constant<caf::atom("reconn")>; // engine -> its reconnector: try a lost worker
 
 /// Why an executor refused a message or failed it: the codes of the caf::errors in its category ("executor"),
 /// each with a message naming what was wrong (rendered "invalid step: seqs[0].tokens[3]: token 900 is ...").
@@ -83,6 +88,9 @@ struct RequestSpec {
   std::vector<TokenId> stop_ids;         // EOS (unless ignore_eos) + stop_token_ids
   uint64_t seed = 0;                     // completion i samples with seed + i
   caf::actor client;                     // the request actor
+  /// A request moved from a lost replica: the completions that go on, each from its output so far (resume_point);
+  /// empty: the request starts from its prompt.
+  std::vector<ResumedSeq> resume;
 };
 
 /// An executor's answer to (init_atom, rank, NcclUniqueId): the KV pools its runner got, or why it has none.
@@ -164,14 +172,22 @@ PAGED_INSPECT(StepPlan, x.chunks, x.copies, x.swap_out, x.swap_in, x.preempted_r
 PAGED_INSPECT(StepResult, x.seqs, x.samples)
 PAGED_INSPECT(NcclUniqueId, x.bytes)
 PAGED_INSPECT(RankReady, x.num_blocks, x.num_swap_blocks, x.error, x.model_error)
-PAGED_INSPECT(WireSample, x.params, x.seed, x.prompt, x.output, x.stop_ids, x.num_logprobs, x.num_candidates)
-PAGED_INSPECT(WireChunk, x.chunk.seq, x.chunk.tokens, x.chunk.start_pos, x.chunk.block_table, x.samples)
-PAGED_INSPECT(WireStep, x.seqs, x.copies)
+PAGED_INSPECT(WireContext, x.params, x.prompt, x.stop_ids)
+PAGED_INSPECT(WireSample, x.seed, x.num_logprobs, x.num_candidates)
+PAGED_INSPECT(WireStep, x.seqs, x.copies, x.finished)
 PAGED_INSPECT(WorkerInfo, x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads, x.head_dim,
               x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens, x.num_blocks,
               x.num_swap_blocks)
 
 #undef PAGED_INSPECT
+
+/// Its context (sent once per sequence) as an OptionalMember.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WireChunk& x) {
+  OptionalMember<WireContext> context{x.context};
+  return f(caf::meta::type_name("WireChunk"), x.seq, x.tokens, x.start_pos, x.table_keep, x.table_tail, context,
+           x.output_keep, x.output_tail, x.samples);
+}
 
 /// Registers the message types above, and the executor's error category (its renderer), with an actor system
 /// configuration.

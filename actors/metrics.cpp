@@ -85,6 +85,7 @@ std::string Metrics::prometheus() const {
   gauge("generation_tokens_total", "Generated tokens.", generation_tokens, "counter");
   gauge("request_success_total", "Requests finished.", requests_finished, "counter");
   gauge("request_aborted_total", "Requests aborted.", requests_aborted, "counter");
+  gauge("request_moved_total", "Requests moved to another replica when theirs was lost.", requests_moved, "counter");
   gauge("engine_steps_total", "Engine steps executed.", steps, "counter");
   auto hist = [&](const char* name, const char* help, const Histogram& h) {
     Histogram::Snapshot s = h.snapshot();
@@ -98,6 +99,38 @@ std::string Metrics::prometheus() const {
   hist("time_to_first_token_seconds", "Time to first token.", ttft);
   hist("time_per_output_token_seconds", "Time per output token after the first.", tpot);
   hist("e2e_request_latency_seconds", "End-to-end request latency.", e2e);
+  return out.str();
+}
+
+void ReplicaMetricsWriter::raise_peak(Field peak, int64_t (*of)(const Metrics&)) {
+  for (Metrics* m : {replica_, total_})
+    if (const int64_t now = of(*m); now > m->*peak) m->*peak = now;
+}
+
+void ReplicaMetricsWriter::clear(std::initializer_list<Field> gauges) {
+  for (Field gauge : gauges) set(gauge, 0);
+}
+
+std::string replicas_prometheus(const std::vector<ReplicaView>& replicas) {
+  std::ostringstream out;
+  const auto series = [&](const char* name, const char* help, const char* type, int64_t (*of)(const Metrics&)) {
+    out << "# HELP paged_replica_" << name << ' ' << help << "\n# TYPE paged_replica_" << name << ' ' << type << '\n';
+    for (const ReplicaView& r : replicas)
+      out << "paged_replica_" << name << "{replica=\"" << r.index << "\",address=\"" << r.address << "\"} "
+          << of(*r.metrics) << '\n';
+  };
+  series("up", "1 while the replica serves, 0 while it is lost.", "gauge",
+         [](const Metrics& m) -> int64_t { return m.engine_ready; });
+  series("num_requests_running", "Requests in the replica's running batch.", "gauge",
+         [](const Metrics& m) -> int64_t { return m.running_requests; });
+  series("num_requests_waiting", "Requests waiting on the replica.", "gauge",
+         [](const Metrics& m) -> int64_t { return m.waiting_requests; });
+  series("kv_blocks_free", "Free KV-cache blocks of the replica's device pool.", "gauge",
+         [](const Metrics& m) -> int64_t { return m.kv_blocks_free; });
+  series("kv_blocks_total", "KV-cache blocks of the replica's device pool.", "gauge",
+         [](const Metrics& m) -> int64_t { return m.kv_blocks_total; });
+  series("steps_total", "Steps the replica executed (rate() gives steps/s).", "counter",
+         [](const Metrics& m) -> int64_t { return m.steps; });
   return out.str();
 }
 

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -48,10 +49,12 @@ struct Metrics {
   Counter evicted_blocks{0};               // cached device blocks evicted from the prefix cache to make room
   Counter prompt_tokens_computed{0}, prompt_tokens{0}, generation_tokens{0};
   Counter requests_finished{0}, requests_aborted{0};
+  Counter requests_moved{0};               // moved to another replica when theirs was lost
   Counter steps{0};
   Counter step_time_us{0};                 // summed time from sending a step to the executors to all replies
   Gauge peak_running_seqs{0};
-  Gauge engine_ready{0};                   // 1 while the engine takes requests, 0 once its executor is gone
+  Gauge engine_ready{0};                   // 1 while the engine takes requests (a replica's: while it serves)
+  Gauge unqueued_requests{0};              // submitted, not yet on a replica's queue (the waiting limit counts them)
   Gauge kv_blocks_peak_used{0};            // most device blocks in use at once (kv_blocks_total - kv_blocks_free)
   // KV waste over the run: reserved and used (computed) device slots summed over every planned step, so that
   // 1 - used / reserved is the step-averaged waste (KvMetrics::kv_waste at plan time).
@@ -64,5 +67,40 @@ struct Metrics {
   /// Prometheus text exposition, every name prefixed paged_.
   std::string prometheus() const;
 };
+
+/// Where the actors of one replica (its scheduler and memory manager) write: the replica's own figures and the
+/// engine's totals, the sums over every replica, kept in step. Histograms are the engine's only.
+class ReplicaMetricsWriter {
+ public:
+  using Field = Metrics::Gauge Metrics::*;
+  ReplicaMetricsWriter(Metrics* total, Metrics* replica) : total_(total), replica_(replica) {}
+  /// The replica's gauge becomes `value`; the total moves by the difference.
+  void set(Field gauge, int64_t value) { total_->*gauge += value - (replica_->*gauge).exchange(value); }
+  /// The replica's counter and the total grow by n.
+  void add(Field counter, int64_t n) {
+    replica_->*counter += n;
+    total_->*counter += n;
+  }
+  /// Raises `peak` of the replica and of the total to what `of` says they hold now, where that is more.
+  void raise_peak(Field peak, int64_t (*of)(const Metrics&));
+  /// Sets `gauges` to 0 (an actor of the replica ends: what it published leaves the totals; counters stay).
+  void clear(std::initializer_list<Field> gauges);
+  Metrics& total() const { return *total_; }
+
+ private:
+  Metrics* total_;
+  Metrics* replica_;
+};
+
+/// One replica as /metrics lists it: its index, where it runs ("local" or HOST:PORT) and its own figures.
+struct ReplicaView {
+  size_t index = 0;
+  std::string address;
+  const Metrics* metrics = nullptr;
+};
+
+/// Prometheus text of the replicas' own figures, labelled replica="INDEX",address="...": paged_replica_up (1 serving,
+/// 0 lost), running / waiting requests, free and total KV blocks, steps.
+std::string replicas_prometheus(const std::vector<ReplicaView>& replicas);
 
 }  // namespace paged

@@ -26,7 +26,8 @@ struct RequestState {
   RequestSpec spec;
   const Tokenizer* tokenizer = nullptr;
   RequestSink sink;
-  caf::actor scheduler;
+  caf::actor router;
+  caf::actor scheduler;              // of the replica serving the request; null until the router answered
   Metrics* metrics = nullptr;
   std::vector<Completion> completions;
   bool buffered = false;             // beam search / best_of > n: everything in the final event
@@ -82,15 +83,20 @@ void finish_request(Self* self, RequestEvent last) {
     st.metrics->tpot.observe(std::chrono::duration<double>(now - *st.first_token).count() /
                              (st.completion_tokens - 1));
   st.sink(std::move(last));
-  self->demonitor(st.scheduler);  // the monitor lives on the scheduler: one per request would pile up there
+  if (st.scheduler) self->demonitor(st.scheduler);  // the monitor lives on the scheduler: they would pile up there
+  self->send(st.router, done_atom::value, st.spec.id);
   self->quit();
 }
 
-void emit_final(Self* self, bool cancelled, std::optional<std::string> error = std::nullopt) {
+/// Ends the request now: every completion not ended yet ends "cancelled"; `error` (with `unavailable` when no
+/// replica can serve) says why, if it failed.
+void emit_final(Self* self, bool cancelled, std::optional<std::string> error = std::nullopt,
+                bool unavailable = false) {
   auto& st = self->state;
   RequestEvent ev;
   ev.id = st.spec.id;
   ev.done = true;
+  ev.unavailable = error && unavailable;
   ev.prompt_tokens = static_cast<int>(st.spec.prompt->size());
   ev.error = std::move(error);
   const auto& p = *st.spec.params;
@@ -186,31 +192,85 @@ bool take_output(Self* self, const SeqOutput& out) {
 
 namespace {
 
+// Serves the request through `scheduler` from now on (monitored: it ends when the replica fails).
+void served_by(Self* self, caf::actor scheduler) {
+  auto& st = self->state;
+  st.scheduler = std::move(scheduler);
+  self->monitor(st.scheduler);
+}
+
+// Asks the router for a replica: `resume` to move there (a null answer: the request was aborted meanwhile). `why`:
+// what the request is moved for, which a refusal names.
+template <class Atom>
+void ask_router(Self* self, Atom atom, std::string why) {
+  auto& st = self->state;
+  self->request(st.router, caf::infinite, atom, st.spec)
+      .then(
+          [self](caf::actor& scheduler) {
+            if (!scheduler) {
+              emit_final(self, true);
+              return;
+            }
+            served_by(self, std::move(scheduler));
+          },
+          [self, why](caf::error& e) {
+            emit_final(self, true, why + "the engine cannot serve the request: " + self->system().render(e), true);
+          });
+}
+
+// The replica serving the request is lost: continue on another one from what the client was sent.
+void move_to_another_replica(Self* self, const caf::error& reason) {
+  auto& st = self->state;
+  st.scheduler = nullptr;
+  std::vector<DeliveredCompletion> delivered;
+  for (size_t i = 0; i < st.completions.size(); ++i) {
+    const Completion& c = st.completions[i];
+    delivered.push_back({static_cast<int>(i), c.token_ids, c.cumulative_logprob, c.finish.has_value()});
+  }
+  const ResumePoint point = resume_point(*st.spec.params, delivered);
+  if (!point.restart && point.seqs.empty()) {
+    emit_final(self, false);
+    return;
+  }
+  if (point.restart) {
+    // Nothing reached the client (or it gets everything at the end): start over, which gives the same result.
+    for (Completion& c : st.completions) {
+      c = Completion{};
+      c.detok = std::make_unique<IncrementalDetokenizer>(*st.tokenizer, st.spec.params->skip_special_tokens);
+    }
+    st.completion_tokens = 0;
+  }
+  st.spec.resume = point.seqs;
+  st.metrics->requests_moved += 1;
+  ask_router(self, resume_atom::value, "the engine stopped serving the request (its replica was lost: " +
+                                           self->system().render(reason) + "), and ");
+}
+
 caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* tokenizer, RequestSink sink,
-                            caf::actor scheduler, Metrics* metrics) {
+                            caf::actor router, Metrics* metrics) {
   auto& st = self->state;
   st.spec = spec;
   st.spec.client = caf::actor_cast<caf::actor>(self);
   st.tokenizer = tokenizer;
   st.sink = std::move(sink);
-  st.scheduler = scheduler;
+  st.router = router;
   st.metrics = metrics;
   const auto& p = *spec.params;
   const int width = std::max({1, p.n, p.best_of});
   st.buffered = p.use_beam_search || p.best_of > p.n;
   st.completions.resize(p.use_beam_search ? std::max(1, p.n) : width);
   for (auto& c : st.completions) c.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer, p.skip_special_tokens);
-  // A scheduler that stops on a failure (an executor failed: a GPU error, a lost worker) ends this request with
-  // the reason instead of leaving its client waiting; an engine shutting down ends it quietly.
-  self->monitor(scheduler);
+  // A scheduler that stops on a failure (an executor failed: a GPU error, a lost worker) moves this request to
+  // another replica; an engine shutting down ends it quietly.
   self->set_down_handler([self](const caf::down_msg& down) {
+    if (down.source != self->state.scheduler.address()) return;  // a scheduler left behind
     if (down.reason == caf::exit_reason::user_shutdown) {
       self->quit();
       return;
     }
-    emit_final(self, true, "the engine stopped: " + self->system().render(down.reason));
+    move_to_another_replica(self, down.reason);
   });
-  self->send(scheduler, submit_atom::value, st.spec);
+  ask_router(self, submit_atom::value, "");
   return {
       [self](output_atom, const std::vector<SeqOutput>& outputs) {
         for (const SeqOutput& out : outputs)
@@ -225,8 +285,8 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
 }  // namespace
 
 caf::actor spawn_request(caf::actor_system& system, RequestSpec spec, const Tokenizer* tokenizer, RequestSink sink,
-                         caf::actor scheduler, Metrics* metrics) {
-  return system.spawn(request_actor, std::move(spec), tokenizer, std::move(sink), std::move(scheduler), metrics);
+                         caf::actor router, Metrics* metrics) {
+  return system.spawn(request_actor, std::move(spec), tokenizer, std::move(sink), std::move(router), metrics);
 }
 
 }  // namespace paged

@@ -59,6 +59,7 @@ struct SchedulerState {
   std::vector<std::pair<SeqId, int>> step_ends;     // (sequence, tokens cached once the running step is done)
   std::chrono::steady_clock::time_point step_sent;  // when the running step went to the executors
   std::vector<caf::response_promise> drain_waiters;
+  std::vector<SeqId> finished_since_step;           // freed since the last dispatch: StepBatch::finished
 
   /// Token at position p of a sequence: prompt, then output.
   TokenId token_at(const SeqData& s, int p) const {
@@ -84,6 +85,7 @@ void free_seqs(Self* self, const std::vector<SeqId>& ids) {
   if (ids.empty()) return;
   auto& st = self->state;
   for (SeqId id : ids) st.seqs.erase(id);
+  st.finished_since_step.insert(st.finished_since_step.end(), ids.begin(), ids.end());
   self->send(st.setup.memory_manager, free_atom::value, ids);
 }
 
@@ -102,12 +104,12 @@ void publish_queue_metrics(Self* self) {
     swapped += any_swapped && !any_running;
     waiting += all_waiting;
   }
-  Metrics& m = *st.setup.metrics;
-  m.waiting_requests = waiting;
-  m.running_requests = running;
-  m.swapped_requests = swapped;
-  m.running_seqs = running_seqs;
-  if (running_seqs > m.peak_running_seqs) m.peak_running_seqs = running_seqs;
+  ReplicaMetricsWriter& m = st.setup.metrics;
+  m.set(&Metrics::waiting_requests, waiting);
+  m.set(&Metrics::running_requests, running);
+  m.set(&Metrics::swapped_requests, swapped);
+  m.set(&Metrics::running_seqs, running_seqs);
+  m.raise_peak(&Metrics::peak_running_seqs, [](const Metrics& x) -> int64_t { return x.running_seqs; });
 }
 
 void finish_request_if_done(Self* self, uint64_t rid, bool aborted = false) {
@@ -115,7 +117,7 @@ void finish_request_if_done(Self* self, uint64_t rid, bool aborted = false) {
   auto it = st.requests.find(rid);
   if (it == st.requests.end() || !it->second.seqs.empty()) return;
   st.requests.erase(it);
-  (aborted ? st.setup.metrics->requests_aborted : st.setup.metrics->requests_finished) += 1;
+  st.setup.metrics.add(aborted ? &Metrics::requests_aborted : &Metrics::requests_finished, 1);
   if (st.requests.empty()) {
     for (auto& p : st.drain_waiters) {
       // Reply after the memory manager processed every free sent so far.
@@ -310,7 +312,7 @@ void handle_results(Self* self, const StepResult& res) {
       out.tokens.push_back(tok);
       out.finish = finish_reason(st, r, q).value_or("");
       out.cumulative_logprob = q.cumulative_logprob;
-      st.setup.metrics->generation_tokens += 1;
+      st.setup.metrics.add(&Metrics::generation_tokens, 1);
       const bool ends = !out.finish.empty();
       outbox.add(r, std::move(out));
       if (ends) end_seq(self, sid);  // may end the request: `r` is not used after the last one
@@ -346,7 +348,6 @@ void dispatch(Self* self, StepPlan plan) {
   auto batch = std::make_shared<StepBatch>();
   StepMsg msg;
   batch->copies = plan.copies;
-  std::vector<SeqId> finished_meanwhile;
   for (PlannedChunk& c : plan.chunks) {
     auto it = st.seqs.find(c.id);
     if (it == st.seqs.end()) continue;  // ended after planning; its blocks were freed after the plan
@@ -359,8 +360,8 @@ void dispatch(Self* self, StepPlan plan) {
     for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p) chunk.tokens.push_back(st.token_at(s, p));
     chunk.block_table = std::move(c.block_table);
     if (c.start_pos < static_cast<int>(prompt.size()))
-      st.setup.metrics->prompt_tokens_computed +=
-          std::min<int>(c.start_pos + c.num_tokens, static_cast<int>(prompt.size())) - c.start_pos;
+      st.setup.metrics.add(&Metrics::prompt_tokens_computed,
+                           std::min<int>(c.start_pos + c.num_tokens, static_cast<int>(prompt.size())) - c.start_pos);
     if (c.sample) {
       const int specs = (!r.forked && r.width > 1 && !r.beam) ? r.width : 1;
       for (int k = 0; k < specs; ++k) {
@@ -398,10 +399,12 @@ void dispatch(Self* self, StepPlan plan) {
       spec.stop_ids = &owned_stop_ids->back();
     }
   msg.keep_alive.push_back(owned_stop_ids);
+  batch->finished = std::move(st.finished_since_step);
+  st.finished_since_step.clear();
   msg.batch = batch;
   st.step_running = true;
   st.step_sent = std::chrono::steady_clock::now();
-  st.setup.metrics->steps += 1;
+  st.setup.metrics.add(&Metrics::steps, 1);
   const bool pipeline = !forks_on_result(st, plan);
   st.partial_results.clear();
   for (const caf::actor& ex : st.setup.executors) {
@@ -416,9 +419,9 @@ void dispatch(Self* self, StepPlan plan) {
                 if (!p.seqs.empty()) merged = std::move(p);  // rank 0 samples
               s.partial_results.clear();
               s.step_running = false;
-              s.setup.metrics->step_time_us += std::chrono::duration_cast<std::chrono::microseconds>(
-                                                   std::chrono::steady_clock::now() - s.step_sent)
-                                                   .count();
+              s.setup.metrics.add(&Metrics::step_time_us, std::chrono::duration_cast<std::chrono::microseconds>(
+                                                              std::chrono::steady_clock::now() - s.step_sent)
+                                                              .count());
               handle_results(self, merged);
               publish_queue_metrics(self);
               if (s.next_plan) {
@@ -444,7 +447,7 @@ void apply_plan(Self* self, StepPlan& plan) {
     it->second.phase = PlanSeq::Phase::waiting;
     it->second.num_planned = 0;
     it->second.num_reported = 0;
-    st.setup.metrics->preemptions += 1;
+    st.setup.metrics.add(&Metrics::preemptions, 1);
   }
   for (SeqId id : plan.preempted_swap) {
     auto it = st.seqs.find(id);
@@ -454,7 +457,7 @@ void apply_plan(Self* self, StepPlan& plan) {
     // the step that ran while this plan was made): after the swap-in, report from position 0 again rather than
     // from a block the manager never registered.
     it->second.num_reported = 0;
-    st.setup.metrics->preemptions += 1;
+    st.setup.metrics.add(&Metrics::preemptions, 1);
   }
   // A request, not a send: the executor replies `true`, and a reply the scheduler has no handler for comes back
   // to the executor as an unexpected_message error, whose default handler makes the executor quit (the engine
@@ -562,13 +565,27 @@ caf::behavior scheduler_actor(caf::stateful_actor<SchedulerState>* self, Schedul
         const auto& p = *spec.params;
         r.beam = p.use_beam_search;
         r.width = std::max({1, p.n, p.best_of});
-        SeqData s;
-        s.id = st.next_seq++;
-        s.request = spec.id;
-        s.index = 0;
-        r.seqs.push_back(s.id);
-        st.setup.metrics->prompt_tokens += static_cast<int64_t>(spec.prompt->size());
-        st.seqs.emplace(s.id, std::move(s));
+        const auto add_seq = [&](int index, std::vector<TokenId> output, double cumulative_logprob) {
+          SeqData s;
+          s.id = st.next_seq++;
+          s.request = spec.id;
+          s.index = index;
+          *s.output = std::move(output);
+          s.cumulative_logprob = cumulative_logprob;
+          r.seqs.push_back(s.id);
+          st.seqs.emplace(s.id, std::move(s));
+        };
+        if (spec.resume.empty()) {
+          add_seq(0, {}, 0.0);
+          st.setup.metrics.add(&Metrics::prompt_tokens, static_cast<int64_t>(spec.prompt->size()));
+          st.setup.metrics.total().unqueued_requests -= 1;  // Engine::submit counted it until it got here
+        } else {
+          // Moved from a lost replica: its completions go on from what their client has, prefilled here like a
+          // sequence preempted for recompute. They exist already: no fork at the next sample.
+          for (const ResumedSeq& seq : spec.resume) add_seq(seq.index, seq.output, seq.cumulative_logprob);
+          r.forked = true;
+          r.next_index = r.width;
+        }
         st.requests.emplace(spec.id, std::move(r));
         publish_queue_metrics(self);
         kick(self);
@@ -613,7 +630,13 @@ caf::behavior scheduler_actor(caf::stateful_actor<SchedulerState>* self, Schedul
 }  // namespace
 
 caf::actor spawn_scheduler(caf::actor_system& system, SchedulerSetup setup) {
-  return system.spawn(scheduler_actor, std::move(setup));
+  ReplicaMetricsWriter metrics = setup.metrics;
+  caf::actor scheduler = system.spawn(scheduler_actor, std::move(setup));
+  scheduler->attach_functor([metrics](const caf::error&) mutable {
+    metrics.clear({&Metrics::waiting_requests, &Metrics::running_requests, &Metrics::swapped_requests,
+                   &Metrics::running_seqs});
+  });
+  return scheduler;
 }
 
 }  // namespace paged

@@ -4,14 +4,61 @@
 #include <caf/openssl/all.hpp>
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "actors/tls_certs.h"
 #include "model/loader/config.h"
+
+// CAF 0.17's OpenSSL layer judges each SSL_read / SSL_write / handshake by SSL_get_error without emptying the
+// thread's error queue first, which OpenSSL requires ("the current thread's error queue must be empty before the
+// TLS/SSL I/O operation is attempted, or SSL_get_error() will not work reliably"). Every connection of a process is
+// served by the one multiplexer thread, so the error a dying peer leaves there reads as a failure of whichever healthy
+// connection is served next, and CAF closes that one too: killing one worker dropped the head's other workers. These
+// definitions take the place of libssl's for the whole process (the executable's symbols come first in the dynamic
+// linker's lookup; libcaf_openssl's calls bind to them), empty the queue and call libssl's own.
+namespace {
+
+template <class Fn>
+Fn* libssl_function(const char* name) {
+  static_assert(std::is_function_v<Fn>);
+  void* found = dlsym(RTLD_NEXT, name);
+  if (!found) std::abort();  // libssl is linked: its functions are there
+  return reinterpret_cast<Fn*>(found);
+}
+
+}  // namespace
+
+extern "C" {
+int SSL_read(SSL* ssl, void* buf, int num) {
+  static auto* const next = libssl_function<int(SSL*, void*, int)>("SSL_read");
+  ERR_clear_error();
+  return next(ssl, buf, num);
+}
+int SSL_write(SSL* ssl, const void* buf, int num) {
+  static auto* const next = libssl_function<int(SSL*, const void*, int)>("SSL_write");
+  ERR_clear_error();
+  return next(ssl, buf, num);
+}
+int SSL_accept(SSL* ssl) {
+  static auto* const next = libssl_function<int(SSL*)>("SSL_accept");
+  ERR_clear_error();
+  return next(ssl);
+}
+int SSL_connect(SSL* ssl) {
+  static auto* const next = libssl_function<int(SSL*)>("SSL_connect");
+  ERR_clear_error();
+  return next(ssl);
+}
+}
 
 namespace paged {
 
@@ -75,7 +122,7 @@ caf::actor connect_executor(caf::actor_system& system, const std::string& host, 
                : "the worker closed the connection in the handshake: a worker started with --tls-dir takes TLS "
                  "connections only; pass --tls-dir with the same deployment's files") +
           std::string(" (") + why + ")";
-  throw ModelError("--remote-executor " + host + ":" + std::to_string(port) + ": " + why);
+  throw ModelError(why);
 }
 
 bool is_loopback_host(const std::string& host) {

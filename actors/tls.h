@@ -50,8 +50,9 @@ std::unique_ptr<HeldTlsFiles> load_transport(caf::actor_system_config& cfg, cons
 /// Publishes the executor on host:port (0: any free port) over the transport load_transport set up; the bound port.
 caf::expected<uint16_t> publish_executor(const caf::actor& executor, const std::string& host, uint16_t port);
 
-/// The worker's executor at host:port over the transport load_transport set up, or ModelError with the reason,
-/// saying what TLS (or its absence on one side) has to do with it when the connection ended in the handshake.
+/// The worker's executor at host:port over the transport load_transport set up, or ModelError with the reason (the
+/// caller names the worker), saying what TLS (or its absence on one side) has to do with it when the connection ended
+/// in the handshake.
 caf::actor connect_executor(caf::actor_system& system, const std::string& host, uint16_t port);
 
 /// Whether `host` is a loopback address: localhost, 127.0.0.0/8 or ::1.

@@ -20,7 +20,7 @@ struct Worker::Impl {
 Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   if (c.tensor_parallel_size != 1) throw ModelError("a worker runs the whole model: --tensor-parallel-size must be 1");
-  if (!c.remote_executor.empty()) throw ModelError("a worker runs its executor itself: no --remote-executor");
+  if (!c.workers.empty()) throw ModelError("a worker runs its executor itself: no --workers");
   if (const std::string why = plain_listen_refusal(host, c.tls_dir); !why.empty()) throw ModelError(why);
   // The transport first: a bad --tls-dir fails before the model is loaded.
   m.sys_cfg = std::make_unique<caf::actor_system_config>();

@@ -194,7 +194,7 @@ void HttpSession::handle(Request&& req) {
     const HealthReply health = health_reply(ctx_.engine.health());
     respond(health.status, health.body, "application/json");
   } else if (path == "/metrics") {
-    respond(200, ctx_.engine.metrics().prometheus() + ctx_.counters.prometheus(), "text/plain; version=0.0.4");
+    respond(200, ctx_.engine.prometheus() + ctx_.counters.prometheus(), "text/plain; version=0.0.4");
   } else if (path == "/v1/models") {
     respond(200, openai::models_body(ctx_.model_name, ctx_.max_model_len, std::time(nullptr)), "application/json");
   } else if (path == "/v1/stream") {
@@ -265,12 +265,13 @@ void HttpSession::on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_in
       ex->stream_finished = true;
     } else {
       const auto& error = ex->builder->error();
-      const unsigned status = error ? 500 : 200;
+      const unsigned status = !error ? 200 : ex->builder->unavailable() ? 503 : 500;
       auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), ex->version);
       res->set(http::field::server, "paged");
       res->set(http::field::content_type, "application/json");
       res->keep_alive(ex->keep_alive);
-      res->body() = error ? openai::error_body(*error, "server_error", "", "internal_error") : ex->builder->body();
+      res->body() = !error ? ex->builder->body()
+                    : openai::error_body(*error, "server_error", "", status == 503 ? "unavailable" : "internal_error");
       res->prepare_payload();
       ex->complete = std::move(res);
       ctx_.counters.count(status);

@@ -477,7 +477,10 @@ json::value ResponseBuilder::logprobs_json(const std::vector<TokenId>& ids, cons
 }
 
 std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event) {
-  if (event.error && !error_) error_ = *event.error;
+  if (event.error && !error_) {
+    error_ = *event.error;
+    unavailable_ = event.unavailable;
+  }
   prompt_tokens_[prompt_index] = event.prompt_tokens > 0 ? event.prompt_tokens : prompt_tokens_[prompt_index];
   completion_tokens_[prompt_index] = event.completion_tokens;
   std::string frames;

@@ -74,6 +74,8 @@ class ResponseBuilder {
   bool finished() const { return prompts_done_ == done_.size(); }
   /// The message of the first event that carried an engine error, if any.
   const std::optional<std::string>& error() const { return error_; }
+  /// Whether that error means no replica can serve (HTTP 503 rather than 500).
+  bool unavailable() const { return unavailable_; }
   /// The whole response body (not streaming). Call when finished().
   std::string body() const;
   /// The closing SSE frames: the usage chunk when include_usage, then "data: [DONE]". Call when finished().
@@ -114,6 +116,7 @@ class ResponseBuilder {
   std::vector<int> completion_tokens_;
   size_t prompts_done_ = 0;
   std::optional<std::string> error_;
+  bool unavailable_ = false;
 };
 
 }  // namespace paged::openai

@@ -131,16 +131,17 @@ ErrorReply error_reply(unsigned status, const std::string& message) {
 
 HealthReply health_reply(const EngineHealth& health) {
   const bool ready = health.state == EngineState::ready;
-  boost::json::array executors;
-  for (const ExecutorInfo& e : health.executors) {
-    boost::json::object o{{"kind", e.remote ? "remote" : "local"}};
-    if (e.remote) o["address"] = e.address;
-    o["state"] = ready ? "ready" : "lost";
-    executors.push_back(std::move(o));
+  boost::json::array replicas;
+  for (const ReplicaInfo& r : health.replicas) {
+    boost::json::object o{{"kind", r.address.empty() ? "local" : "remote"}};
+    if (!r.address.empty()) o["address"] = r.address;
+    o["state"] = r.serving ? "ready" : "lost";
+    if (!r.serving) o["reason"] = r.reason;
+    replicas.push_back(std::move(o));
   }
   boost::json::object body{{"status", ready ? "ok" : "unavailable"}};
   if (!ready) body["reason"] = health.reason;
-  body["executors"] = std::move(executors);
+  body["replicas"] = std::move(replicas);
   return {ready ? 200u : 503u, boost::json::serialize(body)};
 }
 

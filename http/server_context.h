@@ -91,8 +91,9 @@ ErrorReply error_reply(std::exception_ptr error);
 /// The error body of a status the server produces itself (401, 404, 405, 413).
 ErrorReply error_reply(unsigned status, const std::string& message);
 
-/// GET /health: 200 with {"status":"ok","executors":[{"kind","address" (remote only),"state":"ready"}]} while the
-/// engine is ready; 503 with {"status":"unavailable","reason",...,"executors":[... "state":"lost"]} once it failed.
+/// GET /health: 200 with {"status":"ok","replicas":[{"kind":"local"|"remote","address" (remote only),"state":"ready"
+/// |"lost","reason" (lost only)}]} while a replica serves; 503 with {"status":"unavailable","reason",...} while none
+/// does.
 struct HealthReply {
   unsigned status;
   std::string body;

@@ -143,7 +143,8 @@ void WebSocketSession::on_event(const std::string& key, RequestEvent event) {
   }
   if (!event.done) return;
   if (event.error) {
-    send_error(gen.id, 500, openai::error_body(*event.error, "server_error", "", "internal_error"));
+    send_error(gen.id, event.unavailable ? 503 : 500,
+               openai::error_body(*event.error, "server_error", "", event.unavailable ? "unavailable" : "internal_error"));
   } else {
     json::array reasons;
     for (const auto& r : gen.finish_reasons) reasons.push_back(json::string(r.empty() ? "cancelled" : r));

@@ -31,6 +31,9 @@ inline int64_t kv_slot(const std::vector<int32_t>& block_table, int32_t pos, int
 struct StepBatch {
   std::vector<SeqChunk> seqs;
   std::vector<BlockPair> copies;     // copy-on-write orders, applied before this step's attention
+  /// Sequences ended since the previous step (their blocks are freed): a runner that keeps per-sequence state (a
+  /// worker's wire decoder) drops theirs. None of them appears in `seqs`.
+  std::vector<SeqId> finished;
 };
 
 /// Result of a step, one entry per SeqChunk with samples, in batch order.

@@ -100,7 +100,17 @@ EngineConfig engine_config(Args& args) {
   c.tensor_parallel_size = args.get_int("tensor-parallel-size", c.tensor_parallel_size);
   c.max_waiting_requests = args.get_int("max-waiting-requests", c.max_waiting_requests);
   c.load_format = args.get("load-format").value_or(c.load_format);
-  c.remote_executor = args.get("remote-executor").value_or("");
+  // --workers H:P[,H:P...]: one replica per worker; --remote-executor H:P (the older name) is one worker.
+  const std::optional<std::string> workers = args.get("workers"), remote_executor = args.get("remote-executor");
+  if (workers && remote_executor) throw UsageError("--remote-executor is --workers with one entry: pass one of them");
+  if (const std::optional<std::string>& list = workers ? workers : remote_executor) {
+    for (size_t begin = 0; begin <= list->size();) {
+      const size_t comma = std::min(list->find(',', begin), list->size());
+      if (comma == begin) throw UsageError("--workers takes HOST:PORT[,HOST:PORT...], got '" + *list + "'");
+      c.workers.push_back(list->substr(begin, comma - begin));
+      begin = comma + 1;
+    }
+  }
   c.tls_dir = args.get("tls-dir").value_or("");
   if (c.load_format != "auto" && c.load_format != "dummy") throw UsageError("--load-format must be auto or dummy");
   if (c.max_waiting_requests < 1) throw UsageError("--max-waiting-requests must be positive");

@@ -37,7 +37,7 @@ class Args {
 
 /// Engine flags: --model, --device, --block-size, --num-kv-blocks, --swap-space, --gpu-memory-utilization,
 /// --max-num-seqs, --max-num-batched-tokens, --max-model-len, --[no-]enable-prefix-caching, --preemption-mode,
-/// --tensor-parallel-size, --max-waiting-requests, --load-format auto|dummy, --remote-executor, --tls-dir.
+/// --tensor-parallel-size, --max-waiting-requests, --load-format auto|dummy, --workers (or --remote-executor), --tls-dir.
 EngineConfig engine_config(Args& args);
 /// Sampling flags: --max-tokens, --temperature, --top-p, --top-k, --min-p, --seed, --n, --best-of,
 /// --use-beam-search, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),

@@ -18,7 +18,7 @@ int run_serve_command(Args& args);
 int run_bench_command(Args& args);
 
 /// `paged worker`: builds the model's executor (engine flags as for serve; tensor-parallel size 1) and publishes it
-/// on --host (127.0.0.1) / --port (7000; 0 picks a free one) for engines started with --remote-executor; with
+/// on --host (127.0.0.1) / --port (7000; 0 picks a free one) for engines started with --workers; with
 /// --tls-dir DIR through mutual TLS, which a host off loopback requires (UsageError without it).
 /// Prints "paged worker: listening on HOST:PORT ..." once ready and blocks until SIGINT or SIGTERM.
 int run_worker_command(Args& args);

@@ -24,7 +24,7 @@ constexpr const char* kUsage = R"(usage:
   paged bench --model DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
               [--seed S] [--requests-out FILE.json] [engine flags]
   paged worker --model DIR [--host 127.0.0.1] [--port 7000] [--tls-dir DIR] [engine flags]
-               (runs the model for an engine started elsewhere with --remote-executor HOST:PORT; a --host off
+               (runs one replica of the model for an engine started elsewhere with --workers; a --host off
                loopback needs --tls-dir)
   paged gen-certs DIR [--host NAME]... [--days 825] [--force]
                (writes a deployment's ca.pem, node.pem, node-key.pem for --tls-dir DIR on every host)
@@ -32,8 +32,10 @@ engine flags:
   --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
   --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --enable-prefix-caching
   --no-enable-prefix-caching  --preemption-mode swap|recompute  --tensor-parallel-size N
-  --max-waiting-requests N  --load-format auto|dummy  --remote-executor HOST:PORT (a `paged worker` runs the model)
-  --tls-dir DIR (mutual TLS with the worker, with the files of `paged gen-certs DIR`)
+  --max-waiting-requests N  --load-format auto|dummy
+  --workers HOST:PORT[,HOST:PORT...] (one replica per `paged worker`; a lost one is reconnected and its requests
+            move to another; --remote-executor HOST:PORT is one)
+  --tls-dir DIR (mutual TLS with the workers, with the files of `paged gen-certs DIR`)
 )";
 
 namespace json = boost::json;

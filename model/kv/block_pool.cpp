@@ -4,19 +4,9 @@
 #include <stdexcept>
 #include <utility>
 
+#include "model/hash_mix.h"
+
 namespace paged {
-
-namespace {
-
-// splitmix64's finaliser: a cheap, well-mixed step for chaining 64-bit words into a hash.
-uint64_t mix(uint64_t h, uint64_t x) {
-  h ^= x + 0x9e3779b97f4a7c15ULL;
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-  return h ^ (h >> 31);
-}
-
-}  // namespace
 
 BlockPool::BlockPool(int32_t num_blocks, std::string name) : name_(std::move(name)), blocks_(num_blocks) {
   if (num_blocks < 0) throw std::invalid_argument(name_ + " pool: negative block count");
@@ -24,8 +14,8 @@ BlockPool::BlockPool(int32_t num_blocks, std::string name) : name_(std::move(nam
 }
 
 uint64_t BlockPool::hash(const BlockContent& content) {
-  uint64_t h = mix(content.parent, content.salt);
-  for (TokenId t : content.tokens) h = mix(h, static_cast<uint32_t>(t));
+  uint64_t h = hash_mix(content.parent, content.salt);
+  for (TokenId t : content.tokens) h = hash_mix(h, static_cast<uint32_t>(t));
   return h;
 }
 

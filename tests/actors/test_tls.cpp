@@ -137,11 +137,11 @@ TEST_CASE("a deployment's folder is refused naming the file that is missing or d
   CHECK(refusal(mixed).find(mixed.ca + " is not a PEM certificate") != std::string::npos);
 
   EngineConfig c = cpu_config();
-  c.remote_executor = "127.0.0.1:1";
+  c.workers = {"127.0.0.1:1"};
   c.tls_dir = dir.sub("mixed");
   CHECK(engine_refusal(c).find("--tls-dir " + c.tls_dir + ": " + mixed.ca) != std::string::npos);
-  c.remote_executor.clear();
-  CHECK(engine_refusal(c).find("--tls-dir secures the connection to a worker") != std::string::npos);
+  c.workers.clear();
+  CHECK(engine_refusal(c).find("--tls-dir secures the connections to workers") != std::string::npos);
 }
 
 TEST_CASE("without TLS a worker listens on loopback only", "[tls]") {
@@ -175,7 +175,7 @@ TEST_CASE("an engine and a worker of one deployment generate the golden outputs;
   // process if they were gone).
   fs::remove_all(dir.sub("worker's"));
   EngineConfig c = cpu_config();
-  c.remote_executor = "127.0.0.1:" + std::to_string(worker.port());
+  c.workers = {"127.0.0.1:" + std::to_string(worker.port())};
 
   c.tls_dir = dir.sub("theirs");
   CHECK(engine_refusal(c).find("the TLS handshake failed") != std::string::npos);

@@ -19,8 +19,8 @@ checkEqual(model, "stories260K", "GET /v1/models names the served model");
 
 const health = await fetch(`${base}/health`);
 checkEqual([health.status, health.headers.get("content-type"), await health.json()],
-  [200, "application/json", { status: "ok", executors: [{ kind: "local", state: "ready" }] }],
-  "GET /health: 200, the local executor ready");
+  [200, "application/json", { status: "ok", replicas: [{ kind: "local", state: "ready" }] }],
+  "GET /health: 200, the local replica ready");
 
 /// Collects a streamed completion: text per choice index, finish reasons, usage chunk.
 async function collectStream(stream, field) {

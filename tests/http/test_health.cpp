@@ -1,4 +1,5 @@
-// GET /health: the local engine's state and executors as JSON (200, "ready"), and a failed engine's (503, "lost").
+// GET /health: the engine's state and replicas as JSON (200 while one serves, the others "lost" with a reason; 503
+// with none).
 #include <catch2/catch.hpp>
 
 #include <boost/json.hpp>
@@ -9,7 +10,7 @@
 
 using namespace paged;
 
-TEST_CASE("a local engine is ready: /health answers 200 with its executor", "[http][health]") {
+TEST_CASE("a local engine is ready: /health answers 200 with its replica", "[http][health]") {
   EngineConfig config;
   config.model_dir = test::kModel;
   config.device = "cpu";
@@ -22,17 +23,28 @@ TEST_CASE("a local engine is ready: /health answers 200 with its executor", "[ht
   const server::HealthReply reply = server::health_reply(health);
   CHECK(reply.status == 200);
   CHECK(boost::json::parse(reply.body) ==
-        boost::json::parse(R"({"status":"ok","executors":[{"kind":"local","state":"ready"}]})"));
+        boost::json::parse(R"({"status":"ok","replicas":[{"kind":"local","state":"ready"}]})"));
 }
 
-TEST_CASE("a failed engine: /health answers 503 with the reason and its executors lost", "[http][health]") {
-  const EngineHealth health{EngineState::failed, "the engine's executor is gone: lost",
-                            {ExecutorInfo{true, "127.0.0.1:5000"}}};
+TEST_CASE("a failed engine: /health answers 503 with the reason and its replicas lost", "[http][health]") {
+  const EngineHealth health{EngineState::failed, "every replica is lost; the last: gone",
+                            {ReplicaInfo{"127.0.0.1:5000", false, "gone"}, ReplicaInfo{"127.0.0.1:5001", false, "x"}}};
   const server::HealthReply reply = server::health_reply(health);
   CHECK(reply.status == 503);
   CHECK(boost::json::parse(reply.body) ==
-        boost::json::parse(R"({"status":"unavailable","reason":"the engine's executor is gone: lost",)"
-                           R"("executors":[{"kind":"remote","address":"127.0.0.1:5000","state":"lost"}]})"));
+        boost::json::parse(R"({"status":"unavailable","reason":"every replica is lost; the last: gone","replicas":[)"
+                           R"({"kind":"remote","address":"127.0.0.1:5000","state":"lost","reason":"gone"},)"
+                           R"({"kind":"remote","address":"127.0.0.1:5001","state":"lost","reason":"x"}]})"));
+}
+
+TEST_CASE("one replica lost of two: /health answers 200 and lists it lost", "[http][health]") {
+  const EngineHealth health{EngineState::ready, "",
+                            {ReplicaInfo{"127.0.0.1:5000", true, ""}, ReplicaInfo{"127.0.0.1:5001", false, "gone"}}};
+  const server::HealthReply reply = server::health_reply(health);
+  CHECK(reply.status == 200);
+  CHECK(boost::json::parse(reply.body) ==
+        boost::json::parse(R"({"status":"ok","replicas":[{"kind":"remote","address":"127.0.0.1:5000","state":"ready"},)"
+                           R"({"kind":"remote","address":"127.0.0.1:5001","state":"lost","reason":"gone"}]})"));
 }
 
 TEST_CASE("EngineUnavailable maps to 503 with the reason", "[http][health]") {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # /health of a server whose executor is a `paged worker`, before and after the worker is lost:
 #   bash tests/integration/remote_health.sh PATH/TO/paged
-# Before: 200 with {"status":"ok","executors":[{"kind":"remote","address":...,"state":"ready"}]} and
+# Before: 200 with {"status":"ok","replicas":[{"kind":"remote","address":...,"state":"ready"}]} and
 # paged_engine_ready 1. After a SIGKILL of the idle worker: 503 with status "unavailable", a reason and the executor
 # "lost", paged_engine_ready 0, and a new completion answers 503 at once (not 500, not a hang).
 set -u
@@ -28,7 +28,7 @@ probe() {
 }
 completion='{"model": "stories260K", "prompt": "Once upon a time", "max_tokens": 8}'
 
-want="200 application/json {\"status\":\"ok\",\"executors\":[{\"kind\":\"remote\",\"address\":\"127.0.0.1:$worker_port\",\"state\":\"ready\"}]}"
+want="200 application/json {\"status\":\"ok\",\"replicas\":[{\"kind\":\"remote\",\"address\":\"127.0.0.1:$worker_port\",\"state\":\"ready\"}]}"
 got=$(probe /health)
 [ "$got" = "$want" ] || fail "health while ready: $got"
 probe /metrics | grep -q '^paged_engine_ready 1$' || fail "paged_engine_ready while ready: not 1"
@@ -47,8 +47,8 @@ node -e '
   const [status, type, ...rest] = process.argv[1].split(" ");
   const h = JSON.parse(rest.join(" "));
   const ok = status === "503" && type === "application/json" && h.status === "unavailable" &&
-    /executor is gone/.test(h.reason) && h.executors.length === 1 && h.executors[0].kind === "remote" &&
-    h.executors[0].address === "127.0.0.1:" + process.argv[2] && h.executors[0].state === "lost";
+    /executor is gone/.test(h.reason) && h.replicas.length === 1 && h.replicas[0].kind === "remote" &&
+    h.replicas[0].address === "127.0.0.1:" + process.argv[2] && h.replicas[0].state === "lost";
   process.exit(ok ? 0 : 1);' "$got" "$worker_port" || fail "health after the worker is lost: $got"
 probe /metrics | grep -q '^paged_engine_ready 0$' || fail "paged_engine_ready after the worker is lost: not 0"
 got=$(probe /v1/completions "$completion")

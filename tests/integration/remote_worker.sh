@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # An engine and its executor in two processes, over TCP on loopback through CAF's network layer:
 #   bash tests/integration/remote_worker.sh PATH/TO/paged
-# `paged worker` runs stories260K on the CPU; `paged generate --remote-executor` and `paged serve
-# --remote-executor` (queried with node's http client) must give what the in-process engine gives, greedy and seeded; a bad
+# `paged worker` runs stories260K on the CPU; `paged generate --remote-executor` (the one-worker name of --workers) and `paged serve
+# --workers` (queried with node's http client) must give what the in-process engine gives, greedy and seeded; a bad
 # address must fail with a clear message, and the worker must end cleanly on SIGTERM.
 set -u
 
@@ -52,19 +52,19 @@ rc=$?
 [ "$rc" = 0 ] || fail "server exit status $rc after SIGTERM"
 
 # Bad addresses: exit 1 with a message naming the flag; nothing listens on a closed port.
-timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --remote-executor "nowhere" --prompt hi >/dev/null \
+timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --workers "nowhere" --prompt hi >/dev/null \
   2>"$TMP/err"
 rc=$?
-[ "$rc" = 1 ] && grep -q -- '--remote-executor' "$TMP/err" || fail "bad address: rc $rc, $(cat "$TMP/err")"
+[ "$rc" = 1 ] && grep -q -- '--workers' "$TMP/err" || fail "bad address: rc $rc, $(cat "$TMP/err")"
 
 # The worker ends on SIGTERM with status 0; an engine pointed at it afterwards fails cleanly.
 kill -TERM "$worker_pid"
 await_exit "$worker_pid" 5
 [ "$rc" = 0 ] || fail "worker after SIGTERM: $rc"
-timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --prompt hi \
+timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --workers "127.0.0.1:$worker_port" --prompt hi \
   >/dev/null 2>"$TMP/err"
 rc=$?
-[ "$rc" = 1 ] && grep -q -- '--remote-executor' "$TMP/err" || fail "closed port: rc $rc, $(cat "$TMP/err")"
+[ "$rc" = 1 ] && grep -q -- '--workers' "$TMP/err" || fail "closed port: rc $rc, $(cat "$TMP/err")"
 
 # A worker lost mid-generation: the engine ends the running requests with the reason (exit 1), it does not hang.
 start_worker || exit 1

@@ -27,7 +27,7 @@ start_worker || exit 1
 start_server || exit 1
 kill -STOP "$serve_pid"
 stopped=$SECONDS
-timeout -s KILL 20 "$PAGED" generate --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" \
+timeout -s KILL 20 "$PAGED" generate --model "$MODEL" --workers "127.0.0.1:$worker_port" \
   --prompt "Once upon a time" --max-tokens 8 --temperature 0 >"$TMP/second.out" 2>"$TMP/second.err"
 rc=$?
 waited=$((SECONDS - stopped))

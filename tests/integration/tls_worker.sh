@@ -46,7 +46,7 @@ node -e 'const g = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"
 # golden_generate TLS_DIR: the golden prompts through the worker; fails the test unless every greedy output is
 # Hugging Face's.
 golden_generate() {
-  timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --tls-dir "$1" \
+  timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --workers "127.0.0.1:$worker_port" --tls-dir "$1" \
     --prompts-file "$TMP/prompts.jsonl" --max-tokens 64 --temperature 0 --json >"$TMP/out.jsonl" 2>"$TMP/gen.err" ||
     { fail "generate through TLS: $(cat "$TMP/gen.err")"; return; }
   node -e 'const fs = require("fs");
@@ -68,7 +68,7 @@ golden_generate "$TMP/A"
 refused_head() {
   local what=$1
   shift
-  timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" "$@" --prompt hi \
+  timeout -s KILL 60 "$PAGED" generate --model "$MODEL" --workers "127.0.0.1:$worker_port" "$@" --prompt hi \
     >/dev/null 2>"$TMP/err"
   rc=$?
   [ "$rc" = 1 ] && grep -q 'TLS' "$TMP/err" || fail "$what: rc $rc, $(cat "$TMP/err")"

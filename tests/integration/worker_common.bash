@@ -54,7 +54,7 @@ await_port() {
 # start_server: `paged serve` of the model on a free port, its executor the worker on $worker_port; sets $serve_pid
 # and $serve_port, and leaves its output in $TMP/serve.out and .err.
 start_server() {
-  "$PAGED" serve --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --port 0 >"$TMP/serve.out" \
+  "$PAGED" serve --model "$MODEL" --workers "127.0.0.1:$worker_port" --port 0 >"$TMP/serve.out" \
     2>"$TMP/serve.err" &
   serve_pid=$!
   pids+=("$serve_pid")
@@ -68,7 +68,7 @@ server_port_printed() {
 # background (it runs for many seconds); sets $client and leaves its stderr in ERRFILE.
 start_long_generation() {
   for _ in $(seq 1 48); do echo '{"prompt": "Once upon a time there was"}'; done >"$TMP/many.jsonl"
-  "$PAGED" generate --model "$MODEL" --remote-executor "127.0.0.1:$worker_port" --prompts-file "$TMP/many.jsonl" \
+  "$PAGED" generate --model "$MODEL" --workers "127.0.0.1:$worker_port" --prompts-file "$TMP/many.jsonl" \
     --max-tokens 400 --ignore-eos --temperature 0.7 --seed 1 >/dev/null 2>"$1" &
   client=$!
   pids+=("$client")

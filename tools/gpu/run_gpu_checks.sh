@@ -8,20 +8,34 @@
 #   BIN_DIR  folder with paged, paged_gpu_tests, bench_cuda_attention, bench_cuda_runner, the shared libraries the
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
-#   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity throughput
+#   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity throughput remote
 #   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
 #   SANITIZER_LIMIT  seconds allowed to each compute-sanitizer run (default 420)
 #   SANITIZER_TESTS  Catch2 test filter for the sanitizer runs (default: all tests)
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput remote"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
 source "$(dirname "$0")/stages.sh"
+
+# A model folder of the Llama-3-8B shape (config and tokenizer only: the runs use random weights); prints its path.
+llama3_8b_shape() {
+  local m=/tmp/paged_llama3_8b_shape
+  mkdir -p "$m"
+  cp "$BIN/tokenizer.json" "$BIN/tokenizer_config.json" "$m/"
+  cat >"$m/config.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+ "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+ "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
+ "tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"}
+JSON
+  echo "$m"
+}
 
 if wanted tests; then
   run tests 300 "$BIN/paged_gpu_tests"
@@ -62,15 +76,7 @@ fi
 if wanted throughput; then
   # Offline throughput through the whole engine (actors, scheduler, CUDA executor) on the Llama-3-8B shape with
   # random bf16 weights (--load-format dummy), beside HF transformers generate on the same shape in this call.
-  M=/tmp/paged_llama3_8b_shape
-  mkdir -p "$M"
-  cp "$BIN/tokenizer.json" "$BIN/tokenizer_config.json" "$M/"
-  cat >"$M/config.json" <<'JSON'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
- "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
- "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
- "tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"}
-JSON
+  M=$(llama3_8b_shape)
   # The engine on both workloads; the ShareGPT-like run writes its request lengths for HF's run of the same mix.
   declare -A tok
   for ds in fixed sharegpt; do
@@ -94,6 +100,35 @@ JSON
     ratio=$(awk -v a="${tok[$ds]}" -v b="$hf" 'BEGIN { if (b > 0) printf "paged %.0f tok/s = %.1fx HF", a, a / b; else print "?" }')
     add_row "HF transformers generate, $ds (static batches)" "$( [ -n "$hf" ] && echo DONE || echo FAIL)" "$line; $ratio"
   done
+fi
+if wanted remote; then
+  # The same engine with its executor in a `paged worker` over mutual TLS on loopback, against in-process, in this
+  # call: the ShareGPT-like mix (1000 requests) and one stream (one request, 1024 tokens out). In-process first, then
+  # the worker (each alone on the GPU, with the same KV pool).
+  M=$(llama3_8b_shape)
+  "$BIN/paged" gen-certs /tmp/paged_remote_certs --force >/dev/null
+  engine=(--max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}")
+  declare -A mix=([sharegpt]="--num-prompts 1000 --dataset sharegpt --input-len 512 --output-len 128"
+                  [stream]="--num-prompts 1 --dataset fixed --input-len 128 --output-len 1024")
+  declare -A got
+  for w in sharegpt stream; do
+    # shellcheck disable=SC2086
+    run "local_$w" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy ${mix[$w]} "${engine[@]}"
+    got[local_$w]=$(tok_per_s "$(bench_json "local_$w")")
+  done
+  "$BIN/paged" worker --model "$M" --device cuda --load-format dummy --port 7400 --tls-dir /tmp/paged_remote_certs \
+    "${engine[@]}" >"$LOG_DIR/worker.log" 2>&1 &
+  worker=$!
+  for _ in $(seq 1 600); do grep -q 'listening on' "$LOG_DIR/worker.log" && break; sleep 0.1; done
+  for w in sharegpt stream; do
+    # shellcheck disable=SC2086
+    run "remote_$w" 400 "$BIN/paged" bench --model "$M" --workers 127.0.0.1:7400 --tls-dir /tmp/paged_remote_certs \
+      ${mix[$w]} "${engine[@]}"
+    got[remote_$w]=$(tok_per_s "$(bench_json "remote_$w")")
+    ratio=$(awk -v r="${got[remote_$w]}" -v l="${got[local_$w]}" 'BEGIN { if (l > 0) printf "%.1f%%", 100 * r / l; else print "?" }')
+    add_row "remote over TLS vs in-process, $w" "$ratio" "in-process ${got[local_$w]} tok/s, remote ${got[remote_$w]} tok/s"
+  done
+  kill "$worker"
 fi
 echo
 echo "| check | result | figures |"
