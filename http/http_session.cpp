@@ -54,20 +54,28 @@ void HttpSession::abort_all() {
     for (RequestId id : ex->engine_ids) ctx_.engine.abort(id);
     ex->engine_ids.clear();
   }
+  held_while_answering_.reset();  // callers run in a handler that holds the session
 }
 
 // ---- reading ----------------------------------------------------------------------------------------------------
 
 void HttpSession::do_read() {
-  if (reading_ || stop_reading_ || closed_ || queue_.size() >= ctx_.options.pipeline_limit) return;
-  parser_.emplace();
-  parser_->body_limit(ctx_.options.body_limit);
-  // No stream timeout on reads (a read stays pending through long generations); update_read_deadline() bounds
-  // the time a connection may sit idle or take to send its request.
-  stream_.expires_never();
-  reading_ = true;
-  update_read_deadline();
-  http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+  if (!reading_ && !stop_reading_ && !closed_ && queue_.size() < ctx_.options.pipeline_limit) {
+    parser_.emplace();
+    parser_->body_limit(ctx_.options.body_limit);
+    // No stream timeout on reads (a read stays pending through long generations); update_read_deadline() bounds
+    // the time a connection may sit idle or take to send its request.
+    stream_.expires_never();
+    reading_ = true;
+    update_read_deadline();
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+  }
+  // Every caller runs in a handler holding the session, so letting go here never ends it mid-call.
+  if (!reading_ && !queue_.empty() && !closed_)
+    held_while_answering_ = shared_from_this();
+  else
+    held_while_answering_.reset();
 }
 
 void HttpSession::update_read_deadline() {

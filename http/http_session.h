@@ -48,6 +48,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                std::string_view allow = {});
   /// Arms the idle/read timeout while a read waits with nothing queued, disarms it otherwise.
   void update_read_deadline();
+  /// Aborts the engine requests of every queued exchange and lets go of held_while_answering_ (the session closes).
   void abort_all();
 
   boost::beast::tcp_stream stream_;
@@ -64,6 +65,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool closed_ = false;
   unsigned request_version_ = 11;
   bool request_keep_alive_ = true;
+  /// The session itself while responses are pending and no read is (after "Connection: close", HTTP/1.0 or with
+  /// the pipeline full): the engine's sinks hold it weakly, so nothing else would keep it until they answer.
+  std::shared_ptr<HttpSession> held_while_answering_;
 };
 
 }  // namespace paged::server

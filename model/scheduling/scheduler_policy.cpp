@@ -39,6 +39,9 @@ StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const P
     plan.preempted_recompute.push_back(victim.id);
   };
   for (size_t i = 0; i < end; ++i) {
+    // Forks (n > 1, beam search) can run more sequences than max_num_seqs: a step takes the oldest that many, the
+    // others keep their blocks and run in a later step.
+    if (static_cast<int>(plan.chunks.size()) >= limits.max_num_seqs) break;
     const PlanSeq& s = *running[i];
     const int remaining = s.num_tokens - s.num_computed;
     const int n = std::min(remaining, budget);

@@ -129,6 +129,25 @@ if wanted remote; then
     add_row "remote over TLS vs in-process, $w" "$ratio" "in-process ${got[local_$w]} tok/s, remote ${got[remote_$w]} tok/s"
   done
   kill "$worker"
+  # A real model through a worker: stories-distill-9M's greedy continuations, worker vs in-process, both on the GPU.
+  D=$BIN/stories-distill-9M
+  if [ -d "$D" ]; then
+    python3 -c 'import json, sys
+for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["prompt"]}))' \
+      "$BIN/stories-distill-9M-greedy.json" >"$LOG_DIR/prompts9.jsonl"
+    greedy=(--prompts-file "$LOG_DIR/prompts9.jsonl" --max-tokens 64 --temperature 0 --json)
+    "$BIN/paged" generate --model "$D" --device cuda "${greedy[@]}" >"$LOG_DIR/local9.json" 2>"$LOG_DIR/local9.err"
+    "$BIN/paged" worker --model "$D" --device cuda --port 7401 --tls-dir /tmp/paged_remote_certs \
+      >"$LOG_DIR/worker9.log" 2>&1 &
+    worker=$!
+    for _ in $(seq 1 300); do grep -q 'listening on' "$LOG_DIR/worker9.log" && break; sleep 0.1; done
+    "$BIN/paged" generate --model "$D" --workers 127.0.0.1:7401 --tls-dir /tmp/paged_remote_certs "${greedy[@]}" \
+      >"$LOG_DIR/remote9.json" 2>"$LOG_DIR/remote9.err"
+    kill "$worker"
+    same=$( [ -s "$LOG_DIR/local9.json" ] && cmp -s "$LOG_DIR/local9.json" "$LOG_DIR/remote9.json" && echo PASS || echo FAIL)
+    add_row "stories-distill-9M greedy through a TLS worker = in-process (CUDA)" "$same" \
+      "$(wc -l <"$LOG_DIR/local9.json") prompts"
+  fi
 fi
 echo
 echo "| check | result | figures |"

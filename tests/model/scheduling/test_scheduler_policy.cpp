@@ -101,6 +101,21 @@ TEST_CASE("admission is first come first served, whatever the input order", "[po
   kv.check_invariants();
 }
 
+TEST_CASE("a step holds at most max_num_seqs sequences, also when forks made more run", "[policy]") {
+  auto kv = make_kv(64);
+  for (SeqId id = 1; id <= 5; ++id) place(kv, id, 6);
+  const std::vector<PlanSeq> seqs = {running(4, 3, 6, 7), running(1, 0, 6, 7), running(5, 4, 6, 7),
+                                     running(2, 1, 6, 7), running(3, 2, 6, 7), waiting(9, 5, 3)};
+  const StepPlan plan = plan_step(kv, seqs, limits(3, 100));
+  CHECK(chunk_ids(plan) == std::vector<SeqId>{1, 2, 3});  // the oldest three; no admission, no preemption
+  CHECK(plan.preempted_recompute.empty());
+  CHECK(plan.preempted_swap.empty());
+  CHECK(plan.admitted.empty());
+  CHECK(kv.contains(4));
+  CHECK(kv.contains(5));
+  kv.check_invariants();
+}
+
 TEST_CASE("a waiting head that does not fit blocks the requests behind it", "[policy]") {
   auto kv = make_kv(10);
   // 12 tokens (3 blocks) fit; 40 tokens (10 blocks) fit an empty pool but not the 7 blocks left; the 1-block request

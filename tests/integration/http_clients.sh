@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Clients that close the connection after one request, or send many at once, get every response:
+#   bash tests/integration/http_clients.sh PATH/TO/paged
+# Python's urllib (it sends "Connection: close"), curl --http1.0, a streamed completion with "Connection: close", and
+# 32 completions pipelined on one connection (then a /health with "Connection: close"): each answers 200 with the
+# golden greedy continuation of stories260K.
+set -u
+
+NAME=http_clients
+. "$(dirname "$0")/worker_common.bash" "$@"
+command -v python3 >/dev/null && command -v curl >/dev/null ||
+  { echo "$NAME: python3 and curl are required (tools/setup.sh installs them)" >&2; exit 1; }
+
+"$PAGED" serve --model "$MODEL" --port 0 >"$TMP/serve.out" 2>"$TMP/serve.err" &
+serve_pid=$!
+pids+=("$serve_pid")
+await_port serve_port serve server_port_printed || finish
+BASE="http://127.0.0.1:$serve_port"
+want=$(node -e 'const g = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).cases[0];
+  process.stdout.write(JSON.stringify({prompt: g.prompt, text: g.greedy_text}))' "$GOLDEN")
+body=$(node -e 'const w = JSON.parse(process.argv[1]);
+  process.stdout.write(JSON.stringify({model: "stories260K", prompt: w.prompt, max_tokens: 64, temperature: 0}))' "$want")
+# text_of FILE: the first choice's text of the completion JSON in FILE, as JSON.
+text_of() { node -e 'try { process.stdout.write(JSON.stringify(JSON.parse(require("fs").readFileSync(process.argv[1],
+  "utf8")).choices[0].text)) } catch (e) { process.stdout.write("unreadable") }' "$1"; }
+golden=$(node -e 'process.stdout.write(JSON.stringify(JSON.parse(process.argv[1]).text))' "$want")
+
+python3 - "$BASE" "$body" >"$TMP/urllib.json" 2>"$TMP/urllib.err" <<'PY' || fail "urllib: $(cat "$TMP/urllib.err")"
+import sys, urllib.request
+req = urllib.request.Request(sys.argv[1] + "/v1/completions", data=sys.argv[2].encode(),
+                             headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=30) as r:
+    assert r.status == 200, r.status
+    sys.stdout.write(r.read().decode())
+PY
+[ "$(text_of "$TMP/urllib.json")" = "$golden" ] || fail "urllib: $(head -c 300 "$TMP/urllib.json")"
+
+curl -s --http1.0 -m 30 -H 'Content-Type: application/json' -d "$body" "$BASE/v1/completions" >"$TMP/http10.json" ||
+  fail "curl --http1.0: exit $?"
+[ "$(text_of "$TMP/http10.json")" = "$golden" ] || fail "curl --http1.0: $(head -c 300 "$TMP/http10.json")"
+
+stream=$(node -e 'const b = JSON.parse(process.argv[1]); b.stream = true; process.stdout.write(JSON.stringify(b))' "$body")
+curl -s -N -m 30 -H 'Connection: close' -H 'Content-Type: application/json' -d "$stream" "$BASE/v1/completions" \
+  >"$TMP/stream.txt" || fail "streamed with Connection: close: curl exit $?"
+got=$(node -e 'let t = ""; for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n"))
+  if (l.startsWith("data: {")) t += JSON.parse(l.slice(6)).choices[0].text;
+  process.stdout.write(JSON.stringify(t))' "$TMP/stream.txt")
+[ "$got" = "$golden" ] && tail -n 2 "$TMP/stream.txt" | grep -q '^data: \[DONE\]' ||
+  fail "streamed with Connection: close: $got / $(tail -c 200 "$TMP/stream.txt")"
+
+python3 - "$serve_port" "$body" "$golden" 2>"$TMP/pipe.err" <<'PY' || fail "32 pipelined requests: $(cat "$TMP/pipe.err")"
+import json, socket, sys
+port, body, golden = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+one = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+       % (len(body), body)).encode()
+s = socket.create_connection(("127.0.0.1", port), timeout=30)
+s.sendall(one * 32 + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+texts, health, rest = [], 0, data
+while rest:
+    head, _, rest = rest.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n")[0]
+    length = next(int(l.split(b":")[1]) for l in head.split(b"\r\n")[1:] if l.lower().startswith(b"content-length"))
+    payload, rest = rest[:length], rest[length:]
+    assert status == b"HTTP/1.1 200 OK", status
+    if b"text_completion" in payload:
+        texts.append(json.loads(payload)["choices"][0]["text"])
+    else:
+        health += 1
+assert len(texts) == 32 and health == 1, (len(texts), health)
+assert all(t == golden for t in texts), texts[:2]
+PY
+finish
