@@ -40,6 +40,11 @@ namespace {
 
 using Self = caf::stateful_actor<RequestState>;
 
+// A completion's detokenizer: its text continues the prompt's (vLLM: decode(prompt + output) - decode(prompt)).
+std::unique_ptr<IncrementalDetokenizer> new_detokenizer(const RequestState& st) {
+  return std::make_unique<IncrementalDetokenizer>(*st.tokenizer, st.spec.params->skip_special_tokens, *st.spec.prompt);
+}
+
 // Longest suffix of `text` that is a proper prefix of some stop string: it must be withheld until it resolves.
 size_t partial_stop_suffix(const std::string& text, const std::vector<std::string>& stops) {
   size_t best = 0;
@@ -236,7 +241,7 @@ void move_to_another_replica(Self* self, const caf::error& reason) {
     // Nothing reached the client (or it gets everything at the end): start over, which gives the same result.
     for (Completion& c : st.completions) {
       c = Completion{};
-      c.detok = std::make_unique<IncrementalDetokenizer>(*st.tokenizer, st.spec.params->skip_special_tokens);
+      c.detok = new_detokenizer(st);
     }
     st.completion_tokens = 0;
   }
@@ -259,7 +264,7 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
   const int width = std::max({1, p.n, p.best_of});
   st.buffered = p.use_beam_search || p.best_of > p.n;
   st.completions.resize(p.use_beam_search ? std::max(1, p.n) : width);
-  for (auto& c : st.completions) c.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer, p.skip_special_tokens);
+  for (auto& c : st.completions) c.detok = new_detokenizer(st);
   // A scheduler that stops on a failure (an executor failed: a GPU error, a lost worker) moves this request to
   // another replica; an engine shutting down ends it quietly.
   self->set_down_handler([self](const caf::down_msg& down) {

@@ -4,6 +4,12 @@
 
 namespace paged {
 
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens,
+                                               std::span<const TokenId> preceding)
+    : tok_(&tok), skip_special_tokens_(skip_special_tokens) {
+  for (TokenId id : preceding) push(id);  // only where it leaves off matters: the text is dropped
+}
+
 std::string IncrementalDetokenizer::push(TokenId id) {
   std::string bytes = tok_->token_bytes(id, first_);
   if (bytes.empty() && !skip_special_tokens_) bytes = tok_->special_token_text(id);

@@ -55,8 +55,10 @@ class Tokenizer {
 class IncrementalDetokenizer {
  public:
   /// `skip_special_tokens`: special tokens add nothing (vLLM's default); false: they add their special_token_text.
-  IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens)
-      : tok_(&tok), skip_special_tokens_(skip_special_tokens) {}
+  /// `preceding`: the ids before the first one pushed (a completion's prompt), whose text is not returned: the pushed
+  /// ids decode as their continuation, decode(preceding + pushed) minus decode(preceding), as vLLM's text is (a
+  /// SentencePiece word's leading space stays, which a decode from the first id would drop).
+  IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens, std::span<const TokenId> preceding = {});
   /// Text newly completed by `id`.
   std::string push(TokenId id);
   /// Whatever is still held back, with incomplete sequences replaced by U+FFFD. The detokenizer can be reused after.

@@ -1,11 +1,12 @@
 // Bad requests, each answered with its documented status and an OpenAI error body; afterwards the server still
 // answers a correct request correctly and holds no KV blocks.
 // Usage: node check_bad_requests.mjs --base http://127.0.0.1:PORT --golden .../stories260K-greedy.json
-import { check, checkEqual, finish, loadGolden, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
+import { goldenContinuations } from "./golden_text.mjs";
+import { check, checkEqual, finish, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
 
 const args = parseArgs();
 const base = args.base;
-const golden = loadGolden(args.golden);
+const golden = goldenContinuations(args.golden, args.model);  // each case's `text`: the prompt's continuation
 await waitForHealth(base);
 
 const C = "/v1/completions";
@@ -107,7 +108,7 @@ const r = await fetch(`${base}${C}`, {
 });
 checkEqual(r.status, 200, "a correct request after the bad ones: status");
 const body = await r.json();
-checkEqual(body.choices?.[0]?.text, golden[0].greedy_text, "a correct request after the bad ones: golden text");
+checkEqual(body.choices?.[0]?.text, golden[0].text, "a correct request after the bad ones: golden text");
 const m = await waitForDrained(base);
 check(m.paged_kv_blocks_free === m.paged_kv_blocks_total, "no KV blocks held after the bad requests", m);
 checkEqual(m['paged_http_responses_total{code="400"}'] >= cases.filter((c) => c[3] === 400).length, true, "400s counted in /metrics");

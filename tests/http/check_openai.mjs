@@ -5,11 +5,12 @@ import { readFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import OpenAI from "openai";
-import { check, checkEqual, finish, loadGolden, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
+import { goldenContinuations } from "./golden_text.mjs";
+import { check, checkEqual, finish, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
 
 const args = parseArgs();
 const base = args.base;
-const golden = loadGolden(args.golden);
+const golden = goldenContinuations(args.golden, args.model);  // each case's `text`: the prompt's continuation
 await waitForHealth(base);
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
 
@@ -43,7 +44,7 @@ async function collectStream(stream, field) {
 // ---- completions: greedy equals the golden continuations -----------------------------------------------------
 for (const g of golden) {
   const r = await client.completions.create({ model, prompt: g.prompt, max_tokens: 64, temperature: 0 });
-  checkEqual(r.choices[0].text, g.greedy_text, `greedy completion of "${g.prompt}"`);
+  checkEqual(r.choices[0].text, g.text, `greedy completion of "${g.prompt}"`);
   checkEqual(r.usage.prompt_tokens, g.prompt_ids.length, `prompt_tokens of "${g.prompt}"`);
   checkEqual(r.usage.completion_tokens, g.greedy_ids.length, `completion_tokens of "${g.prompt}"`);
   checkEqual(r.usage.total_tokens, g.prompt_ids.length + g.greedy_ids.length, `total_tokens of "${g.prompt}"`);
@@ -56,7 +57,7 @@ for (const g of golden) {
     }),
     (c) => c.text,
   );
-  checkEqual(s.text[0], g.greedy_text, `streamed greedy completion of "${g.prompt}" concatenates to the golden text`);
+  checkEqual(s.text[0], g.text, `streamed greedy completion of "${g.prompt}" concatenates to the golden text`);
   check(!s.text[0].includes("\uFFFD"), "streamed text is valid UTF-8");
   checkEqual(s.finish[0], "length", "streamed finish_reason");
   checkEqual(s.usage && s.usage.completion_tokens, g.greedy_ids.length, "streamed usage chunk: completion_tokens");
@@ -70,19 +71,19 @@ for (const g of golden) {
     model, prompt: [golden[0].prompt, golden[1].prompt], max_tokens: 64, temperature: 0,
   });
   checkEqual(r.choices.map((c) => c.index), [0, 1], "batched prompts: choice indices");
-  checkEqual(r.choices.map((c) => c.text), [golden[0].greedy_text, golden[1].greedy_text], "batched prompts: texts");
+  checkEqual(r.choices.map((c) => c.text), [golden[0].text, golden[1].text], "batched prompts: texts");
   checkEqual(r.usage.prompt_tokens, golden[0].prompt_ids.length + golden[1].prompt_ids.length, "batched usage");
   const ids = await client.completions.create({ model, prompt: golden[2].prompt_ids, max_tokens: 64, temperature: 0 });
-  checkEqual(ids.choices[0].text, golden[2].greedy_text, "token-id prompt gives the golden continuation");
+  checkEqual(ids.choices[0].text, golden[2].text, "token-id prompt gives the golden continuation");
   const echo = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64, temperature: 0, echo: true });
-  checkEqual(echo.choices[0].text, golden[0].prompt + golden[0].greedy_text, "echo prepends the prompt");
+  checkEqual(echo.choices[0].text, golden[0].prompt + golden[0].text, "echo prepends the prompt");
 }
 
 // n = 2: greedy twice is the golden text twice; sampled with a seed, two streams.
 {
   const r = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64, temperature: 0, n: 2 });
   checkEqual(r.choices.length, 2, "n=2 gives two choices");
-  checkEqual(r.choices.map((c) => c.text), [golden[0].greedy_text, golden[0].greedy_text], "n=2 greedy choices");
+  checkEqual(r.choices.map((c) => c.text), [golden[0].text, golden[0].text], "n=2 greedy choices");
   checkEqual(r.usage.completion_tokens, 128, "n=2 usage counts both completions");
   const s = await collectStream(
     await client.completions.create({
@@ -102,9 +103,9 @@ for (const g of golden) {
 
 // stop strings and logprobs.
 {
-  const cut = golden[0].greedy_text.indexOf(" girl");
+  const cut = golden[0].text.indexOf(" girl");
   const r = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64, temperature: 0, stop: [" girl"] });
-  checkEqual(r.choices[0].text, golden[0].greedy_text.slice(0, cut), "stop string cuts the text before it");
+  checkEqual(r.choices[0].text, golden[0].text.slice(0, cut), "stop string cuts the text before it");
   checkEqual(r.choices[0].finish_reason, "stop", "stop string: finish_reason");
   const lp = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 8, temperature: 0, logprobs: 2 });
   const l = lp.choices[0].logprobs;
@@ -113,7 +114,7 @@ for (const g of golden) {
   checkEqual(l.text_offset.length, 8, "completions logprobs: text_offset");
   check(l.top_logprobs.every((t) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2), "top_logprobs dicts", l.top_logprobs);
   check(l.token_logprobs.every((x) => typeof x === "number" && x <= 0), "logprobs are <= 0", l.token_logprobs);
-  checkEqual(l.tokens.join(""), golden[0].greedy_text.slice(0, l.tokens.join("").length), "logprob tokens spell the text");
+  checkEqual(l.tokens.join(""), golden[0].text.slice(0, l.tokens.join("").length), "logprob tokens spell the text");
 }
 
 // ---- skip_special_tokens ---------------------------------------------------------------------------------------
@@ -197,7 +198,7 @@ for (const g of golden) {
     setTimeout(() => reject(new Error("pipelined responses did not arrive")), 30000);
   });
   const bodies = raw.split(/HTTP\/1\.1 200 OK\r\n/).slice(1).map((r) => JSON.parse(r.slice(r.indexOf("\r\n\r\n") + 4)));
-  checkEqual(bodies.map((b) => b.choices[0].text), [golden[3].greedy_text, golden[4].greedy_text],
+  checkEqual(bodies.map((b) => b.choices[0].text), [golden[3].text, golden[4].text],
              "pipelined requests are answered in order");
 }
 

@@ -9,10 +9,11 @@
 // Usage: node check_replicas.mjs --paged PATH/TO/paged --model DIR --golden FILE --work DIR
 import { spawn, spawnSync } from "node:child_process";
 import OpenAI from "openai";
-import { check, checkEqual, finish, loadGolden, metrics, parseArgs, sleep, waitForDrained, waitForHealth } from "./common.mjs";
+import { goldenContinuations } from "./golden_text.mjs";
+import { check, checkEqual, finish, metrics, parseArgs, sleep, waitForDrained, waitForHealth } from "./common.mjs";
 
 const args = parseArgs();
-const golden = loadGolden(args.golden);
+const golden = goldenContinuations(args.golden, args.model);  // each case's `text`: the prompt's continuation
 const certs = `${args.work}/certs`;
 const children = [];
 process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
@@ -89,7 +90,7 @@ checkEqual(h, { status: 200, body: { status: "ok", replicas: workers.map((w) => 
 async function goldenPass(what) {
   for (const g of golden) {
     const r = await client.completions.create({ model, prompt: g.prompt, max_tokens: 64, temperature: 0 });
-    checkEqual(r.choices[0].text, g.greedy_text, `${what}: greedy completion of "${g.prompt}"`);
+    checkEqual(r.choices[0].text, g.text, `${what}: greedy completion of "${g.prompt}"`);
   }
 }
 await Promise.all([goldenPass("two replicas"), goldenPass("two replicas, concurrently")]);

@@ -1,5 +1,5 @@
-// Helpers shared by the HTTP integration scripts: arguments, assertions, health wait, metrics.
-import { readFileSync } from "node:fs";
+// Helpers shared by the HTTP integration scripts: arguments, assertions, health wait, metrics (the golden texts:
+// golden_text.mjs).
 
 /// --name value pairs of the command line.
 export function parseArgs(argv = process.argv.slice(2)) {
@@ -49,9 +49,6 @@ export async function waitForHealth(base, timeoutMs = 60000) {
   throw new Error(`${base}/health did not answer within ${timeoutMs} ms`);
 }
 
-export function loadGolden(path) {
-  return JSON.parse(readFileSync(path, "utf8")).cases;
-}
 
 /// The numeric samples of a Prometheus text exposition, by metric name (labels included in the name).
 export async function metrics(base) {

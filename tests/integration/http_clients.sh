@@ -3,7 +3,8 @@
 #   bash tests/integration/http_clients.sh PATH/TO/paged
 # Python's urllib (it sends "Connection: close"), curl --http1.0, a streamed completion with "Connection: close", and
 # 32 completions pipelined on one connection (then a /health with "Connection: close"): each answers 200 with the
-# golden greedy continuation of stories260K.
+# golden greedy continuation of stories260K
+# (the prompt's continuation, tests/http/golden_text.mjs).
 set -u
 
 NAME=http_clients
@@ -16,8 +17,7 @@ serve_pid=$!
 pids+=("$serve_pid")
 await_port serve_port serve server_port_printed || finish
 BASE="http://127.0.0.1:$serve_port"
-want=$(node -e 'const g = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).cases[0];
-  process.stdout.write(JSON.stringify({prompt: g.prompt, text: g.greedy_text}))' "$GOLDEN")
+want=$(node "$SRC/tests/http/golden_text.mjs" "$GOLDEN" "$MODEL" | head -n 1)  # {prompt, text}: its continuation
 body=$(node -e 'const w = JSON.parse(process.argv[1]);
   process.stdout.write(JSON.stringify({model: "stories260K", prompt: w.prompt, max_tokens: 64, temperature: 0}))' "$want")
 # text_of FILE: the first choice's text of the completion JSON in FILE, as JSON.

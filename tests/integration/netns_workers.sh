@@ -54,12 +54,13 @@ node -e 'const g = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"
 timeout -s KILL 60 ip netns exec "${ns}h" "$PAGED" generate --model "$MODEL" --workers 10.77.1.2:7000,10.77.2.2:7000 \
   --tls-dir "$TMP/certs" --prompts-file "$TMP/prompts.jsonl" --max-tokens 64 --temperature 0 --json \
   >"$TMP/greedy.json" 2>"$TMP/err" || fail "greedy through the namespaces: $(cat "$TMP/err")"
+node "$SRC/tests/http/golden_text.mjs" "$GOLDEN" "$MODEL" >"$TMP/continuations.jsonl"
 node -e '
-  const g = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).cases;
-  const got = require("fs").readFileSync(process.argv[2], "utf8").trim().split("\n").map((l) => JSON.parse(l));
+  const lines = (f) => require("fs").readFileSync(f, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+  const want = lines(process.argv[1]), got = lines(process.argv[2]);
   let bad = 0;
-  g.forEach((c, i) => { if (got[i]?.outputs[0].text !== c.greedy_text) { bad++; console.error("mismatch:", c.prompt); } });
-  process.exit(bad || got.length !== g.length ? 1 : 0);' "$GOLDEN" "$TMP/greedy.json" ||
+  want.forEach((c, i) => { if (got[i]?.outputs[0].text !== c.text) { bad++; console.error("mismatch:", c.prompt); } });
+  process.exit(bad || got.length !== want.length ? 1 : 0);' "$TMP/continuations.jsonl" "$TMP/greedy.json" ||
   fail "greedy outputs through two workers in other namespaces differ from the golden ones"
 
 for _ in $(seq 1 8); do cat "$TMP/prompts.jsonl"; done >"$TMP/many.jsonl"

@@ -68,3 +68,33 @@ TEST_CASE("SentencePiece: special tokens are skipped or written as their pieces"
   CHECK(tok->decode(cut, false) == "\xEF\xBF\xBD" + eos);
   CHECK(decode_incrementally(*tok, cut, false) == "\xEF\xBF\xBD" + eos);
 }
+
+TEST_CASE("a detokenizer after a prompt gives its continuation: decode(prompt + output) - decode(prompt)",
+          "[tokenizer]") {
+  auto tok = load_tokenizer(kModel);
+  const boost::json::value golden = read_json(kGolden);
+  for (const auto& c : golden.at("cases").as_array()) {
+    std::vector<TokenId> prompt, output;
+    for (const auto& id : c.at("prompt_ids").as_array()) prompt.push_back(static_cast<TokenId>(id.as_int64()));
+    for (const auto& id : c.at("greedy_ids").as_array()) output.push_back(static_cast<TokenId>(id.as_int64()));
+    std::vector<TokenId> all = prompt;
+    all.insert(all.end(), output.begin(), output.end());
+    const std::string prompt_text = tok->decode(prompt), whole = tok->decode(all);
+    REQUIRE(whole.compare(0, prompt_text.size(), prompt_text) == 0);
+    IncrementalDetokenizer detokenizer(*tok, true, prompt);
+    std::string text;
+    for (TokenId id : output) text += detokenizer.push(id);
+    text += detokenizer.finish();
+    CHECK(text == whole.substr(prompt_text.size()));
+    // HF decodes the output alone without the first word's space; after the prompt it stays.
+    const std::string alone(c.at("greedy_text").as_string());
+    CHECK((text == alone || text == " " + alone));
+  }
+  // "The little dog was sad because" goes on with " he loved ..." (the golden text, decoded alone: "he loved ...").
+  const auto& dog = golden.at("cases").as_array()[1];
+  std::vector<TokenId> prompt, output;
+  for (const auto& id : dog.at("prompt_ids").as_array()) prompt.push_back(static_cast<TokenId>(id.as_int64()));
+  for (const auto& id : dog.at("greedy_ids").as_array()) output.push_back(static_cast<TokenId>(id.as_int64()));
+  IncrementalDetokenizer detokenizer(*tok, true, prompt);
+  CHECK(detokenizer.push(output[0]) == " he");
+}
