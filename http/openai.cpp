@@ -2,6 +2,7 @@
 #include "model/unicode/utf8.h"
 
 #include <cmath>
+#include <set>
 #include <limits>
 #include <sstream>
 
@@ -27,10 +28,21 @@ class Fields {
  public:
   explicit Fields(const json::object& o) : o_(o) {}
 
-  /// The field, or nullptr when absent or null.
+  /// The field, or nullptr when absent or null. The key counts as read (refuse_unread).
   const json::value* get(const char* key) const {
+    read_.insert(key);
     const json::value* v = o_.if_contains(key);
     return v && !v->is_null() ? v : nullptr;
+  }
+
+  /// Refuses (400 naming it) the first field nothing read: a field this server does not act on is never ignored.
+  /// `where` prefixes the name of a nested object's field ("stream_options.").
+  void refuse_unread(const std::string& where = "") const {
+    for (const auto& kv : o_) {
+      const std::string key(kv.key());
+      if (!read_.count(key))
+        invalid("'" + where + key + "' is not supported by this server", where.empty() ? key : where + key);
+    }
   }
 
   std::optional<bool> boolean(const char* key) const {
@@ -87,6 +99,7 @@ class Fields {
 
  private:
   const json::object& o_;
+  mutable std::set<std::string, std::less<>> read_;
 };
 
 TokenId checked_token(const json::value& v, const std::string& param, int vocab_size) {
@@ -113,11 +126,11 @@ std::vector<TokenId> encode(const Tokenizer& tok, const std::string& text, bool 
 }
 
 /// prompt: a string, a list of strings, a list of token ids, or a list of such lists.
-void parse_prompt(const json::value* prompt, const ModelInfo& model, Request& req) {
+void parse_prompt(const json::value* prompt, const ModelInfo& model, bool add_special_tokens, Request& req) {
   if (!prompt) invalid("'prompt' is required", "prompt");
   const Tokenizer& tok = *model.tokenizer;
   auto add_text = [&](std::string text) {
-    req.prompts.push_back(encode(tok, text, true, "prompt"));
+    req.prompts.push_back(encode(tok, text, add_special_tokens, "prompt"));
     req.prompt_texts.push_back(std::move(text));
   };
   auto add_ids = [&](std::vector<TokenId> ids) {
@@ -185,7 +198,7 @@ json::object normalise_message(const json::value& m, size_t index) {
   return out;
 }
 
-void parse_chat_prompt(const Fields& f, const ModelInfo& model, Request& req) {
+void parse_chat_prompt(const Fields& f, const ModelInfo& model, bool add_special_tokens, Request& req) {
   const json::value* messages = f.get("messages");
   if (!messages) invalid("'messages' is required", "messages");
   if (!messages->is_array() || messages->get_array().empty()) invalid("'messages' must be a non-empty list", "messages");
@@ -201,10 +214,6 @@ void parse_chat_prompt(const Fields& f, const ModelInfo& model, Request& req) {
     if (!kwargs->is_object()) invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     for (const auto& kv : kwargs->get_object()) extra[kv.key()] = kv.value();
   }
-  if (const json::value* tools = f.get("tools")) {
-    if (!tools->is_array()) invalid("'tools' must be a list", "tools");
-    extra["tools"] = *tools;
-  }
   const bool add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
   std::string text;
   try {
@@ -212,8 +221,8 @@ void parse_chat_prompt(const Fields& f, const ModelInfo& model, Request& req) {
   } catch (const jinja::TemplateError& e) {
     invalid(std::string("the chat template rejected the messages: ") + e.what(), "messages");
   }
-  // The template renders BOS itself.
-  req.prompts.push_back(encode(*model.tokenizer, text, false, "messages"));
+  // The template renders BOS itself (add_special_tokens adds the tokenizer's on top, as vLLM does).
+  req.prompts.push_back(encode(*model.tokenizer, text, add_special_tokens, "messages"));
   if (req.prompts.back().empty()) invalid("the rendered chat prompt is empty", "messages");
   req.prompt_texts.push_back(std::move(text));
 }
@@ -269,7 +278,9 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   if (const json::value* so = f.get("stream_options")) {
     if (!so->is_object()) invalid("'stream_options' must be an object", "stream_options");
     if (!req.stream) invalid("'stream_options' is only allowed when 'stream' is true", "stream_options");
-    req.include_usage = Fields(so->get_object()).boolean("include_usage").value_or(false);
+    const Fields options(so->get_object());
+    req.include_usage = options.boolean("include_usage").value_or(false);
+    options.refuse_unread("stream_options.");
   }
   p.n = static_cast<int>(f.integer("n", 1, kMaxN).value_or(1));
   if (auto best_of = f.integer("best_of", 1, kMaxN)) {
@@ -330,11 +341,29 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   p.ignore_eos = f.boolean("ignore_eos").value_or(false);
   p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
   f.string("user");  // accepted, only type-checked
+  if (const json::value* format = f.get("response_format")) {
+    // The default, plain text, is accepted; JSON modes and schemas (structured outputs) are not implemented yet.
+    const json::object* o = format->if_object();
+    const json::value* type = o ? o->if_contains("type") : nullptr;
+    if (!type || !type->is_string() || type->get_string() != "text" || o->size() != 1)
+      invalid("'response_format' other than {\"type\": \"text\"} is not supported by this server", "response_format");
+  }
 
+  // vLLM's defaults: completions add the tokenizer's special tokens (BOS), chat leaves them to the template.
+  const bool add_special_tokens = f.boolean("add_special_tokens").value_or(!chat);
   if (chat) {
-    parse_chat_prompt(f, model, req);
+    parse_chat_prompt(f, model, add_special_tokens, req);
   } else {
-    parse_prompt(f.get("prompt"), model, req);
+    parse_prompt(f.get("prompt"), model, add_special_tokens, req);
+  }
+  // truncate_prompt_tokens: keep each prompt's last k tokens (vLLM truncates from the left).
+  if (auto keep = f.integer("truncate_prompt_tokens", 1, std::numeric_limits<int32_t>::max())) {
+    for (size_t i = 0; i < req.prompts.size(); ++i) {
+      std::vector<TokenId>& ids = req.prompts[i];
+      if (static_cast<int64_t>(ids.size()) <= *keep) continue;
+      ids.erase(ids.begin(), ids.end() - *keep);
+      req.prompt_texts[i] = model.tokenizer->decode(ids);
+    }
   }
 
   size_t longest = 0;
@@ -346,6 +375,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
             prompt_param);
   }
   const char* max_key = chat && f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (chat) f.get("max_tokens");  // the older name; max_completion_tokens wins when both are given
   auto max_tokens = f.integer(max_key, 1, std::numeric_limits<int32_t>::max());
   if (max_tokens) {
     if (static_cast<int64_t>(longest) + *max_tokens > model.max_model_len) {
@@ -362,6 +392,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
                         : std::min(16, model.max_model_len - static_cast<int>(longest));
   }
   p.min_tokens = static_cast<int>(f.integer("min_tokens", 0, p.max_tokens).value_or(0));
+  f.refuse_unread();
   return req;
 }
 

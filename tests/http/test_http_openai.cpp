@@ -100,6 +100,28 @@ TEST_CASE("completions: prompts in every form become token ids", "[openai]") {
   CHECK(r.prompts[1] == std::vector<TokenId>{1, 407, 261});
 }
 
+TEST_CASE("add_special_tokens, truncate_prompt_tokens and response_format text take effect", "[openai]") {
+  const auto C = Endpoint::completions;
+  const auto K = Endpoint::chat;
+  const auto& tok = *fixture().tok;
+  const std::vector<TokenId> with_bos = tok.encode("Once upon a time", true);
+  const std::vector<TokenId> without = tok.encode("Once upon a time", false);
+  REQUIRE(with_bos.size() == without.size() + 1);
+  CHECK(parse(C, R"({"prompt": "Once upon a time"})").prompts[0] == with_bos);
+  CHECK(parse(C, R"({"prompt": "Once upon a time", "add_special_tokens": false})").prompts[0] == without);
+  const openai::Request cut = parse(C, R"({"prompt": "Once upon a time", "truncate_prompt_tokens": 2})");
+  CHECK(cut.prompts[0] == std::vector<TokenId>(with_bos.end() - 2, with_bos.end()));
+  CHECK(cut.prompt_texts[0] == tok.decode(cut.prompts[0]));
+  CHECK(parse(C, R"({"prompt": "Once upon a time", "truncate_prompt_tokens": 99})").prompts[0] == with_bos);
+  CHECK(parse(C, R"({"prompt": "x", "response_format": {"type": "text"}})").prompts.size() == 1);
+  // Chat leaves BOS to the template; add_special_tokens adds the tokenizer's as well.
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}])";
+  const openai::Request plain = parse(K, chat + "}");
+  const openai::Request added = parse(K, chat + R"(, "add_special_tokens": true})");
+  REQUIRE(added.prompts[0].size() == plain.prompts[0].size() + 1);
+  CHECK(added.prompts[0][0] == tok.bos_id());
+}
+
 TEST_CASE("completions: every parameter reaches SamplingParams", "[openai]") {
   auto r = parse(Endpoint::completions, R"({
     "prompt": "Hi", "max_tokens": 32, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
@@ -229,6 +251,25 @@ TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
       {K, R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 50})", "top_logprobs"},
       {K, R"({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0})", "max_completion_tokens"},
       {K, R"({"messages": [{"role": "user", "content": "a"}], "tools": {}})", "tools"},
+      // Fields this server does not act on are refused, never ignored.
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "auto"})", "tool_choice"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "tools": []})", "tools"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}})",
+       "response_format"},
+      {C, R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format"},
+      {C, R"({"prompt": "x", "guided_json": {}})", "guided_json"},
+      {C, R"({"prompt": "x", "structured_outputs": {"json": {}}})", "structured_outputs"},
+      {C, R"({"prompt": "x", "prompt_logprobs": 1})", "prompt_logprobs"},
+      {C, R"({"prompt": "x", "include_stop_str_in_output": true})", "include_stop_str_in_output"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "continue_final_message": true})",
+       "continue_final_message"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "chat_template": "{{ 1 }}"})", "chat_template"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "echo": true})", "echo"},
+      {C, R"({"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": true}})",
+       "stream_options.continuous_usage_stats"},
+      {C, R"({"prompt": "x", "no_such_field": 1})", "no_such_field"},
+      {C, R"({"prompt": "x", "truncate_prompt_tokens": 0})", "truncate_prompt_tokens"},
+      {C, R"({"prompt": "x", "add_special_tokens": "yes"})", "add_special_tokens"},
       {K, R"({"messages": [{"role": "user", "content": "a"}], "chat_template_kwargs": []})", "chat_template_kwargs"},
   };
   for (const auto& [endpoint, body, param] : cases) {
