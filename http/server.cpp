@@ -7,6 +7,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
 
 #include "http/listener.h"
@@ -27,8 +28,12 @@ int run_server(Engine& engine, const ServerOptions& options) {
   net::io_context ioc(threads);
   std::shared_ptr<server::Listener> listener;
   try {
-    const net::ip::tcp::endpoint endpoint(net::ip::make_address(options.host), options.port);
-    listener = std::make_shared<server::Listener>(ioc, endpoint, *ctx);
+    // A name (localhost, a host name) is resolved; the first address it has is listened on.
+    net::ip::tcp::resolver resolver(ioc);
+    const auto found = resolver.resolve(options.host, std::to_string(options.port),
+                                        net::ip::resolver_base::passive | net::ip::resolver_base::numeric_service);
+    if (found.empty()) throw std::runtime_error("the host name has no address");
+    listener = std::make_shared<server::Listener>(ioc, found.begin()->endpoint(), *ctx);
   } catch (const std::exception& e) {
     std::cerr << "paged: cannot listen on " << options.host << ":" << options.port << ": " << e.what() << "\n";
     return 1;

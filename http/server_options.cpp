@@ -1,6 +1,7 @@
 #include "http/server_options.h"
 
 #include <boost/json.hpp>
+#include <filesystem>
 #include <stdexcept>
 
 #include "model/json_file.h"
@@ -11,6 +12,11 @@ namespace json = boost::json;
 ServerOptions load_server_options(const std::string& json_file) {
   const json::object root = read_json_object<std::runtime_error>(json_file);
   ServerOptions o;
+  if (const json::value* model = root.if_contains("model")) {
+    if (!model->is_string()) throw std::runtime_error(json_file + ": \"model\" must be a string (a folder)");
+    const std::filesystem::path path(std::string(model->get_string()));
+    o.model = (path.is_absolute() ? path : std::filesystem::path(json_file).parent_path() / path).lexically_normal();
+  }
   const json::value* server = root.if_contains("server");
   if (!server) return o;
   if (!server->is_object()) throw std::runtime_error(json_file + ": \"server\" must be an object");

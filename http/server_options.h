@@ -8,7 +8,8 @@
 namespace paged {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";      // loopback unless told otherwise
+  std::string model;                    // the model folder when no --model / MODEL is given; empty: none
+  std::string host = "127.0.0.1";      // loopback unless told otherwise (a name is resolved)
   uint16_t port = 8000;                 // 0: any free port (the bound one is printed)
   std::string api_key;                  // non-empty: /v1/* requires "Authorization: Bearer KEY"
   std::string served_model_name;        // empty: the model folder's name
@@ -21,8 +22,9 @@ struct ServerOptions {
   int ws_max_generations = 16;          // concurrent generations per WebSocket
 };
 
-/// Reads server options from the "server" object of a JSON file (conf/serve.json); keys absent keep their
-/// defaults. Throws std::runtime_error naming the file and the bad key.
+/// Reads server options from the "server" object of a JSON file (conf/serve.json), and "model" (a path relative to
+/// the file's folder, unless absolute); keys absent keep their defaults. Throws std::runtime_error naming the file and
+/// the bad key.
 ServerOptions load_server_options(const std::string& json_file);
 
 }  // namespace paged

@@ -6,25 +6,46 @@
 namespace paged::cli {
 
 Args::Args(int argc, char** argv, int first, const std::vector<std::string>& switches) {
+  const auto is_switch = [&](const std::string& name) {
+    return std::find(switches.begin(), switches.end(), name) != switches.end();
+  };
+  std::optional<std::string> positional;
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "'");
+    if (a.rfind("--", 0) != 0) {
+      if (positional) throw UsageError("unexpected argument '" + a + "' (the model is already " + *positional + ")");
+      positional = a;
+      continue;
+    }
     std::string name = a.substr(2), value;
     if (auto eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name.resize(eq);
-    } else if (std::find(switches.begin(), switches.end(), name) != switches.end()) {
+      if (is_switch(name) && value != "true" && value != "false")
+        throw UsageError("--" + name + " is on or off: --" + name + ", --no-" + name + " or --" + name + "=true|false");
+    } else if (is_switch(name)) {
       value = "true";
+    } else if (name.rfind("no-", 0) == 0 && is_switch(name.substr(3))) {
+      name = name.substr(3);
+      value = "false";
+    } else if (i + 1 >= argc || std::string_view(argv[i + 1]).rfind("--", 0) == 0) {
+      valueless_.push_back(name);  // reject_unknown names it if unknown, get() if it needs a value
+      continue;
     } else {
-      if (i + 1 >= argc) throw UsageError("flag --" + name + " needs a value");
       value = argv[++i];
     }
     values_[name].push_back(value);
+  }
+  if (positional) {
+    if (values_.count("model")) throw UsageError("the model is given twice: as " + *positional + " and --model");
+    values_["model"].push_back(*positional);
   }
 }
 
 std::optional<std::string> Args::get(const std::string& name) {
   used_[name] = true;
+  if (std::find(valueless_.begin(), valueless_.end(), name) != valueless_.end())
+    throw UsageError("flag --" + name + " needs a value");
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
   return it->second.back();
@@ -39,6 +60,11 @@ std::vector<std::string> Args::get_all(const std::string& name) {
 bool Args::has(const std::string& name) {
   used_[name] = true;
   return values_.count(name) != 0;
+}
+
+bool Args::get_bool(const std::string& name, bool fallback) {
+  const std::optional<std::string> v = get(name);
+  return v ? *v == "true" : fallback;
 }
 
 int Args::get_int(const std::string& name, int fallback) {
@@ -68,19 +94,21 @@ double Args::get_double(const std::string& name, double fallback) {
 }
 
 void Args::reject_unknown() const {
+  for (const std::string& name : valueless_)
+    if (!used_.count(name)) throw UsageError("unknown flag --" + name);
   for (const auto& [name, _] : values_)
     if (!used_.count(name)) throw UsageError("unknown flag --" + name);
 }
 
 std::vector<std::string> engine_switches() {
-  return {"enable-prefix-caching", "no-enable-prefix-caching", "use-beam-search", "ignore-eos",
-          "no-skip-special-tokens"};
+  return {"enable-prefix-caching", "use-beam-search", "ignore-eos", "skip-special-tokens"};
 }
 
-EngineConfig engine_config(Args& args) {
+EngineConfig engine_config(Args& args, const std::string& default_model) {
   EngineConfig c;
-  auto model = args.get("model");
-  if (!model) throw UsageError("--model DIR is required");
+  std::optional<std::string> model = args.get("model");
+  if (!model && !default_model.empty()) model = default_model;
+  if (!model) throw UsageError("the model is required: paged COMMAND MODEL_DIR (or --model DIR)");
   c.model_dir = *model;
   c.device = args.get("device").value_or("auto");
   c.block_size = args.get_int("block-size", c.block_size);
@@ -90,8 +118,7 @@ EngineConfig engine_config(Args& args) {
   c.max_num_seqs = args.get_int("max-num-seqs", c.max_num_seqs);
   c.max_num_batched_tokens = args.get_int("max-num-batched-tokens", c.max_num_batched_tokens);
   if (args.has("max-model-len")) c.max_model_len = args.get_int("max-model-len", 0);
-  if (args.has("enable-prefix-caching")) c.enable_prefix_caching = true;
-  if (args.has("no-enable-prefix-caching")) c.enable_prefix_caching = false;
+  c.enable_prefix_caching = args.get_bool("enable-prefix-caching", c.enable_prefix_caching);
   if (auto mode = args.get("preemption-mode")) {
     if (*mode == "swap") c.preemption_mode = PreemptionMode::swap;
     else if (*mode == "recompute") c.preemption_mode = PreemptionMode::recompute;
@@ -150,12 +177,12 @@ SamplingParams sampling_params(Args& args) {
   }
   p.n = args.get_int("n", p.n);
   p.best_of = args.get_int("best-of", p.best_of);
-  p.use_beam_search = args.has("use-beam-search");
+  p.use_beam_search = args.get_bool("use-beam-search", false);
   p.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", p.repetition_penalty));
   p.presence_penalty = static_cast<float>(args.get_double("presence-penalty", p.presence_penalty));
   p.frequency_penalty = static_cast<float>(args.get_double("frequency-penalty", p.frequency_penalty));
-  p.ignore_eos = args.has("ignore-eos");
-  p.skip_special_tokens = !args.has("no-skip-special-tokens");
+  p.ignore_eos = args.get_bool("ignore-eos", false);
+  p.skip_special_tokens = args.get_bool("skip-special-tokens", true);
   if (args.has("logprobs")) p.logprobs = args.get_int("logprobs", 0);
   p.stop = args.get_all("stop");
   if (auto v = args.get("stop-token-ids")) {

@@ -16,15 +16,19 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Flags as given: `--name value`, `--name=value`, or a bare switch.
+/// Flags as given: `--name value`, `--name=value`, a switch (`--name` / `--no-name`, or `--name=true|false`), and
+/// one positional argument, the model (vLLM's `serve MODEL`), which counts as --model.
 class Args {
  public:
-  /// `switches` are flags that take no value.
+  /// `switches` are flags that take no value (each also as --no-NAME).
   Args(int argc, char** argv, int first, const std::vector<std::string>& switches);
+  /// The flag's last value; UsageError when it was given without one.
   std::optional<std::string> get(const std::string& name);
   /// Every value of a repeatable flag, in order.
   std::vector<std::string> get_all(const std::string& name);
   bool has(const std::string& name);
+  /// A switch: true for --name, false for --no-name, `fallback` when neither is given.
+  bool get_bool(const std::string& name, bool fallback);
   int get_int(const std::string& name, int fallback);
   double get_double(const std::string& name, double fallback);
   /// Throws UsageError naming any flag that no getter asked for.
@@ -33,15 +37,17 @@ class Args {
  private:
   std::map<std::string, std::vector<std::string>> values_;
   std::map<std::string, bool> used_;
+  std::vector<std::string> valueless_;  // flags given last or before another flag, that are not switches
 };
 
-/// Engine flags: --model, --device, --block-size, --num-kv-blocks, --swap-space, --gpu-memory-utilization,
+/// Engine flags: --model (or the positional MODEL), --device, --block-size, --num-kv-blocks, --swap-space, --gpu-memory-utilization,
 /// --max-num-seqs, --max-num-batched-tokens, --max-model-len, --[no-]enable-prefix-caching, --preemption-mode,
 /// --tensor-parallel-size, --max-waiting-requests, --load-format auto|dummy, --workers (or --remote-executor), --tls-dir.
-EngineConfig engine_config(Args& args);
+/// `default_model`: the model when neither is given (conf/serve.json's); empty: the model is required.
+EngineConfig engine_config(Args& args, const std::string& default_model = "");
 /// Sampling flags: --max-tokens, --temperature, --top-p, --top-k, --min-p, --seed, --n, --best-of,
-/// --use-beam-search, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),
-/// --stop-token-ids, --ignore-eos, --no-skip-special-tokens, --min-tokens, --logprobs.
+/// --[no-]use-beam-search, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),
+/// --stop-token-ids, --[no-]ignore-eos, --[no-]skip-special-tokens, --min-tokens, --logprobs.
 SamplingParams sampling_params(Args& args);
 /// Switches the two functions above understand.
 std::vector<std::string> engine_switches();

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -39,10 +40,14 @@ int run_serve_command(Args& args) {
     if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
     options.port = static_cast<uint16_t>(port);
   }
-  if (auto v = args.get("api-key")) options.api_key = *v;
+  // The API key: --api-key, else PAGED_API_KEY (vLLM reads VLLM_API_KEY), else the configuration file's.
+  if (auto v = args.get("api-key"))
+    options.api_key = *v;
+  else if (const char* env = std::getenv("PAGED_API_KEY"); env && *env)
+    options.api_key = env;
   if (auto v = args.get("chat-template")) options.chat_template_file = *v;
   if (auto v = args.get("served-model-name")) options.served_model_name = *v;
-  EngineConfig config = engine_config(args);
+  EngineConfig config = engine_config(args, options.model);
   args.reject_unknown();
   Engine engine(config);
   return run_server(engine, options);
@@ -168,7 +173,7 @@ int run_gen_certs_command(const std::string& dir, Args& args) {
   CertOptions options;
   options.hosts = args.get_all("host");
   options.days = args.get_int("days", options.days);
-  options.force = args.has("force");
+  options.force = args.get_bool("force", false);
   args.reject_unknown();
   if (options.days < 1 || options.days > 3650) throw UsageError("--days must be in [1, 3650]");
   for (const std::string& host : options.hosts)

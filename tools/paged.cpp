@@ -14,24 +14,27 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  paged generate --model DIR (--prompt TEXT | --prompts-file FILE.jsonl) [--max-tokens N] [--temperature T]
+  paged generate MODEL_DIR (--prompt TEXT | --prompts-file FILE.jsonl) [--max-tokens N] [--temperature T]
                  [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N] [--best-of N] [--use-beam-search]
                  [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F] [--stop STR]
-                 [--stop-token-ids A,B] [--ignore-eos] [--no-skip-special-tokens] [--min-tokens N] [--logprobs K]
+                 [--stop-token-ids A,B] [--[no-]ignore-eos] [--[no-]skip-special-tokens] [--min-tokens N] [--logprobs K]
                  [--json] [--stats] [engine flags]
-  paged serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
+  paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--config conf/serve.json] [engine flags]
-  paged bench --model DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
+  paged bench MODEL_DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
               [--seed S] [--requests-out FILE.json] [engine flags]
-  paged worker --model DIR [--host 127.0.0.1] [--port 7000] [--tls-dir DIR] [engine flags]
+  paged worker MODEL_DIR [--host 127.0.0.1] [--port 7000] [--tls-dir DIR] [engine flags]
                (runs one replica of the model for an engine started elsewhere with --workers; a --host off
                loopback needs --tls-dir)
   paged gen-certs DIR [--host NAME]... [--days 825] [--force]
                (writes a deployment's ca.pem, node.pem, node-key.pem for --tls-dir DIR on every host)
+MODEL_DIR may also be given as --model DIR (serve: conf/serve.json's "model" when neither is). Every on/off flag
+takes --NAME, --no-NAME or --NAME=true|false. --help and --version work with every command. serve reads the API key
+from --api-key, else the environment variable PAGED_API_KEY.
 engine flags:
   --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
-  --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --enable-prefix-caching
-  --no-enable-prefix-caching  --preemption-mode swap|recompute  --tensor-parallel-size N
+  --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --[no-]enable-prefix-caching
+  --preemption-mode swap|recompute  --tensor-parallel-size N
   --max-waiting-requests N  --load-format auto|dummy
   --workers HOST:PORT[,HOST:PORT...] (one replica per `paged worker`; a lost one is reconnected and its requests
             move to another; --remote-executor HOST:PORT is one)
@@ -72,7 +75,7 @@ json::array to_json(const std::vector<TokenId>& ids) {
 int generate(cli::Args& args) {
   EngineConfig config = cli::engine_config(args);
   SamplingParams params = cli::sampling_params(args);
-  const bool as_json = args.has("json"), stats = args.has("stats");
+  const bool as_json = args.get_bool("json", false), stats = args.get_bool("stats", false);
   auto prompt = args.get("prompt");
   auto file = args.get("prompts-file");
   args.reject_unknown();
@@ -148,9 +151,17 @@ int main(int argc, char** argv) {
     std::cerr << "paged: missing command\n" << kUsage;
     return 2;
   }
-  if (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::cout << kUsage;
-    return 0;
+  // --help and --version anywhere on the line, for every command.
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (a == "--version") {
+      std::cout << "paged " << PAGED_VERSION << "\n";
+      return 0;
+    }
   }
   const std::string cmd = argv[1];
   try {

@@ -206,7 +206,7 @@ P=(--model "$MODEL" --prompt "Once upon a time")
 expect_fail "unknown flag" 2 "unknown flag --frobnicate" generate "${P[@]}" --frobnicate 3
 expect_fail "unknown switch" 2 "unknown flag --verbose" generate "${P[@]}" --verbose=1
 expect_fail "unknown command" 2 "unknown command 'frobnicate'" frobnicate "${P[@]}"
-expect_fail "positional argument" 2 "unexpected argument 'hello'" generate "${P[@]}" hello
+expect_fail "a positional argument beside --model" 2 "the model is given twice: as hello" generate "${P[@]}" hello
 expect_fail "no command" 2 "missing command"
 expect_fail "missing --model" 2 "--model" generate --prompt "Once upon a time"
 expect_fail "no prompt" 2 "exactly one of --prompt and --prompts-file" generate --model "$MODEL"
@@ -407,6 +407,34 @@ if expect_ok "skip special tokens (default)" "${SPECIAL[@]}" && cp "$TMP/out" "$
     process.exit(ok ? 0 : 1);
   ' "$TMP/skip.json" "$TMP/out" "$bos" && echo "ok   --no-skip-special-tokens keeps $bos in the text, the default drops it" ||
     fail "--no-skip-special-tokens: $(head -c 300 "$TMP/out")"
+fi
+
+# vLLM's conventions: --help and --version on every command (stdout, exit 0), the model as the positional argument,
+# --no-NAME for every on/off flag, an unknown flag named as unknown even without a value.
+for cmd in generate serve bench worker gen-certs; do
+  checks=$((checks + 1))
+  run "$cmd" --help
+  [ "$rc" = 0 ] && grep -q '^usage:' "$TMP/out" && [ ! -s "$TMP/err" ] || fail "$cmd --help: exit $rc, $(head -c 200 "$TMP/err")"
+done
+checks=$((checks + 1))
+run --version
+[ "$rc" = 0 ] && grep -qE '^paged [0-9]+\.[0-9]+\.[0-9]+$' "$TMP/out" || fail "--version: exit $rc, $(cat "$TMP/out")"
+if expect_ok "positional model" generate "$MODEL" --prompt "Once upon a time" --max-tokens 8 --temperature 0 --json; then
+  cp "$TMP/out" "$TMP/positional.json"
+  expect_ok "--model" generate --model "$MODEL" --prompt "Once upon a time" --max-tokens 8 --temperature 0 --json &&
+    cmp -s "$TMP/out" "$TMP/positional.json" || fail "the positional model and --model differ"
+fi
+expect_fail "the model twice" 2 "given twice" generate "$MODEL" --model "$MODEL" --prompt hi
+expect_fail "two positional arguments" 2 "unexpected argument" generate "$MODEL" "$MODEL" --prompt hi
+expect_fail "unknown on/off flag" 2 "unknown flag --frobnicate" generate "$MODEL" --prompt hi --frobnicate
+expect_fail "a switch with a bad value" 2 "on or off" generate "$MODEL" --prompt hi --ignore-eos=maybe
+if expect_ok "--no-ignore-eos" generate "$MODEL" --prompt "Once upon a time" --max-tokens 8 --temperature 0 --json \
+  --no-ignore-eos; then
+  cmp -s "$TMP/out" "$TMP/positional.json" || fail "--no-ignore-eos differs from the default"
+fi
+if expect_ok "--skip-special-tokens=false" "${SPECIAL[@]}" --skip-special-tokens=false; then
+  node -e 'process.exit(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).outputs[0].text.includes(
+    process.argv[2]) ? 0 : 1)' "$TMP/out" "$bos" || fail "--skip-special-tokens=false drops $bos"
 fi
 
 echo "cli_errors: $checks checks, $failures failures"

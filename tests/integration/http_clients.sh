@@ -3,7 +3,7 @@
 #   bash tests/integration/http_clients.sh PATH/TO/paged
 # Python's urllib (it sends "Connection: close"), curl --http1.0, a streamed completion with "Connection: close", and
 # 32 completions pipelined on one connection (then a /health with "Connection: close"): each answers 200 with the
-# golden greedy continuation of stories260K
+# golden greedy continuation of stories260K. Then `serve MODEL --host localhost` with PAGED_API_KEY set
 # (the prompt's continuation, tests/http/golden_text.mjs).
 set -u
 
@@ -72,4 +72,15 @@ while rest:
 assert len(texts) == 32 and health == 1, (len(texts), health)
 assert all(t == golden for t in texts), texts[:2]
 PY
+# A host name is resolved, and the API key comes from PAGED_API_KEY when --api-key is not given.
+kill "$serve_pid"
+PAGED_API_KEY=s3cret "$PAGED" serve "$MODEL" --host localhost --port 0 >"$TMP/serve.out" 2>"$TMP/serve.err" &
+serve_pid=$!
+pids+=("$serve_pid")
+await_port serve_port serve server_port_printed || finish
+grep -q "http://localhost:$serve_port" "$TMP/serve.out" || fail "--host localhost: $(cat "$TMP/serve.out")"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://localhost:$serve_port/v1/models")
+[ "$code" = 401 ] || fail "PAGED_API_KEY: /v1/models without the key answered $code"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cret' "http://localhost:$serve_port/v1/models")
+[ "$code" = 200 ] || fail "PAGED_API_KEY: /v1/models with the key answered $code"
 finish

@@ -61,7 +61,7 @@ start_server() {
   await_port serve_port serve server_port_printed
 }
 server_port_printed() {
-  grep -o 'http://127.0.0.1:[0-9]*' "$TMP/serve.out" "$TMP/serve.err" 2>/dev/null | head -n 1 | sed 's/.*://'
+  grep -ho 'http://[a-z0-9.]*:[0-9]*' "$TMP/serve.out" "$TMP/serve.err" 2>/dev/null | head -n 1 | sed 's/.*://'
 }
 
 # start_long_generation ERRFILE: `paged generate` of 48 long sampled completions through the worker, in the
