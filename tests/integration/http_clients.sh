@@ -3,8 +3,8 @@
 #   bash tests/integration/http_clients.sh PATH/TO/paged
 # Python's urllib (it sends "Connection: close"), curl --http1.0, a streamed completion with "Connection: close", and
 # 32 completions pipelined on one connection (then a /health with "Connection: close"): each answers 200 with the
-# golden greedy continuation of stories260K. Then `serve MODEL --host localhost` with PAGED_API_KEY set
-# (the prompt's continuation, tests/http/golden_text.mjs).
+# golden greedy continuation of stories260K (the prompt's continuation, tests/http/golden_text.mjs). Then `serve
+# MODEL --host localhost` with PAGED_API_KEY set answers /v1/models 401 without the key and 200 with it.
 set -u
 
 NAME=http_clients
