@@ -270,8 +270,11 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   const bool chat = endpoint == Endpoint::chat;
   Request req;
   req.endpoint = endpoint;
-  if (auto name = f.string("model"); name && *name != model.served_model_name) {
-    invalid("The model `" + *name + "` does not exist; this server serves `" + model.served_model_name + "`", "model");
+  if (auto name = f.string("model");
+      name && *name != model.served_model_name && (model.model_path.empty() || *name != model.model_path)) {
+    throw ModelNotFound("The model `" + *name + "` does not exist; this server serves `" + model.served_model_name +
+                            "`",
+                        "model");
   }
   SamplingParams& p = req.params;
   req.stream = f.boolean("stream").value_or(false);

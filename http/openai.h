@@ -23,8 +23,14 @@ struct ModelInfo {
   const Tokenizer* tokenizer = nullptr;         // must be set
   int vocab_size = 0;                           // token ids, logit_bias keys and stop_token_ids must be below
   int max_model_len = 0;                        // prompt + max_tokens may not exceed it
-  std::string served_model_name;                // the only `model` accepted (absent is fine too)
+  std::string served_model_name;                // the `model` accepted (absent is fine too), or model_path
   const ChatTemplate* chat_template = nullptr;  // null: chat requests answer 400
+  std::string model_path;                       // the model folder as given to the server; empty: only the name
+};
+
+/// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).
+struct ModelNotFound : InvalidRequest {
+  using InvalidRequest::InvalidRequest;
 };
 
 enum class Endpoint { completions, chat };

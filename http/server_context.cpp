@@ -57,6 +57,7 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts)
   model_info_.vocab_size = eng.model_config().vocab_size;
   model_info_.max_model_len = max_model_len;
   model_info_.served_model_name = model_name;
+  model_info_.model_path = eng.config().model_dir;
   model_info_.chat_template = chat_template_ ? &*chat_template_ : nullptr;
 }
 
@@ -106,6 +107,8 @@ std::vector<RequestId> submit_prompts(ServerContext& ctx, const openai::Request&
 ErrorReply error_reply(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
+  } catch (const openai::ModelNotFound& e) {
+    return {404, openai::error_body(e.what(), "invalid_request_error", e.param, "model_not_found")};
   } catch (const InvalidRequest& e) {
     return {400, openai::error_body(e.what(), "invalid_request_error", e.param)};
   } catch (const EngineOverloaded& e) {

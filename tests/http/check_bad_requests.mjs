@@ -26,7 +26,7 @@ const cases = [
   ["empty prompt list", C, { prompt: [] }, 400, "prompt"],
   ["token id out of vocabulary", C, { prompt: [1, 512] }, 400, "prompt"],
   ["negative token id", C, { prompt: [1, -3] }, 400, "prompt"],
-  ["unknown model", C, { model: "gpt-4", prompt: "x" }, 400, "model"],
+  ["unknown model", C, { model: "gpt-4", prompt: "x" }, 404, "model"],
   ["max_tokens zero", C, { prompt: "x", max_tokens: 0 }, 400, "max_tokens"],
   ["max_tokens as a string", C, { prompt: "x", max_tokens: "10" }, 400, "max_tokens"],
   ["prompt + max_tokens over the context", C, { prompt: "x", max_tokens: 600 }, 400, "max_tokens"],

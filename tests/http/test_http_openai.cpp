@@ -6,6 +6,7 @@
 
 #include "model/template/chat_template.h"
 #include "http/openai.h"
+#include "http/server_context.h"
 #include "model/tokenizer/load_tokenizer.h"
 
 namespace json = boost::json;
@@ -98,6 +99,19 @@ TEST_CASE("completions: prompts in every form become token ids", "[openai]") {
   r = parse(Endpoint::completions, R"({"prompt": [[1, 403], [1, 407, 261]]})");
   REQUIRE(r.prompts.size() == 2);
   CHECK(r.prompts[1] == std::vector<TokenId>{1, 407, 261});
+}
+
+TEST_CASE("the model is named by its served name or by its folder; another is not found", "[openai]") {
+  openai::ModelInfo info = fixture().info();
+  info.model_path = kModelDir;
+  CHECK(openai::parse_request(Endpoint::completions, R"({"model": "stories260K", "prompt": "x"})", info).prompts.size() == 1);
+  const std::string by_path = R"({"model": ")" + kModelDir + R"(", "prompt": "x"})";
+  CHECK(openai::parse_request(Endpoint::completions, by_path, info).prompts.size() == 1);
+  CHECK_THROWS_AS(openai::parse_request(Endpoint::completions, R"({"model": "gpt-4", "prompt": "x"})", info),
+                  openai::ModelNotFound);
+  const server::ErrorReply reply = server::error_reply(std::make_exception_ptr(openai::ModelNotFound("no", "model")));
+  CHECK(reply.status == 404);
+  CHECK(reply.body.find("\"model_not_found\"") != std::string::npos);
 }
 
 TEST_CASE("add_special_tokens, truncate_prompt_tokens and response_format text take effect", "[openai]") {
