@@ -556,7 +556,9 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
   return spec.id;
 }
 
-void Engine::abort(RequestId id) { caf::anon_send(impl_->router, abort_atom::value, id); }
+void Engine::abort(RequestId id) { caf::anon_send(impl_->router, abort_atom::value, id, std::string()); }
+
+void Engine::abort_all(const std::string& reason) { caf::anon_send(impl_->router, abort_atom::value, reason); }
 
 void Engine::wait_idle() {
   std::vector<caf::actor> schedulers;

@@ -59,6 +59,9 @@ class Engine {
   /// Cancels a request: its blocks are freed at once and its sink gets one last event (finish "cancelled").
   /// Unknown or finished ids are ignored.
   void abort(RequestId id);
+  /// Ends every running request with the error `reason`, as no replica could serve it (HTTP 503): a server's
+  /// shutdown once its grace period is over.
+  void abort_all(const std::string& reason);
 
   /// Checks `params` and a prompt of `prompt_len` tokens against the model; throws InvalidRequest.
   void validate(const SamplingParams& params, size_t prompt_len) const;

@@ -281,8 +281,8 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
         for (const SeqOutput& out : outputs)
           if (take_output(self, out)) return;  // the request ended
       },
-      [self](cancel_atom, const std::string& reason) {
-        emit_final(self, true, reason.empty() ? std::nullopt : std::optional<std::string>(reason));
+      [self](cancel_atom, const std::string& reason, bool unavailable) {
+        emit_final(self, true, reason.empty() ? std::nullopt : std::optional<std::string>(reason), unavailable);
       },
   };
 }

@@ -96,12 +96,20 @@ caf::behavior router_actor(Self* self, RouterSetup setup) {
         auto& st = self->state;
         if (auto it = st.routed.find(id); it != st.routed.end()) take_out(st, it);
       },
-      [self](abort_atom a, uint64_t id) {
+      [self](abort_atom a, uint64_t id, const std::string& reason) {
         auto& st = self->state;
         auto it = st.routed.find(id);
         if (it == st.routed.end()) return;
         it->second.aborted = true;
-        if (const caf::actor& scheduler = st.setup.schedulers[it->second.replica]) self->send(scheduler, a, id);
+        if (const caf::actor& scheduler = st.setup.schedulers[it->second.replica])
+          self->send(scheduler, a, id, reason);
+      },
+      [self](abort_atom a, const std::string& reason) {
+        auto& st = self->state;
+        for (auto& [id, routed] : st.routed) {
+          routed.aborted = true;
+          if (const caf::actor& scheduler = st.setup.schedulers[routed.replica]) self->send(scheduler, a, id, reason);
+        }
       },
       [self](replica_atom, size_t index, caf::actor& scheduler) {
         auto& st = self->state;

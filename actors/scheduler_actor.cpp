@@ -481,7 +481,8 @@ void apply_plan(Self* self, StepPlan& plan) {
     if (it == st.seqs.end()) continue;
     const uint64_t rid = it->second.request;
     auto& r = st.requests.at(rid);
-    self->send(r.spec.client, cancel_atom::value, std::string("the request needs more KV-cache blocks than exist"));
+    self->send(r.spec.client, cancel_atom::value, std::string("the request needs more KV-cache blocks than exist"),
+               false);
     auto ids = r.seqs;
     r.seqs.clear();
     free_seqs(self, ids);
@@ -590,11 +591,11 @@ caf::behavior scheduler_actor(caf::stateful_actor<SchedulerState>* self, Schedul
         publish_queue_metrics(self);
         kick(self);
       },
-      [self](abort_atom, uint64_t rid) {
+      [self](abort_atom, uint64_t rid, const std::string& reason) {
         auto& st = self->state;
         auto it = st.requests.find(rid);
         if (it == st.requests.end()) return;
-        self->send(it->second.spec.client, cancel_atom::value, std::string());
+        self->send(it->second.spec.client, cancel_atom::value, reason, !reason.empty());
         auto ids = it->second.seqs;
         it->second.seqs.clear();
         free_seqs(self, ids);  // blocks freed now, even mid-step

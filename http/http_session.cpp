@@ -19,6 +19,7 @@ using tcp = net::ip::tcp;
 struct HttpSession::Exchange {
   unsigned version = 11;
   bool keep_alive = true;
+  std::shared_ptr<void> owed;  // a generation: the server owes its response (ServerContext::owe_client)
   std::shared_ptr<http::response<http::string_body>> complete;  // a whole response, ready to write
   // SSE: the header once, then frames as they come, then the last chunk.
   bool streaming = false;
@@ -149,7 +150,7 @@ void HttpSession::respond(unsigned status, std::string body, const char* content
                           std::string_view allow) {
   auto ex = std::make_shared<Exchange>();
   ex->version = request_version_;
-  ex->keep_alive = request_keep_alive_ && !close;
+  ex->keep_alive = request_keep_alive_ && !close && !ctx_.draining;
   auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), ex->version);
   res->set(http::field::server, "paged");
   res->set(http::field::content_type, content_type);
@@ -209,10 +210,14 @@ void HttpSession::handle(Request&& req) {
     respond(400, openai::error_body("/v1/stream is a WebSocket endpoint: send an upgrade request",
                                     "invalid_request_error"),
             "application/json");
+  } else if (ctx_.draining) {
+    respond(503, openai::error_body("the server is shutting down", "server_error", "", "shutting_down"),
+            "application/json", true);
   } else {
     auto ex = std::make_shared<Exchange>();
     ex->version = request_version_;
     ex->keep_alive = request_keep_alive_;
+    ex->owed = ctx_.owe_client();
     queue_.push_back(ex);
     update_read_deadline();
     start_generation(path == "/v1/completions" ? openai::Endpoint::completions : openai::Endpoint::chat, req, *ex, ex);

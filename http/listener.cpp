@@ -20,6 +20,13 @@ Listener::Listener(net::io_context& ioc, const tcp::endpoint& endpoint, ServerCo
 
 void Listener::run() { do_accept(); }
 
+void Listener::stop() {
+  net::post(acceptor_.get_executor(), [self = shared_from_this()] {
+    boost::system::error_code ignored;
+    self->acceptor_.close(ignored);
+  });
+}
+
 void Listener::do_accept() {
   // Each connection gets its own strand: its handlers never run concurrently.
   acceptor_.async_accept(net::make_strand(ioc_),

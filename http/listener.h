@@ -17,6 +17,8 @@ class Listener : public std::enable_shared_from_this<Listener> {
   Listener(boost::asio::io_context& ioc, const boost::asio::ip::tcp::endpoint& endpoint, ServerContext& ctx);
   /// Starts accepting; returns at once.
   void run();
+  /// Stops accepting and closes the listening socket (the server shuts down).
+  void stop();
   /// The bound address (the chosen port when asked for port 0).
   boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
 

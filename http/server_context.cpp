@@ -61,6 +61,20 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts)
   model_info_.chat_template = chat_template_ ? &*chat_template_ : nullptr;
 }
 
+std::shared_ptr<void> ServerContext::owe_client() {
+  class Owed {
+   public:
+    explicit Owed(std::atomic<int>& count) : count_(count) { count_.fetch_add(1); }
+    Owed(const Owed&) = delete;
+    Owed& operator=(const Owed&) = delete;
+    ~Owed() { count_.fetch_sub(1); }
+
+   private:
+    std::atomic<int>& count_;
+  };
+  return std::make_shared<Owed>(owed_);
+}
+
 std::string ServerContext::next_id(const char* prefix) {
   const uint64_t n = next_id_.fetch_add(1, std::memory_order_relaxed);
   char buf[64];

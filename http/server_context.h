@@ -59,6 +59,13 @@ class ServerContext {
   const openai::ModelInfo& model_info() const { return model_info_; }
   std::shared_ptr<EventGate> gate = std::make_shared<EventGate>();
   HttpCounters counters;
+  /// Set once the server shuts down: generation requests answer 503 and connections close after their responses.
+  std::atomic<bool> draining{false};
+  /// What the server still owes its clients counts while such a token lives: an HTTP exchange that generates, until
+  /// its response is written; a WebSocket session while it has generations or unwritten frames.
+  std::shared_ptr<void> owe_client();
+  /// How many tokens of owe_client() live.
+  int owed() const { return owed_.load(); }
 
   /// A fresh response id: PREFIX-<24 hex digits>. Thread-safe.
   std::string next_id(const char* prefix);
@@ -69,6 +76,7 @@ class ServerContext {
   std::optional<ChatTemplate> chat_template_;
   openai::ModelInfo model_info_;
   std::atomic<uint64_t> next_id_{0};
+  std::atomic<int> owed_{0};
   uint64_t id_salt_;
 };
 

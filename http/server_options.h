@@ -20,6 +20,7 @@ struct ServerOptions {
   size_t pipeline_limit = 16;           // requests queued per connection before reading pauses
   int io_threads = 2;                   // threads running the sockets (the engine has its own)
   int ws_max_generations = 16;          // concurrent generations per WebSocket
+  int shutdown_timeout_s = 30;          // SIGTERM: how long running requests may finish (vLLM's --shutdown-timeout)
 };
 
 /// Reads server options from the "server" object of a JSON file (conf/serve.json), and "model" (a path relative to

@@ -20,6 +20,7 @@ WebSocketSession::~WebSocketSession() { abort_all(); }
 void WebSocketSession::abort_all() {
   for (const auto& [key, gen] : generations_) ctx_.engine.abort(gen.engine_id);
   generations_.clear();
+  update_owed();
 }
 
 void WebSocketSession::run(http::request<http::string_body> upgrade) {
@@ -105,6 +106,10 @@ void WebSocketSession::start_generation(json::object frame, const json::value& i
   }
   for (const char* transport_field : {"type", "id", "stream", "stream_options"}) frame.erase(transport_field);
   const auto endpoint = frame.contains("messages") ? openai::Endpoint::chat : openai::Endpoint::completions;
+  if (ctx_.draining) {
+    send_error(id, 503, openai::error_body("the server is shutting down", "server_error", "", "shutting_down"));
+    return;
+  }
   try {
     const openai::Request request = openai::parse_request(endpoint, frame, ctx_.model_info());
     if (request.prompts.size() != 1) throw InvalidRequest("a WebSocket generation takes one prompt", "prompt");
@@ -117,6 +122,7 @@ void WebSocketSession::start_generation(json::object frame, const json::value& i
     gen.engine_id = ids.at(0);
     gen.finish_reasons.assign(request.params.n, "");
     generations_.emplace(key, std::move(gen));
+    update_owed();
   } catch (...) {
     // The one exception boundary of a frame: InvalidRequest 400, EngineOverloaded/Unavailable 503, the rest 500.
     const ErrorReply err = error_reply(std::current_exception());
@@ -159,6 +165,15 @@ void WebSocketSession::on_event(const std::string& key, RequestEvent event) {
                                {"total_tokens", event.prompt_tokens + event.completion_tokens}}}}));
   }
   generations_.erase(it);
+  update_owed();
+}
+
+void WebSocketSession::update_owed() {
+  if (!closed_ && (!generations_.empty() || !outbox_.empty())) {
+    if (!owed_) owed_ = ctx_.owe_client();
+  } else {
+    owed_.reset();
+  }
 }
 
 void WebSocketSession::send(std::string frame) {
@@ -179,6 +194,7 @@ void WebSocketSession::do_write() {
       return;
     }
     self->outbox_.pop_front();
+    self->update_owed();
     self->do_write();
   });
 }

@@ -57,6 +57,9 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
   std::deque<std::string> outbox_;
   bool writing_ = false;
   bool closed_ = false;
+  std::shared_ptr<void> owed_;  // while generations or frames are pending (ServerContext::owe_client)
+  /// Takes or lets go of owed_ as generations_ and outbox_ say.
+  void update_owed();
 };
 
 }  // namespace paged::server

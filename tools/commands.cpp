@@ -47,6 +47,11 @@ int run_serve_command(Args& args) {
     options.api_key = env;
   if (auto v = args.get("chat-template")) options.chat_template_file = *v;
   if (auto v = args.get("served-model-name")) options.served_model_name = *v;
+  if (args.has("shutdown-timeout")) {
+    const int seconds = args.get_int("shutdown-timeout", 0);
+    if (seconds < 0) throw UsageError("--shutdown-timeout must be 0 or more seconds");
+    options.shutdown_timeout_s = seconds;
+  }
   EngineConfig config = engine_config(args, options.model);
   args.reject_unknown();
   Engine engine(config);
