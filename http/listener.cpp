@@ -10,8 +10,13 @@ namespace paged::server {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
+namespace {
+constexpr std::chrono::milliseconds kFirstBackoff{10};
+constexpr std::chrono::milliseconds kLongestBackoff{1000};
+}  // namespace
+
 Listener::Listener(net::io_context& ioc, const tcp::endpoint& endpoint, ServerContext& ctx)
-    : ioc_(ioc), acceptor_(net::make_strand(ioc)), ctx_(ctx) {
+    : ioc_(ioc), acceptor_(net::make_strand(ioc)), ctx_(ctx), backoff_(acceptor_.get_executor()) {
   acceptor_.open(endpoint.protocol());
   acceptor_.set_option(net::socket_base::reuse_address(true));
   acceptor_.bind(endpoint);
@@ -24,6 +29,7 @@ void Listener::stop() {
   net::post(acceptor_.get_executor(), [self = shared_from_this()] {
     boost::system::error_code ignored;
     self->acceptor_.close(ignored);
+    self->backoff_.cancel();
   });
 }
 
@@ -36,13 +42,21 @@ void Listener::do_accept() {
 }
 
 void Listener::on_accept(boost::beast::error_code ec, tcp::socket socket) {
-  if (ec == net::error::operation_aborted) return;  // shutting down
-  if (ec) {
-    std::cerr << "paged: accept: " << ec.message() << "\n";
-  } else {
+  if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;  // shutting down
+  if (!ec) {
+    if (delay_.count()) std::cerr << "paged: accepting connections again" << std::endl;
+    delay_ = std::chrono::milliseconds(0);
     std::make_shared<HttpSession>(std::move(socket), ctx_)->run();
+    do_accept();
+    return;
   }
-  do_accept();
+  // Retrying at once would spin while the condition lasts (out of file descriptors): wait, longer each time.
+  if (!delay_.count()) std::cerr << "paged: accept: " << ec.message() << "; retrying with backoff" << std::endl;
+  delay_ = delay_.count() ? std::min(delay_ * 2, kLongestBackoff) : kFirstBackoff;
+  backoff_.expires_after(delay_);
+  backoff_.async_wait([self = shared_from_this()](boost::beast::error_code wait) {
+    if (!wait) self->do_accept();
+  });
 }
 
 }  // namespace paged::server

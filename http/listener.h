@@ -1,10 +1,12 @@
 // Accepts TCP connections and hands each to an HttpSession on its own strand.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
 
 #include "http/server_context.h"
@@ -29,6 +31,10 @@ class Listener : public std::enable_shared_from_this<Listener> {
   boost::asio::io_context& ioc_;
   boost::asio::ip::tcp::acceptor acceptor_;
   ServerContext& ctx_;
+  // After a failed accept (no file descriptors left: EMFILE, ENFILE, ENOBUFS) the next waits, doubling from
+  // kFirstBackoff to kLongestBackoff while accepts keep failing; one log line per failing stretch.
+  boost::asio::steady_timer backoff_;
+  std::chrono::milliseconds delay_{0};
 };
 
 }  // namespace paged::server

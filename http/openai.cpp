@@ -369,6 +369,16 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     }
   }
 
+  if (req.prompts.size() > model.max_prompts)
+    invalid("a request holds at most " + std::to_string(model.max_prompts) + " prompts (the server's " +
+                "max_prompts_per_request); this one has " + std::to_string(req.prompts.size()),
+            "prompt");
+  const size_t width = static_cast<size_t>(std::max({1, p.n, p.best_of}));
+  if (req.prompts.size() * width > model.max_sequences)
+    invalid("a request generates at most " + std::to_string(model.max_sequences) + " sequences (prompts x n, the " +
+                "server's max_sequences_per_request); this one asks for " + std::to_string(req.prompts.size()) +
+                " x " + std::to_string(width),
+            p.best_of > p.n ? "best_of" : "n");
   size_t longest = 0;
   for (const auto& prompt : req.prompts) longest = std::max(longest, prompt.size());
   const char* prompt_param = chat ? "messages" : "prompt";

@@ -26,6 +26,8 @@ struct ModelInfo {
   std::string served_model_name;                // the `model` accepted (absent is fine too), or model_path
   const ChatTemplate* chat_template = nullptr;  // null: chat requests answer 400
   std::string model_path;                       // the model folder as given to the server; empty: only the name
+  size_t max_prompts = 256;                     // prompts one request may hold
+  size_t max_sequences = 1024;                  // prompts x max(n, best_of) one request may generate
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).

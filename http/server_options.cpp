@@ -55,6 +55,12 @@ ServerOptions load_server_options(const std::string& json_file) {
       o.io_threads = static_cast<int>(positive(256));
     } else if (key == "ws_max_generations") {
       o.ws_max_generations = static_cast<int>(positive(4096));
+    } else if (key == "ws_max_outbox_bytes") {
+      o.ws_max_outbox_bytes = static_cast<size_t>(positive(int64_t{1} << 34));
+    } else if (key == "max_prompts_per_request") {
+      o.max_prompts_per_request = static_cast<size_t>(positive(1 << 20));
+    } else if (key == "max_sequences_per_request") {
+      o.max_sequences_per_request = static_cast<size_t>(positive(1 << 24));
     } else if (key == "shutdown_timeout_s") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 86400) throw bad("an integer in [0, 86400]");
       o.shutdown_timeout_s = static_cast<int>(v.get_int64());

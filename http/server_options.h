@@ -20,6 +20,9 @@ struct ServerOptions {
   size_t pipeline_limit = 16;           // requests queued per connection before reading pauses
   int io_threads = 2;                   // threads running the sockets (the engine has its own)
   int ws_max_generations = 16;          // concurrent generations per WebSocket
+  size_t ws_max_outbox_bytes = 8 << 20; // frames queued for a client that does not read; past it: closed (1008)
+  size_t max_prompts_per_request = 256;     // more prompts in one request: 400
+  size_t max_sequences_per_request = 1024;  // more prompts x n in one request: 400
   int shutdown_timeout_s = 30;          // SIGTERM: how long running requests may finish (vLLM's --shutdown-timeout)
 };
 

@@ -178,7 +178,25 @@ void WebSocketSession::update_owed() {
 
 void WebSocketSession::send(std::string frame) {
   if (closed_) return;
+  outbox_bytes_ += frame.size();
   outbox_.push_back(std::move(frame));
+  if (outbox_bytes_ > ctx_.options.ws_max_outbox_bytes) {
+    // A client that does not read: its generations end and the connection closes, with 1008 (policy) when the
+    // close frame can go out now, else by closing the socket under the write that does not drain.
+    closed_ = true;
+    abort_all();
+    outbox_.clear();
+    outbox_bytes_ = 0;
+    update_owed();
+    if (writing_) {
+      beast::error_code ignored;
+      beast::get_lowest_layer(ws_).socket().close(ignored);
+    } else {
+      ws_.async_close(websocket::close_reason(websocket::close_code::policy_error, "the client does not read"),
+                      [self = shared_from_this()](beast::error_code) {});
+    }
+    return;
+  }
   do_write();
 }
 
@@ -193,6 +211,8 @@ void WebSocketSession::do_write() {
       self->abort_all();
       return;
     }
+    if (self->closed_) return;  // closed meanwhile (the outbox bound): nothing is left to write
+    self->outbox_bytes_ -= self->outbox_.front().size();
     self->outbox_.pop_front();
     self->update_owed();
     self->do_write();

@@ -55,6 +55,7 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
   ServerContext& ctx_;
   std::map<std::string, Generation> generations_;  // by the serialised client id
   std::deque<std::string> outbox_;
+  size_t outbox_bytes_ = 0;  // bytes of the frames in outbox_
   bool writing_ = false;
   bool closed_ = false;
   std::shared_ptr<void> owed_;  // while generations or frames are pending (ServerContext::owe_client)

@@ -114,6 +114,23 @@ TEST_CASE("the model is named by its served name or by its folder; another is no
   CHECK(reply.body.find("\"model_not_found\"") != std::string::npos);
 }
 
+TEST_CASE("a request holds at most max_prompts prompts and generates at most max_sequences sequences", "[openai]") {
+  const auto prompts = [](size_t count) {
+    std::string list = "[";
+    for (size_t i = 0; i < count; ++i) list += std::string(i ? ", " : "") + "[1, 403]";
+    return list + "]";
+  };
+  const openai::ModelInfo info = fixture().info();  // the defaults: 256 prompts, 1024 sequences
+  CHECK(parse(Endpoint::completions, R"({"prompt": )" + prompts(256) + "}").prompts.size() == 256);
+  CHECK(refused_param(Endpoint::completions, R"({"prompt": )" + prompts(257) + "}") == "prompt");
+  CHECK(parse(Endpoint::completions, R"({"n": 4, "prompt": )" + prompts(256) + "}").prompts.size() == 256);
+  CHECK(refused_param(Endpoint::completions, R"({"n": 5, "prompt": )" + prompts(256) + "}") == "n");
+  CHECK(refused_param(Endpoint::completions, R"({"n": 2, "best_of": 8, "prompt": )" + prompts(200) + "}") == "best_of");
+  openai::ModelInfo tight = info;
+  tight.max_prompts = 2;
+  CHECK(refused_param(Endpoint::completions, R"({"prompt": )" + prompts(3) + "}", &tight) == "prompt");
+}
+
 TEST_CASE("add_special_tokens, truncate_prompt_tokens and response_format text take effect", "[openai]") {
   const auto C = Endpoint::completions;
   const auto K = Endpoint::chat;

@@ -7,10 +7,7 @@ set -u
 NAME=replicas
 . "$(dirname "$0")/worker_common.bash" "$@"
 
-NODE_DIR="${PAGED_BINARY_DIR:?}/http-node"
-mkdir -p "$NODE_DIR"
-cp "$SRC/tests/http/package.json" "$SRC"/tests/http/*.mjs "$NODE_DIR/"
-(cd "$NODE_DIR" && npm install --no-audit --no-fund --loglevel=error) || { echo "$NAME: npm install failed" >&2; exit 1; }
+install_node_clients
 cd "$NODE_DIR" && timeout -s KILL 300 node check_replicas.mjs --paged "$(realpath "$PAGED")" --model "$MODEL" \
   --golden "$GOLDEN" --work "$TMP" || fail "check_replicas"
 finish

@@ -2,7 +2,7 @@
 # itself (ctest runs tests/integration/*.sh). The script sets NAME and sources it with its arguments:
 #   NAME=tls_worker; . "$(dirname "$0")/worker_common.bash" "$@"
 # It gives PAGED, MODEL, GOLDEN, a scratch folder $TMP removed at exit, the processes in $pids killed at exit, and
-# fail, start_worker, start_server, start_long_generation, await_exit and finish.
+# fail, start_worker, start_server, start_long_generation, await_exit, install_node_clients and finish.
 
 PAGED=${1:?usage: $NAME.sh PATH/TO/paged}
 SRC=${PAGED_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -78,6 +78,15 @@ start_long_generation() {
 await_exit() {
   for _ in $(seq 1 $(($2 * 10))); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$1" 2>/dev/null; then rc=hung; else wait "$1"; rc=$?; fi
+}
+
+# install_node_clients: the npm packages of tests/http (the openai client, ws) and its scripts, in
+# $PAGED_BINARY_DIR/http-node (shared with http_openai.sh); sets NODE_DIR.
+install_node_clients() {
+  NODE_DIR="${PAGED_BINARY_DIR:?run through ctest, or set PAGED_BINARY_DIR}/http-node"
+  mkdir -p "$NODE_DIR"
+  cp "$SRC/tests/http/package.json" "$SRC"/tests/http/*.mjs "$NODE_DIR/"
+  (cd "$NODE_DIR" && npm install --no-audit --no-fund --loglevel=error) || { echo "$NAME: npm install failed" >&2; exit 1; }
 }
 
 # finish: the script's verdict and exit status.
