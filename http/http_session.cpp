@@ -178,10 +178,14 @@ void HttpSession::handle(Request&& req) {
       {"/health", http::verb::get, false},           {"/metrics", http::verb::get, false},
       {"/v1/models", http::verb::get, true},         {"/v1/completions", http::verb::post, true},
       {"/v1/chat/completions", http::verb::post, true}, {"/v1/stream", http::verb::get, true},
+      {"/tokenize", http::verb::post, true},         {"/detokenize", http::verb::post, true},
+      {"/version", http::verb::get, false},          {"/ping", http::verb::get, false},
+      {"/ping", http::verb::post, false},
   };
+  // The route of this path and method; else one of this path (405 names its method).
   const Route* route = nullptr;
   for (const Route& r : kRoutes) {
-    if (r.path == path) route = &r;
+    if (r.path == path && (!route || r.method == method)) route = &r;
   }
   if (!route) {
     respond(404, error_reply(404, "no route for " + std::string(path)).body, "application/json");
@@ -206,6 +210,20 @@ void HttpSession::handle(Request&& req) {
     respond(200, ctx_.engine.prometheus() + ctx_.counters.prometheus(), "text/plain; version=0.0.4");
   } else if (path == "/v1/models") {
     respond(200, openai::models_body(ctx_.model_name, ctx_.max_model_len, std::time(nullptr)), "application/json");
+  } else if (path == "/ping") {
+    respond(200, "", "application/json");
+  } else if (path == "/version") {
+    respond(200, R"({"version":")" + std::string(PAGED_VERSION) + R"("})", "application/json");
+  } else if (path == "/tokenize" || path == "/detokenize") {
+    try {
+      respond(200,
+              path == "/tokenize" ? openai::tokenize_body(req.body(), ctx_.model_info())
+                                  : openai::detokenize_body(req.body(), ctx_.model_info()),
+              "application/json");
+    } catch (...) {
+      const ErrorReply err = error_reply(std::current_exception());
+      respond(err.status, err.body, "application/json");
+    }
   } else if (path == "/v1/stream") {
     respond(400, openai::error_body("/v1/stream is a WebSocket endpoint: send an upgrade request",
                                     "invalid_request_error"),

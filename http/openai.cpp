@@ -257,12 +257,61 @@ double finite_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>
 
 }  // namespace
 
-Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model) {
+namespace {
+
+json::object parse_object(std::string_view body) {
   boost::system::error_code ec;
   json::value v = json::parse(body, ec);
   if (ec) invalid("the body is not valid JSON (or not valid UTF-8): " + ec.message(), "");
   if (!v.is_object()) invalid("the body must be a JSON object", "");
-  return parse_request(endpoint, v.get_object(), model);
+  return std::move(v.get_object());
+}
+
+// The `model` field, when present, names the served model.
+void check_model(const Fields& f, const ModelInfo& model) {
+  if (auto name = f.string("model");
+      name && *name != model.served_model_name && (model.model_path.empty() || *name != model.model_path)) {
+    throw ModelNotFound("The model `" + *name + "` does not exist; this server serves `" + model.served_model_name +
+                            "`",
+                        "model");
+  }
+}
+
+}  // namespace
+
+Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model) {
+  return parse_request(endpoint, parse_object(body), model);
+}
+
+std::string tokenize_body(std::string_view body, const ModelInfo& model) {
+  const json::object o = parse_object(body);
+  const Fields f(o);
+  check_model(f, model);
+  const bool chat = f.get("messages") != nullptr;
+  const bool add_special_tokens = f.boolean("add_special_tokens").value_or(!chat);
+  Request req;
+  if (chat)
+    parse_chat_prompt(f, model, add_special_tokens, req);
+  else
+    parse_prompt(f.get("prompt"), model, add_special_tokens, req);
+  if (req.prompts.size() != 1) invalid("/tokenize takes one prompt", "prompt");
+  f.refuse_unread();
+  json::array tokens;
+  for (TokenId t : req.prompts[0]) tokens.push_back(t);
+  return json::serialize(json::object{{"count", req.prompts[0].size()},
+                                      {"max_model_len", model.max_model_len},
+                                      {"tokens", std::move(tokens)}});
+}
+
+std::string detokenize_body(std::string_view body, const ModelInfo& model) {
+  const json::object o = parse_object(body);
+  const Fields f(o);
+  check_model(f, model);
+  const json::value* tokens = f.get("tokens");
+  if (!tokens || !tokens->is_array()) invalid("'tokens' must be a list of token ids", "tokens");
+  const std::vector<TokenId> ids = token_list(tokens->get_array(), "tokens", model.vocab_size);
+  f.refuse_unread();
+  return json::serialize(json::object{{"prompt", model.tokenizer->decode(ids)}});
 }
 
 Request parse_request(Endpoint endpoint, const json::object& body, const ModelInfo& model) {
@@ -270,12 +319,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   const bool chat = endpoint == Endpoint::chat;
   Request req;
   req.endpoint = endpoint;
-  if (auto name = f.string("model");
-      name && *name != model.served_model_name && (model.model_path.empty() || *name != model.model_path)) {
-    throw ModelNotFound("The model `" + *name + "` does not exist; this server serves `" + model.served_model_name +
-                            "`",
-                        "model");
-  }
+  check_model(f, model);
   SamplingParams& p = req.params;
   req.stream = f.boolean("stream").value_or(false);
   if (const json::value* so = f.get("stream_options")) {

@@ -63,6 +63,14 @@ std::string error_body(std::string_view message, std::string_view type, std::str
 /// GET /v1/models: the one served model.
 std::string models_body(const std::string& served_model_name, int max_model_len, int64_t created);
 
+/// POST /tokenize (vLLM's): {"prompt": TEXT, "add_special_tokens"?: true} or {"messages": [...],
+/// "add_generation_prompt"?: true, "add_special_tokens"?: false, "chat_template_kwargs"?} (rendered by the chat
+/// template), "model" optional -> {"count", "max_model_len", "tokens"}. Throws InvalidRequest (ModelNotFound) as
+/// parse_request does, also for a field it does not know.
+std::string tokenize_body(std::string_view body, const ModelInfo& model);
+/// POST /detokenize: {"tokens": [ids], "model"?} -> {"prompt": TEXT}. Throws InvalidRequest as tokenize_body.
+std::string detokenize_body(std::string_view body, const ModelInfo& model);
+
 /// A token as the logprobs formats show it: its text when that is valid UTF-8, else "bytes:\xNN..." (vLLM's form).
 std::string token_text(const Tokenizer& tokenizer, TokenId id);
 

@@ -2,6 +2,9 @@
 // events (whole bodies, SSE chunks, usage, both logprobs formats). Uses the stories260K tokenizer.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <iterator>
+
 #include <boost/json.hpp>
 
 #include "model/template/chat_template.h"
@@ -112,6 +115,36 @@ TEST_CASE("the model is named by its served name or by its folder; another is no
   const server::ErrorReply reply = server::error_reply(std::make_exception_ptr(openai::ModelNotFound("no", "model")));
   CHECK(reply.status == 404);
   CHECK(reply.body.find("\"model_not_found\"") != std::string::npos);
+}
+
+TEST_CASE("/tokenize gives the golden prompt ids and /detokenize their text", "[openai]") {
+  const boost::json::value golden = boost::json::parse(
+      [] {
+        std::ifstream in(std::string(PAGED_SHARED_DIR) + "/golden/stories260K-greedy.json");
+        return std::string(std::istreambuf_iterator<char>(in), {});
+      }());
+  const openai::ModelInfo info = fixture().info();
+  for (const auto& c : golden.at("cases").as_array()) {
+    const std::string prompt(c.at("prompt").as_string());
+    const boost::json::value got = boost::json::parse(
+        openai::tokenize_body(R"({"model": "stories260K", "prompt": )" + boost::json::serialize(boost::json::value(prompt)) + "}", info));
+    CHECK(got.at("tokens") == c.at("prompt_ids"));
+    CHECK(got.at("count").to_number<size_t>() == c.at("prompt_ids").as_array().size());
+    CHECK(got.at("max_model_len") == 512);
+    const boost::json::value text =
+        boost::json::parse(openai::detokenize_body(R"({"tokens": )" + boost::json::serialize(c.at("prompt_ids")) + "}", info));
+    CHECK(text.at("prompt") == prompt.c_str());
+  }
+  const boost::json::value without = boost::json::parse(
+      openai::tokenize_body(R"({"prompt": "Once upon a time", "add_special_tokens": false})", info));
+  CHECK(without.at("tokens").as_array().size() == 4);
+  const boost::json::value chat =
+      boost::json::parse(openai::tokenize_body(R"({"messages": [{"role": "user", "content": "hi"}]})", info));
+  CHECK(chat.at("tokens") == boost::json::value_from(parse(Endpoint::chat, R"({"messages": [{"role": "user", "content": "hi"}]})").prompts[0]));
+  CHECK_THROWS_AS(openai::tokenize_body(R"({"prompt": "x", "bogus": 1})", info), InvalidRequest);
+  CHECK_THROWS_AS(openai::tokenize_body(R"({"model": "gpt-4", "prompt": "x"})", info), openai::ModelNotFound);
+  CHECK_THROWS_AS(openai::detokenize_body(R"({"tokens": [9999]})", info), InvalidRequest);
+  CHECK_THROWS_AS(openai::detokenize_body(R"({"tokens": "x"})", info), InvalidRequest);
 }
 
 TEST_CASE("a request holds at most max_prompts prompts and generates at most max_sequences sequences", "[openai]") {

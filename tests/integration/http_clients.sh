@@ -4,7 +4,8 @@
 # Python's urllib (it sends "Connection: close"), curl --http1.0, a streamed completion with "Connection: close", and
 # 32 completions pipelined on one connection (then a /health with "Connection: close"): each answers 200 with the
 # golden greedy continuation of stories260K (the prompt's continuation, tests/http/golden_text.mjs). Then `serve
-# MODEL --host localhost` with PAGED_API_KEY set answers /v1/models 401 without the key and 200 with it.
+# MODEL --host localhost` with PAGED_API_KEY set answers /v1/models 401 without the key and 200 with it. /ping,
+# /version, /tokenize and /detokenize answer.
 set -u
 
 NAME=http_clients
@@ -72,6 +73,14 @@ while rest:
 assert len(texts) == 32 and health == 1, (len(texts), health)
 assert all(t == golden for t in texts), texts[:2]
 PY
+# vLLM's small endpoints: /ping, /version, /tokenize and /detokenize round trip.
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/ping")" = 200 ] || fail "/ping"
+curl -s "$BASE/version" | grep -qE '^\{"version":"[0-9]+\.[0-9]+\.[0-9]+"\}$' || fail "/version: $(curl -s "$BASE/version")"
+ids=$(curl -s "$BASE/tokenize" -d '{"prompt": "Once upon a time"}' | node -e 'let d = "";
+  process.stdin.on("data", (c) => d += c).on("end", () => process.stdout.write(JSON.stringify(JSON.parse(d).tokens)))')
+text=$(curl -s "$BASE/detokenize" -d "{\"tokens\": $ids}")
+[ "$text" = '{"prompt":"Once upon a time"}' ] || fail "/tokenize then /detokenize: $ids -> $text"
+
 # A host name is resolved, and the API key comes from PAGED_API_KEY when --api-key is not given.
 kill "$serve_pid"
 PAGED_API_KEY=s3cret "$PAGED" serve "$MODEL" --host localhost --port 0 >"$TMP/serve.out" 2>"$TMP/serve.err" &
