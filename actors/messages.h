@@ -22,6 +22,7 @@ using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using stop_atom = caf::atom_constant<caf::atom("stopseq")>;     // request -> scheduler: a stop string matched
 using output_atom = caf::atom_constant<caf::atom("output")>;    // scheduler -> request: new tokens
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;    // scheduler -> request: aborted
+using scheduled_atom = caf::atom_constant<caf::atom("sched")>;  // scheduler -> request: first admitted to a step
 using plan_atom = caf::atom_constant<caf::atom("plan")>;        // scheduler -> memory manager
 using free_atom = caf::atom_constant<caf::atom("free")>;
 using fork_atom = caf::atom_constant<caf::atom("fork")>;

@@ -51,7 +51,84 @@ std::vector<double> latency_buckets() {
 }
 }  // namespace
 
-Metrics::Metrics() : ttft(latency_buckets()), tpot(latency_buckets()), e2e(latency_buckets()) {}
+Metrics::Metrics()
+    : ttft(latency_buckets()),
+      tpot(latency_buckets()),
+      e2e(latency_buckets()),
+      itl(latency_buckets()),
+      queue_time(latency_buckets()),
+      prefill_time(latency_buckets()),
+      decode_time(latency_buckets()),
+      iteration_tokens({1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}) {}
+
+namespace {
+
+// One Prometheus histogram: `name`, its help, the label set of every sample ("" or `key="value"`), its snapshot.
+void write_histogram(std::ostringstream& out, const std::string& name, const char* help, const std::string& labels,
+                     const Histogram& h) {
+  const Histogram::Snapshot s = h.snapshot();
+  const std::string sep = labels.empty() ? "" : ",";
+  const std::string plain = labels.empty() ? "" : "{" + labels + "}";
+  out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " histogram\n";
+  for (size_t i = 0; i < s.bounds.size(); ++i)
+    out << name << "_bucket{" << labels << sep << "le=\"" << s.bounds[i] << "\"} " << s.cumulative[i] << '\n';
+  out << name << "_bucket{" << labels << sep << "le=\"+Inf\"} " << s.count << '\n'
+      << name << "_sum" << plain << ' ' << s.sum << '\n'
+      << name << "_count" << plain << ' ' << s.count << '\n';
+}
+
+// Prometheus label values escape backslash, quote and newline.
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Metrics::vllm_prometheus(const std::string& model_name) const {
+  std::ostringstream out;
+  const std::string label = "model_name=\"" + label_value(model_name) + "\"";
+  const auto series = [&](const char* name, const char* type, const char* help, double value,
+                          const std::string& extra = "") {
+    // A counter's sample carries the _total suffix (Prometheus' convention, as vLLM's client library writes it).
+    out << "# HELP vllm:" << name << ' ' << help << "\n# TYPE vllm:" << name << ' ' << type << "\nvllm:" << name
+        << (std::string_view(type) == "counter" ? "_total" : "") << '{' << label << extra << "} " << value << '\n';
+  };
+  const int64_t total = kv_blocks_total;
+  series("num_requests_running", "gauge", "Requests in the running batch.", double(running_requests));
+  series("num_requests_waiting", "gauge", "Requests waiting to be scheduled.", double(waiting_requests));
+  series("num_requests_swapped", "gauge", "Requests swapped out to CPU memory.", double(swapped_requests));
+  series("kv_cache_usage_perc", "gauge", "KV-cache usage (1 = all blocks used).",
+         total ? 1.0 - double(kv_blocks_free) / double(total) : 0.0);
+  series("prefix_cache_queries", "counter", "Prompt tokens looked up in the prefix cache.", double(prompt_tokens));
+  series("prefix_cache_hits", "counter", "Prompt tokens found in the prefix cache.", double(prefix_cache_hit_tokens));
+  series("num_preemptions", "counter", "Preemptions.", double(preemptions));
+  series("prompt_tokens", "counter", "Prompt tokens.", double(prompt_tokens));
+  series("generation_tokens", "counter", "Generated tokens.", double(generation_tokens));
+  out << "# HELP vllm:request_success Requests finished, by the finish reason of their first output.\n"
+      << "# TYPE vllm:request_success counter\n";
+  for (const auto& [reason, count] : {std::pair{"stop", &finished_stop}, std::pair{"length", &finished_length},
+                                      std::pair{"abort", &finished_abort}})
+    out << "vllm:request_success_total{" << label << ",finished_reason=\"" << reason << "\"} " << count->load() << '\n';
+  write_histogram(out, "vllm:time_to_first_token_seconds", "Time to first token.", label, ttft);
+  write_histogram(out, "vllm:inter_token_latency_seconds", "Time between a request's steps with output.", label, itl);
+  write_histogram(out, "vllm:time_per_output_token_seconds", "Time per output token after the first.", label, tpot);
+  write_histogram(out, "vllm:e2e_request_latency_seconds", "End-to-end request latency.", label, e2e);
+  write_histogram(out, "vllm:request_queue_time_seconds", "Time from arrival to first scheduled.", label, queue_time);
+  write_histogram(out, "vllm:request_prefill_time_seconds", "Time from first scheduled to first token.", label,
+                  prefill_time);
+  write_histogram(out, "vllm:request_decode_time_seconds", "Time from first token to the end.", label, decode_time);
+  write_histogram(out, "vllm:iteration_tokens_total", "Tokens computed per engine step.", label, iteration_tokens);
+  return out.str();
+}
 
 std::string Metrics::prometheus() const {
   std::ostringstream out;
@@ -88,13 +165,7 @@ std::string Metrics::prometheus() const {
   gauge("request_moved_total", "Requests moved to another replica when theirs was lost.", requests_moved, "counter");
   gauge("engine_steps_total", "Engine steps executed.", steps, "counter");
   auto hist = [&](const char* name, const char* help, const Histogram& h) {
-    Histogram::Snapshot s = h.snapshot();
-    out << "# HELP paged_" << name << ' ' << help << "\n# TYPE paged_" << name << " histogram\n";
-    for (size_t i = 0; i < s.bounds.size(); ++i)
-      out << "paged_" << name << "_bucket{le=\"" << s.bounds[i] << "\"} " << s.cumulative[i] << '\n';
-    out << "paged_" << name << "_bucket{le=\"+Inf\"} " << s.count << '\n'
-        << "paged_" << name << "_sum " << s.sum << '\n'
-        << "paged_" << name << "_count " << s.count << '\n';
+    write_histogram(out, std::string("paged_") + name, help, "", h);
   };
   hist("time_to_first_token_seconds", "Time to first token.", ttft);
   hist("time_per_output_token_seconds", "Time per output token after the first.", tpot);

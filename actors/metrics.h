@@ -59,13 +59,22 @@ struct Metrics {
   // KV waste over the run: reserved and used (computed) device slots summed over every planned step, so that
   // 1 - used / reserved is the step-averaged waste (KvMetrics::kv_waste at plan time).
   Counter kv_reserved_slots_sum{0}, kv_used_slots_sum{0};
+  Counter finished_stop{0}, finished_length{0}, finished_abort{0};  // requests by the finish of their first output
   // histograms, seconds
   Histogram ttft;
   Histogram tpot;
   Histogram e2e;
+  Histogram itl;           // between a request's consecutive steps with output
+  Histogram queue_time;    // arrival to first scheduled
+  Histogram prefill_time;  // first scheduled to first token
+  Histogram decode_time;   // first token to the end
+  Histogram iteration_tokens;  // tokens computed per engine step (a count, not seconds)
 
   /// Prometheus text exposition, every name prefixed paged_.
   std::string prometheus() const;
+  /// The same figures under vLLM's series names (vllm:num_requests_running, vllm:kv_cache_usage_perc, ...), each
+  /// labelled model_name="NAME", so that dashboards made for vLLM read them unchanged.
+  std::string vllm_prometheus(const std::string& model_name) const;
 };
 
 /// Where the actors of one replica (its scheduler and memory manager) write: the replica's own figures and the

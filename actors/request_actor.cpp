@@ -33,7 +33,9 @@ struct RequestState {
   bool buffered = false;             // beam search / best_of > n: everything in the final event
   int completion_tokens = 0;
   Clock::time_point start = Clock::now();
+  std::optional<Clock::time_point> scheduled;      // first admitted to a step (queue time, prefill time)
   std::optional<Clock::time_point> first_token;
+  std::optional<Clock::time_point> last_output;    // the previous step that gave it output (inter-token latency)
 };
 
 namespace {
@@ -84,6 +86,10 @@ void finish_request(Self* self, RequestEvent last) {
   auto& st = self->state;
   const auto now = Clock::now();
   st.metrics->e2e.observe(std::chrono::duration<double>(now - st.start).count());
+  if (st.first_token) st.metrics->decode_time.observe(std::chrono::duration<double>(now - *st.first_token).count());
+  const std::optional<std::string>& reason = st.completions.empty() ? std::nullopt : st.completions[0].finish;
+  (reason == "stop" ? st.metrics->finished_stop : reason == "length" ? st.metrics->finished_length
+                                                                      : st.metrics->finished_abort) += 1;
   if (st.first_token && st.completion_tokens > 1)
     st.metrics->tpot.observe(std::chrono::duration<double>(now - *st.first_token).count() /
                              (st.completion_tokens - 1));
@@ -145,6 +151,8 @@ bool take_output(Self* self, const SeqOutput& out) {
   if (!st.first_token) {
     st.first_token = Clock::now();
     st.metrics->ttft.observe(std::chrono::duration<double>(*st.first_token - st.start).count());
+    if (st.scheduled)
+      st.metrics->prefill_time.observe(std::chrono::duration<double>(*st.first_token - *st.scheduled).count());
   }
   const auto& p = *st.spec.params;
   CompletionDelta d;
@@ -278,8 +286,18 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
   ask_router(self, submit_atom::value, "");
   return {
       [self](output_atom, const std::vector<SeqOutput>& outputs) {
+        auto& st = self->state;
+        const auto now = Clock::now();
+        if (st.last_output) st.metrics->itl.observe(std::chrono::duration<double>(now - *st.last_output).count());
+        st.last_output = now;
         for (const SeqOutput& out : outputs)
           if (take_output(self, out)) return;  // the request ended
+      },
+      [self](scheduled_atom) {
+        auto& st = self->state;
+        if (st.scheduled) return;  // a moved request is admitted again: its queue time was taken
+        st.scheduled = Clock::now();
+        st.metrics->queue_time.observe(std::chrono::duration<double>(*st.scheduled - st.start).count());
       },
       [self](cancel_atom, const std::string& reason, bool unavailable) {
         emit_final(self, true, reason.empty() ? std::nullopt : std::optional<std::string>(reason), unavailable);

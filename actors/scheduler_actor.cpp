@@ -38,6 +38,7 @@ struct RequestData {
   int width = 1;                 // completions generated (n, best_of) or beams
   bool beam = false;
   bool forked = false;           // parallel sampling: the completions exist
+  bool scheduled = false;        // its first sequence was admitted (the request actor was told)
   std::vector<SeqId> seqs;       // live sequences
   std::vector<BeamHypothesis> finished_beams;  // beam search: the best `width` finished so far
   int next_index = 1;
@@ -405,6 +406,9 @@ void dispatch(Self* self, StepPlan plan) {
   st.step_running = true;
   st.step_sent = std::chrono::steady_clock::now();
   st.setup.metrics.add(&Metrics::steps, 1);
+  int step_tokens = 0;
+  for (const SeqChunk& c : batch->seqs) step_tokens += static_cast<int>(c.tokens.size());
+  st.setup.metrics.total().iteration_tokens.observe(step_tokens);
   const bool pipeline = !forks_on_result(st, plan);
   st.partial_results.clear();
   for (const caf::actor& ex : st.setup.executors) {
@@ -468,6 +472,11 @@ void apply_plan(Self* self, StepPlan& plan) {
   for (const auto& [id, cached] : plan.admitted) {
     auto it = st.seqs.find(id);
     if (it == st.seqs.end()) continue;
+    RequestData& r = st.requests.at(it->second.request);
+    if (!r.scheduled) {
+      r.scheduled = true;
+      self->send(r.spec.client, scheduled_atom::value);
+    }
     it->second.phase = PlanSeq::Phase::running;
     it->second.num_planned = cached;
     it->second.num_reported = cached;

@@ -207,7 +207,10 @@ void HttpSession::handle(Request&& req) {
     const HealthReply health = health_reply(ctx_.engine.health());
     respond(health.status, health.body, "application/json");
   } else if (path == "/metrics") {
-    respond(200, ctx_.engine.prometheus() + ctx_.counters.prometheus(), "text/plain; version=0.0.4");
+    respond(200,
+            ctx_.engine.prometheus() + ctx_.engine.metrics().vllm_prometheus(ctx_.model_name) +
+                ctx_.counters.prometheus(),
+            "text/plain; version=0.0.4");
   } else if (path == "/v1/models") {
     respond(200, openai::models_body(ctx_.model_name, ctx_.max_model_len, std::time(nullptr)), "application/json");
   } else if (path == "/ping") {

@@ -73,6 +73,24 @@ while rest:
 assert len(texts) == 32 and health == 1, (len(texts), health)
 assert all(t == golden for t in texts), texts[:2]
 PY
+# vLLM's series names, labelled with the model, count what the requests above did (35 completions of 64 tokens).
+curl -s "$BASE/metrics" >"$TMP/metrics.txt"
+for series in vllm:num_requests_running vllm:num_requests_waiting vllm:kv_cache_usage_perc vllm:prefix_cache_queries_total \
+  vllm:prefix_cache_hits_total vllm:time_to_first_token_seconds_count vllm:inter_token_latency_seconds_count \
+  vllm:request_queue_time_seconds_count vllm:request_prefill_time_seconds_count vllm:request_decode_time_seconds_count \
+  vllm:iteration_tokens_total_count vllm:e2e_request_latency_seconds_count; do
+  grep -q "^$series{model_name=\"stories260K\"} " "$TMP/metrics.txt" || fail "/metrics has no $series"
+done
+node -e '
+  const m = {};
+  for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n"))
+    if (l && !l.startsWith("#")) m[l.slice(0, l.lastIndexOf(" "))] = Number(l.slice(l.lastIndexOf(" ") + 1));
+  const M = (name, extra = "") => m[`${name}{model_name="stories260K"${extra}}`];
+  const ok = M("vllm:request_success_total", ",finished_reason=\"length\"") >= 35 &&
+    M("vllm:generation_tokens_total") >= 35 * 64 && M("vllm:prompt_tokens_total") >= 35 * 5 &&
+    M("vllm:e2e_request_latency_seconds_count") >= 35 && M("vllm:num_requests_running") === 0;
+  process.exit(ok ? 0 : 1);' "$TMP/metrics.txt" || fail "vLLM series: $(grep -E "^vllm:(request_success|generation_tokens)" "$TMP/metrics.txt")"
+
 # vLLM's small endpoints: /ping, /version, /tokenize and /detokenize round trip.
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/ping")" = 200 ] || fail "/ping"
 curl -s "$BASE/version" | grep -qE '^\{"version":"[0-9]+\.[0-9]+\.[0-9]+"\}$' || fail "/version: $(curl -s "$BASE/version")"
