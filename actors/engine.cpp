@@ -61,6 +61,7 @@ struct Engine::Impl {
   std::mt19937_64 seed_rng{std::random_device{}()};
   std::mutex seed_mu;
   int max_model_len = 0;
+  EngineSummary summary;
   int64_t max_seq_tokens = 0;  // tokens one sequence can hold in every replica's KV pool (admission keeps 1% free)
   mutable std::mutex state_mu;  // guards state, failure, stopping and the replicas' serving, reason, generation
   EngineState state = EngineState::ready;
@@ -343,7 +344,14 @@ caf::behavior Engine::Impl::reconnector(caf::event_based_actor* self) {
   };
 }
 
+double EngineSummary::max_concurrency() const {
+  int64_t blocks = 0;
+  for (const Pool& p : replicas) blocks += p.kv_blocks;
+  return max_model_len > 0 ? double(blocks * block_size) / max_model_len : 0.0;
+}
+
 Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
+  const auto started = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   m.config = std::move(config);
   EngineConfig& c = m.config;
@@ -361,8 +369,9 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   register_message_types(*m.sys_cfg);
   if (remote) m.tls_files = load_transport(*m.sys_cfg, c.tls_dir);
   m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
-  // Every replica's KV pools, in replica order.
+  // Every replica's KV pools, in replica order; the checkpoint's bytes loaded here.
   std::vector<std::pair<int, int>> pools;
+  int64_t weight_bytes = 0;
   if (remote) {
     // Each executor lives in a `paged worker`: check that it runs this model with this KV layout, then talk to it
     // through a local proxy, so that its scheduler sees one executor actor.
@@ -382,6 +391,8 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     std::vector<std::shared_ptr<ModelRunner>> runners;
     const bool dummy = c.load_format == "dummy";
     std::shared_ptr<const SafeTensors> weights = dummy ? nullptr : std::make_shared<const SafeTensors>(c.model_dir);
+    if (weights)
+      for (const auto& [name, tensor] : weights->tensors()) weight_bytes += static_cast<int64_t>(tensor.nbytes);
     auto& replica = m.replicas.emplace_back(std::make_unique<Replica>());
     std::vector<caf::actor>& executors = replica->executors;
     if (tp == 1) {
@@ -472,6 +483,24 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   router.options.block_size = c.block_size;
   m.router = spawn_router(*m.system, std::move(router));
   m.metrics.engine_ready = 1;
+
+  EngineSummary& s = m.summary;
+  s.model_dir = c.model_dir;
+  s.model_type = m.model.model_type;
+  s.checkpoint_dtype = m.model.torch_dtype;
+  s.device = c.device;
+  s.compute_dtype = c.device == "cuda" ? "bfloat16" : "float32";  // the CPU runner computes in float32
+  s.max_model_len = m.max_model_len;
+  s.block_size = c.block_size;
+  s.tensor_parallel_size = c.tensor_parallel_size;
+  s.weight_bytes = weight_bytes;
+  const int64_t element = c.device == "cuda" ? 2 : 4;
+  const int64_t block_bytes =
+      int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size * m.model.head_dim * element;
+  for (size_t i = 0; i < m.replicas.size(); ++i)
+    s.replicas.push_back({m.replicas[i]->address, pools[i].first, pools[i].first * block_bytes, pools[i].second,
+                          pools[i].second * block_bytes});
+  s.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
 Engine::~Engine() {
@@ -620,6 +649,7 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::string>& prom
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 const ModelConfig& Engine::model_config() const { return impl_->model; }
 const EngineConfig& Engine::config() const { return impl_->config; }
+const EngineSummary& Engine::summary() const { return impl_->summary; }
 Metrics& Engine::metrics() { return impl_->metrics; }
 int Engine::max_model_len() const { return impl_->max_model_len; }
 

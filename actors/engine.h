@@ -32,6 +32,21 @@ struct ReplicaInfo {
   std::string reason;      // why it was lost; empty while serving
 };
 
+/// What the engine was built with, for the startup log: the model, where it runs, its weights and KV pools.
+struct EngineSummary {
+  std::string model_dir, model_type, checkpoint_dtype, compute_dtype, device;
+  int64_t weight_bytes = 0;      // the checkpoint's tensors as loaded here (0: on workers, or random weights)
+  double load_seconds = 0.0;     // building the engine (weights, runners, workers' hellos)
+  int max_model_len = 0, block_size = 0, tensor_parallel_size = 1;
+  struct Pool {
+    std::string address;         // the replica's worker; empty: this process
+    int64_t kv_blocks = 0, kv_bytes = 0, swap_blocks = 0, swap_bytes = 0;
+  };
+  std::vector<Pool> replicas;
+  /// Sequences of max_model_len tokens that fit the KV pools at once (summed over the replicas).
+  double max_concurrency() const;
+};
+
 /// A snapshot of the engine's state, with the reason it failed (empty while ready) and its replicas.
 struct EngineHealth {
   EngineState state = EngineState::ready;
@@ -81,6 +96,8 @@ class Engine {
   std::string prometheus() const;
   /// Thread-safe snapshot of the state and the replicas.
   EngineHealth health() const;
+  /// What the engine was built with.
+  const EngineSummary& summary() const;
 
  private:
   struct Impl;

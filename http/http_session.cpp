@@ -20,6 +20,7 @@ struct HttpSession::Exchange {
   unsigned version = 11;
   bool keep_alive = true;
   std::shared_ptr<void> owed;  // a generation: the server owes its response (ServerContext::owe_client)
+  std::string id;              // the response's id (cmpl-..., chatcmpl-...), for the request log
   std::shared_ptr<http::response<http::string_body>> complete;  // a whole response, ready to write
   // SSE: the header once, then frames as they come, then the last chunk.
   bool streaming = false;
@@ -250,9 +251,10 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
                                    const std::shared_ptr<Exchange>& handle) {
   try {
     const openai::Request request = openai::parse_request(endpoint, req.body(), ctx_.model_info());
-    ex.builder = std::make_unique<openai::ResponseBuilder>(
-        request, ctx_.engine.tokenizer(), ctx_.model_name,
-        ctx_.next_id(endpoint == openai::Endpoint::chat ? "chatcmpl" : "cmpl"), std::time(nullptr));
+    ex.id = ctx_.next_id(endpoint == openai::Endpoint::chat ? "chatcmpl" : "cmpl");
+    ex.builder = std::make_unique<openai::ResponseBuilder>(request, ctx_.engine.tokenizer(), ctx_.model_name, ex.id,
+                                                           std::time(nullptr));
+    if (ctx_.options.log_requests) log_request_start(ex.id, request);
     ex.streaming = request.stream;
     std::weak_ptr<HttpSession> weak = weak_from_this();
     ex.engine_ids = submit_prompts(ctx_, request, stream_.get_executor(),
@@ -286,6 +288,7 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
 }
 
 void HttpSession::on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_index, RequestEvent event) {
+  if (event.done && ctx_.options.log_requests) log_request_end(ex->id, prompt_index, event);
   if (closed_ || !ex->builder || ex->engine_ids.empty()) return;  // answered or abandoned already
   std::string frames = ex->builder->add(prompt_index, event);
   if (ex->streaming) ex->pending += frames;

@@ -3,7 +3,9 @@
 #include <chrono>
 #include <csignal>
 #include <functional>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -22,6 +24,55 @@ namespace net = boost::asio;
 namespace {
 // After the grace period: how long the error events of the requests ended then may take to be written.
 constexpr auto kFlushTime = std::chrono::seconds(5);
+
+std::string mib(int64_t bytes) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << double(bytes) / double(1 << 20) << " MiB";
+  return s.str();
+}
+
+// What vLLM prints as it starts: the model, where it runs, its weights, the KV cache and what fits in it.
+void log_startup(const EngineSummary& s, const std::string& served_name) {
+  std::cout << "paged: model " << served_name << " (" << s.model_type << ", " << s.model_dir << "): checkpoint "
+            << s.checkpoint_dtype << ", computing in " << s.compute_dtype << " on " << s.device
+            << (s.tensor_parallel_size > 1 ? " x" + std::to_string(s.tensor_parallel_size) : std::string())
+            << ", " << (s.weight_bytes ? mib(s.weight_bytes) + " of weights" : std::string("weights on the workers"))
+            << ", ready in " << std::fixed << std::setprecision(2) << s.load_seconds << " s" << std::endl;
+  for (const EngineSummary::Pool& p : s.replicas)
+    std::cout << "paged: KV cache" << (p.address.empty() ? std::string() : " of worker " + p.address) << ": "
+              << p.kv_blocks << " blocks of " << s.block_size << " tokens (" << mib(p.kv_bytes) << "), CPU swap pool "
+              << p.swap_blocks << " blocks (" << mib(p.swap_bytes) << ")" << std::endl;
+  std::cout << "paged: maximum concurrency at max_model_len " << s.max_model_len << ": " << std::setprecision(1)
+            << s.max_concurrency() << " sequences" << std::endl;
+}
+
+// The figures a stats line compares with the previous one.
+struct StatsMark {
+  int64_t prompt_tokens = 0, generation_tokens = 0, prefix_hits = 0;
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
+};
+
+// One stats line when the engine worked since `last` (vLLM's periodic log); `last` moves to now.
+void log_stats(const Metrics& m, StatsMark& last) {
+  StatsMark now{m.prompt_tokens_computed, m.generation_tokens, m.prefix_cache_hit_tokens,
+                std::chrono::steady_clock::now()};
+  const bool busy = m.running_requests + m.waiting_requests + m.swapped_requests > 0;
+  if (busy || now.prompt_tokens != last.prompt_tokens || now.generation_tokens != last.generation_tokens) {
+    const double seconds = std::max(1e-9, std::chrono::duration<double>(now.at - last.at).count());
+    const int64_t queried = now.prompt_tokens - last.prompt_tokens + now.prefix_hits - last.prefix_hits;
+    const int64_t total = m.kv_blocks_total;
+    std::cout << std::fixed << std::setprecision(1) << "paged: prompt "
+              << double(now.prompt_tokens - last.prompt_tokens) / seconds << " tok/s, generation "
+              << double(now.generation_tokens - last.generation_tokens) / seconds << " tok/s, running "
+              << m.running_requests << ", waiting " << m.waiting_requests << ", swapped " << m.swapped_requests
+              << ", KV cache " << (total ? 100.0 * (1.0 - double(m.kv_blocks_free) / double(total)) : 0.0)
+              << "% used, prefix-cache hit rate "
+              << (queried ? 100.0 * double(now.prefix_hits - last.prefix_hits) / double(queried) : 0.0) << "%"
+              << std::endl;
+  }
+  last = now;
+}
+
 }  // namespace
 
 int run_server(Engine& engine, const ServerOptions& options) {
@@ -89,6 +140,20 @@ int run_server(Engine& engine, const ServerOptions& options) {
     signals.async_wait(on_signal);
   };
   signals.async_wait(on_signal);
+  // Every stats_interval_s, a line while the engine works.
+  net::steady_timer stats_timer(ioc);
+  StatsMark stats_mark;
+  std::function<void()> stats = [&] {
+    stats_timer.expires_after(std::chrono::seconds(options.stats_interval_s));
+    stats_timer.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      log_stats(engine.metrics(), stats_mark);
+      stats();
+    });
+  };
+  if (options.stats_interval_s > 0) stats();
+
+  log_startup(engine.summary(), ctx->model_name);
   const auto bound = listener->local_endpoint();
   std::cout << "paged: serving " << ctx->model_name << " on http://" << options.host << ":" << bound.port()
             << (ctx->model_info().chat_template ? "" : " (no chat template: /v1/chat/completions answers 400)")

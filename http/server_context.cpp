@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <random>
+#include <sstream>
 
 #include <boost/asio/post.hpp>
 #include <boost/json.hpp>
@@ -92,6 +94,30 @@ bool ServerContext::authorized(std::string_view authorization_header) const {
   unsigned diff = 0;  // constant time in the key's length
   for (size_t i = 0; i < expected.size(); ++i) diff |= static_cast<unsigned char>(authorization_header[i] ^ expected[i]);
   return diff == 0;
+}
+
+void log_request_start(const std::string& id, const openai::Request& request) {
+  const SamplingParams& p = request.params;
+  std::ostringstream line;
+  line << "paged: request " << id << ": " << request.prompts.size() << " prompt(s) of";
+  for (const auto& prompt : request.prompts) line << ' ' << prompt.size();
+  line << " tokens, max_tokens " << p.max_tokens << ", n " << p.n << ", temperature " << p.temperature
+       << (request.stream ? ", streamed" : "") << '\n';
+  std::cout << line.str() << std::flush;
+}
+
+void log_request_end(const std::string& id, size_t prompt_index, const RequestEvent& last) {
+  std::ostringstream line;
+  line << "paged: request " << id << " prompt " << prompt_index << ": " << last.prompt_tokens << " prompt and "
+       << last.completion_tokens << " completion tokens";
+  if (last.error) {
+    line << ", failed: " << *last.error;
+  } else {
+    line << ", finished:";
+    for (const CompletionDelta& d : last.deltas)
+      if (d.finish_reason) line << ' ' << *d.finish_reason;
+  }
+  std::cout << line.str() << '\n' << std::flush;
 }
 
 std::vector<RequestId> submit_prompts(ServerContext& ctx, const openai::Request& request,

@@ -91,6 +91,11 @@ std::vector<RequestId> submit_prompts(ServerContext& ctx, const openai::Request&
 
 /// The HTTP status and OpenAI error body of an exception (the one exception boundary of the server):
 /// InvalidRequest 400, EngineOverloaded and EngineUnavailable 503, anything else 500.
+/// The request log (--enable-log-requests): one line as a response starts (its prompts and parameters) and one as each
+/// of its prompts ends (tokens, finish reasons or the error).
+void log_request_start(const std::string& id, const openai::Request& request);
+void log_request_end(const std::string& id, size_t prompt_index, const RequestEvent& last);
+
 struct ErrorReply {
   unsigned status;
   std::string body;

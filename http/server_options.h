@@ -23,7 +23,9 @@ struct ServerOptions {
   size_t ws_max_outbox_bytes = 8 << 20; // frames queued for a client that does not read; past it: closed (1008)
   size_t max_prompts_per_request = 256;     // more prompts in one request: 400
   size_t max_sequences_per_request = 1024;  // more prompts x n in one request: 400
-  int shutdown_timeout_s = 30;          // SIGTERM: how long running requests may finish (vLLM's --shutdown-timeout)
+  int shutdown_timeout_s = 30;
+  int stats_interval_s = 10;            // a stats line this often while the engine works (0: none)
+  bool log_requests = false;            // a line per request as it starts and as it ends (--enable-log-requests)          // SIGTERM: how long running requests may finish (vLLM's --shutdown-timeout)
 };
 
 /// Reads server options from the "server" object of a JSON file (conf/serve.json), and "model" (a path relative to

@@ -47,6 +47,12 @@ int run_serve_command(Args& args) {
     options.api_key = env;
   if (auto v = args.get("chat-template")) options.chat_template_file = *v;
   if (auto v = args.get("served-model-name")) options.served_model_name = *v;
+  if (args.has("stats-interval")) {
+    const int seconds = args.get_int("stats-interval", 0);
+    if (seconds < 0) throw UsageError("--stats-interval must be 0 (off) or more seconds");
+    options.stats_interval_s = seconds;
+  }
+  options.log_requests = args.get_bool("enable-log-requests", options.log_requests);
   if (args.has("shutdown-timeout")) {
     const int seconds = args.get_int("shutdown-timeout", 0);
     if (seconds < 0) throw UsageError("--shutdown-timeout must be 0 or more seconds");

@@ -20,7 +20,8 @@ constexpr const char* kUsage = R"(usage:
                  [--stop-token-ids A,B] [--[no-]ignore-eos] [--[no-]skip-special-tokens] [--min-tokens N] [--logprobs K]
                  [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
-              [--served-model-name NAME] [--shutdown-timeout 30] [--config conf/serve.json] [engine flags]
+              [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
+              [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
               [--seed S] [--requests-out FILE.json] [engine flags]
   paged worker MODEL_DIR [--host 127.0.0.1] [--port 7000] [--tls-dir DIR] [engine flags]
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     auto switches = cli::engine_switches();
-    switches.insert(switches.end(), {"json", "stats", "force"});
+    switches.insert(switches.end(), {"json", "stats", "force", "enable-log-requests"});
     if (cmd == "gen-certs") {
       if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)
         throw cli::UsageError("gen-certs needs the folder to write: paged gen-certs DIR");

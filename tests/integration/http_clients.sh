@@ -5,7 +5,8 @@
 # 32 completions pipelined on one connection (then a /health with "Connection: close"): each answers 200 with the
 # golden greedy continuation of stories260K (the prompt's continuation, tests/http/golden_text.mjs). Then `serve
 # MODEL --host localhost` with PAGED_API_KEY set answers /v1/models 401 without the key and 200 with it. /ping,
-# /version, /tokenize and /detokenize answer.
+# /version, /tokenize and /detokenize answer; /metrics has vLLM's series; the log has the startup, request and stats
+# lines.
 set -u
 
 NAME=http_clients
@@ -13,7 +14,7 @@ NAME=http_clients
 command -v python3 >/dev/null && command -v curl >/dev/null ||
   { echo "$NAME: python3 and curl are required (tools/setup.sh installs them)" >&2; exit 1; }
 
-"$PAGED" serve --model "$MODEL" --port 0 >"$TMP/serve.out" 2>"$TMP/serve.err" &
+"$PAGED" serve --model "$MODEL" --port 0 --enable-log-requests --stats-interval 1 >"$TMP/serve.out" 2>"$TMP/serve.err" &
 serve_pid=$!
 pids+=("$serve_pid")
 await_port serve_port serve server_port_printed || finish
@@ -99,8 +100,21 @@ ids=$(curl -s "$BASE/tokenize" -d '{"prompt": "Once upon a time"}' | node -e 'le
 text=$(curl -s "$BASE/detokenize" -d "{\"tokens\": $ids}")
 [ "$text" = '{"prompt":"Once upon a time"}' ] || fail "/tokenize then /detokenize: $ids -> $text"
 
+# The server's log: what it loaded and the KV cache as it started, a line per request as it starts and ends, and a
+# stats line while it works.
+sleep 1.5  # one more stats interval
+for line in "paged: model stories260K \\(llama, .*computing in float32 on cpu, .* of weights, ready in" \
+  "paged: KV cache: [0-9]+ blocks of 16 tokens \(.* MiB\), CPU swap pool" "paged: maximum concurrency at max_model_len 512: " \
+  "paged: prompt [0-9.]+ tok/s, generation [0-9.]+ tok/s, running [0-9]+, waiting [0-9]+, swapped [0-9]+, KV cache"; do
+  grep -qE "^$line" "$TMP/serve.out" || fail "the log has no line /$line/: $(head -c 600 "$TMP/serve.out")"
+done
+starts=$(grep -cE '^paged: request (cmpl|chatcmpl)-[0-9a-f]+: 1 prompt\(s\) of 5 tokens, max_tokens 64' "$TMP/serve.out")
+ends=$(grep -cE '^paged: request cmpl-[0-9a-f]+ prompt 0: 5 prompt and 64 completion tokens, finished: length' "$TMP/serve.out")
+[ "$starts" -ge 35 ] && [ "$ends" -ge 35 ] || fail "request log: $starts starts and $ends ends for 35 requests"
+
 # A host name is resolved, and the API key comes from PAGED_API_KEY when --api-key is not given.
 kill "$serve_pid"
+wait "$serve_pid" 2>/dev/null  # its last lines, then the next server's, in serve.out
 PAGED_API_KEY=s3cret "$PAGED" serve "$MODEL" --host localhost --port 0 >"$TMP/serve.out" 2>"$TMP/serve.err" &
 serve_pid=$!
 pids+=("$serve_pid")
