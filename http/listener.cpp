@@ -15,12 +15,9 @@ constexpr std::chrono::milliseconds kFirstBackoff{10};
 constexpr std::chrono::milliseconds kLongestBackoff{1000};
 }  // namespace
 
-Listener::Listener(net::io_context& ioc, const tcp::endpoint& endpoint, ServerContext& ctx)
+Listener::Listener(net::io_context& ioc, std::pair<tcp, tcp::acceptor::native_handle_type> socket, ServerContext& ctx)
     : ioc_(ioc), acceptor_(net::make_strand(ioc)), ctx_(ctx), backoff_(acceptor_.get_executor()) {
-  acceptor_.open(endpoint.protocol());
-  acceptor_.set_option(net::socket_base::reuse_address(true));
-  acceptor_.bind(endpoint);
-  acceptor_.listen(net::socket_base::max_listen_connections);
+  acceptor_.assign(socket.first, socket.second);
 }
 
 void Listener::run() { do_accept(); }

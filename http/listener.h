@@ -15,8 +15,10 @@ namespace paged::server {
 
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
-  /// Opens, binds and listens on `endpoint`. Throws boost::system::system_error when it cannot (address in use).
-  Listener(boost::asio::io_context& ioc, const boost::asio::ip::tcp::endpoint& endpoint, ServerContext& ctx);
+  /// Accepts on `socket`, a listening socket (ServerPort::release) it takes over.
+  Listener(boost::asio::io_context& ioc,
+           std::pair<boost::asio::ip::tcp, boost::asio::ip::tcp::acceptor::native_handle_type> socket,
+           ServerContext& ctx);
   /// Starts accepting; returns at once.
   void run();
   /// Stops accepting and closes the listening socket (the server shuts down).

@@ -16,6 +16,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "http/listener.h"
+#include "http/server_port.h"
 #include "http/server_context.h"
 
 namespace paged {
@@ -75,7 +76,7 @@ void log_stats(const Metrics& m, StatsMark& last) {
 
 }  // namespace
 
-int run_server(Engine& engine, const ServerOptions& options) {
+int run_server(Engine& engine, const ServerOptions& options, server::ServerPort& port) {
   std::unique_ptr<server::ServerContext> ctx;
   try {
     ctx = std::make_unique<server::ServerContext>(engine, options);
@@ -85,18 +86,7 @@ int run_server(Engine& engine, const ServerOptions& options) {
   }
   const int threads = std::max(1, options.io_threads);
   net::io_context ioc(threads);
-  std::shared_ptr<server::Listener> listener;
-  try {
-    // A name (localhost, a host name) is resolved; the first address it has is listened on.
-    net::ip::tcp::resolver resolver(ioc);
-    const auto found = resolver.resolve(options.host, std::to_string(options.port),
-                                        net::ip::resolver_base::passive | net::ip::resolver_base::numeric_service);
-    if (found.empty()) throw std::runtime_error("the host name has no address");
-    listener = std::make_shared<server::Listener>(ioc, found.begin()->endpoint(), *ctx);
-  } catch (const std::exception& e) {
-    std::cerr << "paged: cannot listen on " << options.host << ":" << options.port << ": " << e.what() << "\n";
-    return 1;
-  }
+  auto listener = std::make_shared<server::Listener>(ioc, port.release(), *ctx);
   listener->run();
   // Graceful shutdown on SIGTERM / SIGINT: stop accepting, answer new generations 503, let what runs finish for
   // shutdown_timeout_s, then end the rest with an error (SSE error event + [DONE], a WebSocket error frame, 503) and

@@ -12,12 +12,14 @@
 
 #include "actors/engine.h"
 #include "http/server_options.h"
+#include "http/server_port.h"
 
 namespace paged {
 
-/// Serves `engine` until SIGINT or SIGTERM. Prints "paged: serving MODEL on http://HOST:PORT" once listening.
-/// Returns 0 after a clean shutdown, 1 when the server cannot start (address in use, bad chat template file).
-/// Every request still running at shutdown is aborted. Call from one thread; the engine must outlive the call.
-int run_server(Engine& engine, const ServerOptions& options);
+/// Serves `engine` on `port` (bound before the engine loaded, see server_port.h) until SIGINT or SIGTERM, then shuts
+/// down gracefully (options.shutdown_timeout_s). Prints the startup summary and "paged: serving MODEL on
+/// http://HOST:PORT". Returns 0 after the shutdown, 1 when the server cannot start (a bad chat template file). Call
+/// from one thread; the engine must outlive the call.
+int run_server(Engine& engine, const ServerOptions& options, server::ServerPort& port);
 
 }  // namespace paged

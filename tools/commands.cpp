@@ -60,8 +60,12 @@ int run_serve_command(Args& args) {
   }
   EngineConfig config = engine_config(args, options.model);
   args.reject_unknown();
+  // The port first: a busy one fails before the model loads, and while it loads requests get 503.
+  server::ServerPort port(options);
+  std::cout << "paged: listening on " << options.host << ":" << port.port() << ", loading " << config.model_dir
+            << std::endl;
   Engine engine(config);
-  return run_server(engine, options);
+  return run_server(engine, options, port);
 }
 
 int run_bench_command(Args& args) {

@@ -1,0 +1,34 @@
+// The server's listening port, bound before the model loads: a busy port or a bad host fails at once, with one line,
+// and while the model loads every request on the port is answered 503 (GET /health: {"status":"loading"}), as vLLM's
+// server does, so that a load balancer sees the replica coming up. run_server takes the port over once the engine is
+// ready.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include <memory>
+
+#include "http/server_options.h"
+
+namespace paged::server {
+
+class ServerPort {
+ public:
+  /// Resolves options.host (a name or an address), binds options.port (0: any free port), listens, and answers 503
+  /// on its own thread. Throws std::runtime_error "cannot listen on HOST:PORT: why".
+  explicit ServerPort(const ServerOptions& options);
+  ~ServerPort();
+  ServerPort(const ServerPort&) = delete;
+  ServerPort& operator=(const ServerPort&) = delete;
+
+  /// The bound port.
+  uint16_t port() const;
+  /// Stops answering 503 and hands over the listening socket: its protocol and native handle (the caller owns it).
+  std::pair<boost::asio::ip::tcp, boost::asio::ip::tcp::acceptor::native_handle_type> release();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace paged::server
