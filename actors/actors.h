@@ -26,17 +26,18 @@ namespace paged {
 caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner);
 
 /// The executor of a `paged worker`, for an engine in another process: (hello_atom) -> WorkerInfo,
-/// (step_atom, WireStep) -> StepResult and the swap orders. It serves one engine at a time: the first whose proxy
-/// says hello, until that proxy goes down; another engine's hello, and any message from another node, gets an
-/// ExecutorError::refused error. Every step (check_step) and swap order (check_block_pairs) is checked against the
-/// runner's limits in `info` before the runner sees it: a bad one gets an invalid_step / invalid_swap error, a runner
-/// that throws a runner_failed one, and the next good message is executed as usual. Logprobs of -inf come back as
-/// the lowest float (CAF's float encoding cannot carry an infinity). Published by a Worker (actors/worker.h).
+/// (step_atom, PackedStep) -> PackedResult (actors/step_wire.h) and the swap orders. It serves one engine at a time:
+/// the first whose proxy says hello, until that proxy goes down; another engine's hello, and any message from another
+/// node, gets an ExecutorError::refused error. Every step (check_step) and swap order (check_block_pairs) is checked
+/// against the runner's limits in `info` before the runner sees it: a bad one (or bytes that are no packed step) gets
+/// an invalid_step / invalid_swap error, a runner that throws a runner_failed one, and the next good message is
+/// executed as usual. Published by a Worker (actors/worker.h).
 caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
                                     WorkerInfo info);
 
 /// Stands in the engine for a worker's executor (`remote`, reached through CAF's middleman): forwards the hello,
-/// steps as WireSteps and the swap orders as they are, in arrival order, and delegates the answers back; answers
+/// steps as PackedSteps (deltas, actors/step_wire.h) and the swap orders as they are, in arrival order, and answers
+/// each caller with the worker's answer (a PackedResult unpacked: an invalid_result error when it does not); answers
 /// the worker's (alive_atom) with true. The hello must go through it: the worker serves the engine whose proxy said
 /// hello while that proxy lives. Quits when the remote actor goes down.
 caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor remote);
@@ -101,7 +102,8 @@ struct SchedulerSetup {
 };
 
 /// Scheduler of one replica: owns the queues and every sequence's tokens. (submit_atom, RequestSpec) adds a request
-/// (a moved one goes on from RequestSpec::resume), (abort_atom, id) cancels one, (stop_atom, id, index) ends a
+/// (a moved one goes on from RequestSpec::resume), (abort_atom, id, reason) cancels one (a non-empty reason ends it
+/// with that error, as unavailable), (stop_atom, id, index) ends a
 /// completion (stop string). Runs steps as long as there is work, planning step N+1 while step N executes when no
 /// sequence of step N forks on its result. Quits with the error when an executor fails a message (the replica is
 /// lost); publishes its queue gauges and clears them when it ends.
@@ -119,7 +121,8 @@ struct RouterSetup {
 /// Router: sends each request to a replica's scheduler (model/routing/router_policy.h: least loaded, with prefix
 /// affinity). (submit_atom, RequestSpec) -> the scheduler chosen; (resume_atom, RequestSpec) moves a request whose
 /// replica was lost -> the new scheduler (never the lost one); both answer an error when no replica serves.
-/// (done_atom, id): the request ended; (abort_atom, id) goes on to the request's scheduler, and a request aborted
+/// (done_atom, id): the request ended; (abort_atom, id, reason) goes on to the request's scheduler, (abort_atom,
+/// reason) to every request's, and a request aborted
 /// so is not moved (its resume is answered with a null actor: cancelled); (replica_atom, index,
 /// scheduler): the replica serves (again). It monitors the schedulers: a replica whose scheduler ended gets nothing
 /// until it joins again.

@@ -1,8 +1,6 @@
 #include "actors/actors.h"
 
 #include <chrono>
-#include <cmath>
-#include <limits>
 #include <map>
 #include <type_traits>
 #include <variant>
@@ -120,20 +118,6 @@ caf::response_promise hello(caf::event_based_actor* self, const std::shared_ptr<
   return rp;
 }
 
-// CAF 0.17 encodes a float by halving it until it is below 2, which never ends for an infinity: a logprob of -inf (a
-// masked token among the alternatives asked for) goes back as the lowest float, so that the reply can be sent.
-void make_sendable(StepResult& result) {
-  const auto finite = [](float& x) {
-    if (std::isinf(x)) x = x < 0 ? std::numeric_limits<float>::lowest() : std::numeric_limits<float>::max();
-  };
-  for (auto& chunk : result.samples)
-    for (auto& candidates : chunk)
-      for (SampledToken& t : candidates) {
-        finite(t.logprob);
-        for (auto& alternative : t.top_logprobs) finite(alternative.second);
-      }
-}
-
 // A swap order from the engine served, checked against the pools before the runner copies anything.
 caf::result<bool> checked_swap(caf::event_based_actor* self, WorkerState& st, const std::vector<BlockPair>& pairs,
                                PairOrder order) {
@@ -170,17 +154,16 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
   });
   return {
       [self, st](hello_atom) { return hello(self, st); },
-      [self, st](step_atom, const WireStep& wire) -> caf::result<StepResult> {
+      [self, st](step_atom, const PackedStep& packed) -> caf::result<PackedResult> {
         if (auto refusal = foreign_sender(self, *st)) return std::move(*refusal);
-        auto decoded = st->decoder.decode(wire);
+        auto wire = unpack_step(packed.bytes);
+        if (const auto* bad = std::get_if<FieldError>(&wire))
+          return make_error(ExecutorError::invalid_step, bad->describe());
+        auto decoded = st->decoder.decode(std::get<WireStep>(std::move(wire)));
         if (const auto* bad = std::get_if<FieldError>(&decoded))
           return make_error(ExecutorError::invalid_step, bad->describe());
         const StepBatch& batch = std::get<StepBatch>(decoded);
-        return guarded([&] {
-          StepResult result = st->runner->execute(batch);
-          make_sendable(result);
-          return result;
-        });
+        return guarded([&] { return PackedResult{pack_result(st->runner->execute(batch))}; });
       },
       [self, st](swap_out_atom, const std::vector<BlockPair>& pairs) {
         return checked_swap(self, *st, pairs, PairOrder::swap_out);
@@ -199,7 +182,23 @@ struct ProxyPending {
   uint64_t next = 0;
 };
 
-// Sends `xs...` to the remote actor and answers the caller when the reply (a Reply) or an error comes back.
+// Delivers the reply `r` through `settle`: as it is, or for a PackedResult the StepResult it unpacks to (an
+// invalid_result error when it does not).
+template <class Reply, class Settle>
+void settle_reply(Reply& r, const Settle& settle) {
+  settle(std::move(r));
+}
+template <class Settle>
+void settle_reply(PackedResult& r, const Settle& settle) {
+  auto result = unpack_result(r.bytes);
+  if (const auto* bad = std::get_if<FieldError>(&result))
+    settle(make_error(ExecutorError::invalid_result, bad->describe()));
+  else
+    settle(std::get<StepResult>(std::move(result)));
+}
+
+// Sends `xs...` to the remote actor and answers the caller when the reply (a Reply, as settle_reply delivers it) or
+// an error comes back.
 template <class Reply, class... Ts>
 caf::response_promise forward_to(caf::event_based_actor* self, const caf::actor& remote,
                                  const std::shared_ptr<ProxyPending>& pending, Ts&&... xs) {
@@ -213,7 +212,7 @@ caf::response_promise forward_to(caf::event_based_actor* self, const caf::actor&
     pending->promises.erase(it);
   };
   self->request(remote, caf::infinite, std::forward<Ts>(xs)...)
-      .then([settle](Reply& r) { settle(std::move(r)); }, [settle](caf::error& e) { settle(std::move(e)); });
+      .then([settle](Reply& r) { settle_reply(r, settle); }, [settle](caf::error& e) { settle(std::move(e)); });
   return rp;
 }
 
@@ -235,7 +234,8 @@ caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor rem
       [self, remote, pending](hello_atom a) { return forward_to<WorkerInfo>(self, remote, pending, a); },
       [](alive_atom) { return true; },  // the worker asks whether this engine is still there
       [self, remote, pending, encoder](step_atom a, const StepMsg& msg) {
-        return forward_to<StepResult>(self, remote, pending, a, encoder->encode(*msg.batch));
+        PackedStep packed{pack_step(encoder->encode(*msg.batch))};
+        return forward_to<PackedResult>(self, remote, pending, a, std::move(packed));
       },
       [self, remote, pending](swap_out_atom a, const std::vector<BlockPair>& pairs) {
         return forward_to<bool>(self, remote, pending, a, pairs);

@@ -14,6 +14,7 @@ std::string to_string(ExecutorError code) {
     case ExecutorError::invalid_swap: return "invalid swap order";
     case ExecutorError::refused: return "refused";
     case ExecutorError::runner_failed: return "the runner failed";
+    case ExecutorError::invalid_result: return "invalid step result";
   }
   return "executor error " + std::to_string(static_cast<int>(code));
 }
@@ -39,7 +40,8 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<TokenId>>("paged.TokenIds");
   cfg.add_message_type<NcclUniqueId>("paged.NcclUniqueId");
   cfg.add_message_type<RankReady>("paged.RankReady");
-  cfg.add_message_type<WireStep>("paged.WireStep");
+  cfg.add_message_type<PackedStep>("paged.PackedStep");
+  cfg.add_message_type<PackedResult>("paged.PackedResult");
   cfg.add_message_type<WorkerInfo>("paged.WorkerInfo");
   cfg.add_error_category(executor_error_category, [](uint8_t code, caf::atom_value, const caf::message& context) {
     std::string text = to_string(static_cast<ExecutorError>(code));

@@ -42,10 +42,12 @@ using reconnect_atom = caf::atom_constant<caf::atom("reconn")>; // engine -> its
 /// Why an executor refused a message or failed it: the codes of the caf::errors in its category ("executor"),
 /// each with a message naming what was wrong (rendered "invalid step: seqs[0].tokens[3]: token 900 is ...").
 enum class ExecutorError : uint8_t {
-  invalid_step = 1,  // a step outside the runner's limits (model/step_check.h); nothing was executed
+  invalid_step = 1,  // a step that does not unpack, or outside the runner's limits (model/step_check.h); nothing
+                     // was executed
   invalid_swap,      // a swap order outside the KV pools; nothing was copied
   refused,           // the sender may not use this worker: it serves another engine, or none said hello yet
   runner_failed,     // the runner threw while executing (the executor stays up for the next message)
+  invalid_result,    // a worker's answer to a step that does not unpack (actors/step_wire.h)
 };
 
 /// The category's name, e.g. "invalid step".
@@ -56,7 +58,7 @@ caf::error make_error(ExecutorError code, std::string message);
 
 /// A step as sent to executors. SampleSpec pointers refer to scheduler-owned sequence data that `keep_alive`
 /// holds until every executor has finished the step. In-process only: the proxy of a remote executor sends the
-/// step on as a WireStep (actors/step_wire.h).
+/// step on as a PackedStep (actors/step_wire.h).
 struct StepMsg {
   std::shared_ptr<const StepBatch> batch;
   std::vector<std::shared_ptr<const void>> keep_alive;
@@ -115,46 +117,6 @@ struct WorkerInfo {
 // CAF's inspect overloads (serialisation across the network layer, to_string) of the message types and what they
 // hold.
 
-/// A std::optional member, which CAF 0.17 cannot inspect: a presence flag, then the value if there is one.
-template <class T>
-struct OptionalMember {
-  std::optional<T>& value;
-};
-/// The value part of an OptionalMember: inspected only when `present` (which is inspected before it) holds.
-template <class T>
-struct PresentValue {
-  const bool& present;
-  T& value;
-};
-template <class Inspector, class T>
-typename Inspector::result_type inspect(Inspector& f, PresentValue<T>& x) {
-  return x.present ? f(x.value) : f();
-}
-template <class Inspector, class T>
-typename Inspector::result_type inspect(Inspector& f, OptionalMember<T>& x) {
-  bool present = x.value.has_value();
-  T value = x.value.value_or(T{});
-  PresentValue<T> tail{present, value};
-  if constexpr (Inspector::writes_state) {
-    auto result = f(present, tail);
-    x.value = present ? std::optional<T>(value) : std::nullopt;
-    return result;
-  } else {
-    return f(present, tail);
-  }
-}
-
-/// Every field, so that a worker samples with the parameters the engine was given.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
-  OptionalMember<uint64_t> seed{x.seed};
-  OptionalMember<int> logprobs{x.logprobs};
-  return f(caf::meta::type_name("SamplingParams"), x.n, x.best_of, x.use_beam_search, x.max_tokens, x.min_tokens,
-           x.temperature, x.top_p, x.top_k, x.min_p, seed, x.repetition_penalty, x.presence_penalty,
-           x.frequency_penalty, x.logit_bias, x.stop_token_ids, x.stop, x.ignore_eos, logprobs,
-           x.skip_special_tokens);
-}
-
 // PAGED_INSPECT(Type, x.member...) defines one over the members given, in that order.
 #define PAGED_INSPECT(Type, ...)                                   \
   template <class Inspector>                                       \
@@ -173,22 +135,13 @@ PAGED_INSPECT(StepPlan, x.chunks, x.copies, x.swap_out, x.swap_in, x.preempted_r
 PAGED_INSPECT(StepResult, x.seqs, x.samples)
 PAGED_INSPECT(NcclUniqueId, x.bytes)
 PAGED_INSPECT(RankReady, x.num_blocks, x.num_swap_blocks, x.error, x.model_error)
-PAGED_INSPECT(WireContext, x.params, x.prompt, x.stop_ids)
-PAGED_INSPECT(WireSample, x.seed, x.num_logprobs, x.num_candidates)
-PAGED_INSPECT(WireStep, x.seqs, x.copies, x.finished)
+PAGED_INSPECT(PackedStep, x.bytes)
+PAGED_INSPECT(PackedResult, x.bytes)
 PAGED_INSPECT(WorkerInfo, x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads, x.head_dim,
               x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens, x.num_blocks,
               x.num_swap_blocks)
 
 #undef PAGED_INSPECT
-
-/// Its context (sent once per sequence) as an OptionalMember.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, WireChunk& x) {
-  OptionalMember<WireContext> context{x.context};
-  return f(caf::meta::type_name("WireChunk"), x.seq, x.tokens, x.start_pos, x.table_keep, x.table_tail, context,
-           x.output_keep, x.output_tail, x.samples);
-}
 
 /// Registers the message types above, and the executor's error category (its renderer), with an actor system
 /// configuration.

@@ -3,14 +3,19 @@
 // the same, so that a step carries only what changed: each chunk's tokens, its block table and output ids past the
 // prefix the worker already holds, a sequence's sampling context (parameters, prompt, stop ids) once, the first time
 // it samples on the worker, and the sequences that ended. A decode step costs the same few dozen bytes per sequence
-// whatever its history (plus the blocks that changed: all of them after a swap-in or a recompute). Pure: no CAF (its
-// inspect overloads are in actors/messages.h).
+// whatever its history (plus the blocks that changed: all of them after a swap-in or a recompute), and nearly the
+// same CPU time on both sides: neither reads a sequence's token ids again (only its block table, one id per
+// block). Steps and their results travel as bytes packed here
+// (pack_step, pack_result), which CAF carries as one string each: CAF 0.17 serialises a std::vector element by
+// element (about 17 ns each), a std::string as one copy. Pure: no CAF.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <variant>
 #include <vector>
@@ -55,6 +60,11 @@ struct WireStep {
 };
 
 /// The head's side: turns each step into a delta against what it sent before. One per worker connection.
+/// Contract: while a sequence id lives (until a step lists it in `finished`), its output ids only grow, as they do in
+/// the scheduler (a fork, or a request moved from a lost replica, is a new SeqId). So the output sent is compared by
+/// its last id only (O(new ids) per step): a held output whose last id is where it was counts as a prefix; else (the
+/// contract broken: a shorter output, or its last held id changed) the whole output is compared. Block tables are
+/// compared whole (they are short, and change in place: copy-on-write, swap-in, recompute).
 class WireEncoder {
  public:
   /// `batch` as a delta against the steps encoded before, which it then remembers. The samples of a chunk must share
@@ -82,17 +92,19 @@ struct WireBounds {
 };
 
 /// The worker's side: rebuilds each step from its delta and what the steps before sent, checked against the
-/// runner's limits before anything is kept. Each step copies the output ids of the sequences it samples (staged
-/// beside the state, so that a refused step leaves it as it was).
+/// runner's limits before it is taken. O(what the step sends + block tables) per step: each output tail is appended
+/// in place and the ids of each context and tail are checked against the vocabulary once, when they arrive (check_step
+/// then checks the histories' lengths only); a refused step's changes are rolled back.
 class WireDecoder {
  public:
   explicit WireDecoder(const StepLimits& limits, WireBounds bounds = {});
 
-  /// The step `wire` describes, checked by check_step, its SampleSpecs pointing into this decoder (valid until the
-  /// next decode() or reset()); or the first field of `wire` or of that step that is wrong (a keep beyond what is
-  /// held, a sample of a sequence whose context never came, a bound passed, what check_step refuses), and then
-  /// nothing has changed. `finished` drops those sequences (unknown ids are fine) before the chunks apply.
-  std::variant<StepBatch, FieldError> decode(const WireStep& wire);
+  /// The step `wire` describes (its lists taken over), checked by check_step, its SampleSpecs pointing into this
+  /// decoder (valid until the next decode() or reset()); or the first field of `wire` or of that step that is wrong
+  /// (a keep beyond what is held, a sample of a sequence whose context never came, an id of a context or an output
+  /// tail outside the vocabulary, a bound passed, what check_step refuses), and then nothing has changed.
+  /// `finished` drops those sequences (unknown ids are fine) before the chunks apply.
+  std::variant<StepBatch, FieldError> decode(WireStep wire);
   /// Forgets every sequence (a new engine is served).
   void reset();
   /// Sequences and token ids held.
@@ -100,22 +112,59 @@ class WireDecoder {
   size_t num_tokens() const { return num_tokens_; }
 
  private:
-  // What the decoder holds for one sequence. Context and output on the heap, so that a step's SampleSpecs stay
-  // valid while the state moves.
+  // What the decoder holds for one sequence, on the heap, so that a step's SampleSpecs stay valid while the map
+  // changes.
   struct SeqState {
     std::vector<int32_t> table;
-    std::shared_ptr<const WireContext> context;          // null: never sent
-    std::shared_ptr<const std::vector<TokenId>> output;  // null: the sequence never sampled
+    std::shared_ptr<const WireContext> context;  // null: never sent
+    std::vector<TokenId> output;
   };
+  struct Change;  // what a step changed of a sequence held before it, to put back when the step is refused
   static size_t tokens_of(const SeqState& s);  // its prompt, stop and output ids
-  // What chunk `i` of a step makes of its sequence's state `old` (null: none held), each list bounded by
-  // max_model_len before it is copied; or why the chunk does not follow from `old`.
-  std::variant<SeqState, FieldError> next_state(size_t i, const WireChunk& wc, const SeqState* old) const;
+  // The error of chunk `i` of a step against its sequence's state `old` (null: none held), which holds `tokens` ids
+  // after it; nullopt when the chunk follows from `old`. Reads only what the chunk sends.
+  std::optional<FieldError> check_chunk(size_t i, const WireChunk& wc, const SeqState* old, size_t& tokens) const;
+  // Applies a checked chunk to `state` in place (taking its context), recording in `before` how to undo it.
+  static void apply(WireChunk& wc, SeqState& state, Change& before);
+  static void undo(Change& change);
 
   StepLimits limits_;
   WireBounds bounds_;
-  std::unordered_map<SeqId, SeqState> seqs_;
+  std::unordered_map<SeqId, std::unique_ptr<SeqState>> seqs_;
   size_t num_tokens_ = 0;
 };
+
+/// A WireStep as bytes (pack_step), the message a head sends a worker.
+struct PackedStep {
+  std::string bytes;
+};
+/// A StepResult as bytes (pack_result), a worker's answer to a PackedStep.
+struct PackedResult {
+  std::string bytes;
+};
+
+
+// The bytes: fixed-width little-endian integers, floats as their IEEE-754 bits (an infinity or a NaN as it is); a
+// list is a u32 count, then its entries; a flag one byte, 0 or 1; an optional a flag, then its value when set.
+//   step:    chunks, copies (i32 source, i32 destination), finished (u64)
+//   chunk:   u64 seq, tokens (i32), i32 start_pos, i32 table_keep, table_tail (i32), optional context, i32 output_keep,
+//            output_tail (i32), samples (u64 seed, i32 num_logprobs, i32 num_candidates)
+//   context: parameters, prompt (i32), stop_ids (i32)
+//   parameters: the fields of SamplingParams in declaration order; int as i32, bool as a flag; logit_bias as
+//            (i32 token, f32 bias) in ascending token order; stop as strings (u32 length, then the bytes)
+//   result:  seqs (u64), then a list per chunk of a list per sample of candidates (i32 token, f32 logprob,
+//            top_logprobs as (i32 token, f32 logprob))
+
+/// `step` as bytes. Throws std::length_error for a list of more than 2^32 - 1 entries.
+std::string pack_step(const WireStep& step);
+/// The step that `bytes` hold; or, for bytes that are no packed step (cut short, a count beyond the bytes left, a
+/// flag neither 0 nor 1, logit_bias keys out of order or twice, stop strings over kMaxStopBytes, bytes after the
+/// end), the field where they fail, with its byte offset. Untrusted input: nothing is allocated before the bytes
+/// left are known to hold it. Values are not checked (the WireDecoder and check_step do that).
+std::variant<WireStep, FieldError> unpack_step(std::string_view bytes);
+/// `result` as bytes. Throws std::length_error for a list of more than 2^32 - 1 entries.
+std::string pack_result(const StepResult& result);
+/// The result that `bytes` hold, or where they fail, as unpack_step. Values are not checked.
+std::variant<StepResult, FieldError> unpack_result(std::string_view bytes);
 
 }  // namespace paged

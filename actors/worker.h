@@ -1,6 +1,6 @@
 // A worker: one executor (the whole model, CPU or CUDA) published on a TCP port through CAF's network layer, for an
 // engine on another host (EngineConfig::remote_executor). The engine keeps the scheduler, the KV bookkeeping and
-// the requests; each step travels to the worker as a WireStep (model/step_wire.h) and the samples come back.
+// the requests; each step travels to the worker as a PackedStep (actors/step_wire.h) and the samples come back.
 // Off loopback only with mutual TLS (actors/tls.h): EngineConfig::tls_dir names the deployment's certificates.
 //   paged worker --model DIR --host 0.0.0.0 --port 7000 --tls-dir certs          # on the GPU host
 //   paged serve --model DIR --remote-executor gpu-host:7000 --tls-dir certs

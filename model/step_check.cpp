@@ -27,36 +27,34 @@ std::string indexed(const std::string& field, size_t i) { return field + "[" + s
 std::string range(int n) { return "[0, " + std::to_string(n) + ")"; }
 
 // The first id of `ids` (null: none) outside the vocabulary, as "[i]".
-std::optional<FieldError> check_token_ids(const std::vector<TokenId>* ids, int vocab) {
-  if (!ids) return std::nullopt;
-  for (size_t i = 0; i < ids->size(); ++i)
-    if ((*ids)[i] < 0 || (*ids)[i] >= vocab)
-      return bad(indexed("", i), "token " + std::to_string((*ids)[i]) + " is outside the vocabulary " + range(vocab));
-  return std::nullopt;
+std::optional<FieldError> check_ids_if_any(const std::vector<TokenId>* ids, int vocab) {
+  return ids ? check_token_ids(*ids, vocab) : std::nullopt;
 }
 
 // Fields as ".num_logprobs", ".params.top_p", ...
-std::optional<FieldError> check_sample(const SampleSpec& s, const StepLimits& limits) {
+std::optional<FieldError> check_sample(const SampleSpec& s, const StepLimits& limits, HistoryCheck history) {
   if (!s.params) return bad(".params", "a sample needs its sampling parameters");
   if (auto e = check_sampling_params(*s.params, limits.vocab_size)) return under(".params.", std::move(e));
   if (s.num_logprobs < 0 || s.num_logprobs > kMaxLogprobs)
     return bad(".num_logprobs", "num_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
   if (s.num_candidates < 1 || s.num_candidates > kMaxCandidates)
     return bad(".num_candidates", "num_candidates must be in [1, " + std::to_string(kMaxCandidates) + "]");
-  if (auto e = check_token_ids(s.prompt, limits.vocab_size)) return under(".prompt", std::move(e));
-  if (auto e = check_token_ids(s.output, limits.vocab_size)) return under(".output", std::move(e));
-  if (auto e = check_token_ids(s.stop_ids, limits.vocab_size)) return under(".stop_ids", std::move(e));
-  const size_t history = (s.prompt ? s.prompt->size() : 0) + (s.output ? s.output->size() : 0);
-  if (history > static_cast<size_t>(limits.max_model_len))
-    return bad(".output", "a history of " + std::to_string(history) + " tokens exceeds max_model_len " +
+  if (history == HistoryCheck::full) {
+    if (auto e = check_ids_if_any(s.prompt, limits.vocab_size)) return under(".prompt", std::move(e));
+    if (auto e = check_ids_if_any(s.output, limits.vocab_size)) return under(".output", std::move(e));
+    if (auto e = check_ids_if_any(s.stop_ids, limits.vocab_size)) return under(".stop_ids", std::move(e));
+  }
+  const size_t length = (s.prompt ? s.prompt->size() : 0) + (s.output ? s.output->size() : 0);
+  if (length > static_cast<size_t>(limits.max_model_len))
+    return bad(".output", "a history of " + std::to_string(length) + " tokens exceeds max_model_len " +
                               std::to_string(limits.max_model_len));
   return std::nullopt;
 }
 
 // Fields as ".tokens[3]", ".block_table", ...
-std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limits) {
+std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limits, HistoryCheck history) {
   if (c.tokens.empty()) return bad(".tokens", "a chunk computes at least one token");
-  if (auto e = check_token_ids(&c.tokens, limits.vocab_size)) return under(".tokens", std::move(e));
+  if (auto e = check_token_ids(c.tokens, limits.vocab_size)) return under(".tokens", std::move(e));
   if (c.start_pos < 0) return bad(".start_pos", "start_pos " + std::to_string(c.start_pos) + " is negative");
   const int64_t end = int64_t{c.start_pos} + static_cast<int64_t>(c.tokens.size());
   if (end > limits.max_model_len)
@@ -79,11 +77,18 @@ std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limit
     return bad(".samples", std::to_string(c.samples.size()) + " samples, more than the " +
                                std::to_string(kMaxSamplesPerChunk) + " a chunk draws at most");
   for (size_t k = 0; k < c.samples.size(); ++k)
-    if (auto e = check_sample(c.samples[k], limits)) return under(indexed(".samples", k), std::move(e));
+    if (auto e = check_sample(c.samples[k], limits, history)) return under(indexed(".samples", k), std::move(e));
   return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<FieldError> check_token_ids(const std::vector<TokenId>& ids, int vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab_size)
+      return bad(indexed("", i), "token " + std::to_string(ids[i]) + " is outside the vocabulary " + range(vocab_size));
+  return std::nullopt;
+}
 
 std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs, PairOrder order, int num_blocks,
                                             int num_swap_blocks) {
@@ -122,7 +127,7 @@ std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs,
   return std::nullopt;
 }
 
-std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& limits) {
+std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& limits, HistoryCheck history) {
   size_t tokens = 0;
   for (const SeqChunk& c : step.seqs) tokens += c.tokens.size();
   if (tokens > static_cast<size_t>(limits.max_num_batched_tokens))
@@ -135,7 +140,7 @@ std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& li
   if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end())
     return bad("seqs", "sequence " + std::to_string(*twice) + " has two chunks in the step");
   for (size_t s = 0; s < step.seqs.size(); ++s)
-    if (auto e = check_chunk(step.seqs[s], limits)) return under(indexed("seqs", s), std::move(e));
+    if (auto e = check_chunk(step.seqs[s], limits, history)) return under(indexed("seqs", s), std::move(e));
   return check_block_pairs(step.copies, PairOrder::copy_on_write, limits.num_blocks, limits.num_swap_blocks);
 }
 

@@ -1,7 +1,7 @@
 // Checks a step against the runner it is for, before any memory is touched. A worker executes steps and swap orders
 // that arrive from another process (actors/executor_actor.cpp): a bad one must fail alone, not write outside the KV
 // pools, read past a block table or feed the sampler NaN. Pure: no CAF, no CUDA; O(tokens + blocks + sampling
-// inputs) per step.
+// inputs) per step, or O(tokens + blocks + sampling parameters) for a caller that has checked the histories' ids.
 #pragma once
 
 #include <optional>
@@ -42,6 +42,15 @@ enum class PairOrder {
 std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs, PairOrder order, int num_blocks,
                                             int num_swap_blocks);
 
+/// The first id of `ids` outside the vocabulary [0, vocab_size), named "[i]"; nullopt when all are in it.
+std::optional<FieldError> check_token_ids(const std::vector<TokenId>& ids, int vocab_size);
+
+/// How much of each sample's history (its prompt, output and stop ids) check_step reads.
+enum class HistoryCheck {
+  full,          // every id, against the vocabulary, and the length of prompt and output
+  lengths_only,  // the length only: the caller has checked every id already (a WireDecoder, as each arrives)
+};
+
 /// The first field of `step` that `limits` do not allow, or nullopt when the step is safe to execute. The step: at
 /// most max_num_batched_tokens tokens in all, in chunks of distinct sequences (not bounded by max_num_seqs, which
 /// bounds admissions: the forks of parallel sampling and beam search run beside the sequences admitted); its copies
@@ -49,9 +58,10 @@ std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs,
 /// tokens <= max_model_len; a block table that covers every position written (and so every one read before them),
 /// of at most ceil(max_model_len / block_size) blocks of the device pool; at most kMaxSamplesPerChunk samples. A
 /// sample: parameters, in range (check_sampling_params); num_logprobs in [0, kMaxLogprobs]; num_candidates in
-/// [1, kMaxCandidates]; prompt, output and stop ids (each may be null) in the vocabulary; a history (prompt and
-/// output) of at most max_model_len tokens. Fields are named by path: "seqs[2].block_table[0]",
-/// "seqs[0].samples[1].params.top_p".
-std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& limits);
+/// [1, kMaxCandidates]; prompt, output and stop ids (each may be null) in the vocabulary, unless `history` is
+/// lengths_only; a history (prompt and output) of at most max_model_len tokens. Fields are named by path:
+/// "seqs[2].block_table[0]", "seqs[0].samples[1].params.top_p".
+std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& limits,
+                                     HistoryCheck history = HistoryCheck::full);
 
 }  // namespace paged

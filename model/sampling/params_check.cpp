@@ -41,10 +41,14 @@ std::optional<FieldError> check_sampling_params(const SamplingParams& p, int voc
   }
   for (TokenId id : p.stop_token_ids)
     if (id < 0 || id >= vocab) return bad("stop_token_ids", "stop_token_ids entry outside the vocabulary");
+  size_t stop_bytes = 0;
   for (const auto& s : p.stop) {
     if (s.empty()) return bad("stop", "stop strings must not be empty");
     if (!utf8::is_valid(s)) return bad("stop", "stop strings must be valid UTF-8");
+    stop_bytes += s.size();
   }
+  if (stop_bytes > kMaxStopBytes)
+    return bad("stop", "stop strings must total at most " + std::to_string(kMaxStopBytes) + " bytes");
   if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > kMaxLogprobs))
     return bad("logprobs", "logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
   if (p.use_beam_search && p.temperature != 0.0f) return bad("temperature", "beam search requires temperature 0");

@@ -11,6 +11,10 @@
 
 namespace paged {
 
+/// Most bytes of stop strings one request may have (check_sampling_params refuses more; a worker's step decoder
+/// takes no more).
+inline constexpr size_t kMaxStopBytes = size_t{1} << 20;
+
 struct SamplingParams {
   int n = 1;                       // completions returned
   int best_of = 0;                 // completions generated (0: same as n); the n best by cumulative logprob return

@@ -1,8 +1,9 @@
 // The executor in another process's place: a Worker published on loopback and an Engine that reaches it through
 // CAF's network layer (a real TCP connection), against the same engine with its executor in-process, on the real
 // stories260K model. Plus the wire form of a step on its own, what an engine refuses to connect to, and the
-// worker's hardening: bad steps and swap orders refused with an error while the worker stays healthy, a runner that
-// throws, one engine served at a time, none of an engine's sequences known to the next.
+// worker's hardening: bad steps (and bytes that are no step) and swap orders refused with an error while the worker
+// stays healthy, a runner that throws, one engine served at a time, none of an engine's sequences known to the next;
+// and a proxy's answer to a worker's result that does not unpack.
 #include <catch2/catch.hpp>
 
 #include <caf/io/all.hpp>
@@ -80,8 +81,17 @@ class RawHead {
         .receive([&](Reply& r) { reply = std::move(r); }, [&](caf::error& e) { error = system_->render(e); });
     return {std::move(reply), std::move(error)};
   }
+  // The worker's answer to `bytes` as a step: the result it unpacks to, or the error rendered.
+  std::pair<std::optional<StepResult>, std::string> step_bytes(std::string bytes) {
+    auto [packed, error] = ask<PackedResult>(step_atom::value, PackedStep{std::move(bytes)});
+    if (!packed) return {std::nullopt, std::move(error)};
+    auto result = unpack_result(packed->bytes);
+    if (const auto* bad = std::get_if<FieldError>(&result)) return {std::nullopt, "unpack: " + bad->describe()};
+    return {std::get<StepResult>(std::move(result)), ""};
+  }
+  std::pair<std::optional<StepResult>, std::string> step(const WireStep& wire) { return step_bytes(pack_step(wire)); }
   // The error the worker answers a step with ("" when it executes it).
-  std::string step_error(const WireStep& step) { return ask<StepResult>(step_atom::value, step).second; }
+  std::string step_error(const WireStep& wire) { return step(wire).second; }
 
  private:
   caf::actor_system_config cfg_;
@@ -207,7 +217,7 @@ TEST_CASE("a step survives its wire form: same samples from the runner", "[remot
     }
 }
 
-TEST_CASE("every sampling parameter survives CAF's serialisation of a wire step, unset optional ones too",
+TEST_CASE("every sampling parameter survives a wire step's packing and decoding, unset optional ones too",
           "[remote]") {
   // Every field away from its default (temperature 0, as beam search needs, for a step that passes the check).
   const SamplingParams set{.n = 3, .best_of = 5, .use_beam_search = true, .max_tokens = 77, .min_tokens = 4,
@@ -232,12 +242,9 @@ TEST_CASE("every sampling parameter survives CAF's serialisation of a wire step,
   }
   b.seqs.push_back({.seq = 12, .tokens = {5, 6}, .start_pos = 0, .block_table = {0}, .samples = {}});
 
-  WireStep received;
-  std::vector<char> bytes;
-  caf::binary_serializer sink(nullptr, bytes);
-  REQUIRE_FALSE(sink(first_wire_step(b)));
-  caf::binary_deserializer source(nullptr, bytes);
-  REQUIRE_FALSE(source(received));
+  auto unpacked = unpack_step(pack_step(first_wire_step(b)));
+  REQUIRE(std::holds_alternative<WireStep>(unpacked));
+  const WireStep& received = std::get<WireStep>(unpacked);
   CHECK_FALSE(received.seqs.at(2).context);  // a chunk without samples
   WireDecoder decoder({.vocab_size = 32, .block_size = 16, .num_blocks = 8, .num_swap_blocks = 0,
                        .max_model_len = 64, .max_num_batched_tokens = 64});
@@ -342,7 +349,7 @@ TEST_CASE("a worker refuses bad steps and swap orders with an error, writes noth
   GreedySequence seq;
   const auto step_both = [&] {  // the next step on the worker and on the local runner: the same sample
     const StepBatch step = seq.next();
-    auto [remote, error] = head.ask<StepResult>(step_atom::value, head_wire.encode(step));
+    auto [remote, error] = head.step(head_wire.encode(step));
     INFO(error);
     REQUIRE(remote);
     const SampledToken got = only_sample(*remote), want = only_sample(local.execute(step));
@@ -376,12 +383,14 @@ TEST_CASE("a worker refuses bad steps and swap orders with an error, writes noth
   refused([&](WireStep& w) { w.seqs[1].tokens = {info.vocab_size}; }, "seqs[1].tokens[0]: token 512 is outside");
   refused([](WireStep& w) { w.seqs[1].start_pos = -4; }, "seqs[1].start_pos");
   refused([](WireStep& w) { w.seqs[1].start_pos = 40; }, "seqs[1].block_table: 1 blocks do not reach");
-  // (No NaN here: CAF 0.17's float encoding turns NaN into a number on the way; the checks' own tests have NaN.)
   refused([](WireStep& w) { w.seqs[1].context->params.temperature = -1.0f; },
           "seqs[1].samples[0].params.temperature: temperature must be in [0, 100]");
+  refused([](WireStep& w) { w.seqs[1].context->params.top_p = std::numeric_limits<float>::quiet_NaN(); },
+          "seqs[1].samples[0].params.top_p");
   refused([](WireStep& w) { w.seqs[1].context->params.repetition_penalty = 0.0f; },
           "seqs[1].samples[0].params.repetition_penalty");
-  refused([](WireStep& w) { w.seqs[1].context->prompt.push_back(-1); }, "seqs[1].samples[0].prompt[7]");
+  refused([](WireStep& w) { w.seqs[1].context->prompt.push_back(-1); }, "seqs[1].context.prompt[7]");
+  refused([&](WireStep& w) { w.seqs[1].output_tail = {info.vocab_size}; }, "seqs[1].output_tail[0]: token 512");
   refused([](WireStep& w) { w.seqs[1].samples[0].num_candidates = 0; }, "seqs[1].samples[0].num_candidates");
   refused([](WireStep& w) { w.seqs[1].seq = 77; }, "sequence 77 has two chunks");
   refused([&](WireStep& w) { w.copies.push_back({0, info.num_blocks}); }, "copies[1].second: device block");
@@ -390,6 +399,11 @@ TEST_CASE("a worker refuses bad steps and swap orders with an error, writes noth
           "seqs[1].table_keep: 2 exceeds the 0 blocks known for sequence 78");
   refused([](WireStep& w) { w.seqs[1].context.reset(); },
           "seqs[1].samples: sequence 78 samples, but its context (parameters, prompt, stop ids) never came");
+
+  // Bytes that are no packed step.
+  CHECK(contains(head.step_bytes("").second, "invalid step: seqs: the bytes end at 0"));
+  CHECK(contains(head.step_bytes(pack_step(first_wire_step(seq.next())) + "!").second,
+                 "invalid step: bytes: the step ends at byte"));
 
   // Bad swap orders: which side is which pool matters.
   const auto swap_error = [&](auto atom, std::vector<BlockPair> pairs) {
@@ -403,7 +417,7 @@ TEST_CASE("a worker refuses bad steps and swap orders with an error, writes noth
   // A good swap-out (a copy of the sequence's blocks) changes nothing the next step reads.
   CHECK(swap_error(swap_out_atom::value, {{0, 0}, {1, 1}}).empty());
 
-  {  // A good step whose alternatives include masked tokens (-inf) on other blocks: a reply, with the lowest float.
+  {  // A good step whose alternatives include masked tokens (-inf) on other blocks: a reply, -inf as it is.
     GreedySequence masked;
     masked.id = 6;
     masked.blocks = {2, 3};
@@ -411,14 +425,14 @@ TEST_CASE("a worker refuses bad steps and swap orders with an error, writes noth
     for (TokenId t = 0; t < info.vocab_size - 10; ++t) masked.stop_ids.push_back(t);
     StepBatch step = masked.next();
     step.seqs[0].samples[0].num_logprobs = 20;
-    auto [result, error] = head.ask<StepResult>(step_atom::value, head_wire.encode(step));
+    auto [result, error] = head.step(head_wire.encode(step));
     INFO(error);
     REQUIRE(result);
     const SampledToken t = only_sample(*result);
     CHECK(t.token >= info.vocab_size - 10);
     REQUIRE(t.top_logprobs.size() == 20);
     CHECK(t.top_logprobs[9].second > -100.0f);
-    CHECK(t.top_logprobs[10].second == std::numeric_limits<float>::lowest());
+    CHECK(t.top_logprobs[10].second == -std::numeric_limits<float>::infinity());
   }
 
   for (int i = 0; i < 3; ++i) step_both();  // the same tokens as the local runner: healthy, KV intact
@@ -452,13 +466,44 @@ TEST_CASE("an executor answers what its runner throws with an error and takes th
                           .max_num_batched_tokens = 64, .num_blocks = 4, .num_swap_blocks = 4};
     const caf::actor executor = system.spawn(worker_executor_actor, runner, info);
     const auto step = [&](SeqId seq) {
-      return error_reply<StepResult>(self, executor, step_atom::value, first_wire_step(one_token_step(seq)));
+      return error_reply<PackedResult>(self, executor, step_atom::value,
+                                       PackedStep{pack_step(first_wire_step(one_token_step(seq)))});
     };
     CHECK(contains(step(12), "refused: no engine said hello"));
     self->request(executor, std::chrono::seconds(10), hello_atom::value)
         .receive([](const WorkerInfo&) {}, [](caf::error&) { FAIL("hello refused"); });
     fails_then_goes_on(executor, step);
   }
+}
+
+TEST_CASE("a proxy answers with the result a worker packed, or with an error when it does not unpack", "[remote]") {
+  caf::actor_system_config cfg;
+  register_message_types(cfg);
+  caf::actor_system system(cfg);
+  caf::scoped_actor self{system};
+  // A worker stand-in: for sequence 1 a packed result with -inf among the logprobs, for others bytes of no result.
+  StepResult sampled;
+  sampled.seqs = {1};
+  sampled.samples = {{{{7, -0.5f, {{7, -0.5f}, {3, -std::numeric_limits<float>::infinity()}}}}}};
+  const caf::actor worker = system.spawn([sampled]() -> caf::behavior {
+    return {[sampled](step_atom, const PackedStep& step) {
+      auto wire = unpack_step(step.bytes);
+      const bool first = std::get<WireStep>(wire).seqs.at(0).seq == 1;
+      return PackedResult{first ? pack_result(sampled) : std::string("\x01")};
+    }};
+  });
+  const caf::actor proxy = system.spawn(remote_executor_proxy, worker);
+  const auto step = [&](SeqId seq) { return StepMsg{std::make_shared<const StepBatch>(one_token_step(seq)), {}}; };
+  std::optional<StepResult> got;
+  self->request(proxy, std::chrono::seconds(10), step_atom::value, step(1))
+      .receive([&](StepResult& r) { got = std::move(r); }, [](caf::error& e) { FAIL(to_string(e)); });
+  REQUIRE(got);
+  CHECK(got->seqs == sampled.seqs);
+  CHECK(only_sample(*got).top_logprobs == only_sample(sampled).top_logprobs);
+  CHECK(error_reply<StepResult>(self, proxy, step_atom::value, step(2)) ==
+        "invalid step result: seqs: the bytes end at 1, 3 bytes short of the value at byte 0");
+  caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("a worker serves one engine at a time: another is refused while the first is there, served after",

@@ -1,9 +1,11 @@
 // Fuzzing a worker's way in: the steps of a small scheduler stand-in, encoded as deltas by a head's WireEncoder,
-// mutated field by field and byte by byte (through CAF's binary serializer), go through CAF's deserializer into one
-// long-lived WireDecoder (its delta checks, then check_step); whatever it takes is executed on a small CPU runner
-// over stories260K and must neither throw nor touch memory outside its pools, and whatever it refuses must leave it
-// as it was. Swap orders likewise. Part of paged_tests, and built on its own with AddressSanitizer and UBSan
-// (paged_fuzz_step, see CMakeLists.txt), which turn any such touch into a failure.
+// mutated field by field and byte by byte (their packed bytes), go through unpack_step into one long-lived
+// WireDecoder (its delta and id checks, then check_step); whatever it takes is executed on a small CPU runner over
+// stories260K and must neither throw nor touch memory outside its pools, and whatever it refuses must leave it as it
+// was. The results the runner returns go back packed, mutated byte by byte, through unpack_result; swap orders
+// likewise. Bytes that unpack are a packing: packed again, they are the same bytes. Part of paged_tests, and built on
+// its own with AddressSanitizer and UBSan (paged_fuzz_step, see CMakeLists.txt), which turn any such touch into a
+// failure.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include <variant>
 #include <vector>
 
-#include "actors/messages.h"
 #include "actors/step_wire.h"
 #include "model/step_check.h"
 #include "tests/actors/same_step.h"
@@ -27,6 +28,7 @@ using namespace paged::test;
 namespace {
 
 constexpr int kMutatedSteps = 10000;  // half mutated field by field, half byte by byte
+constexpr int kMutatedResults = 5000;
 constexpr int kSwapOrders = 2000;
 
 // The runner's limits: few blocks, so that random ids often fall outside, and short contexts, so that steps are cheap.
@@ -270,11 +272,12 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
   }
 }
 
-// One random change to the serialised bytes of a step: bits flipped, a byte set to an edge value, the tail cut,
-// a run repeated or random bytes put in.
-void mutate_bytes(Draw& d, std::vector<char>& bytes) {
+// One random change to packed bytes: bits flipped (4 in 10), a byte set to an edge value (3 in 10), the tail cut, a
+// run repeated or random bytes put in (1 in 10 each: a packing of another length rarely unpacks).
+void mutate_bytes(Draw& d, std::string& bytes) {
   const auto at = [&] { return d.index(bytes.size()); };
-  switch (d.in(0, 4)) {
+  const int kind = d.in(0, 9);
+  switch (kind < 4 ? 0 : kind < 7 ? 1 : kind - 5) {
     case 0:
       for (int i = d.in(1, 4); i > 0; --i) bytes[at()] ^= static_cast<char>(1 << d.in(0, 7));
       break;
@@ -282,12 +285,12 @@ void mutate_bytes(Draw& d, std::vector<char>& bytes) {
     case 2: bytes.resize(at()); break;
     case 3: {
       const size_t from = at(), n = std::min<size_t>(static_cast<size_t>(d.in(1, 16)), bytes.size() - from);
-      const std::vector<char> run(bytes.begin() + from, bytes.begin() + from + n);
-      bytes.insert(bytes.begin() + at(), run.begin(), run.end());
+      const std::string run = bytes.substr(from, n);
+      bytes.insert(at(), run);
       break;
     }
     case 4:
-      for (int i = d.in(1, 8); i > 0; --i) bytes.insert(bytes.begin() + at(), static_cast<char>(d.bits()));
+      for (int i = d.in(1, 8); i > 0; --i) bytes.insert(at(), 1, static_cast<char>(d.bits()));
       break;
   }
 }
@@ -298,13 +301,13 @@ struct Tally {
 };
 
 // Decodes `wire` and, when the decoder takes it, executes it: it must run without throwing, and return one entry per
-// chunk that samples, each with the tokens asked for, all in the vocabulary. Whether it was taken.
-bool decode_and_execute(WireDecoder& decoder, const WireStep& wire, const StepLimits& limits, CpuModelRunner& runner,
-                        Tally& tally) {
+// chunk that samples, each with the tokens asked for, all in the vocabulary. What it returned, when it was taken.
+std::optional<StepResult> decode_and_execute(WireDecoder& decoder, const WireStep& wire, const StepLimits& limits,
+                                             CpuModelRunner& runner, Tally& tally) {
   auto decoded = decoder.decode(wire);
   if (std::holds_alternative<FieldError>(decoded)) {
     ++tally.refused;
-    return false;
+    return std::nullopt;
   }
   ++tally.executed;
   const StepBatch& step = std::get<StepBatch>(decoded);
@@ -328,7 +331,7 @@ bool decode_and_execute(WireDecoder& decoder, const WireStep& wire, const StepLi
     ++i;
   }
   CHECK(i == r.seqs.size());
-  return true;
+  return r;
 }
 
 }  // namespace
@@ -361,28 +364,29 @@ TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and w
   WireEncoder encoder;
   WireDecoder decoder(limits);
   Tally fields, bytes;
+  std::vector<std::string> results;  // packed, for the result half
   for (int i = 0; i < kMutatedSteps; ++i) {
     const StepBatch step = source.next(d);
     REQUIRE_FALSE(check_step(step, limits));
     const WireStep sent = encoder.encode(step);
-    bool taken = false;
+    std::optional<StepResult> taken;
     if (i % 2 == 0) {
       WireStep mutated = sent;
       for (int m = d.in(1, 3); m > 0; --m) mutate_field(d, mutated, limits);
       taken = decode_and_execute(decoder, mutated, limits, runner, fields);
     } else {
-      std::vector<char> encoded;
-      caf::binary_serializer sink(nullptr, encoded);
-      REQUIRE_FALSE(sink(sent));
-      for (int m = d.in(1, 3); m > 0 && !encoded.empty(); --m) mutate_bytes(d, encoded);
-      WireStep received;
-      caf::binary_deserializer deserializer(nullptr, encoded);
-      if (deserializer(received))
+      std::string packed = pack_step(sent);
+      for (int m = d.in(1, 3); m > 0 && !packed.empty(); --m) mutate_bytes(d, packed);
+      auto received = unpack_step(packed);
+      if (const auto* w = std::get_if<WireStep>(&received)) {
+        CHECK(pack_step(*w) == packed);
+        taken = decode_and_execute(decoder, *w, limits, runner, bytes);
+      } else {
         ++bytes.undecodable;
-      else
-        taken = decode_and_execute(decoder, received, limits, runner, bytes);
+      }
     }
     if (taken) {
+      if (results.size() < 500) results.push_back(pack_result(*taken));
       encoder.reset();
       continue;
     }
@@ -399,6 +403,22 @@ TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and w
   CHECK(bytes.undecodable > kMutatedSteps / 50);
   CHECK(bytes.refused > kMutatedSteps / 50);
   CHECK(bytes.executed > kMutatedSteps / 50);
+
+  // The results, mutated on their way back: unpack_result refuses them or unpacks what the bytes say.
+  REQUIRE(results.size() > 100);
+  int results_unpacked = 0;
+  for (int i = 0; i < kMutatedResults; ++i) {
+    std::string packed = results[d.index(results.size())];
+    for (int m = d.in(1, 3); m > 0 && !packed.empty(); --m) mutate_bytes(d, packed);
+    auto back = unpack_result(packed);
+    if (const auto* r = std::get_if<StepResult>(&back)) {
+      ++results_unpacked;
+      CHECK(pack_result(*r) == packed);
+    }
+  }
+  INFO(results_unpacked << " of " << kMutatedResults << " mutated results unpacked");
+  CHECK(results_unpacked > kMutatedResults / 50);
+  CHECK(kMutatedResults - results_unpacked > kMutatedResults / 10);
 
   int swaps_executed = 0;
   for (int i = 0; i < kSwapOrders; ++i) {

@@ -1,11 +1,9 @@
-// The wire form of a step (actors/step_wire.h): a head's WireEncoder and a worker's WireDecoder, through CAF's
-// binary serialisation, over a run of steps as a scheduler makes them (chunked prefill, decode steps, parallel
+// The wire form of a step (actors/step_wire.h): a head's WireEncoder and a worker's WireDecoder, through the packed
+// form (pack_step, unpack_step), over a run of steps as a scheduler makes them (chunked prefill, decode steps, parallel
 // sampling, copy-on-write of a fork's last block, a swap-in and a recompute onto new blocks, sequences ended and new
-// ones), each decoded step equal to the one sent; what a decode step costs in bytes; what a decoder refuses, and
-// that a refused step changes nothing.
+// ones), each decoded step equal to the one sent; what a decode step costs in bytes; the encoder's output deltas when
+// an output does not grow; what a decoder refuses, and that a refused step changes nothing.
 #include <catch2/catch.hpp>
-
-#include <caf/all.hpp>
 
 #include <functional>
 #include <stdexcept>
@@ -13,7 +11,6 @@
 #include <utility>
 #include <variant>
 
-#include "actors/messages.h"
 #include "actors/step_wire.h"
 #include "tests/actors/same_step.h"
 
@@ -63,20 +60,11 @@ std::vector<TokenId> tokens_of(const Sequence& s, int from, int to) {
   return {all.begin() + from, all.begin() + to};
 }
 
-std::vector<char> serialised(const WireStep& w) {
-  std::vector<char> bytes;
-  caf::binary_serializer sink(nullptr, bytes);
-  REQUIRE_FALSE(sink(w));
-  return bytes;
-}
-
-// `w` after CAF's binary serialiser and deserialiser, as a worker receives it.
-WireStep through_caf(const WireStep& w) {
-  const std::vector<char> bytes = serialised(w);
-  WireStep received;
-  caf::binary_deserializer source(nullptr, bytes);
-  REQUIRE_FALSE(source(received));
-  return received;
+// `w` as a worker receives it: packed, then unpacked.
+WireStep through_bytes(const WireStep& w) {
+  auto r = unpack_step(pack_step(w));
+  if (const auto* e = std::get_if<FieldError>(&r)) FAIL("unpack refused: " << e->describe());
+  return std::get<WireStep>(std::move(r));
 }
 
 // The step `d` decodes from `w`; fails the test when it refuses it.
@@ -108,7 +96,7 @@ TEST_CASE("a run of steps decodes to the steps sent, each carrying only what cha
   WireDecoder decoder(kLimits);
   // Encodes `b`, decodes what the worker receives and compares it with `b`; the wire step, to look at.
   const auto send = [&](const StepBatch& b) {
-    const WireStep w = through_caf(encoder.encode(b));
+    const WireStep w = through_bytes(encoder.encode(b));
     require_same_step(decoded(decoder, w), b);
     return w;
   };
@@ -270,13 +258,13 @@ TEST_CASE("a decode step costs the same bytes whatever the sequence's history", 
     StepBatch first;
     first.seqs = {chunk_of(s, {s.output.back()}, history - 1, table, samples_of(s))};
     const WireStep w1 = encoder.encode(first);
-    require_same_step(decoded(decoder, through_caf(w1)), first);
+    require_same_step(decoded(decoder, through_bytes(w1)), first);
     s.output.push_back(77);  // position `history`: no new block for 10 or 1000
     StepBatch next;
     next.seqs = {chunk_of(s, {77}, history, table, samples_of(s))};
     const WireStep w2 = encoder.encode(next);
-    require_same_step(decoded(decoder, through_caf(w2)), next);
-    return std::pair{serialised(w1).size(), serialised(w2).size()};
+    require_same_step(decoded(decoder, through_bytes(w2)), next);
+    return std::pair{pack_step(w1).size(), pack_step(w2).size()};
   };
   const auto [short_first, short_decode] = step_bytes(10);
   const auto [long_first, long_decode] = step_bytes(1000);
@@ -330,6 +318,15 @@ TEST_CASE("a decoder refuses what does not follow from what it holds, naming the
   w.seqs[0].context = WireContext{.params = {}, .prompt = run_of(100, 40), .stop_ids = {}};
   w.seqs[0].context->params.top_p = 0.0f;
   CHECK(refusal(decoder, w).rfind("seqs[0].samples[0].params.top_p", 0) == 0);
+  // The ids of a context and of an output tail, checked as they come.
+  w.seqs = {raw_chunk(7, 40, 3, {}, 1)};
+  w.seqs[0].output_tail = {5, 1000};
+  CHECK(refusal(decoder, w) == "seqs[0].output_tail[1]: token 1000 is outside the vocabulary [0, 1000)");
+  w.seqs[0].output_tail.clear();
+  w.seqs[0].context = WireContext{.params = {}, .prompt = {1, -1}, .stop_ids = {}};
+  CHECK(refusal(decoder, w) == "seqs[0].context.prompt[1]: token -1 is outside the vocabulary [0, 1000)");
+  w.seqs[0].context = WireContext{.params = {}, .prompt = {1}, .stop_ids = {2, 1000}};
+  CHECK(refusal(decoder, w) == "seqs[0].context.stop_ids[1]: token 1000 is outside the vocabulary [0, 1000)");
   CHECK(decoder.num_sequences() == 1);
   CHECK(decoder.num_tokens() == tokens);
 
@@ -386,12 +383,12 @@ TEST_CASE("a decoder holds a bounded state, and a step it refuses changes none o
     s2.copies = {{2, 5}};
     s2.seqs = {chunk_of(a, {7}, 20, {1, 5}, samples_of(a)), chunk_of(b, {8}, 8, {3}, samples_of(b))};
     const WireStep w2 = encoder.encode(s2);
-    const auto spoilt = [&](const std::function<void(WireStep&)>& spoil) {
-      WireStep w = w2;
+    const auto spoilt = [](const WireStep& good, const std::function<void(WireStep&)>& spoil) {
+      WireStep w = good;
       spoil(w);
       return w;
     };
-    // Each bad step is found bad only after some of it was staged: a later chunk, the check of the whole step.
+    // Each bad step is found bad only after some of it was applied: a later chunk, the check of the whole step.
     const std::vector<std::function<void(WireStep&)>> spoils = {
         [](WireStep& w) { w.seqs[1].tokens = {5000}; },
         [](WireStep& w) { w.seqs.push_back(raw_chunk(3, 0, 0, {4}, 1)); },
@@ -401,18 +398,65 @@ TEST_CASE("a decoder holds a bounded state, and a step it refuses changes none o
           w.seqs[1].output_keep = 5;
         },
         [](WireStep& w) { w.copies.push_back({5, 6}); },  // block 5 both copied to and from
+        [](WireStep& w) { w.seqs[1].output_tail = {8, 1000}; },  // an id outside the vocabulary, after a's chunk
     };
-    for (const auto& spoil : spoils) CHECK_FALSE(refusal(hit, spoilt(spoil)).empty());
+    for (const auto& spoil : spoils) CHECK_FALSE(refusal(hit, spoilt(w2, spoil)).empty());
     require_same_step(decoded(hit, w2), s2);
     require_same_step(decoded(clean, w2), s2);
     CHECK(hit.num_sequences() == clean.num_sequences());
     CHECK(hit.num_tokens() == clean.num_tokens());
+
     a.output.push_back(17);
+    b.output.push_back(18);
     StepBatch s3;
-    s3.seqs = {chunk_of(a, {17}, 21, {1, 5}, samples_of(a))};
+    s3.seqs = {chunk_of(a, {17}, 21, {1, 5}, samples_of(a)), chunk_of(b, {18}, 9, {3}, samples_of(b))};
     const WireStep w3 = encoder.encode(s3);
+    // Bad steps that first cut what is held (an output or a table rewritten), send a context again, or apply one
+    // sequence's chunk twice.
+    const std::vector<std::function<void(WireStep&)>> cuts = {
+        [](WireStep& w) {
+          w.seqs[0].output_keep = 0;
+          w.seqs[0].output_tail = {3, 3};
+          w.seqs[1].tokens = {5000};
+        },
+        [](WireStep& w) {
+          w.seqs[0].table_keep = 0;
+          w.seqs[0].table_tail = {6, 7};
+          w.seqs[0].context = WireContext{.params = {}, .prompt = {4, 4}, .stop_ids = {}};
+          w.copies.push_back({5, 5});
+        },
+        [](WireStep& w) { w.seqs.push_back(w.seqs[0]); },
+    };
+    for (const auto& cut : cuts) CHECK_FALSE(refusal(hit, spoilt(w3, cut)).empty());
     require_same_step(decoded(hit, w3), s3);
+    require_same_step(decoded(clean, w3), s3);
+    CHECK(hit.num_tokens() == clean.num_tokens());
   }
+}
+
+TEST_CASE("an encoder sends an output's new ids, and compares it whole when it did not grow", "[wire]") {
+  WireEncoder encoder;
+  WireDecoder decoder(kLimits);
+  Sequence s{.id = 4, .prompt = run_of(100, 3), .output = {7, 8, 9}};
+  // The next step of `s` as the worker decodes it, which must be the step; the output's (keep, tail) sent.
+  const auto send = [&] {
+    StepBatch b;
+    const int32_t start = static_cast<int32_t>(s.prompt.size() + s.output.size()) - 1;
+    b.seqs = {chunk_of(s, {s.output.back()}, start, {1}, samples_of(s))};
+    const WireStep w = encoder.encode(b);
+    require_same_step(decoded(decoder, through_bytes(w)), b);
+    return std::pair{w.seqs[0].output_keep, w.seqs[0].output_tail};
+  };
+  CHECK(send() == std::pair{0, std::vector<TokenId>{7, 8, 9}});
+  s.output.push_back(10);
+  CHECK(send() == std::pair{3, std::vector<TokenId>{10}});
+  CHECK(send() == std::pair{4, std::vector<TokenId>{}});
+  // Outputs that did not grow (against the contract): the last id held is not where it was, or the output is
+  // shorter; the whole output is compared, and the common prefix kept.
+  s.output = {7, 20, 30, 40, 50};
+  CHECK(send() == std::pair{1, std::vector<TokenId>{20, 30, 40, 50}});
+  s.output = {7, 20};
+  CHECK(send() == std::pair{2, std::vector<TokenId>{}});
 }
 
 TEST_CASE("an encoder refuses the samples of a chunk that read different inputs, remembering nothing", "[wire]") {

@@ -39,8 +39,9 @@ struct GoodStep {
 };
 
 // The field the step fails on, or "" when it passes.
-std::string failing_field(const StepBatch& step, const StepLimits& limits = kLimits) {
-  const std::optional<FieldError> e = check_step(step, limits);
+std::string failing_field(const StepBatch& step, const StepLimits& limits = kLimits,
+                          HistoryCheck history = HistoryCheck::full) {
+  const std::optional<FieldError> e = check_step(step, limits, history);
   return e ? e->field : "";
 }
 
@@ -190,6 +191,31 @@ TEST_CASE("a sample's prompt, output and stop ids are in the vocabulary and its 
   CHECK(failing_field(g.step) == "seqs[0].samples[0].output");
   g.output.resize(61);
   CHECK(failing_field(g.step).empty());
+}
+
+TEST_CASE("a check of lengths only reads no history id, and still bounds the history and the rest", "[step_check]") {
+  GoodStep g;
+  g.prompt[2] = 100;
+  g.output[0] = -1;
+  g.stop_ids = {2, 555};
+  CHECK(failing_field(g.step, kLimits, HistoryCheck::lengths_only).empty());
+  CHECK(failing_field(g.step) == "seqs[0].samples[0].prompt[2]");
+  g.output.assign(62, -1);  // 3 + 62 > 64
+  CHECK(failing_field(g.step, kLimits, HistoryCheck::lengths_only) == "seqs[0].samples[0].output");
+  g.output.resize(61);
+  g.step.seqs[0].tokens[0] = 100;  // a chunk's tokens are read all the same
+  CHECK(failing_field(g.step, kLimits, HistoryCheck::lengths_only) == "seqs[0].tokens[0]");
+  g.step.seqs[0].tokens[0] = 1;
+  g.params.top_p = 0.0f;  // and the parameters
+  CHECK(failing_field(g.step, kLimits, HistoryCheck::lengths_only) == "seqs[0].samples[0].params.top_p");
+}
+
+TEST_CASE("check_token_ids names the first id outside the vocabulary", "[step_check]") {
+  CHECK_FALSE(check_token_ids({}, 100));
+  CHECK_FALSE(check_token_ids({0, 99}, 100));
+  const auto e = check_token_ids({0, 99, 100, -1}, 100);
+  REQUIRE(e);
+  CHECK(e->describe() == "[2]: token 100 is outside the vocabulary [0, 100)");
 }
 
 TEST_CASE("copies stay in the device pool, write each block once and never write a block another copy reads",

@@ -59,6 +59,7 @@ TEST_CASE("each sampling parameter out of range is named", "[params_check]") {
   CHECK(with([](SamplingParams& p) { p.stop_token_ids = {50}; }) == "stop_token_ids");
   CHECK(with([](SamplingParams& p) { p.stop = {""}; }) == "stop");
   CHECK(with([](SamplingParams& p) { p.stop = {"\xff"}; }) == "stop");
+  CHECK(with([](SamplingParams& p) { p.stop = {std::string(kMaxStopBytes, 'a'), "b"}; }) == "stop");
   CHECK(with([](SamplingParams& p) { p.logprobs = kMaxLogprobs + 1; }) == "logprobs");
   CHECK(with([](SamplingParams& p) { p.use_beam_search = true; }) == "temperature");  // needs temperature 0
 }
