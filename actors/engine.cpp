@@ -361,8 +361,8 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.max_model_len = resolve_config(c, m.model, !remote);
   const int tp = c.tensor_parallel_size;
   if (remote && tp != 1)
-    throw ModelError("--workers: each worker runs the whole model (tensor parallel on its host, with its own "
-                     "--tensor-parallel-size): this engine's --tensor-parallel-size must be 1");
+    throw ModelError("--workers: each worker runs a whole replica of the model on its own device: "
+                     "--tensor-parallel-size must be 1");
   if (!remote && !c.tls_dir.empty())
     throw ModelError("--tls-dir secures the connections to workers: it needs --workers");
   m.sys_cfg = std::make_unique<caf::actor_system_config>();
