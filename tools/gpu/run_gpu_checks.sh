@@ -129,6 +129,7 @@ if wanted remote; then
     add_row "remote over TLS vs in-process, $w" "$ratio" "in-process ${got[local_$w]} tok/s, remote ${got[remote_$w]} tok/s"
   done
   kill "$worker"
+  wait "$worker" 2>/dev/null  # its GPU memory is free before the next runs
   # A real model through a worker: stories-distill-9M's greedy continuations, worker vs in-process, both on the GPU.
   D=$BIN/stories-distill-9M
   if [ -d "$D" ]; then
@@ -144,6 +145,7 @@ for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["p
     "$BIN/paged" generate --model "$D" --workers 127.0.0.1:7401 --tls-dir /tmp/paged_remote_certs "${greedy[@]}" \
       >"$LOG_DIR/remote9.json" 2>"$LOG_DIR/remote9.err"
     kill "$worker"
+    wait "$worker" 2>/dev/null
     same=$( [ -s "$LOG_DIR/local9.json" ] && cmp -s "$LOG_DIR/local9.json" "$LOG_DIR/remote9.json" && echo PASS || echo FAIL)
     add_row "stories-distill-9M greedy through a TLS worker = in-process (CUDA)" "$same" \
       "$(wc -l <"$LOG_DIR/local9.json") prompts"
