@@ -19,6 +19,7 @@ using tcp = net::ip::tcp;
 struct HttpSession::Exchange {
   unsigned version = 11;
   bool keep_alive = true;
+  std::string cors_origin;     // Access-Control-Allow-Origin of its response; empty: none
   std::shared_ptr<void> owed;  // a generation: the server owes its response (ServerContext::owe_client)
   std::string id;              // the response's id (cmpl-..., chatcmpl-...), for the request log
   std::shared_ptr<http::response<http::string_body>> complete;  // a whole response, ready to write
@@ -40,7 +41,41 @@ constexpr auto kDrainTime = std::chrono::seconds(2);
 
 std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
 
+// CORS: the response says which origin may read it (nothing when `origin` is empty).
+template <class Response>
+void allow_origin(Response& res, const std::string& origin) {
+  if (origin.empty()) return;
+  res.set(http::field::access_control_allow_origin, origin);
+  if (origin != "*") res.set(http::field::vary, "Origin");
+}
+
 }  // namespace
+
+void HttpSession::respond_preflight(const Request& req) {
+  if (request_cors_origin_.empty()) {
+    respond(400, openai::error_body("this origin may not call this server (--allowed-origins)", "invalid_request_error"),
+            "application/json");
+    return;
+  }
+  auto ex = std::make_shared<Exchange>();
+  ex->version = request_version_;
+  ex->keep_alive = request_keep_alive_ && !ctx_.draining;
+  auto res = std::make_shared<http::response<http::string_body>>(http::status::ok, ex->version);
+  allow_origin(*res, request_cors_origin_);
+  res->set(http::field::server, "paged");
+  res->set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+  const std::string_view asked = req[http::field::access_control_request_headers];
+  res->set(http::field::access_control_allow_headers,
+           asked.empty() ? std::string_view("Authorization, Content-Type") : asked);
+  res->set(http::field::access_control_max_age, "600");
+  res->keep_alive(ex->keep_alive);
+  res->prepare_payload();
+  ex->complete = std::move(res);
+  ctx_.counters.count(200);
+  queue_.push_back(std::move(ex));
+  update_read_deadline();
+  do_write();
+}
 
 HttpSession::HttpSession(tcp::socket&& socket, ServerContext& ctx)
     : stream_(std::move(socket)), ctx_(ctx), read_deadline_(stream_.get_executor()) {}
@@ -124,6 +159,7 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
   Request req = parser_->release();
   request_version_ = req.version();
   request_keep_alive_ = req.keep_alive();
+  request_cors_origin_ = ctx_.allowed_origin(req[http::field::origin]);
   if (beast::websocket::is_upgrade(req)) {
     if (path_of(req.target()) != "/v1/stream") {
       respond(404, error_reply(404, "no WebSocket endpoint at " + std::string(req.target())).body, "application/json", true);
@@ -141,7 +177,12 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
     return;
   }
   if (!request_keep_alive_) stop_reading_ = true;
-  handle(std::move(req));
+  if (req.method() == http::verb::options && !ctx_.options.allowed_origins.empty() &&
+      req.count(http::field::origin)) {
+    respond_preflight(req);
+  } else {
+    handle(std::move(req));
+  }
   do_read();
 }
 
@@ -152,7 +193,9 @@ void HttpSession::respond(unsigned status, std::string body, const char* content
   auto ex = std::make_shared<Exchange>();
   ex->version = request_version_;
   ex->keep_alive = request_keep_alive_ && !close && !ctx_.draining;
+  ex->cors_origin = request_cors_origin_;
   auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), ex->version);
+  allow_origin(*res, ex->cors_origin);
   res->set(http::field::server, "paged");
   res->set(http::field::content_type, content_type);
   if (!allow.empty()) res->set(http::field::allow, allow);
@@ -239,6 +282,7 @@ void HttpSession::handle(Request&& req) {
     auto ex = std::make_shared<Exchange>();
     ex->version = request_version_;
     ex->keep_alive = request_keep_alive_;
+    ex->cors_origin = request_cors_origin_;
     ex->owed = ctx_.owe_client();
     queue_.push_back(ex);
     update_read_deadline();
@@ -263,6 +307,7 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
                                    });
     if (ex.streaming) {
       auto header = std::make_shared<http::response<http::empty_body>>(http::status::ok, ex.version);
+      allow_origin(*header, ex.cors_origin);
       header->set(http::field::server, "paged");
       header->set(http::field::content_type, "text/event-stream");
       header->set(http::field::cache_control, "no-cache");
@@ -275,6 +320,7 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
     // The one exception boundary of a request: InvalidRequest 400, EngineOverloaded/Unavailable 503, the rest 500.
     const ErrorReply err = error_reply(std::current_exception());
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(err.status), ex.version);
+    allow_origin(*res, ex.cors_origin);
     res->set(http::field::server, "paged");
     res->set(http::field::content_type, "application/json");
     res->keep_alive(ex.keep_alive);
@@ -304,6 +350,7 @@ void HttpSession::on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_in
       const auto& error = ex->builder->error();
       const unsigned status = !error ? 200 : ex->builder->unavailable() ? 503 : 500;
       auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), ex->version);
+      allow_origin(*res, ex->cors_origin);
       res->set(http::field::server, "paged");
       res->set(http::field::content_type, "application/json");
       res->keep_alive(ex->keep_alive);

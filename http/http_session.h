@@ -46,6 +46,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   /// Queues a whole response; `close` ends the connection after it; `allow` fills the Allow header (405).
   void respond(unsigned status, std::string body, const char* content_type, bool close = false,
                std::string_view allow = {});
+  /// Answers a CORS preflight (OPTIONS with Origin) when the server allows CORS: its methods and headers, or 400 for
+  /// an origin it does not allow.
+  void respond_preflight(const Request& req);
   /// Arms the idle/read timeout while a read waits with nothing queued, disarms it otherwise.
   void update_read_deadline();
   /// Aborts the engine requests of every queued exchange and lets go of held_while_answering_ (the session closes).
@@ -65,6 +68,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool closed_ = false;
   unsigned request_version_ = 11;
   bool request_keep_alive_ = true;
+  std::string request_cors_origin_;  // Access-Control-Allow-Origin for the request being handled; empty: none
   /// The session itself while responses are pending and no read is (after "Connection: close", HTTP/1.0 or with
   /// the pipeline full): the engine's sinks hold it weakly, so nothing else would keep it until they answer.
   std::shared_ptr<HttpSession> held_while_answering_;

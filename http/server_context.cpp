@@ -87,6 +87,15 @@ std::string ServerContext::next_id(const char* prefix) {
   return buf;
 }
 
+std::string ServerContext::allowed_origin(std::string_view origin) const {
+  if (origin.empty()) return "";
+  for (const std::string& allowed : options.allowed_origins) {
+    if (allowed == "*") return "*";
+    if (allowed == origin) return std::string(origin);
+  }
+  return "";
+}
+
 bool ServerContext::authorized(std::string_view authorization_header) const {
   if (options.api_key.empty()) return true;
   const std::string expected = "Bearer " + options.api_key;

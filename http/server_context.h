@@ -64,6 +64,9 @@ class ServerContext {
   /// What the server still owes its clients counts while such a token lives: an HTTP exchange that generates, until
   /// its response is written; a WebSocket session while it has generations or unwritten frames.
   std::shared_ptr<void> owe_client();
+  /// The Access-Control-Allow-Origin value for a request from `origin` (its Origin header): "*" or the origin when
+  /// options.allowed_origins lets it in; empty otherwise (no CORS headers).
+  std::string allowed_origin(std::string_view origin) const;
   /// How many tokens of owe_client() live.
   int owed() const { return owed_.load(); }
 

@@ -64,6 +64,12 @@ ServerOptions load_server_options(const std::string& json_file) {
     } else if (key == "stats_interval_s") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 86400) throw bad("an integer in [0, 86400]");
       o.stats_interval_s = static_cast<int>(v.get_int64());
+    } else if (key == "allowed_origins") {
+      if (!v.is_array()) throw bad("a list of origins");
+      for (const auto& origin : v.get_array()) {
+        if (!origin.is_string()) throw bad("a list of origins");
+        o.allowed_origins.emplace_back(origin.get_string());
+      }
     } else if (key == "log_requests") {
       if (!v.is_bool()) throw bad("true or false");
       o.log_requests = v.get_bool();

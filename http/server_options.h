@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace paged {
 
@@ -25,7 +26,8 @@ struct ServerOptions {
   size_t max_sequences_per_request = 1024;  // more prompts x n in one request: 400
   int shutdown_timeout_s = 30;
   int stats_interval_s = 10;            // a stats line this often while the engine works (0: none)
-  bool log_requests = false;            // a line per request as it starts and as it ends (--enable-log-requests)          // SIGTERM: how long running requests may finish (vLLM's --shutdown-timeout)
+  bool log_requests = false;
+  std::vector<std::string> allowed_origins;  // CORS: origins browsers may call from ("*": any); empty: no CORS            // a line per request as it starts and as it ends (--enable-log-requests)          // SIGTERM: how long running requests may finish (vLLM's --shutdown-timeout)
 };
 
 /// Reads server options from the "server" object of a JSON file (conf/serve.json), and "model" (a path relative to

@@ -53,6 +53,24 @@ int run_serve_command(Args& args) {
     options.stats_interval_s = seconds;
   }
   options.log_requests = args.get_bool("enable-log-requests", options.log_requests);
+  // --allowed-origins: a JSON list as vLLM takes it ('["*"]'), or origins separated by commas.
+  if (auto v = args.get("allowed-origins")) {
+    options.allowed_origins.clear();
+    boost::system::error_code ec;
+    const boost::json::value list = boost::json::parse(*v, ec);
+    if (!ec && list.is_array()) {
+      for (const auto& origin : list.get_array()) {
+        if (!origin.is_string()) throw UsageError("--allowed-origins: a list of strings, got " + *v);
+        options.allowed_origins.emplace_back(origin.get_string());
+      }
+    } else {
+      for (size_t begin = 0; begin < v->size();) {
+        const size_t comma = std::min(v->find(',', begin), v->size());
+        if (comma > begin) options.allowed_origins.push_back(v->substr(begin, comma - begin));
+        begin = comma + 1;
+      }
+    }
+  }
   if (args.has("shutdown-timeout")) {
     const int seconds = args.get_int("shutdown-timeout", 0);
     if (seconds < 0) throw UsageError("--shutdown-timeout must be 0 or more seconds");

@@ -21,6 +21,7 @@ constexpr const char* kUsage = R"(usage:
                  [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
+              [--allowed-origins '["*"]' | ORIGIN,ORIGIN]
               [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
               [--seed S] [--requests-out FILE.json] [engine flags]

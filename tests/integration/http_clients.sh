@@ -6,7 +6,7 @@
 # golden greedy continuation of stories260K (the prompt's continuation, tests/http/golden_text.mjs). Then `serve
 # MODEL --host localhost` with PAGED_API_KEY set answers /v1/models 401 without the key and 200 with it. /ping,
 # /version, /tokenize and /detokenize answer; /metrics has vLLM's series; the log has the startup, request and stats
-# lines.
+# lines; CORS follows --allowed-origins.
 set -u
 
 NAME=http_clients
@@ -14,7 +14,8 @@ NAME=http_clients
 command -v python3 >/dev/null && command -v curl >/dev/null ||
   { echo "$NAME: python3 and curl are required (tools/setup.sh installs them)" >&2; exit 1; }
 
-"$PAGED" serve --model "$MODEL" --port 0 --enable-log-requests --stats-interval 1 >"$TMP/serve.out" 2>"$TMP/serve.err" &
+"$PAGED" serve --model "$MODEL" --port 0 --enable-log-requests --stats-interval 1 --allowed-origins https://app.example \
+  >"$TMP/serve.out" 2>"$TMP/serve.err" &
 serve_pid=$!
 pids+=("$serve_pid")
 await_port serve_port serve server_port_printed || finish
@@ -91,6 +92,26 @@ node -e '
     M("vllm:generation_tokens_total") >= 35 * 64 && M("vllm:prompt_tokens_total") >= 35 * 5 &&
     M("vllm:e2e_request_latency_seconds_count") >= 35 && M("vllm:num_requests_running") === 0;
   process.exit(ok ? 0 : 1);' "$TMP/metrics.txt" || fail "vLLM series: $(grep -E "^vllm:(request_success|generation_tokens)" "$TMP/metrics.txt")"
+
+# CORS (--allowed-origins): an allowed origin is named on every response, a streamed one too, and its preflight answered;
+# another origin gets no CORS header and its preflight 400.
+header() { tr -d '\r' | grep -i "^$1:" | sed 's/^[^:]*: //'; }
+got=$(curl -s -D - -o /dev/null -H 'Origin: https://app.example' "$BASE/v1/models" | header access-control-allow-origin)
+[ "$got" = https://app.example ] || fail "CORS on /v1/models: '$got'"
+got=$(curl -s -N -D - -o /dev/null -H 'Origin: https://app.example' -H 'Content-Type: application/json' -d "$stream" \
+  "$BASE/v1/completions" | header access-control-allow-origin)
+[ "$got" = https://app.example ] || fail "CORS on a stream: '$got'"
+got=$(curl -s -D - -o /dev/null -H 'Origin: https://evil.example' "$BASE/v1/models" | header access-control-allow-origin)
+[ -z "$got" ] || fail "CORS for another origin: '$got'"
+curl -s -D "$TMP/preflight.txt" -o /dev/null -X OPTIONS -H 'Origin: https://app.example' \
+  -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: authorization, content-type' \
+  "$BASE/v1/completions"
+head -n 1 "$TMP/preflight.txt" | grep -q ' 200' && [ "$(header access-control-allow-methods <"$TMP/preflight.txt")" = "GET, POST, OPTIONS" ] &&
+  [ "$(header access-control-allow-headers <"$TMP/preflight.txt")" = "authorization, content-type" ] ||
+  fail "preflight: $(cat "$TMP/preflight.txt")"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X OPTIONS -H 'Origin: https://evil.example' \
+  -H 'Access-Control-Request-Method: POST' "$BASE/v1/completions")
+[ "$code" = 400 ] || fail "preflight of another origin: $code"
 
 # vLLM's small endpoints: /ping, /version, /tokenize and /detokenize round trip.
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/ping")" = 200 ] || fail "/ping"
