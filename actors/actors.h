@@ -40,7 +40,9 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
 /// each caller with the worker's answer (a PackedResult unpacked: an invalid_result error when it does not); answers
 /// the worker's (alive_atom) with true. The hello must go through it: the worker serves the engine whose proxy said
 /// hello while that proxy lives. Quits when the remote actor goes down.
-caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor remote);
+/// A worker's result is unpacked and checked against its step (check_result, ids within `vocab_size`) before it goes
+/// on: a worker cannot hand the engine a token its tokenizer does not have.
+caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor remote, int vocab_size);
 
 /// A runner built for one tensor-parallel rank, with the KV pools it got.
 struct RankRunner {

@@ -215,7 +215,7 @@ JoinedWorker Engine::Impl::join_worker(const std::string& address) {
   try {
     const caf::actor worker = connect_executor(*system, host, port);
     // The proxy says hello: the worker serves this engine while the proxy lives.
-    const caf::actor proxy = system->spawn(remote_executor_proxy, worker);
+    const caf::actor proxy = system->spawn(remote_executor_proxy, worker, model.vocab_size);
     WorkerInfo info;
     std::string error;
     {

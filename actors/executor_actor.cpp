@@ -182,26 +182,35 @@ struct ProxyPending {
   uint64_t next = 0;
 };
 
-// Delivers the reply `r` through `settle`: as it is, or for a PackedResult the StepResult it unpacks to (an
-// invalid_result error when it does not).
+// What a worker's answer to a step must fit before the engine takes it: the step it answers (null: not a step).
+using AnsweredStep = std::shared_ptr<const StepBatch>;
+
+// Delivers the reply `r` through `settle`: as it is, or for a PackedResult the StepResult it unpacks to once
+// check_result passes it against `step` (an invalid_result error when it does not).
 template <class Reply, class Settle>
-void settle_reply(Reply& r, const Settle& settle) {
+void settle_reply(Reply& r, const Settle& settle, const AnsweredStep&, int) {
   settle(std::move(r));
 }
 template <class Settle>
-void settle_reply(PackedResult& r, const Settle& settle) {
+void settle_reply(PackedResult& r, const Settle& settle, const AnsweredStep& step, int vocab_size) {
   auto result = unpack_result(r.bytes);
-  if (const auto* bad = std::get_if<FieldError>(&result))
+  if (const auto* bad = std::get_if<FieldError>(&result)) {
     settle(make_error(ExecutorError::invalid_result, bad->describe()));
-  else
-    settle(std::get<StepResult>(std::move(result)));
+    return;
+  }
+  if (auto bad = check_result(std::get<StepResult>(result), *step, vocab_size)) {
+    settle(make_error(ExecutorError::invalid_result, bad->describe()));
+    return;
+  }
+  settle(std::get<StepResult>(std::move(result)));
 }
 
 // Sends `xs...` to the remote actor and answers the caller when the reply (a Reply, as settle_reply delivers it) or
 // an error comes back.
 template <class Reply, class... Ts>
 caf::response_promise forward_to(caf::event_based_actor* self, const caf::actor& remote,
-                                 const std::shared_ptr<ProxyPending>& pending, Ts&&... xs) {
+                                 const std::shared_ptr<ProxyPending>& pending, AnsweredStep step, int vocab_size,
+                                 Ts&&... xs) {
   caf::response_promise rp = self->make_response_promise();
   const uint64_t id = pending->next++;
   pending->promises.emplace(id, rp);
@@ -212,13 +221,14 @@ caf::response_promise forward_to(caf::event_based_actor* self, const caf::actor&
     pending->promises.erase(it);
   };
   self->request(remote, caf::infinite, std::forward<Ts>(xs)...)
-      .then([settle](Reply& r) { settle_reply(r, settle); }, [settle](caf::error& e) { settle(std::move(e)); });
+      .then([settle, step, vocab_size](Reply& r) { settle_reply(r, settle, step, vocab_size); },
+            [settle](caf::error& e) { settle(std::move(e)); });
   return rp;
 }
 
 }  // namespace
 
-caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor remote) {
+caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor remote, int vocab_size) {
   // Requests rather than delegation: the proxy keeps every caller's promise, so a lost worker fails them all (CAF
   // answers nothing for a message already forwarded to a node that went away), and then the proxy ends, which
   // ends the scheduler (as a failing local executor does) and with it the requests, with the reason.
@@ -231,17 +241,17 @@ caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor rem
     self->quit(down.reason);
   });
   return {
-      [self, remote, pending](hello_atom a) { return forward_to<WorkerInfo>(self, remote, pending, a); },
+      [self, remote, pending](hello_atom a) { return forward_to<WorkerInfo>(self, remote, pending, nullptr, 0, a); },
       [](alive_atom) { return true; },  // the worker asks whether this engine is still there
-      [self, remote, pending, encoder](step_atom a, const StepMsg& msg) {
+      [self, remote, pending, encoder, vocab_size](step_atom a, const StepMsg& msg) {
         PackedStep packed{pack_step(encoder->encode(*msg.batch))};
-        return forward_to<PackedResult>(self, remote, pending, a, std::move(packed));
+        return forward_to<PackedResult>(self, remote, pending, msg.batch, vocab_size, a, std::move(packed));
       },
       [self, remote, pending](swap_out_atom a, const std::vector<BlockPair>& pairs) {
-        return forward_to<bool>(self, remote, pending, a, pairs);
+        return forward_to<bool>(self, remote, pending, nullptr, 0, a, pairs);
       },
       [self, remote, pending](swap_in_atom a, const std::vector<BlockPair>& pairs) {
-        return forward_to<bool>(self, remote, pending, a, pairs);
+        return forward_to<bool>(self, remote, pending, nullptr, 0, a, pairs);
       },
   };
 }

@@ -144,4 +144,47 @@ std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& li
   return check_block_pairs(step.copies, PairOrder::copy_on_write, limits.num_blocks, limits.num_swap_blocks);
 }
 
+std::optional<FieldError> check_result(const StepResult& result, const StepBatch& step, int vocab_size) {
+  std::vector<const SeqChunk*> sampled;
+  for (const SeqChunk& c : step.seqs)
+    if (!c.samples.empty()) sampled.push_back(&c);
+  if (result.seqs.size() != sampled.size() || result.samples.size() != sampled.size())
+    return FieldError{"seqs", std::to_string(result.seqs.size()) + " sequences answered, " +
+                                  std::to_string(sampled.size()) + " sampled"};
+  const auto in_vocab = [vocab_size](TokenId t) { return t >= 0 && t < vocab_size; };
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    const SeqChunk& chunk = *sampled[i];
+    const std::string at = "samples[" + std::to_string(i) + "]";
+    if (result.seqs[i] != chunk.seq)
+      return FieldError{"seqs[" + std::to_string(i) + "]", "sequence " + std::to_string(result.seqs[i]) +
+                                                                " answered where " + std::to_string(chunk.seq) +
+                                                                " was sampled"};
+    if (result.samples[i].size() != chunk.samples.size())
+      return FieldError{at, std::to_string(result.samples[i].size()) + " samples answered, " +
+                                std::to_string(chunk.samples.size()) + " asked"};
+    for (size_t k = 0; k < chunk.samples.size(); ++k) {
+      const auto& candidates = result.samples[i][k];
+      const SampleSpec& spec = chunk.samples[k];
+      const std::string here = at + "[" + std::to_string(k) + "]";
+      if (candidates.empty() || candidates.size() > static_cast<size_t>(std::max(1, spec.num_candidates)))
+        return FieldError{here, std::to_string(candidates.size()) + " candidates, at most " +
+                                    std::to_string(spec.num_candidates) + " asked"};
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        const SampledToken& t = candidates[c];
+        const std::string token = here + "[" + std::to_string(c) + "]";
+        if (!in_vocab(t.token))
+          return FieldError{token + ".token", "token " + std::to_string(t.token) + " is outside the vocabulary"};
+        if (t.top_logprobs.size() > static_cast<size_t>(std::max(0, spec.num_logprobs)))
+          return FieldError{token + ".top_logprobs", std::to_string(t.top_logprobs.size()) + " alternatives, " +
+                                                         std::to_string(spec.num_logprobs) + " asked"};
+        for (size_t j = 0; j < t.top_logprobs.size(); ++j)
+          if (!in_vocab(t.top_logprobs[j].first))
+            return FieldError{token + ".top_logprobs[" + std::to_string(j) + "]",
+                              "token " + std::to_string(t.top_logprobs[j].first) + " is outside the vocabulary"};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace paged

@@ -64,4 +64,11 @@ enum class HistoryCheck {
 std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& limits,
                                      HistoryCheck history = HistoryCheck::full);
 
+/// The first field of a worker's `result` for `step` that does not answer it, or nullopt: one entry per chunk with
+/// samples, in the step's order and with its sequence ids; per chunk one candidate list per sample, of 1 to
+/// num_candidates tokens; each token, and each of its at most num_logprobs alternatives, in [0, vocab_size). Fields:
+/// "seqs", "samples[i][k][c].token", "samples[i][k][c].top_logprobs[j]". The engine checks every result from another
+/// process with it before a token id reaches its tokenizer.
+std::optional<FieldError> check_result(const StepResult& result, const StepBatch& step, int vocab_size);
+
 }  // namespace paged

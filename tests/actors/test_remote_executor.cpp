@@ -476,32 +476,46 @@ TEST_CASE("an executor answers what its runner throws with an error and takes th
   }
 }
 
-TEST_CASE("a proxy answers with the result a worker packed, or with an error when it does not unpack", "[remote]") {
+TEST_CASE("a proxy answers with the result a worker packed, or with an error when it does not unpack or fit",
+          "[remote]") {
   caf::actor_system_config cfg;
   register_message_types(cfg);
   caf::actor_system system(cfg);
   caf::scoped_actor self{system};
-  // A worker stand-in: for sequence 1 a packed result with -inf among the logprobs, for others bytes of no result.
+  // A worker stand-in: for sequence 1 a packed result with -inf among the logprobs, for 3 one with a token outside
+  // the vocabulary, for others bytes of no result.
   StepResult sampled;
-  sampled.seqs = {1};
   sampled.samples = {{{{7, -0.5f, {{7, -0.5f}, {3, -std::numeric_limits<float>::infinity()}}}}}};
   const caf::actor worker = system.spawn([sampled]() -> caf::behavior {
     return {[sampled](step_atom, const PackedStep& step) {
-      auto wire = unpack_step(step.bytes);
-      const bool first = std::get<WireStep>(wire).seqs.at(0).seq == 1;
-      return PackedResult{first ? pack_result(sampled) : std::string("\x01")};
+      const SeqId seq = std::get<WireStep>(unpack_step(step.bytes)).seqs.at(0).seq;
+      StepResult answer = sampled;
+      answer.seqs = {seq};
+      if (seq == 3) answer.samples[0][0][0].token = 9999;
+      return PackedResult{seq == 1 || seq == 3 ? pack_result(answer) : std::string("\x01")};
     }};
   });
-  const caf::actor proxy = system.spawn(remote_executor_proxy, worker);
-  const auto step = [&](SeqId seq) { return StepMsg{std::make_shared<const StepBatch>(one_token_step(seq)), {}}; };
+  const caf::actor proxy = system.spawn(remote_executor_proxy, worker, 512);
+  static const SamplingParams params;
+  static const std::vector<TokenId> none;
+  const auto step = [&](SeqId seq, int num_logprobs = 2) {
+    StepBatch b = one_token_step(seq);
+    b.seqs[0].samples.push_back({.params = &params, .seed = 0, .prompt = &none, .output = &none, .stop_ids = &none,
+                                 .num_logprobs = num_logprobs, .num_candidates = 1});
+    return StepMsg{std::make_shared<const StepBatch>(std::move(b)), {}};
+  };
   std::optional<StepResult> got;
   self->request(proxy, std::chrono::seconds(10), step_atom::value, step(1))
       .receive([&](StepResult& r) { got = std::move(r); }, [](caf::error& e) { FAIL(to_string(e)); });
   REQUIRE(got);
-  CHECK(got->seqs == sampled.seqs);
+  CHECK(got->seqs == std::vector<SeqId>{1});
   CHECK(only_sample(*got).top_logprobs == only_sample(sampled).top_logprobs);
   CHECK(error_reply<StepResult>(self, proxy, step_atom::value, step(2)) ==
         "invalid step result: seqs: the bytes end at 1, 3 bytes short of the value at byte 0");
+  CHECK(error_reply<StepResult>(self, proxy, step_atom::value, step(3)) ==
+        "invalid step result: samples[0][0][0].token: token 9999 is outside the vocabulary");
+  CHECK(error_reply<StepResult>(self, proxy, step_atom::value, step(1, 1)) ==
+        "invalid step result: samples[0][0][0].top_logprobs: 2 alternatives, 1 asked");
   caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
 }

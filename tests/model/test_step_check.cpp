@@ -250,3 +250,29 @@ TEST_CASE("swap pairs: a device and a swap block on the side their order says", 
   CHECK(check_block_pairs({{12, 0}}, PairOrder::swap_in, 8, 4)->message ==
         "swap block 12 is outside the CPU swap pool [0, 4)");
 }
+
+TEST_CASE("a worker's result must answer its step: its sampled sequences, samples, candidates and ids", "[step_check]") {
+  GoodStep g;  // sequence 1 samples once (2 logprobs, 1 candidate); sequence 2 does not sample
+  const auto answer = [](SeqId seq, std::vector<SampledToken> candidates) {
+    StepResult r;
+    r.seqs = {seq};
+    r.samples = {{std::move(candidates)}};
+    return r;
+  };
+  const auto field = [&](const StepResult& r) {
+    const std::optional<FieldError> e = check_result(r, g.step, kLimits.vocab_size);
+    return e ? e->field : "";
+  };
+  CHECK(field(answer(1, {{7, -0.1f, {{7, -0.1f}, {8, -2.0f}}}})) == "");
+  CHECK(field(answer(2, {{7, -0.1f, {}}})) == "seqs[0]");           // not the sampled sequence
+  CHECK(field(StepResult{}) == "seqs");                             // nothing answered
+  StepResult two = answer(1, {{7, -0.1f, {}}});
+  two.samples[0].push_back({{8, -0.2f, {}}});
+  CHECK(field(two) == "samples[0]");                                // two samples for one asked
+  CHECK(field(answer(1, {})) == "samples[0][0]");                    // no candidate
+  CHECK(field(answer(1, {{7, -0.1f, {}}, {8, -0.2f, {}}})) == "samples[0][0]");  // two candidates, one asked
+  CHECK(field(answer(1, {{100, -0.1f, {}}})) == "samples[0][0][0].token");
+  CHECK(field(answer(1, {{-1, -0.1f, {}}})) == "samples[0][0][0].token");
+  CHECK(field(answer(1, {{7, -0.1f, {{7, -0.1f}, {8, -2.0f}, {9, -3.0f}}}})) == "samples[0][0][0].top_logprobs");
+  CHECK(field(answer(1, {{7, -0.1f, {{700, -0.1f}}}})) == "samples[0][0][0].top_logprobs[0]");
+}
