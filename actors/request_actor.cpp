@@ -59,17 +59,22 @@ size_t partial_stop_suffix(const std::string& text, const std::vector<std::strin
   return best;
 }
 
-/// Appends new text to a completion, applying stop strings. Returns the delta to emit now.
-std::string add_text(Completion& c, std::string fresh, const std::vector<std::string>& stops, bool final) {
+/// Appends new text to a completion, applying stop strings (cut before the first match, or after it when
+/// `keep_stop`). Returns the delta to emit now.
+std::string add_text(Completion& c, std::string fresh, const std::vector<std::string>& stops, bool keep_stop,
+                     bool final) {
   std::string pending = c.held + fresh;
   c.held.clear();
   if (!stops.empty()) {
-    size_t cut = std::string::npos;
+    size_t cut = std::string::npos, matched = 0;
     for (const auto& s : stops)
-      if (!s.empty()) cut = std::min(cut, pending.find(s));
+      if (const size_t at = s.empty() ? std::string::npos : pending.find(s); at < cut) {
+        cut = at;
+        matched = s.size();
+      }
     // A stop string may straddle the boundary with text already emitted only through `held`, which is included.
     if (cut != std::string::npos) {
-      pending.resize(cut);
+      pending.resize(keep_stop ? cut + matched : cut);
       c.finish = "stop";
     } else if (!final) {
       const size_t keep = partial_stop_suffix(pending, stops);
@@ -126,7 +131,7 @@ void emit_final(Self* self, bool cancelled, std::optional<std::string> error = s
     CompletionDelta d;
     d.index = k;
     if (!c.finish) {
-      d.text = add_text(c, c.detok->finish(), p.stop, true);
+      d.text = add_text(c, c.detok->finish(), p.stop, p.include_stop_str_in_output, true);
       if (!c.finish) c.finish = cancelled ? "cancelled" : "length";
     }
     if (st.buffered) {
@@ -169,12 +174,13 @@ bool take_output(Self* self, const SeqOutput& out) {
       d.logprobs.push_back(t);
     }
     ++st.completion_tokens;
-    if (!is_stop_id && !c.finish) d.text += add_text(c, c.detok->push(t.token), p.stop, false);
+    if (!is_stop_id && !c.finish)
+      d.text += add_text(c, c.detok->push(t.token), p.stop, p.include_stop_str_in_output, false);
   }
   c.cumulative_logprob = out.cumulative_logprob;
   const bool stopped_by_string = c.finish.has_value();
   if (!c.finish && !out.finish.empty()) {
-    d.text += add_text(c, c.detok->finish(), p.stop, true);
+    d.text += add_text(c, c.detok->finish(), p.stop, p.include_stop_str_in_output, true);
     if (!c.finish) c.finish = out.finish;
   }
   d.finish_reason = c.finish;

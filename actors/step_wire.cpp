@@ -438,6 +438,7 @@ void pack_params(Packer& out, const SamplingParams& p) {
   out.flag(p.logprobs.has_value());
   if (p.logprobs) out.put<int32_t>(*p.logprobs);
   out.flag(p.skip_special_tokens);
+  out.flag(p.include_stop_str_in_output);
 }
 
 // `at(member)` names a field of the parameters (a callable that makes the name).
@@ -481,6 +482,7 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
   p.ignore_eos = in.flag(at("ignore_eos"));
   if (in.flag(at("logprobs"))) p.logprobs = in.get<int32_t>(at("logprobs"));
   p.skip_special_tokens = in.flag(at("skip_special_tokens"));
+  p.include_stop_str_in_output = in.flag(at("include_stop_str_in_output"));
   return p;
 }
 

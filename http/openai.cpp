@@ -387,6 +387,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   }
   p.ignore_eos = f.boolean("ignore_eos").value_or(false);
   p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
+  p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
   f.string("user");  // accepted, only type-checked
   if (const json::value* format = f.get("response_format")) {
     // The default, plain text, is accepted; JSON modes and schemas (structured outputs) are not implemented yet.

@@ -35,6 +35,7 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::optional<int> logprobs;          // return the chosen token's logprob and this many top alternatives
   bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;  // the stop string that ended a completion stays in its text
 
   bool greedy() const { return temperature == 0.0f; }
   bool operator==(const SamplingParams&) const = default;  // every field equal

@@ -107,6 +107,13 @@ for (const g of golden) {
   const r = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64, temperature: 0, stop: [" girl"] });
   checkEqual(r.choices[0].text, golden[0].text.slice(0, cut), "stop string cuts the text before it");
   checkEqual(r.choices[0].finish_reason, "stop", "stop string: finish_reason");
+  const kept = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64, temperature: 0,
+    stop: [" girl", " named"], include_stop_str_in_output: true });
+  checkEqual(kept.choices[0].text, golden[0].text.slice(0, cut + " girl".length),
+    "include_stop_str_in_output keeps the first stop string matched");
+  const streamed = await collectStream(await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64,
+    temperature: 0, stop: [" girl"], include_stop_str_in_output: true, stream: true }), (c) => c.text);
+  checkEqual(streamed.text[0], golden[0].text.slice(0, cut + " girl".length), "include_stop_str_in_output streamed");
   const lp = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 8, temperature: 0, logprobs: 2 });
   const l = lp.choices[0].logprobs;
   checkEqual(l.tokens.length, 8, "completions logprobs: one token per generated token");

@@ -324,7 +324,7 @@ TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
       {C, R"({"prompt": "x", "guided_json": {}})", "guided_json"},
       {C, R"({"prompt": "x", "structured_outputs": {"json": {}}})", "structured_outputs"},
       {C, R"({"prompt": "x", "prompt_logprobs": 1})", "prompt_logprobs"},
-      {C, R"({"prompt": "x", "include_stop_str_in_output": true})", "include_stop_str_in_output"},
+      {C, R"({"prompt": "x", "include_stop_str_in_output": 1})", "include_stop_str_in_output"},
       {K, R"({"messages": [{"role": "user", "content": "a"}], "continue_final_message": true})",
        "continue_final_message"},
       {K, R"({"messages": [{"role": "user", "content": "a"}], "chat_template": "{{ 1 }}"})", "chat_template"},
