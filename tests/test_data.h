@@ -38,9 +38,18 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-inline const std::string kShared = PAGED_SHARED_DIR;
-inline const std::string kModel = kShared + "/models/stories260K";
-inline const std::string kGolden = kShared + "/golden/stories260K-greedy.json";
+/// The default model and its Hugging Face golden outputs, both in the project (models/, tests/golden/).
+inline const std::string kModel = std::string(PAGED_SOURCE_DIR) + "/models/stories260K";
+inline const std::string kGolden = std::string(PAGED_SOURCE_DIR) + "/tests/golden/stories260K-greedy.json";
+
+/// `relative` under the shared test data (larger models and their golden outputs): $PAGED_SHARED_DIR when set, else
+/// ../shared beside the checkout. Empty when it is not there: the caller skips, saying what it needs.
+inline std::string shared_path(const std::string& relative) {
+  const char* env = getenv("PAGED_SHARED_DIR");
+  const std::filesystem::path path =
+      std::filesystem::path(env && *env ? env : std::string(PAGED_SOURCE_DIR) + "/../shared") / relative;
+  return std::filesystem::exists(path) ? path.lexically_normal().string() : "";
+}
 
 /// The parsed JSON file; fails the test when it cannot be read.
 inline boost::json::value read_json(const std::string& path) {

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -123,12 +122,8 @@ json::object report(const char* name, const Result& r, const Workload& w) {
                       {"preemptions", r.preemptions}};
 }
 
-std::string default_model() {
-  if (const char* shared = std::getenv("PAGED_SHARED_DIR")) return std::string(shared) + "/models/stories260K";
-  for (const char* p : {"../shared/models/stories260K", "../../shared/models/stories260K"})
-    if (std::filesystem::exists(p)) return p;
-  return "../shared/models/stories260K";
-}
+/// The project's default model (models/stories260K in the source tree).
+std::string default_model() { return std::string(PAGED_SOURCE_DIR) + "/models/stories260K"; }
 
 }  // namespace
 

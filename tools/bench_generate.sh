@@ -9,7 +9,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 PAGED=${1:-$here/build/paged}
-MODEL=${2:-${PAGED_SHARED_DIR:-$here/../shared}/models/stories260K}
+MODEL=${2:-$here/models/stories260K}
 shift $(($# < 2 ? $# : 2))
 [ "${1:-}" = "--" ] && shift
 EXTRA=("$@")

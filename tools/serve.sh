@@ -8,5 +8,4 @@ bash tools/build.sh
 if [ -n "${PAGED_MODEL:-}" ]; then
   exec build/paged serve "$PAGED_MODEL" "$@"
 fi
-shared=${PAGED_SHARED_DIR:-../shared}
-exec build/paged serve "$shared/models/stories260K" --chat-template conf/chat_templates/llama2.jinja "$@"
+exec build/paged serve models/stories260K --chat-template conf/chat_templates/llama2.jinja "$@"

@@ -11,6 +11,7 @@
 #include "http/openai.h"
 #include "http/server_context.h"
 #include "model/tokenizer/load_tokenizer.h"
+#include "tests/test_data.h"
 
 namespace json = boost::json;
 using namespace paged;
@@ -18,7 +19,7 @@ using openai::Endpoint;
 
 namespace {
 
-const std::string kModelDir = std::string(PAGED_SHARED_DIR) + "/models/stories260K";
+const std::string kModelDir = paged::test::kModel;
 
 struct Fixture {
   std::unique_ptr<Tokenizer> tok = load_tokenizer(kModelDir);
@@ -120,7 +121,7 @@ TEST_CASE("the model is named by its served name or by its folder; another is no
 TEST_CASE("/tokenize gives the golden prompt ids and /detokenize their text", "[openai]") {
   const boost::json::value golden = boost::json::parse(
       [] {
-        std::ifstream in(std::string(PAGED_SHARED_DIR) + "/golden/stories260K-greedy.json");
+        std::ifstream in(paged::test::kGolden);
         return std::string(std::istreambuf_iterator<char>(in), {});
       }());
   const openai::ModelInfo info = fixture().info();

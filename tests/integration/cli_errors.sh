@@ -8,9 +8,8 @@ set -u
 
 PAGED=${1:?usage: cli_errors.sh PATH/TO/paged}
 SRC=${PAGED_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-SHARED=${PAGED_SHARED_DIR:-$SRC/../shared}
-MODEL=$SHARED/models/stories260K
-GOLDEN=$SHARED/golden/stories260K-greedy.json
+MODEL=$SRC/models/stories260K
+GOLDEN=$SRC/tests/golden/stories260K-greedy.json
 command -v node >/dev/null || { echo "cli_errors: node is required (tools/setup.sh installs it)" >&2; exit 1; }
 [ -x "$PAGED" ] || { echo "cli_errors: $PAGED is not an executable" >&2; exit 1; }
 [ -f "$MODEL/model.safetensors" ] || { echo "cli_errors: no model at $MODEL" >&2; exit 1; }

@@ -6,9 +6,8 @@ set -euo pipefail
 PAGED="$(realpath "$1")"
 SRC="${PAGED_SOURCE_DIR:?}"
 BIN="${PAGED_BINARY_DIR:?}"
-SHARED=${PAGED_SHARED_DIR:-$SRC/../shared}
-MODEL="$SHARED/models/stories260K"
-GOLDEN="$SHARED/golden/stories260K-greedy.json"
+MODEL="$SRC/models/stories260K"
+GOLDEN="$SRC/tests/golden/stories260K-greedy.json"
 TEMPLATE="$SRC/conf/chat_templates/llama2.jinja"
 NODE_DIR="$BIN/http-node"
 WORK="$(mktemp -d)"

@@ -6,9 +6,8 @@
 
 PAGED=${1:?usage: $NAME.sh PATH/TO/paged}
 SRC=${PAGED_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SHARED=${PAGED_SHARED_DIR:-$SRC/../shared}
-MODEL=$SHARED/models/stories260K
-GOLDEN=$SHARED/golden/stories260K-greedy.json
+MODEL=$SRC/models/stories260K
+GOLDEN=$SRC/tests/golden/stories260K-greedy.json
 [ -x "$PAGED" ] || { echo "$NAME: $PAGED is not an executable" >&2; exit 1; }
 command -v node >/dev/null || { echo "$NAME: node is required (tools/setup.sh installs it)" >&2; exit 1; }
 

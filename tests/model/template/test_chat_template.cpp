@@ -13,6 +13,7 @@
 #include "model/template/chat_template.h"
 #include "model/template/jinja.h"
 #include "tests/http/node_env.h"
+#include "tests/test_data.h"
 
 namespace json = boost::json;
 using paged::ChatTemplate;
@@ -128,7 +129,7 @@ TEST_CASE("Jinja template renders the same from several threads", "[chat]") {
 }
 
 TEST_CASE("ChatTemplate::load finds no template in a model without one", "[chat]") {
-  const std::string stories = std::string(PAGED_SHARED_DIR) + "/models/stories260K";
+  const std::string stories = paged::test::kModel;
   CHECK_FALSE(ChatTemplate::load(stories).has_value());
   // --chat-template supplies one; BOS/EOS still come from the model's tokenizer_config.json.
   const auto with_file = ChatTemplate::load(stories, std::string(PAGED_SOURCE_DIR) + "/conf/chat_templates/llama2.jinja");
