@@ -12,6 +12,9 @@ namespace json = boost::json;
 ServerOptions load_server_options(const std::string& json_file) {
   const json::object root = read_json_object<std::runtime_error>(json_file);
   ServerOptions o;
+  for (const auto& kv : root)  // "engine" holds the engine flags' values (read by `paged serve`, tools/cli.h)
+    if (kv.key() != "model" && kv.key() != "server" && kv.key() != "engine")
+      throw std::runtime_error(json_file + ": unknown key " + std::string(kv.key()) + " (model, server, engine)");
   if (const json::value* model = root.if_contains("model")) {
     if (!model->is_string()) throw std::runtime_error(json_file + ": \"model\" must be a string (a folder)");
     const std::filesystem::path path(std::string(model->get_string()));

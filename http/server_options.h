@@ -24,15 +24,15 @@ struct ServerOptions {
   size_t ws_max_outbox_bytes = 8 << 20; // frames queued for a client that does not read; past it: closed (1008)
   size_t max_prompts_per_request = 256;     // more prompts in one request: 400
   size_t max_sequences_per_request = 1024;  // more prompts x n in one request: 400
-  int shutdown_timeout_s = 30;
+  int shutdown_timeout_s = 30;          // SIGTERM: how long running requests may finish (vLLM's --shutdown-timeout)
   int stats_interval_s = 10;            // a stats line this often while the engine works (0: none)
-  bool log_requests = false;
-  std::vector<std::string> allowed_origins;  // CORS: origins browsers may call from ("*": any); empty: no CORS            // a line per request as it starts and as it ends (--enable-log-requests)          // SIGTERM: how long running requests may finish (vLLM's --shutdown-timeout)
+  bool log_requests = false;            // a line per request as it starts and as it ends (--enable-log-requests)
+  std::vector<std::string> allowed_origins;  // CORS: origins browsers may call from ("*": any); empty: no CORS
 };
 
 /// Reads server options from the "server" object of a JSON file (conf/serve.json), and "model" (a path relative to
-/// the file's folder, unless absolute); keys absent keep their defaults. Throws std::runtime_error naming the file and
-/// the bad key.
+/// the file's folder, unless absolute); keys absent keep their defaults; "engine" is left to the engine flags
+/// (tools/cli.h). Throws std::runtime_error naming the file and the bad or unknown key.
 ServerOptions load_server_options(const std::string& json_file);
 
 }  // namespace paged

@@ -42,28 +42,65 @@ Args::Args(int argc, char** argv, int first, const std::vector<std::string>& swi
   }
 }
 
+void Args::fall_back_to(const boost::json::object& options, const std::string& where) {
+  fallbacks_where_ = where;
+  for (const auto& [key, value] : options) {
+    std::string name(key);
+    std::replace(name.begin(), name.end(), '_', '-');
+    const std::string label = where + "." + std::string(key);
+    std::optional<std::string>& slot = fallbacks_[name];
+    if (value.is_string()) {
+      slot = std::string(value.get_string());
+    } else if (value.is_bool()) {
+      slot = value.get_bool() ? "true" : "false";
+    } else if (value.is_int64() || value.is_uint64() || value.is_double()) {
+      slot = boost::json::serialize(value);
+    } else if (value.is_array()) {
+      std::string joined;
+      for (const auto& item : value.get_array()) {
+        if (!item.is_string()) throw UsageError(label + " must be a list of strings");
+        joined += (joined.empty() ? "" : ",") + std::string(item.get_string());
+      }
+      if (!value.get_array().empty()) slot = joined;  // [] is the default (none)
+    } else if (!value.is_null()) {
+      throw UsageError(label + " must be a string, a number, true/false, a list of strings or null");
+    }
+  }
+}
+
+std::string Args::label(const std::string& name) const {
+  if (values_.count(name) || !fallbacks_.count(name)) return "--" + name;
+  std::string key = name;
+  std::replace(key.begin(), key.end(), '-', '_');
+  return fallbacks_where_ + "." + key;
+}
+
 std::optional<std::string> Args::get(const std::string& name) {
   used_[name] = true;
   if (std::find(valueless_.begin(), valueless_.end(), name) != valueless_.end())
     throw UsageError("flag --" + name + " needs a value");
-  auto it = values_.find(name);
-  if (it == values_.end()) return std::nullopt;
-  return it->second.back();
+  if (auto it = values_.find(name); it != values_.end()) return it->second.back();
+  if (auto it = fallbacks_.find(name); it != fallbacks_.end()) return it->second;
+  return std::nullopt;
 }
 
 std::vector<std::string> Args::get_all(const std::string& name) {
   used_[name] = true;
-  auto it = values_.find(name);
-  return it == values_.end() ? std::vector<std::string>{} : it->second;
+  if (auto it = values_.find(name); it != values_.end()) return it->second;
+  if (auto it = fallbacks_.find(name); it != fallbacks_.end() && it->second) return {*it->second};
+  return {};
 }
 
 bool Args::has(const std::string& name) {
   used_[name] = true;
-  return values_.count(name) != 0;
+  if (values_.count(name)) return true;
+  auto it = fallbacks_.find(name);
+  return it != fallbacks_.end() && it->second.has_value();
 }
 
 bool Args::get_bool(const std::string& name, bool fallback) {
   const std::optional<std::string> v = get(name);
+  if (v && *v != "true" && *v != "false") throw UsageError(label(name) + " is true or false, got '" + *v + "'");
   return v ? *v == "true" : fallback;
 }
 
@@ -76,7 +113,7 @@ int Args::get_int(const std::string& name, int fallback) {
     if (pos != v->size() || x < INT32_MIN || x > INT32_MAX) throw std::invalid_argument("");
     return static_cast<int>(x);
   } catch (const std::exception&) {
-    throw UsageError("--" + name + " expects an integer, got '" + *v + "'");
+    throw UsageError(label(name) + " expects an integer, got '" + *v + "'");
   }
 }
 
@@ -89,7 +126,7 @@ double Args::get_double(const std::string& name, double fallback) {
     if (pos != v->size()) throw std::invalid_argument("");
     return x;
   } catch (const std::exception&) {
-    throw UsageError("--" + name + " expects a number, got '" + *v + "'");
+    throw UsageError(label(name) + " expects a number, got '" + *v + "'");
   }
 }
 
@@ -98,6 +135,8 @@ void Args::reject_unknown() const {
     if (!used_.count(name)) throw UsageError("unknown flag --" + name);
   for (const auto& [name, _] : values_)
     if (!used_.count(name)) throw UsageError("unknown flag --" + name);
+  for (const auto& [name, _] : fallbacks_)
+    if (!used_.count(name)) throw UsageError("unknown key " + label(name));
 }
 
 std::vector<std::string> engine_switches() {

@@ -1,6 +1,8 @@
 // Command-line parsing shared by the subcommands of `paged`: engine flags and sampling flags with vLLM's names.
 #pragma once
 
+#include <boost/json.hpp>
+
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -31,11 +33,20 @@ class Args {
   bool get_bool(const std::string& name, bool fallback);
   int get_int(const std::string& name, int fallback);
   double get_double(const std::string& name, double fallback);
-  /// Throws UsageError naming any flag that no getter asked for.
+  /// Throws UsageError naming any flag that no getter asked for (and any key of the fallbacks).
   void reject_unknown() const;
+  /// Values for flags not given on the command line, from a JSON object of a configuration file (conf/serve.json's
+  /// "engine"): key max_num_seqs is flag --max-num-seqs; a string, number or boolean is the flag's value, a list of
+  /// strings its values joined by commas, null the flag's default. `where` names the object in messages.
+  void fall_back_to(const boost::json::object& options, const std::string& where);
 
  private:
+  /// How messages name a flag: "--name", or "WHERE.key" when its value came from the fallbacks.
+  std::string label(const std::string& name) const;
+
   std::map<std::string, std::vector<std::string>> values_;
+  std::map<std::string, std::optional<std::string>> fallbacks_;  // flag name -> value (nullopt: the default)
+  std::string fallbacks_where_;
   std::map<std::string, bool> used_;
   std::vector<std::string> valueless_;  // flags given last or before another flag, that are not switches
 };

@@ -112,7 +112,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-SafeTensors::SafeTensors(const std::string& model_dir) {
+SafeTensors::SafeTensors(const std::string& model_dir, LoadObserver observer) : observer_(std::move(observer)) {
   fs::path dir(model_dir);
   std::vector<fs::path> shards;
   if (fs::exists(dir / "model.safetensors.index.json")) {
@@ -192,6 +192,7 @@ SafeTensors::SafeTensors(const std::string& model_dir) {
                          std::to_string(t.nbytes) + " bytes");
       t.data = bytes + data_start + begin;
       if (tensors_.count(name)) throw ModelError(where + ": duplicated across shards");
+      total_bytes_ += static_cast<int64_t>(t.nbytes);
       tensors_.emplace(std::move(name), std::move(t));
     }
     files_.push_back(std::move(m));
@@ -208,6 +209,13 @@ const TensorView& SafeTensors::get(const std::string& name, const std::vector<in
   if (!expected_shape.empty() && it->second.shape != expected_shape)
     throw ModelError("tensor '" + name + "' has shape " + shape_str(it->second.shape) + " but the config implies " +
                      shape_str(expected_shape));
+  if (observer_) {
+    std::lock_guard lock(loaded_mu_);
+    if (loaded_.insert(name).second) {
+      loaded_bytes_ += static_cast<int64_t>(it->second.nbytes);
+      observer_(loaded_bytes_, total_bytes_);
+    }
+  }
   return it->second;
 }
 

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,20 +38,31 @@ uint16_t float_to_f16(float f);
 /// checked against the file before any byte is read; a problem throws ModelError naming the file and tensor.
 class SafeTensors {
  public:
-  explicit SafeTensors(const std::string& model_dir);
+  /// Called as loading goes: bytes of the distinct tensors handed out by get() so far, of all the checkpoint's.
+  using LoadObserver = std::function<void(int64_t loaded_bytes, int64_t total_bytes)>;
+
+  explicit SafeTensors(const std::string& model_dir, LoadObserver observer = {});
   ~SafeTensors();
   SafeTensors(const SafeTensors&) = delete;
   SafeTensors& operator=(const SafeTensors&) = delete;
 
   bool contains(const std::string& name) const;
-  /// Throws ModelError when absent, or when `expected_shape` is given and differs.
+  /// Throws ModelError when absent, or when `expected_shape` is given and differs. The first get() of a tensor
+  /// counts it as loaded for the observer (thread-safe: tensor-parallel ranks load at once).
   const TensorView& get(const std::string& name, const std::vector<int64_t>& expected_shape = {}) const;
+  /// Bytes of every tensor of the checkpoint.
+  int64_t total_bytes() const { return total_bytes_; }
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
 
  private:
   struct Mapping;
   std::vector<std::unique_ptr<Mapping>> files_;
   std::map<std::string, TensorView> tensors_;
+  int64_t total_bytes_ = 0;
+  LoadObserver observer_;
+  mutable std::mutex loaded_mu_;
+  mutable std::set<std::string> loaded_;  // tensors handed out so far
+  mutable int64_t loaded_bytes_ = 0;
 };
 
 }  // namespace paged

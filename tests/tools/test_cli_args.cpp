@@ -1,0 +1,94 @@
+// The command line's fallbacks from a configuration file (conf/serve.json's "engine"): file values where no flag is
+// given, flags over them, unknown keys and bad values refused naming the key.
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/json_file.h"
+#include "tools/cli.h"
+
+using namespace paged;
+using namespace paged::cli;
+
+namespace {
+
+/// Args over `words` (after "paged serve"), with the engine switches.
+Args args_of(std::vector<std::string> words) {
+  static std::vector<std::string> storage;
+  storage = {"paged", "serve"};
+  storage.insert(storage.end(), words.begin(), words.end());
+  std::vector<char*> argv;
+  for (std::string& w : storage) argv.push_back(w.data());
+  return Args(static_cast<int>(argv.size()), argv.data(), 2, engine_switches());
+}
+
+std::string usage_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("conf/serve.json's engine object holds the engine's built-in defaults", "[cli]") {
+  const boost::json::object root = read_json_object<std::runtime_error>(std::string(PAGED_SOURCE_DIR) + "/conf/serve.json");
+  Args args = args_of({"models/x"});
+  args.fall_back_to(root.at("engine").as_object(), "serve.json: engine");
+  const EngineConfig c = engine_config(args), d;
+  args.reject_unknown();  // every key of the file is an engine flag
+  CHECK(c.device == d.device);
+  CHECK(c.load_format == d.load_format);
+  CHECK(c.block_size == d.block_size);
+  CHECK(c.num_kv_blocks == d.num_kv_blocks);
+  CHECK(c.swap_space_gib == d.swap_space_gib);
+  CHECK(c.gpu_memory_utilization == d.gpu_memory_utilization);
+  CHECK(c.max_num_seqs == d.max_num_seqs);
+  CHECK(c.max_num_batched_tokens == d.max_num_batched_tokens);
+  CHECK(c.max_model_len == d.max_model_len);
+  CHECK(c.enable_prefix_caching == d.enable_prefix_caching);
+  CHECK(c.preemption_mode == d.preemption_mode);
+  CHECK(c.tensor_parallel_size == d.tensor_parallel_size);
+  CHECK(c.max_waiting_requests == d.max_waiting_requests);
+  CHECK(c.workers == d.workers);
+  CHECK(c.tls_dir == d.tls_dir);
+}
+
+TEST_CASE("file values apply where no flag is given, and flags win", "[cli]") {
+  const auto file = boost::json::parse(R"({"block_size": 32, "max_num_seqs": 8, "enable_prefix_caching": false,
+      "swap_space": 0.5, "workers": ["h1:7000", "h2:7001"], "max_model_len": null, "preemption_mode": "swap"})");
+  Args args = args_of({"m", "--max-num-seqs", "4", "--enable-prefix-caching"});
+  args.fall_back_to(file.as_object(), "f: engine");
+  const EngineConfig c = engine_config(args);
+  args.reject_unknown();
+  CHECK(c.block_size == 32);
+  CHECK(c.max_num_seqs == 4);
+  CHECK(c.enable_prefix_caching);
+  CHECK(c.swap_space_gib == 0.5);
+  CHECK(c.workers == std::vector<std::string>{"h1:7000", "h2:7001"});
+  CHECK_FALSE(c.max_model_len.has_value());
+  CHECK(c.preemption_mode == PreemptionMode::swap);
+}
+
+TEST_CASE("unknown keys and bad values in the file are refused naming the key", "[cli]") {
+  auto with = [](const char* json) {
+    return usage_error([&] {
+      Args args = args_of({"m"});
+      args.fall_back_to(boost::json::parse(json).as_object(), "f: engine");
+      engine_config(args);
+      args.reject_unknown();
+    });
+  };
+  CHECK(with(R"({"max_num_seq": 8})") == "unknown key f: engine.max_num_seq");
+  CHECK(with(R"({"block_size": "big"})") == "f: engine.block_size expects an integer, got 'big'");
+  CHECK(with(R"({"enable_prefix_caching": "yes"})") == "f: engine.enable_prefix_caching is true or false, got 'yes'");
+  CHECK(with(R"({"workers": [7000]})") == "f: engine.workers must be a list of strings");
+  CHECK(with(R"({"block_size": {"a": 1}})").find("f: engine.block_size must be") == 0);
+  CHECK(with(R"({"block_size": 0})") == "--block-size must be in [1, 256]");
+  CHECK(with(R"({"block_size": 16})").empty());
+}
