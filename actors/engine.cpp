@@ -390,9 +390,9 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     int num_blocks = 0, num_swap_blocks = 0;
     std::vector<std::shared_ptr<ModelRunner>> runners;
     const bool dummy = c.load_format == "dummy";
-    std::shared_ptr<const SafeTensors> weights = dummy ? nullptr : std::make_shared<const SafeTensors>(c.model_dir);
-    if (weights)
-      for (const auto& [name, tensor] : weights->tensors()) weight_bytes += static_cast<int64_t>(tensor.nbytes);
+    std::shared_ptr<const SafeTensors> weights =
+        dummy ? nullptr : std::make_shared<const SafeTensors>(c.model_dir, c.on_load_progress);
+    if (weights) weight_bytes = weights->total_bytes();
     auto& replica = m.replicas.emplace_back(std::make_unique<Replica>());
     std::vector<caf::actor>& executors = replica->executors;
     if (tp == 1) {

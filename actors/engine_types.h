@@ -49,6 +49,8 @@ struct EngineConfig {
   /// A deployment's folder of `paged gen-certs` (actors/tls_certs.h): the connections to the workers (and a worker's
   /// listening port) then take mutual TLS with its certificates. Empty: plain TCP, for loopback only.
   std::string tls_dir;
+  /// Called as the weights load here (SafeTensors::LoadObserver: bytes loaded, of all); empty: silent.
+  std::function<void(int64_t loaded_bytes, int64_t total_bytes)> on_load_progress;
 };
 
 using RequestId = uint64_t;

@@ -29,7 +29,7 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
   const ModelConfig model = load_model_config(c.model_dir);
   const int max_model_len = resolve_config(c, model, true);
   std::unique_ptr<const SafeTensors> weights =
-      c.load_format == "dummy" ? nullptr : std::make_unique<const SafeTensors>(c.model_dir);
+      c.load_format == "dummy" ? nullptr : std::make_unique<const SafeTensors>(c.model_dir, c.on_load_progress);
   RankRunner built = make_local_runner(c, model, max_model_len, weights.get());
   m.info = WorkerInfo{.device = c.device,
                       .num_layers = model.num_layers,

@@ -10,7 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <random>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <optional>
+#include <iomanip>
 
 #include <signal.h>
 
@@ -19,8 +23,30 @@
 #include "actors/tls_certs.h"
 #include "actors/worker.h"
 #include "http/server.h"
+#include "model/json_file.h"
+#include "tools/bench/bench_stats.h"
+#include "tools/bench/datasets.h"
+#include "tools/bench/progress.h"
 
 namespace paged::cli {
+
+namespace {
+
+/// The weights' load progress on stderr, in percent of the checkpoint's bytes (a bar on a terminal, else lines).
+std::function<void(int64_t, int64_t)> load_progress() {
+  auto bar = std::make_shared<std::optional<bench::ProgressBar>>();
+  return [bar](int64_t loaded, int64_t total) {  // SafeTensors serialises the calls
+    if (!*bar) {
+      std::ostringstream label;
+      label << "paged: loading " << std::fixed << std::setprecision(1) << double(total) / (1 << 20)
+            << " MiB of weights (%)";
+      bar->emplace(bench::stderr_progress(label.str(), 100));
+    }
+    (*bar)->update(static_cast<int>(total > 0 ? loaded * 100 / total : 100));
+  };
+}
+
+}  // namespace
 
 int run_serve_command(Args& args) {
   namespace fs = std::filesystem;
@@ -34,6 +60,14 @@ int run_serve_command(Args& args) {
       }
   }
   ServerOptions options = config_file.empty() ? ServerOptions{} : load_server_options(config_file);
+  // The file's "engine" object: the engine flags' values where the command line gives none.
+  if (!config_file.empty()) {
+    const boost::json::object root = read_json_object<UsageError>(config_file);
+    if (const boost::json::value* engine = root.if_contains("engine")) {
+      if (!engine->is_object()) throw UsageError(config_file + ": \"engine\" must be an object");
+      args.fall_back_to(engine->get_object(), config_file + ": engine");
+    }
+  }
   if (auto v = args.get("host")) options.host = *v;
   if (args.has("port")) {
     const int port = args.get_int("port", 0);
@@ -82,6 +116,7 @@ int run_serve_command(Args& args) {
   server::ServerPort port(options);
   std::cout << "paged: listening on " << options.host << ":" << port.port() << ", loading " << config.model_dir
             << std::endl;
+  config.on_load_progress = load_progress();
   Engine engine(config);
   return run_server(engine, options, port);
 }
@@ -89,92 +124,111 @@ int run_serve_command(Args& args) {
 int run_bench_command(Args& args) {
   namespace json = boost::json;
   EngineConfig config = engine_config(args);
-  const int num_prompts = args.get_int("num-prompts", 1000);
-  const std::string dataset = args.get("dataset").value_or("fixed");
-  const int input_len = args.get_int("input-len", 512);
-  const int output_len = args.get_int("output-len", 128);
-  const int seed = args.get_int("seed", 0);
+  bench::DatasetOptions defaults;
+  defaults.random_input_len = 512;
+  const bench::DatasetOptions data = bench::dataset_options(args, defaults);
   const std::string requests_out = args.get("requests-out").value_or("");
+  const bool as_json = args.get_bool("json", false);
   args.reject_unknown();
-  if (num_prompts < 1) throw UsageError("--num-prompts must be positive");
-  if (dataset != "fixed" && dataset != "sharegpt") throw UsageError("--dataset must be fixed or sharegpt");
 
   Engine engine(config);
-  const int vocab = engine.model_config().vocab_size;
-  const int max_len = engine.max_model_len();
-  std::mt19937_64 rng(seed);
-  // ShareGPT-like: lognormal lengths (sigma 1) with means 161 / 338, pruned as vLLM's benchmark prunes ShareGPT:
-  // prompts of 4 to 1024 tokens, prompt + output at most 2048 (and the model's context).
-  std::lognormal_distribution<double> in_dist(std::log(161.0) - 0.5, 1.0), out_dist(std::log(338.0) - 0.5, 1.0);
-  std::uniform_int_distribution<int> token(std::min(100, vocab - 1), vocab - 1);
-  std::vector<std::vector<TokenId>> prompts;
-  std::vector<int> outputs;
-  int64_t prompt_tokens = 0, output_tokens = 0;
-  for (int i = 0; i < num_prompts; ++i) {
-    int in = input_len, out = output_len;
-    if (dataset == "sharegpt") {
-      const int total = std::min(2048, max_len);
-      in = std::clamp(static_cast<int>(std::lround(in_dist(rng))), 4, std::min(1024, total / 2));
-      out = std::clamp(static_cast<int>(std::lround(out_dist(rng))), 1, total - in);
-    }
-    std::vector<TokenId> p(in);
-    for (auto& t : p) t = token(rng);
-    prompt_tokens += in;
-    output_tokens += out;
-    prompts.push_back(std::move(p));
-    outputs.push_back(out);
-  }
+  const std::vector<bench::BenchRequest> requests =
+      bench::dataset_requests(data, engine.model_config().vocab_size, engine.max_model_len(),
+                              [&](const std::string& text) { return engine.tokenizer().encode(text, true); });
+  const int num_prompts = static_cast<int>(requests.size());
   if (!requests_out.empty()) {
     // The lengths of this run, for a baseline on the same workload (tools/gpu/hf_generate_bench.py --requests).
     json::array lengths;
-    for (int i = 0; i < num_prompts; ++i) lengths.push_back(json::array{prompts[i].size(), outputs[i]});
+    for (const bench::BenchRequest& r : requests) lengths.push_back(json::array{r.prompt_len, r.output_len});
     std::ofstream out(requests_out);
-    out << json::serialize(json::object{{"dataset", dataset}, {"seed", seed}, {"requests", lengths}}) << "\n";
+    out << json::serialize(json::object{{"dataset", data.name}, {"seed", data.seed}, {"requests", lengths}}) << "\n";
     if (!out) throw UsageError("cannot write --requests-out " + requests_out);
   }
   // Every request has its own output length, so each goes through submit() with its own parameters.
   std::mutex mu;
   std::condition_variable cv;
-  int remaining = num_prompts;
+  int finished = 0, failed = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;  // of the requests that succeeded
+  std::string first_error;
+  bench::ProgressBar progress = bench::stderr_progress("bench", num_prompts);
+  progress.update(0);
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < num_prompts; ++i) {
+  for (const bench::BenchRequest& r : requests) {
     SamplingParams p;
-    p.max_tokens = outputs[i];
+    p.max_tokens = r.output_len;
     p.temperature = 0;
     p.ignore_eos = true;
-    engine.submit(prompts[i], p, [&](const RequestEvent& ev) {
+    engine.submit(r.prompt_ids, p, [&, prompt_len = r.prompt_len](const RequestEvent& ev) {
       if (!ev.done) return;
       std::lock_guard lock(mu);
-      if (--remaining == 0) cv.notify_all();
+      if (ev.error) {
+        if (failed++ == 0) first_error = *ev.error;
+      } else {
+        prompt_tokens += prompt_len;
+        output_tokens += ev.completion_tokens;
+      }
+      progress.update(++finished);
+      if (finished == num_prompts) cv.notify_all();
     });
   }
   {
     std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return remaining == 0; });
+    cv.wait(lock, [&] { return finished == num_prompts; });
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   engine.wait_idle();
+  if (failed > 0) std::cerr << "paged bench: " << failed << " requests failed; the first: " << first_error << "\n";
   Metrics& m = engine.metrics();
+  const int completed = num_prompts - failed;
+  const double reserved = static_cast<double>(m.kv_reserved_slots_sum.load());
+  const double kv_waste = reserved > 0 ? 1.0 - static_cast<double>(m.kv_used_slots_sum.load()) / reserved : 0.0;
+  const double executor_s = static_cast<double>(m.step_time_us.load()) * 1e-6;  // the rest is scheduling overhead
+  const double ttft_p50 = m.ttft.snapshot().quantile(0.5), tpot_p50 = m.tpot.snapshot().quantile(0.5);
+  if (!as_json) {
+    using bench::fixed2, bench::table_row;
+    std::cout << bench::table_title(" Offline Throughput Benchmark Result ", '=')
+              << table_row("Device:", engine.config().device) << table_row("Dataset:", data.name)
+              << table_row("Successful requests:", std::to_string(completed))
+              << table_row("Failed requests:", std::to_string(failed))
+              << table_row("Benchmark duration (s):", fixed2(seconds))
+              << table_row("Total input tokens:", std::to_string(prompt_tokens))
+              << table_row("Total generated tokens:", std::to_string(output_tokens))
+              << table_row("Request throughput (req/s):", fixed2(completed / seconds))
+              << table_row("Output token throughput (tok/s):", fixed2(output_tokens / seconds))
+              << table_row("Total Token throughput (tok/s):", fixed2((prompt_tokens + output_tokens) / seconds))
+              << bench::table_title("Engine", '-')
+              << table_row("Peak running sequences:", std::to_string(m.peak_running_seqs.load()))
+              << table_row("KV blocks used at peak / total:", std::to_string(m.kv_blocks_peak_used.load()) + " / " +
+                                                                   std::to_string(m.kv_blocks_total.load()))
+              << table_row("KV waste (%):", fixed2(100 * kv_waste))
+              << table_row("Preemptions:", std::to_string(m.preemptions.load()))
+              << table_row("Engine steps:", std::to_string(m.steps.load()))
+              << table_row("Executor time (s):", fixed2(executor_s))
+              << table_row("Median TTFT (ms):", fixed2(1000 * ttft_p50))
+              << table_row("Median TPOT (ms):", fixed2(1000 * tpot_p50)) << std::string(50, '=') << std::endl;
+    return 0;
+  }
   json::object o;
   o["device"] = engine.config().device;
-  o["dataset"] = dataset;
+  o["dataset"] = data.name;
   o["num_prompts"] = num_prompts;
+  o["completed"] = completed;
+  o["failed"] = failed;
   o["prompt_tokens"] = prompt_tokens;
   o["output_tokens"] = output_tokens;
   o["seconds"] = seconds;
-  o["requests_per_s"] = num_prompts / seconds;
+  o["requests_per_s"] = completed / seconds;
   o["output_tok_per_s"] = output_tokens / seconds;
   o["total_tok_per_s"] = (prompt_tokens + output_tokens) / seconds;
   o["peak_running_seqs"] = m.peak_running_seqs.load();
   o["kv_blocks_total"] = m.kv_blocks_total.load();
   o["kv_blocks_peak_used"] = m.kv_blocks_peak_used.load();
-  const double reserved = static_cast<double>(m.kv_reserved_slots_sum.load());
-  o["kv_waste"] = reserved > 0 ? 1.0 - static_cast<double>(m.kv_used_slots_sum.load()) / reserved : 0.0;
+  o["kv_waste"] = kv_waste;
   o["preemptions"] = m.preemptions.load();
   o["steps"] = m.steps.load();
-  o["executor_time_s"] = static_cast<double>(m.step_time_us.load()) * 1e-6;  // the rest is scheduling overhead
-  o["ttft_p50_s"] = m.ttft.snapshot().quantile(0.5);
-  o["tpot_p50_s"] = m.tpot.snapshot().quantile(0.5);
+  o["executor_time_s"] = executor_s;
+  o["ttft_p50_s"] = ttft_p50;
+  o["tpot_p50_s"] = tpot_p50;
   std::cout << json::serialize(o) << std::endl;
   return 0;
 }
@@ -192,6 +246,7 @@ int run_worker_command(Args& args) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  config.on_load_progress = load_progress();
   Worker worker(config, host, static_cast<uint16_t>(port));
   const WorkerInfo& info = worker.info();
   std::cout << "paged worker: listening on " << host << ":" << worker.port() << " (" << info.device << ", "

@@ -9,12 +9,11 @@ namespace paged::cli {
 /// or SIGTERM. Returns the exit code.
 int run_serve_command(Args& args);
 
-/// `paged bench`: offline throughput of the engine on synthetic requests (random prompt ids, ignore_eos), the way
-/// vLLM's benchmark_throughput reports it: requests/s, output tok/s, total tok/s, plus peak running sequences and
-/// KV waste. --num-prompts N, --input-len L --output-len O (fixed lengths) or --dataset sharegpt (seeded
-/// lognormal lengths, mean input 161 and output 338 as ShareGPT in the PagedAttention paper, pruned like vLLM's
-/// benchmark: prompt <= 1024, prompt + output <= 2048), --seed S.
-/// Prints one JSON line.
+/// `paged bench`: offline throughput of the engine, the way vLLM's benchmark_throughput reports it: requests/s,
+/// output tok/s, total tok/s, plus peak running sequences and KV waste. Requests of tools/bench/datasets.h
+/// (--dataset-name random (default; --random-input-len 512, --random-output-len 128, --random-range-ratio),
+/// sharegpt-like or sharegpt with --dataset-path FILE; --num-prompts 1000, --seed), greedy with ignore_eos; the
+/// progress on stderr. Prints a table, or with --json one JSON line; --requests-out FILE saves the lengths.
 int run_bench_command(Args& args);
 
 /// `paged worker`: builds the model's executor (engine flags as for serve; tensor-parallel size 1) and publishes it

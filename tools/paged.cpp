@@ -1,5 +1,5 @@
-// paged: the command-line entry point. Subcommands: generate (offline), serve (HTTP/WebSocket API), bench, worker,
-// gen-certs.
+// paged: the command-line entry point. Subcommands: generate (offline), serve (HTTP/WebSocket API), bench (offline
+// throughput), bench serve (vLLM's serving benchmark against a server), worker, gen-certs.
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "actors/engine.h"
+#include "tools/bench/serve_bench.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "model/unicode/utf8.h"
@@ -23,8 +24,18 @@ constexpr const char* kUsage = R"(usage:
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
               [--allowed-origins '["*"]' | ORIGIN,ORIGIN]
               [--config conf/serve.json] [engine flags]
-  paged bench MODEL_DIR [--num-prompts 1000] [--dataset fixed|sharegpt] [--input-len 512] [--output-len 128]
-              [--seed S] [--requests-out FILE.json] [engine flags]
+  paged bench MODEL_DIR [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt] [--dataset-path FILE]
+              [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--seed S]
+              [--requests-out FILE.json] [--json] [engine flags]
+              (offline throughput through the engine: a table, or with --json one JSON line)
+  paged bench serve --base-url http://HOST:PORT [--endpoint /v1/completions] [--model NAME] [--tokenizer DIR]
+              [--api-key KEY] [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt]
+              [--dataset-path FILE] [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]
+              [--seed S] [--request-rate inf] [--burstiness 1] [--max-concurrency N] [--goodput KEY:MS ...]
+              [--percentile-metrics ttft,tpot,itl] [--metric-percentiles 99] [--ignore-eos] [--disable-tqdm]
+              [--result-file FILE.json]
+              (vLLM's serving benchmark against a running server; KEY of ttft, tpot, e2el; sharegpt needs
+              --tokenizer; the API key also from OPENAI_API_KEY or PAGED_API_KEY)
   paged worker MODEL_DIR [--host 127.0.0.1] [--port 7000] [--tls-dir DIR] [engine flags]
                (runs one replica of the model for an engine started elsewhere with --workers; a --host off
                loopback needs --tls-dir)
@@ -175,6 +186,8 @@ int main(int argc, char** argv) {
       cli::Args args(argc, argv, 3, switches);
       return cli::run_gen_certs_command(argv[2], args);
     }
+    if (cmd == "bench" && argc > 2 && std::string_view(argv[2]) == "serve")
+      return bench::run_bench_serve_command(argc, argv, 3);
     cli::Args args(argc, argv, 2, switches);
     if (cmd == "generate") return generate(args);
     if (cmd == "serve") return cli::run_serve_command(args);

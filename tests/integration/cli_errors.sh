@@ -436,5 +436,33 @@ if expect_ok "--skip-special-tokens=false" "${SPECIAL[@]}" --skip-special-tokens
     process.argv[2]) ? 0 : 1)' "$TMP/out" "$bos" || fail "--skip-special-tokens=false drops $bos"
 fi
 
+# conf/serve.json's "engine" object: every engine flag, the flag winning over the file; unknown keys and bad values
+# refused naming the key, before anything loads.
+printf '{"model": "%s", "engine": {"max_num_seqs": 8, "numkv_blocks": 64}}' "$MODEL" >"$TMP/typo.json"
+expect_fail "a misspelt engine key" 2 "unknown key .*typo\.json: engine\.numkv_blocks" serve --config "$TMP/typo.json"
+printf '{"model": "%s", "engine": {"block_size": "big"}}' "$MODEL" >"$TMP/bad.json"
+expect_fail "a bad engine value" 2 "engine\.block_size expects an integer" serve --config "$TMP/bad.json"
+printf '{"engines": {}}' >"$TMP/top.json"
+expect_fail "an unknown top-level key" 1 "unknown key engines" serve --config "$TMP/top.json"
+printf '{"model": "%s", "server": {"port": 0, "stats_interval_s": 0}, "engine": {"num_kv_blocks": 64}}' "$MODEL" \
+  >"$TMP/engine.json"
+# serve_blocks ARGS...: the KV blocks a server started with ARGS reports, then stopped.
+serve_blocks() {
+  "$PAGED" serve "$@" >"$TMP/serve.out" 2>&1 &
+  local pid=$! line=""
+  for _ in $(seq 1 100); do
+    line=$(grep -oE 'KV cache: [0-9]+ blocks' "$TMP/serve.out") && break
+    sleep 0.1
+  done
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  echo "${line//[^0-9]/}"
+}
+checks=$((checks + 1))
+[ "$(serve_blocks --config "$TMP/engine.json")" = 64 ] || fail "engine.num_kv_blocks 64: $(cat "$TMP/serve.out")"
+checks=$((checks + 1))
+[ "$(serve_blocks --config "$TMP/engine.json" --num-kv-blocks 48)" = 48 ] ||
+  fail "--num-kv-blocks over the file's: $(cat "$TMP/serve.out")"
+
 echo "cli_errors: $checks checks, $failures failures"
 ((failures == 0))

@@ -282,39 +282,115 @@ json::array to_json(const std::vector<double>& values) {
   return a;
 }
 
-/// The settings of a run that its result file records.
-struct RunInfo {
-  std::string base_url, endpoint, model_id, tokenizer_dir, dataset;
-  double rate = 0, burstiness = 1;
+/// The flags of `paged bench serve`, checked.
+struct ServeBenchFlags {
+  std::string base_url;
+  Target target;                 // without its resolved endpoints
+  std::optional<std::string> model;
+  std::string tokenizer_dir;
+  DatasetOptions data;
+  double rate = std::numeric_limits<double>::infinity(), burstiness = 1;
   std::optional<int> max_concurrency;
+  Slo slo;
+  std::vector<std::string> metrics;  // of ttft, tpot, itl, e2el
+  std::vector<double> percentiles;
+  bool ignore_eos = false, show_progress = true;
+  std::string result_file;
 };
 
-/// vLLM's result JSON: the settings, the metrics (the summaries of `metrics` in milliseconds; request_goodput null
-/// unless `goodput`) and the per-request lists.
-json::object result_json(const RunInfo& info, const ServingMetrics& m, const std::vector<RequestResult>& results,
-                         bool goodput, const std::vector<std::string>& metrics) {
+/// Reads and checks the flags; UsageError for a bad one.
+ServeBenchFlags read_flags(cli::Args& args) {
+  ServeBenchFlags f;
+  const std::optional<std::string> base_url = args.get("base-url");
+  f.target.endpoint = args.get("endpoint").value_or("/v1/completions");
+  f.model = args.get("model");
+  f.tokenizer_dir = args.get("tokenizer").value_or("");
+  if (auto key = args.get("api-key")) {
+    f.target.api_key = *key;
+  } else {
+    for (const char* name : {"OPENAI_API_KEY", "PAGED_API_KEY"})
+      if (const char* env = std::getenv(name); env && *env && f.target.api_key.empty()) f.target.api_key = env;
+  }
+  f.data = dataset_options(args, DatasetOptions{});  // vLLM's defaults: 1000 prompts, 1024 in, 128 out
+  f.rate = args.get_double("request-rate", f.rate);
+  f.burstiness = args.get_double("burstiness", f.burstiness);
+  if (args.has("max-concurrency")) f.max_concurrency = args.get_int("max-concurrency", 0);
+  try {
+    std::vector<std::string> items;
+    for (const std::string& value : args.get_all("goodput"))
+      for (std::string& item : split_commas(value))
+        if (!item.empty()) items.push_back(std::move(item));
+    f.slo = parse_slo(items);
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError(std::string("--goodput ") + e.what());
+  }
+  f.metrics = split_commas(args.get("percentile-metrics").value_or("ttft,tpot,itl"));
+  for (const std::string& p : split_commas(args.get("metric-percentiles").value_or("99"))) {
+    char* end = nullptr;
+    const double v = std::strtod(p.c_str(), &end);
+    if (p.empty() || *end || !(v >= 0 && v <= 100))
+      throw cli::UsageError("--metric-percentiles takes numbers in [0, 100] separated by commas, got '" + p + "'");
+    f.percentiles.push_back(v);
+  }
+  f.ignore_eos = args.get_bool("ignore-eos", false);
+  f.show_progress = !args.get_bool("disable-tqdm", false);
+  f.result_file = args.get("result-file").value_or("");
+  args.reject_unknown();
+
+  if (!base_url) throw cli::UsageError("bench serve needs --base-url URL (e.g. http://127.0.0.1:8000)");
+  f.base_url = *base_url;
+  try {
+    f.target.url = parse_base_url(f.base_url);
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError(e.what());
+  }
+  const auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const std::string& endpoint = f.target.endpoint;
+  if (endpoint.empty() || endpoint[0] != '/' || !ends_with(endpoint, "/completions") ||
+      ends_with(endpoint, "/chat/completions"))
+    throw cli::UsageError("--endpoint must be a completions path such as /v1/completions (chat is not supported)");
+  if (!(f.rate > 0)) throw cli::UsageError("--request-rate must be positive requests/s, or inf");
+  if (!(f.burstiness > 0) || std::isinf(f.burstiness)) throw cli::UsageError("--burstiness must be a positive number");
+  if (f.max_concurrency && *f.max_concurrency < 1) throw cli::UsageError("--max-concurrency must be positive");
+  for (const std::string& m : f.metrics)
+    if (m != "ttft" && m != "tpot" && m != "itl" && m != "e2el")
+      throw cli::UsageError("--percentile-metrics takes ttft, tpot, itl and e2el separated by commas, got '" + m + "'");
+  if (f.data.name == "sharegpt" && f.tokenizer_dir.empty())
+    throw cli::UsageError("--dataset-name sharegpt counts the tokens of prompts and replies with the model's "
+                          "tokenizer: give --tokenizer DIR (the model folder)");
+  if (!f.result_file.empty() && !std::ofstream(f.result_file, std::ios::app))
+    throw cli::UsageError("cannot write --result-file " + f.result_file);
+  return f;
+}
+
+/// vLLM's result JSON: the run's flags, its metrics (the summaries of f.metrics in milliseconds; request_goodput
+/// null without --goodput) and the per-request lists.
+json::object result_json(const ServeBenchFlags& f, const std::string& model_id, const ServingMetrics& m,
+                         const std::vector<RequestResult>& results) {
   json::object o;
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y%m%d-%H%M%S", std::localtime(&now));
   o["date"] = date;
   o["backend"] = "openai";
-  o["base_url"] = info.base_url;
-  o["endpoint"] = info.endpoint;
-  o["model_id"] = info.model_id;
-  o["tokenizer_id"] = info.tokenizer_dir.empty() ? json::value(nullptr) : json::value(info.tokenizer_dir);
-  o["dataset_name"] = info.dataset;
+  o["base_url"] = f.base_url;
+  o["endpoint"] = f.target.endpoint;
+  o["model_id"] = model_id;
+  o["tokenizer_id"] = f.tokenizer_dir.empty() ? json::value(nullptr) : json::value(f.tokenizer_dir);
+  o["dataset_name"] = f.data.name;
   o["num_prompts"] = results.size();
-  o["request_rate"] = std::isinf(info.rate) ? json::value("inf") : json::value(info.rate);
-  o["burstiness"] = info.burstiness;
-  o["max_concurrency"] = info.max_concurrency ? json::value(*info.max_concurrency) : json::value(nullptr);
+  o["request_rate"] = std::isinf(f.rate) ? json::value("inf") : json::value(f.rate);
+  o["burstiness"] = f.burstiness;
+  o["max_concurrency"] = f.max_concurrency ? json::value(*f.max_concurrency) : json::value(nullptr);
   o["duration"] = m.duration_s;
   o["completed"] = m.completed;
   o["failed"] = m.failed;
   o["total_input_tokens"] = m.total_input;
   o["total_output_tokens"] = m.total_output;
   o["request_throughput"] = m.request_throughput;
-  o["request_goodput"] = goodput ? json::value(m.request_goodput) : json::value(nullptr);
+  o["request_goodput"] = f.slo.any() ? json::value(m.request_goodput) : json::value(nullptr);
   o["output_throughput"] = m.output_throughput;
   o["total_token_throughput"] = m.total_token_throughput;
   json::array input_lens, output_lens, ttfts, itls, texts, errors;
@@ -335,7 +411,7 @@ json::object result_json(const RunInfo& info, const ServingMetrics& m, const std
   const std::pair<const char*, const Summary*> summaries[] = {
       {"ttft", &m.ttft_ms}, {"tpot", &m.tpot_ms}, {"itl", &m.itl_ms}, {"e2el", &m.e2el_ms}};
   for (const auto& [key, s] : summaries) {
-    if (std::find(metrics.begin(), metrics.end(), key) == metrics.end()) continue;
+    if (std::find(f.metrics.begin(), f.metrics.end(), key) == f.metrics.end()) continue;
     const std::string k = key;
     o["mean_" + k + "_ms"] = s->mean;
     o["median_" + k + "_ms"] = s->median;
@@ -352,129 +428,62 @@ int run_bench_serve_command(int argc, char** argv, int first) {
   std::vector<char*> word_ptrs;
   for (std::string& w : words) word_ptrs.push_back(w.data());
   cli::Args args(static_cast<int>(word_ptrs.size()), word_ptrs.data(), 0, {"ignore-eos", "disable-tqdm"});
-
-  const std::optional<std::string> base_url = args.get("base-url");
-  Target target;
-  target.endpoint = args.get("endpoint").value_or("/v1/completions");
-  std::optional<std::string> model = args.get("model");
-  const std::string tokenizer_dir = args.get("tokenizer").value_or("");
-  if (auto key = args.get("api-key")) {
-    target.api_key = *key;
-  } else {
-    for (const char* name : {"OPENAI_API_KEY", "PAGED_API_KEY"})
-      if (const char* env = std::getenv(name); env && *env && target.api_key.empty()) target.api_key = env;
-  }
-  DatasetOptions defaults;  // vLLM's: 1000 prompts, 1024 in, 128 out
-  const DatasetOptions data = dataset_options(args, defaults);
-  const double rate = args.get_double("request-rate", std::numeric_limits<double>::infinity());
-  const double burstiness = args.get_double("burstiness", 1.0);
-  std::optional<int> max_concurrency;
-  if (args.has("max-concurrency")) max_concurrency = args.get_int("max-concurrency", 0);
-  Slo slo;
-  try {
-    std::vector<std::string> items;
-    for (const std::string& value : args.get_all("goodput"))
-      for (std::string& item : split_commas(value))
-        if (!item.empty()) items.push_back(std::move(item));
-    slo = parse_slo(items);
-  } catch (const std::invalid_argument& e) {
-    throw cli::UsageError(std::string("--goodput ") + e.what());
-  }
-  std::vector<std::string> metrics = split_commas(args.get("percentile-metrics").value_or("ttft,tpot,itl"));
-  std::vector<double> percentiles;
-  for (const std::string& p : split_commas(args.get("metric-percentiles").value_or("99"))) {
-    char* end = nullptr;
-    const double v = std::strtod(p.c_str(), &end);
-    if (p.empty() || *end || !(v >= 0 && v <= 100))
-      throw cli::UsageError("--metric-percentiles takes numbers in [0, 100] separated by commas, got '" + p + "'");
-    percentiles.push_back(v);
-  }
-  const bool ignore_eos = args.get_bool("ignore-eos", false);
-  const bool show_progress = !args.get_bool("disable-tqdm", false);
-  const std::string result_file = args.get("result-file").value_or("");
-  args.reject_unknown();
-
-  if (!base_url) throw cli::UsageError("bench serve needs --base-url URL (e.g. http://127.0.0.1:8000)");
-  try {
-    target.url = parse_base_url(*base_url);
-  } catch (const std::invalid_argument& e) {
-    throw cli::UsageError(e.what());
-  }
-  const auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  if (target.endpoint.empty() || target.endpoint[0] != '/' || !ends_with(target.endpoint, "/completions") ||
-      ends_with(target.endpoint, "/chat/completions"))
-    throw cli::UsageError("--endpoint must be a completions path such as /v1/completions (chat is not supported)");
-  if (!(rate > 0)) throw cli::UsageError("--request-rate must be positive requests/s, or inf");
-  if (!(burstiness > 0) || std::isinf(burstiness)) throw cli::UsageError("--burstiness must be a positive number");
-  if (max_concurrency && *max_concurrency < 1) throw cli::UsageError("--max-concurrency must be positive");
-  for (const std::string& m : metrics)
-    if (m != "ttft" && m != "tpot" && m != "itl" && m != "e2el")
-      throw cli::UsageError("--percentile-metrics takes ttft, tpot, itl and e2el separated by commas, got '" + m + "'");
-  if (data.name == "sharegpt" && tokenizer_dir.empty())
-    throw cli::UsageError("--dataset-name sharegpt counts the tokens of prompts and replies with the model's "
-                          "tokenizer: give --tokenizer DIR (the model folder)");
-  if (!result_file.empty() && !std::ofstream(result_file, std::ios::app))
-    throw cli::UsageError("cannot write --result-file " + result_file);
+  ServeBenchFlags f = read_flags(args);
 
   raise_descriptor_limit();
   asio::io_context ioc;
   {
     tcp::resolver resolver(ioc);
     beast::error_code ec;
-    target.endpoints = resolver.resolve(target.url.host, std::to_string(target.url.port), ec);
-    if (ec) throw std::runtime_error("cannot resolve " + target.url.host + ": " + ec.message());
+    f.target.endpoints = resolver.resolve(f.target.url.host, std::to_string(f.target.url.port), ec);
+    if (ec) throw std::runtime_error("cannot resolve " + f.target.url.host + ": " + ec.message());
   }
-  const ServedModel served = run_to_end(ioc, first_model(target));
-  const std::string model_id = model.value_or(served.id);
-  std::unique_ptr<Tokenizer> tokenizer = tokenizer_dir.empty() ? nullptr : load_tokenizer(tokenizer_dir);
+  const ServedModel served = run_to_end(ioc, first_model(f.target));
+  const std::string model_id = f.model.value_or(served.id);
+  std::unique_ptr<Tokenizer> tokenizer = f.tokenizer_dir.empty() ? nullptr : load_tokenizer(f.tokenizer_dir);
   // Random prompts draw from the tokenizer's vocabulary; without one, from the first 256 ids, which every
   // vocabulary has.
   const int vocab = tokenizer ? tokenizer->vocab_size() : 256;
   const std::vector<BenchRequest> requests =
-      dataset_requests(data, vocab, served.max_model_len,
+      dataset_requests(f.data, vocab, served.max_model_len,
                        [&](const std::string& text) { return tokenizer->encode(text, true); });
   std::vector<std::string> bodies;
-  for (const BenchRequest& r : requests) bodies.push_back(completion_body(model_id, r, ignore_eos));
-  const std::vector<double> arrivals = arrival_times(static_cast<int>(requests.size()), rate, burstiness, data.seed);
+  for (const BenchRequest& r : requests) bodies.push_back(completion_body(model_id, r, f.ignore_eos));
+  const int n = static_cast<int>(requests.size());
+  const std::vector<double> arrivals = arrival_times(n, f.rate, f.burstiness, f.data.seed);
 
-  std::cout << "paged bench serve: " << requests.size() << " requests (" << data.name << ") to " << *base_url
-            << target.endpoint << ", model " << model_id << "\nTraffic request rate: "
-            << (std::isinf(rate) ? std::string("inf") : fixed2(rate)) << "\nBurstiness factor: " << burstiness
-            << (burstiness == 1.0 ? " (Poisson process)" : " (gamma distribution)")
-            << "\nMaximum request concurrency: " << (max_concurrency ? std::to_string(*max_concurrency) : "None")
+  std::cout << "paged bench serve: " << n << " requests (" << f.data.name << ") to " << f.base_url
+            << f.target.endpoint << ", model " << model_id << "\nTraffic request rate: "
+            << (std::isinf(f.rate) ? std::string("inf") : fixed2(f.rate)) << "\nBurstiness factor: " << f.burstiness
+            << (f.burstiness == 1.0 ? " (Poisson process)" : " (gamma distribution)")
+            << "\nMaximum request concurrency: " << (f.max_concurrency ? std::to_string(*f.max_concurrency) : "None")
             << std::endl;
-  ProgressBar progress = stderr_progress("bench serve", static_cast<int>(requests.size()));
-  if (show_progress) progress.update(0);
-  Run run{target, bodies, requests, arrivals, std::nullopt, show_progress ? &progress : nullptr, {}, 0, {}, {}};
+  ProgressBar progress = stderr_progress("bench serve", n);
+  if (f.show_progress) progress.update(0);
+  Run run{f.target, bodies, requests, arrivals, std::nullopt, f.show_progress ? &progress : nullptr, {}, 0, {}, {}};
   run.results.resize(requests.size());
-  if (max_concurrency) run.slots.emplace(ioc.get_executor(), *max_concurrency);
+  if (f.max_concurrency) run.slots.emplace(ioc.get_executor(), *f.max_concurrency);
   asio::co_spawn(ioc, dispatch(run), asio::detached);
   ioc.restart();
   ioc.run();
   const double duration = std::chrono::duration<double>(run.end - run.start).count();
 
-  const ServingMetrics m = serving_metrics(run.results, duration, slo, percentiles);
+  const ServingMetrics m = serving_metrics(run.results, duration, f.slo, f.percentiles);
   ServingTableOptions table;
-  table.max_concurrency = max_concurrency;
-  if (!std::isinf(rate)) table.request_rate = rate;
-  table.goodput = slo.any();
-  table.metrics = metrics;
+  table.max_concurrency = f.max_concurrency;
+  if (!std::isinf(f.rate)) table.request_rate = f.rate;
+  table.goodput = f.slo.any();
+  table.metrics = f.metrics;
   std::cout << serving_table(m, table) << std::flush;
   const auto failed =
       std::find_if(run.results.begin(), run.results.end(), [](const RequestResult& r) { return !r.success; });
   if (failed != run.results.end())
     std::cerr << "paged bench serve: " << (m.completed == 0 ? "every request" : std::to_string(m.failed) + " requests")
               << " failed; the first: " << failed->error << "\n";
-
-  if (!result_file.empty()) {
-    const RunInfo info{*base_url, target.endpoint, model_id,  tokenizer_dir,
-                       data.name, rate,            burstiness, max_concurrency};
-    const json::object o = result_json(info, m, run.results, slo.any(), metrics);
-    std::ofstream out(result_file);
-    out << json::serialize(o) << "\n";
-    if (!out) throw std::runtime_error("cannot write --result-file " + result_file);
+  if (!f.result_file.empty()) {
+    std::ofstream out(f.result_file);
+    out << json::serialize(result_json(f, model_id, m, run.results)) << "\n";
+    if (!out) throw std::runtime_error("cannot write --result-file " + f.result_file);
   }
   return 0;
 }

@@ -79,10 +79,12 @@ if wanted throughput; then
   M=$(llama3_8b_shape)
   # The engine on both workloads; the ShareGPT-like run writes its request lengths for HF's run of the same mix.
   declare -A tok
+  declare -A dataset_name=([fixed]=random [sharegpt]=sharegpt-like)
   for ds in fixed sharegpt; do
     run "paged_bench_$ds" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy --num-prompts 1000 \
-      --dataset $ds --input-len 512 --output-len 128 --max-num-seqs "${MAX_NUM_SEQS:-1024}" \
-      --max-num-batched-tokens "${MAX_BATCHED:-16384}" --requests-out "$LOG_DIR/requests_$ds.json"
+      --dataset-name "${dataset_name[$ds]}" --random-input-len 512 --random-output-len 128 --json \
+      --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}" \
+      --requests-out "$LOG_DIR/requests_$ds.json"
     s=$?
     line=$(bench_json "paged_bench_$ds")
     tok[$ds]=$(tok_per_s "$line")
@@ -108,8 +110,8 @@ if wanted remote; then
   M=$(llama3_8b_shape)
   "$BIN/paged" gen-certs /tmp/paged_remote_certs --force >/dev/null
   engine=(--max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}")
-  declare -A mix=([sharegpt]="--num-prompts 1000 --dataset sharegpt --input-len 512 --output-len 128"
-                  [stream]="--num-prompts 1 --dataset fixed --input-len 128 --output-len 1024")
+  declare -A mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like --json"
+                  [stream]="--num-prompts 1 --dataset-name random --random-input-len 128 --random-output-len 1024 --json")
   declare -A got
   for w in sharegpt stream; do
     # shellcheck disable=SC2086

@@ -190,10 +190,10 @@ LLAMA3_70B='{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidd
  "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
  "hidden_act": "silu", "tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001,
  "torch_dtype": "bfloat16"}'
-# bench NAME MODEL_DIR TP: one `paged bench` run (fixed dataset, 512 in / 128 out) with random bf16 weights.
+# bench NAME MODEL_DIR TP: one `paged bench` run (random dataset, 512 in / 128 out) with random bf16 weights.
 bench() {
   run "$1" 600 "$BIN/paged" bench --model "$2" --device cuda --load-format dummy --tensor-parallel-size "$3" \
-    --num-prompts "$NUM_PROMPTS" --dataset fixed --input-len 512 --output-len 128 \
+    --num-prompts "$NUM_PROMPTS" --dataset-name random --random-input-len 512 --random-output-len 128 --json \
     --max-num-seqs "${MAX_NUM_SEQS:-512}" --max-num-batched-tokens "${MAX_BATCHED:-8192}"
 }
 
