@@ -628,6 +628,7 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenI
         for (const auto& t : d.logprobs) o.cumulative_logprob += t.logprob;
         if (d.finish_reason) o.finish_reason = *d.finish_reason;
       }
+      if (!ev.prompt_logprobs.empty()) outputs[i].prompt_logprobs = std::move(ev.prompt_logprobs);
       if (ev.error) failure = *ev.error;
       if (ev.done && --remaining == 0) cv.notify_all();
     }, false);

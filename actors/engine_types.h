@@ -75,6 +75,9 @@ struct RequestEvent {
   int completion_tokens = 0;              // so far, over all completions
   std::optional<std::string> error;       // the request failed inside the engine
   bool unavailable = false;               // with error: no replica of the model can serve it (HTTP 503)
+  /// prompt_logprobs asked: once, in the first event after the whole prompt was scored, entry i for prompt token
+  /// i + 1 (the first has none); empty in every other event.
+  std::vector<PromptLogprob> prompt_logprobs;
 };
 
 struct CompletionOutput {
@@ -90,6 +93,7 @@ struct RequestOutput {
   RequestId id = 0;
   std::string prompt;
   std::vector<TokenId> prompt_token_ids;
+  std::vector<PromptLogprob> prompt_logprobs;  // prompt_logprobs asked: entry i for prompt token i + 1
   std::vector<CompletionOutput> outputs;
 };
 

@@ -35,6 +35,7 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<PlanLimits>("paged.PlanLimits");
   cfg.add_message_type<StepPlan>("paged.StepPlan");
   cfg.add_message_type<StepResult>("paged.StepResult");
+  cfg.add_message_type<ChunkPromptLogprobs>("paged.ChunkPromptLogprobs");
   cfg.add_message_type<std::vector<BlockPair>>("paged.BlockPairs");
   cfg.add_message_type<std::vector<SeqId>>("paged.SeqIds");
   cfg.add_message_type<std::vector<TokenId>>("paged.TokenIds");

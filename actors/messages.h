@@ -21,6 +21,7 @@ using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using stop_atom = caf::atom_constant<caf::atom("stopseq")>;     // request -> scheduler: a stop string matched
 using output_atom = caf::atom_constant<caf::atom("output")>;    // scheduler -> request: new tokens
+using prompt_lp_atom = caf::atom_constant<caf::atom("promptlp")>;  // scheduler -> request: prompt tokens scored
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;    // scheduler -> request: aborted
 using scheduled_atom = caf::atom_constant<caf::atom("sched")>;  // scheduler -> request: first admitted to a step
 using plan_atom = caf::atom_constant<caf::atom("plan")>;        // scheduler -> memory manager
@@ -125,6 +126,8 @@ struct WorkerInfo {
   }
 
 PAGED_INSPECT(SampledToken, x.token, x.logprob, x.top_logprobs)
+PAGED_INSPECT(PromptLogprob, x.token, x.logprob, x.rank, x.top_logprobs)
+PAGED_INSPECT(ChunkPromptLogprobs, x.seq, x.first_pos, x.tokens)
 PAGED_INSPECT(SeqOutput, x.index, x.tokens, x.finish, x.cumulative_logprob, x.replace)
 PAGED_INSPECT(ComputedKv, x.seq, x.tokens_offset, x.tokens, x.num_computed)
 PAGED_INSPECT(PlanSeq, x.id, x.arrival, x.phase, x.num_computed, x.num_tokens, x.last_token_in_flight, x.tokens, x.salt)
@@ -132,7 +135,7 @@ PAGED_INSPECT(PlanLimits, x.max_num_seqs, x.max_num_batched_tokens, x.preemption
 PAGED_INSPECT(PlannedChunk, x.id, x.start_pos, x.num_tokens, x.sample, x.block_table)
 PAGED_INSPECT(StepPlan, x.chunks, x.copies, x.swap_out, x.swap_in, x.preempted_recompute, x.preempted_swap,
               x.swapping_in, x.admitted, x.rejected)
-PAGED_INSPECT(StepResult, x.seqs, x.samples)
+PAGED_INSPECT(StepResult, x.seqs, x.samples, x.prompt_logprobs)
 PAGED_INSPECT(NcclUniqueId, x.bytes)
 PAGED_INSPECT(RankReady, x.num_blocks, x.num_swap_blocks, x.error, x.model_error)
 PAGED_INSPECT(PackedStep, x.bytes)

@@ -36,6 +36,8 @@ struct RequestState {
   std::optional<Clock::time_point> scheduled;      // first admitted to a step (queue time, prefill time)
   std::optional<Clock::time_point> first_token;
   std::optional<Clock::time_point> last_output;    // the previous step that gave it output (inter-token latency)
+  std::vector<PromptLogprob> prompt_logprobs;      // prompt_logprobs: entry i scores prompt token i + 1, in order
+  bool prompt_logprobs_sent = false;               // they went out with an event
 };
 
 namespace {
@@ -86,6 +88,23 @@ std::string add_text(Completion& c, std::string fresh, const std::vector<std::st
   return pending;
 }
 
+/// Takes the scores of prompt tokens from position `scored.first_pos` on: each position's first score counts (a
+/// chunk recomputed after a preemption, or on another replica, scores some again).
+void take_prompt_logprobs(RequestState& st, const ChunkPromptLogprobs& scored) {
+  for (size_t i = 0; i < scored.tokens.size(); ++i)
+    if (static_cast<size_t>(scored.first_pos) + i == st.prompt_logprobs.size() + 1)
+      st.prompt_logprobs.push_back(scored.tokens[i]);
+}
+
+/// Puts the prompt's scores into `ev`, the first event after the whole prompt was scored.
+void attach_prompt_logprobs(RequestState& st, RequestEvent& ev) {
+  if (!st.spec.params->prompt_logprobs || st.prompt_logprobs_sent ||
+      st.prompt_logprobs.size() + 1 < st.spec.prompt->size())
+    return;
+  ev.prompt_logprobs = std::move(st.prompt_logprobs);
+  st.prompt_logprobs_sent = true;
+}
+
 /// Records end-to-end latency and TPOT, delivers the request's last event and stops the actor.
 void finish_request(Self* self, RequestEvent last) {
   auto& st = self->state;
@@ -98,6 +117,7 @@ void finish_request(Self* self, RequestEvent last) {
   if (st.first_token && st.completion_tokens > 1)
     st.metrics->tpot.observe(std::chrono::duration<double>(now - *st.first_token).count() /
                              (st.completion_tokens - 1));
+  attach_prompt_logprobs(st, last);
   st.sink(std::move(last));
   if (st.scheduler) self->demonitor(st.scheduler);  // the monitor lives on the scheduler: they would pile up there
   self->send(st.router, done_atom::value, st.spec.id);
@@ -202,6 +222,7 @@ bool take_output(Self* self, const SeqOutput& out) {
       finish_request(self, std::move(ev));
       return true;
     }
+    attach_prompt_logprobs(st, ev);
     st.sink(std::move(ev));
   }
   return false;
@@ -299,6 +320,7 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
         for (const SeqOutput& out : outputs)
           if (take_output(self, out)) return;  // the request ended
       },
+      [self](prompt_lp_atom, const ChunkPromptLogprobs& scored) { take_prompt_logprobs(self->state, scored); },
       [self](scheduled_atom) {
         auto& st = self->state;
         if (st.scheduled) return;  // a moved request is admitted again: its queue time was taken

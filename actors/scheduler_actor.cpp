@@ -42,6 +42,13 @@ struct RequestData {
   std::vector<SeqId> seqs;       // live sequences
   std::vector<BeamHypothesis> finished_beams;  // beam search: the best `width` finished so far
   int next_index = 1;
+  int prompt_scored_until = 1;   // prompt_logprobs: a step was asked to score prompt positions [1, this)
+
+  /// Whether prompt tokens are left to score: such a request takes no prefix-cache hit (vLLM's rule), since the
+  /// logits of cached positions are gone.
+  bool scoring_prompt() const {
+    return spec.params->prompt_logprobs && prompt_scored_until < static_cast<int>(spec.prompt->size());
+  }
 };
 
 }  // namespace
@@ -281,6 +288,11 @@ void report_computed(Self* self) {
 void handle_results(Self* self, const StepResult& res) {
   auto& st = self->state;
   report_computed(self);
+  // Before the step's tokens: the request actor has a prompt's scores by the time its first token comes.
+  for (const ChunkPromptLogprobs& scored : res.prompt_logprobs) {
+    auto it = st.seqs.find(scored.seq);
+    if (it != st.seqs.end()) self->send(st.requests.at(it->second.request).spec.client, prompt_lp_atom::value, scored);
+  }
   Outbox outbox;
   std::set<uint64_t> beam_requests;
   for (size_t i = 0; i < res.seqs.size(); ++i) {
@@ -360,6 +372,17 @@ void dispatch(Self* self, StepPlan plan) {
     const auto& prompt = *r.spec.prompt;
     for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p) chunk.tokens.push_back(st.token_at(s, p));
     chunk.block_table = std::move(c.block_table);
+    if (r.scoring_prompt() && c.start_pos < r.prompt_scored_until) {
+      // The chunk's positions below the prompt's last score the prompt token after each: from its first (a chunk
+      // recomputed after a preemption scores some again; the request actor keeps the first score of each).
+      const int end = c.start_pos + c.num_tokens, scored_end = std::min(end, static_cast<int>(prompt.size()) - 1);
+      if (scored_end >= r.prompt_scored_until) {
+        chunk.prompt_logprobs.count = scored_end - c.start_pos;
+        chunk.prompt_logprobs.num_top = *r.spec.params->prompt_logprobs;
+        if (scored_end == end) chunk.prompt_logprobs.next_token = prompt[end];
+        r.prompt_scored_until = scored_end + 1;
+      }
+    }
     if (c.start_pos < static_cast<int>(prompt.size()))
       st.setup.metrics.add(&Metrics::prompt_tokens_computed,
                            std::min<int>(c.start_pos + c.num_tokens, static_cast<int>(prompt.size())) - c.start_pos);
@@ -420,7 +443,7 @@ void dispatch(Self* self, StepPlan plan) {
               if (s.partial_results.size() < s.setup.executors.size()) return;
               StepResult merged;
               for (auto& p : s.partial_results)
-                if (!p.seqs.empty()) merged = std::move(p);  // rank 0 samples
+                if (!p.seqs.empty() || !p.prompt_logprobs.empty()) merged = std::move(p);  // rank 0 samples
               s.partial_results.clear();
               s.step_running = false;
               s.setup.metrics.add(&Metrics::step_time_us, std::chrono::duration_cast<std::chrono::microseconds>(
@@ -531,7 +554,7 @@ void request_plan(Self* self) {
     p.last_token_in_flight = s.pending && reaches_length_limit(st, r, s.output->size() + 1);
     if (s.phase == PlanSeq::Phase::waiting) {
       if (s.pending) continue;  // preempted while its last token is in flight: admit it next time
-      p.tokens = st.all_tokens(s);
+      if (!r.scoring_prompt()) p.tokens = st.all_tokens(s);  // none: no prefix-cache lookup
     }
     view.push_back(std::move(p));
   }

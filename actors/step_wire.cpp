@@ -91,6 +91,7 @@ WireStep WireEncoder::encode(const StepBatch& batch) {
     wc.tokens = c.tokens;
     wc.start_pos = c.start_pos;
     send_delta(sent.table, c.block_table, wc.table_keep, wc.table_tail);
+    wc.prompt_logprobs = c.prompt_logprobs;
     if (c.samples.empty()) continue;
     const SampleSpec& first = c.samples.front();
     if (!sent.context) {
@@ -260,6 +261,7 @@ std::variant<StepBatch, FieldError> WireDecoder::decode(WireStep wire) {
     c.tokens = std::move(wc.tokens);
     c.start_pos = wc.start_pos;
     c.block_table = state->table;
+    c.prompt_logprobs = wc.prompt_logprobs;
     c.samples.reserve(wc.samples.size());
     for (const WireSample& s : wc.samples)
       c.samples.push_back({.params = &state->context->params, .seed = s.seed, .prompt = &state->context->prompt,
@@ -401,11 +403,14 @@ class Unpacker {
   size_t at_ = 0;
 };
 
-// Fewest bytes of a packed chunk (every list empty, no context) and of a sample.
-constexpr size_t kChunkBytes = 8 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4;
+// Fewest bytes of a packed chunk (every list empty, no context, no prompt logprobs) and of a sample.
+constexpr size_t kChunkBytes = 8 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 1;
 constexpr size_t kSampleBytes = 8 + 4 + 4;
-// Fewest bytes of a packed candidate (no alternatives).
+// Fewest bytes of a packed candidate (no alternatives), of a chunk's prompt logprobs (no tokens) and of a scored
+// prompt token (no alternatives).
 constexpr size_t kCandidateBytes = 4 + 4 + 4;
+constexpr size_t kScoredChunkBytes = 8 + 4 + 4;
+constexpr size_t kScoredTokenBytes = 4 + 4 + 4 + 4;
 
 void pack_params(Packer& out, const SamplingParams& p) {
   // Does not compile once SamplingParams gains or loses a field (a size check missed one that fit the padding):
@@ -413,8 +418,8 @@ void pack_params(Packer& out, const SamplingParams& p) {
   // and name it here.
   [[maybe_unused]] const auto& [n, best_of, use_beam_search, max_tokens, min_tokens, temperature, top_p, top_k, min_p,
                                 seed, repetition_penalty, presence_penalty, frequency_penalty, logit_bias,
-                                stop_token_ids, stop, ignore_eos, logprobs, skip_special_tokens,
-                                include_stop_str_in_output] = p;
+                                stop_token_ids, stop, ignore_eos, logprobs, prompt_logprobs,
+                                skip_special_tokens, include_stop_str_in_output] = p;
   out.put<int32_t>(p.n);
   out.put<int32_t>(p.best_of);
   out.flag(p.use_beam_search);
@@ -440,6 +445,8 @@ void pack_params(Packer& out, const SamplingParams& p) {
   out.flag(p.ignore_eos);
   out.flag(p.logprobs.has_value());
   if (p.logprobs) out.put<int32_t>(*p.logprobs);
+  out.flag(p.prompt_logprobs.has_value());
+  if (p.prompt_logprobs) out.put<int32_t>(*p.prompt_logprobs);
   out.flag(p.skip_special_tokens);
   out.flag(p.include_stop_str_in_output);
 }
@@ -484,6 +491,7 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
   }
   p.ignore_eos = in.flag(at("ignore_eos"));
   if (in.flag(at("logprobs"))) p.logprobs = in.get<int32_t>(at("logprobs"));
+  if (in.flag(at("prompt_logprobs"))) p.prompt_logprobs = in.get<int32_t>(at("prompt_logprobs"));
   p.skip_special_tokens = in.flag(at("skip_special_tokens"));
   p.include_stop_str_in_output = in.flag(at("include_stop_str_in_output"));
   return p;
@@ -508,6 +516,12 @@ void pack_chunk(Packer& out, const WireChunk& c) {
     out.put<uint64_t>(s.seed);
     out.put<int32_t>(s.num_logprobs);
     out.put<int32_t>(s.num_candidates);
+  }
+  out.flag(c.prompt_logprobs.count > 0);
+  if (c.prompt_logprobs.count > 0) {
+    out.put<int32_t>(c.prompt_logprobs.count);
+    out.put<int32_t>(c.prompt_logprobs.num_top);
+    out.put<int32_t>(c.prompt_logprobs.next_token);
   }
 }
 
@@ -535,6 +549,11 @@ void unpack_chunk(Unpacker& in, size_t i, WireChunk& c) {
     s.num_logprobs = in.get<int32_t>(at("samples"));
     s.num_candidates = in.get<int32_t>(at("samples"));
   }
+  if (in.flag(at("prompt_logprobs"))) {
+    c.prompt_logprobs.count = in.get<int32_t>(at("prompt_logprobs.count"));
+    c.prompt_logprobs.num_top = in.get<int32_t>(at("prompt_logprobs.num_top"));
+    c.prompt_logprobs.next_token = in.get<int32_t>(at("prompt_logprobs.next_token"));
+  }
 }
 
 }  // namespace
@@ -543,7 +562,7 @@ std::string pack_step(const WireStep& step) {
   size_t expected = 12 + 8 * (step.copies.size() + step.finished.size());
   for (const WireChunk& c : step.seqs)
     expected += kChunkBytes + 4 * (c.tokens.size() + c.table_tail.size() + c.output_tail.size()) +
-                kSampleBytes * c.samples.size() +
+                kSampleBytes * c.samples.size() + 12 +
                 (c.context ? 128 + 4 * (c.context->prompt.size() + c.context->stop_ids.size()) : 0);
   Packer out(expected);
   out.count(step.seqs.size());
@@ -577,11 +596,15 @@ std::variant<WireStep, FieldError> unpack_step(std::string_view bytes) {
 }
 
 std::string pack_result(const StepResult& result) {
-  size_t expected = 8 + 8 * result.seqs.size();
+  size_t expected = 12 + 8 * result.seqs.size();
   for (const auto& chunk : result.samples) {
     expected += 4;
     for (const auto& candidates : chunk)
       for (const SampledToken& t : candidates) expected += 4 + kCandidateBytes + 8 * t.top_logprobs.size();
+  }
+  for (const ChunkPromptLogprobs& chunk : result.prompt_logprobs) {
+    expected += kScoredChunkBytes;
+    for (const PromptLogprob& t : chunk.tokens) expected += kScoredTokenBytes + 8 * t.top_logprobs.size();
   }
   Packer out(expected);
   out.run(result.seqs);
@@ -598,6 +621,22 @@ std::string pack_result(const StepResult& result) {
           out.put<int32_t>(token);
           out.put(logprob);
         }
+      }
+    }
+  }
+  out.count(result.prompt_logprobs.size());
+  for (const ChunkPromptLogprobs& chunk : result.prompt_logprobs) {
+    out.put<uint64_t>(chunk.seq);
+    out.put<int32_t>(chunk.first_pos);
+    out.count(chunk.tokens.size());
+    for (const PromptLogprob& t : chunk.tokens) {
+      out.put<int32_t>(t.token);
+      out.put(t.logprob);
+      out.put<int32_t>(t.rank);
+      out.count(t.top_logprobs.size());
+      for (const auto& [token, logprob] : t.top_logprobs) {
+        out.put<int32_t>(token);
+        out.put(logprob);
       }
     }
   }
@@ -629,6 +668,26 @@ std::variant<StepResult, FieldError> unpack_result(std::string_view bytes) {
             token = in.get<int32_t>(candidate("top_logprobs"));
             logprob = in.get<float>(candidate("top_logprobs"));
           }
+        }
+      }
+    }
+    result.prompt_logprobs.resize(in.count(kScoredChunkBytes, "prompt_logprobs"));
+    for (size_t c = 0; c < result.prompt_logprobs.size(); ++c) {
+      const auto chunk = [c] { return "prompt_logprobs[" + std::to_string(c) + "]"; };
+      ChunkPromptLogprobs& scored = result.prompt_logprobs[c];
+      scored.seq = in.get<uint64_t>(chunk);
+      scored.first_pos = in.get<int32_t>(chunk);
+      scored.tokens.resize(in.count(kScoredTokenBytes, chunk));
+      for (size_t k = 0; k < scored.tokens.size(); ++k) {
+        const auto token = [&] { return chunk() + ".tokens[" + std::to_string(k) + "]"; };
+        PromptLogprob& t = scored.tokens[k];
+        t.token = in.get<int32_t>(token);
+        t.logprob = in.get<float>(token);
+        t.rank = in.get<int32_t>(token);
+        t.top_logprobs.resize(in.count(8, token));
+        for (auto& [id, logprob] : t.top_logprobs) {
+          id = in.get<int32_t>(token);
+          logprob = in.get<float>(token);
         }
       }
     }

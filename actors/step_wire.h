@@ -51,6 +51,7 @@ struct WireChunk {
   int32_t output_keep = 0;             // chunks with samples only: the output ids, as (keep, tail)
   std::vector<TokenId> output_tail;
   std::vector<WireSample> samples;
+  PromptLogprobsSpec prompt_logprobs;  // as it is (a prefill of a request asking for prompt logprobs)
 };
 
 struct WireStep {
@@ -148,12 +149,14 @@ struct PackedResult {
 // list is a u32 count, then its entries; a flag one byte, 0 or 1; an optional a flag, then its value when set.
 //   step:    chunks, copies (i32 source, i32 destination), finished (u64)
 //   chunk:   u64 seq, tokens (i32), i32 start_pos, i32 table_keep, table_tail (i32), optional context, i32 output_keep,
-//            output_tail (i32), samples (u64 seed, i32 num_logprobs, i32 num_candidates)
+//            output_tail (i32), samples (u64 seed, i32 num_logprobs, i32 num_candidates), optional prompt logprobs
+//            (i32 count, i32 num_top, i32 next_token), set when count > 0
 //   context: parameters, prompt (i32), stop_ids (i32)
 //   parameters: the fields of SamplingParams in declaration order; int as i32, bool as a flag; logit_bias as
 //            (i32 token, f32 bias) in ascending token order; stop as strings (u32 length, then the bytes)
 //   result:  seqs (u64), then a list per chunk of a list per sample of candidates (i32 token, f32 logprob,
-//            top_logprobs as (i32 token, f32 logprob))
+//            top_logprobs as (i32 token, f32 logprob)), then prompt_logprobs: per chunk u64 seq, i32 first_pos and
+//            its tokens (i32 token, f32 logprob, i32 rank, top_logprobs as (i32 token, f32 logprob))
 
 /// `step` as bytes. Throws std::length_error for a list of more than 2^32 - 1 entries.
 std::string pack_step(const WireStep& step);

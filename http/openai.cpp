@@ -1,4 +1,5 @@
 #include "http/openai.h"
+#include "model/sampling/params_check.h"
 #include "model/unicode/utf8.h"
 
 #include <cmath>
@@ -12,8 +13,6 @@ namespace paged::openai {
 namespace json = boost::json;
 namespace {
 
-constexpr int kMaxN = 128;        // n and best_of
-constexpr int kMaxLogprobs = 20;  // logprobs / top_logprobs
 
 [[noreturn]] void invalid(const std::string& message, const std::string& param) { throw InvalidRequest(message, param); }
 
@@ -198,12 +197,31 @@ json::object normalise_message(const json::value& m, size_t index) {
   return out;
 }
 
+/// The request's own `chat_template` (vLLM's), compiled for this request with the model's special tokens (or, for a
+/// model without a template, the tokenizer's), or nullopt when it has none.
+std::optional<ChatTemplate> request_template(const Fields& f, const ModelInfo& model) {
+  const std::optional<std::string> source = f.string("chat_template");
+  if (!source) return std::nullopt;
+  try {
+    if (model.chat_template) return model.chat_template->with_source(*source);
+    const Tokenizer& tok = *model.tokenizer;
+    const std::vector<TokenId> eos = tok.eos_ids();
+    return ChatTemplate(*source, tok.bos_id() >= 0 ? std::optional(tok.special_token_text(tok.bos_id())) : std::nullopt,
+                        eos.empty() ? std::nullopt : std::optional(tok.special_token_text(eos[0])));
+  } catch (const jinja::TemplateError& e) {
+    invalid(std::string("'chat_template' does not parse: ") + e.what(), "chat_template");
+  }
+}
+
 void parse_chat_prompt(const Fields& f, const ModelInfo& model, bool add_special_tokens, Request& req) {
   const json::value* messages = f.get("messages");
   if (!messages) invalid("'messages' is required", "messages");
   if (!messages->is_array() || messages->get_array().empty()) invalid("'messages' must be a non-empty list", "messages");
-  if (!model.chat_template) {
-    invalid("this model has no chat template; start the server with --chat-template FILE", "messages");
+  const std::optional<ChatTemplate> own = request_template(f, model);
+  const ChatTemplate* chat_template = own ? &*own : model.chat_template;
+  if (!chat_template) {
+    invalid("this model has no chat template; start the server with --chat-template FILE or send 'chat_template'",
+            "messages");
   }
   json::array normalised;
   for (size_t i = 0; i < messages->get_array().size(); ++i) {
@@ -214,12 +232,24 @@ void parse_chat_prompt(const Fields& f, const ModelInfo& model, bool add_special
     if (!kwargs->is_object()) invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     for (const auto& kv : kwargs->get_object()) extra[kv.key()] = kv.value();
   }
+  // continue_final_message (vLLM's): the prompt ends inside the final, assistant, message, for the model to go on.
+  const bool continue_final = f.boolean("continue_final_message").value_or(false);
   const bool add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
+  if (continue_final) {
+    if (add_generation_prompt)
+      invalid("'continue_final_message' and 'add_generation_prompt' cannot both be true (add_generation_prompt "
+              "defaults to true: send false)",
+              "continue_final_message");
+    if (normalised.back().as_object().at("role").as_string() != "assistant")
+      invalid("'continue_final_message' needs an assistant message last", "continue_final_message");
+  }
   std::string text;
   try {
-    text = model.chat_template->apply(normalised, add_generation_prompt, extra);
+    text = continue_final ? chat_template->continue_final_message(normalised, extra)
+                          : chat_template->apply(normalised, add_generation_prompt, extra);
   } catch (const jinja::TemplateError& e) {
-    invalid(std::string("the chat template rejected the messages: ") + e.what(), "messages");
+    const char* param = continue_final ? "continue_final_message" : own ? "chat_template" : "messages";
+    invalid(std::string("the chat template rejected the messages: ") + e.what(), param);
   }
   // The template renders BOS itself (add_special_tokens adds the tokenizer's on top, as vLLM does).
   req.prompts.push_back(encode(*model.tokenizer, text, add_special_tokens, "messages"));
@@ -329,8 +359,8 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     req.include_usage = options.boolean("include_usage").value_or(false);
     options.refuse_unread("stream_options.");
   }
-  p.n = static_cast<int>(f.integer("n", 1, kMaxN).value_or(1));
-  if (auto best_of = f.integer("best_of", 1, kMaxN)) {
+  p.n = static_cast<int>(f.integer("n", 1, kMaxCompletions).value_or(1));
+  if (auto best_of = f.integer("best_of", 1, kMaxCompletions)) {
     if (*best_of < p.n) invalid("'best_of' must be at least 'n'", "best_of");
     if (req.stream && *best_of > p.n) invalid("'best_of' above 'n' cannot be streamed", "best_of");
     p.best_of = static_cast<int>(*best_of);
@@ -385,8 +415,18 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     if (req.echo && p.logprobs) invalid("'echo' together with 'logprobs' is not supported", "echo");
     if (f.get("suffix")) invalid("'suffix' is not supported", "suffix");
   }
+  if (auto k = f.integer("prompt_logprobs", 0, kMaxLogprobs)) {
+    if (req.stream) invalid("'prompt_logprobs' is not available when 'stream' is true", "prompt_logprobs");
+    p.prompt_logprobs = static_cast<int>(*k);
+  }
   p.ignore_eos = f.boolean("ignore_eos").value_or(false);
   p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
+  // Special tokens are written without spaces around them (what Hugging Face's fast tokenizers, and so vLLM with
+  // them, do): `true` is refused where it would change the text, with special tokens written.
+  if (f.boolean("spaces_between_special_tokens").value_or(false) && !p.skip_special_tokens)
+    invalid("'spaces_between_special_tokens' true is not supported with 'skip_special_tokens' false: special tokens "
+            "are written without spaces around them",
+            "spaces_between_special_tokens");
   p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
   f.string("user");  // accepted, only type-checked
   if (const json::value* format = f.get("response_format")) {
@@ -483,6 +523,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       include_usage_(request.include_usage),
       echo_(request.echo),
       want_logprobs_(request.params.logprobs.has_value()),
+      want_prompt_logprobs_(request.params.prompt_logprobs.has_value()),
       n_(request.params.n),
       prompt_texts_(request.prompt_texts),
       tokenizer_(&tokenizer),
@@ -491,9 +532,14 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       created_(created),
       choices_(request.prompts.size() * request.params.n),
       done_(request.prompts.size(), false),
+      prompt_logprobs_(request.prompts.size()),
       prompt_tokens_(request.prompts.size(), 0),
       completion_tokens_(request.prompts.size(), 0) {
-  for (size_t p = 0; p < request.prompts.size(); ++p) prompt_tokens_[p] = static_cast<int>(request.prompts[p].size());
+  for (size_t p = 0; p < request.prompts.size(); ++p) {
+    prompt_tokens_[p] = static_cast<int>(request.prompts[p].size());
+    // A one-token prompt has nothing to score: its list is the first entry's null alone.
+    if (want_prompt_logprobs_ && request.prompts[p].size() == 1) prompt_logprobs_[p] = json::array{nullptr};
+  }
   if (echo_) {
     for (size_t c = 0; c < choices_.size(); ++c) choices_[c].text_offset = prompt_texts_[c / n_].size();
   }
@@ -565,7 +611,29 @@ json::value ResponseBuilder::logprobs_json(const std::vector<TokenId>& ids, cons
                       {"text_offset", std::move(offsets)}};
 }
 
+json::value ResponseBuilder::prompt_logprobs_json(const std::vector<PromptLogprob>& scored) const {
+  // vLLM's form: one entry per prompt token, null for the first; each maps token ids to {logprob, rank,
+  // decoded_token}: the prompt's token first, then the most likely ones.
+  json::array out{nullptr};
+  for (const PromptLogprob& t : scored) {
+    json::object entry;
+    const auto add = [&](TokenId id, float logprob, int64_t rank) {
+      const std::string key = std::to_string(id);
+      if (entry.contains(key)) return;
+      entry[key] = json::object{{"logprob", finite_logprob(logprob)}, {"rank", rank},
+                                {"decoded_token", token_text(*tokenizer_, id)}};
+    };
+    add(t.token, t.logprob, t.rank);
+    for (size_t j = 0; j < t.top_logprobs.size(); ++j)
+      add(t.top_logprobs[j].first, t.top_logprobs[j].second, static_cast<int64_t>(j) + 1);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event) {
+  if (want_prompt_logprobs_ && !event.prompt_logprobs.empty())
+    prompt_logprobs_[prompt_index] = prompt_logprobs_json(event.prompt_logprobs);
   if (event.error && !error_) {
     error_ = *event.error;
     unavailable_ = event.unavailable;
@@ -627,6 +695,9 @@ std::string ResponseBuilder::body() const {
       choice["logprobs"] = logprobs;
     }
     choice["finish_reason"] = c.finish_reason ? json::value(*c.finish_reason) : json::value(nullptr);
+    // vLLM's places: each completion choice carries its prompt's, a chat response carries them at the top level.
+    if (want_prompt_logprobs_ && endpoint_ == Endpoint::completions)
+      choice["prompt_logprobs"] = prompt_logprobs_[i / n_];
     choices.push_back(std::move(choice));
   }
   json::object o;
@@ -636,6 +707,7 @@ std::string ResponseBuilder::body() const {
   o["model"] = model_name_;
   o["choices"] = std::move(choices);
   o["usage"] = usage_json();
+  if (want_prompt_logprobs_ && endpoint_ == Endpoint::chat) o["prompt_logprobs"] = prompt_logprobs_[0];
   return json::serialize(o);
 }
 

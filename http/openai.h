@@ -114,12 +114,14 @@ class ResponseBuilder {
   boost::json::value logprobs_json(const std::vector<TokenId>& ids, const std::vector<SampledToken>& lps,
                                    size_t& text_offset) const;
   boost::json::object usage_json() const;
+  boost::json::value prompt_logprobs_json(const std::vector<PromptLogprob>& scored) const;
 
   Endpoint endpoint_;
   bool stream_;
   bool include_usage_;
   bool echo_;
   bool want_logprobs_;
+  bool want_prompt_logprobs_;
   int n_;
   std::vector<std::string> prompt_texts_;
   const Tokenizer* tokenizer_;
@@ -128,6 +130,7 @@ class ResponseBuilder {
   int64_t created_;
   std::vector<Choice> choices_;
   std::vector<bool> done_;
+  std::vector<boost::json::value> prompt_logprobs_;  // per prompt, in vLLM's form once they came; null before
   std::vector<int> prompt_tokens_;
   std::vector<int> completion_tokens_;
   size_t prompts_done_ = 0;

@@ -111,6 +111,11 @@ void WebSocketSession::start_generation(json::object frame, const json::value& i
     return;
   }
   try {
+    // Token frames carry text and ids only: what would shape another response is refused, not ignored.
+    for (const char* field : {"logprobs", "top_logprobs", "prompt_logprobs", "echo"})
+      if (const json::value* v = frame.if_contains(field); v && !v->is_null() && *v != json::value(false))
+        throw InvalidRequest(std::string("'") + field + "' is not available on the WebSocket stream (use the HTTP API)",
+                             field);
     const openai::Request request = openai::parse_request(endpoint, frame, ctx_.model_info());
     if (request.prompts.size() != 1) throw InvalidRequest("a WebSocket generation takes one prompt", "prompt");
     std::weak_ptr<WebSocketSession> weak = weak_from_this();

@@ -11,6 +11,14 @@
 
 namespace paged {
 
+/// The prompt log-probabilities one chunk scores (vLLM's prompt_logprobs): the logits at each of its first `count`
+/// tokens score the token after it, tokens[i + 1], or `next_token` after the last one.
+struct PromptLogprobsSpec {
+  int count = 0;            // tokens whose logits score their successor, from tokens[0]; 0: none
+  int num_top = 0;          // alternatives returned per scored token, [0, kMaxLogprobs]
+  TokenId next_token = -1;  // the token after tokens.back(); read only when count == tokens.size()
+};
+
 /// The part of one sequence computed in a step.
 struct SeqChunk {
   SeqId seq = 0;
@@ -20,6 +28,7 @@ struct SeqChunk {
   /// Samples to draw from the logits of the last token (empty: none). Usually one; a parallel-sampling group
   /// draws one per completion at its first token, from the same logits.
   std::vector<SampleSpec> samples;
+  PromptLogprobsSpec prompt_logprobs;
 };
 
 /// Cache slot of position `pos` in a sequence's `block_table`: block_table[pos / block_size] * block_size +
@@ -36,10 +45,20 @@ struct StepBatch {
   std::vector<SeqId> finished;
 };
 
-/// Result of a step, one entry per SeqChunk with samples, in batch order.
+/// The prompt tokens one chunk scored: tokens[i] is the token at position first_pos + i, scored by the logits of
+/// the position before it.
+struct ChunkPromptLogprobs {
+  SeqId seq = 0;
+  int32_t first_pos = 0;  // the chunk's start_pos + 1
+  std::vector<PromptLogprob> tokens;
+};
+
+/// Result of a step: one entry of seqs and samples per SeqChunk with samples, one of prompt_logprobs per SeqChunk
+/// whose prompt_logprobs.count > 0, each in batch order.
 struct StepResult {
   std::vector<SeqId> seqs;
   std::vector<std::vector<std::vector<SampledToken>>> samples;  // [chunk][spec][candidate]
+  std::vector<ChunkPromptLogprobs> prompt_logprobs;
 };
 
 /// A device that runs steps: owns weights and its slice of every KV block. Not thread-safe: one caller at a time.

@@ -78,6 +78,50 @@ std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limit
                                std::to_string(kMaxSamplesPerChunk) + " a chunk draws at most");
   for (size_t k = 0; k < c.samples.size(); ++k)
     if (auto e = check_sample(c.samples[k], limits, history)) return under(indexed(".samples", k), std::move(e));
+  const PromptLogprobsSpec& scored = c.prompt_logprobs;
+  if (scored.count < 0 || static_cast<size_t>(scored.count) > c.tokens.size())
+    return bad(".prompt_logprobs.count", "count " + std::to_string(scored.count) + " is outside [0, " +
+                                             std::to_string(c.tokens.size()) + "], the chunk's tokens");
+  if (scored.num_top < 0 || scored.num_top > kMaxLogprobs)
+    return bad(".prompt_logprobs.num_top", "num_top must be in [0, " + std::to_string(kMaxLogprobs) + "]");
+  if (static_cast<size_t>(scored.count) == c.tokens.size() &&
+      (scored.next_token < 0 || scored.next_token >= limits.vocab_size))
+    return bad(".prompt_logprobs.next_token", "token " + std::to_string(scored.next_token) +
+                                                  " is outside the vocabulary " + range(limits.vocab_size));
+  return std::nullopt;
+}
+
+// The error of `scored`, a worker's prompt logprobs for chunk `c`, at `at` ("prompt_logprobs[i]"); nullopt when it
+// answers the chunk: its sequence and first position, one entry per token scored, each the token asked, with a rank
+// in [1, vocab_size] and at most num_top alternatives in the vocabulary.
+std::optional<FieldError> check_prompt_logprobs(const ChunkPromptLogprobs& scored, const SeqChunk& c,
+                                                const std::string& at, int vocab_size) {
+  const PromptLogprobsSpec& want = c.prompt_logprobs;
+  if (scored.seq != c.seq || scored.first_pos != c.start_pos + 1)
+    return bad(at, "sequence " + std::to_string(scored.seq) + " from position " + std::to_string(scored.first_pos) +
+                       " answered where " + std::to_string(c.seq) + " from " + std::to_string(c.start_pos + 1) +
+                       " was scored");
+  if (scored.tokens.size() != static_cast<size_t>(want.count))
+    return bad(at + ".tokens", std::to_string(scored.tokens.size()) + " tokens answered, " +
+                                   std::to_string(want.count) + " scored");
+  for (size_t i = 0; i < scored.tokens.size(); ++i) {
+    const PromptLogprob& t = scored.tokens[i];
+    const std::string here = indexed(at + ".tokens", i);
+    const TokenId asked = i + 1 < c.tokens.size() ? c.tokens[i + 1] : want.next_token;
+    if (t.token != asked)
+      return bad(here + ".token",
+                 "token " + std::to_string(t.token) + " where " + std::to_string(asked) + " was scored");
+    if (t.rank < 1 || t.rank > vocab_size)
+      return bad(here + ".rank",
+                 "rank " + std::to_string(t.rank) + " is outside [1, " + std::to_string(vocab_size) + "]");
+    if (t.top_logprobs.size() > static_cast<size_t>(std::max(0, want.num_top)))
+      return bad(here + ".top_logprobs", std::to_string(t.top_logprobs.size()) + " alternatives, " +
+                                             std::to_string(want.num_top) + " asked");
+    for (size_t j = 0; j < t.top_logprobs.size(); ++j)
+      if (t.top_logprobs[j].first < 0 || t.top_logprobs[j].first >= vocab_size)
+        return bad(indexed(here + ".top_logprobs", j),
+                   "token " + std::to_string(t.top_logprobs[j].first) + " is outside the vocabulary");
+  }
   return std::nullopt;
 }
 
@@ -145,9 +189,18 @@ std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& li
 }
 
 std::optional<FieldError> check_result(const StepResult& result, const StepBatch& step, int vocab_size) {
-  std::vector<const SeqChunk*> sampled;
-  for (const SeqChunk& c : step.seqs)
+  std::vector<const SeqChunk*> sampled, scored;
+  for (const SeqChunk& c : step.seqs) {
     if (!c.samples.empty()) sampled.push_back(&c);
+    if (c.prompt_logprobs.count > 0) scored.push_back(&c);
+  }
+  if (result.prompt_logprobs.size() != scored.size())
+    return FieldError{"prompt_logprobs", std::to_string(result.prompt_logprobs.size()) + " chunks answered, " +
+                                             std::to_string(scored.size()) + " scored"};
+  for (size_t i = 0; i < scored.size(); ++i)
+    if (auto e = check_prompt_logprobs(result.prompt_logprobs[i], *scored[i], indexed("prompt_logprobs", i),
+                                       vocab_size))
+      return e;
   if (result.seqs.size() != sampled.size() || result.samples.size() != sampled.size())
     return FieldError{"seqs", std::to_string(result.seqs.size()) + " sequences answered, " +
                                   std::to_string(sampled.size()) + " sampled"};

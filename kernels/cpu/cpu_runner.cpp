@@ -76,7 +76,7 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
 
 int64_t CpuModelRunner::block_elems() const { return int64_t{local_kv_heads_} * opt_.block_size * cfg_.head_dim; }
 
-std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) {
+std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
   const int H = cfg_.hidden_size, D = cfg_.head_dim, B = opt_.block_size;
   const int nh = local_heads_, nkv = local_kv_heads_;
   const int qkv_dim = (nh + 2 * nkv) * D;
@@ -155,33 +155,60 @@ std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) 
     for (size_t i = 0; i < residual.size(); ++i) residual[i] += proj[i];
   }
 
+  return residual;
+}
+
+void CpuModelRunner::logits_of(const float* hidden, std::vector<float>& out) const {
+  const int H = cfg_.hidden_size;
+  std::vector<float> normed(H);
+  cpu::rms_norm(normed.data(), hidden, final_norm_.data(), 1, H, static_cast<float>(cfg_.rms_norm_eps));
+  out.resize(cfg_.vocab_size);
+  cpu::linear(out.data(), normed.data(), lm_head_.empty() ? embed_.data() : lm_head_.data(), nullptr, 1,
+              cfg_.vocab_size, H);
+}
+
+std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) {
+  const std::vector<float> hidden = run_layers(batch);
   std::vector<std::vector<float>> logits;
   if (opt_.tp_rank != 0) return logits;
-  const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
-  std::vector<float> last(H);
-  for (size_t s = 0; s < batch.seqs.size(); ++s) {
-    if (batch.seqs[s].samples.empty()) continue;
-    cpu::rms_norm(last.data(), &residual[int64_t{query_start[s + 1] - 1} * H], final_norm_.data(), 1, H, eps);
-    logits.emplace_back(cfg_.vocab_size);
-    cpu::linear(logits.back().data(), last.data(), head, nullptr, 1, cfg_.vocab_size, H);
+  int64_t end = 0;  // the row of `hidden` after the chunk's last token
+  for (const SeqChunk& c : batch.seqs) {
+    end += static_cast<int64_t>(c.tokens.size());
+    if (!c.samples.empty()) logits_of(&hidden[(end - 1) * cfg_.hidden_size], logits.emplace_back());
   }
   return logits;
 }
 
 StepResult CpuModelRunner::execute(const StepBatch& batch) {
-  std::vector<std::vector<float>> logits = forward(batch);
+  const std::vector<float> hidden = run_layers(batch);
   StepResult r;
   if (opt_.tp_rank != 0) return r;
-  size_t i = 0;
+  const int64_t H = cfg_.hidden_size;
+  std::vector<float> logits;
+  int64_t first = 0;  // the row of `hidden` of the chunk's first token
   for (const SeqChunk& c : batch.seqs) {
-    if (c.samples.empty()) continue;
-    r.seqs.push_back(c.seq);
-    auto& per_spec = r.samples.emplace_back();
-    for (const SampleSpec& spec : c.samples) {
-      std::vector<float> l = c.samples.size() == 1 ? std::move(logits[i]) : logits[i];
-      per_spec.push_back(sample_logits(l, spec));
+    const int64_t end = first + static_cast<int64_t>(c.tokens.size());
+    if (!c.samples.empty()) {
+      logits_of(&hidden[(end - 1) * H], logits);
+      r.seqs.push_back(c.seq);
+      auto& per_spec = r.samples.emplace_back();
+      for (size_t k = 0; k < c.samples.size(); ++k) {
+        std::vector<float> l = k + 1 == c.samples.size() ? std::move(logits) : logits;
+        per_spec.push_back(sample_logits(l, c.samples[k]));
+      }
     }
-    ++i;
+    // Prompt logprobs position by position: one vocabulary of logits at a time, however long the chunk.
+    if (const PromptLogprobsSpec& want = c.prompt_logprobs; want.count > 0) {
+      ChunkPromptLogprobs& scored = r.prompt_logprobs.emplace_back();
+      scored.seq = c.seq;
+      scored.first_pos = c.start_pos + 1;
+      for (int i = 0; i < want.count; ++i) {
+        logits_of(&hidden[(first + i) * H], logits);
+        const TokenId next = static_cast<size_t>(i) + 1 < c.tokens.size() ? c.tokens[i + 1] : want.next_token;
+        scored.tokens.push_back(score_token(logits, next, want.num_top));
+      }
+    }
+    first = end;
   }
   return r;
 }

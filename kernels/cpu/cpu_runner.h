@@ -47,7 +47,8 @@ class CpuModelRunner final : public ModelRunner {
 
   /// Bounds-checked before the KV is touched: throws ModelError for a chunk without tokens, a negative start_pos,
   /// a token or block id outside the vocabulary or pool, copy pairs outside the pool (check_block_pairs), and
-  /// std::out_of_range (kv_slot) for a block table that does not reach a position written.
+  /// std::out_of_range (kv_slot) for a block table that does not reach a position written. Prompt logprobs are
+  /// scored one position at a time (one vocabulary of logits held, however long the chunk).
   StepResult execute(const StepBatch& batch) override;
   /// Both throw ModelError, copying nothing, for a pair outside the pools (check_block_pairs).
   void swap_out(const std::vector<BlockPair>& device_to_cpu) override;
@@ -63,6 +64,12 @@ class CpuModelRunner final : public ModelRunner {
   int64_t block_elems() const;
 
  private:
+  /// The layers of the step (bounds-checked as execute is): the residual stream after the last layer, one row of
+  /// hidden_size per token of the batch, in batch order.
+  std::vector<float> run_layers(const StepBatch& batch);
+  /// The logits [vocab] of one row of run_layers' output: final norm, then the LM head.
+  void logits_of(const float* hidden, std::vector<float>& out) const;
+
   ModelConfig cfg_;
   CpuRunnerOptions opt_;
   int local_heads_, local_kv_heads_, local_inter_;

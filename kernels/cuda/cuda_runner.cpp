@@ -5,10 +5,12 @@
 // Step flow on the compute stream: wait for pending swaps -> copy-on-write copies -> metadata upload -> embedding ->
 // layers (norm, fused QKV GEMM (+bias), RoPE + cache write, paged attention, O GEMM, residual + norm, fused
 // gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm -> LM head on the sampled rows -> sampling -> one
-// synchronisation for the sampled tokens. Single-token steps on one GPU (one-stream decode) use the GEMVs of
-// kernels/cuda/gemv.h, with the residual adds and SiLU-and-mul inside the projections: norm, QKV,
-// RoPE, attention, O(+residual), norm, gate/up(+SiLU-and-mul), down(+residual). Decode-only steps (one token per sequence) replay a CUDA graph captured
-// per (batch bucket, context bucket): padding rows have slot -1 and context 1.
+// synchronisation for the sampled tokens -> prompt logprobs, when a chunk asks (LM head and score_tokens over at
+// most max_num_seqs rows at a time, one synchronisation each).
+// Single-token steps on one GPU (one-stream decode) use the GEMVs of kernels/cuda/gemv.h, with the residual adds and
+// SiLU-and-mul inside the projections: norm, QKV, RoPE, attention, O(+residual), norm, gate/up(+SiLU-and-mul),
+// down(+residual). Decode-only steps (one token per sequence) replay a CUDA graph captured per (batch bucket, context
+// bucket): padding rows have slot -1 and context 1.
 //
 // Tensor parallelism (tp_size > 1): the same flow on this rank's shard, with an NCCL all-reduce of the O and down
 // GEMMs' partial outputs on the compute stream, captured into the decode graphs like every other kernel (NCCL has
@@ -37,6 +39,7 @@
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
 #include "model/loader/weight_map.h"
+#include "model/sampling/params_check.h"
 #include "model/sampling/sampler.h"
 
 namespace paged {
@@ -193,6 +196,10 @@ struct CudaModelRunner::Impl {
   Staged<int32_t> logits_row_ids, sampled;
   Staged<float> logprobs;
   PinnedPtr<float> h_logits;  // [max_seqs][vocab]: logits downloaded for sampling on the CPU, allocated when needed
+  // Prompt logprobs, [max_seqs] rows a pass (kMaxLogprobs alternatives each): the rows of `normed` scored, the
+  // tokens they score, and the scores (cuda::score_tokens). Allocated on first use.
+  Staged<int32_t> score_rows, score_targets, score_ranks, score_top_ids;
+  Staged<float> score_logprobs, score_top_logprobs;
 
   // KV cache: device pool [2 * layers][num_blocks][block], pinned host pool likewise.
   DevicePtr<char> kv_memory;
@@ -234,6 +241,10 @@ struct CudaModelRunner::Impl {
   void enqueue_forward(const Plan& plan);
   void run(const StepBatch& batch, Plan& plan);
   StepResult sample(const StepBatch& batch, const Plan& plan);
+  // Adds the prompt logprobs the chunks ask for to `result`: the LM head over at most max_seqs scored rows of
+  // `normed` at a time (into `logits`, so a long prompt never holds more than max_seqs rows of logits), scored on
+  // the GPU (cuda::score_tokens, the twin of paged::score_token).
+  void score_prompts(const StepBatch& batch, StepResult& result);
   // Enqueues the copies of (block of `from`, block of `to`) pairs on the copy stream; the next step waits for them.
   void swap(const cuda::BlockPool& from, const cuda::BlockPool& to, const std::vector<BlockPair>& pairs);
 };
@@ -733,8 +744,73 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
       result.samples[chunk_slot[j.chunk]][j.spec] = sample_logits(row, batch.seqs[j.chunk].samples[j.spec]);
     }
   }
-  PAGED_CUDA_CHECK(cudaEventRecord(compute_done, compute));
   return result;
+}
+
+void CudaModelRunner::Impl::score_prompts(const StepBatch& batch, StepResult& result) {
+  struct Row {
+    size_t entry;     // of result.prompt_logprobs
+    int32_t hidden;   // row of `normed`
+    TokenId target;
+    int num_top;      // the chunk's
+  };
+  std::vector<Row> rows;
+  int32_t first = 0;  // the row of `normed` of the chunk's first token (decode steps: row s is sequence s)
+  int num_top = 0;
+  for (const SeqChunk& c : batch.seqs) {
+    const PromptLogprobsSpec& want = c.prompt_logprobs;
+    if (want.count > 0) {
+      const size_t entry = result.prompt_logprobs.size();
+      result.prompt_logprobs.push_back({c.seq, c.start_pos + 1, std::vector<PromptLogprob>(want.count)});
+      for (int i = 0; i < want.count; ++i)
+        rows.push_back({entry, first + i,
+                        static_cast<size_t>(i) + 1 < c.tokens.size() ? c.tokens[i + 1] : want.next_token,
+                        want.num_top});
+      num_top = std::max(num_top, want.num_top);
+    }
+    first += static_cast<int32_t>(c.tokens.size());
+  }
+  if (rows.empty()) return;
+  if (!score_rows.device) {
+    score_rows.allocate(max_seqs);
+    score_targets.allocate(max_seqs);
+    score_ranks.allocate(max_seqs);
+    score_logprobs.allocate(max_seqs);
+    score_top_ids.allocate(int64_t{max_seqs} * kMaxLogprobs);
+    score_top_logprobs.allocate(int64_t{max_seqs} * kMaxLogprobs);
+  }
+  std::vector<size_t> filled(result.prompt_logprobs.size(), 0);
+  for (size_t begin = 0; begin < rows.size(); begin += max_seqs) {
+    const int n = static_cast<int>(std::min<size_t>(max_seqs, rows.size() - begin));
+    for (int r = 0; r < n; ++r) {
+      score_rows.host[r] = rows[begin + r].hidden;
+      score_targets.host[r] = rows[begin + r].target;
+    }
+    PAGED_CUDA_CHECK(score_rows.upload(n, compute));
+    PAGED_CUDA_CHECK(score_targets.upload(n, compute));
+    PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), score_rows.device.get(), n, hidden,
+                                       max_tokens, compute));
+    PAGED_CUDA_CHECK(gemm->linear(logits.get(), last_hidden.get(), lm_head, nullptr, n, vocab, hidden, true, compute));
+    PAGED_CUDA_CHECK(cuda::score_tokens(score_logprobs.device.get(), score_ranks.device.get(),
+                                        score_top_ids.device.get(), score_top_logprobs.device.get(), logits.get(),
+                                        score_targets.device.get(), n, vocab, num_top, compute));
+    PAGED_CUDA_CHECK(score_logprobs.download(n, compute));
+    PAGED_CUDA_CHECK(score_ranks.download(n, compute));
+    PAGED_CUDA_CHECK(score_top_ids.download(size_t(n) * num_top, compute));
+    PAGED_CUDA_CHECK(score_top_logprobs.download(size_t(n) * num_top, compute));
+    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next pass
+    for (int r = 0; r < n; ++r) {
+      const Row& row = rows[begin + r];
+      ChunkPromptLogprobs& chunk = result.prompt_logprobs[row.entry];
+      PromptLogprob& t = chunk.tokens[filled[row.entry]++];
+      t.token = row.target;
+      t.logprob = score_logprobs.host[r];
+      t.rank = score_ranks.host[r];
+      for (int j = 0; j < std::min(row.num_top, vocab); ++j)
+        t.top_logprobs.emplace_back(score_top_ids.host[int64_t{r} * num_top + j],
+                                    score_top_logprobs.host[int64_t{r} * num_top + j]);
+    }
+  }
 }
 
 CudaModelRunner::CudaModelRunner(const ModelConfig& config, const SafeTensors& weights, CudaRunnerOptions options)
@@ -765,7 +841,12 @@ CudaModelRunner::~CudaModelRunner() {
 StepResult CudaModelRunner::execute(const StepBatch& batch) {
   Impl::Plan plan;
   impl_->run(batch, plan);
-  if (impl_->opt.tp_rank == 0) return impl_->sample(batch, plan);
+  if (impl_->opt.tp_rank == 0) {
+    StepResult result = impl_->sample(batch, plan);
+    impl_->score_prompts(batch, result);
+    PAGED_CUDA_CHECK(cudaEventRecord(impl_->compute_done, impl_->compute));
+    return result;
+  }
   // The other ranks sample nothing. They wait for their part of the step all the same, so that the next step may
   // rewrite the staging its uploads read (rank 0's wait for the sampled tokens ends later anyway).
   PAGED_CUDA_CHECK(cudaEventRecord(impl_->compute_done, impl_->compute));

@@ -52,7 +52,8 @@ class CudaModelRunner final : public ModelRunner {
   CudaModelRunner(const ModelConfig& config, uint64_t seed, CudaRunnerOptions options);
   ~CudaModelRunner() override;
 
-  /// Runs the step on the compute stream and waits for its sampled tokens. Orders after any swap enqueued before.
+  /// Runs the step on the compute stream and waits for its sampled tokens (and prompt logprobs, computed max_num_seqs
+  /// positions at a time). Orders after any swap enqueued before.
   /// Every rank of a group runs every step, in the same order; ranks other than 0 wait for their part of the step
   /// and return an empty result.
   StepResult execute(const StepBatch& batch) override;

@@ -9,6 +9,7 @@
 #include "kernels/cuda/sampling.h"
 
 #include <cfloat>
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/device_utils.cuh"
@@ -203,6 +204,34 @@ __device__ int nth_with_key(const float* __restrict__ probs, int vocab, unsigned
   return sh.token;
 }
 
+// Block-wide: the largest (value, id) in the order "value descending, then id ascending" among the candidates each
+// thread offers (value -inf and an id past every other when it has none); every thread gets the result. `scratch_f`
+// and `scratch_i` hold one entry per warp; every thread of the block must call it.
+__device__ void block_best(float& value, int& id, float* scratch_f, int* scratch_i) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int off = 16; off > 0; off >>= 1) {
+    const float v = __shfl_xor_sync(kFullMask, value, off);
+    const int i = __shfl_xor_sync(kFullMask, id, off);
+    if (v > value || (v == value && i < id)) {
+      value = v;
+      id = i;
+    }
+  }
+  __syncthreads();  // the scratch may still be read by the previous call
+  if (lane == 0) {
+    scratch_f[warp] = value;
+    scratch_i[warp] = id;
+  }
+  __syncthreads();
+  value = scratch_f[0];
+  id = scratch_i[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
+    if (scratch_f[w] > value || (scratch_f[w] == value && scratch_i[w] < id)) {
+      value = scratch_f[w];
+      id = scratch_i[w];
+    }
+}
+
 // grid: (rows); block: kSampleThreads. Row r samples tokens[r] from logits[r].
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(int32_t* __restrict__ tokens, float* __restrict__ logprobs, const float* __restrict__ logits,
@@ -214,7 +243,6 @@ __global__ void __launch_bounds__(kSampleThreads)
   const float* lg = logits + static_cast<int64_t>(logits_rows ? logits_rows[row] : row) * vocab;
   float* probs = probs_all + static_cast<int64_t>(row) * vocab;
   const SamplingRow prm = params[row];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   // Maximum and its lowest id (the CPU's greedy pick: the first strict improvement).
   float best = -INFINITY;
@@ -229,26 +257,7 @@ __global__ void __launch_bounds__(kSampleThreads)
       best_id = i;
     }
   }
-  for (int off = 16; off > 0; off >>= 1) {
-    const float v = __shfl_xor_sync(kFullMask, best, off);
-    const int id = __shfl_xor_sync(kFullMask, best_id, off);
-    if (v > best || (v == best && id < best_id)) {
-      best = v;
-      best_id = id;
-    }
-  }
-  if (lane == 0) {
-    sh.scratch_f[warp] = best;
-    sh.scratch_i[warp] = best_id;
-  }
-  __syncthreads();
-  best = sh.scratch_f[0];
-  best_id = sh.scratch_i[0];
-  for (int w = 1; w < kSampleWarps; ++w)
-    if (sh.scratch_f[w] > best || (sh.scratch_f[w] == best && sh.scratch_i[w] < best_id)) {
-      best = sh.scratch_f[w];
-      best_id = sh.scratch_i[w];
-    }
+  block_best(best, best_id, sh.scratch_f, sh.scratch_i);
   if (best_id >= vocab) best_id = 0;  // every logit -inf (or NaN): the CPU keeps its initial pick, id 0
   const float mx = best;
 
@@ -327,7 +336,90 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
 }
 
+constexpr int kScoreThreads = 256;
+constexpr int kMaxScoreTop = 64;
+
+// grid: (rows); block: kScoreThreads. Row r scores targets[r] under logits[r]; see score_tokens.
+__global__ void __launch_bounds__(kScoreThreads)
+    score_kernel(float* __restrict__ logprobs, int32_t* __restrict__ ranks, int32_t* __restrict__ top_ids,
+                 float* __restrict__ top_logprobs, const float* __restrict__ logits,
+                 const int32_t* __restrict__ targets, int vocab, int num_top) {
+  __shared__ double scratch_d[kScoreThreads / 32];
+  __shared__ float scratch_f[kScoreThreads / 32];
+  __shared__ int scratch_i[kScoreThreads / 32];
+  const int row = blockIdx.x;
+  const float* lg = logits + static_cast<int64_t>(row) * vocab;
+  const float mine = lg[targets[row]];
+
+  // The maximum, then the log-sum-exp in double as paged::log_softmax takes it (exp of each term in double too).
+  float best = -INFINITY;
+  int best_id = INT32_MAX;
+  for (int i = threadIdx.x; i < vocab; i += kScoreThreads) {
+    const float v = lg[i];
+    if (v > best) {
+      best = v;
+      best_id = i;
+    }
+  }
+  block_best(best, best_id, scratch_f, scratch_i);
+  const double mx = best;
+  double sum = 0.0;
+  int at_least = 0;
+  for (int i = threadIdx.x; i < vocab; i += kScoreThreads) {
+    const float v = lg[i];
+    sum += exp(static_cast<double>(v) - mx);
+    at_least += v >= mine;
+  }
+  sum = block_sum(sum, scratch_d);
+  at_least = block_sum(at_least, scratch_i);
+  const double lse = mx + log(sum);
+  if (threadIdx.x == 0) {
+    logprobs[row] = static_cast<float>(static_cast<double>(mine) - lse);
+    ranks[row] = at_least;
+  }
+
+  // The top: one block-wide pick per place, each the best of what lies after the previous pick in the order.
+  const int k = min(num_top, vocab);
+  float prev = best;
+  int prev_id = best_id;
+  for (int j = 0; j < k; ++j) {
+    float value = -INFINITY;
+    int id = INT32_MAX;
+    if (j == 0) {
+      value = prev;
+      id = prev_id;
+    } else {
+      for (int i = threadIdx.x; i < vocab; i += kScoreThreads) {
+        const float v = lg[i];
+        const bool after = v < prev || (v == prev && i > prev_id);
+        if (after && (v > value || (v == value && i < id))) {
+          value = v;
+          id = i;
+        }
+      }
+      block_best(value, id, scratch_f, scratch_i);
+    }
+    if (threadIdx.x == 0) {
+      top_ids[static_cast<int64_t>(row) * num_top + j] = id;
+      top_logprobs[static_cast<int64_t>(row) * num_top + j] = static_cast<float>(static_cast<double>(value) - lse);
+    }
+    prev = value;
+    prev_id = id;
+  }
+}
+
 }  // namespace
+
+cudaError_t score_tokens(float* logprobs, int32_t* ranks, int32_t* top_ids, float* top_logprobs, const float* logits,
+                         const int32_t* targets, int rows, int vocab, int num_top, cudaStream_t stream) {
+  if (vocab <= 0) return launch_failure(cudaErrorInvalidValue, "score_tokens: vocab must be positive");
+  if (num_top < 0 || num_top > kMaxScoreTop)
+    return launch_failure(cudaErrorInvalidValue, "score_tokens: num_top must be in [0, 64]");
+  if (rows <= 0) return cudaSuccess;
+  score_kernel<<<rows, kScoreThreads, 0, stream>>>(logprobs, ranks, top_ids, top_logprobs, logits, targets, vocab,
+                                                   num_top);
+  return cudaGetLastError();
+}
 
 size_t sampling_workspace_bytes(int rows, int vocab) { return sizeof(float) * static_cast<size_t>(rows) * vocab; }
 

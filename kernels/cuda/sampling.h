@@ -6,7 +6,7 @@
 // elements and summing their mass in double per digit), which selects exactly what the sorted walk selects up to
 // the rounding of double sums taken in a different order.
 // Rows needing penalties, logit bias, top logprobs or beam candidates are processed before (penalties) or beside
-// (CPU sampler) this kernel by the runner.
+// (CPU sampler) this kernel by the runner. score_tokens scores known tokens (a prompt's) under their logits.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +38,19 @@ cudaError_t sample_tokens(int32_t* tokens,              // [rows]
                           const int32_t* logits_rows,   // [rows] or nullptr
                           const SamplingRow* params,    // [rows], device memory
                           int rows, int vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+/// Scores one known token per row (prompt logprobs), as paged::score_token (model/sampling/sampler.h), its CPU twin,
+/// does: logprobs[r] = log-softmax of logits row r at targets[r] (the log-sum-exp in double), ranks[r] = how many of
+/// the row's logits are at least the target's, and the min(num_top, vocab) largest logits of the row, descending
+/// with ties by the lower id, as ids and logprobs in top_ids / top_logprobs row r (num_top entries a row).
+/// grid (rows), one thread block per row; num_top in [0, 64].
+cudaError_t score_tokens(float* logprobs,          // [rows]
+                         int32_t* ranks,           // [rows]
+                         int32_t* top_ids,         // [rows][num_top]
+                         float* top_logprobs,      // [rows][num_top]
+                         const float* logits,      // [rows][vocab]
+                         const int32_t* targets,   // [rows], each in [0, vocab)
+                         int rows, int vocab, int num_top, cudaStream_t stream);
 
 /// The uniform in [0, 1) of paged::random_uniform(seed, index), callable from host and device code alike.
 __host__ __device__ inline double sampling_uniform(uint64_t seed, uint64_t index) {

@@ -51,6 +51,8 @@ std::optional<FieldError> check_sampling_params(const SamplingParams& p, int voc
     return bad("stop", "stop strings must total at most " + std::to_string(kMaxStopBytes) + " bytes");
   if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > kMaxLogprobs))
     return bad("logprobs", "logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
+  if (p.prompt_logprobs && (*p.prompt_logprobs < 0 || *p.prompt_logprobs > kMaxLogprobs))
+    return bad("prompt_logprobs", "prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
   if (p.use_beam_search && p.temperature != 0.0f) return bad("temperature", "beam search requires temperature 0");
   return std::nullopt;
 }

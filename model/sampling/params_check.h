@@ -12,7 +12,7 @@ namespace paged {
 
 /// Most completions of one request (n, best_of).
 inline constexpr int kMaxCompletions = 128;
-/// Most top alternatives returned per token (logprobs).
+/// Most top alternatives returned per token (logprobs, prompt_logprobs).
 inline constexpr int kMaxLogprobs = 20;
 
 /// The first parameter of `p` outside its range, named as in the request ("top_p", "logit_bias", ...), with token ids

@@ -1,5 +1,5 @@
 // What a runner samples for one sequence in one step, and what it returns: the inputs the sampler reads (parameters,
-// seed, token histories) and a sampled token with its log-probabilities.
+// seed, token histories) and a sampled token with its log-probabilities; and a prompt token scored.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,15 @@ struct SampledToken {
   TokenId token = -1;
   float logprob = 0.0f;                                  // log-softmax of the processed logits
   std::vector<std::pair<TokenId, float>> top_logprobs;   // descending
+};
+
+/// A known token (of a prompt) scored by the logits of the position before it: log-softmax of the raw logits (no
+/// penalties, no temperature), as vLLM's prompt_logprobs are.
+struct PromptLogprob {
+  TokenId token = -1;
+  float logprob = 0.0f;
+  int32_t rank = 0;  // vLLM's: how many tokens have a logprob at least this one's (1: the most likely)
+  std::vector<std::pair<TokenId, float>> top_logprobs;  // the most likely tokens, descending, ties by lower id
 };
 
 }  // namespace paged

@@ -25,6 +25,45 @@ void log_softmax(std::span<const float> logits, std::vector<float>& out) {
   for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<float>(logits[i] - lse);
 }
 
+namespace {
+
+// Descending by value, ties by lower id: the order every choice of the sampler is made in.
+template <class Values>
+auto by_value(const Values& v) {
+  return [&v](TokenId a, TokenId b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+}
+
+// The ids of the `k` largest of `values` (k clamped to their number), in by_value order.
+template <class Values>
+std::vector<TokenId> top_ids(const Values& values, int k) {
+  std::vector<TokenId> ids(values.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  k = std::clamp<int>(k, 0, static_cast<int>(ids.size()));
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_value(values));
+  ids.resize(static_cast<size_t>(k));
+  return ids;
+}
+
+// The `k` largest of `logprobs` as (id, value), in by_value order.
+std::vector<std::pair<TokenId, float>> top_logprobs(const std::vector<float>& logprobs, int k) {
+  std::vector<std::pair<TokenId, float>> out;
+  for (TokenId id : top_ids(logprobs, k)) out.emplace_back(id, logprobs[id]);
+  return out;
+}
+
+}  // namespace
+
+PromptLogprob score_token(std::span<const float> logits, TokenId token, int num_top) {
+  std::vector<float> lp;
+  log_softmax(logits, lp);
+  const float mine = logits[static_cast<size_t>(token)];
+  const auto rank = std::count_if(logits.begin(), logits.end(), [mine](float x) { return x >= mine; });
+  PromptLogprob scored{token, lp[token], static_cast<int32_t>(rank), {}};
+  // Ranked and ordered by the logits themselves: the same order as the logprobs', without their rounding.
+  for (TokenId id : top_ids(logits, num_top)) scored.top_logprobs.emplace_back(id, lp[id]);
+  return scored;
+}
+
 void apply_penalties(std::span<float> logits, const SampleSpec& spec) {
   const SamplingParams& p = *spec.params;
   const auto vocab = static_cast<TokenId>(logits.size());
@@ -60,29 +99,11 @@ std::vector<SampledToken> sample_logits(std::span<float> logits, const SampleSpe
   std::vector<float> lp;
   log_softmax(logits, lp);
   const auto vocab = static_cast<TokenId>(logits.size());
-  // Descending by value, ties by lower id: the order every choice below is made in.
-  auto by_value = [&](const std::vector<float>& v) {
-    return [&v](TokenId a, TokenId b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-  };
-  auto with_top = [&](TokenId id) {
-    SampledToken t{id, lp[id], {}};
-    if (spec.num_logprobs > 0) {
-      std::vector<TokenId> ids(vocab);
-      std::iota(ids.begin(), ids.end(), 0);
-      const int k = std::min<int>(spec.num_logprobs, vocab);
-      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_value(lp));
-      for (int i = 0; i < k; ++i) t.top_logprobs.emplace_back(ids[i], lp[ids[i]]);
-    }
-    return t;
-  };
+  auto with_top = [&](TokenId id) { return SampledToken{id, lp[id], top_logprobs(lp, spec.num_logprobs)}; };
 
   if (spec.num_candidates > 1) {
-    std::vector<TokenId> ids(vocab);
-    std::iota(ids.begin(), ids.end(), 0);
-    const int k = std::min<int>(spec.num_candidates, vocab);
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_value(lp));
     std::vector<SampledToken> out;
-    for (int i = 0; i < k; ++i) out.push_back(with_top(ids[i]));
+    for (TokenId id : top_ids(lp, spec.num_candidates)) out.push_back(with_top(id));
     return out;
   }
   if (p.greedy()) {

@@ -17,6 +17,11 @@ double random_uniform(uint64_t seed, uint64_t index);
 /// log-softmax of `logits` at `ids`' positions, computed in double for stability.
 void log_softmax(std::span<const float> logits, std::vector<float>& out);
 
+/// Scores `token` under `logits` (one position, raw): its log-softmax, its rank (how many logits are at least its
+/// own) and the `num_top` most likely tokens (largest logits, ties by lower id) with their logprobs. The CPU twin of
+/// cuda::score_tokens (kernels/cuda/sampling.h).
+PromptLogprob score_token(std::span<const float> logits, TokenId token, int num_top);
+
 /// Applies, in vLLM's order, logit_bias, min_tokens masking of `stop_ids`, the repetition penalty (HF: prompt and
 /// output tokens), presence and frequency penalties (output tokens). In place.
 void apply_penalties(std::span<float> logits, const SampleSpec& spec);

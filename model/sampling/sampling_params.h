@@ -34,6 +34,7 @@ struct SamplingParams {
   std::vector<std::string> stop;        // stop strings; the text is cut before them
   bool ignore_eos = false;
   std::optional<int> logprobs;          // return the chosen token's logprob and this many top alternatives
+  std::optional<int> prompt_logprobs;   // return every prompt token's logprob (vLLM's) and this many top alternatives
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;  // the stop string that ended a completion stays in its text
 

@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include "model/json_file.h"
+#include "model/template/jinja/text.h"
 
 namespace paged {
 namespace {
@@ -72,6 +73,32 @@ std::optional<ChatTemplate> ChatTemplate::load(const std::string& model_dir, con
   }
   if (!source) return std::nullopt;
   return ChatTemplate(*source, token_string(config, "bos_token"), token_string(config, "eos_token"));
+}
+
+std::string cut_after_final_message(const std::string& rendered, const std::string& content) {
+  const std::string stripped = jinja::trim(content, jinja::Trim::both);
+  if (stripped.empty()) throw jinja::TemplateError("continue_final_message needs a final message with text");
+  const size_t at = rendered.rfind(stripped);
+  if (at == std::string::npos)
+    throw jinja::TemplateError(
+        "continue_final_message: the final message does not appear in the prompt the chat template renders (the "
+        "template changes it)");
+  const std::string from_start = jinja::trim(content, jinja::Trim::start);
+  const bool kept_whole = rendered.compare(at, from_start.size(), from_start) == 0;
+  return rendered.substr(0, at + (kept_whole ? from_start.size() : stripped.size()));
+}
+
+ChatTemplate ChatTemplate::with_source(const std::string& source) const {
+  return ChatTemplate(source, bos_token_, eos_token_);
+}
+
+std::string ChatTemplate::continue_final_message(const boost::json::array& messages,
+                                                 const boost::json::object& extra) const {
+  const boost::json::object* last = messages.empty() ? nullptr : messages.back().if_object();
+  const boost::json::value* content = last ? last->if_contains("content") : nullptr;
+  if (!content || !content->is_string())
+    throw jinja::TemplateError("continue_final_message needs a final message with text");
+  return cut_after_final_message(apply(messages, false, extra), std::string(content->get_string()));
 }
 
 std::string ChatTemplate::apply(const boost::json::array& messages, bool add_generation_prompt,

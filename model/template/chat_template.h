@@ -13,6 +13,12 @@
 
 namespace paged {
 
+/// `rendered` cut right after the last place `content` (a message's text) appears in it, so that what the template
+/// writes after a message (an end-of-turn token) is gone: found by its text without surrounding whitespace, and
+/// kept up to its end with its trailing whitespace only where the template kept it (Hugging Face's rule). Throws
+/// jinja::TemplateError when `content` is blank or does not appear (the template rewrote it).
+std::string cut_after_final_message(const std::string& rendered, const std::string& content);
+
 class ChatTemplate {
  public:
   /// Parses `source`; `bos_token` / `eos_token` are the special-token strings the template may refer to (left
@@ -26,11 +32,20 @@ class ChatTemplate {
   /// malformed tokenizer_config.json, jinja::TemplateError for a template that does not parse.
   static std::optional<ChatTemplate> load(const std::string& model_dir, const std::string& override_file = "");
 
+  /// Another template (a request's own, vLLM's `chat_template`) with this one's special tokens. Throws
+  /// jinja::TemplateError on a syntax error.
+  ChatTemplate with_source(const std::string& source) const;
+
   /// The prompt text of `messages` (OpenAI chat messages: role, content, and tool fields if any). `extra` holds
   /// further template variables (tools, enable_thinking, ...). Thread-safe. Throws jinja::TemplateError, e.g. when
-  /// the template's raise_exception() rejects the conversation.
+  /// the template's raise_exception() rejects the conversation, or when its render passes jinja::RenderLimits.
   std::string apply(const boost::json::array& messages, bool add_generation_prompt,
                     const boost::json::object& extra = {}) const;
+
+  /// The prompt text that continues the final message (vLLM's continue_final_message): rendered without the
+  /// generation prompt, then cut right after the final message's content (cut_after_final_message). Throws
+  /// jinja::TemplateError as apply(), and when the final message has no text content.
+  std::string continue_final_message(const boost::json::array& messages, const boost::json::object& extra = {}) const;
 
  private:
   jinja::Template template_;

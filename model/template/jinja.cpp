@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include "model/template/jinja/budget.h"
 #include "model/template/jinja/globals.h"
 #include "model/template/jinja/interpreter.h"
 #include "model/template/jinja/lexer.h"
@@ -23,7 +24,8 @@ Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const boost::json::object& variables) const {
+std::string Template::render(const boost::json::object& variables, const RenderLimits& limits) const {
+  const RenderBudget budget(limits);  // open while the scope's values live: they are charged to it
   Scope global;
   define_globals(global.vars);
   for (const auto& kv : variables) global.vars.set(std::string(kv.key()), from_json(kv.value()));

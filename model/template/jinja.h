@@ -16,6 +16,7 @@
 
 #include <boost/json/object.hpp>
 
+#include "model/template/jinja/budget.h"
 #include "model/template/jinja/template_error.h"
 
 namespace paged::jinja {
@@ -30,8 +31,8 @@ class Template {
   Template& operator=(Template&&) noexcept;
 
   /// Renders with `variables` as the global scope (JSON values; integral numbers become integers). Throws
-  /// TemplateError on a runtime error.
-  std::string render(const boost::json::object& variables) const;
+  /// TemplateError on a runtime error and when the render passes `limits` (model/template/jinja/budget.h).
+  std::string render(const boost::json::object& variables, const RenderLimits& limits = {}) const;
 
  private:
   struct Program;

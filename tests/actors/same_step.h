@@ -16,7 +16,8 @@ inline std::vector<TokenId> ids_behind(const std::vector<TokenId>* ids) {
 }
 
 /// Fails the test unless `got` equals `want` in every field: chunks (sequence, tokens, start_pos, block table,
-/// samples: parameters, seed, prompt, output and stop ids, num_logprobs, num_candidates), copies and finished.
+/// samples: parameters, seed, prompt, output and stop ids, num_logprobs, num_candidates; prompt logprobs), copies
+/// and finished.
 inline void require_same_step(const StepBatch& got, const StepBatch& want) {
   CHECK(got.copies == want.copies);
   CHECK(got.finished == want.finished);
@@ -41,6 +42,9 @@ inline void require_same_step(const StepBatch& got, const StepBatch& want) {
       CHECK(gs.num_logprobs == ws.num_logprobs);
       CHECK(gs.num_candidates == ws.num_candidates);
     }
+    CHECK(g.prompt_logprobs.count == w.prompt_logprobs.count);
+    CHECK(g.prompt_logprobs.num_top == w.prompt_logprobs.num_top);
+    CHECK(g.prompt_logprobs.next_token == w.prompt_logprobs.next_token);
   }
 }
 

@@ -1,12 +1,15 @@
 // The actor runtime end to end on the real stories260K model: continuous batching against one-at-a-time runs,
 // preemption (swap and recompute) under a small KV pool, parallel sampling and beam search against references,
-// cancellation, prefix caching, and the CPU executor's swap of real KV data.
+// cancellation, prefix caching, the CPU executor's swap of real KV data, and prompt logprobs (chunked, batched,
+// preempted and forked prefills score every prompt token as one runner step over the whole prompt does; such
+// requests take no prefix-cache hit).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <fstream>
 #include <map>
@@ -156,6 +159,42 @@ void mixed_requests(size_t count, uint64_t seed, std::vector<std::vector<TokenId
     prompts.push_back(text_prompt(rng() % corpus().size(), len));
     params.push_back(greedy(1 + static_cast<int>(rng() % 48)));
   }
+}
+
+// The scores of every prompt token from one runner step over the whole prompt (no engine).
+std::vector<PromptLogprob> reference(const std::vector<TokenId>& prompt, int num_top) {
+  static const ModelConfig cfg = load_model_config(kModel);
+  static const SafeTensors weights(kModel);
+  const int blocks = static_cast<int>(prompt.size()) / 16 + 1;
+  CpuModelRunner runner(cfg, weights, {.block_size = 16, .num_blocks = blocks});
+  SeqChunk c;
+  c.tokens.assign(prompt.begin(), prompt.end() - 1);
+  for (int b = 0; b < blocks; ++b) c.block_table.push_back(b);
+  c.prompt_logprobs = {.count = static_cast<int>(c.tokens.size()), .num_top = num_top, .next_token = prompt.back()};
+  StepBatch step;
+  step.seqs = {c};
+  return runner.execute(step).prompt_logprobs.at(0).tokens;
+}
+
+void require_same_scores(const std::vector<PromptLogprob>& got, const std::vector<PromptLogprob>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("prompt token " << i + 1);
+    CHECK(got[i].token == want[i].token);
+    CHECK(got[i].rank == want[i].rank);
+    CHECK(std::abs(got[i].logprob - want[i].logprob) < 1e-5);
+    REQUIRE(got[i].top_logprobs.size() == want[i].top_logprobs.size());
+    for (size_t j = 0; j < want[i].top_logprobs.size(); ++j)
+      CHECK(got[i].top_logprobs[j].first == want[i].top_logprobs[j].first);
+  }
+}
+
+SamplingParams scoring(int num_top, int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.prompt_logprobs = num_top;
+  return p;
 }
 
 }  // namespace
@@ -758,4 +797,72 @@ TEST_CASE("a sequence that could outgrow the KV pool is refused; one that fits i
   CHECK(outputs[0].outputs[0].token_ids == outputs[2].outputs[0].token_ids);
   engine.wait_idle();
   CHECK(engine.metrics().kv_blocks_free == engine.metrics().kv_blocks_total);
+}
+
+TEST_CASE("prompt logprobs through the engine: chunked, batched and preempted prefills score every token",
+          "[engine][prompt_logprobs]") {
+  std::mt19937_64 rng(5);
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(text_prompt(rng() % 300, 40 + rng() % 120));
+  prompts.push_back({1});  // nothing to score
+  prompts.push_back({1, 403});
+  for (PreemptionMode mode : {PreemptionMode::recompute, PreemptionMode::swap}) {
+    EngineConfig cfg = base_config();
+    cfg.max_num_batched_tokens = 48;  // several chunks per prompt
+    cfg.num_kv_blocks = 24;           // of the ~70 the requests need together: preemptions mid-prefill
+    cfg.preemption_mode = mode;
+    Engine engine(cfg);
+    SamplingParams p = scoring(3, 24);
+    p.ignore_eos = true;
+    const auto out = engine.generate(prompts, p);
+    CHECK(engine.metrics().preemptions > 0);
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      INFO("request " << r << ", prompt of " << prompts[r].size() << (mode == PreemptionMode::swap ? ", swap" : ""));
+      if (prompts[r].size() == 1) {
+        CHECK(out[r].prompt_logprobs.empty());
+        continue;
+      }
+      require_same_scores(out[r].prompt_logprobs, reference(prompts[r], 3));
+    }
+  }
+}
+
+TEST_CASE("prompt logprobs take no prefix-cache hit, once per request whatever n or beam width",
+          "[engine][prompt_logprobs][prefix]") {
+  const auto prompt = text_prompt(7, 70);  // 4 full blocks
+  const auto want = reference(prompt, 2);
+  Engine engine(base_config());
+  Metrics& m = engine.metrics();
+  engine.generate({prompt}, scoring(2, 4));  // fills the prefix cache
+  engine.wait_idle();
+  REQUIRE(m.prefix_cache_hit_tokens == 0);
+  SamplingParams parallel = scoring(2, 4);
+  parallel.temperature = 0.7f;
+  parallel.seed = 3;
+  parallel.n = 3;
+  const auto forked = engine.generate({prompt}, parallel);
+  require_same_scores(forked[0].prompt_logprobs, want);
+  SamplingParams beam = scoring(2, 4);
+  beam.use_beam_search = true;
+  beam.n = 2;
+  require_same_scores(engine.generate({prompt}, beam)[0].prompt_logprobs, want);
+  engine.wait_idle();
+  CHECK(m.prefix_cache_hit_tokens == 0);  // each recomputed its prompt
+  SamplingParams plain = scoring(2, 4);
+  plain.prompt_logprobs.reset();
+  const auto cached = engine.generate({prompt}, plain);
+  engine.wait_idle();
+  CHECK(m.prefix_cache_hit_tokens == 64);  // the blocks it left are there for the others
+  CHECK(cached[0].prompt_logprobs.empty());
+}
+
+TEST_CASE("the engine refuses prompt_logprobs outside [0, 20]", "[engine][prompt_logprobs]") {
+  Engine engine(base_config());
+  SamplingParams p = scoring(21, 4);
+  try {
+    engine.validate(p, 4);
+    FAIL("accepted");
+  } catch (const InvalidRequest& e) {
+    CHECK(e.param == "prompt_logprobs");
+  }
 }

@@ -224,7 +224,7 @@ TEST_CASE("every sampling parameter survives a wire step's packing and decoding,
                            .temperature = 0.0f, .top_p = 0.8f, .top_k = 12, .min_p = 0.05f, .seed = uint64_t{1} << 40,
                            .repetition_penalty = 1.1f, .presence_penalty = -0.5f, .frequency_penalty = 0.3f,
                            .logit_bias = {{3, 1.5f}, {9, -2.0f}}, .stop_token_ids = {7, 8}, .stop = {"\n\n", "The end"},
-                           .ignore_eos = true, .logprobs = 4, .skip_special_tokens = false};
+                           .ignore_eos = true, .logprobs = 4, .prompt_logprobs = 2, .skip_special_tokens = false};
   const SamplingParams unset;  // no seed, no logprobs
   const std::vector<TokenId> prompt = {1, 2, 3}, output = {4}, stops = {2, 7, 8};
   StepBatch b;
@@ -240,7 +240,8 @@ TEST_CASE("every sampling parameter survives a wire step's packing and decoding,
       c.samples.push_back(SampleSpec{.params = p, .seed = seed, .prompt = &prompt, .output = &output,
                                      .stop_ids = &stops, .num_logprobs = 4, .num_candidates = 2});
   }
-  b.seqs.push_back({.seq = 12, .tokens = {5, 6}, .start_pos = 0, .block_table = {0}, .samples = {}});
+  b.seqs.push_back({.seq = 12, .tokens = {5, 6}, .start_pos = 0, .block_table = {0}, .samples = {},
+                    .prompt_logprobs = {.count = 2, .num_top = 2, .next_token = 7}});
 
   auto unpacked = unpack_step(pack_step(first_wire_step(b)));
   REQUIRE(std::holds_alternative<WireStep>(unpacked));
@@ -288,6 +289,27 @@ TEST_CASE("an engine whose executor is a worker on loopback generates what an in
       for (size_t k = 0; k < r[i].outputs[j].logprobs.size(); ++k)
         CHECK(r[i].outputs[j].logprobs[k].top_logprobs == l[i].outputs[j].logprobs[k].top_logprobs);
     }
+
+  // Prompt logprobs: scored on the worker, checked and unpacked by the proxy, as the in-process runner scores them.
+  SamplingParams scored;
+  scored.temperature = 0.0f;
+  scored.max_tokens = 4;
+  scored.prompt_logprobs = 5;
+  const auto rs = remote.generate(ps, scored), ls = local.generate(ps, scored);
+  REQUIRE(rs.size() == ls.size());
+  for (size_t i = 0; i < rs.size(); ++i) {
+    INFO("prompt " << i);
+    REQUIRE(rs[i].prompt_logprobs.size() == ps[i].size() - 1);
+    REQUIRE(ls[i].prompt_logprobs.size() == ps[i].size() - 1);
+    for (size_t k = 0; k < rs[i].prompt_logprobs.size(); ++k) {
+      const PromptLogprob &g = rs[i].prompt_logprobs[k], &w = ls[i].prompt_logprobs[k];
+      CHECK(g.token == ps[i][k + 1]);
+      CHECK(g.token == w.token);
+      CHECK(g.logprob == w.logprob);
+      CHECK(g.rank == w.rank);
+      CHECK(g.top_logprobs == w.top_logprobs);
+    }
+  }
 
   SamplingParams beam;
   beam.use_beam_search = true;

@@ -67,6 +67,7 @@ SamplingParams valid_params(Draw& d, const StepLimits& limits) {
   p.min_tokens = d.pick<int>({0, 3});
   if (d.coin()) p.logit_bias[d.in(0, limits.vocab_size - 1)] = 2.0f;
   if (d.coin()) p.logprobs = d.in(0, 3);
+  if (d.in(0, 3) == 0) p.prompt_logprobs = d.in(0, 3);
   return p;
 }
 
@@ -149,6 +150,13 @@ class StepSource {
     all.insert(all.end(), s.output.begin(), s.output.end());
     c.tokens.assign(all.begin() + s.computed, all.begin() + s.computed + n);
     c.start_pos = s.computed;
+    // Prompt logprobs as the scheduler asks them: the chunk's positions below the prompt's last.
+    const int prompt_end = static_cast<int>(s.prompt.size()) - 1;
+    if (s.params.prompt_logprobs && c.start_pos < prompt_end) {
+      c.prompt_logprobs.count = std::min(c.start_pos + n, prompt_end) - c.start_pos;
+      c.prompt_logprobs.num_top = *s.params.prompt_logprobs;
+      if (c.start_pos + n <= prompt_end) c.prompt_logprobs.next_token = s.prompt[c.start_pos + n];
+    }
     s.computed += n;
     while (static_cast<int>(s.table.size()) * limits_.block_size < s.computed) s.table.push_back(block());
     c.block_table = s.table;
@@ -196,7 +204,7 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
   };
   WireSample* s = c.samples.empty() ? nullptr : &c.samples[d.index(c.samples.size())];
   SamplingParams* p = c.context ? &c.context->params : nullptr;
-  switch (d.in(0, 23)) {
+  switch (d.in(0, 24)) {
     case 0: any_of(c.tokens); break;
     case 1: c.start_pos = edge_int(d, limits); break;
     case 2: any_of(c.table_tail); break;
@@ -269,6 +277,11 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
       else
         c.samples.clear();
       break;
+    case 24: {
+      int* fields[] = {&c.prompt_logprobs.count, &c.prompt_logprobs.num_top, &c.prompt_logprobs.next_token};
+      *fields[d.in(0, 2)] = d.coin() ? edge_int(d, limits) : d.in(-2, 30);
+      break;
+    }
   }
 }
 
@@ -331,6 +344,21 @@ std::optional<StepResult> decode_and_execute(WireDecoder& decoder, const WireSte
     ++i;
   }
   CHECK(i == r.seqs.size());
+  size_t scored = 0;
+  for (const SeqChunk& c : step.seqs) {
+    if (c.prompt_logprobs.count <= 0) continue;
+    REQUIRE(scored < r.prompt_logprobs.size());
+    const ChunkPromptLogprobs& p = r.prompt_logprobs[scored++];
+    CHECK(p.seq == c.seq);
+    REQUIRE(p.tokens.size() == static_cast<size_t>(c.prompt_logprobs.count));
+    for (const PromptLogprob& t : p.tokens) {
+      CHECK(t.rank >= 1);
+      CHECK(t.rank <= limits.vocab_size);
+      CHECK(t.top_logprobs.size() == static_cast<size_t>(std::min(c.prompt_logprobs.num_top, limits.vocab_size)));
+    }
+  }
+  CHECK(scored == r.prompt_logprobs.size());
+  CHECK_FALSE(check_result(r, step, limits.vocab_size).has_value());
   return r;
 }
 

@@ -29,7 +29,7 @@ SamplingParams every_field_set() {
           .top_p = 0.8f, .top_k = 12, .min_p = 0.05f, .seed = uint64_t{1} << 40, .repetition_penalty = 1.1f,
           .presence_penalty = -0.5f, .frequency_penalty = 0.3f, .logit_bias = {{3, 1.5f}, {9, -2.0f}},
           .stop_token_ids = {7, 8}, .stop = {"\n\n", "The end"}, .ignore_eos = true, .logprobs = 6,
-          .skip_special_tokens = false, .include_stop_str_in_output = true};
+          .prompt_logprobs = 3, .skip_special_tokens = false, .include_stop_str_in_output = true};
 }
 
 // One chunk that samples, with `params` in its context.
@@ -58,6 +58,8 @@ WireStep varied_step() {
   b.context->stop_ids.clear();
   WireChunk c{.seq = 3, .tokens = {4, 4}, .start_pos = 16, .table_keep = 1, .table_tail = {}, .context = {},
               .output_keep = 0, .output_tail = {}, .samples = {}};
+  a.prompt_logprobs = {.count = 2, .num_top = 20, .next_token = kMaxInt};
+  c.prompt_logprobs = {.count = kMaxInt, .num_top = kMinInt, .next_token = -1};
   w.seqs = {a, b, c};
   w.copies = {{1, 2}, {kMinInt, kMaxInt}};
   w.finished = {0, 3, kMaxU64};
@@ -91,6 +93,9 @@ void require_same_wire(const WireStep& got, const WireStep& want) {
       CHECK(g.samples[k].num_logprobs == w.samples[k].num_logprobs);
       CHECK(g.samples[k].num_candidates == w.samples[k].num_candidates);
     }
+    CHECK(g.prompt_logprobs.count == w.prompt_logprobs.count);
+    CHECK(g.prompt_logprobs.num_top == w.prompt_logprobs.num_top);
+    CHECK(g.prompt_logprobs.next_token == w.prompt_logprobs.next_token);
   }
 }
 
@@ -145,10 +150,29 @@ void require_same_result(const StepResult& got, const StepResult& want) {
       }
     }
   }
+  REQUIRE(got.prompt_logprobs.size() == want.prompt_logprobs.size());
+  for (size_t c = 0; c < want.prompt_logprobs.size(); ++c) {
+    const ChunkPromptLogprobs &g = got.prompt_logprobs[c], &w = want.prompt_logprobs[c];
+    CHECK(g.seq == w.seq);
+    CHECK(g.first_pos == w.first_pos);
+    REQUIRE(g.tokens.size() == w.tokens.size());
+    for (size_t k = 0; k < w.tokens.size(); ++k) {
+      INFO("prompt_logprobs[" << c << "].tokens[" << k << "]");
+      CHECK(g.tokens[k].token == w.tokens[k].token);
+      CHECK(bits_of(g.tokens[k].logprob) == bits_of(w.tokens[k].logprob));
+      CHECK(g.tokens[k].rank == w.tokens[k].rank);
+      REQUIRE(g.tokens[k].top_logprobs.size() == w.tokens[k].top_logprobs.size());
+      for (size_t t = 0; t < w.tokens[k].top_logprobs.size(); ++t) {
+        CHECK(g.tokens[k].top_logprobs[t].first == w.tokens[k].top_logprobs[t].first);
+        CHECK(bits_of(g.tokens[k].top_logprobs[t].second) == bits_of(w.tokens[k].top_logprobs[t].second));
+      }
+    }
+  }
 }
 
 // Results of three chunks: two samples with -inf among the logprobs, none, one sample of two candidates; one more
-// sequence than chunks with samples (a runner's answer need not match, and the codec does not judge).
+// sequence than chunks with samples (a runner's answer need not match, and the codec does not judge); prompt
+// logprobs of two chunks, extreme values among them, one without tokens.
 StepResult varied_result() {
   StepResult r;
   r.seqs = {1, kMaxU64, 7, 8};
@@ -156,6 +180,8 @@ StepResult varied_result() {
                 {{6, -kInf, {}}}},
                {},
                {{{0, 0.0f, {}}, {kMinInt, kInf, {{1, std::numeric_limits<float>::quiet_NaN()}}}}}};
+  r.prompt_logprobs = {{kMaxU64, kMinInt, {{3, -1.5f, kMaxInt, {{3, -1.5f}, {kMinInt, -kInf}}}, {0, 0.0f, 0, {}}}},
+                       {5, 1, {}}};
   return r;
 }
 
@@ -182,6 +208,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
   CHECK(set.stop != d.stop);
   CHECK(set.ignore_eos != d.ignore_eos);
   CHECK(set.logprobs != d.logprobs);
+  CHECK(set.prompt_logprobs != d.prompt_logprobs);
   CHECK(set.skip_special_tokens != d.skip_special_tokens);
   CHECK(set.include_stop_str_in_output != d.include_stop_str_in_output);
 
@@ -215,6 +242,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
       [&](SamplingParams& p) { p.stop = set.stop; },
       [&](SamplingParams& p) { p.ignore_eos = set.ignore_eos; },
       [&](SamplingParams& p) { p.logprobs = set.logprobs; },
+      [&](SamplingParams& p) { p.prompt_logprobs = set.prompt_logprobs; },
       [&](SamplingParams& p) { p.skip_special_tokens = set.skip_special_tokens; },
       [&](SamplingParams& p) { p.include_stop_str_in_output = set.include_stop_str_in_output; },
   };
@@ -271,7 +299,7 @@ TEST_CASE("a packed result unpacks to the result, -inf and NaN logprobs as they 
 TEST_CASE("a count beyond the bytes left is refused before anything is allocated", "[wire][pack]") {
   // 2^32 - 1 chunks (over a TiB of WireChunks: allocating them would throw std::bad_alloc, not refuse).
   CHECK(step_refusal(le<uint32_t>(0xffffffff) + std::string(64, '\0')) ==
-        "seqs: a count of 4294967295 entries of 37 bytes or more at byte 0, where 64 bytes are left");
+        "seqs: a count of 4294967295 entries of 38 bytes or more at byte 0, where 64 bytes are left");
   // One chunk whose tokens claim 3 GiB.
   const std::string huge_tokens = le<uint32_t>(1) + le<uint64_t>(9) + le<uint32_t>(0xc0000000) + std::string(40, '\0');
   CHECK(step_refusal(huge_tokens) ==

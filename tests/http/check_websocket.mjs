@@ -39,7 +39,7 @@ const allDone = new Promise((resolve, reject) => {
     } else if (f.type === "error") {
       errors[f.id] = f;
     }
-    const expectedErrors = ["bad", "dup-check", "404", "nope"];
+    const expectedErrors = ["bad", "dup-check", "404", "nope", "lp", "plp", "echo"];
     if (["a", "b", "c"].every((id) => gens[id]?.done) && expectedErrors.every((id) => errors[id])) {
       clearTimeout(timer);
       resolve();
@@ -57,6 +57,10 @@ ws.send(JSON.stringify({ type: "generate", id: "bad", prompt: "x", temperature: 
 ws.send(JSON.stringify({ type: "generate", id: "dup-check", prompt: "x", max_tokens: 0 }));
 ws.send(JSON.stringify({ type: "cancel", id: "404" }));
 ws.send(JSON.stringify({ type: "frobnicate", id: "nope" }));
+// Fields token frames cannot carry: refused, naming them.
+ws.send(JSON.stringify({ type: "generate", id: "lp", prompt: "x", logprobs: 2 }));
+ws.send(JSON.stringify({ type: "generate", id: "plp", prompt: "x", prompt_logprobs: 0 }));
+ws.send(JSON.stringify({ type: "generate", id: "echo", prompt: "x", echo: true }));
 await allDone;
 
 checkEqual(gens.a.text, a.text, "ws generation a equals the golden continuation");
@@ -76,6 +80,10 @@ checkEqual(errors.bad.error.param, "temperature", "invalid generate frame names 
 checkEqual(errors["dup-check"].error.code, 400, "max_tokens 0: error 400");
 checkEqual(errors["404"].error.code, 404, "cancel of an unknown id: error 404");
 checkEqual(errors.nope.error.code, 400, "unknown frame type: error 400");
+for (const [id, field] of [["lp", "logprobs"], ["plp", "prompt_logprobs"], ["echo", "echo"]]) {
+  checkEqual(errors[id].error.code, 400, `${field} on the WebSocket: error 400`);
+  checkEqual(errors[id].error.param, field, `${field} on the WebSocket: names the field`);
+}
 
 ws.close();
 const drained = await waitForDrained(base);

@@ -86,6 +86,21 @@ function render(template, variables) {
   }
 }
 
+/** continue_final_message as Hugging Face's apply_chat_template does it: rendered without the generation prompt,
+ *  cut after the last occurrence of the final message's text (its trailing whitespace kept only where the template
+ *  kept it). */
+function renderContinued(template, variables) {
+  const rendered = render(template, { ...variables, add_generation_prompt: false });
+  if (rendered.error) return rendered;
+  const content = variables.messages.at(-1).content;
+  const stripped = content.trim();
+  const at = rendered.output.lastIndexOf(stripped);
+  if (!stripped || at < 0) return { error: "the final message does not appear in the rendered chat" };
+  const fromStart = content.trimStart();
+  const keep = rendered.output.substr(at, fromStart.length) === fromStart ? fromStart.length : stripped.length;
+  return { output: rendered.output.slice(0, at + keep) };
+}
+
 const cases = [];
 for (const tk of tokenizers) {
   const template = tk.template ?? tk.config.chat_template;
@@ -102,6 +117,17 @@ for (const tk of tokenizers) {
     name: "enable_thinking=false",
     variables: { messages: conversations.user_only, add_generation_prompt: true, enable_thinking: false },
   });
+  // continue_final_message: the final assistant message, with and without whitespace around it, left open.
+  const openEnded = {
+    ends_with_assistant: conversations.ends_with_assistant,
+    reasoning_field: conversations.reasoning_field,
+    trailing_space: [message("user", "Hi"), message("assistant", "Once upon ")],
+    leading_newline: [message("user", "Hi"), message("assistant", "\n\nOnce upon")],
+  };
+  for (const [conv, messages] of Object.entries(openEnded)) {
+    variants.push({ name: `${conv}/continue`, continued: true,
+                    variables: { messages, add_generation_prompt: false, continue_final_message: true } });
+  }
   for (const v of variants) {
     const variables = { ...v.variables };
     if (bos !== undefined) variables.bos_token = bos;
@@ -113,7 +139,7 @@ for (const tk of tokenizers) {
       template_file: tk.template ? join(confDir, "chat_templates", "llama2.jinja") : null,
       template,
       variables,
-      ...render(template, variables),
+      ...(v.continued ? renderContinued(template, variables) : render(template, variables)),
     });
   }
 }

@@ -2,6 +2,7 @@
 // events (whole bodies, SSE chunks, usage, both logprobs formats). Uses the stories260K tokenizer.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 
@@ -245,6 +246,116 @@ TEST_CASE("chat: messages are rendered by the template and tokenized without add
       {"role": "assistant", "content": null}, {"role": "user", "content": "b"}], "chat_template_kwargs": {"x": 1}})"));
 }
 
+TEST_CASE("prompt_logprobs, continue_final_message, a request's chat_template and spaces_between_special_tokens",
+          "[openai]") {
+  const auto C = Endpoint::completions;
+  const auto K = Endpoint::chat;
+  CHECK(parse(C, R"({"prompt": "Hi", "prompt_logprobs": 3})").params.prompt_logprobs == std::optional<int>(3));
+  CHECK(parse(C, R"({"prompt": "Hi", "prompt_logprobs": 0})").params.prompt_logprobs == std::optional<int>(0));
+  CHECK(parse(K, R"({"messages": [{"role": "user", "content": "Hi"}], "prompt_logprobs": 20})")
+            .params.prompt_logprobs == std::optional<int>(20));
+  CHECK_FALSE(parse(C, R"({"prompt": "Hi"})").params.prompt_logprobs.has_value());
+
+  // continue_final_message: Llama 2's template writes " Once upon </s>" for the assistant turn; the prompt stops
+  // right after its text (with the space the template writes after it when the message ends in one).
+  const std::string turns = R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": )";
+  const std::string go_on = R"(], "continue_final_message": true, "add_generation_prompt": false})";
+  CHECK(parse(K, turns + R"("Once upon"})" + go_on).prompt_texts[0] == "<s>[INST] Hi [/INST] Once upon");
+  CHECK(parse(K, turns + R"("Once upon "})" + go_on).prompt_texts[0] == "<s>[INST] Hi [/INST] Once upon ");
+  CHECK(parse(K, turns + R"("  Once upon"})" + go_on).prompt_texts[0] == "<s>[INST] Hi [/INST] Once upon");
+  CHECK(parse(K, turns + R"("Once upon"}]})").prompt_texts[0] == "<s>[INST] Hi [/INST] Once upon </s>");
+  const auto cut = parse(K, turns + R"("Once upon"})" + go_on);
+  CHECK(cut.prompts[0] == fixture().tok->encode("<s>[INST] Hi [/INST] Once upon", false));
+
+  // A request's own template, with the model's special tokens and chat_template_kwargs; also for a model that has
+  // no template (the tokenizer's BOS then).
+  const std::string own = R"({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"who": "bot"},
+      "chat_template": )" + json::serialize(json::value("{{ bos_token }}{% for m in messages %}<{{ m.role }}>"
+                                                         "{{ m.content }}{% endfor %}"
+                                                         "{% if add_generation_prompt %}<{{ who }}>{% endif %}"));
+  CHECK(parse(K, own + "}").prompt_texts[0] == "<s><user>Hi<bot>");
+  CHECK(parse(K, own + R"(, "add_generation_prompt": false})").prompt_texts[0] == "<s><user>Hi");
+  auto no_template = fixture().info();
+  no_template.chat_template = nullptr;
+  CHECK(openai::parse_request(K, own + "}", no_template).prompt_texts[0] == "<s><user>Hi<bot>");
+  // The server's template is untouched by a request's.
+  CHECK(parse(K, R"({"messages": [{"role": "user", "content": "Hi"}]})").prompt_texts[0] == "<s>[INST] Hi [/INST]");
+
+  // spaces_between_special_tokens: false (how special tokens are written), or true where none are written.
+  CHECK_FALSE(parse(C, R"({"prompt": "x", "spaces_between_special_tokens": false, "skip_special_tokens": false})")
+                  .params.skip_special_tokens);
+  CHECK(parse(C, R"({"prompt": "x", "spaces_between_special_tokens": true})").params.skip_special_tokens);
+}
+
+TEST_CASE("a hostile chat_template is refused with the reason, quickly", "[openai]") {
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* tmpl : {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                           "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+                           "{{ range(1000000000000) }}"}) {
+    INFO(tmpl);
+    json::object body{{"messages", json::array{json::object{{"role", "user"}, {"content", "Hi"}}}},
+                      {"chat_template", tmpl}};
+    try {
+      openai::parse_request(Endpoint::chat, body, fixture().info());
+      FAIL("accepted");
+    } catch (const InvalidRequest& e) {
+      CHECK(e.param == "chat_template");
+      CHECK(std::string(e.what()).find("the chat template rejected the messages: the template") != std::string::npos);
+    }
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("prompt_logprobs in vLLM's form: per completions choice, at the top of a chat response", "[openai]") {
+  const Tokenizer& tok = *fixture().tok;
+  // Prompt [1, 403, 407]: token 403 scored rank 2 (432 was likelier), 407 rank 1.
+  const std::vector<PromptLogprob> scored = {{403, -1.25f, 2, {{432, -0.5f}, {403, -1.25f}}},
+                                             {407, -0.125f, 1, {{407, -0.125f}, {13, -3.0f}}}};
+  const auto check_list = [&](const json::value& list) {
+    const auto& a = list.as_array();
+    REQUIRE(a.size() == 3);
+    CHECK(a[0].is_null());
+    const auto& first = a[1].as_object();
+    CHECK(first.size() == 2);
+    CHECK(first.begin()->key() == "403");  // the prompt's token first
+    CHECK(first.at("403").at("logprob").as_double() == Approx(-1.25));
+    CHECK(first.at("403").at("rank") == 2);
+    CHECK(first.at("403").at("decoded_token") == json::value(openai::token_text(tok, 403)));
+    CHECK(first.at("432").at("rank") == 1);
+    CHECK(first.at("432").at("logprob").as_double() == Approx(-0.5));
+    const auto& second = a[2].as_object();
+    CHECK(second.size() == 2);
+    CHECK(second.at("407").at("rank") == 1);
+    CHECK(second.at("13").at("rank") == 2);
+  };
+  RequestEvent ev = event({delta(0, "a", {400}, "length"), delta(1, "b", {401}, "length")}, true, 3, 2);
+  ev.prompt_logprobs = scored;
+  const auto creq = parse(Endpoint::completions, R"({"prompt": [1, 403, 407], "n": 2, "prompt_logprobs": 1})");
+  openai::ResponseBuilder crb(creq, tok, "m", "cmpl-4", 1);
+  crb.add(0, ev);
+  const auto cbody = json::parse(crb.body());
+  for (int i = 0; i < 2; ++i) check_list(cbody.at("choices").at(i).at("prompt_logprobs"));
+  CHECK_FALSE(cbody.as_object().contains("prompt_logprobs"));
+
+  RequestEvent kev = event({delta(0, "a", {400}, "length")}, true, 3, 1);
+  kev.prompt_logprobs = scored;
+  const auto kreq = parse(Endpoint::chat, R"({"messages": [{"role": "user", "content": "Hi"}], "prompt_logprobs": 1})");
+  openai::ResponseBuilder krb(kreq, tok, "m", "chatcmpl-4", 1);
+  krb.add(0, kev);
+  const auto kbody = json::parse(krb.body());
+  check_list(kbody.at("prompt_logprobs"));
+  CHECK_FALSE(kbody.at("choices").at(0).as_object().contains("prompt_logprobs"));
+
+  // Not asked: no field. A one-token prompt: [null].
+  openai::ResponseBuilder plain(parse(Endpoint::completions, R"({"prompt": [1, 403]})"), tok, "m", "cmpl-5", 1);
+  plain.add(0, event({delta(0, "a", {400}, "length")}, true, 2, 1));
+  CHECK_FALSE(json::parse(plain.body()).at("choices").at(0).as_object().contains("prompt_logprobs"));
+  openai::ResponseBuilder one(parse(Endpoint::completions, R"({"prompt": [1], "prompt_logprobs": 2})"), tok, "m",
+                              "cmpl-6", 1);
+  one.add(0, event({delta(0, "a", {400}, "length")}, true, 1, 1));
+  CHECK(json::parse(one.body()).at("choices").at(0).at("prompt_logprobs") == json::array{nullptr});
+}
+
 TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
   const auto C = Endpoint::completions;
   const auto K = Endpoint::chat;
@@ -324,11 +435,30 @@ TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
       {C, R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format"},
       {C, R"({"prompt": "x", "guided_json": {}})", "guided_json"},
       {C, R"({"prompt": "x", "structured_outputs": {"json": {}}})", "structured_outputs"},
-      {C, R"({"prompt": "x", "prompt_logprobs": 1})", "prompt_logprobs"},
+      {C, R"({"prompt": "x", "prompt_logprobs": 21})", "prompt_logprobs"},
+      {C, R"({"prompt": "x", "prompt_logprobs": -1})", "prompt_logprobs"},
+      {C, R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})", "prompt_logprobs"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "prompt_logprobs": 0, "stream": true})",
+       "prompt_logprobs"},
+      {C, R"({"prompt": "x", "skip_special_tokens": false, "spaces_between_special_tokens": true})",
+       "spaces_between_special_tokens"},
+      {C, R"({"prompt": "x", "spaces_between_special_tokens": "no"})", "spaces_between_special_tokens"},
       {C, R"({"prompt": "x", "include_stop_str_in_output": 1})", "include_stop_str_in_output"},
       {K, R"({"messages": [{"role": "user", "content": "a"}], "continue_final_message": true})",
        "continue_final_message"},
-      {K, R"({"messages": [{"role": "user", "content": "a"}], "chat_template": "{{ 1 }}"})", "chat_template"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+              "continue_final_message": true, "add_generation_prompt": true})", "continue_final_message"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "continue_final_message": true,
+              "add_generation_prompt": false})", "continue_final_message"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": " "}],
+              "continue_final_message": true, "add_generation_prompt": false})", "continue_final_message"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+              "chat_template": "{{ messages[0].content }}", "continue_final_message": true,
+              "add_generation_prompt": false})", "continue_final_message"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "chat_template": "{% if %}"})", "chat_template"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "chat_template": 3})", "chat_template"},
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "chat_template": "{{ raise_exception('no') }}"})",
+       "chat_template"},
       {K, R"({"messages": [{"role": "user", "content": "a"}], "echo": true})", "echo"},
       {C, R"({"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": true}})",
        "stream_options.continuous_usage_stats"},

@@ -46,6 +46,7 @@ BASE="http://127.0.0.1:$PORT"
 SERVER_PID="${PIDS[-1]}"
 cd "$NODE_DIR"
 node check_openai.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_openai
+node check_request_fields.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_request_fields
 node check_websocket.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_websocket
 node check_bad_requests.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_bad_requests
 node check_disconnect.mjs --base "$BASE" || fail check_disconnect

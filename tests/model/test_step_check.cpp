@@ -276,3 +276,51 @@ TEST_CASE("a worker's result must answer its step: its sampled sequences, sample
   CHECK(field(answer(1, {{7, -0.1f, {{7, -0.1f}, {8, -2.0f}, {9, -3.0f}}}})) == "samples[0][0][0].top_logprobs");
   CHECK(field(answer(1, {{7, -0.1f, {{700, -0.1f}}}})) == "samples[0][0][0].top_logprobs[0]");
 }
+
+TEST_CASE("a chunk's prompt logprobs: count within its tokens, num_top within kMaxLogprobs, a next token in the "
+          "vocabulary when it is read",
+          "[step_check]") {
+  GoodStep g;  // chunk 0 has 3 tokens
+  SeqChunk& c = g.step.seqs[0];
+  c.prompt_logprobs = {.count = 2, .num_top = kMaxLogprobs, .next_token = -1};  // next_token not read
+  CHECK(failing_field(g.step).empty());
+  c.prompt_logprobs = {.count = 3, .num_top = 0, .next_token = 99};
+  CHECK(failing_field(g.step).empty());
+  c.prompt_logprobs.next_token = 100;
+  CHECK(failing_field(g.step) == "seqs[0].prompt_logprobs.next_token");
+  c.prompt_logprobs = {.count = 4, .num_top = 0, .next_token = 1};
+  CHECK(failing_field(g.step) == "seqs[0].prompt_logprobs.count");
+  c.prompt_logprobs = {.count = -1, .num_top = 0, .next_token = 1};
+  CHECK(failing_field(g.step) == "seqs[0].prompt_logprobs.count");
+  c.prompt_logprobs = {.count = 1, .num_top = kMaxLogprobs + 1, .next_token = 1};
+  CHECK(failing_field(g.step) == "seqs[0].prompt_logprobs.num_top");
+}
+
+TEST_CASE("a worker's prompt logprobs must answer the chunks that asked: sequence, position, tokens, ranks, ids",
+          "[step_check]") {
+  GoodStep g;  // chunk 0: tokens {1, 5, 9} from position 0 sample; chunk 1 (sequence 2) scores 1 token
+  g.decode().prompt_logprobs = {.count = 1, .num_top = 1, .next_token = 8};
+  const auto answer = [](std::vector<PromptLogprob> tokens, SeqId seq = 2, int32_t first_pos = 21) {
+    StepResult r;
+    r.seqs = {1};
+    r.samples = {{{{7, -0.1f, {}}}}};
+    r.prompt_logprobs = {{seq, first_pos, std::move(tokens)}};
+    return r;
+  };
+  const auto field = [&](const StepResult& r) {
+    const std::optional<FieldError> e = check_result(r, g.step, kLimits.vocab_size);
+    return e ? e->field : "";
+  };
+  CHECK(field(answer({{8, -0.5f, 3, {{4, -0.2f}}}})) == "");
+  StepResult none = answer({});
+  none.prompt_logprobs.clear();
+  CHECK(field(none) == "prompt_logprobs");
+  CHECK(field(answer({{8, -0.5f, 3, {}}}, 1)) == "prompt_logprobs[0]");
+  CHECK(field(answer({{8, -0.5f, 3, {}}}, 2, 20)) == "prompt_logprobs[0]");
+  CHECK(field(answer({})) == "prompt_logprobs[0].tokens");
+  CHECK(field(answer({{9, -0.5f, 3, {}}})) == "prompt_logprobs[0].tokens[0].token");  // not the token asked
+  CHECK(field(answer({{8, -0.5f, 0, {}}})) == "prompt_logprobs[0].tokens[0].rank");
+  CHECK(field(answer({{8, -0.5f, 101, {}}})) == "prompt_logprobs[0].tokens[0].rank");
+  CHECK(field(answer({{8, -0.5f, 3, {{4, -0.2f}, {5, -0.3f}}}})) == "prompt_logprobs[0].tokens[0].top_logprobs");
+  CHECK(field(answer({{8, -0.5f, 3, {{100, -0.2f}}}})) == "prompt_logprobs[0].tokens[0].top_logprobs[0]");
+}

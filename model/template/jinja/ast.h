@@ -35,6 +35,13 @@ struct Node {
   NodePtr a, b, c;
   std::vector<NodePtr> list, body, alternate;
   std::vector<std::pair<NodePtr, NodePtr>> pairs;
+
+  Node() = default;
+  /// Frees the subtree one node at a time, not recursively: a long chain of operators (`a + a + ... + a`, as deep
+  /// as the template is long) must not overflow the stack.
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
 };
 
 /// A template's top-level statements and output expressions, in order.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "model/template/jinja/budget.h"
 #include "model/template/jinja/error.h"
 #include "model/template/jinja/methods.h"
 #include "model/template/jinja/text.h"
@@ -94,6 +95,7 @@ Value array_filter(const std::string& name, const Value& v, Args& args) {
   if (name == "unique") {
     Array out;
     for (const Value& x : a) {
+      charge_steps(static_cast<int64_t>(out.size()) + 1);
       bool seen = false;
       for (const Value& y : out) seen = seen || strict_equal(x, y);
       if (!seen) out.push_back(x);
@@ -163,13 +165,16 @@ Value string_filter(const std::string& name, const Value& v, Args& args, Scope& 
     const Value* first = args.get(1, "first");
     const Value* blank = args.get(2, "blank");
     if (width && width->kind != Kind::integer) fail("width must be a number");
-    const std::string pad(width ? width->integer : 4, ' ');
+    const int64_t pad_width = width ? std::clamp<int64_t>(width->integer, 0, int64_t{1} << 40) : 4;
+    charge_bytes(static_cast<size_t>(pad_width));
+    const std::string pad(static_cast<size_t>(pad_width), ' ');
     std::string out;
     size_t start = 0, line = 0;
     while (true) {
       const size_t nl = v.str.find('\n', start);
       const std::string part = v.str.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
       const bool skip = (line == 0 && !(first && first->truthy())) || (part.empty() && !(blank && blank->truthy()));
+      charge_bytes((skip ? 0 : pad.size()) + part.size());
       out += (skip ? "" : pad) + part;
       if (nl == std::string::npos) break;
       out += '\n';
@@ -246,6 +251,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& args, Scope& s
     if (v.kind == Kind::string) {
       if (!sep) return v;
       const std::u32string cps = code_points(v.str);
+      charge_bytes(cps.size() * (sep->str.size() + 4));
       for (size_t i = 0; i < cps.size(); ++i) {
         if (i) out += sep->str;
         append_code_point(out, cps[i]);
@@ -254,8 +260,10 @@ Value apply_filter(const std::string& name, const Value& v, Args& args, Scope& s
     }
     if (v.kind != Kind::array) unknown_filter(name, v);
     for (size_t i = 0; i < v.array->size(); ++i) {
+      const std::string item = js_string((*v.array)[i]);
+      charge_bytes(item.size() + (sep ? sep->str.size() : 0));
       if (i && sep) out += sep->str;
-      out += js_string((*v.array)[i]);
+      out += item;
     }
     return Value::of(std::move(out));
   }

@@ -1,9 +1,11 @@
 #include "model/template/jinja/globals.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <ctime>
 #include <string>
 
+#include "model/template/jinja/budget.h"
 #include "model/template/jinja/error.h"
 
 namespace paged::jinja {
@@ -34,6 +36,11 @@ Value range_fn(Args& args, Scope&) {
     if (args.positional.size() > 2) step = args.positional[2].integer;
   }
   if (step == 0) fail("range() step must not be zero");
+  // Its length, charged before the list is made (in 128-bit arithmetic: the bounds may be any int64).
+  const __int128 stride = step > 0 ? __int128{step} : -__int128{step};
+  const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+  const __int128 length = span <= 0 ? 0 : (span + stride - 1) / stride;
+  charge_bytes(static_cast<size_t>(std::min<__int128>(length, __int128{1} << 40)) * sizeof(Value));
   Array out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::of_int(i));
   return Value::of(std::move(out));

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "model/template/jinja/budget.h"
 #include "model/template/jinja/error.h"
 #include "model/template/jinja/filters.h"
 #include "model/template/jinja/methods.h"
@@ -39,6 +40,8 @@ std::vector<size_t> slice_indices(int64_t n, const Value& start_v, const Value& 
 }
 
 // Runs one render; the macros a template defines hold a pointer to it, so it outlives them (they live in its scopes).
+// Every statement, expression and loop iteration is a step of the open RenderBudget; their nesting (macro calls
+// within) is bounded by its max_depth, so no template overflows the stack.
 class Interpreter {
  public:
   /// Renders `program`; a break or continue outside a loop is an error.
@@ -58,7 +61,9 @@ class Interpreter {
   /// Runs statements, appending their output to `out` (output made before a break/continue stays, as in Python;
   /// the JavaScript renderer drops it).
   void exec(const std::vector<NodePtr>& statements, Scope& scope, std::string& out) {
+    const Nesting nesting(*this);
     for (const auto& s : statements) {
+      charge_steps(1);
       switch (s->kind) {
         case NodeKind::comment: break;
         case NodeKind::break_: throw BreakSignal{};
@@ -69,14 +74,35 @@ class Interpreter {
         case NodeKind::for_: exec_for(*s, scope, out); break;
         default: {
           const Value v = eval(*s, scope);
-          if (!v.nullish()) out += to_output(v);
+          if (v.nullish()) break;
+          const std::string text = to_output(v);
+          charge_bytes(text.size());
+          out += text;
         }
       }
     }
   }
 
+  /// Counts one level of evaluation inside another while it lives; fails past the budget's max_depth.
+  class Nesting {
+   public:
+    explicit Nesting(Interpreter& in) : in_(in) {
+      if (++in_.depth_ > in_.max_depth_)
+        fail("the template nests expressions, statements or macro calls deeper than " +
+             std::to_string(in_.max_depth_) + " levels");
+    }
+    ~Nesting() { --in_.depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    Interpreter& in_;
+  };
+
   /// The value of expression `n` in `scope`.
   Value eval(const Node& n, Scope& scope) {
+    const Nesting nesting(*this);
+    charge_steps(1);
     switch (n.kind) {
       case NodeKind::literal: return n.value;
       case NodeKind::identifier: return scope.lookup(n.text);
@@ -197,8 +223,12 @@ class Interpreter {
       items.push_back(item);
     }
     const auto count = static_cast<int64_t>(items.size());
+    // One `loop` dict for the statement, updated in place each iteration (made once: charged once).
+    const Value loop_value = Value::of(Object{});
+    scope.vars.set("loop", loop_value);
     for (int64_t i = 0; i < count; ++i) {
-      Object loop;
+      charge_steps(1);
+      Object& loop = *loop_value.object;
       loop.set("index", Value::of_int(i + 1));
       loop.set("index0", Value::of_int(i));
       loop.set("revindex", Value::of_int(count - i));
@@ -208,7 +238,6 @@ class Interpreter {
       loop.set("length", Value::of_int(count));
       loop.set("previtem", i > 0 ? items[i - 1] : Value{});
       loop.set("nextitem", i < count - 1 ? items[i + 1] : Value{});
-      scope.vars.set("loop", Value::of(std::move(loop)));
       bind(scope, items[i]);
       try {
         exec(n.body, scope, out);
@@ -367,6 +396,7 @@ class Interpreter {
         return Value::of(std::move(joined));
       }
     } else if (right.kind == Kind::array) {
+      charge_steps(static_cast<int64_t>(right.array->size()));
       bool member = false;
       for (const Value& x : *right.array) member = member || strict_equal(x, left);
       if (op == "in") return Value::of(member);
@@ -395,6 +425,9 @@ class Interpreter {
     Args args = called ? eval_args(filter.list, scope) : Args{};
     return apply_filter(name, v, args, scope);
   }
+
+  int depth_ = 0;
+  const int max_depth_ = max_value_depth();
 };
 
 }  // namespace

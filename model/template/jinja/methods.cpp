@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "model/template/jinja/budget.h"
 #include "model/template/jinja/error.h"
 #include "model/template/jinja/text.h"
 
@@ -71,6 +72,7 @@ std::string replace_all(const std::string& s, const std::string& old, const std:
     const std::u32string cps = code_points(s);
     for (size_t i = 0; i <= cps.size(); ++i) {
       if (remaining > 0) {
+        charge_bytes(with.size());
         out += with;
         --remaining;
       }
@@ -82,6 +84,7 @@ std::string replace_all(const std::string& s, const std::string& old, const std:
   while (remaining > 0) {
     const size_t at = s.find(old, start);
     if (at == std::string::npos) break;
+    charge_bytes(at - start + with.size());
     out.append(s, start, at - start);
     out += with;
     start = at + old.size();

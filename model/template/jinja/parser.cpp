@@ -1,13 +1,40 @@
 #include "model/template/jinja/parser.h"
 
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <utility>
 
 #include "model/template/jinja/error.h"
 
 namespace paged::jinja {
+
+Node::~Node() {
+  std::vector<NodePtr> pending;
+  const auto take_children = [&pending](Node& n) {
+    for (NodePtr* child : {&n.a, &n.b, &n.c})
+      if (*child) pending.push_back(std::move(*child));
+    for (std::vector<NodePtr>* list : {&n.list, &n.body, &n.alternate})
+      for (NodePtr& child : *list)
+        if (child) pending.push_back(std::move(child));
+    for (auto& [key, value] : n.pairs) {
+      if (key) pending.push_back(std::move(key));
+      if (value) pending.push_back(std::move(value));
+    }
+  };
+  take_children(*this);
+  while (!pending.empty()) {
+    NodePtr n = std::move(pending.back());
+    pending.pop_back();
+    take_children(*n);
+  }  // each node is destroyed childless
+}
+
 namespace {
+
+// Most parse rules one inside another (the parser recurses for parentheses, nested blocks, `not`, signs and calls):
+// deeper templates are refused rather than overflow the stack.
+constexpr int kMaxParseDepth = 256;
 
 NodePtr make(NodeKind kind) {
   auto n = std::make_unique<Node>();
@@ -60,6 +87,7 @@ class Parser {
   }
 
   NodePtr parse_any() {
+    const Nesting nesting(*this);
     const Token& t = peek();
     switch (t.type) {
       case Tok::comment: ++cur_; return make(NodeKind::comment);
@@ -183,6 +211,7 @@ class Parser {
   }
 
   NodePtr parse_expression() {
+    const Nesting nesting(*this);
     auto a = parse_or();
     if (!is_ident("if")) return a;
     ++cur_;
@@ -225,6 +254,7 @@ class Parser {
   NodePtr parse_and() { return parse_left_associative(&Parser::parse_not, [this] { return is_ident("and"); }); }
   NodePtr parse_not() {
     if (!is_ident("not")) return parse_comparison();
+    const Nesting nesting(*this);
     ++cur_;
     auto n = make(NodeKind::unary);
     n->text = "not";
@@ -283,6 +313,7 @@ class Parser {
   NodePtr parse_unary_sign() {
     if (cur_ < tokens_.size() && (is(Tok::unary) || is(Tok::additive)) &&
         (tokens_[cur_].value == "-" || tokens_[cur_].value == "+")) {
+      const Nesting nesting(*this);
       auto n = make(NodeKind::unary);
       n->text = tokens_[cur_++].value;
       n->a = parse_unary_sign();
@@ -292,6 +323,7 @@ class Parser {
     return is(Tok::lparen) ? parse_call(std::move(member)) : std::move(member);
   }
   NodePtr parse_call(NodePtr callee) {
+    const Nesting nesting(*this);
     auto n = make(NodeKind::call);
     n->a = std::move(callee);
     n->list = parse_args();
@@ -422,8 +454,24 @@ class Parser {
     }
   }
 
+  /// One level of parse rules inside another while it lives; fails past kMaxParseDepth.
+  class Nesting {
+   public:
+    explicit Nesting(Parser& p) : p_(p) {
+      if (++p_.depth_ > kMaxParseDepth)
+        fail("the template nests deeper than " + std::to_string(kMaxParseDepth) + " levels");
+    }
+    ~Nesting() { --p_.depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
   std::vector<Token> tokens_;
   size_t cur_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <boost/json.hpp>
 
+#include "model/template/jinja/budget.h"
 #include "model/template/jinja/error.h"
 #include "model/template/jinja/text.h"
 
@@ -46,11 +47,50 @@ bool is_primitive(const Value& v) {
   return v.kind == Kind::boolean || v.is_number() || v.kind == Kind::string;
 }
 
+// The depth of a container holding `v`; fails past max_value_depth().
+int depth_around(const Value& v, int inner) {
+  const int depth = std::max(inner, v.depth + 1);
+  if (depth > max_value_depth())
+    fail("lists and dicts nest deeper than " + std::to_string(max_value_depth()) + " levels");
+  return depth;
+}
+
 }  // namespace
+
+Value Value::of(std::string s) {
+  charge_bytes(s.size());
+  Value v = make(Kind::string);
+  v.str = std::move(s);
+  return v;
+}
+
+Value Value::of(Array a) {
+  Value v = make(Kind::array);
+  v.depth = 1;
+  size_t bytes = a.size() * sizeof(Value);
+  for (const Value& x : a) {
+    v.depth = depth_around(x, v.depth);
+    bytes += x.str.size();
+  }
+  charge_steps(static_cast<int64_t>(a.size()));
+  charge_bytes(bytes);
+  v.array = std::make_shared<Array>(std::move(a));
+  return v;
+}
 
 Value Value::of(Object o, Kind kind) {
   Value v = make(kind);
+  v.depth = 1;
+  size_t bytes = o.entries.size() * sizeof(o.entries[0]);
+  for (const auto& [key, x] : o.entries) {
+    v.depth = depth_around(x, v.depth);
+    bytes += key.size() + x.str.size();
+  }
+  charge_steps(static_cast<int64_t>(o.entries.size()));
+  charge_bytes(bytes);
   v.object = std::make_shared<Object>(std::move(o));
+  if (kind == Kind::ns)
+    if (RenderBudget* budget = RenderBudget::current()) budget->keep(v.object);
   return v;
 }
 
@@ -115,16 +155,23 @@ std::string to_json(const Value& v, const JsonOptions& opt, int depth, bool unde
     case Kind::function: fail("Cannot convert to JSON: FunctionValue");
     case Kind::array: case Kind::object: case Kind::ns: break;
   }
+  // Namespaces may hold each other: the depth bounds the walk.
+  if (depth >= max_value_depth()) fail("tojson: lists and dicts nest deeper than " + std::to_string(depth) + " levels");
   const bool indented = opt.indent && *opt.indent > 0;
   std::string item_sep = indented ? "," : ", ", key_sep = ": ";
   if (opt.separators) std::tie(item_sep, key_sep) = *opt.separators;
+  if (indented)  // unit, base and child below, before they are made (an indent of 2^40 fails here)
+    charge_bytes(static_cast<size_t>(std::min<int64_t>(*opt.indent, int64_t{1} << 40)) * (depth + 2));
   const std::string unit = indented ? std::string(*opt.indent, ' ') : "";
   std::string base = "\n";
   for (int i = 0; i < depth; ++i) base += unit;
   const std::string child = base + unit;
   std::vector<std::string> core;
   if (v.kind == Kind::array) {
-    for (const Value& x : *v.array) core.push_back(to_json(x, opt, depth + 1, undefined_to_null));
+    for (const Value& x : *v.array) {
+      core.push_back(to_json(x, opt, depth + 1, undefined_to_null));
+      charge_bytes(core.back().size() + (indented ? child.size() : 0) + item_sep.size());
+    }
     std::string out = "[";
     if (indented && !core.empty()) {
       out += child;
@@ -142,6 +189,7 @@ std::string to_json(const Value& v, const JsonOptions& opt, int depth, bool unde
   for (const auto* e : entries) {
     std::string item = json_quote(e->first, opt.ensure_ascii) + key_sep + to_json(e->second, opt, depth + 1, undefined_to_null);
     core.push_back(indented ? child + item : item);
+    charge_bytes(core.back().size() + item_sep.size());
   }
   std::string out = "{";
   for (size_t i = 0; i < core.size(); ++i) out += (i ? item_sep : "") + core[i];

@@ -34,6 +34,7 @@ struct Value {
   std::shared_ptr<Array> array;       // arrays and tuples; shared: identity as in JavaScript
   std::shared_ptr<Object> object;     // dicts and namespaces
   std::shared_ptr<Function> function;
+  int depth = 0;                      // arrays and mappings: how deep the arrays and mappings they hold nest, plus 1
 
   static Value none() { return make(Kind::none); }
   static Value of(bool b) {
@@ -51,23 +52,19 @@ struct Value {
     v.number = d;
     return v;
   }
-  static Value of(std::string s) {
-    Value v = make(Kind::string);
-    v.str = std::move(s);
-    return v;
-  }
+  /// A new string, charged to the open render (model/template/jinja/budget.h).
+  static Value of(std::string s);
   static Value of(const char* s) { return of(std::string(s)); }
-  static Value of(Array a) {
-    Value v = make(Kind::array);
-    v.array = std::make_shared<Array>(std::move(a));
-    return v;
-  }
+  /// A new array, charged to the open render; throws TemplateError when it would nest deeper than
+  /// max_value_depth().
+  static Value of(Array a);
   static Value of(Function f) {
     Value v = make(Kind::function);
     v.function = std::make_shared<Function>(std::move(f));
     return v;
   }
-  /// A dict, or a namespace when `kind` is Kind::ns.
+  /// A dict, or a namespace when `kind` is Kind::ns; charged and bounded as arrays are (a namespace is emptied when
+  /// the render closes).
   static Value of(Object o, Kind kind = Kind::object);
 
   bool is_number() const { return kind == Kind::integer || kind == Kind::floating; }

@@ -31,7 +31,8 @@ TEST_CASE("the default sampling parameters and every range's edge pass", "[param
                              .temperature = 100.0f, .top_p = 1.0f, .top_k = -1, .min_p = 1.0f,
                              .repetition_penalty = 10.0f, .presence_penalty = -2.0f, .frequency_penalty = 2.0f,
                              .logit_bias = {{0, -100.0f}, {49, 100.0f}}, .stop_token_ids = {0, 49},
-                             .stop = {"\xc3\xa9"}, .logprobs = kMaxLogprobs};
+                             .stop = {"\xc3\xa9"}, .logprobs = kMaxLogprobs,
+                             .prompt_logprobs = kMaxLogprobs};
   CHECK(failing_field(edges).empty());
 }
 
@@ -61,6 +62,8 @@ TEST_CASE("each sampling parameter out of range is named", "[params_check]") {
   CHECK(with([](SamplingParams& p) { p.stop = {"\xff"}; }) == "stop");
   CHECK(with([](SamplingParams& p) { p.stop = {std::string(kMaxStopBytes, 'a'), "b"}; }) == "stop");
   CHECK(with([](SamplingParams& p) { p.logprobs = kMaxLogprobs + 1; }) == "logprobs");
+  CHECK(with([](SamplingParams& p) { p.prompt_logprobs = -1; }) == "prompt_logprobs");
+  CHECK(with([](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs + 1; }) == "prompt_logprobs");
   CHECK(with([](SamplingParams& p) { p.use_beam_search = true; }) == "temperature");  // needs temperature 0
 }
 

@@ -60,11 +60,14 @@ TEST_CASE("chat templates and Jinja features render byte-equal to @huggingface/j
         json::object extra;
         for (const auto& kv : variables) {
           if (kv.key() != "messages" && kv.key() != "add_generation_prompt" && kv.key() != "bos_token" &&
-              kv.key() != "eos_token") {
+              kv.key() != "eos_token" && kv.key() != "continue_final_message") {
             extra[kv.key()] = kv.value();
           }
         }
-        output = tmpl->apply(variables.at("messages").as_array(), variables.at("add_generation_prompt").as_bool(), extra);
+        const auto& messages = variables.at("messages").as_array();
+        output = variables.contains("continue_final_message")
+                     ? tmpl->continue_final_message(messages, extra)
+                     : tmpl->apply(messages, variables.at("add_generation_prompt").as_bool(), extra);
       } else {
         output = Template(std::string(obj.at("template").as_string())).render(variables);
       }
