@@ -202,6 +202,9 @@ json::object normalise_message(const json::value& m, size_t index) {
 std::optional<ChatTemplate> request_template(const Fields& f, const ModelInfo& model) {
   const std::optional<std::string> source = f.string("chat_template");
   if (!source) return std::nullopt;
+  if (!model.trust_request_chat_template)
+    invalid("a request's own 'chat_template' needs a server started with --trust-request-chat-template",
+            "chat_template");
   try {
     if (model.chat_template) return model.chat_template->with_source(*source);
     const Tokenizer& tok = *model.tokenizer;

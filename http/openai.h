@@ -28,6 +28,7 @@ struct ModelInfo {
   std::string model_path;                       // the model folder as given to the server; empty: only the name
   size_t max_prompts = 256;                     // prompts one request may hold
   size_t max_sequences = 1024;                  // prompts x max(n, best_of) one request may generate
+  bool trust_request_chat_template = false;     // a request may bring its own chat_template (else 400, as vLLM)
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).

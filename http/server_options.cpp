@@ -76,6 +76,9 @@ ServerOptions load_server_options(const std::string& json_file) {
     } else if (key == "log_requests") {
       if (!v.is_bool()) throw bad("true or false");
       o.log_requests = v.get_bool();
+    } else if (key == "trust_request_chat_template") {
+      if (!v.is_bool()) throw bad("true or false");
+      o.trust_request_chat_template = v.get_bool();
     } else if (key == "shutdown_timeout_s") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 86400) throw bad("an integer in [0, 86400]");
       o.shutdown_timeout_s = static_cast<int>(v.get_int64());

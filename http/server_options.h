@@ -27,6 +27,7 @@ struct ServerOptions {
   int shutdown_timeout_s = 30;          // SIGTERM: how long running requests may finish (vLLM's --shutdown-timeout)
   int stats_interval_s = 10;            // a stats line this often while the engine works (0: none)
   bool log_requests = false;            // a line per request as it starts and as it ends (--enable-log-requests)
+  bool trust_request_chat_template = false;  // requests may bring their own chat_template (bounded; vLLM's flag)
   std::vector<std::string> allowed_origins;  // CORS: origins browsers may call from ("*": any); empty: no CORS
 };
 

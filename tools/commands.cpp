@@ -87,6 +87,8 @@ int run_serve_command(Args& args) {
     options.stats_interval_s = seconds;
   }
   options.log_requests = args.get_bool("enable-log-requests", options.log_requests);
+  options.trust_request_chat_template =
+      args.get_bool("trust-request-chat-template", options.trust_request_chat_template);
   // --allowed-origins: a JSON list as vLLM takes it ('["*"]'), or origins separated by commas.
   if (auto v = args.get("allowed-origins")) {
     options.allowed_origins.clear();

@@ -22,7 +22,7 @@ constexpr const char* kUsage = R"(usage:
                  [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
-              [--allowed-origins '["*"]' | ORIGIN,ORIGIN]
+              [--allowed-origins '["*"]' | ORIGIN,ORIGIN] [--trust-request-chat-template]
               [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt] [--dataset-path FILE]
               [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--seed S]
@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     auto switches = cli::engine_switches();
-    switches.insert(switches.end(), {"json", "stats", "force", "enable-log-requests"});
+    switches.insert(switches.end(), {"json", "stats", "force", "enable-log-requests",
+                                     "trust-request-chat-template"});
     if (cmd == "gen-certs") {
       if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)
         throw cli::UsageError("gen-certs needs the folder to write: paged gen-certs DIR");

@@ -26,7 +26,9 @@ struct Fixture {
   std::unique_ptr<Tokenizer> tok = load_tokenizer(kModelDir);
   ChatTemplate chat = *ChatTemplate::load(kModelDir, std::string(PAGED_SOURCE_DIR) + "/conf/chat_templates/llama2.jinja");
   openai::ModelInfo info() const {
-    return openai::ModelInfo{tok.get(), 512, 512, "stories260K", &chat};
+    openai::ModelInfo info{tok.get(), 512, 512, "stories260K", &chat};
+    info.trust_request_chat_template = true;
+    return info;
   }
 };
 
@@ -603,4 +605,13 @@ TEST_CASE("error and model bodies have the OpenAI shape", "[openai]") {
   CHECK(m.at("object") == "list");
   CHECK(m.at("data").at(0).at("id") == "stories260K");
   CHECK(m.at("data").at(0).at("object") == "model");
+}
+
+TEST_CASE("a request's own chat_template needs a server that trusts them", "[openai]") {
+  openai::ModelInfo strict = fixture().info();
+  strict.trust_request_chat_template = false;
+  const std::string body = R"({"messages": [{"role": "user", "content": "a"}], "chat_template": "{{ messages[0].content }}"})";
+  CHECK(refused_param(Endpoint::chat, body, &strict) == "chat_template");
+  CHECK(refused_param(Endpoint::chat, body) == "<accepted>");
+  CHECK(parse(Endpoint::chat, body).prompt_texts.at(0) == "a");
 }

@@ -41,7 +41,7 @@ fail() {
   exit 1
 }
 
-start_server "$WORK/serve.log" --chat-template "$TEMPLATE"
+start_server "$WORK/serve.log" --chat-template "$TEMPLATE" --trust-request-chat-template
 BASE="http://127.0.0.1:$PORT"
 SERVER_PID="${PIDS[-1]}"
 cd "$NODE_DIR"
