@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "model/scheduling/step_profile.h"
+
 namespace paged {
 
 /// Fixed-bucket histogram (Prometheus semantics: cumulative buckets, sum, count).
@@ -52,6 +54,7 @@ struct Metrics {
   Counter requests_moved{0};               // moved to another replica when theirs was lost
   Counter steps{0};
   Counter step_time_us{0};                 // summed time from sending a step to the executors to all replies
+  Counter graphs_captured{0}, graph_capture_us{0};  // CUDA graphs this process's runners captured, and the time
   Gauge peak_running_seqs{0};
   Gauge engine_ready{0};                   // 1 while the engine takes requests (a replica's: while it serves)
   Gauge unqueued_requests{0};              // submitted, not yet on a replica's queue (the waiting limit counts them)
@@ -68,6 +71,7 @@ struct Metrics {
   Histogram queue_time;    // arrival to first scheduled
   Histogram prefill_time;  // first scheduled to first token
   Histogram decode_time;   // first token to the end
+  StepProfile step_profile;  // the engine's steps by kind: device busy and idle, host time (paged bench --profile)
   Histogram iteration_tokens;  // tokens computed per engine step (a count, not seconds)
 
   /// Prometheus text exposition, every name prefixed paged_.

@@ -66,6 +66,8 @@ struct SchedulerState {
   std::vector<StepResult> partial_results;          // replies of the executors for the running step
   std::vector<std::pair<SeqId, int>> step_ends;     // (sequence, tokens cached once the running step is done)
   std::chrono::steady_clock::time_point step_sent;  // when the running step went to the executors
+  StepKind step_kind = StepKind::decode;             // and its kind and tokens (the step profile)
+  int step_tokens = 0;
   std::vector<caf::response_promise> drain_waiters;
   std::vector<SeqId> finished_since_step;           // freed since the last dispatch: StepBatch::finished
 
@@ -429,9 +431,10 @@ void dispatch(Self* self, StepPlan plan) {
   st.step_running = true;
   st.step_sent = std::chrono::steady_clock::now();
   st.setup.metrics.add(&Metrics::steps, 1);
-  int step_tokens = 0;
-  for (const SeqChunk& c : batch->seqs) step_tokens += static_cast<int>(c.tokens.size());
-  st.setup.metrics.total().iteration_tokens.observe(step_tokens);
+  st.step_tokens = 0;
+  for (const SeqChunk& c : batch->seqs) st.step_tokens += static_cast<int>(c.tokens.size());
+  st.step_kind = step_kind(*batch);
+  st.setup.metrics.total().iteration_tokens.observe(st.step_tokens);
   const bool pipeline = !forks_on_result(st, plan);
   st.partial_results.clear();
   for (const caf::actor& ex : st.setup.executors) {
@@ -446,9 +449,13 @@ void dispatch(Self* self, StepPlan plan) {
                 if (!p.seqs.empty() || !p.prompt_logprobs.empty()) merged = std::move(p);  // rank 0 samples
               s.partial_results.clear();
               s.step_running = false;
-              s.setup.metrics.add(&Metrics::step_time_us, std::chrono::duration_cast<std::chrono::microseconds>(
-                                                              std::chrono::steady_clock::now() - s.step_sent)
-                                                              .count());
+              const int64_t wall_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                          std::chrono::steady_clock::now() - s.step_sent)
+                                          .count();
+              s.setup.metrics.add(&Metrics::step_time_us, wall_us);
+              s.setup.metrics.add(&Metrics::graphs_captured, merged.cost.graphs_captured);
+              s.setup.metrics.add(&Metrics::graph_capture_us, merged.cost.graph_capture_us);
+              s.setup.metrics.total().step_profile.add(s.step_kind, s.step_tokens, wall_us, merged.cost);
               handle_results(self, merged);
               publish_queue_metrics(self);
               if (s.next_plan) {

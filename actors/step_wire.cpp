@@ -606,7 +606,7 @@ std::string pack_result(const StepResult& result) {
     expected += kScoredChunkBytes;
     for (const PromptLogprob& t : chunk.tokens) expected += kScoredTokenBytes + 8 * t.top_logprobs.size();
   }
-  Packer out(expected);
+  Packer out(expected + 28);
   out.run(result.seqs);
   out.count(result.samples.size());
   for (const auto& chunk : result.samples) {
@@ -640,6 +640,10 @@ std::string pack_result(const StepResult& result) {
       }
     }
   }
+  out.put<int64_t>(result.cost.busy_us);
+  out.put<int64_t>(result.cost.idle_before_us);
+  out.put<int32_t>(result.cost.graphs_captured);
+  out.put<int64_t>(result.cost.graph_capture_us);
   return out.take();
 }
 
@@ -691,6 +695,17 @@ std::variant<StepResult, FieldError> unpack_result(std::string_view bytes) {
         }
       }
     }
+    // The worker's device time (the head's step profile and metrics): never negative.
+    const auto time = [&in](const char* field) {
+      const auto v = in.get<int64_t>(field);
+      if (v < 0) throw Malformed{{field, "a time of " + std::to_string(v) + " us is negative"}};
+      return v;
+    };
+    result.cost.busy_us = time("cost.busy_us");
+    result.cost.idle_before_us = time("cost.idle_before_us");
+    result.cost.graphs_captured = in.get<int32_t>("cost.graphs_captured");
+    if (result.cost.graphs_captured < 0) throw Malformed{{"cost.graphs_captured", "a negative count"}};
+    result.cost.graph_capture_us = time("cost.graph_capture_us");
     in.end("result");
     return result;
   } catch (Malformed& m) {

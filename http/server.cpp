@@ -37,7 +37,10 @@ void log_startup(const EngineSummary& s, const std::string& served_name) {
   std::cout << "paged: model " << served_name << " (" << s.model_type << ", " << s.model_dir << "): checkpoint "
             << s.checkpoint_dtype << ", computing in " << s.compute_dtype << " on " << s.device
             << (s.tensor_parallel_size > 1 ? " x" + std::to_string(s.tensor_parallel_size) : std::string())
-            << ", " << (s.weight_bytes ? mib(s.weight_bytes) + " of weights" : std::string("weights on the workers"))
+            << ", "
+            << (s.weight_bytes                                   ? mib(s.weight_bytes) + " of weights"
+                : !s.replicas.empty() && s.replicas[0].address.empty() ? std::string("random weights (--load-format dummy)")
+                                                                   : std::string("weights on the workers"))
             << ", ready in " << std::fixed << std::setprecision(2) << s.load_seconds << " s" << std::endl;
   for (const EngineSummary::Pool& p : s.replicas)
     std::cout << "paged: KV cache" << (p.address.empty() ? std::string() : " of worker " + p.address) << ": "
@@ -45,6 +48,10 @@ void log_startup(const EngineSummary& s, const std::string& served_name) {
               << p.swap_blocks << " blocks (" << mib(p.swap_bytes) << ")" << std::endl;
   std::cout << "paged: maximum concurrency at max_model_len " << s.max_model_len << ": " << std::setprecision(1)
             << s.max_concurrency() << " sequences" << std::endl;
+  if (s.device == "cuda")
+    std::cout << "paged: CUDA graphs: one per decode (batch, context) bucket, captured on its first step (no capture "
+                 "at startup; the stats lines and /metrics paged_cuda_graph_capture_seconds_total give the time)"
+              << std::endl;
 }
 
 // The figures a stats line compares with the previous one.
@@ -69,6 +76,9 @@ void log_stats(const Metrics& m, StatsMark& last) {
               << ", KV cache " << (total ? 100.0 * (1.0 - double(m.kv_blocks_free) / double(total)) : 0.0)
               << "% used, prefix-cache hit rate "
               << (queried ? 100.0 * double(now.prefix_hits - last.prefix_hits) / double(queried) : 0.0) << "%"
+              << (m.graphs_captured ? ", CUDA graphs " + std::to_string(m.graphs_captured.load()) + " captured in " +
+                                          std::to_string(m.graph_capture_us.load() / 1000) + " ms"
+                                    : std::string())
               << std::endl;
   }
   last = now;

@@ -55,10 +55,19 @@ struct ChunkPromptLogprobs {
 
 /// Result of a step: one entry of seqs and samples per SeqChunk with samples, one of prompt_logprobs per SeqChunk
 /// whose prompt_logprobs.count > 0, each in batch order.
+/// What a step cost the device, for the metrics and the step profile (model/scheduling/step_profile.h).
+struct StepCost {
+  int64_t busy_us = 0;           // the device's time on the step's work (CUDA events; CPU: execute's own time)
+  int64_t idle_before_us = 0;    // the device idle between the previous step's work and this one's
+  int graphs_captured = 0;       // CUDA graphs captured for this step (the first steps of their shapes)
+  int64_t graph_capture_us = 0;  // and the time their capture took
+};
+
 struct StepResult {
   std::vector<SeqId> seqs;
   std::vector<std::vector<std::vector<SampledToken>>> samples;  // [chunk][spec][candidate]
   std::vector<ChunkPromptLogprobs> prompt_logprobs;
+  StepCost cost;  // rank 0's runner
 };
 
 /// A device that runs steps: owns weights and its slice of every KV block. Not thread-safe: one caller at a time.

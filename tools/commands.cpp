@@ -131,6 +131,7 @@ int run_bench_command(Args& args) {
   const bench::DatasetOptions data = bench::dataset_options(args, defaults);
   const std::string requests_out = args.get("requests-out").value_or("");
   const bool as_json = args.get_bool("json", false);
+  const bool profile = args.get_bool("profile", false);
   args.reject_unknown();
 
   Engine engine(config);
@@ -208,8 +209,10 @@ int run_bench_command(Args& args) {
               << table_row("Executor time (s):", fixed2(executor_s))
               << table_row("Median TTFT (ms):", fixed2(1000 * ttft_p50))
               << table_row("Median TPOT (ms):", fixed2(1000 * tpot_p50)) << std::string(50, '=') << std::endl;
-    return 0;
   }
+  // --profile: where each kind of step spends its time (device busy, host, device idle before it), on stderr.
+  if (profile) std::cerr << "Step profile (per step):\n" << m.step_profile.table() << std::flush;
+  if (!as_json) return 0;
   json::object o;
   o["device"] = engine.config().device;
   o["dataset"] = data.name;
@@ -231,6 +234,15 @@ int run_bench_command(Args& args) {
   o["executor_time_s"] = executor_s;
   o["ttft_p50_s"] = ttft_p50;
   o["tpot_p50_s"] = tpot_p50;
+  if (profile) {
+    json::object kinds;
+    for (StepKind kind : {StepKind::decode, StepKind::mixed, StepKind::prefill}) {
+      const StepProfile::Row r = m.step_profile.row(kind);
+      kinds[step_kind_name(kind)] = {{"steps", r.steps}, {"tokens", r.tokens}, {"wall_us", r.wall_us},
+                                     {"busy_us", r.busy_us}, {"idle_before_us", r.idle_before_us}};
+    }
+    o["profile"] = std::move(kinds);
+  }
   std::cout << json::serialize(o) << std::endl;
   return 0;
 }

@@ -26,8 +26,9 @@ constexpr const char* kUsage = R"(usage:
               [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt] [--dataset-path FILE]
               [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--seed S]
-              [--requests-out FILE.json] [--json] [engine flags]
-              (offline throughput through the engine: a table, or with --json one JSON line)
+              [--requests-out FILE.json] [--json] [--profile] [engine flags]
+              (offline throughput through the engine: a table, or with --json one JSON line; --profile adds the
+              step profile: per kind of step, device busy and idle time and host time, on stderr)
   paged bench serve --base-url http://HOST:PORT [--endpoint /v1/completions] [--model NAME] [--tokenizer DIR]
               [--api-key KEY] [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt]
               [--dataset-path FILE] [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]
@@ -180,7 +181,8 @@ int main(int argc, char** argv) {
   try {
     auto switches = cli::engine_switches();
     switches.insert(switches.end(), {"json", "stats", "force", "enable-log-requests",
-                                     "trust-request-chat-template"});
+                                     "trust-request-chat-template",
+                                     "profile"});
     if (cmd == "gen-certs") {
       if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)
         throw cli::UsageError("gen-certs needs the folder to write: paged gen-certs DIR");

@@ -180,9 +180,13 @@ std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) 
 }
 
 StepResult CpuModelRunner::execute(const StepBatch& batch) {
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<float> hidden = run_layers(batch);
   StepResult r;
   if (opt_.tp_rank != 0) return r;
+  // The host is the device: its time on the step, and since the previous step's end (none before the first).
+  const auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
+  if (last_end_ != std::chrono::steady_clock::time_point{}) r.cost.idle_before_us = us(start - last_end_);
   const int64_t H = cfg_.hidden_size;
   std::vector<float> logits;
   int64_t first = 0;  // the row of `hidden` of the chunk's first token
@@ -210,6 +214,8 @@ StepResult CpuModelRunner::execute(const StepBatch& batch) {
     }
     first = end;
   }
+  last_end_ = std::chrono::steady_clock::now();
+  r.cost.busy_us = us(last_end_ - start);
   return r;
 }
 

@@ -1,6 +1,7 @@
 // The CPU executor's model: Llama-family forward pass in float32 over a paged KV cache, plus sampling.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -81,6 +82,7 @@ class CpuModelRunner final : public ModelRunner {
   using Buffer = std::unique_ptr<float[]>;
   std::vector<Buffer> k_cache_, v_cache_;  // the device tier
   std::vector<Buffer> k_swap_, v_swap_;    // the CPU swap tier
+  std::chrono::steady_clock::time_point last_end_{};  // when the previous execute() returned (StepCost)
 };
 
 }  // namespace paged

@@ -19,93 +19,11 @@
 // replicated: 2 x vocab x hidden bf16 on every rank (4.2 GB for a 70B Llama 3), and rank 0 alone reads the LM head
 // each step (2.1 GB there, about 0.5 ms at 4.3 TB/s) while the other ranks wait; vocab-parallel would split both
 // at the price of one more collective (a gather of the logits) per step.
-#include "kernels/cuda/cuda_runner.h"
-
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
-#include <cmath>
-#include <map>
-#include <string>
-#include <utility>
-
-#include "kernels/cuda/attention.h"
-#include "kernels/cuda/gemv.h"
-#include "kernels/cuda/cache_ops.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/layer_ops.h"
-#include "kernels/cuda/nccl_comm.h"
-#include "kernels/cuda/random_fill.h"
-#include "kernels/cuda/rope_cache.h"
-#include "kernels/cuda/sampling.h"
-#include "model/loader/weight_map.h"
-#include "model/sampling/params_check.h"
-#include "model/sampling/sampler.h"
+#include "kernels/cuda/runner_impl.h"
 
 namespace paged {
 
-using cuda::bf16;
-
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw GpuError(std::string(what) + ": " + cuda::describe_launch_error(e));
-}
-#define PAGED_CUDA_CHECK(expr) check((expr), #expr)
-
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-struct HostFree {
-  void operator()(void* p) const { cudaFreeHost(p); }
-};
-template <typename T>
-using DevicePtr = std::unique_ptr<T[], DeviceFree>;
-template <typename T>
-using PinnedPtr = std::unique_ptr<T[], HostFree>;
-
-// n elements (room for one at least) from `allocate`, cudaMalloc or cudaMallocHost, named `what` in the GpuError
-// thrown when it fails.
-template <typename T, typename Free>
-std::unique_ptr<T[], Free> cuda_alloc(cudaError_t (*allocate)(void**, size_t), const char* what, size_t n) {
-  void* p = nullptr;
-  const cudaError_t e = allocate(&p, std::max<size_t>(n, 1) * sizeof(T));
-  if (e != cudaSuccess)
-    throw GpuError(std::string(what) + " of " + std::to_string(n * sizeof(T) >> 20) + " MiB: " + cudaGetErrorString(e));
-  return std::unique_ptr<T[], Free>(static_cast<T*>(p));
-}
-
-template <typename T>
-DevicePtr<T> device_alloc(size_t n) {
-  return cuda_alloc<T, DeviceFree>(cudaMalloc, "cudaMalloc", n);
-}
-
-template <typename T>
-PinnedPtr<T> pinned_alloc(size_t n) {
-  return cuda_alloc<T, HostFree>(cudaMallocHost, "cudaMallocHost", n);
-}
-
-// A device array at a fixed address (CUDA graphs read it) and its pinned host staging, of the same length.
-template <typename T>
-struct Staged {
-  DevicePtr<T> device;
-  PinnedPtr<T> host;
-  /// (Re)allocates both arrays for n elements; the old ones must no longer be in use.
-  void allocate(size_t n) {
-    device = device_alloc<T>(n);
-    host = pinned_alloc<T>(n);
-  }
-  /// Enqueues the copy of the first `count` elements host -> device on `stream`.
-  cudaError_t upload(size_t count, cudaStream_t stream) const {
-    return cudaMemcpyAsync(device.get(), host.get(), count * sizeof(T), cudaMemcpyHostToDevice, stream);
-  }
-  /// Enqueues the copy of the first `count` elements device -> host on `stream`.
-  cudaError_t download(size_t count, cudaStream_t stream) const {
-    return cudaMemcpyAsync(host.get(), device.get(), count * sizeof(T), cudaMemcpyDeviceToHost, stream);
-  }
-};
-
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 // Decode graphs: batch sizes 1, 2, 4, 8, then multiples of 16 (at most 15 padding rows), up to max_num_seqs.
 std::vector<int> batch_buckets(int max_num_seqs) {
@@ -135,119 +53,14 @@ int decode_partition(int batch, int kv_heads, int max_context, int sm_count, int
   return p;
 }
 
-// One layer's weights on this rank (heads, kv_heads and inter: the rank's share, see Impl).
-struct LayerWeights {
-  bf16 *attn_norm = nullptr, *ffn_norm = nullptr;
-  bf16 *wqkv = nullptr, *bqkv = nullptr;  // [(heads + 2 kv_heads) * head_dim][hidden], bias or null
-  bf16 *wo = nullptr;                     // [hidden][heads * head_dim]
-  bf16 *w_gate_up = nullptr;              // [2 * inter][hidden]: gate rows, then up rows
-  bf16 *w_down = nullptr;                 // [hidden][inter]
-};
-
-// Whether the GPU sampler reproduces sample_logits for this spec: no logits processing, no alternatives to return.
-bool gpu_samplable(const SampleSpec& spec) {
-  const SamplingParams& p = *spec.params;
-  const size_t generated = spec.output ? spec.output->size() : 0;
-  const bool masks_stops = spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated) < p.min_tokens;
-  return spec.num_logprobs == 0 && spec.num_candidates <= 1 && p.repetition_penalty == 1.0f &&
-         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logit_bias.empty() && !masks_stops;
-}
-
 }  // namespace
+
 
 int cuda_device_count() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-struct CudaModelRunner::Impl {
-  ModelConfig cfg;
-  CudaRunnerOptions opt;
-  WeightMap map;  // this rank's tensors
-  // This rank's shapes: heads, kv_heads and inter are the model's divided by tp_size.
-  int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
-  int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;
-  float eps = 0.f, scale = 0.f;
-
-  cudaStream_t compute = nullptr, copy = nullptr;
-  cudaEvent_t compute_done = nullptr, swap_done = nullptr;
-  bool swap_pending = false;
-
-  // Weights: one arena, every tensor 256-byte aligned inside it.
-  DevicePtr<bf16> arena;
-  bf16 *embed = nullptr, *final_norm = nullptr, *lm_head = nullptr;
-  std::vector<LayerWeights> layers;
-  DevicePtr<float> inv_freq;
-  std::unique_ptr<cuda::Gemm> gemm;
-
-  // Activations, sized for max_tokens rows.
-  DevicePtr<bf16> residual, normed, qkv, attn, proj, gate_up, act, last_hidden;
-  DevicePtr<float> logits;  // [max_seqs][vocab]
-  DevicePtr<char> sample_ws, decode_ws;
-  size_t decode_ws_bytes = 0;
-
-  // Step metadata, staged: token ids, positions and slots [max_tokens]; query starts [max_seqs + 1]; context
-  // lengths and the rows that sample [max_seqs]; block tables [max_seqs][table_stride]; copy-on-write pairs.
-  Staged<int32_t> token_ids, positions, query_start, context_lens, block_tables, last_rows, copy_pairs;
-  Staged<int64_t> slots;
-  size_t pairs_capacity = 0;
-  // Sampling, [max_seqs] each: the rows' parameters, their rows of `logits`, the tokens and their logprobs.
-  Staged<cuda::SamplingRow> sample_rows;
-  Staged<int32_t> logits_row_ids, sampled;
-  Staged<float> logprobs;
-  PinnedPtr<float> h_logits;  // [max_seqs][vocab]: logits downloaded for sampling on the CPU, allocated when needed
-  // Prompt logprobs, [max_seqs] rows a pass (kMaxLogprobs alternatives each): the rows of `normed` scored, the
-  // tokens they score, and the scores (cuda::score_tokens). Allocated on first use.
-  Staged<int32_t> score_rows, score_targets, score_ranks, score_top_ids;
-  Staged<float> score_logprobs, score_top_logprobs;
-
-  // KV cache: device pool [2 * layers][num_blocks][block], pinned host pool likewise.
-  DevicePtr<char> kv_memory;
-  PinnedPtr<char> swap_memory;
-  cuda::BlockPool kv, host;
-
-  std::vector<int> buckets, ctx_buckets;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
-
-  ~Impl() {
-    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
-    if (compute_done) cudaEventDestroy(compute_done);
-    if (swap_done) cudaEventDestroy(swap_done);
-    if (compute) cudaStreamDestroy(compute);
-    if (copy) cudaStreamDestroy(copy);
-  }
-
-  void init_shapes(const ModelConfig& config, const CudaRunnerOptions& options);
-  // Each weight pointer with the parameter of `map` that fills it, in the arena's order (the load order).
-  std::vector<std::pair<bf16**, const RankParam*>> weight_params();
-  void allocate_weights();
-  void load_weights(const SafeTensors& w);
-  void random_weights(uint64_t seed);
-  void allocate_runtime();
-  void allocate_kv();
-
-  bf16* k_cache(int layer) const { return reinterpret_cast<bf16*>(kv.block(2 * layer, 0)); }
-  bf16* v_cache(int layer) const { return reinterpret_cast<bf16*>(kv.block(2 * layer + 1, 0)); }
-
-  struct Plan {
-    int tokens = 0, seqs = 0;  // rows run (decode graphs: the bucket, padding included)
-    int max_q = 0, max_ctx = 0;
-    bool decode = false;
-    int grid_ctx = 0, partition = 0;  // decode: the context the grid is sized for, and the partition size
-    std::vector<int> logits_row;      // per chunk: its row of `logits`, -1 when it samples nothing
-    int logits_rows = 0;
-  };
-  Plan prepare(const StepBatch& batch);
-  void enqueue_forward(const Plan& plan);
-  void run(const StepBatch& batch, Plan& plan);
-  StepResult sample(const StepBatch& batch, const Plan& plan);
-  // Adds the prompt logprobs the chunks ask for to `result`: the LM head over at most max_seqs scored rows of
-  // `normed` at a time (into `logits`, so a long prompt never holds more than max_seqs rows of logits), scored on
-  // the GPU (cuda::score_tokens, the twin of paged::score_token).
-  void score_prompts(const StepBatch& batch, StepResult& result);
-  // Enqueues the copies of (block of `from`, block of `to`) pairs on the copy stream; the next step waits for them.
-  void swap(const cuda::BlockPool& from, const cuda::BlockPool& to, const std::vector<BlockPair>& pairs);
-};
 
 void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRunnerOptions& options) {
   cfg = config;
@@ -294,6 +107,7 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   PAGED_CUDA_CHECK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
   PAGED_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming));
   PAGED_CUDA_CHECK(cudaEventCreateWithFlags(&swap_done, cudaEventDisableTiming));
+  for (cudaEvent_t* e : {&step_start, &step_end, &prev_end}) PAGED_CUDA_CHECK(cudaEventCreate(e));
 }
 
 std::vector<std::pair<bf16**, const RankParam*>> CudaModelRunner::Impl::weight_params() {
@@ -640,6 +454,7 @@ void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
     PAGED_CUDA_CHECK(cudaStreamWaitEvent(compute, swap_done, 0));
     swap_pending = false;
   }
+  PAGED_CUDA_CHECK(cudaEventRecord(step_start, compute));
   if (!batch.copies.empty()) {
     // Copy-on-write before anything of this step writes the cache.
     if (batch.copies.size() > pairs_capacity) {
@@ -670,6 +485,7 @@ void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
   }
   // First step of this shape: run it eagerly (which also makes the GEMM plans), then capture it for the next ones.
   enqueue_forward(plan);
+  const auto capture_start = std::chrono::steady_clock::now();
   cudaGraph_t graph = nullptr;
   PAGED_CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
   try {
@@ -685,132 +501,8 @@ void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
   cudaGraphDestroy(graph);
   check(e, "cudaGraphInstantiate");
   graphs.emplace(key, exec);
-}
-
-StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& plan) {
-  // Every sample spec is one row: GPU rows in batches of max_seqs, the rest on the CPU from downloaded logits.
-  struct Job {
-    int chunk, spec, logits_row;
-  };
-  std::vector<Job> gpu_jobs, cpu_jobs;
-  for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s)
-    for (int k = 0; k < static_cast<int>(batch.seqs[s].samples.size()); ++k)
-      (gpu_samplable(batch.seqs[s].samples[k]) ? gpu_jobs : cpu_jobs).push_back({s, k, plan.logits_row[s]});
-
-  StepResult result;
-  std::vector<int> chunk_slot(batch.seqs.size(), -1);
-  for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s) {
-    if (batch.seqs[s].samples.empty()) continue;
-    chunk_slot[s] = static_cast<int>(result.seqs.size());
-    result.seqs.push_back(batch.seqs[s].seq);
-    result.samples.emplace_back(batch.seqs[s].samples.size());
-  }
-  for (size_t begin = 0; begin < gpu_jobs.size(); begin += max_seqs) {
-    const int rows = static_cast<int>(std::min<size_t>(max_seqs, gpu_jobs.size() - begin));
-    for (int r = 0; r < rows; ++r) {
-      const Job& j = gpu_jobs[begin + r];
-      const SampleSpec& spec = batch.seqs[j.chunk].samples[j.spec];
-      cuda::SamplingRow& row = sample_rows.host[r];
-      row.temperature = spec.params->temperature;
-      row.top_k = spec.params->top_k;
-      row.top_p = spec.params->top_p;
-      row.min_p = spec.params->min_p;
-      row.seed = spec.seed;
-      row.index = spec.output ? spec.output->size() : 0;
-      logits_row_ids.host[r] = j.logits_row;
-    }
-    PAGED_CUDA_CHECK(sample_rows.upload(rows, compute));
-    PAGED_CUDA_CHECK(logits_row_ids.upload(rows, compute));
-    PAGED_CUDA_CHECK(cuda::sample_tokens(sampled.device.get(), logprobs.device.get(), logits.get(),
-                                         logits_row_ids.device.get(), sample_rows.device.get(), rows, vocab,
-                                         sample_ws.get(), cuda::sampling_workspace_bytes(max_seqs, vocab), compute));
-    PAGED_CUDA_CHECK(sampled.download(rows, compute));
-    PAGED_CUDA_CHECK(logprobs.download(rows, compute));
-    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next batch of rows
-    for (int r = 0; r < rows; ++r) {
-      const Job& j = gpu_jobs[begin + r];
-      result.samples[chunk_slot[j.chunk]][j.spec] = {SampledToken{sampled.host[r], logprobs.host[r], {}}};
-    }
-  }
-  if (!cpu_jobs.empty()) {
-    if (!h_logits) h_logits = pinned_alloc<float>(int64_t{max_seqs} * vocab);
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(h_logits.get(), logits.get(), int64_t{plan.logits_rows} * vocab * sizeof(float),
-                                     cudaMemcpyDeviceToHost, compute));
-    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
-    std::vector<float> row(vocab);
-    for (const Job& j : cpu_jobs) {
-      const float* src = h_logits.get() + int64_t{j.logits_row} * vocab;
-      std::copy(src, src + vocab, row.begin());
-      result.samples[chunk_slot[j.chunk]][j.spec] = sample_logits(row, batch.seqs[j.chunk].samples[j.spec]);
-    }
-  }
-  return result;
-}
-
-void CudaModelRunner::Impl::score_prompts(const StepBatch& batch, StepResult& result) {
-  struct Row {
-    size_t entry;     // of result.prompt_logprobs
-    int32_t hidden;   // row of `normed`
-    TokenId target;
-    int num_top;      // the chunk's
-  };
-  std::vector<Row> rows;
-  int32_t first = 0;  // the row of `normed` of the chunk's first token (decode steps: row s is sequence s)
-  int num_top = 0;
-  for (const SeqChunk& c : batch.seqs) {
-    const PromptLogprobsSpec& want = c.prompt_logprobs;
-    if (want.count > 0) {
-      const size_t entry = result.prompt_logprobs.size();
-      result.prompt_logprobs.push_back({c.seq, c.start_pos + 1, std::vector<PromptLogprob>(want.count)});
-      for (int i = 0; i < want.count; ++i)
-        rows.push_back({entry, first + i,
-                        static_cast<size_t>(i) + 1 < c.tokens.size() ? c.tokens[i + 1] : want.next_token,
-                        want.num_top});
-      num_top = std::max(num_top, want.num_top);
-    }
-    first += static_cast<int32_t>(c.tokens.size());
-  }
-  if (rows.empty()) return;
-  if (!score_rows.device) {
-    score_rows.allocate(max_seqs);
-    score_targets.allocate(max_seqs);
-    score_ranks.allocate(max_seqs);
-    score_logprobs.allocate(max_seqs);
-    score_top_ids.allocate(int64_t{max_seqs} * kMaxLogprobs);
-    score_top_logprobs.allocate(int64_t{max_seqs} * kMaxLogprobs);
-  }
-  std::vector<size_t> filled(result.prompt_logprobs.size(), 0);
-  for (size_t begin = 0; begin < rows.size(); begin += max_seqs) {
-    const int n = static_cast<int>(std::min<size_t>(max_seqs, rows.size() - begin));
-    for (int r = 0; r < n; ++r) {
-      score_rows.host[r] = rows[begin + r].hidden;
-      score_targets.host[r] = rows[begin + r].target;
-    }
-    PAGED_CUDA_CHECK(score_rows.upload(n, compute));
-    PAGED_CUDA_CHECK(score_targets.upload(n, compute));
-    PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), score_rows.device.get(), n, hidden,
-                                       max_tokens, compute));
-    PAGED_CUDA_CHECK(gemm->linear(logits.get(), last_hidden.get(), lm_head, nullptr, n, vocab, hidden, true, compute));
-    PAGED_CUDA_CHECK(cuda::score_tokens(score_logprobs.device.get(), score_ranks.device.get(),
-                                        score_top_ids.device.get(), score_top_logprobs.device.get(), logits.get(),
-                                        score_targets.device.get(), n, vocab, num_top, compute));
-    PAGED_CUDA_CHECK(score_logprobs.download(n, compute));
-    PAGED_CUDA_CHECK(score_ranks.download(n, compute));
-    PAGED_CUDA_CHECK(score_top_ids.download(size_t(n) * num_top, compute));
-    PAGED_CUDA_CHECK(score_top_logprobs.download(size_t(n) * num_top, compute));
-    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next pass
-    for (int r = 0; r < n; ++r) {
-      const Row& row = rows[begin + r];
-      ChunkPromptLogprobs& chunk = result.prompt_logprobs[row.entry];
-      PromptLogprob& t = chunk.tokens[filled[row.entry]++];
-      t.token = row.target;
-      t.logprob = score_logprobs.host[r];
-      t.rank = score_ranks.host[r];
-      for (int j = 0; j < std::min(row.num_top, vocab); ++j)
-        t.top_logprobs.emplace_back(score_top_ids.host[int64_t{r} * num_top + j],
-                                    score_top_logprobs.host[int64_t{r} * num_top + j]);
-    }
-  }
+  ++captured;
+  capture_us += (std::chrono::steady_clock::now() - capture_start) / std::chrono::microseconds(1);
 }
 
 CudaModelRunner::CudaModelRunner(const ModelConfig& config, const SafeTensors& weights, CudaRunnerOptions options)
@@ -838,12 +530,26 @@ CudaModelRunner::~CudaModelRunner() {
   }
 }
 
+void CudaModelRunner::Impl::step_cost(StepCost& cost) {
+  PAGED_CUDA_CHECK(cudaEventSynchronize(step_end));
+  float busy_ms = 0, idle_ms = 0;
+  PAGED_CUDA_CHECK(cudaEventElapsedTime(&busy_ms, step_start, step_end));
+  if (prev_end_recorded) PAGED_CUDA_CHECK(cudaEventElapsedTime(&idle_ms, prev_end, step_start));
+  std::swap(step_end, prev_end);
+  prev_end_recorded = true;
+  cost.busy_us = static_cast<int64_t>(busy_ms * 1e3f);
+  cost.idle_before_us = static_cast<int64_t>(idle_ms * 1e3f);
+  cost.graphs_captured = std::exchange(captured, 0);
+  cost.graph_capture_us = std::exchange(capture_us, 0);
+}
+
 StepResult CudaModelRunner::execute(const StepBatch& batch) {
   Impl::Plan plan;
   impl_->run(batch, plan);
   if (impl_->opt.tp_rank == 0) {
     StepResult result = impl_->sample(batch, plan);
     impl_->score_prompts(batch, result);
+    impl_->step_cost(result.cost);
     PAGED_CUDA_CHECK(cudaEventRecord(impl_->compute_done, impl_->compute));
     return result;
   }

@@ -168,6 +168,10 @@ void require_same_result(const StepResult& got, const StepResult& want) {
       }
     }
   }
+  CHECK(got.cost.busy_us == want.cost.busy_us);
+  CHECK(got.cost.idle_before_us == want.cost.idle_before_us);
+  CHECK(got.cost.graphs_captured == want.cost.graphs_captured);
+  CHECK(got.cost.graph_capture_us == want.cost.graph_capture_us);
 }
 
 // Results of three chunks: two samples with -inf among the logprobs, none, one sample of two candidates; one more
@@ -182,6 +186,7 @@ StepResult varied_result() {
                {{{0, 0.0f, {}}, {kMinInt, kInf, {{1, std::numeric_limits<float>::quiet_NaN()}}}}}};
   r.prompt_logprobs = {{kMaxU64, kMinInt, {{3, -1.5f, kMaxInt, {{3, -1.5f}, {kMinInt, -kInf}}}, {0, 0.0f, 0, {}}}},
                        {5, 1, {}}};
+  r.cost = {.busy_us = 4321, .idle_before_us = int64_t{1} << 40, .graphs_captured = kMaxInt, .graph_capture_us = 0};
   return r;
 }
 
@@ -294,6 +299,13 @@ TEST_CASE("a packed result unpacks to the result, -inf and NaN logprobs as they 
   }
   CHECK(result_refusal(bytes + "xy") ==
         "bytes: the result ends at byte " + std::to_string(bytes.size()) + " of " + std::to_string(bytes.size() + 2));
+  // The cost closes the result: busy, idle (8 bytes each), graphs (4), capture time (8); none may be negative.
+  std::string negative = bytes;
+  negative.replace(bytes.size() - 28, 8, le<int64_t>(-5));
+  CHECK(result_refusal(negative) == "cost.busy_us: a time of -5 us is negative");
+  negative = bytes;
+  negative.replace(bytes.size() - 12, 4, le<int32_t>(-1));
+  CHECK(result_refusal(negative) == "cost.graphs_captured: a negative count");
 }
 
 TEST_CASE("a count beyond the bytes left is refused before anything is allocated", "[wire][pack]") {

@@ -9,13 +9,14 @@
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
 #   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity throughput remote
+#            golden serve profile
 #   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
 #   SANITIZER_LIMIT  seconds allowed to each compute-sanitizer run (default 420)
 #   SANITIZER_TESTS  Catch2 test filter for the sanitizer runs (default: all tests)
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput remote"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput remote golden serve profile"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -110,7 +111,7 @@ if wanted remote; then
   M=$(llama3_8b_shape)
   "$BIN/paged" gen-certs /tmp/paged_remote_certs --force >/dev/null
   engine=(--max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}")
-  declare -A mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like --json"
+  declare -A mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like --json --profile"
                   [stream]="--num-prompts 1 --dataset-name random --random-input-len 128 --random-output-len 1024 --json")
   declare -A got
   for w in sharegpt stream; do
@@ -132,6 +133,10 @@ if wanted remote; then
   done
   kill "$worker"
   wait "$worker" 2>/dev/null  # its GPU memory is free before the next runs
+  for w in local_sharegpt remote_sharegpt; do
+    echo "step profile, $w:"
+    sed -n '/^Step profile/,/^all /p' "$LOG_DIR/$w.log"
+  done
   # A real model through a worker: stories-distill-9M's greedy continuations, worker vs in-process, both on the GPU.
   D=$BIN/stories-distill-9M
   if [ -d "$D" ]; then
@@ -152,6 +157,82 @@ for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["p
     add_row "stories-distill-9M greedy through a TLS worker = in-process (CUDA)" "$same" \
       "$(wc -l <"$LOG_DIR/local9.json") prompts"
   fi
+fi
+if wanted golden && [ -d "$BIN/stories-distill-9M" ]; then
+  # stories-distill-9M (trained, head_dim 64, bf16) greedy on CUDA against HF float32's golden ids: the mean matched
+  # prefix of 64 tokens, all prompts in one batch and one prompt at a time (HF's own bf16 run is the yardstick).
+  G=$BIN/stories-distill-9M-greedy.json
+  python3 -c 'import json, sys
+for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["prompt"]}))' "$G" >"$LOG_DIR/golden.jsonl"
+  greedy=(--model "$BIN/stories-distill-9M" --device cuda --max-tokens 64 --temperature 0 --json)
+  "$BIN/paged" generate --prompts-file "$LOG_DIR/golden.jsonl" "${greedy[@]}" >"$LOG_DIR/golden_batch.json" 2>&1
+  : >"$LOG_DIR/golden_alone.json"
+  while read -r line; do
+    echo "$line" >"$LOG_DIR/one.jsonl"
+    "$BIN/paged" generate --prompts-file "$LOG_DIR/one.jsonl" "${greedy[@]}" >>"$LOG_DIR/golden_alone.json" 2>&1
+  done <"$LOG_DIR/golden.jsonl"
+  for mode in batch alone; do
+    result=$(python3 - "$G" "$LOG_DIR/golden_$mode.json" <<'PY'
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+runs = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+def prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+    return n
+ours = [prefix(r["outputs"][0]["token_ids"], c["greedy_ids"]) for r, c in zip(runs, cases)]
+hf16 = [prefix(c["greedy_ids_hf_bf16"], c["greedy_ids"]) for c in cases]
+ok = len(ours) == len(cases) and sum(ours) / len(ours) >= 58
+print(("PASS" if ok else "FAIL") + f"|mean matched prefix {sum(ours) / max(1, len(ours)):.1f} of 64 on {len(ours)} prompts"
+      f" (HF bf16 {sum(hf16) / len(hf16):.1f})")
+PY
+)
+    add_row "stories-distill-9M greedy on CUDA vs HF float32, $mode" "${result%%|*}" "${result#*|}"
+  done
+fi
+if wanted serve; then
+  # Serving over HTTP on the Llama-3-8B shape: `paged bench serve` against `paged serve`, 400 ShareGPT-like
+  # streamed requests at once, then 1000 at 32 requests/s (vLLM's serving benchmark's figures).
+  M=$(llama3_8b_shape)
+  "$BIN/paged" serve "$M" --device cuda --load-format dummy --port 8400 --stats-interval 0 \
+    --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}" >"$LOG_DIR/serve.log" 2>&1 &
+  server=$!
+  python3 -c 'import time, urllib.request
+for _ in range(1200):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:8400/health", timeout=1); break
+    except Exception: time.sleep(0.1)' 
+  for load in burst rate32; do
+    args=(--num-prompts 400)
+    [ "$load" = rate32 ] && args=(--num-prompts 1000 --request-rate 32)
+    run "serve_$load" 400 "$BIN/paged" bench serve --base-url http://127.0.0.1:8400 --dataset-name sharegpt-like \
+      --ignore-eos --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 "${args[@]}"
+    s=$?
+    add_row "paged bench serve, ShareGPT-like, $load" "$(status_word $s)" "$(grep -E 'Output token throughput|Median TTFT|P99 TTFT|Median TPOT|P99 ITL|Failed' \
+      "$LOG_DIR/serve_$load.log" | sed 's/  */ /g' | paste -sd ';' -)"
+  done
+  kill "$server"
+  wait "$server" 2>/dev/null
+fi
+if wanted profile; then
+  # The step profile (issue 14): per kind of step, the device's busy time, its idle gap before the step and the
+  # host's share, from CUDA events, on both offline workloads of the Llama-3-8B shape; the tables come last.
+  M=$(llama3_8b_shape)
+  declare -A profile_mix=([random]="--dataset-name random --random-input-len 512 --random-output-len 128"
+                          [sharegpt-like]="--dataset-name sharegpt-like")
+  for ds in random sharegpt-like; do
+    # shellcheck disable=SC2086
+    run "profile_$ds" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy --num-prompts 1000 \
+      ${profile_mix[$ds]} --json --profile --max-num-seqs "${MAX_NUM_SEQS:-1024}" \
+      --max-num-batched-tokens "${MAX_BATCHED:-16384}"
+    s=$?
+    add_row "paged bench --profile, $ds, 1000 requests" "$(status_word $s)" \
+      "$(tok_per_s "$(bench_json "profile_$ds")") output tok/s"
+  done
+  for ds in random sharegpt-like; do
+    echo "step profile, $ds:"
+    sed -n '/^Step profile/,/^all /p' "$LOG_DIR/profile_$ds.log"
+  done
 fi
 echo
 echo "| check | result | figures |"

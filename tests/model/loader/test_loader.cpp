@@ -771,29 +771,6 @@ TEST_CASE("loader: bf16 and f16 checkpoints are converted to float32 correctly",
   }
 }
 
-TEST_CASE("loader: the half-precision decoders handle special values", "[loader]") {
-  CHECK(bf16_to_float(0x3f80) == 1.0f);
-  CHECK(bf16_to_float(0xc000) == -2.0f);
-  CHECK(std::isinf(bf16_to_float(0x7f80)));
-  CHECK(std::isnan(bf16_to_float(0x7fc0)));
-  CHECK(f16_to_float(0x3c00) == 1.0f);
-  CHECK(f16_to_float(0x7bff) == 65504.0f);
-  CHECK(f16_to_float(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
-  CHECK(f16_to_float(0x03ff) == std::ldexp(1023.0f, -24));  // largest subnormal
-  CHECK(f16_to_float(0x8000) == 0.0f);
-  CHECK(std::signbit(f16_to_float(0x8000)));
-  CHECK(std::isinf(f16_to_float(0xfc00)));
-  CHECK(std::isnan(f16_to_float(0x7e00)));
-  for (uint32_t h = 0; h < 0x10000; ++h) {  // every finite f16 round-trips through float
-    const auto b = static_cast<uint16_t>(h);
-    if (((b >> 10) & 0x1f) == 0x1f) continue;
-    if (float_to_f16(f16_to_float(b)) != b) {
-      FAIL_CHECK("f16 " << h << " does not round-trip");
-      break;
-    }
-  }
-}
-
 // ---- llama3 RoPE scaling -------------------------------------------------------------------------------------------
 
 namespace {
@@ -900,24 +877,4 @@ TEST_CASE("loader: eos_token_id as a list, merged with generation_config.json", 
     m.edit_config([](json::object& c) { c["eos_token_id"] = 2.5; }, "generation_config.json");
     CHECK_MODEL_ERROR(m.path(), "generation_config.json", "eos_token_id");
   }
-}
-
-TEST_CASE("the load observer sees each tensor once, in growing totals, up to the checkpoint's bytes", "[loader]") {
-  std::vector<std::pair<int64_t, int64_t>> reports;
-  const SafeTensors weights(kModel, [&](int64_t loaded, int64_t total) { reports.emplace_back(loaded, total); });
-  int64_t expected_total = 0;
-  for (const auto& [name, t] : weights.tensors()) expected_total += static_cast<int64_t>(t.nbytes);
-  CHECK(weights.total_bytes() == expected_total);
-  CHECK(expected_total > 1000000);  // stories260K: 1 MB of float32
-  CHECK(reports.empty());           // nothing is loaded until a runner asks
-  CpuModelRunner runner(load_model_config(kModel), weights, {.block_size = 16, .num_blocks = 4});
-  REQUIRE(reports.size() == weights.tensors().size());  // every tensor once (the tied LM head is the embedding)
-  for (size_t i = 0; i < reports.size(); ++i) {
-    CHECK(reports[i].second == expected_total);
-    if (i) CHECK(reports[i].first > reports[i - 1].first);
-  }
-  CHECK(reports.back().first == expected_total);
-  const size_t before = reports.size();
-  CpuModelRunner second(load_model_config(kModel), weights, {.block_size = 16, .num_blocks = 4});
-  CHECK(reports.size() == before);  // a tensor counts once however many ranks load it
 }

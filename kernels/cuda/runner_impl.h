@@ -1,0 +1,202 @@
+// The CUDA runner's state (CudaModelRunner::Impl) and its allocation helpers, shared by the runner's source files:
+// cuda_runner.cpp (shapes, weights, step plan and forward pass) and runner_sampling.cpp (sampling, prompt scoring).
+// Internal to kernels/cuda: host C++ outside includes cuda_runner.h only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/cuda_runner.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/cache_ops.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layer_ops.h"
+#include "kernels/cuda/nccl_comm.h"
+#include "kernels/cuda/random_fill.h"
+#include "kernels/cuda/rope_cache.h"
+#include "kernels/cuda/sampling.h"
+#include "model/loader/weight_map.h"
+#include "model/sampling/params_check.h"
+#include "model/sampling/sampler.h"
+
+namespace paged {
+
+using cuda::bf16;
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw GpuError(std::string(what) + ": " + cuda::describe_launch_error(e));
+}
+#define PAGED_CUDA_CHECK(expr) check((expr), #expr)
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct HostFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+template <typename T>
+using DevicePtr = std::unique_ptr<T[], DeviceFree>;
+template <typename T>
+using PinnedPtr = std::unique_ptr<T[], HostFree>;
+
+// n elements (room for one at least) from `allocate`, cudaMalloc or cudaMallocHost, named `what` in the GpuError
+// thrown when it fails.
+template <typename T, typename Free>
+std::unique_ptr<T[], Free> cuda_alloc(cudaError_t (*allocate)(void**, size_t), const char* what, size_t n) {
+  void* p = nullptr;
+  const cudaError_t e = allocate(&p, std::max<size_t>(n, 1) * sizeof(T));
+  if (e != cudaSuccess)
+    throw GpuError(std::string(what) + " of " + std::to_string(n * sizeof(T) >> 20) + " MiB: " + cudaGetErrorString(e));
+  return std::unique_ptr<T[], Free>(static_cast<T*>(p));
+}
+
+template <typename T>
+DevicePtr<T> device_alloc(size_t n) {
+  return cuda_alloc<T, DeviceFree>(cudaMalloc, "cudaMalloc", n);
+}
+
+template <typename T>
+PinnedPtr<T> pinned_alloc(size_t n) {
+  return cuda_alloc<T, HostFree>(cudaMallocHost, "cudaMallocHost", n);
+}
+
+// A device array at a fixed address (CUDA graphs read it) and its pinned host staging, of the same length.
+template <typename T>
+struct Staged {
+  DevicePtr<T> device;
+  PinnedPtr<T> host;
+  /// (Re)allocates both arrays for n elements; the old ones must no longer be in use.
+  void allocate(size_t n) {
+    device = device_alloc<T>(n);
+    host = pinned_alloc<T>(n);
+  }
+  /// Enqueues the copy of the first `count` elements host -> device on `stream`.
+  cudaError_t upload(size_t count, cudaStream_t stream) const {
+    return cudaMemcpyAsync(device.get(), host.get(), count * sizeof(T), cudaMemcpyHostToDevice, stream);
+  }
+  /// Enqueues the copy of the first `count` elements device -> host on `stream`.
+  cudaError_t download(size_t count, cudaStream_t stream) const {
+    return cudaMemcpyAsync(host.get(), device.get(), count * sizeof(T), cudaMemcpyDeviceToHost, stream);
+  }
+};
+
+inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// One layer's weights on this rank (heads, kv_heads and inter: the rank's share, see Impl).
+struct LayerWeights {
+  bf16 *attn_norm = nullptr, *ffn_norm = nullptr;
+  bf16 *wqkv = nullptr, *bqkv = nullptr;  // [(heads + 2 kv_heads) * head_dim][hidden], bias or null
+  bf16 *wo = nullptr;                     // [hidden][heads * head_dim]
+  bf16 *w_gate_up = nullptr;              // [2 * inter][hidden]: gate rows, then up rows
+  bf16 *w_down = nullptr;                 // [hidden][inter]
+};
+
+struct CudaModelRunner::Impl {
+  ModelConfig cfg;
+  CudaRunnerOptions opt;
+  WeightMap map;  // this rank's tensors
+  // This rank's shapes: heads, kv_heads and inter are the model's divided by tp_size.
+  int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
+  int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;
+  float eps = 0.f, scale = 0.f;
+
+  cudaStream_t compute = nullptr, copy = nullptr;
+  cudaEvent_t compute_done = nullptr, swap_done = nullptr;
+  // The step's device time (StepCost): its start, the end of its forward pass and sampling, and the previous end.
+  cudaEvent_t step_start = nullptr, step_end = nullptr, prev_end = nullptr;
+  bool prev_end_recorded = false;
+  bool swap_pending = false;
+
+  // Weights: one arena, every tensor 256-byte aligned inside it.
+  DevicePtr<bf16> arena;
+  bf16 *embed = nullptr, *final_norm = nullptr, *lm_head = nullptr;
+  std::vector<LayerWeights> layers;
+  DevicePtr<float> inv_freq;
+  std::unique_ptr<cuda::Gemm> gemm;
+
+  // Activations, sized for max_tokens rows.
+  DevicePtr<bf16> residual, normed, qkv, attn, proj, gate_up, act, last_hidden;
+  DevicePtr<float> logits;  // [max_seqs][vocab]
+  DevicePtr<char> sample_ws, decode_ws;
+  size_t decode_ws_bytes = 0;
+
+  // Step metadata, staged: token ids, positions and slots [max_tokens]; query starts [max_seqs + 1]; context
+  // lengths and the rows that sample [max_seqs]; block tables [max_seqs][table_stride]; copy-on-write pairs.
+  Staged<int32_t> token_ids, positions, query_start, context_lens, block_tables, last_rows, copy_pairs;
+  Staged<int64_t> slots;
+  size_t pairs_capacity = 0;
+  // Sampling, [max_seqs] each: the rows' parameters, their rows of `logits`, the tokens and their logprobs.
+  Staged<cuda::SamplingRow> sample_rows;
+  Staged<int32_t> logits_row_ids, sampled;
+  Staged<float> logprobs;
+  PinnedPtr<float> h_logits;  // [max_seqs][vocab]: logits downloaded for sampling on the CPU, allocated when needed
+  // Prompt logprobs, [max_seqs] rows a pass (kMaxLogprobs alternatives each): the rows of `normed` scored, the
+  // tokens they score, and the scores (cuda::score_tokens). Allocated on first use.
+  Staged<int32_t> score_rows, score_targets, score_ranks, score_top_ids;
+  Staged<float> score_logprobs, score_top_logprobs;
+
+  // KV cache: device pool [2 * layers][num_blocks][block], pinned host pool likewise.
+  DevicePtr<char> kv_memory;
+  PinnedPtr<char> swap_memory;
+  cuda::BlockPool kv, host;
+
+  std::vector<int> buckets, ctx_buckets;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
+  int captured = 0;         // graphs captured since the last execute() returned, and their capture time
+  int64_t capture_us = 0;
+
+  ~Impl() {
+    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
+    for (cudaEvent_t e : {step_start, step_end, prev_end})
+      if (e) cudaEventDestroy(e);
+    if (compute_done) cudaEventDestroy(compute_done);
+    if (swap_done) cudaEventDestroy(swap_done);
+    if (compute) cudaStreamDestroy(compute);
+    if (copy) cudaStreamDestroy(copy);
+  }
+
+  void init_shapes(const ModelConfig& config, const CudaRunnerOptions& options);
+  // Each weight pointer with the parameter of `map` that fills it, in the arena's order (the load order).
+  std::vector<std::pair<bf16**, const RankParam*>> weight_params();
+  void allocate_weights();
+  void load_weights(const SafeTensors& w);
+  void random_weights(uint64_t seed);
+  void allocate_runtime();
+  void allocate_kv();
+
+  bf16* k_cache(int layer) const { return reinterpret_cast<bf16*>(kv.block(2 * layer, 0)); }
+  bf16* v_cache(int layer) const { return reinterpret_cast<bf16*>(kv.block(2 * layer + 1, 0)); }
+
+  struct Plan {
+    int tokens = 0, seqs = 0;  // rows run (decode graphs: the bucket, padding included)
+    int max_q = 0, max_ctx = 0;
+    bool decode = false;
+    int grid_ctx = 0, partition = 0;  // decode: the context the grid is sized for, and the partition size
+    std::vector<int> logits_row;      // per chunk: its row of `logits`, -1 when it samples nothing
+    int logits_rows = 0;
+  };
+  Plan prepare(const StepBatch& batch);
+  void enqueue_forward(const Plan& plan);
+  void run(const StepBatch& batch, Plan& plan);
+  // The finished step's device time into `cost` (rank 0): busy from step_start to step_end, idle since prev_end;
+  // the graphs captured for it and their capture time. step_end becomes prev_end.
+  void step_cost(StepCost& cost);
+  StepResult sample(const StepBatch& batch, const Plan& plan);
+  // Adds the prompt logprobs the chunks ask for to `result`: the LM head over at most max_seqs scored rows of
+  // `normed` at a time (into `logits`, so a long prompt never holds more than max_seqs rows of logits), scored on
+  // the GPU (cuda::score_tokens, the twin of paged::score_token).
+  void score_prompts(const StepBatch& batch, StepResult& result);
+  // Enqueues the copies of (block of `from`, block of `to`) pairs on the copy stream; the next step waits for them.
+  void swap(const cuda::BlockPool& from, const cuda::BlockPool& to, const std::vector<BlockPair>& pairs);
+};
+
+}  // namespace paged

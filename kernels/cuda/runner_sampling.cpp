@@ -1,0 +1,148 @@
+// CudaModelRunner's sampling and prompt scoring: see cuda_runner.h and runner_impl.h.
+#include "kernels/cuda/runner_impl.h"
+
+namespace paged {
+
+namespace {
+
+// Whether the GPU sampler reproduces sample_logits for this spec: no logits processing, no alternatives to return.
+bool gpu_samplable(const SampleSpec& spec) {
+  const SamplingParams& p = *spec.params;
+  const size_t generated = spec.output ? spec.output->size() : 0;
+  const bool masks_stops = spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated) < p.min_tokens;
+  return spec.num_logprobs == 0 && spec.num_candidates <= 1 && p.repetition_penalty == 1.0f &&
+         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logit_bias.empty() && !masks_stops;
+}
+
+}  // namespace
+
+StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& plan) {
+  PAGED_CUDA_CHECK(cudaEventRecord(step_end, compute));  // the forward pass ends here; sampling moves it on
+  // Every sample spec is one row: GPU rows in batches of max_seqs, the rest on the CPU from downloaded logits.
+  struct Job {
+    int chunk, spec, logits_row;
+  };
+  std::vector<Job> gpu_jobs, cpu_jobs;
+  for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s)
+    for (int k = 0; k < static_cast<int>(batch.seqs[s].samples.size()); ++k)
+      (gpu_samplable(batch.seqs[s].samples[k]) ? gpu_jobs : cpu_jobs).push_back({s, k, plan.logits_row[s]});
+
+  StepResult result;
+  std::vector<int> chunk_slot(batch.seqs.size(), -1);
+  for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s) {
+    if (batch.seqs[s].samples.empty()) continue;
+    chunk_slot[s] = static_cast<int>(result.seqs.size());
+    result.seqs.push_back(batch.seqs[s].seq);
+    result.samples.emplace_back(batch.seqs[s].samples.size());
+  }
+  for (size_t begin = 0; begin < gpu_jobs.size(); begin += max_seqs) {
+    const int rows = static_cast<int>(std::min<size_t>(max_seqs, gpu_jobs.size() - begin));
+    for (int r = 0; r < rows; ++r) {
+      const Job& j = gpu_jobs[begin + r];
+      const SampleSpec& spec = batch.seqs[j.chunk].samples[j.spec];
+      cuda::SamplingRow& row = sample_rows.host[r];
+      row.temperature = spec.params->temperature;
+      row.top_k = spec.params->top_k;
+      row.top_p = spec.params->top_p;
+      row.min_p = spec.params->min_p;
+      row.seed = spec.seed;
+      row.index = spec.output ? spec.output->size() : 0;
+      logits_row_ids.host[r] = j.logits_row;
+    }
+    PAGED_CUDA_CHECK(sample_rows.upload(rows, compute));
+    PAGED_CUDA_CHECK(logits_row_ids.upload(rows, compute));
+    PAGED_CUDA_CHECK(cuda::sample_tokens(sampled.device.get(), logprobs.device.get(), logits.get(),
+                                         logits_row_ids.device.get(), sample_rows.device.get(), rows, vocab,
+                                         sample_ws.get(), cuda::sampling_workspace_bytes(max_seqs, vocab), compute));
+    PAGED_CUDA_CHECK(sampled.download(rows, compute));
+    PAGED_CUDA_CHECK(logprobs.download(rows, compute));
+    PAGED_CUDA_CHECK(cudaEventRecord(step_end, compute));
+    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next batch of rows
+    for (int r = 0; r < rows; ++r) {
+      const Job& j = gpu_jobs[begin + r];
+      result.samples[chunk_slot[j.chunk]][j.spec] = {SampledToken{sampled.host[r], logprobs.host[r], {}}};
+    }
+  }
+  if (!cpu_jobs.empty()) {
+    if (!h_logits) h_logits = pinned_alloc<float>(int64_t{max_seqs} * vocab);
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(h_logits.get(), logits.get(), int64_t{plan.logits_rows} * vocab * sizeof(float),
+                                     cudaMemcpyDeviceToHost, compute));
+    PAGED_CUDA_CHECK(cudaEventRecord(step_end, compute));
+    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
+    std::vector<float> row(vocab);
+    for (const Job& j : cpu_jobs) {
+      const float* src = h_logits.get() + int64_t{j.logits_row} * vocab;
+      std::copy(src, src + vocab, row.begin());
+      result.samples[chunk_slot[j.chunk]][j.spec] = sample_logits(row, batch.seqs[j.chunk].samples[j.spec]);
+    }
+  }
+  return result;
+}
+
+void CudaModelRunner::Impl::score_prompts(const StepBatch& batch, StepResult& result) {
+  struct Row {
+    size_t entry;     // of result.prompt_logprobs
+    int32_t hidden;   // row of `normed`
+    TokenId target;
+    int num_top;      // the chunk's
+  };
+  std::vector<Row> rows;
+  int32_t first = 0;  // the row of `normed` of the chunk's first token (decode steps: row s is sequence s)
+  int num_top = 0;
+  for (const SeqChunk& c : batch.seqs) {
+    const PromptLogprobsSpec& want = c.prompt_logprobs;
+    if (want.count > 0) {
+      const size_t entry = result.prompt_logprobs.size();
+      result.prompt_logprobs.push_back({c.seq, c.start_pos + 1, std::vector<PromptLogprob>(want.count)});
+      for (int i = 0; i < want.count; ++i)
+        rows.push_back({entry, first + i,
+                        static_cast<size_t>(i) + 1 < c.tokens.size() ? c.tokens[i + 1] : want.next_token,
+                        want.num_top});
+      num_top = std::max(num_top, want.num_top);
+    }
+    first += static_cast<int32_t>(c.tokens.size());
+  }
+  if (rows.empty()) return;
+  if (!score_rows.device) {
+    score_rows.allocate(max_seqs);
+    score_targets.allocate(max_seqs);
+    score_ranks.allocate(max_seqs);
+    score_logprobs.allocate(max_seqs);
+    score_top_ids.allocate(int64_t{max_seqs} * kMaxLogprobs);
+    score_top_logprobs.allocate(int64_t{max_seqs} * kMaxLogprobs);
+  }
+  std::vector<size_t> filled(result.prompt_logprobs.size(), 0);
+  for (size_t begin = 0; begin < rows.size(); begin += max_seqs) {
+    const int n = static_cast<int>(std::min<size_t>(max_seqs, rows.size() - begin));
+    for (int r = 0; r < n; ++r) {
+      score_rows.host[r] = rows[begin + r].hidden;
+      score_targets.host[r] = rows[begin + r].target;
+    }
+    PAGED_CUDA_CHECK(score_rows.upload(n, compute));
+    PAGED_CUDA_CHECK(score_targets.upload(n, compute));
+    PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), score_rows.device.get(), n, hidden,
+                                       max_tokens, compute));
+    PAGED_CUDA_CHECK(gemm->linear(logits.get(), last_hidden.get(), lm_head, nullptr, n, vocab, hidden, true, compute));
+    PAGED_CUDA_CHECK(cuda::score_tokens(score_logprobs.device.get(), score_ranks.device.get(),
+                                        score_top_ids.device.get(), score_top_logprobs.device.get(), logits.get(),
+                                        score_targets.device.get(), n, vocab, num_top, compute));
+    PAGED_CUDA_CHECK(score_logprobs.download(n, compute));
+    PAGED_CUDA_CHECK(score_ranks.download(n, compute));
+    PAGED_CUDA_CHECK(score_top_ids.download(size_t(n) * num_top, compute));
+    PAGED_CUDA_CHECK(score_top_logprobs.download(size_t(n) * num_top, compute));
+    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next pass
+    for (int r = 0; r < n; ++r) {
+      const Row& row = rows[begin + r];
+      ChunkPromptLogprobs& chunk = result.prompt_logprobs[row.entry];
+      PromptLogprob& t = chunk.tokens[filled[row.entry]++];
+      t.token = row.target;
+      t.logprob = score_logprobs.host[r];
+      t.rank = score_ranks.host[r];
+      for (int j = 0; j < std::min(row.num_top, vocab); ++j)
+        t.top_logprobs.emplace_back(score_top_ids.host[int64_t{r} * num_top + j],
+                                    score_top_logprobs.host[int64_t{r} * num_top + j]);
+    }
+  }
+}
+
+}  // namespace paged
