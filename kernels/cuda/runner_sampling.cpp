@@ -65,8 +65,18 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
   }
   if (!cpu_jobs.empty()) {
     if (!h_logits) h_logits = pinned_alloc<float>(int64_t{max_seqs} * vocab);
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(h_logits.get(), logits.get(), int64_t{plan.logits_rows} * vocab * sizeof(float),
-                                     cudaMemcpyDeviceToHost, compute));
+    // Only the rows sampled here come down (a few requests with logprobs in a batch of hundreds are a few rows of
+    // vocab floats each, not all of them), each to its place; all at once when they are most of the rows.
+    const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
+    if (2 * cpu_jobs.size() >= static_cast<size_t>(plan.logits_rows)) {
+      PAGED_CUDA_CHECK(cudaMemcpyAsync(h_logits.get(), logits.get(), plan.logits_rows * row_bytes,
+                                       cudaMemcpyDeviceToHost, compute));
+    } else {
+      for (const Job& j : cpu_jobs)
+        PAGED_CUDA_CHECK(cudaMemcpyAsync(h_logits.get() + int64_t{j.logits_row} * vocab,
+                                         logits.get() + int64_t{j.logits_row} * vocab, row_bytes,
+                                         cudaMemcpyDeviceToHost, compute));
+    }
     PAGED_CUDA_CHECK(cudaEventRecord(step_end, compute));
     PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
     std::vector<float> row(vocab);
