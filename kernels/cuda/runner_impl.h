@@ -195,6 +195,9 @@ struct CudaModelRunner::Impl {
   // `normed` at a time (into `logits`, so a long prompt never holds more than max_seqs rows of logits), scored on
   // the GPU (cuda::score_tokens, the twin of paged::score_token).
   void score_prompts(const StepBatch& batch, StepResult& result);
+  // The score_* staging, [max_seqs] rows of kMaxLogprobs alternatives (prompt logprobs, sampled rows' alternatives),
+  // on first use.
+  void allocate_score_staging();
   // Enqueues the copies of (block of `from`, block of `to`) pairs on the copy stream; the next step waits for them.
   void swap(const cuda::BlockPool& from, const cuda::BlockPool& to, const std::vector<BlockPair>& pairs);
 };

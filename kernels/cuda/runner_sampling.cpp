@@ -5,12 +5,13 @@ namespace paged {
 
 namespace {
 
-// Whether the GPU sampler reproduces sample_logits for this spec: no logits processing, no alternatives to return.
+// Whether the GPU reproduces sample_logits for this spec: no logits processing, no beam candidates. Its logprob
+// alternatives (num_logprobs) are scored on the GPU after sampling (score_tokens, the twin of score_token).
 bool gpu_samplable(const SampleSpec& spec) {
   const SamplingParams& p = *spec.params;
   const size_t generated = spec.output ? spec.output->size() : 0;
   const bool masks_stops = spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated) < p.min_tokens;
-  return spec.num_logprobs == 0 && spec.num_candidates <= 1 && p.repetition_penalty == 1.0f &&
+  return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && p.repetition_penalty == 1.0f &&
          p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logit_bias.empty() && !masks_stops;
 }
 
@@ -63,6 +64,44 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
       result.samples[chunk_slot[j.chunk]][j.spec] = {SampledToken{sampled.host[r], logprobs.host[r], {}}};
     }
   }
+  // The GPU rows that ask alternatives: their logits rows scored with the sampled tokens as targets, in passes over
+  // the step's logits rows in which each row is scored for one sample (n > 1 samples of a chunk share its row).
+  std::vector<Job> scored;
+  for (const Job& j : gpu_jobs)
+    if (batch.seqs[j.chunk].samples[j.spec].num_logprobs > 0) scored.push_back(j);
+  if (!scored.empty()) allocate_score_staging();
+  while (!scored.empty()) {
+    std::vector<Job> pass, later;
+    std::vector<char> taken(plan.logits_rows, 0);
+    int num_top = 0;
+    std::fill(score_targets.host.get(), score_targets.host.get() + plan.logits_rows, 0);
+    for (const Job& j : scored) {
+      if (std::exchange(taken[j.logits_row], 1)) {
+        later.push_back(j);
+        continue;
+      }
+      pass.push_back(j);
+      score_targets.host[j.logits_row] = result.samples[chunk_slot[j.chunk]][j.spec][0].token;
+      num_top = std::max(num_top, batch.seqs[j.chunk].samples[j.spec].num_logprobs);
+    }
+    PAGED_CUDA_CHECK(score_targets.upload(plan.logits_rows, compute));
+    PAGED_CUDA_CHECK(cuda::score_tokens(score_logprobs.device.get(), score_ranks.device.get(),
+                                        score_top_ids.device.get(), score_top_logprobs.device.get(), logits.get(),
+                                        score_targets.device.get(), plan.logits_rows, vocab, num_top, compute));
+    PAGED_CUDA_CHECK(score_logprobs.download(plan.logits_rows, compute));
+    PAGED_CUDA_CHECK(score_top_ids.download(size_t(plan.logits_rows) * num_top, compute));
+    PAGED_CUDA_CHECK(score_top_logprobs.download(size_t(plan.logits_rows) * num_top, compute));
+    PAGED_CUDA_CHECK(cudaEventRecord(step_end, compute));
+    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
+    for (const Job& j : pass) {
+      SampledToken& t = result.samples[chunk_slot[j.chunk]][j.spec][0];
+      const int64_t at = int64_t{j.logits_row} * num_top;
+      t.logprob = score_logprobs.host[j.logits_row];
+      for (int k = 0; k < batch.seqs[j.chunk].samples[j.spec].num_logprobs; ++k)
+        t.top_logprobs.emplace_back(score_top_ids.host[at + k], score_top_logprobs.host[at + k]);
+    }
+    scored = std::move(later);
+  }
   if (!cpu_jobs.empty()) {
     if (!h_logits) h_logits = pinned_alloc<float>(int64_t{max_seqs} * vocab);
     // Only the rows sampled here come down (a few requests with logprobs in a batch of hundreds are a few rows of
@@ -89,6 +128,16 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
   return result;
 }
 
+void CudaModelRunner::Impl::allocate_score_staging() {
+  if (score_rows.device) return;
+  score_rows.allocate(max_seqs);
+  score_targets.allocate(max_seqs);
+  score_ranks.allocate(max_seqs);
+  score_logprobs.allocate(max_seqs);
+  score_top_ids.allocate(int64_t{max_seqs} * kMaxLogprobs);
+  score_top_logprobs.allocate(int64_t{max_seqs} * kMaxLogprobs);
+}
+
 void CudaModelRunner::Impl::score_prompts(const StepBatch& batch, StepResult& result) {
   struct Row {
     size_t entry;     // of result.prompt_logprobs
@@ -113,14 +162,7 @@ void CudaModelRunner::Impl::score_prompts(const StepBatch& batch, StepResult& re
     first += static_cast<int32_t>(c.tokens.size());
   }
   if (rows.empty()) return;
-  if (!score_rows.device) {
-    score_rows.allocate(max_seqs);
-    score_targets.allocate(max_seqs);
-    score_ranks.allocate(max_seqs);
-    score_logprobs.allocate(max_seqs);
-    score_top_ids.allocate(int64_t{max_seqs} * kMaxLogprobs);
-    score_top_logprobs.allocate(int64_t{max_seqs} * kMaxLogprobs);
-  }
+  allocate_score_staging();
   std::vector<size_t> filled(result.prompt_logprobs.size(), 0);
   for (size_t begin = 0; begin < rows.size(); begin += max_seqs) {
     const int n = static_cast<int>(std::min<size_t>(max_seqs, rows.size() - begin));
