@@ -1,13 +1,14 @@
 // The CUDA runner driven directly through the ModelRunner interface, without the engine:
 //
 //   bench_cuda_runner decode [--batches 1,16,64,256] [--prompt 512] [--steps 128] [--max-model-len 2048]
-//                            [--logprobs-rows K]
+//                            [--logprobs-rows K] [--penalty-rows K]
 //       A Llama-3-8B-shaped model with random bf16 weights (32 layers, hidden 4096, 32 heads, 8 KV heads,
 //       intermediate 14336, vocab 128256): prefill of `batch` random prompts, then `steps` greedy decode steps
 //       timed end to end (host work, CUDA graphs, sampling and the token download included). Batch 1 is set
 //       against the one-stream limit of reading 16 GB of weights per token at 4.3 TB/s (about 270 tok/s).
 //       --logprobs-rows K: the first K sequences of each batch also ask 5 logprobs (sampled on the CPU from their
-//       downloaded logits), the cost of a few such requests in a batch.
+//       downloaded logits), the cost of a few such requests in a batch; --penalty-rows K: the first K also carry a
+//       repetition penalty of 1.1 and a presence penalty of 0.2.
 //
 //   bench_cuda_runner ops [--batch 1] [--context 576]
 //       Times each kernel of one decode step at the same shape (one layer's ops, the LM head, greedy sampling) with
@@ -104,8 +105,16 @@ std::vector<StepBatch> prefill_steps(const std::vector<Sequence>& seqs, int budg
   return steps;
 }
 
-// One decode step of every sequence; the first `logprobs_rows` also ask 5 logprobs.
-StepBatch decode_step(const std::vector<Sequence>& seqs, size_t logprobs_rows = 0) {
+const SamplingParams kPenalised = [] {
+  SamplingParams p = kGreedy;
+  p.repetition_penalty = 1.1f;
+  p.presence_penalty = 0.2f;
+  return p;
+}();
+
+// One decode step of every sequence; the first `logprobs_rows` also ask 5 logprobs, the first `penalty_rows` carry
+// penalties.
+StepBatch decode_step(const std::vector<Sequence>& seqs, size_t logprobs_rows = 0, size_t penalty_rows = 0) {
   StepBatch b;
   for (size_t i = 0; i < seqs.size(); ++i) {
     SeqChunk c;
@@ -115,6 +124,7 @@ StepBatch decode_step(const std::vector<Sequence>& seqs, size_t logprobs_rows = 
     c.block_table = seqs[i].blocks;
     c.samples.push_back(greedy_spec(seqs[i]));
     if (i < logprobs_rows) c.samples.back().num_logprobs = 5;
+    if (i < penalty_rows) c.samples.back().params = &kPenalised;
     b.seqs.push_back(std::move(c));
   }
   return b;
@@ -181,6 +191,7 @@ int run_decode(std::map<std::string, std::string>& f) {
   const int prompt = f.count("prompt") ? std::stoi(f["prompt"]) : 512;
   const int steps = f.count("steps") ? std::stoi(f["steps"]) : 128;
   const size_t logprobs_rows = f.count("logprobs-rows") ? std::stoul(f["logprobs-rows"]) : 0;
+  const size_t penalty_rows = f.count("penalty-rows") ? std::stoul(f["penalty-rows"]) : 0;
   const ModelConfig cfg = llama3_8b();
   CudaRunnerOptions opt;
   opt.block_size = 16;
@@ -207,7 +218,7 @@ int run_decode(std::map<std::string, std::string>& f) {
     }
     const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     auto decode_once = [&] {
-      const StepResult r = runner.execute(decode_step(seqs, logprobs_rows));
+      const StepResult r = runner.execute(decode_step(seqs, logprobs_rows, penalty_rows));
       for (size_t i = 0; i < r.seqs.size(); ++i) seqs[r.seqs[i]].output.push_back(r.samples[i][0][0].token);
     };
     decode_once();  // captures this bucket's graph
@@ -219,6 +230,7 @@ int run_decode(std::map<std::string, std::string>& f) {
     std::printf("batch %4d: prefill %6.0f tok/s | decode %7.2f ms/step, %8.0f tok/s", batch,
                 double(batch) * prompt / prefill_s, 1e3 * decode_s / steps, tok_s);
     if (logprobs_rows) std::printf(" (%zu rows with logprobs)", std::min(logprobs_rows, seqs.size()));
+    if (penalty_rows) std::printf(" (%zu rows with penalties)", std::min(penalty_rows, seqs.size()));
     if (batch == 1) std::printf(" (%.0f%% of the 270 tok/s weight-read limit)", 100.0 * tok_s / 270.0);
     std::printf("\n");
     if (batch == 1) std::printf("RESULT one_stream_decode_tok_s %.1f (target >= 216)\n", tok_s);

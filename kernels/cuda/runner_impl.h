@@ -143,6 +143,12 @@ struct CudaModelRunner::Impl {
   // tokens they score, and the scores (cuda::score_tokens). Allocated on first use.
   Staged<int32_t> score_rows, score_targets, score_ranks, score_top_ids;
   Staged<float> score_logprobs, score_top_logprobs;
+  // Logits processing of GPU-sampled rows (cuda::apply_penalties): [max_seqs] rows, their ids and values (grown on
+  // demand to penalty_capacity).
+  Staged<cuda::PenaltyRow> penalty_rows;
+  Staged<int32_t> penalty_ids;
+  Staged<float> penalty_values;
+  size_t penalty_capacity = 0;
 
   // KV cache: device pool [2 * layers][num_blocks][block], pinned host pool likewise.
   DevicePtr<char> kv_memory;
@@ -195,6 +201,12 @@ struct CudaModelRunner::Impl {
   // `normed` at a time (into `logits`, so a long prompt never holds more than max_seqs rows of logits), scored on
   // the GPU (cuda::score_tokens, the twin of paged::score_token).
   void score_prompts(const StepBatch& batch, StepResult& result);
+  // One sample spec of a step: its chunk, its index there, its row of `logits`.
+  struct SampleJob {
+    int chunk, spec, logits_row;
+  };
+  // The logits processing of the GPU-sampled `jobs` (each alone on its row), on their rows of `logits` in place.
+  void apply_penalties(const StepBatch& batch, const std::vector<SampleJob>& jobs);
   // The score_* staging, [max_seqs] rows of kMaxLogprobs alternatives (prompt logprobs, sampled rows' alternatives),
   // on first use.
   void allocate_score_staging();

@@ -1,18 +1,23 @@
 // CudaModelRunner's sampling and prompt scoring: see cuda_runner.h and runner_impl.h.
 #include "kernels/cuda/runner_impl.h"
 
+#include "kernels/cuda/penalty_rows.h"
+
 namespace paged {
 
 namespace {
 
-// Whether the GPU reproduces sample_logits for this spec: no logits processing, no beam candidates. Its logprob
-// alternatives (num_logprobs) are scored on the GPU after sampling (score_tokens, the twin of score_token).
-bool gpu_samplable(const SampleSpec& spec) {
+// Whether the GPU reproduces sample_logits for this spec: no beam candidates, and logits processing only for a
+// spec alone on its logits row (the processing changes the row in place: apply_penalties, the twin of
+// apply_penalty_ops). Logprob alternatives (num_logprobs) are scored on the GPU after sampling (score_tokens, the
+// twin of score_token).
+bool gpu_samplable(const SampleSpec& spec, bool alone_on_row) {
   const SamplingParams& p = *spec.params;
   const size_t generated = spec.output ? spec.output->size() : 0;
   const bool masks_stops = spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated) < p.min_tokens;
-  return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && p.repetition_penalty == 1.0f &&
-         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logit_bias.empty() && !masks_stops;
+  const bool processed = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+                         !p.logit_bias.empty() || masks_stops;
+  return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && (!processed || alone_on_row);
 }
 
 }  // namespace
@@ -20,13 +25,12 @@ bool gpu_samplable(const SampleSpec& spec) {
 StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& plan) {
   PAGED_CUDA_CHECK(cudaEventRecord(step_end, compute));  // the forward pass ends here; sampling moves it on
   // Every sample spec is one row: GPU rows in batches of max_seqs, the rest on the CPU from downloaded logits.
-  struct Job {
-    int chunk, spec, logits_row;
-  };
+  using Job = SampleJob;
   std::vector<Job> gpu_jobs, cpu_jobs;
   for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s)
     for (int k = 0; k < static_cast<int>(batch.seqs[s].samples.size()); ++k)
-      (gpu_samplable(batch.seqs[s].samples[k]) ? gpu_jobs : cpu_jobs).push_back({s, k, plan.logits_row[s]});
+      (gpu_samplable(batch.seqs[s].samples[k], batch.seqs[s].samples.size() == 1) ? gpu_jobs : cpu_jobs)
+          .push_back({s, k, plan.logits_row[s]});
 
   StepResult result;
   std::vector<int> chunk_slot(batch.seqs.size(), -1);
@@ -36,6 +40,7 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
     result.seqs.push_back(batch.seqs[s].seq);
     result.samples.emplace_back(batch.seqs[s].samples.size());
   }
+  apply_penalties(batch, gpu_jobs);
   for (size_t begin = 0; begin < gpu_jobs.size(); begin += max_seqs) {
     const int rows = static_cast<int>(std::min<size_t>(max_seqs, gpu_jobs.size() - begin));
     for (int r = 0; r < rows; ++r) {
@@ -126,6 +131,31 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
     }
   }
   return result;
+}
+
+void CudaModelRunner::Impl::apply_penalties(const StepBatch& batch, const std::vector<SampleJob>& jobs) {
+  std::vector<cuda::PenaltyRow> rows;
+  std::vector<int32_t> ids;
+  std::vector<float> values;
+  for (const SampleJob& j : jobs)
+    if (const PenaltyOps ops = penalty_ops(batch.seqs[j.chunk].samples[j.spec], vocab); !ops.empty())
+      cuda::append_penalty_row(ops, j.logits_row, rows, ids, values);
+  if (rows.empty()) return;
+  if (!penalty_rows.device) penalty_rows.allocate(max_seqs);
+  if (ids.size() > penalty_capacity) {
+    PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the old staging may still be in flight
+    penalty_capacity = std::max(ids.size(), size_t{4096});
+    penalty_ids.allocate(penalty_capacity);
+    penalty_values.allocate(penalty_capacity);
+  }
+  std::copy(rows.begin(), rows.end(), penalty_rows.host.get());
+  std::copy(ids.begin(), ids.end(), penalty_ids.host.get());
+  std::copy(values.begin(), values.end(), penalty_values.host.get());
+  PAGED_CUDA_CHECK(penalty_rows.upload(rows.size(), compute));
+  PAGED_CUDA_CHECK(penalty_ids.upload(ids.size(), compute));
+  PAGED_CUDA_CHECK(penalty_values.upload(values.size(), compute));
+  PAGED_CUDA_CHECK(cuda::apply_penalties(logits.get(), penalty_rows.device.get(), penalty_ids.device.get(),
+                                         penalty_values.device.get(), static_cast<int>(rows.size()), vocab, compute));
 }
 
 void CudaModelRunner::Impl::allocate_score_staging() {

@@ -408,6 +408,24 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
 }
 
+// One block per row, the four sections one after the other (ids within a section are distinct but masked ones,
+// which write the same value).
+__global__ void apply_penalties_kernel(float* logits, const PenaltyRow* rows, const int32_t* ids, const float* values,
+                                       int vocab) {
+  const PenaltyRow row = rows[blockIdx.x];
+  float* l = logits + int64_t{row.logits_row} * vocab;
+  for (int i = row.bias + threadIdx.x; i < row.masked; i += blockDim.x) l[ids[i]] = __fadd_rn(l[ids[i]], values[i]);
+  __syncthreads();
+  for (int i = row.masked + threadIdx.x; i < row.repeated; i += blockDim.x) l[ids[i]] = -INFINITY;
+  __syncthreads();
+  for (int i = row.repeated + threadIdx.x; i < row.subtract; i += blockDim.x) {
+    const float x = l[ids[i]];
+    l[ids[i]] = x > 0 ? __fdiv_rn(x, row.repetition) : __fmul_rn(x, row.repetition);
+  }
+  __syncthreads();
+  for (int i = row.subtract + threadIdx.x; i < row.end; i += blockDim.x) l[ids[i]] = __fsub_rn(l[ids[i]], values[i]);
+}
+
 }  // namespace
 
 cudaError_t score_tokens(float* logprobs, int32_t* ranks, int32_t* top_ids, float* top_logprobs, const float* logits,
@@ -432,6 +450,13 @@ cudaError_t sample_tokens(int32_t* tokens, float* logprobs, const float* logits,
     return launch_failure(cudaErrorInvalidValue, "sample_tokens: workspace smaller than sampling_workspace_bytes");
   sample_kernel<<<rows, kSampleThreads, 0, stream>>>(tokens, logprobs, logits, logits_rows, params, vocab,
                                                       static_cast<float*>(workspace));
+  return cudaGetLastError();
+}
+
+cudaError_t apply_penalties(float* logits, const PenaltyRow* rows, const int32_t* ids, const float* values, int n,
+                            int vocab, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  apply_penalties_kernel<<<n, 256, 0, stream>>>(logits, rows, ids, values, vocab);
   return cudaGetLastError();
 }
 

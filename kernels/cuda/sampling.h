@@ -5,13 +5,12 @@
 // that order is found by a radix descent over the bits of the float32 probabilities (4 passes of 8 bits, counting
 // elements and summing their mass in double per digit), which selects exactly what the sorted walk selects up to
 // the rounding of double sums taken in a different order.
-// Rows needing penalties, logit bias, top logprobs or beam candidates are processed before (penalties) or beside
-// (CPU sampler) this kernel by the runner. score_tokens scores known tokens (a prompt's) under their logits.
+// Penalties and logit bias are applied before it by apply_penalties (the same operations as the CPU's); beam
+// candidates are the CPU sampler's. score_tokens scores known tokens (a prompt's, a sampled row's alternatives).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-
 #include "kernels/cuda/launch.h"
 
 namespace paged::cuda {
@@ -25,6 +24,22 @@ struct SamplingRow {
   uint64_t seed = 0;         // the sequence's seed
   uint64_t index = 0;        // tokens the sequence generated so far: position in its random stream
 };
+
+/// One row's logits processing (paged::PenaltyOps; kernels/cuda/penalty_rows.h packs them) for apply_penalties: its sections of the ids / values arrays,
+/// [bias, masked) bias, [masked, repeated) masked, [repeated, subtract) repeated, [subtract, end) subtracted.
+struct PenaltyRow {
+  int32_t logits_row = 0;
+  float repetition = 1.0f;
+  int32_t bias = 0, masked = 0, repeated = 0, subtract = 0, end = 0;
+};
+
+/// Applies each row's PenaltyOps to its logits row in place, as paged::apply_penalty_ops (its CPU twin) does, with
+/// the same float operations (no contraction). grid (n), one thread block per row; rows name distinct logits rows.
+cudaError_t apply_penalties(float* logits,              // [logits rows][vocab]
+                            const PenaltyRow* rows,     // [n], device memory
+                            const int32_t* ids,         // the rows' sections, each id in [0, vocab)
+                            const float* values,        // parallel to ids (bias and subtract sections)
+                            int n, int vocab, cudaStream_t stream);
 
 /// Workspace bytes sample_tokens needs for `rows` rows of `vocab` logits (one float32 probability per logit).
 size_t sampling_workspace_bytes(int rows, int vocab);

@@ -64,33 +64,46 @@ PromptLogprob score_token(std::span<const float> logits, TokenId token, int num_
   return scored;
 }
 
-void apply_penalties(std::span<float> logits, const SampleSpec& spec) {
+PenaltyOps penalty_ops(const SampleSpec& spec, int vocab) {
   const SamplingParams& p = *spec.params;
-  const auto vocab = static_cast<TokenId>(logits.size());
+  const auto in_vocab = [vocab](TokenId id) { return id >= 0 && id < vocab; };
+  PenaltyOps ops;
   for (const auto& [id, bias] : p.logit_bias)
-    if (id >= 0 && id < vocab) logits[id] += bias;
+    if (in_vocab(id)) ops.bias.emplace_back(id, bias);
   const size_t generated = spec.output ? spec.output->size() : 0;
   if (spec.stop_ids && static_cast<int>(generated) < p.min_tokens)
     for (TokenId id : *spec.stop_ids)
-      if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+      if (in_vocab(id)) ops.masked.push_back(id);
   if (p.repetition_penalty != 1.0f) {
-    std::vector<bool> seen(logits.size(), false);
-    auto mark = [&](const std::vector<TokenId>* ids) {
+    ops.repetition = p.repetition_penalty;
+    std::vector<bool> seen(static_cast<size_t>(vocab), false);
+    for (const std::vector<TokenId>* ids : {spec.prompt, spec.output})
       if (ids)
         for (TokenId id : *ids)
-          if (id >= 0 && id < vocab) seen[id] = true;
-    };
-    mark(spec.prompt);
-    mark(spec.output);
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (seen[i]) logits[i] = logits[i] > 0 ? logits[i] / p.repetition_penalty : logits[i] * p.repetition_penalty;
+          if (in_vocab(id) && !seen[id]) {
+            seen[id] = true;
+            ops.repeated.push_back(id);
+          }
   }
   if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && spec.output) {
     std::unordered_map<TokenId, int> counts;
     for (TokenId id : *spec.output) ++counts[id];
     for (const auto& [id, c] : counts)
-      if (id >= 0 && id < vocab) logits[id] -= p.frequency_penalty * c + p.presence_penalty;
+      if (in_vocab(id)) ops.subtract.emplace_back(id, p.frequency_penalty * c + p.presence_penalty);
   }
+  return ops;
+}
+
+void apply_penalty_ops(std::span<float> logits, const PenaltyOps& ops) {
+  for (const auto& [id, bias] : ops.bias) logits[id] += bias;
+  for (TokenId id : ops.masked) logits[id] = -std::numeric_limits<float>::infinity();
+  for (TokenId id : ops.repeated)
+    logits[id] = logits[id] > 0 ? logits[id] / ops.repetition : logits[id] * ops.repetition;
+  for (const auto& [id, value] : ops.subtract) logits[id] -= value;
+}
+
+void apply_penalties(std::span<float> logits, const SampleSpec& spec) {
+  apply_penalty_ops(logits, penalty_ops(spec, static_cast<int>(logits.size())));
 }
 
 std::vector<SampledToken> sample_logits(std::span<float> logits, const SampleSpec& spec) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "model/sampling/sample.h"
@@ -22,8 +23,24 @@ void log_softmax(std::span<const float> logits, std::vector<float>& out);
 /// cuda::score_tokens (kernels/cuda/sampling.h).
 PromptLogprob score_token(std::span<const float> logits, TokenId token, int num_top);
 
-/// Applies, in vLLM's order, logit_bias, min_tokens masking of `stop_ids`, the repetition penalty (HF: prompt and
-/// output tokens), presence and frequency penalties (output tokens). In place.
+/// A sequence's logits processing as lists, applied in this order (vLLM's): logit_bias adds `bias` values at their
+/// ids, min_tokens masks `masked` ids to -inf, the repetition penalty (HF: each id of prompt and output once) divides
+/// a positive logit by `repetition` and multiplies a negative one, presence and frequency penalties subtract
+/// `subtract` values (frequency x count + presence, one per id of the output). Ids within the vocabulary only. The
+/// one description of the processing, which apply_penalty_ops (CPU) and cuda::apply_penalties (GPU) both apply.
+struct PenaltyOps {
+  std::vector<std::pair<TokenId, float>> bias;
+  std::vector<TokenId> masked;
+  float repetition = 1.0f;
+  std::vector<TokenId> repeated;  // empty when repetition is 1
+  std::vector<std::pair<TokenId, float>> subtract;
+  bool empty() const { return bias.empty() && masked.empty() && repeated.empty() && subtract.empty(); }
+};
+PenaltyOps penalty_ops(const SampleSpec& spec, int vocab);
+/// Applies `ops` to one row of logits, in place.
+void apply_penalty_ops(std::span<float> logits, const PenaltyOps& ops);
+
+/// apply_penalty_ops(logits, penalty_ops(spec, logits.size())).
 void apply_penalties(std::span<float> logits, const SampleSpec& spec);
 
 /// Samples from `logits` (one sequence, vocab entries): penalties, then greedy or temperature / top-k / top-p /

@@ -1,9 +1,9 @@
-// The CUDA runner's sampling of one step whose rows split between the GPU sampler (greedy; with logprob
-// alternatives scored on the GPU after sampling) and the CPU sampler (rows with a penalty, sampled from their
-// downloaded logits): against paged::sample_logits on the runner's own logits (CudaModelRunner::forward of the same
-// step), every CPU row gets exactly its answer, every GPU row its token and, where asked, its alternatives (logprobs
-// within float rounding of the CPU's double sums), whether a few rows go to the CPU (each downloaded alone) or most
-// of them (all downloaded at once).
+// The CUDA runner's sampling of one step whose rows split between the GPU (greedy rows; rows with logits
+// processing alone on their logits row, processed by apply_penalties; logprob alternatives scored after sampling)
+// and the CPU sampler (processed rows shared by two samples, from their downloaded logits): against
+// paged::sample_logits on the runner's own logits (CudaModelRunner::forward of the same step) every sample gets its
+// token, CPU samples exactly their logprobs, GPU samples within float rounding of the CPU's double sums, whether a
+// few rows go to the CPU (each downloaded alone) or most of them (all downloaded at once).
 #include <algorithm>
 
 #include "kernels/cuda/cuda_runner.h"
@@ -15,8 +15,7 @@ using namespace paged;
 using namespace paged::gpu_test;
 using paged::test::chunk_of;
 
-TEST_CASE("a step's CPU-sampled rows get sample_logits of their own logits, the rest the GPU's argmax",
-          "[gpu][runner]") {
+TEST_CASE("a step's samples, on the GPU or the CPU, get sample_logits of the runner's own logits", "[gpu][runner]") {
   require_device();
   ModelConfig cfg;
   cfg.model_type = "llama";
@@ -40,46 +39,71 @@ TEST_CASE("a step's CPU-sampled rows get sample_logits of their own logits, the 
   CudaModelRunner runner(cfg, 11, opt);
   std::mt19937 rng(5);
   const int n = 8;
-  std::vector<std::vector<TokenId>> prompts(n), outputs(n);
+  std::vector<std::vector<TokenId>> prompts(n), outputs(n), stops(n, std::vector<TokenId>{7, 9});
   for (int s = 0; s < n; ++s) {
     prompts[s].resize(3 + 4 * s);
     for (auto& t : prompts[s]) t = static_cast<TokenId>(rng() % cfg.vocab_size);
+    outputs[s] = {prompts[s][0], prompts[s][1], prompts[s][1]};  // repeated, and counted twice
   }
-  SamplingParams greedy, penalised;
+  SamplingParams greedy, processed, sampled;
   greedy.temperature = 0;
-  penalised.temperature = 0;
-  penalised.repetition_penalty = 1.3f;  // logits processing: the CPU sampler's
-  const std::vector<int> scored_rows = {2, 4, 5};  // GPU rows that ask alternatives
-  for (const std::vector<int>& cpu_rows : {std::vector<int>{1, 6}, std::vector<int>{0, 1, 2, 3, 5, 6, 7}}) {
-    INFO(cpu_rows.size() << " rows sampled on the CPU");
+  processed.temperature = 0;
+  processed.repetition_penalty = 1.3f;
+  processed.presence_penalty = 0.5f;
+  processed.frequency_penalty = 0.25f;
+  processed.min_tokens = 8;  // masks the stop ids
+  processed.logit_bias = {{3, 2.5f}, {11, -1.0f}};
+  sampled = processed;
+  sampled.temperature = 0.8f;
+  sampled.top_p = 0.9f;
+  // Rows: 0 greedy; 1 greedy with logprobs; 2 processed; 3 processed and sampled with logprobs; the rows of
+  // `shared` carry two processed samples (the CPU's); the others cycle through the first four kinds.
+  for (const std::vector<int>& shared : {std::vector<int>{5}, std::vector<int>{0, 1, 2, 3, 5, 6, 7}}) {
+    INFO(shared.size() << " rows of two samples (on the CPU)");
     StepBatch step;
     for (int s = 0; s < n; ++s) {
       step.seqs.push_back(chunk_of(s, prompts[s], 0, static_cast<int>(prompts[s].size()), {2 * s, 2 * s + 1}));
-      const bool on_cpu = std::count(cpu_rows.begin(), cpu_rows.end(), s) > 0;
-      SampleSpec spec{.params = on_cpu ? &penalised : &greedy, .prompt = &prompts[s], .output = &outputs[s]};
-      if (on_cpu || std::count(scored_rows.begin(), scored_rows.end(), s)) spec.num_logprobs = 3 + s % 2;
+      SampleSpec spec{.params = &greedy, .seed = 100u + s, .prompt = &prompts[s], .output = &outputs[s],
+                      .stop_ids = &stops[s]};
+      if (std::count(shared.begin(), shared.end(), s)) {
+        spec.params = &processed;
+        spec.num_logprobs = 2;
+        SampleSpec second = spec;
+        second.params = &sampled;
+        second.seed += 1000;
+        step.seqs.back().samples = {spec, second};
+        continue;
+      }
+      const int kind = s % 4;
+      if (kind >= 2) spec.params = kind == 2 ? &processed : &sampled;
+      if (kind == 1 || kind == 3) spec.num_logprobs = 3 + s % 2;
       step.seqs.back().samples = {spec};
     }
     // The same step twice rewrites the same K/V: forward's logits are the ones execute samples from.
-    std::vector<std::vector<float>> logits = runner.forward(step);
+    const std::vector<std::vector<float>> logits = runner.forward(step);
     const StepResult r = runner.execute(step);
     REQUIRE(r.samples.size() == static_cast<size_t>(n));
     for (int s = 0; s < n; ++s) {
-      INFO("row " << s);
-      const SampledToken& got = r.samples[s][0][0];
-      const SampledToken want = sample_logits(logits[s], step.seqs[s].samples[0])[0];
-      const size_t asked = static_cast<size_t>(step.seqs[s].samples[0].num_logprobs);
-      CHECK(got.token == want.token);
-      REQUIRE(got.top_logprobs.size() == asked);
-      REQUIRE(want.top_logprobs.size() == asked);
-      if (std::count(cpu_rows.begin(), cpu_rows.end(), s)) {
-        CHECK(got.logprob == want.logprob);
-        CHECK(got.top_logprobs == want.top_logprobs);
-      } else {
+      const bool on_cpu = std::count(shared.begin(), shared.end(), s) > 0;
+      for (size_t k = 0; k < step.seqs[s].samples.size(); ++k) {
+        INFO("row " << s << " sample " << k);
+        const SampleSpec& spec = step.seqs[s].samples[k];
+        std::vector<float> row = logits[s];
+        const SampledToken want = sample_logits(row, spec)[0];
+        const SampledToken& got = r.samples[s][k][0];
+        const size_t asked = static_cast<size_t>(spec.num_logprobs);
+        CHECK(got.token == want.token);
+        REQUIRE(got.top_logprobs.size() == asked);
+        REQUIRE(want.top_logprobs.size() == asked);
+        if (on_cpu) {
+          CHECK(got.logprob == want.logprob);
+          CHECK(got.top_logprobs == want.top_logprobs);
+          continue;
+        }
         CHECK(got.logprob == Approx(want.logprob).margin(1e-4));
-        for (size_t k = 0; k < asked; ++k) {
-          CHECK(got.top_logprobs[k].first == want.top_logprobs[k].first);
-          CHECK(got.top_logprobs[k].second == Approx(want.top_logprobs[k].second).margin(1e-4));
+        for (size_t a = 0; a < asked; ++a) {
+          CHECK(got.top_logprobs[a].first == want.top_logprobs[a].first);
+          CHECK(got.top_logprobs[a].second == Approx(want.top_logprobs[a].second).margin(1e-4));
         }
       }
     }

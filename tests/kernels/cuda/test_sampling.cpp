@@ -1,7 +1,10 @@
 // sample_tokens against the CPU sampler paged::sample_logits (model/sampler.h): the same random stream, the same
 // cuts, the same token, over flat, peaked, tied and uniform logits.
+#include <bit>
 #include <numeric>
+#include <span>
 
+#include "kernels/cuda/penalty_rows.h"
 #include "kernels/cuda/sampling.h"
 #include "model/sampling/sampler.h"
 #include "tests/kernels/cuda/gpu_test_util.h"
@@ -83,5 +86,55 @@ TEST_CASE("sample_tokens picks the CPU sampler's token", "[gpu][sampling]") {
         CHECK(std::abs(logprobs[r] - want[0].logprob) <= 1e-4f * std::max(1.0f, std::abs(want[0].logprob)));
       }
     }
+  }
+}
+
+TEST_CASE("apply_penalties processes logits bit for bit as apply_penalty_ops", "[gpu][sampling]") {
+  require_device();
+  std::mt19937 rng(12);
+  for (const int vocab : {1000, 32000}) {
+    const int rows = 24;
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (auto& l : logits) l = normal(rng);
+    std::vector<SamplingParams> params(rows);
+    std::vector<std::vector<TokenId>> prompts(rows), outputs(rows), stops(rows);
+    std::vector<cuda::PenaltyRow> packed;
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+    std::vector<float> want = logits;
+    // Row r processes logits row perm[r] (each row once); every fourth row processes nothing.
+    std::vector<int32_t> perm(rows);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int r = 0; r < rows; ++r) {
+      SamplingParams& p = params[r];
+      if (r % 4 != 3) {
+        p.repetition_penalty = r % 3 == 0 ? 1.0f : (r % 2 ? 1.3f : 0.7f);
+        p.presence_penalty = r % 5 == 0 ? 0.0f : 0.4f;
+        p.frequency_penalty = r % 2 ? 0.3f : -0.2f;
+        p.min_tokens = r % 2 ? 10 : 0;
+        for (int b = 0; b < r % 4; ++b) p.logit_bias[static_cast<TokenId>(rng() % vocab)] = normal(rng);
+      }
+      for (int i = 0; i < 50 + r * 7; ++i) prompts[r].push_back(static_cast<TokenId>(rng() % 200));  // repeats
+      for (int i = 0; i < r * 5; ++i) outputs[r].push_back(static_cast<TokenId>(rng() % 100));
+      stops[r] = {1, 2, 2};
+      const SampleSpec spec{.params = &p, .prompt = &prompts[r], .output = &outputs[r], .stop_ids = &stops[r]};
+      const PenaltyOps ops = penalty_ops(spec, vocab);
+      if (r % 4 == 3) CHECK(ops.empty());
+      if (ops.empty()) continue;
+      cuda::append_penalty_row(ops, perm[r], packed, ids, values);
+      apply_penalty_ops(std::span<float>(want.data() + int64_t{perm[r]} * vocab, vocab), ops);
+    }
+    DeviceArray<float> d_logits(logits), d_values(values);
+    DeviceArray<int32_t> d_ids(ids);
+    DeviceArray<cuda::PenaltyRow> d_rows(packed);
+    CUDA_REQUIRE(cuda::apply_penalties(d_logits.get(), d_rows.get(), d_ids.get(), d_values.get(),
+                                       static_cast<int>(packed.size()), vocab, nullptr));
+    const auto got = d_logits.download();
+    size_t differing = 0;
+    for (size_t i = 0; i < got.size(); ++i) differing += std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]);
+    CHECK(differing == 0);
+    CHECK(want != logits);  // something was processed
   }
 }
