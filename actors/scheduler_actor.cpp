@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "actors/actors.h"
 #include "model/scheduling/beam_search.h"
@@ -264,9 +265,9 @@ void beam_step(Self* self, RequestData& r, const std::vector<SeqId>& beam_ids, O
 
 /// Reports to the memory manager, in one message, the KV that the step just returned wrote. First: it decides
 /// copy-on-write by it, so a fork after the step (n > 1, beam search) must find its parent's count up to date, or
-/// the copy of a partly filled block is skipped. Full blocks enter the prefix cache (planned but unwritten tokens
-/// never do: a block must not be found by a prefix hit before its KV exists). Only the tail from the first block
-/// not reported yet travels.
+/// the copy of a partly filled block is skipped. Full blocks enter the prefix cache, those of an admitted chunk
+/// already did when planned (KvCacheManager::register_planned); the report confirms them. Only the tail from the
+/// first block not reported yet travels.
 void report_computed(Self* self) {
   auto& st = self->state;
   const int block_size = st.setup.block_size;
@@ -363,10 +364,14 @@ void dispatch(Self* self, StepPlan plan) {
   auto batch = std::make_shared<StepBatch>();
   StepMsg msg;
   batch->copies = plan.copies;
+  // Sequences that ended after planning lose their chunks (their blocks were freed after the plan); a chunk that
+  // was to read prefix blocks one of those computes them itself.
+  std::unordered_set<SeqId> ended;
+  for (const PlannedChunk& c : plan.chunks)
+    if (!st.seqs.contains(c.id)) ended.insert(c.id);
+  if (!ended.empty()) plan.chunks = drop_ended_chunks(std::move(plan.chunks), ended, st.setup.block_size);
   for (PlannedChunk& c : plan.chunks) {
-    auto it = st.seqs.find(c.id);
-    if (it == st.seqs.end()) continue;  // ended after planning; its blocks were freed after the plan
-    SeqData& s = it->second;
+    SeqData& s = st.seqs.at(c.id);
     RequestData& r = st.requests.at(s.request);
     SeqChunk chunk;
     chunk.seq = s.id;

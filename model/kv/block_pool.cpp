@@ -109,6 +109,15 @@ uint64_t BlockPool::register_content(int32_t block, const BlockContent& content)
   return b.content_id;
 }
 
+void BlockPool::forget(int32_t block) {
+  const Block& b = blocks_.at(block);
+  if (b.ref == 0 || b.content_id == 0) {
+    throw std::logic_error(name_ + " pool: forget() of block " + std::to_string(block) +
+                           ", which is not in use and registered");
+  }
+  unregister(block);
+}
+
 void BlockPool::check_invariants() const {
   auto fail = [&](const std::string& what) { throw std::logic_error(name_ + " pool: " + what); };
   std::vector<char> queued(blocks_.size(), 0);

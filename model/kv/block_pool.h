@@ -2,7 +2,8 @@
 // Pure bookkeeping: no KV data lives here, only which block holds what. Not thread-safe: one owner.
 //
 // A block is in exactly one of three states:
-//   in use      ref >= 1, referenced by block tables; may be registered in the prefix cache (then it is full);
+//   in use      ref >= 1, referenced by block tables; may be registered in the prefix cache (then it is full, or
+//               a planned step fills it: see KvCacheManager::register_planned);
 //   free        ref == 0, not registered: kept in the uncached free queue (FIFO);
 //   cached      ref == 0, registered: kept in the cached LRU queue, least recently freed at the head.
 // Both queues are intrusive doubly-linked lists over the blocks' prev/next indices, so a cached block revived by a
@@ -66,6 +67,9 @@ class BlockPool {
   /// block with the same content if there is one (then `block` stays unregistered, a duplicate), else `block` is
   /// registered under a fresh id. Throws std::logic_error if `block` is registered with other content.
   uint64_t register_content(int32_t block, const BlockContent& content);  // in use -> in use (registered)
+  /// Drops the registration of an in-use block whose content will not be written after all: it is no longer found,
+  /// and goes to the uncached free queue at ref 0. Throws std::logic_error unless the block is in use and registered.
+  void forget(int32_t block);  // in use (registered) -> in use
 
   /// Checks the queues, counts and prefix table against each other; throws std::logic_error naming the first
   /// violation. Ref counts against block tables are the owner's check.

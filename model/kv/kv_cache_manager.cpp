@@ -27,6 +27,10 @@ int KvCacheManager::computed_in(const Sequence& s, size_t index) const {
   return std::clamp(s.num_computed - static_cast<int>(index) * block_size_, 0, block_size_);
 }
 
+int KvCacheManager::held_in(const Sequence& s, size_t index) const {
+  return index < s.content_ids.size() ? block_size_ : computed_in(s, index);
+}
+
 const KvCacheManager::Sequence& KvCacheManager::device_seq(SeqId seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) throw std::out_of_range("unknown sequence " + std::to_string(seq));
@@ -176,11 +180,37 @@ void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, i
     }
   }
   if (!prefix_caching_) return;
-  for (size_t i = s.content_ids.size(); i < static_cast<size_t>(num_computed / block_size_); ++i) {
-    BlockContent content{i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? s.salt : 0,
-                         tokens.subspan(i * block_size_ - tokens_offset, block_size_)};
-    s.content_ids.push_back(device_.register_content(s.blocks[i], content));  // in use -> in use (registered)
+  for (size_t i = s.content_ids.size(); i < static_cast<size_t>(num_computed / block_size_); ++i)
+    register_next(s, tokens.subspan(i * block_size_ - tokens_offset, block_size_));
+}
+
+void KvCacheManager::register_next(Sequence& s, std::span<const TokenId> block_tokens) {
+  const size_t i = s.content_ids.size();
+  BlockContent content{i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? s.salt : 0, block_tokens};
+  s.content_ids.push_back(device_.register_content(s.blocks[i], content));  // in use -> in use (registered)
+}
+
+void KvCacheManager::register_planned(SeqId seq, std::span<const TokenId> tokens, int planned_end) {
+  Sequence& s = device_seq(seq);
+  if (planned_end < 0 || planned_end > static_cast<int>(s.blocks.size()) * block_size_) {
+    throw std::invalid_argument("register_planned(): " + std::to_string(planned_end) + " tokens for sequence " +
+                                std::to_string(seq) + " (table " + std::to_string(s.blocks.size()) + " blocks)");
   }
+  if (!prefix_caching_) return;
+  const size_t full = std::min(static_cast<size_t>(planned_end), tokens.size()) / block_size_;
+  for (size_t i = s.content_ids.size(); i < full; ++i) {
+    register_next(s, tokens.subspan(i * block_size_, block_size_));
+    const int32_t block = s.blocks[i];
+    used_slots_ += block_size_ - filled_[block];  // the planned step fills it
+    filled_[block] = block_size_;
+  }
+}
+
+void KvCacheManager::forget_pending(Sequence& s) {
+  const size_t confirmed = std::min(s.content_ids.size(), static_cast<size_t>(s.num_computed / block_size_));
+  for (size_t i = confirmed; i < s.content_ids.size(); ++i)
+    if (device_.content_id(s.blocks[i]) == s.content_ids[i]) device_.forget(s.blocks[i]);  // not a duplicate
+  s.content_ids.resize(confirmed);
 }
 
 void KvCacheManager::fork(SeqId parent, SeqId child) {
@@ -197,6 +227,7 @@ void KvCacheManager::free(SeqId seq) {
   if (it->second.swapped) {
     for (int32_t block : blocks) cpu_.release(block);  // in use -> free
   } else {
+    forget_pending(it->second);
     // Last block first: the LRU head is evicted first, so a prefix outlives its tail in the cache.
     for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) drop(*b);  // ref -= 1; at 0 -> cached or free
   }
@@ -206,6 +237,7 @@ void KvCacheManager::free(SeqId seq) {
 std::optional<std::vector<BlockPair>> KvCacheManager::swap_out(SeqId seq) {
   Sequence& s = device_seq(seq);
   if (static_cast<int>(s.blocks.size()) > cpu_.num_free()) return std::nullopt;
+  forget_pending(s);
   std::vector<BlockPair> pairs;
   pairs.reserve(s.blocks.size());
   for (int32_t block : s.blocks) pairs.emplace_back(block, cpu_.allocate());  // cpu: free -> in use (ref 1)
@@ -282,16 +314,20 @@ void KvCacheManager::check_invariants() const {
       if (b < 0 || b >= static_cast<int32_t>(refs.size())) fail(who + " holds block id " + std::to_string(b));
       ++refs[b];
       if (s.swapped) continue;
-      expected_filled[b] = std::max(expected_filled[b], computed_in(s, i));
+      expected_filled[b] = std::max(expected_filled[b], held_in(s, i));
       uint64_t registered = device_.content_id(b);
-      bool full_computed = i < s.content_ids.size();
-      if (registered != 0 && (!full_computed || registered != s.content_ids[i])) {
+      bool has_content_id = i < s.content_ids.size();  // computed or pending
+      if (registered != 0 && (!has_content_id || registered != s.content_ids[i])) {
         fail(who + " block " + std::to_string(b) + " is registered with content it does not hold");
       }
     }
-    size_t expected_ids = prefix_caching_ ? static_cast<size_t>(s.num_computed / block_size_) : 0;
-    if (s.content_ids.size() != expected_ids) fail(who + " has " + std::to_string(s.content_ids.size()) +
-                                                   " content ids, expected " + std::to_string(expected_ids));
+    // Computed full blocks have content ids; pending ones may follow (register_planned).
+    const size_t least_ids = prefix_caching_ ? static_cast<size_t>(s.num_computed / block_size_) : 0;
+    const size_t most_ids = prefix_caching_ ? s.blocks.size() : 0;
+    if (s.content_ids.size() < least_ids || s.content_ids.size() > most_ids) {
+      fail(who + " has " + std::to_string(s.content_ids.size()) + " content ids, expected " +
+           std::to_string(least_ids) + " to " + std::to_string(most_ids));
+    }
   }
   auto compare = [&](const BlockPool& pool, const std::vector<int32_t>& refs, const char* tier) {
     for (int32_t b = 0; b < pool.num_blocks(); ++b) {

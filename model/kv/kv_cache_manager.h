@@ -5,6 +5,14 @@
 //
 // Prefix-cache hits are verified token by token against the stored content of every block of the chain (see
 // model/block_pool.h), so a 64-bit hash collision can never hand out wrong KV.
+//
+// Prefix sharing within a step (vLLM V1's rule): a full block enters the prefix cache when a step that computes it
+// is planned (register_planned), not only once that step returned (mark_computed), so sequences admitted in the same
+// step share the blocks of their common prefix. That is sound because a step writes the K/V of all its tokens in a
+// layer before attention reads any (CPU and CUDA runners alike), and a block is findable only while the step that
+// writes it runs before or with any reader: such a pending block is unregistered when its sequence is freed or
+// swapped out before a step reported it computed (the scheduler makes a reader in the same step compute it when
+// the writer's chunk was dropped: drop_ended_chunks in model/scheduling/scheduler_policy.h).
 #pragma once
 
 #include <cstdint>
@@ -37,7 +45,8 @@ struct KvMetrics {
   int64_t swapped_in_blocks = 0;       // cumulative
   int64_t evicted_blocks = 0;          // cumulative: cached device blocks evicted to make room
   int64_t reserved_slots = 0;          // in-use device blocks * block_size (shared blocks once)
-  int64_t used_slots = 0;              // slots of in-use device blocks holding computed KV (shared blocks once)
+  int64_t used_slots = 0;              // slots of in-use device blocks holding computed KV or KV that a planned step
+                                       // writes into a block registered for it (register_planned); shared blocks once
   /// (reserved - used) / reserved; 0 if nothing is reserved.
   double kv_waste() const;
 };
@@ -74,16 +83,24 @@ class KvCacheManager {
   /// `tokens` holds the sequence's tokens from position `tokens_offset` on (a multiple of block_size, at most the
   /// start of the first block not registered yet), so a caller can send only the tail.
   void mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed, int tokens_offset = 0);
+  /// Registers now, before their KV exists, the full blocks of tokens[0, planned_end) that the step being planned
+  /// computes for the device sequence (from its first block without a content id on): a sequence allocated after
+  /// this call finds them and its chunk starts after them. `tokens` holds the sequence's tokens from position 0.
+  /// Such a block is pending until mark_computed covers it; free() or swap_out() before that unregisters it. Counts
+  /// the blocks as used slots. No-op with caching off. Throws std::invalid_argument if the table does not reach
+  /// planned_end.
+  void register_planned(SeqId seq, std::span<const TokenId> tokens, int planned_end);
   /// A new sequence `child` sharing every block of the device sequence `parent` (ref += 1 each), with its computed
   /// length and salt.
   void fork(SeqId parent, SeqId child);
   /// Releases the sequence's blocks (ref -= 1; at 0 registered blocks go to the cached LRU tail, the sequence's last
-  /// block first so that prefixes outlive their tails, others to the free queue). Unknown ids are ignored.
+  /// block first so that prefixes outlive their tails, others to the free queue), its pending blocks unregistered
+  /// first (see register_planned). Unknown ids are ignored.
   void free(SeqId seq);
   /// Moves a device sequence to the CPU tier: returns (device block, cpu block) pairs for the executor to copy, and
   /// releases the device blocks. Shared blocks are not shared on the CPU: every swapped sequence gets its own CPU
   /// copy of each block (simple and correct; a block shared by two swapped sequences costs two CPU blocks).
-  /// nullopt and no change if the CPU pool lacks room.
+  /// Its pending blocks are unregistered (see register_planned). nullopt and no change if the CPU pool lacks room.
   std::optional<std::vector<BlockPair>> swap_out(SeqId seq);
   /// True if swap_in() would succeed and leave the watermark free.
   bool can_swap_in(SeqId seq) const;
@@ -109,7 +126,8 @@ class KvCacheManager {
  private:
   struct Sequence {
     std::vector<int32_t> blocks;       // device block ids, or CPU block ids while swapped
-    std::vector<uint64_t> content_ids; // content id of each registered-or-duplicate full block, a prefix of blocks
+    std::vector<uint64_t> content_ids; // content id of each registered-or-duplicate full block, a prefix of blocks;
+                                       // those from num_computed / block_size on are pending (register_planned)
     int num_computed = 0;              // tokens whose KV a returned step wrote (the scheduler plans ahead of it)
     uint64_t salt = 0;
     bool swapped = false;
@@ -117,6 +135,14 @@ class KvCacheManager {
 
   int blocks_for(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
   int computed_in(const Sequence& s, size_t index) const;
+  // Slots of the sequence's block `index` that hold KV or that a planned step fills: full for a block with a content
+  // id, else computed_in.
+  int held_in(const Sequence& s, size_t index) const;
+  // Unregisters the sequence's pending blocks that it registered itself and drops their content ids.
+  void forget_pending(Sequence& s);
+  // Registers the sequence's next full block (index content_ids.size()), holding `block_tokens`, or records the
+  // content id of the block already holding that content.
+  void register_next(Sequence& s, std::span<const TokenId> block_tokens);
   // The cached device blocks of the longest verified prefix of `tokens`, at most (tokens.size() - 1) / B of them.
   std::vector<int32_t> cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const;
   // Device blocks allocate() would take from the free queues: cached prefix blocks to revive plus new blocks.

@@ -82,11 +82,43 @@ StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const P
     if (!kv.can_allocate(s->tokens, cached + n, s->salt)) break;
     auto hit = kv.allocate(s->id, s->tokens, cached + n, s->salt);
     if (!hit) break;
+    kv.register_planned(s->id, s->tokens, cached + n);  // the sequences admitted after it share its full blocks
     plan.admitted.emplace_back(s->id, *hit);
     schedule(*s, *hit, cached + n - *hit);  // allocate() sized the table for cached + n tokens
     ++active;
   }
   return plan;
+}
+
+std::vector<PlannedChunk> drop_ended_chunks(std::vector<PlannedChunk> chunks, const std::unordered_set<SeqId>& ended,
+                                            int block_size) {
+  const auto blocks_for = [&](int tokens) { return (tokens + block_size - 1) / block_size; };
+  const auto table_part = [](const PlannedChunk& c, int end_block) {
+    return std::min(end_block, static_cast<int>(c.block_table.size()));
+  };
+  std::unordered_set<int32_t> unwritten;  // blocks that a dropped chunk would have written and no kept one writes
+  for (const PlannedChunk& c : chunks) {
+    if (!ended.contains(c.id)) continue;
+    for (int i = c.start_pos / block_size; i < table_part(c, blocks_for(c.start_pos + c.num_tokens)); ++i)
+      unwritten.insert(c.block_table[i]);
+  }
+  std::vector<PlannedChunk> kept;
+  kept.reserve(chunks.size());
+  for (PlannedChunk& c : chunks) {
+    if (ended.contains(c.id)) continue;
+    if (!unwritten.empty()) {
+      for (int i = 0; i < table_part(c, blocks_for(c.start_pos)); ++i) {
+        if (!unwritten.contains(c.block_table[i])) continue;
+        c.num_tokens += c.start_pos - i * block_size;  // it reads block i as computed: it computes it
+        c.start_pos = i * block_size;
+        break;
+      }
+      for (int i = c.start_pos / block_size; i < table_part(c, blocks_for(c.start_pos + c.num_tokens)); ++i)
+        unwritten.erase(c.block_table[i]);
+    }
+    kept.push_back(std::move(c));
+  }
+  return kept;
 }
 
 }  // namespace paged

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_set>
 #include <vector>
 
 #include "model/kv/kv_cache_manager.h"
@@ -60,7 +61,14 @@ struct StepPlan {
 /// room and its token in flight does not end it; else recompute: freed), possibly itself. Then, if nothing was
 /// preempted, swapped sequences oldest first while they fit above the watermark; then, if no sequence is swapped,
 /// waiting sequences FCFS while blocks, budget and max_num_seqs allow (a waiting head that does not fit blocks those
-/// behind it).
+/// behind it). An admitted sequence's full blocks enter the prefix cache as planned (KvCacheManager::register_planned),
+/// so those admitted after it in the same step share its prefix: their chunks start after the shared blocks.
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
+
+/// The chunks of a plan that still run once the sequences in `ended` ended after planning (aborted, stopped), in
+/// plan order. A kept chunk whose table holds, before its start, a block that a dropped chunk would have written (a
+/// prefix shared within the step) starts at that block instead and computes it; later readers read it as planned.
+std::vector<PlannedChunk> drop_ended_chunks(std::vector<PlannedChunk> chunks, const std::unordered_set<SeqId>& ended,
+                                            int block_size);
 
 }  // namespace paged

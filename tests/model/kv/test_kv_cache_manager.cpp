@@ -1,6 +1,6 @@
 // KvCacheManager and BlockPool: deterministic tests of each method, and a seeded property test that runs random
-// operations against a shadow KV cache (one value per slot, a hash of the token prefix) so that prefix hits,
-// copy-on-write and swaps are checked on the data they would move, not only on the bookkeeping.
+// operations against a shadow KV cache (one value per slot, a hash of the token prefix) so that prefix hits (within
+// a step too), copy-on-write and swaps are checked on the data they would move, not only on the bookkeeping.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -9,8 +9,10 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "model/kv/kv_cache_manager.h"
+#include "model/scheduling/scheduler_policy.h"
 #include "model/step.h"
 
 namespace paged {
@@ -437,6 +439,101 @@ TEST_CASE("allocation failures change nothing", "[kv]") {
   kv.check_invariants();
 }
 
+TEST_CASE("48 sequences allocated in one step share the planned blocks of their common prefix", "[kv][share]") {
+  const int B = 4;
+  KvCacheManager kv(options(B, 64, 8));
+  const auto prefix = iota_tokens(3 * B, 100);
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < 48; ++i) prompts.push_back(concat(prefix, iota_tokens(1 + i % 3, 1000 + 10 * i)));
+  for (SeqId id = 1; id <= 48; ++id) {  // one plan: allocations and registrations, nothing computed yet
+    const auto& p = prompts[id - 1];
+    const int size = static_cast<int>(p.size());
+    REQUIRE(kv.allocate(id, p, size) == (id == 1 ? 0 : 3 * B));
+    kv.register_planned(id, p, size);
+    CHECK(kv.num_computed(id) == (id == 1 ? 0 : 3 * B));
+  }
+  for (SeqId id = 2; id <= 48; ++id) {
+    INFO("sequence " << id);
+    for (int i = 0; i < 3; ++i) CHECK(kv.block_table(id)[i] == kv.block_table(1)[i]);
+    CHECK(kv.block_table(id)[3] != kv.block_table(1)[3]);
+  }
+  KvMetrics m = kv.metrics();
+  CHECK(m.prefix_hit_tokens == 47 * 3 * B);
+  CHECK(m.device_free == 64 - (3 + 48));  // the prefix once, a private tail block each
+  kv.check_invariants();
+  for (SeqId id = 1; id <= 48; ++id) {  // the step returned
+    const auto& p = prompts[id - 1];
+    kv.mark_computed(id, p, static_cast<int>(p.size()));
+  }
+  kv.check_invariants();
+  for (SeqId id = 1; id <= 48; ++id) kv.free(id);
+  kv.check_invariants();
+  m = kv.metrics();
+  CHECK(m.device_free == 64);
+  CHECK(m.device_cached == 3);  // only the prefix blocks are full
+  CHECK(m.reserved_slots == 0);
+  CHECK(m.used_slots == 0);
+  CHECK(kv.cached_prefix_tokens(concat(prefix, {7})) == 3 * B);
+}
+
+TEST_CASE("a planned block is found only while the step that writes it can still run", "[kv][share]") {
+  const int B = 4;
+  KvCacheManager kv(options(B, 32, 16));
+  const auto prefix = iota_tokens(3 * B, 100);
+  const auto writer = concat(prefix, {1, 2}), reader = concat(prefix, {3});
+  const auto probe = concat(prefix, {9});
+  REQUIRE(kv.allocate(1, writer, 14) == 0);
+  kv.register_planned(1, writer, 14);
+  REQUIRE(kv.allocate(2, reader, 13) == 3 * B);
+  const auto shared = kv.block_table(2);
+  kv.check_invariants();
+  CHECK_THROWS_AS(kv.register_planned(2, reader, 17), std::invalid_argument);  // beyond its table
+
+  SECTION("writer freed before its step reported (abort, recompute): unregistered") {
+    kv.free(1);
+    CHECK(kv.cached_prefix_tokens(probe) == 0);
+    CHECK(kv.block_table(2) == shared);  // the reader keeps its blocks (a step computes them: drop_ended_chunks)
+    kv.check_invariants();
+    kv.free(2);
+    CHECK(kv.metrics().device_free == 32);
+    CHECK(kv.metrics().device_cached == 0);  // nothing is registered
+  }
+  SECTION("writer's step reported: the blocks stay cached after both end") {
+    kv.mark_computed(1, writer, 14);
+    kv.free(1);
+    kv.free(2);
+    CHECK(kv.cached_prefix_tokens(probe) == 3 * B);
+    CHECK(kv.metrics().device_cached == 3);
+  }
+  SECTION("writer swapped out before its step reported: unregistered until swapped in") {
+    REQUIRE(kv.swap_out(1));
+    CHECK(kv.cached_prefix_tokens(probe) == 0);
+    kv.check_invariants();
+    REQUIRE(kv.swap_in(1));
+    kv.mark_computed(1, writer, 14);  // a step after the swap-in reported from position 0
+    CHECK(kv.cached_prefix_tokens(probe) == 3 * B);
+    REQUIRE(kv.allocate(3, probe, 13) == 3 * B);
+    CHECK(kv.block_table(3)[0] == kv.block_table(1)[0]);
+    CHECK(kv.block_table(3)[0] != shared[0]);
+    kv.check_invariants();
+  }
+  SECTION("a fork shares the pending ids: whichever ends first unregisters them") {
+    kv.fork(1, 3);
+    kv.free(3);
+    CHECK(kv.cached_prefix_tokens(probe) == 0);
+    kv.check_invariants();
+    kv.mark_computed(1, writer, 14);
+    kv.free(1);
+    CHECK(kv.cached_prefix_tokens(probe) == 0);
+  }
+  kv.check_invariants();
+  KvCacheManager off(options(B, 8, 0, 0.0, false));
+  REQUIRE(off.allocate(1, writer, 14) == 0);
+  off.register_planned(1, writer, 14);
+  CHECK(off.cached_prefix_tokens(probe) == 0);
+  off.check_invariants();
+}
+
 // ---- property test ----------------------------------------------------------------------------------------------
 
 namespace {
@@ -489,7 +586,7 @@ class Simulation {
   void step() {
     int op = rng_.below(100);
     bool crowded = live_.size() > 14;
-    if (op < (crowded ? 8 : 22)) admit();
+    if (op < (crowded ? 8 : 22)) rng_.chance(30) ? plan_admissions() : admit();
     else if (op < 62) append();
     else if (op < 69) fork();
     else if (op < (crowded ? 86 : 78)) finish();
@@ -555,7 +652,8 @@ class Simulation {
     m.computed = to;
   }
 
-  void admit() {
+  // A new sequence: a template, a finished sequence's tokens or nothing, then random tokens.
+  Model new_prompt() {
     Model m;
     m.salt = rng_.chance(20) ? 1 : 0;
     std::vector<TokenId> prompt;
@@ -565,6 +663,62 @@ class Simulation {
     for (int i = 0, n = rng_.below(3 * B); i < n; ++i) prompt.push_back(random_token());
     if (prompt.empty()) prompt.push_back(random_token());
     for (TokenId t : prompt) m.push(t);
+    return m;
+  }
+
+  // One step's admissions with prefix sharing within the step: up to four prompts allocated and registered as
+  // planned, some of them freed (aborted) before the step ran; then the step: the kept chunks (drop_ended_chunks)
+  // write their KV, and every kept sequence must hold its own KV at every position, shared ones included.
+  void plan_admissions() {
+    ++performed_;
+    std::vector<PlannedChunk> chunks;
+    for (int k = 0, n = 1 + rng_.below(4); k < n; ++k) {
+      Model m = new_prompt();
+      if (k > 0 && rng_.chance(50)) {  // the step's first prompt, cut, then tokens of its own: a shared prefix
+        const Model& first = live_.at(chunks[0].id);
+        m = Model{.salt = first.salt};
+        for (int i = 0, cut = 1 + rng_.below(static_cast<int>(first.tokens.size())); i < cut; ++i)
+          m.push(first.tokens[i]);
+        for (int i = 0, more = rng_.below(2 * B); i < more; ++i) m.push(random_token());
+      }
+      const int size = static_cast<int>(m.tokens.size());
+      if (!kv_.can_allocate(m.tokens, size, m.salt)) break;
+      const SeqId id = next_id_++;
+      const auto cached = kv_.allocate(id, m.tokens, size, m.salt);
+      REQUIRE(cached.has_value());
+      kv_.register_planned(id, m.tokens, size);
+      if (*cached > 0) count("planned hit");
+      chunks.push_back({id, *cached, size - *cached, true, kv_.block_table(id)});
+      m.computed = *cached;
+      live_.emplace(id, std::move(m));
+    }
+    std::unordered_set<SeqId> ended;
+    for (const PlannedChunk& c : chunks)
+      if (rng_.chance(25)) ended.insert(c.id);
+    for (SeqId id : ended) {
+      kv_.free(id);
+      live_.erase(id);
+      count("planned then freed");
+    }
+    kv_.check_invariants();
+    const auto kept = drop_ended_chunks(chunks, ended, B);
+    for (const PlannedChunk& c : kept) {  // all writes of the step, then the reads (verify)
+      const Model& m = live_.at(c.id);
+      if (c.start_pos < m.computed) count("reader computes a dropped writer's blocks");
+      for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p) device_[kv_slot(c.block_table, p, B)] = m.kv[p];
+    }
+    for (const PlannedChunk& c : kept) {
+      Model& m = live_.at(c.id);
+      kv_.mark_computed(c.id, m.tokens, static_cast<int>(m.tokens.size()));
+      m.computed = static_cast<int>(m.tokens.size());
+      verify(c.id);
+    }
+    count("planned step");
+  }
+
+  void admit() {
+    Model m = new_prompt();
+    const std::vector<TokenId> prompt = m.tokens;
     const int size = static_cast<int>(prompt.size());
     const int hold = rng_.chance(25) ? 1 + rng_.below(size) : size;  // a first prefill chunk or the whole prompt
 
@@ -732,7 +886,11 @@ TEST_CASE("property: 100,000 random operations keep every invariant and every se
   at_least("free", 5000);
   at_least("swap-out", 2000);
   at_least("swap-in", 1000);
+  at_least("planned step", 1000);
+  at_least("planned then freed", 300);
   if (caching) {
+    at_least("planned hit", 500);
+    at_least("reader computes a dropped writer's blocks", 20);
     at_least("prefix hit", 2000);
     at_least("allocate evicted", 500);
   }

@@ -348,3 +348,120 @@ TEST_CASE("admission starts after the cached prefix, and the chunk covers only t
   CHECK(kv.metrics().prefix_hit_tokens == 8);
   kv.check_invariants();
 }
+
+namespace {
+
+// 48 waiting sequences (ids 1..48, FCFS in id order): a common prefix of three blocks of 4 and 1 to 4 tokens each.
+std::vector<PlanSeq> shared_prefix_requests(int count) {
+  std::vector<PlanSeq> seqs;
+  for (int i = 0; i < count; ++i) {
+    PlanSeq s = waiting(i + 1, i, 0);
+    s.tokens = tokens_for(99, 12);
+    for (int k = 0; k <= i % 4; ++k) s.tokens.push_back(static_cast<TokenId>(5000 + 10 * i + k));
+    s.num_tokens = static_cast<int>(s.tokens.size());
+    seqs.push_back(std::move(s));
+  }
+  return seqs;
+}
+
+int planned_tokens(const StepPlan& plan) {
+  int n = 0;
+  for (const auto& c : plan.chunks) n += c.num_tokens;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("48 prompts with a common prefix admitted in one step compute it once and read its blocks",
+          "[policy][share]") {
+  const auto seqs = shared_prefix_requests(48);
+  int tails = 0;
+  for (const auto& s : seqs) tails += s.num_tokens - 12;
+
+  auto kv = make_kv(128, 0, true);
+  const StepPlan plan = plan_step(kv, seqs, limits(64, 2048));
+  REQUIRE(plan.chunks.size() == 48);
+  const PlannedChunk& first = plan.chunks[0];
+  CHECK(first.id == 1);
+  CHECK(first.start_pos == 0);
+  CHECK(first.num_tokens == seqs[0].num_tokens);
+  for (size_t i = 1; i < plan.chunks.size(); ++i) {
+    const PlannedChunk& c = plan.chunks[i];
+    INFO("chunk " << i);
+    CHECK(c.start_pos == 12);
+    CHECK(c.num_tokens == seqs[i].num_tokens - 12);
+    CHECK(std::equal(first.block_table.begin(), first.block_table.begin() + 3, c.block_table.begin()));
+    CHECK(c.block_table[3] != first.block_table[3]);
+    CHECK(plan.admitted[i] == std::pair<SeqId, int>{c.id, 12});
+  }
+  CHECK(planned_tokens(plan) == 12 + tails);
+  CHECK(kv.metrics().prefix_hit_tokens == 47 * 12);
+  CHECK(kv.metrics().device_free == 128 - 3 - 48);
+  kv.check_invariants();
+  for (const auto& s : seqs) kv.mark_computed(s.id, s.tokens, s.num_tokens);  // the step returned
+  for (const auto& s : seqs) kv.free(s.id);
+  kv.check_invariants();
+  CHECK(kv.metrics().device_free == 128);
+  CHECK(kv.metrics().used_slots == 0);
+
+  auto off = make_kv(256, 0, false);
+  CHECK(planned_tokens(plan_step(off, seqs, limits(64, 2048))) == 48 * 12 + tails);
+}
+
+TEST_CASE("a writer that ends before its step ran: a reader of the same step computes the shared blocks, and no "
+          "later request finds them", "[policy][share]") {
+  const auto seqs = shared_prefix_requests(3);
+  auto kv = make_kv(32, 0, true);
+  StepPlan plan = plan_step(kv, seqs, limits(8, 100));
+  REQUIRE(planned_tokens(plan) == 13 + 2 + 3);
+  kv.free(1);  // aborted after planning, before the step was sent
+
+  const auto kept = drop_ended_chunks(plan.chunks, {1}, 4);
+  REQUIRE(kept.size() == 2);
+  CHECK(kept[0].id == 2);
+  CHECK(kept[0].start_pos == 0);  // it computes the prefix the dropped chunk was to compute
+  CHECK(kept[0].num_tokens == 14);
+  CHECK(kept[0].block_table == plan.chunks[1].block_table);
+  CHECK(kept[0].sample);
+  CHECK(kept[1].id == 3);
+  CHECK(kept[1].start_pos == 12);  // it reads the prefix as planned
+  CHECK(kept[1].num_tokens == 3);
+  CHECK(drop_ended_chunks(plan.chunks, {}, 4).size() == 3);
+  CHECK(drop_ended_chunks(plan.chunks, {3}, 4)[1].start_pos == 12);  // nobody read the dropped chunk's blocks
+
+  // The next plan: the prefix blocks were never registered as computed, so a new request computes them itself.
+  PlanSeq late = seqs[0];
+  late.id = 4;
+  late.arrival = 3;
+  const StepPlan next = plan_step(kv, {late}, limits(8, 100));
+  CHECK(next.admitted == std::vector<std::pair<SeqId, int>>{{4, 0}});
+  kv.check_invariants();
+  for (SeqId id : {2, 3, 4}) kv.free(id);
+  kv.check_invariants();
+  CHECK(kv.metrics().device_free == 32);
+}
+
+TEST_CASE("swapping out the readers of a planned prefix keeps it registered for its writer's step", "[policy][share]") {
+  // Plan 1 admits three sharers (6 blocks: the pool). Plan 2, made while step 1 runs, swaps the two readers out so
+  // that the writer can grow; the prefix stays findable (step 1 writes it), and the pool drains once all end.
+  const auto seqs = shared_prefix_requests(3);
+  auto kv = make_kv(6, 8, true);
+  const StepPlan first = plan_step(kv, seqs, limits(8, 100));
+  REQUIRE(first.chunks.size() == 3);
+  REQUIRE(kv.metrics().device_free == 0);
+  std::vector<PlanSeq> now;
+  for (const auto& c : first.chunks) {
+    const int end = c.start_pos + c.num_tokens;
+    now.push_back(running(c.id, c.id - 1, end, end + 1));
+  }
+  now[0].num_tokens += 8;  // the writer has 8 more prompt tokens: two new blocks
+  const StepPlan second = plan_step(kv, now, limits(8, 100, PreemptionMode::swap));
+  CHECK(second.preempted_swap == std::vector<SeqId>{3, 2});
+  CHECK(chunk_ids(second) == std::vector<SeqId>{1});
+  CHECK(kv.cached_prefix_tokens(seqs[2].tokens) == 12);
+  kv.check_invariants();
+  for (SeqId id : {1, 2, 3}) kv.free(id);
+  kv.check_invariants();
+  CHECK(kv.metrics().device_free == 6);
+  CHECK(kv.metrics().cpu_free == 8);
+}
