@@ -189,6 +189,30 @@ PY
 )
     add_row "stories-distill-9M greedy on CUDA vs HF float32, $mode" "${result%%|*}" "${result#*|}"
   done
+  # Prefix sharing within a step on CUDA: the prompts behind one long common prefix, all in one batch, with the
+  # prefix cache (shared blocks, the prefix computed once) and without; the two runs' greedy outputs must agree as
+  # closely as two batch shapes of bf16 do (wrong KV would make them diverge at once).
+  python3 -c 'import json, sys
+prefix = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big tree with a swing. "
+for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": prefix + c["prompt"]}))' "$G" >"$LOG_DIR/shared.jsonl"
+  "$BIN/paged" generate --prompts-file "$LOG_DIR/shared.jsonl" "${greedy[@]}" --stats >"$LOG_DIR/shared_on.json" \
+    2>"$LOG_DIR/shared_on.err"
+  "$BIN/paged" generate --prompts-file "$LOG_DIR/shared.jsonl" "${greedy[@]}" --no-enable-prefix-caching --stats \
+    >"$LOG_DIR/shared_off.json" 2>"$LOG_DIR/shared_off.err"
+  result=$(python3 - "$LOG_DIR/shared_on.json" "$LOG_DIR/shared_off.json" <<'PY'
+import json, sys
+on, off = ([json.loads(l) for l in open(p) if l.startswith("{") and "outputs" in l] for p in sys.argv[1:3])
+def prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+    return n
+m = [prefix(a["outputs"][0]["token_ids"], b["outputs"][0]["token_ids"]) for a, b in zip(on, off)]
+ok = len(m) == 12 and sum(m) / len(m) >= 58
+print(("PASS" if ok else "FAIL") + f"|mean matched prefix {sum(m) / max(1, len(m)):.1f} of 64 on {len(m)} prompts")
+PY
+)
+  add_row "prefix sharing in one step on CUDA: cache on vs off, distill-9M" "${result%%|*}" \
+    "${result#*|}; $(grep -ho '"prompt_tokens_computed":[0-9]*' "$LOG_DIR/shared_on.json" "$LOG_DIR/shared_off.json" | paste -sd ' ' -)"
 fi
 if wanted serve; then
   # Serving over HTTP on the Llama-3-8B shape: `paged bench serve` against `paged serve`, 400 ShareGPT-like
