@@ -6,31 +6,12 @@
 #include "kernels/cuda/cuda_runner.h"
 #include "model/sampling/sampler.h"
 #include "tests/kernels/cuda/gpu_test_util.h"
+#include "tests/kernels/cuda/small_llama.h"
 #include "tests/kernels/step_chunks.h"
 
 using namespace paged;
 using namespace paged::gpu_test;
 using paged::test::chunk_of;
-
-namespace {
-
-ModelConfig small_llama() {
-  ModelConfig c;
-  c.model_type = "llama";
-  c.hidden_size = 256;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.intermediate_size = 512;
-  c.vocab_size = 1000;
-  c.max_position_embeddings = 256;
-  c.rms_norm_eps = 1e-5;
-  c.torch_dtype = "bfloat16";
-  return c;
-}
-
-}  // namespace
 
 TEST_CASE("the CUDA runner's prompt logprobs equal its own logits over each prefix", "[gpu][runner]") {
   require_device();

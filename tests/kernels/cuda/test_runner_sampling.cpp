@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_runner.h"
 #include "model/sampling/sampler.h"
 #include "tests/kernels/cuda/gpu_test_util.h"
+#include "tests/kernels/cuda/small_llama.h"
 #include "tests/kernels/step_chunks.h"
 
 using namespace paged;
@@ -17,18 +18,7 @@ using paged::test::chunk_of;
 
 TEST_CASE("a step's samples, on the GPU or the CPU, get sample_logits of the runner's own logits", "[gpu][runner]") {
   require_device();
-  ModelConfig cfg;
-  cfg.model_type = "llama";
-  cfg.hidden_size = 256;
-  cfg.num_layers = 2;
-  cfg.num_heads = 4;
-  cfg.num_kv_heads = 2;
-  cfg.head_dim = 64;
-  cfg.intermediate_size = 512;
-  cfg.vocab_size = 1000;
-  cfg.max_position_embeddings = 256;
-  cfg.rms_norm_eps = 1e-5;
-  cfg.torch_dtype = "bfloat16";
+  const ModelConfig cfg = small_llama();
   CudaRunnerOptions opt;
   opt.block_size = 16;
   opt.num_blocks = 64;
