@@ -99,6 +99,9 @@ struct SchedulerSetup {
   int max_model_len = 0;
   int block_size = 16;
   std::vector<caf::actor> executors;   // one per tensor-parallel rank; rank 0 returns the samples
+  /// With one executor: send step N+1 as soon as it is planned, before step N returned, its sequences' newest
+  /// tokens deferred to the executor (SeqChunk::last_token_deferred); else N+1 waits for N's results.
+  bool async_scheduling = true;
   MemoryManager memory_manager;
   ReplicaMetricsWriter metrics{nullptr, nullptr};  // the replica's figures and the engine's totals
 };

@@ -247,6 +247,7 @@ void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_swap_blocks
   setup.max_model_len = max_model_len;
   setup.block_size = config.block_size;
   setup.executors = r.executors;
+  setup.async_scheduling = config.async_scheduling;
   setup.memory_manager = r.memory_manager;
   setup.metrics = writer;
   r.scheduler = spawn_scheduler(*system, setup);

@@ -38,6 +38,9 @@ struct EngineConfig {
   int max_num_batched_tokens = 2048;    // per-step token budget (prefill chunks + decodes)
   std::optional<int> max_model_len;     // default: the model's max positions
   bool enable_prefix_caching = true;
+  /// Two steps in flight on a replica of one executor (vLLM's --async-scheduling): step N+1 goes to the executor
+  /// before N returned, so the host work between steps overlaps the device's.
+  bool async_scheduling = true;
   PreemptionMode preemption_mode = PreemptionMode::recompute;
   int tensor_parallel_size = 1;
   int max_waiting_requests = 4096;      // submit() beyond this throws EngineOverloaded (generate() is not limited)

@@ -7,6 +7,7 @@
 
 #include "actors/step_wire.h"
 #include "actors/tls.h"
+#include "model/deferred_tokens.h"
 #include "model/loader/config.h"
 #include "model/step_check.h"
 
@@ -18,6 +19,7 @@ namespace {
 struct ExecutorState {
   std::shared_ptr<ModelRunner> runner;
   std::shared_ptr<void> group;
+  DeferredTokens deferred;  // what the last step sampled, for a step sent before it returned
 };
 
 // The answer of a runner call, or what it threw as an error reply: a runner that throws (a GPU error, kv_slot's
@@ -31,10 +33,27 @@ caf::result<std::invoke_result_t<Call>> guarded(Call&& call) {
   }
 }
 
+// `batch` run on `runner`, its deferred tokens first filled in from the step before (which `deferred` remembers,
+// and then this one's samples; nothing after a failure, so a later deferred step is refused).
+caf::expected<StepResult> run_step(ModelRunner& runner, DeferredTokens& deferred, StepBatch& batch) {
+  const std::optional<FieldError> unresolved = deferred.resolve(batch);
+  deferred.remember({});
+  if (unresolved) return make_error(ExecutorError::invalid_step, unresolved->describe());
+  try {
+    StepResult result = runner.execute(batch);
+    deferred.remember(result);
+    return result;
+  } catch (const std::exception& e) {
+    return make_error(ExecutorError::runner_failed, e.what());
+  }
+}
+
 // The step and swap handlers, over the runner the state holds when a message arrives.
 caf::message_handler runner_handlers(std::shared_ptr<ExecutorState> st) {
   return {
-      [st](step_atom, const StepMsg& msg) { return guarded([&] { return st->runner->execute(*msg.batch); }); },
+      [st](step_atom, const StepMsg& msg) -> caf::result<StepResult> {
+        return run_step(*st->runner, st->deferred, *msg.batch);
+      },
       [st](swap_out_atom, const std::vector<BlockPair>& pairs) {
         return guarded([&] {
           st->runner->swap_out(pairs);
@@ -58,6 +77,7 @@ struct WorkerState {
   StepLimits limits;
   caf::actor head;  // the proxy of the engine served, which said hello (monitored); null: none
   WireDecoder decoder;
+  DeferredTokens deferred;
 };
 
 // How long a second engine's hello waits for the engine served to answer that it is still there: longer than the
@@ -81,6 +101,7 @@ std::optional<caf::error> foreign_sender(caf::event_based_actor* self, const Wor
 void serve(caf::event_based_actor* self, WorkerState& st, const caf::actor& head) {
   st.head = head;
   st.decoder.reset();
+  st.deferred.remember({});
   self->monitor(head);
 }
 
@@ -162,8 +183,9 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
         auto decoded = st->decoder.decode(std::get<WireStep>(std::move(wire)));
         if (const auto* bad = std::get_if<FieldError>(&decoded))
           return make_error(ExecutorError::invalid_step, bad->describe());
-        const StepBatch& batch = std::get<StepBatch>(decoded);
-        return guarded([&] { return PackedResult{pack_result(st->runner->execute(batch))}; });
+        caf::expected<StepResult> result = run_step(*st->runner, st->deferred, std::get<StepBatch>(decoded));
+        if (!result) return std::move(result.error());
+        return PackedResult{pack_result(*result)};
       },
       [self, st](swap_out_atom, const std::vector<BlockPair>& pairs) {
         return checked_swap(self, *st, pairs, PairOrder::swap_out);

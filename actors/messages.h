@@ -61,7 +61,8 @@ caf::error make_error(ExecutorError code, std::string message);
 /// holds until every executor has finished the step. In-process only: the proxy of a remote executor sends the
 /// step on as a PackedStep (actors/step_wire.h).
 struct StepMsg {
-  std::shared_ptr<const StepBatch> batch;
+  /// Read by every executor of a replica; the one executor of a step with deferred tokens fills them in place.
+  std::shared_ptr<StepBatch> batch;
   std::vector<std::shared_ptr<const void>> keep_alive;
 };
 

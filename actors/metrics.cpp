@@ -164,6 +164,8 @@ std::string Metrics::prometheus() const {
   gauge("request_aborted_total", "Requests aborted.", requests_aborted, "counter");
   gauge("request_moved_total", "Requests moved to another replica when theirs was lost.", requests_moved, "counter");
   gauge("engine_steps_total", "Engine steps executed.", steps, "counter");
+  gauge("engine_steps_deferred_total", "Steps sent before the step ahead of them returned (async scheduling).",
+        steps_deferred, "counter");
   gauge("cuda_graphs_captured_total", "CUDA graphs captured (each decode shape on its first step).", graphs_captured,
         "counter");
   out << "# HELP paged_cuda_graph_capture_seconds_total Time spent capturing CUDA graphs.\n"

@@ -53,7 +53,9 @@ struct Metrics {
   Counter requests_finished{0}, requests_aborted{0};
   Counter requests_moved{0};               // moved to another replica when theirs was lost
   Counter steps{0};
-  Counter step_time_us{0};                 // summed time from sending a step to the executors to all replies
+  Counter steps_deferred{0};               // sent before the step ahead of them returned (two steps in flight)
+  Counter step_time_us{0};                 // summed steps' times: to all replies, from when it was sent or the
+                                           // results of the step ahead of it came, whichever is later
   Counter graphs_captured{0}, graph_capture_us{0};  // CUDA graphs this process's runners captured, and the time
   Gauge peak_running_seqs{0};
   Gauge engine_ready{0};                   // 1 while the engine takes requests (a replica's: while it serves)

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -28,7 +29,8 @@ struct SeqData {
                           // was planned, which may have dropped a report in flight: the next report starts at 0
   PlanSeq::Phase phase = PlanSeq::Phase::waiting;
   bool swapping_in = false;
-  bool pending = false;                             // a token of this sequence is being sampled in flight
+  int pending = 0;        // tokens of this sequence being sampled by steps in flight (two with async scheduling)
+  uint64_t output_read_by = 0;  // the newest step sent with a sample of it, which reads *output (copy on write)
   double cumulative_logprob = 0.0;
   std::optional<std::vector<SampledToken>> beam_candidates;  // beam search: this step's offers, until all beams have
 };
@@ -61,14 +63,21 @@ struct SchedulerState {
   SeqId next_seq = 1;
   uint64_t next_arrival = 0;
 
-  bool step_running = false;
+  /// A step sent to the executors whose results are not handled yet; at most two, oldest first.
+  struct InFlight {
+    uint64_t id = 0;
+    std::vector<StepResult> partial_results;          // replies of the executors so far
+    std::vector<std::pair<SeqId, int>> ends;          // (sequence, tokens cached once the step is done)
+    std::chrono::steady_clock::time_point sent;       // when it went to the executors
+    StepKind kind = StepKind::decode;                  // its kind and tokens (the step profile)
+    int tokens = 0;
+    bool forks = false;                                // some sequence forks on its result: plan after it
+  };
+  std::deque<InFlight> in_flight;
+  uint64_t steps_sent = 0, steps_done = 0;            // ids of the newest step sent and handled
+  std::chrono::steady_clock::time_point last_result;  // when the previous step's results came
   bool plan_requested = false;
   std::optional<StepPlan> next_plan;
-  std::vector<StepResult> partial_results;          // replies of the executors for the running step
-  std::vector<std::pair<SeqId, int>> step_ends;     // (sequence, tokens cached once the running step is done)
-  std::chrono::steady_clock::time_point step_sent;  // when the running step went to the executors
-  StepKind step_kind = StepKind::decode;             // and its kind and tokens (the step profile)
-  int step_tokens = 0;
   std::vector<caf::response_promise> drain_waiters;
   std::vector<SeqId> finished_since_step;           // freed since the last dispatch: StepBatch::finished
 
@@ -82,6 +91,12 @@ struct SchedulerState {
     std::vector<TokenId> t(*r.spec.prompt);
     t.insert(t.end(), s.output->begin(), s.output->end());
     return t;
+  }
+  /// Appends `token` to the output of `s`; a step still in flight that reads that output (from an executor's
+  /// thread) keeps the ids it was sent with: the sequence takes a copy first.
+  void append_output(SeqData& s, TokenId token) const {
+    if (s.output_read_by > steps_done) s.output = std::make_shared<std::vector<TokenId>>(*s.output);
+    s.output->push_back(token);
   }
 };
 
@@ -241,7 +256,7 @@ void beam_step(Self* self, RequestData& r, const std::vector<SeqId>& beam_ids, O
       }
     for (size_t i = 0; i < child_ids.size(); ++i) {
       SeqData& s = st.seqs.at(child_ids[i]);
-      s.output->push_back(decision.children[i].token);
+      st.append_output(s, decision.children[i].token);
       s.cumulative_logprob = decision.children[i].cumulative_logprob;
       s.beam_candidates.reset();
     }
@@ -268,11 +283,11 @@ void beam_step(Self* self, RequestData& r, const std::vector<SeqId>& beam_ids, O
 /// the copy of a partly filled block is skipped. Full blocks enter the prefix cache, those of an admitted chunk
 /// already did when planned (KvCacheManager::register_planned); the report confirms them. Only the tail from the
 /// first block not reported yet travels.
-void report_computed(Self* self) {
+void report_computed(Self* self, const std::vector<std::pair<SeqId, int>>& step_ends) {
   auto& st = self->state;
   const int block_size = st.setup.block_size;
   std::vector<ComputedKv> reports;
-  for (const auto& [id, end] : st.step_ends) {
+  for (const auto& [id, end] : step_ends) {
     auto it = st.seqs.find(id);
     if (it == st.seqs.end() || it->second.phase != PlanSeq::Phase::running) continue;
     SeqData& s = it->second;
@@ -284,13 +299,12 @@ void report_computed(Self* self) {
     report.num_computed = end;
     s.num_reported = end;
   }
-  st.step_ends.clear();
   if (!reports.empty()) self->send(st.setup.memory_manager, computed_atom::value, std::move(reports));
 }
 
-void handle_results(Self* self, const StepResult& res) {
+void handle_results(Self* self, const SchedulerState::InFlight& step, const StepResult& res) {
   auto& st = self->state;
-  report_computed(self);
+  report_computed(self, step.ends);
   // Before the step's tokens: the request actor has a prompt's scores by the time its first token comes.
   for (const ChunkPromptLogprobs& scored : res.prompt_logprobs) {
     auto it = st.seqs.find(scored.seq);
@@ -302,7 +316,7 @@ void handle_results(Self* self, const StepResult& res) {
     auto it = st.seqs.find(res.seqs[i]);
     if (it == st.seqs.end()) continue;  // aborted or ended while in flight
     SeqData& s = it->second;
-    s.pending = false;
+    s.pending = std::max(0, s.pending - 1);
     RequestData& r = st.requests.at(s.request);
     const auto& samples = res.samples[i];
     if (r.beam) {
@@ -321,7 +335,7 @@ void handle_results(Self* self, const StepResult& res) {
     }
     for (auto& [sid, tok] : appended) {
       SeqData& q = st.seqs.at(sid);
-      q.output->push_back(tok.token);
+      st.append_output(q, tok.token);
       q.cumulative_logprob += tok.logprob;
       SeqOutput out;
       out.index = q.index;
@@ -359,6 +373,10 @@ bool forks_on_result(const SchedulerState& st, const StepPlan& plan) {
   return false;
 }
 
+void on_step_result(Self* self, uint64_t id, StepResult r);
+
+/// Sends the step `plan` describes to the executors. With a step in flight (async scheduling), a sequence that
+/// samples there and runs on here goes with its newest token deferred: the executor fills it in.
 void dispatch(Self* self, StepPlan plan) {
   auto& st = self->state;
   auto batch = std::make_shared<StepBatch>();
@@ -370,6 +388,8 @@ void dispatch(Self* self, StepPlan plan) {
   for (const PlannedChunk& c : plan.chunks)
     if (!st.seqs.contains(c.id)) ended.insert(c.id);
   if (!ended.empty()) plan.chunks = drop_ended_chunks(std::move(plan.chunks), ended, st.setup.block_size);
+  const uint64_t step_id = st.steps_sent + 1;
+  bool deferred = false;
   for (PlannedChunk& c : plan.chunks) {
     SeqData& s = st.seqs.at(c.id);
     RequestData& r = st.requests.at(s.request);
@@ -377,7 +397,12 @@ void dispatch(Self* self, StepPlan plan) {
     chunk.seq = s.id;
     chunk.start_pos = c.start_pos;
     const auto& prompt = *r.spec.prompt;
-    for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p) chunk.tokens.push_back(st.token_at(s, p));
+    const int known = static_cast<int>(prompt.size() + s.output->size());
+    for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p)
+      chunk.tokens.push_back(p < known ? st.token_at(s, p) : -1);
+    // Only the newest token can be unknown: the one the step in flight samples (the plan counted it).
+    chunk.last_token_deferred = c.start_pos + c.num_tokens > known;
+    deferred = deferred || chunk.last_token_deferred;
     chunk.block_table = std::move(c.block_table);
     if (r.scoring_prompt() && c.start_pos < r.prompt_scored_until) {
       // The chunk's positions below the prompt's last score the prompt token after each: from its first (a chunk
@@ -406,18 +431,27 @@ void dispatch(Self* self, StepPlan plan) {
         spec.num_candidates = r.beam ? 2 * r.width : 1;
         chunk.samples.push_back(spec);
       }
-      s.pending = true;
+      ++s.pending;
+      s.output_read_by = step_id;
       msg.keep_alive.push_back(s.output);
       msg.keep_alive.push_back(r.spec.prompt);
       msg.keep_alive.push_back(r.spec.params);
     }
-    st.step_ends.emplace_back(s.id, c.start_pos + c.num_tokens);
     batch->seqs.push_back(std::move(chunk));
   }
   if (batch->seqs.empty()) {
     kick(self);
     return;
   }
+  SchedulerState::InFlight& step = st.in_flight.emplace_back();
+  step.id = st.steps_sent = step_id;
+  for (const SeqChunk& c : batch->seqs) {
+    step.ends.emplace_back(c.seq, c.start_pos + static_cast<int>(c.tokens.size()));
+    step.tokens += static_cast<int>(c.tokens.size());
+  }
+  step.kind = step_kind(*batch);
+  step.forks = forks_on_result(st, plan);
+  step.sent = std::chrono::steady_clock::now();
   // stop_ids live in RequestData, which an abort may erase mid-step: give the batch its own copies.
   // Reserved for every sample (a parallel-sampling group draws several from one chunk): the specs point into it.
   auto owned_stop_ids = std::make_shared<std::vector<std::vector<TokenId>>>();
@@ -433,49 +467,55 @@ void dispatch(Self* self, StepPlan plan) {
   batch->finished = std::move(st.finished_since_step);
   st.finished_since_step.clear();
   msg.batch = batch;
-  st.step_running = true;
-  st.step_sent = std::chrono::steady_clock::now();
   st.setup.metrics.add(&Metrics::steps, 1);
-  st.step_tokens = 0;
-  for (const SeqChunk& c : batch->seqs) st.step_tokens += static_cast<int>(c.tokens.size());
-  st.step_kind = step_kind(*batch);
-  st.setup.metrics.total().iteration_tokens.observe(st.step_tokens);
-  const bool pipeline = !forks_on_result(st, plan);
-  st.partial_results.clear();
-  for (const caf::actor& ex : st.setup.executors) {
+  if (deferred) st.setup.metrics.add(&Metrics::steps_deferred, 1);
+  st.setup.metrics.total().iteration_tokens.observe(step.tokens);
+  for (const caf::actor& ex : st.setup.executors)
     self->request(ex, caf::infinite, step_atom::value, msg)
-        .then(
-            [self](StepResult& r) {
-              auto& s = self->state;
-              s.partial_results.push_back(std::move(r));
-              if (s.partial_results.size() < s.setup.executors.size()) return;
-              StepResult merged;
-              for (auto& p : s.partial_results)
-                if (!p.seqs.empty() || !p.prompt_logprobs.empty()) merged = std::move(p);  // rank 0 samples
-              s.partial_results.clear();
-              s.step_running = false;
-              const int64_t wall_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                                          std::chrono::steady_clock::now() - s.step_sent)
-                                          .count();
-              s.setup.metrics.add(&Metrics::step_time_us, wall_us);
-              s.setup.metrics.add(&Metrics::graphs_captured, merged.cost.graphs_captured);
-              s.setup.metrics.add(&Metrics::graph_capture_us, merged.cost.graph_capture_us);
-              s.setup.metrics.total().step_profile.add(s.step_kind, s.step_tokens, wall_us, merged.cost);
-              handle_results(self, merged);
-              publish_queue_metrics(self);
-              if (s.next_plan) {
-                auto p = std::move(*s.next_plan);
-                s.next_plan.reset();
-                dispatch(self, std::move(p));
-              } else {
-                kick(self);
-              }
-            },
-            [self](caf::error& err) {
-              self->quit(err);  // an executor failed: the engine cannot continue
-            });
+        .then([self, step_id](StepResult& r) { on_step_result(self, step_id, std::move(r)); },
+              [self](caf::error& err) {
+                self->quit(err);  // an executor failed: the engine cannot continue
+              });
+  // Plan step N+1 while step N runs; with two steps in flight, after the older one's results.
+  if (!step.forks && st.in_flight.size() == 1) request_plan(self);
+}
+
+/// One executor's reply to step `id`. Each executor answers its steps in order, so once all replied to the oldest
+/// step in flight, that one's results are handled; then the plan waiting for it is sent, or the next one planned.
+void on_step_result(Self* self, uint64_t id, StepResult r) {
+  auto& st = self->state;
+  auto it = std::find_if(st.in_flight.begin(), st.in_flight.end(),
+                         [id](const SchedulerState::InFlight& f) { return f.id == id; });
+  if (it == st.in_flight.end()) return;
+  it->partial_results.push_back(std::move(r));
+  while (!st.in_flight.empty() && st.in_flight.front().partial_results.size() == st.setup.executors.size()) {
+    SchedulerState::InFlight step = std::move(st.in_flight.front());
+    st.in_flight.pop_front();
+    StepResult merged;
+    for (auto& p : step.partial_results)
+      if (!p.seqs.empty() || !p.prompt_logprobs.empty()) merged = std::move(p);  // rank 0 samples
+    st.steps_done = step.id;
+    // A step's own time: from when it was sent, or from the results of the step ahead of it if those came later.
+    const auto now = std::chrono::steady_clock::now();
+    const int64_t wall_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(now - std::max(step.sent, st.last_result)).count();
+    st.last_result = now;
+    st.setup.metrics.add(&Metrics::step_time_us, wall_us);
+    st.setup.metrics.add(&Metrics::graphs_captured, merged.cost.graphs_captured);
+    st.setup.metrics.add(&Metrics::graph_capture_us, merged.cost.graph_capture_us);
+    st.setup.metrics.total().step_profile.add(step.kind, step.tokens, wall_us, merged.cost);
+    handle_results(self, step, merged);
+    publish_queue_metrics(self);
+    if (st.next_plan) {
+      auto p = std::move(*st.next_plan);
+      st.next_plan.reset();
+      dispatch(self, std::move(p));
+    } else if (!st.in_flight.empty()) {
+      if (!st.in_flight.front().forks && !st.plan_requested) request_plan(self);  // the step after the one running
+    } else {
+      kick(self);
+    }
   }
-  if (pipeline) request_plan(self);  // plan step N+1 while step N runs
 }
 
 void apply_plan(Self* self, StepPlan& plan) {
@@ -562,8 +602,8 @@ void request_plan(Self* self) {
     p.arrival = r.arrival;
     p.phase = s.phase;
     p.num_computed = s.num_planned;
-    p.num_tokens = static_cast<int>(r.spec.prompt->size() + s.output->size()) + (s.pending ? 1 : 0);
-    p.last_token_in_flight = s.pending && reaches_length_limit(st, r, s.output->size() + 1);
+    p.num_tokens = static_cast<int>(r.spec.prompt->size() + s.output->size()) + s.pending;
+    p.last_token_in_flight = s.pending > 0 && reaches_length_limit(st, r, s.output->size() + s.pending);
     if (s.phase == PlanSeq::Phase::waiting) {
       if (s.pending) continue;  // preempted while its last token is in flight: admit it next time
       if (!r.scoring_prompt()) p.tokens = st.all_tokens(s);  // none: no prefix-cache lookup
@@ -578,7 +618,9 @@ void request_plan(Self* self) {
         s.plan_requested = false;
         apply_plan(self, plan);
         publish_queue_metrics(self);
-        if (s.step_running) {
+        const bool defer = s.setup.async_scheduling && s.setup.executors.size() == 1 && s.in_flight.size() == 1 &&
+                           !s.in_flight.front().forks;
+        if (!s.in_flight.empty() && !(defer && !plan.chunks.empty())) {
           s.next_plan = std::move(plan);
         } else if (!plan.chunks.empty()) {
           dispatch(self, std::move(plan));
@@ -591,7 +633,7 @@ void request_plan(Self* self) {
 
 void kick(Self* self) {
   auto& st = self->state;
-  if (st.step_running || st.plan_requested || st.next_plan) return;
+  if (!st.in_flight.empty() || st.plan_requested || st.next_plan) return;
   request_plan(self);
 }
 

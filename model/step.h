@@ -29,6 +29,10 @@ struct SeqChunk {
   /// draws one per completion at its first token, from the same logits.
   std::vector<SampleSpec> samples;
   PromptLogprobsSpec prompt_logprobs;
+  /// tokens.back() is the token this sequence sampled in the step sent before this one, which had not returned when
+  /// this one was sent (two steps in flight); the scheduler leaves it -1 and the executor fills it in, with each
+  /// sample's pending_output (DeferredTokens, model/deferred_tokens.h).
+  bool last_token_deferred = false;
 };
 
 /// Cache slot of position `pos` in a sequence's `block_table`: block_table[pos / block_size] * block_size +

@@ -44,7 +44,10 @@ std::optional<FieldError> check_sample(const SampleSpec& s, const StepLimits& li
     if (auto e = check_ids_if_any(s.output, limits.vocab_size)) return under(".output", std::move(e));
     if (auto e = check_ids_if_any(s.stop_ids, limits.vocab_size)) return under(".stop_ids", std::move(e));
   }
-  const size_t length = (s.prompt ? s.prompt->size() : 0) + (s.output ? s.output->size() : 0);
+  if (s.pending_output < -1 || s.pending_output >= limits.vocab_size)
+    return bad(".pending_output", "pending_output " + std::to_string(s.pending_output) + " is outside " +
+                                      range(limits.vocab_size) + " (or -1: none)");
+  const size_t length = (s.prompt ? s.prompt->size() : 0) + generated_count(s);
   if (length > static_cast<size_t>(limits.max_model_len))
     return bad(".output", "a history of " + std::to_string(length) + " tokens exceeds max_model_len " +
                               std::to_string(limits.max_model_len));
@@ -54,7 +57,9 @@ std::optional<FieldError> check_sample(const SampleSpec& s, const StepLimits& li
 // Fields as ".tokens[3]", ".block_table", ...
 std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limits, HistoryCheck history) {
   if (c.tokens.empty()) return bad(".tokens", "a chunk computes at least one token");
-  if (auto e = check_token_ids(c.tokens, limits.vocab_size)) return under(".tokens", std::move(e));
+  // A deferred last token is not the sender's to give: the executor fills it in from its own last samples.
+  const std::span<const TokenId> given(c.tokens.data(), c.tokens.size() - (c.last_token_deferred ? 1 : 0));
+  if (auto e = check_token_ids(given, limits.vocab_size)) return under(".tokens", std::move(e));
   if (c.start_pos < 0) return bad(".start_pos", "start_pos " + std::to_string(c.start_pos) + " is negative");
   const int64_t end = int64_t{c.start_pos} + static_cast<int64_t>(c.tokens.size());
   if (end > limits.max_model_len)
@@ -127,7 +132,7 @@ std::optional<FieldError> check_prompt_logprobs(const ChunkPromptLogprobs& score
 
 }  // namespace
 
-std::optional<FieldError> check_token_ids(const std::vector<TokenId>& ids, int vocab_size) {
+std::optional<FieldError> check_token_ids(std::span<const TokenId> ids, int vocab_size) {
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab_size)
       return bad(indexed("", i), "token " + std::to_string(ids[i]) + " is outside the vocabulary " + range(vocab_size));

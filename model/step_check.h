@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "model/field_error.h"
@@ -43,7 +44,7 @@ std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs,
                                             int num_swap_blocks);
 
 /// The first id of `ids` outside the vocabulary [0, vocab_size), named "[i]"; nullopt when all are in it.
-std::optional<FieldError> check_token_ids(const std::vector<TokenId>& ids, int vocab_size);
+std::optional<FieldError> check_token_ids(std::span<const TokenId> ids, int vocab_size);
 
 /// How much of each sample's history (its prompt, output and stop ids) check_step reads.
 enum class HistoryCheck {

@@ -14,6 +14,11 @@
 //       Times each kernel of one decode step at the same shape (one layer's ops, the LM head, greedy sampling) with
 //       CUDA events, and the step they add up to: where a decode step's time goes.
 //
+//   bench_cuda_runner gemm [--rows 16,64,160,256,512,1024,4096] [--candidates 8,32]
+//       Each Linear of the Llama-3-8B shape (qkv, o, gate_up, down, LM head) at each m, through Gemm::linear with
+//       cuBLASLt's heuristic choice and with the fastest of its first K candidates for each K of --candidates;
+//       weights rotate over copies of >= 512 MB, so that none is served from L2 as in a real step.
+//
 //   bench_cuda_runner parity --model DIR --prompts FILE --steps N --out PREFIX [--group G] [--cpu]
 //       Greedy generation on a checkpoint, for the Hugging Face comparison of tools/gpu/hf_parity.py. FILE holds
 //       one prompt per line as token ids; they run in groups of G sequences (default: all in one batch). Writes
@@ -378,6 +383,70 @@ int run_ops(std::map<std::string, std::string>& f) {
   return 0;
 }
 
+int run_gemm(std::map<std::string, std::string>& f) {
+  using cuda::bf16;
+  auto ints = [&](const char* name, const char* fallback) {
+    std::vector<int> v;
+    std::stringstream in(f.count(name) ? f[name] : fallback);
+    for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoi(item));
+    return v;
+  };
+  const std::vector<int> rows = ints("rows", "16,64,160,256,512,1024,4096"), candidates = ints("candidates", "8,32");
+  const ModelConfig cfg = llama3_8b();
+  const int H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
+  const int qkv_dim = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim, max_m = *std::max_element(rows.begin(), rows.end());
+  struct Shape {
+    const char* name;
+    int n, k;
+    bool f32;
+  };
+  const Shape shapes[] = {{"qkv", qkv_dim, H, false}, {"o", H, cfg.num_heads * cfg.head_dim, false},
+                          {"gate_up", 2 * I, H, false}, {"down", H, I, false}, {"lm_head", V, H, true}};
+  cudaStream_t s = nullptr;
+  cuda_ok(cudaStreamCreate(&s), "stream");
+  bf16* x = device_array<bf16>(size_t(max_m) * I);
+  cuda_ok(cuda::fill_random_bf16(x, size_t(max_m) * I, size_t(max_m) * I, 1.f, 0.f, s), "fill");
+  float* y = device_array<float>(size_t(max_m) * V);
+  cudaEvent_t e0, e1;
+  cuda_ok(cudaEventCreate(&e0), "event");
+  cuda_ok(cudaEventCreate(&e1), "event");
+  std::vector<std::pair<std::string, cuda::GemmTuning>> configs{{"heuristic", {.max_rows = 0, .candidates = 1}}};
+  for (int c : candidates) configs.push_back({"best of " + std::to_string(c), {.max_rows = 1 << 20, .candidates = c}});
+  std::printf("%-8s %6s", "linear", "m");
+  for (const auto& [label, tuning] : configs) std::printf(" | %-22s", label.c_str());
+  std::printf("\n");
+  for (const Shape& sh : shapes) {
+    const size_t w_elems = size_t(sh.n) * sh.k;
+    const int copies = std::max<int>(2, int((size_t{512} << 20) / (w_elems * 2)) + 1);
+    std::vector<bf16*> w(copies);
+    for (bf16*& p : w) {
+      p = device_array<bf16>(w_elems);
+      cuda_ok(cuda::fill_random_bf16(p, w_elems, w_elems, 0.02f, 0.f, s), "fill");
+    }
+    for (int m : rows) {
+      std::printf("%-8s %6d", sh.name, m);
+      for (const auto& [label, tuning] : configs) {
+        cuda::Gemm gemm(size_t{32} << 20, tuning);
+        auto launch = [&](int i) { return gemm.linear(y, x, w[i % copies], nullptr, m, sh.n, sh.k, sh.f32, s); };
+        for (int i = 0; i < copies; ++i) cuda_ok(launch(i), sh.name);
+        const int reps = std::max(copies, 20);
+        cuda_ok(cudaEventRecord(e0, s), "record");
+        for (int i = 0; i < reps; ++i) cuda_ok(launch(i), sh.name);
+        cuda_ok(cudaEventRecord(e1, s), "record");
+        cuda_ok(cudaEventSynchronize(e1), "sync");
+        float ms = 0;
+        cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+        const double us = 1e3 * ms / reps;
+        const double bytes = 2.0 * w_elems + 2.0 * m * sh.k + (sh.f32 ? 4.0 : 2.0) * m * sh.n;
+        std::printf(" | %7.1f us %4.2f TB/s %3.0fT", us, bytes / us / 1e6, 2.0 * m * w_elems / us / 1e6);
+      }
+      std::printf("\n");
+    }
+    for (bf16* p : w) cudaFree(p);
+  }
+  return 0;
+}
+
 void write_floats(const std::string& path, const std::vector<std::vector<float>>& rows) {
   std::ofstream out(path, std::ios::binary);
   for (const auto& r : rows) out.write(reinterpret_cast<const char*>(r.data()), r.size() * sizeof(float));
@@ -469,7 +538,7 @@ int run_parity(std::map<std::string, std::string>& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|parity [flags]\n");
+    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemm|parity [flags]\n");
     return 2;
   }
   if (paged::cuda_device_count() == 0) {
@@ -482,6 +551,7 @@ int main(int argc, char** argv) {
     if (mode == "decode") return run_decode(f);
     if (mode == "parity") return run_parity(f);
     if (mode == "ops") return run_ops(f);
+    if (mode == "gemm") return run_gemm(f);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -140,7 +140,7 @@ void Args::reject_unknown() const {
 }
 
 std::vector<std::string> engine_switches() {
-  return {"enable-prefix-caching", "use-beam-search", "ignore-eos", "skip-special-tokens"};
+  return {"enable-prefix-caching", "async-scheduling", "use-beam-search", "ignore-eos", "skip-special-tokens"};
 }
 
 EngineConfig engine_config(Args& args, const std::string& default_model) {
@@ -158,6 +158,7 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   c.max_num_batched_tokens = args.get_int("max-num-batched-tokens", c.max_num_batched_tokens);
   if (args.has("max-model-len")) c.max_model_len = args.get_int("max-model-len", 0);
   c.enable_prefix_caching = args.get_bool("enable-prefix-caching", c.enable_prefix_caching);
+  c.async_scheduling = args.get_bool("async-scheduling", c.async_scheduling);
   if (auto mode = args.get("preemption-mode")) {
     if (*mode == "swap") c.preemption_mode = PreemptionMode::swap;
     else if (*mode == "recompute") c.preemption_mode = PreemptionMode::recompute;

@@ -1,7 +1,9 @@
 #include "kernels/cuda/gemm.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace paged::cuda {
 
@@ -13,7 +15,7 @@ cudaError_t cublas_failure(const char* call, cublasStatus_t status) {
 
 }  // namespace
 
-Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+Gemm::Gemm(size_t workspace_bytes, GemmTuning tuning) : workspace_bytes_(workspace_bytes), tuning_(tuning) {
   if (cublasStatus_t s = cublasLtCreate(&handle_); s != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string("cublasLtCreate: ") + cublasGetStatusString(s));
   if (cudaError_t e = cudaMalloc(&workspace_, workspace_bytes_); e != cudaSuccess) {
@@ -67,10 +69,10 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const bf16* x, const bf
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof alignment);
-  cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
+  const int wanted = key.m <= tuning_.max_rows ? std::max(1, tuning_.candidates) : 1;
+  std::vector<cublasLtMatmulHeuristicResult_t> results(wanted);
   int found = 0;
-  const int wanted = key.m <= kTuneMaxRows ? kTuneCandidates : 1;
-  s = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.w, p.x, p.y, p.y, pref, wanted, results, &found);
+  s = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.w, p.x, p.y, p.y, pref, wanted, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS) return cublas_failure("cublasLtMatmulAlgoGetHeuristic", s);
   if (found == 0) return cublas_failure("cublasLtMatmulAlgoGetHeuristic (no algorithm)", CUBLAS_STATUS_NOT_SUPPORTED);

@@ -12,9 +12,16 @@
 
 namespace paged::cuda {
 
+/// How a Gemm picks the algorithm of a new shape: for m <= max_rows it times up to `candidates` of cuBLASLt's
+/// heuristic choices and keeps the fastest; above, or with candidates <= 1, it takes the heuristic's first.
+struct GemmTuning {
+  int max_rows = 64;
+  int candidates = 8;
+};
+
 /// One cuBLASLt handle, its workspace and the plans (descriptors + chosen algorithm) of every shape seen so far.
 /// Not thread-safe: one owner (the executor) at a time. A plan is made on first use of a shape; for decode-sized
-/// products (m <= kTuneMaxRows) it times cuBLASLt's candidate algorithms on the call's own buffers and keeps the
+/// products (m <= tuning.max_rows) it times cuBLASLt's candidate algorithms on the call's own buffers and keeps the
 /// fastest (the heuristic's first choice leaves up to a fifth of the bandwidth unused there), which synchronises
 /// the stream once; under CUDA graph capture it takes the heuristic's choice. Replaying a captured linear() is fine
 /// (the workspace is fixed, cuBLASLt allocates nothing).
@@ -22,7 +29,7 @@ class Gemm {
  public:
   /// Creates the handle and a device workspace of `workspace_bytes` on the current device; throws
   /// std::runtime_error when CUDA or cuBLAS fails.
-  explicit Gemm(size_t workspace_bytes = size_t{32} << 20);
+  explicit Gemm(size_t workspace_bytes = size_t{32} << 20, GemmTuning tuning = {});
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -47,14 +54,13 @@ class Gemm {
     cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  static constexpr int kTuneMaxRows = 64;
-  static constexpr int kTuneCandidates = 8;
   cudaError_t plan(const Key& key, Plan& out, void* y, const bf16* x, const bf16* w, const bf16* bias,
                    cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  GemmTuning tuning_;
   std::map<Key, Plan> plans_;
 };
 

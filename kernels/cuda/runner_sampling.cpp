@@ -13,8 +13,8 @@ namespace {
 // twin of score_token).
 bool gpu_samplable(const SampleSpec& spec, bool alone_on_row) {
   const SamplingParams& p = *spec.params;
-  const size_t generated = spec.output ? spec.output->size() : 0;
-  const bool masks_stops = spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated) < p.min_tokens;
+  const bool masks_stops =
+      spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated_count(spec)) < p.min_tokens;
   const bool processed = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
                          !p.logit_bias.empty() || masks_stops;
   return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && (!processed || alone_on_row);
@@ -52,7 +52,7 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
       row.top_p = spec.params->top_p;
       row.min_p = spec.params->min_p;
       row.seed = spec.seed;
-      row.index = spec.output ? spec.output->size() : 0;
+      row.index = generated_count(spec);
       logits_row_ids.host[r] = j.logits_row;
     }
     PAGED_CUDA_CHECK(sample_rows.upload(rows, compute));

@@ -20,7 +20,15 @@ struct SampleSpec {
   const std::vector<TokenId>* stop_ids = nullptr; // EOS (unless ignore_eos) and stop_token_ids: masked before min_tokens
   int num_logprobs = 0;                    // top alternatives to return (0: only the chosen token's)
   int num_candidates = 1;                  // beam search: how many best tokens to return
+  /// The newest generated id when it is not in *output yet (a step sent before the one that sampled it returned:
+  /// SeqChunk::last_token_deferred); -1: none. The ids generated so far are *output, then this one.
+  TokenId pending_output = -1;
 };
+
+/// How many ids the sequence has generated before this sample: its output, with the pending one.
+inline size_t generated_count(const SampleSpec& spec) {
+  return (spec.output ? spec.output->size() : 0) + (spec.pending_output >= 0 ? 1 : 0);
+}
 
 /// A sampled token with the log-probabilities the request asked for.
 struct SampledToken {

@@ -70,24 +70,28 @@ PenaltyOps penalty_ops(const SampleSpec& spec, int vocab) {
   PenaltyOps ops;
   for (const auto& [id, bias] : p.logit_bias)
     if (in_vocab(id)) ops.bias.emplace_back(id, bias);
-  const size_t generated = spec.output ? spec.output->size() : 0;
-  if (spec.stop_ids && static_cast<int>(generated) < p.min_tokens)
+  if (spec.stop_ids && static_cast<int>(generated_count(spec)) < p.min_tokens)
     for (TokenId id : *spec.stop_ids)
       if (in_vocab(id)) ops.masked.push_back(id);
   if (p.repetition_penalty != 1.0f) {
     ops.repetition = p.repetition_penalty;
     std::vector<bool> seen(static_cast<size_t>(vocab), false);
+    const auto see = [&](TokenId id) {
+      if (in_vocab(id) && !seen[id]) {
+        seen[id] = true;
+        ops.repeated.push_back(id);
+      }
+    };
     for (const std::vector<TokenId>* ids : {spec.prompt, spec.output})
       if (ids)
-        for (TokenId id : *ids)
-          if (in_vocab(id) && !seen[id]) {
-            seen[id] = true;
-            ops.repeated.push_back(id);
-          }
+        for (TokenId id : *ids) see(id);
+    if (spec.pending_output >= 0) see(spec.pending_output);
   }
-  if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && spec.output) {
+  if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && generated_count(spec) > 0) {
     std::unordered_map<TokenId, int> counts;
-    for (TokenId id : *spec.output) ++counts[id];
+    if (spec.output)
+      for (TokenId id : *spec.output) ++counts[id];
+    if (spec.pending_output >= 0) ++counts[spec.pending_output];
     for (const auto& [id, c] : counts)
       if (in_vocab(id)) ops.subtract.emplace_back(id, p.frequency_penalty * c + p.presence_penalty);
   }
@@ -158,7 +162,7 @@ std::vector<SampledToken> sample_logits(std::span<float> logits, const SampleSpe
   }
   double total = 0.0;
   for (size_t i = 0; i < keep; ++i) total += probs[order[i]];
-  const size_t index = spec.output ? spec.output->size() : 0;
+  const size_t index = generated_count(spec);
   const double target = random_uniform(spec.seed, index) * total;
   double cum = 0.0;
   TokenId chosen = order[keep - 1];

@@ -480,7 +480,7 @@ TEST_CASE("an executor answers what its runner throws with an error and takes th
     const caf::actor executor = system.spawn(executor_actor, runner);
     fails_then_goes_on(executor, [&](SeqId seq) {
       return error_reply<StepResult>(self, executor, step_atom::value,
-                                     StepMsg{std::make_shared<const StepBatch>(one_token_step(seq)), {}});
+                                     StepMsg{std::make_shared<StepBatch>(one_token_step(seq)), {}});
     });
   }
   SECTION("the executor of a worker") {
@@ -524,7 +524,7 @@ TEST_CASE("a proxy answers with the result a worker packed, or with an error whe
     StepBatch b = one_token_step(seq);
     b.seqs[0].samples.push_back({.params = &params, .seed = 0, .prompt = &none, .output = &none, .stop_ids = &none,
                                  .num_logprobs = num_logprobs, .num_candidates = 1});
-    return StepMsg{std::make_shared<const StepBatch>(std::move(b)), {}};
+    return StepMsg{std::make_shared<StepBatch>(std::move(b)), {}};
   };
   std::optional<StepResult> got;
   self->request(proxy, std::chrono::seconds(10), step_atom::value, step(1))
@@ -595,4 +595,50 @@ TEST_CASE("a worker knows none of an engine's sequences when it serves the next 
   // A step that sends the sequence whole is taken.
   encoder.reset();
   CHECK(second.step_error(encoder.encode(seq.next())).empty());
+}
+
+TEST_CASE("a worker fills a deferred token in from its last samples, and refuses one it cannot fill", "[remote]") {
+  Worker worker(cpu_config(), "127.0.0.1", 0);
+  const ModelConfig cfg = load_model_config(kModel);
+  const SafeTensors weights(kModel);
+  CpuModelRunner local(cfg, weights, {.block_size = 16, .num_blocks = 4});
+  RawHead head(worker.port());
+  REQUIRE(head.ask<WorkerInfo>(hello_atom::value).first);
+  WireEncoder encoder;
+  GreedySequence seq;
+  seq.params.temperature = 0.8f;  // seeded sampling: the random stream's index counts the deferred token
+  seq.params.repetition_penalty = 1.5f;
+  for (int step = 0; step < 6; ++step) {
+    INFO("step " << step);
+    const StepBatch known = seq.next();
+    const SampledToken want = only_sample(local.execute(known));
+    StepBatch sent = known;
+    if (step > 0) {  // as a scheduler with a step in flight sends it: without the newest token
+      seq.output.pop_back();
+      sent = seq.next();
+      sent.seqs[0].tokens = {-1};
+      sent.seqs[0].start_pos = known.seqs[0].start_pos;
+      sent.seqs[0].last_token_deferred = true;
+    }
+    auto [remote, error] = head.step(encoder.encode(sent));
+    INFO(error);
+    REQUIRE(remote);
+    const SampledToken got = only_sample(*remote);
+    CHECK(got.token == want.token);
+    CHECK(got.logprob == want.logprob);
+    if (step > 0) seq.output.push_back(known.seqs[0].tokens[0]);
+    seq.output.push_back(got.token);
+  }
+  // Sequence 6 sampled nothing in the step before: its deferred token is refused, and the worker goes on.
+  StepBatch orphan = one_token_step(6);
+  orphan.seqs[0].tokens = {-1};
+  orphan.seqs[0].last_token_deferred = true;
+  orphan.seqs[0].samples = seq.next().seqs[0].samples;
+  CHECK(contains(head.step_error(encoder.encode(orphan)),
+                 "invalid step: seqs[0].tokens: a deferred token of sequence 6, which sampled nothing"));
+  const StepBatch known = seq.next();
+  auto [remote, error] = head.step(encoder.encode(known));
+  INFO(error);
+  REQUIRE(remote);
+  CHECK(only_sample(*remote).token == only_sample(local.execute(known)).token);
 }

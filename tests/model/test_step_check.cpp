@@ -193,6 +193,27 @@ TEST_CASE("a sample's prompt, output and stop ids are in the vocabulary and its 
   CHECK(failing_field(g.step).empty());
 }
 
+TEST_CASE("a deferred last token is not checked (the executor fills it in); a pending output id is, and counts in "
+          "the history", "[step_check]") {
+  GoodStep g;
+  g.decode().tokens = {-1};
+  CHECK(failing_field(g.step) == "seqs[1].tokens[0]");
+  g.decode().last_token_deferred = true;
+  CHECK(failing_field(g.step).empty());
+  g.decode().tokens = {100, -1};  // only the last one is the executor's
+  g.decode().start_pos = 19;
+  CHECK(failing_field(g.step) == "seqs[1].tokens[0]");
+  for (TokenId bad : {100, -2}) {
+    g.sample().pending_output = bad;
+    CHECK(failing_field(g.step) == "seqs[0].samples[0].pending_output");
+  }
+  g.decode().tokens = {5, -1};
+  g.sample().pending_output = 99;
+  CHECK(failing_field(g.step).empty());
+  g.output.assign(61, 7);  // 3 + 61 + the pending one > 64
+  CHECK(failing_field(g.step) == "seqs[0].samples[0].output");
+}
+
 TEST_CASE("a check of lengths only reads no history id, and still bounds the history and the rest", "[step_check]") {
   GoodStep g;
   g.prompt[2] = 100;
@@ -212,8 +233,8 @@ TEST_CASE("a check of lengths only reads no history id, and still bounds the his
 
 TEST_CASE("check_token_ids names the first id outside the vocabulary", "[step_check]") {
   CHECK_FALSE(check_token_ids({}, 100));
-  CHECK_FALSE(check_token_ids({0, 99}, 100));
-  const auto e = check_token_ids({0, 99, 100, -1}, 100);
+  CHECK_FALSE(check_token_ids(std::vector<TokenId>{0, 99}, 100));
+  const auto e = check_token_ids(std::vector<TokenId>{0, 99, 100, -1}, 100);
   REQUIRE(e);
   CHECK(e->describe() == "[2]: token 100 is outside the vocabulary [0, 100)");
 }

@@ -114,26 +114,38 @@ if wanted remote; then
   declare -A mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like --json --profile"
                   [stream]="--num-prompts 1 --dataset-name random --random-input-len 128 --random-output-len 1024 --json")
   declare -A got
+  # Each also with --no-async-scheduling (every step waits for the one before): the baseline of two steps in flight.
   for w in sharegpt stream; do
-    # shellcheck disable=SC2086
-    run "local_$w" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy ${mix[$w]} "${engine[@]}"
-    got[local_$w]=$(tok_per_s "$(bench_json "local_$w")")
+    for a in sync async; do
+      flag=$([ $a = sync ] && echo --no-async-scheduling || echo --async-scheduling)
+      # shellcheck disable=SC2086
+      run "local_${a}_$w" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy ${mix[$w]} \
+        "${engine[@]}" $flag
+      got[local_${a}_$w]=$(tok_per_s "$(bench_json "local_${a}_$w")")
+    done
+    add_row "async scheduling vs sync, in-process, $w" \
+      "$(awk -v a="${got[local_async_$w]}" -v s="${got[local_sync_$w]}" 'BEGIN { if (s > 0) printf "%.1f%%", 100 * a / s; else print "?" }')" \
+      "sync ${got[local_sync_$w]} tok/s, async ${got[local_async_$w]} tok/s"
   done
   "$BIN/paged" worker --model "$M" --device cuda --load-format dummy --port 7400 --tls-dir /tmp/paged_remote_certs \
     "${engine[@]}" >"$LOG_DIR/worker.log" 2>&1 &
   worker=$!
   for _ in $(seq 1 600); do grep -q 'listening on' "$LOG_DIR/worker.log" && break; sleep 0.1; done
   for w in sharegpt stream; do
-    # shellcheck disable=SC2086
-    run "remote_$w" 400 "$BIN/paged" bench --model "$M" --workers 127.0.0.1:7400 --tls-dir /tmp/paged_remote_certs \
-      ${mix[$w]} "${engine[@]}"
-    got[remote_$w]=$(tok_per_s "$(bench_json "remote_$w")")
-    ratio=$(awk -v r="${got[remote_$w]}" -v l="${got[local_$w]}" 'BEGIN { if (l > 0) printf "%.1f%%", 100 * r / l; else print "?" }')
-    add_row "remote over TLS vs in-process, $w" "$ratio" "in-process ${got[local_$w]} tok/s, remote ${got[remote_$w]} tok/s"
+    for a in sync async; do
+      flag=$([ $a = sync ] && echo --no-async-scheduling || echo --async-scheduling)
+      # shellcheck disable=SC2086
+      run "remote_${a}_$w" 400 "$BIN/paged" bench --model "$M" --workers 127.0.0.1:7400 \
+        --tls-dir /tmp/paged_remote_certs ${mix[$w]} "${engine[@]}" $flag
+      got[remote_${a}_$w]=$(tok_per_s "$(bench_json "remote_${a}_$w")")
+      ratio=$(awk -v r="${got[remote_${a}_$w]}" -v l="${got[local_${a}_$w]}" 'BEGIN { if (l > 0) printf "%.1f%%", 100 * r / l; else print "?" }')
+      add_row "remote over TLS vs in-process, $w, $a" "$ratio" \
+        "in-process ${got[local_${a}_$w]} tok/s, remote ${got[remote_${a}_$w]} tok/s"
+    done
   done
   kill "$worker"
   wait "$worker" 2>/dev/null  # its GPU memory is free before the next runs
-  for w in local_sharegpt remote_sharegpt; do
+  for w in local_sync_sharegpt local_async_sharegpt remote_sync_sharegpt remote_async_sharegpt; do
     echo "step profile, $w:"
     sed -n '/^Step profile/,/^all /p' "$LOG_DIR/$w.log"
   done
