@@ -115,12 +115,17 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.max_num_batched_tokens < 1) throw ModelError("max_num_batched_tokens must be positive");
   if (c.tensor_parallel_size < 1) throw ModelError("tensor_parallel_size must be positive");
   if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
+  if (!c.quantization.empty() && c.quantization != "fp8")
+    throw ModelError("quantization must be fp8 or none, not '" + c.quantization + "'");
   if (!local_device) return max_model_len;
   if (c.device == "auto") c.device = cuda_available() ? "cuda" : "cpu";
   if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
   if (c.device == "cuda" && !cuda_available()) throw ModelError("--device cuda: no CUDA device is available");
   if (c.load_format == "dummy" && c.device != "cuda")
     throw ModelError("--load-format dummy (random weights) needs --device cuda");
+  if (c.quantization == "fp8" && c.device != "cuda")
+    throw ModelError("--quantization fp8 needs --device cuda (a GPU of compute capability 8.9 or newer); the CPU "
+                     "executor computes in float32");
   return max_model_len;
 }
 
@@ -149,7 +154,8 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
           .swap_space_gib = c.swap_space_gib,
           .max_num_seqs = c.max_num_seqs,
           .max_num_batched_tokens = c.max_num_batched_tokens,
-          .max_model_len = max_model_len};
+          .max_model_len = max_model_len,
+          .fp8_weights = c.quantization == "fp8"};
 }
 #endif
 

@@ -30,6 +30,7 @@ struct EngineConfig {
   std::string model_dir;
   std::string device = "auto";          // auto | cpu | cuda
   std::string load_format = "auto";     // auto: the checkpoint; dummy: random weights (benchmarks; CUDA only)
+  std::string quantization;             // "fp8": linear weights as FP8 e4m3 per output channel (CUDA, sm89+); "": none
   int block_size = 16;
   std::optional<int> num_kv_blocks;     // device pool size; default: from memory (CPU: fits max_num_seqs contexts)
   double swap_space_gib = 4.0;          // CPU swap pool, GiB (vLLM's --swap-space)

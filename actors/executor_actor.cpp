@@ -157,7 +157,7 @@ caf::result<bool> checked_swap(caf::event_based_actor* self, WorkerState& st, co
 }  // namespace
 
 caf::behavior executor_actor(caf::event_based_actor* /*self*/, std::shared_ptr<ModelRunner> runner) {
-  return runner_handlers(std::make_shared<ExecutorState>(ExecutorState{std::move(runner), nullptr}));
+  return runner_handlers(std::make_shared<ExecutorState>(ExecutorState{std::move(runner), nullptr, {}}));
 }
 
 caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
@@ -169,7 +169,7 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
                           .max_model_len = info.max_model_len,
                           .max_num_batched_tokens = info.max_num_batched_tokens};
   auto st = std::make_shared<WorkerState>(
-      WorkerState{std::move(runner), std::move(info), limits, nullptr, WireDecoder(limits)});
+      WorkerState{std::move(runner), std::move(info), limits, nullptr, WireDecoder(limits), {}});
   self->set_down_handler([st](const caf::down_msg& down) {
     if (st->head && down.source == st->head.address()) st->head = nullptr;  // the engine served went away
   });

@@ -1,14 +1,18 @@
 // The CUDA runner driven directly through the ModelRunner interface, without the engine:
 //
 //   bench_cuda_runner decode [--batches 1,16,64,256] [--prompt 512] [--steps 128] [--max-model-len 2048]
-//                            [--logprobs-rows K] [--penalty-rows K]
+//                            [--logprobs-rows K] [--penalty-rows K] [--fp8]
 //       A Llama-3-8B-shaped model with random bf16 weights (32 layers, hidden 4096, 32 heads, 8 KV heads,
 //       intermediate 14336, vocab 128256): prefill of `batch` random prompts, then `steps` greedy decode steps
 //       timed end to end (host work, CUDA graphs, sampling and the token download included). Batch 1 is set
 //       against the one-stream limit of reading 16 GB of weights per token at 4.3 TB/s (about 270 tok/s).
 //       --logprobs-rows K: the first K sequences of each batch also ask 5 logprobs (sampled on the CPU from their
 //       downloaded logits), the cost of a few such requests in a batch; --penalty-rows K: the first K also carry a
-//       repetition penalty of 1.1 and a presence penalty of 0.2.
+//       repetition penalty of 1.1 and a presence penalty of 0.2. --fp8: the linear weights in FP8 (--quantization fp8).
+//
+//   bench_cuda_runner fp8-error [--prompts 8] [--prompt 128]
+//       The same random Llama-3-8B-shaped model in bf16 and with FP8 weights: the relative L2 error of the FP8
+//       logits against bf16's after a prefill of random prompts, and how often their argmax agrees.
 //
 //   bench_cuda_runner ops [--batch 1] [--context 576]
 //       Times each kernel of one decode step at the same shape (one layer's ops, the LM head, greedy sampling) with
@@ -154,7 +158,7 @@ std::map<std::string, std::string> flags(int argc, char** argv) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw std::runtime_error("unexpected argument " + a);
     a = a.substr(2);
-    if (a == "cpu") {
+    if (a == "cpu" || a == "fp8") {
       f[a] = "1";
     } else if (i + 1 < argc) {
       f[a] = argv[++i];
@@ -204,9 +208,11 @@ int run_decode(std::map<std::string, std::string>& f) {
   opt.max_num_batched_tokens = 8192;
   opt.max_model_len = f.count("max-model-len") ? std::stoi(f["max-model-len"]) : 2048;
   opt.swap_space_gib = 0;
+  opt.fp8_weights = f.count("fp8") > 0;
   const auto t_load = std::chrono::steady_clock::now();
   CudaModelRunner runner(cfg, uint64_t{42}, opt);
-  std::printf("llama-3-8b shape, random bf16 weights: ready in %.1f s, %d KV blocks of %d tokens\n",
+  std::printf("llama-3-8b shape, random %s weights: ready in %.1f s, %d KV blocks of %d tokens\n",
+              opt.fp8_weights ? "FP8" : "bf16",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(), runner.num_blocks(),
               opt.block_size);
   std::mt19937 rng(7);
@@ -447,6 +453,49 @@ int run_gemm(std::map<std::string, std::string>& f) {
   return 0;
 }
 
+int run_fp8_error(std::map<std::string, std::string>& f) {
+  const int n = f.count("prompts") ? std::stoi(f["prompts"]) : 8;
+  const int prompt = f.count("prompt") ? std::stoi(f["prompt"]) : 128;
+  const ModelConfig cfg = llama3_8b();
+  CudaRunnerOptions opt;
+  opt.num_blocks = n * ((prompt + 15) / 16);
+  opt.max_num_seqs = n;
+  opt.max_num_batched_tokens = n * prompt;
+  opt.max_model_len = 2048;
+  opt.swap_space_gib = 0;
+  opt.gpu_memory_utilization = 0.45;  // two runners side by side
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<TokenId> token(0, cfg.vocab_size - 1);
+  std::vector<Sequence> seqs(n);
+  for (Sequence& s : seqs)
+    for (int i = 0; i < prompt; ++i) s.prompt.push_back(token(rng));
+  assign_blocks(seqs, prompt, opt.block_size, opt.num_blocks);
+  const StepBatch step = prefill_steps(seqs, opt.max_num_batched_tokens, true).at(0);
+  std::vector<std::vector<float>> logits[2];
+  for (int fp8 = 0; fp8 < 2; ++fp8) {
+    opt.fp8_weights = fp8 == 1;
+    CudaModelRunner runner(cfg, uint64_t{42}, opt);
+    logits[fp8] = runner.forward(step);
+  }
+  double sum = 0, worst = 0;
+  int agree = 0;
+  for (int i = 0; i < n; ++i) {
+    double num = 0, den = 0;
+    for (size_t v = 0; v < logits[0][i].size(); ++v) {
+      const double d = double(logits[1][i][v]) - logits[0][i][v];
+      num += d * d;
+      den += double(logits[0][i][v]) * logits[0][i][v];
+    }
+    const double err = std::sqrt(num / den);
+    sum += err;
+    worst = std::max(worst, err);
+    agree += argmax(logits[0][i]) == argmax(logits[1][i]);
+  }
+  std::printf("RESULT fp8_logits_relative_l2 mean %.4f max %.4f over %d prompts of %d tokens; argmax agrees on %d\n",
+              sum / n, worst, n, prompt, agree);
+  return 0;
+}
+
 void write_floats(const std::string& path, const std::vector<std::vector<float>>& rows) {
   std::ofstream out(path, std::ios::binary);
   for (const auto& r : rows) out.write(reinterpret_cast<const char*>(r.data()), r.size() * sizeof(float));
@@ -538,7 +587,7 @@ int run_parity(std::map<std::string, std::string>& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemm|parity [flags]\n");
+    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemm|fp8-error|parity [flags]\n");
     return 2;
   }
   if (paged::cuda_device_count() == 0) {
@@ -552,6 +601,7 @@ int main(int argc, char** argv) {
     if (mode == "parity") return run_parity(f);
     if (mode == "ops") return run_ops(f);
     if (mode == "gemm") return run_gemm(f);
+    if (mode == "fp8-error") return run_fp8_error(f);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

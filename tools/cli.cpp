@@ -167,6 +167,10 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   c.tensor_parallel_size = args.get_int("tensor-parallel-size", c.tensor_parallel_size);
   c.max_waiting_requests = args.get_int("max-waiting-requests", c.max_waiting_requests);
   c.load_format = args.get("load-format").value_or(c.load_format);
+  c.quantization = args.get("quantization").value_or(c.quantization);
+  if (c.quantization == "none") c.quantization.clear();
+  if (!c.quantization.empty() && c.quantization != "fp8")
+    throw UsageError("--quantization must be fp8 or none, got '" + c.quantization + "'");
   // --workers H:P[,H:P...]: one replica per worker; --remote-executor H:P (the older name) is one worker.
   const std::optional<std::string> workers = args.get("workers"), remote_executor = args.get("remote-executor");
   if (workers && remote_executor) throw UsageError("--remote-executor is --workers with one entry: pass one of them");

@@ -103,6 +103,12 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   cudaDeviceProp prop{};
   PAGED_CUDA_CHECK(cudaGetDeviceProperties(&prop, opt.device));
   sm_count = prop.multiProcessorCount;
+  if (opt.fp8_weights && prop.major * 10 + prop.minor < 89)
+    throw ModelError("--quantization fp8 needs a GPU of compute capability 8.9 or newer (FP8 tensor cores); device " +
+                     std::to_string(opt.device) + " has " + std::to_string(prop.major) + "." +
+                     std::to_string(prop.minor));
+  if (opt.fp8_weights && (hidden % 16 != 0 || inter % 16 != 0 || (heads * head_dim) % 16 != 0))
+    throw ModelError("--quantization fp8 needs hidden_size, the rank's intermediate size and q width divisible by 16");
   PAGED_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   PAGED_CUDA_CHECK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
   PAGED_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming));
@@ -110,32 +116,49 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   for (cudaEvent_t* e : {&step_start, &step_end, &prev_end}) PAGED_CUDA_CHECK(cudaEventCreate(e));
 }
 
-std::vector<std::pair<bf16**, const RankParam*>> CudaModelRunner::Impl::weight_params() {
-  std::vector<std::pair<bf16**, const RankParam*>> params{
-      {&embed, &map.embed}, {&final_norm, &map.final_norm}, {&lm_head, &map.lm_head}};
+std::vector<WeightSlot> CudaModelRunner::Impl::weight_params() {
+  std::vector<WeightSlot> params{{&embed, &map.embed}, {&final_norm, &map.final_norm}, {&lm_head, &map.lm_head}};
   for (int l = 0; l < cfg.num_layers; ++l) {
     LayerWeights& L = layers[l];
     const RankLayer& M = map.layers[l];
-    params.insert(params.end(), {{&L.attn_norm, &M.attn_norm}, {&L.ffn_norm, &M.ffn_norm}, {&L.wqkv, &M.wqkv},
-                                 {&L.bqkv, &M.bqkv}, {&L.wo, &M.wo}, {&L.w_gate_up, &M.w_gate_up},
-                                 {&L.w_down, &M.w_down}});
+    const auto fp8 = [&](Fp8Weight& w) { return opt.fp8_weights ? &w : nullptr; };
+    params.insert(params.end(), {{&L.attn_norm, &M.attn_norm}, {&L.ffn_norm, &M.ffn_norm},
+                                 {&L.wqkv, &M.wqkv, fp8(L.qkv8)}, {&L.bqkv, &M.bqkv}, {&L.wo, &M.wo, fp8(L.o8)},
+                                 {&L.w_gate_up, &M.w_gate_up, fp8(L.gate_up8)},
+                                 {&L.w_down, &M.w_down, fp8(L.down8)}});
   }
   return params;
 }
 
 void CudaModelRunner::Impl::allocate_weights() {
   // Offsets in elements, each tensor starting 256-byte aligned (cuBLASLt's preferred alignment). A parameter without
-  // shards (no bias; the LM head of tied embeddings) takes no room and keeps its null pointer.
+  // shards (no bias; the LM head of tied embeddings) takes no room and keeps its null pointer. FP8 twins take their
+  // codes (bytes) and scales from their own arenas, and the staging room of the largest.
   layers.resize(cfg.num_layers);
-  int64_t size = 0;
+  int64_t size = 0, fp8_bytes = 0, fp8_rows = 0, staging = 0;
   std::vector<std::pair<bf16**, int64_t>> offsets;
-  for (const auto& [where, param] : weight_params()) {
-    if (param->shards.empty()) continue;
-    offsets.emplace_back(where, size);
-    size += round_up(param->numel(), 128);
+  std::vector<std::tuple<Fp8Weight*, int64_t, int64_t>> fp8_offsets;
+  for (const WeightSlot& slot : weight_params()) {
+    if (slot.param->shards.empty()) continue;
+    if (slot.fp8) {
+      const int64_t rows = slot.param->numel() / slot.param->shards.front().cols;
+      fp8_offsets.emplace_back(slot.fp8, fp8_bytes, fp8_rows);
+      fp8_bytes += round_up(slot.param->numel(), 256);
+      fp8_rows += round_up(rows, 64);
+      staging = std::max(staging, slot.param->numel());
+      continue;
+    }
+    offsets.emplace_back(slot.where, size);
+    size += round_up(slot.param->numel(), 128);
   }
   arena = device_alloc<bf16>(size);
   for (auto& [where, offset] : offsets) *where = arena.get() + offset;
+  if (opt.fp8_weights) {
+    fp8_arena = device_alloc<uint8_t>(fp8_bytes);
+    fp8_scales = device_alloc<float>(fp8_rows);
+    fp8_staging = device_alloc<bf16>(staging);
+    for (auto& [w, bytes, rows] : fp8_offsets) *w = {fp8_arena.get() + bytes, fp8_scales.get() + rows};
+  }
   if (cfg.tie_word_embeddings) lm_head = embed;
   const std::vector<float> freq = cfg.rope_inv_freq();
   inv_freq = device_alloc<float>(freq.size());
@@ -189,13 +212,32 @@ void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
     }
   };
   // Each parameter's shards back to back: q, k, v rows of the fused QKV (and its bias), gate and up rows.
-  for (const auto& [where, param] : weight_params()) {
-    bf16* dst = *where;
-    for (const TensorShard& shard : param->shards) {
+  for (const WeightSlot& slot : weight_params()) {
+    bf16* dst = slot.fp8 ? fp8_staging.get() : *slot.where;
+    for (const TensorShard& shard : slot.param->shards) {
       load(shard, dst);
       dst += shard.numel();
     }
+    if (slot.fp8) quantize_weight(slot);
   }
+  fp8_staging.reset();
+}
+
+void CudaModelRunner::Impl::quantize_weight(const WeightSlot& slot) {
+  const int64_t cols = slot.param->shards.front().cols, rows = slot.param->numel() / cols;
+  PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(fp8_staging.get(), rows, static_cast<int>(cols), slot.fp8->q,
+                                           slot.fp8->scale, compute));
+  PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next tensor
+}
+
+void CudaModelRunner::Impl::linear(bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias,
+                                   int rows, int n, int k) {
+  if (!w8.q) {
+    PAGED_CUDA_CHECK(gemm->linear(y, x, w, bias, rows, n, k, false, compute));
+    return;
+  }
+  PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(x, rows, k, act_fp8.get(), act_scale.get(), compute));
+  PAGED_CUDA_CHECK(gemm->linear_fp8(y, act_fp8.get(), act_scale.get(), w8.q, w8.scale, bias, rows, n, k, compute));
 }
 
 void CudaModelRunner::Impl::random_weights(uint64_t seed) {
@@ -215,16 +257,27 @@ void CudaModelRunner::Impl::random_weights(uint64_t seed) {
   fill(embed, int64_t{vocab} * hidden, sqrt3, 0.0f, false);
   fill(final_norm, hidden, 0.0f, 1.0f, false);
   if (!cfg.tie_word_embeddings) linear(lm_head, vocab, hidden, hidden, false);
+  // FP8 twins draw the same bf16 values into the staging buffer, then quantise them.
+  std::vector<WeightSlot> slots = weight_params();
+  const auto slot_of = [&](bf16** where) {
+    return *std::find_if(slots.begin(), slots.end(), [where](const WeightSlot& s) { return s.where == where; });
+  };
+  const auto linear_of = [&](bf16** where, int64_t rows, int64_t cols, int64_t fan_in) {
+    const WeightSlot slot = slot_of(where);
+    linear(slot.fp8 ? fp8_staging.get() : *where, rows, cols, fan_in, true);
+    if (slot.fp8) quantize_weight(slot);
+  };
   for (LayerWeights& L : layers) {
     fill(L.attn_norm, hidden, 0.0f, 1.0f, false);
     fill(L.ffn_norm, hidden, 0.0f, 1.0f, false);
-    linear(L.wqkv, qkv_dim, hidden, hidden, true);
+    linear_of(&L.wqkv, qkv_dim, hidden, hidden);
     if (L.bqkv) fill(L.bqkv, qkv_dim, 0.1f, 0.0f, true);
-    linear(L.wo, hidden, int64_t{heads} * head_dim, int64_t{cfg.num_heads} * head_dim, true);
-    linear(L.w_gate_up, int64_t{2} * inter, hidden, hidden, true);
-    linear(L.w_down, hidden, inter, cfg.intermediate_size, true);
+    linear_of(&L.wo, hidden, int64_t{heads} * head_dim, int64_t{cfg.num_heads} * head_dim);
+    linear_of(&L.w_gate_up, int64_t{2} * inter, hidden, hidden);
+    linear_of(&L.w_down, hidden, inter, cfg.intermediate_size);
   }
   PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
+  fp8_staging.reset();
 }
 
 void CudaModelRunner::Impl::allocate_runtime() {
@@ -237,6 +290,10 @@ void CudaModelRunner::Impl::allocate_runtime() {
   proj = device_alloc<bf16>(T * hidden);
   gate_up = device_alloc<bf16>(T * 2 * inter);
   act = device_alloc<bf16>(T * inter);
+  if (opt.fp8_weights) {
+    act_fp8 = device_alloc<uint8_t>(T * std::max({hidden, inter, heads * head_dim}));
+    act_scale = device_alloc<float>(T);
+  }
   last_hidden = device_alloc<bf16>(int64_t{max_seqs} * hidden);
   logits = device_alloc<float>(int64_t{max_seqs} * vocab);
   sample_ws = device_alloc<char>(cuda::sampling_workspace_bytes(max_seqs, vocab));
@@ -391,23 +448,24 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   // residual stream themselves and gate/up applies SiLU-and-mul, so each norm reads an up-to-date residual.
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
   const bool fused = opt.tp_size == 1 && T == 1;
-  const auto gemv = [&](bf16* y, const bf16* x, const bf16* w, const bf16* bias, int n, int k,
+  const auto gemv = [&](bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int n, int k,
                         cuda::GemvOutput output) {
-    const cuda::GemvArgs g{.x = x, .w = w, .bias = bias, .y = y, .n = n, .k = k, .output = output};
+    const cuda::GemvArgs g{.x = x, .w = w8.q ? nullptr : w, .w_fp8 = w8.q, .w_scale = w8.scale, .bias = bias,
+                           .y = y, .n = n, .k = k, .output = output};
     PAGED_CUDA_CHECK(cuda::gemv(g, s));
   };
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
     if (fused) {
       PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, s));
-      gemv(qkv.get(), normed.get(), L.wqkv, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore);
+      gemv(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore);
     } else {
       if (l == 0)
         PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, s));
       else
         PAGED_CUDA_CHECK(
             cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.attn_norm, T, hidden, eps, s));
-      PAGED_CUDA_CHECK(gemm->linear(qkv.get(), normed.get(), L.wqkv, L.bqkv, T, qkv_dim, hidden, false, s));
+      linear(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, T, qkv_dim, hidden);
     }
     PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_cache(l), v_cache(l), positions.device.get(), slots.device.get(),
                                           inv_freq.get(), T, heads, kv_heads, head_dim, opt.block_size, qkv_dim, s));
@@ -419,18 +477,19 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     else
       PAGED_CUDA_CHECK(cuda::paged_attention_prefill(a, plan.max_q, s));
     if (fused) {
-      gemv(residual.get(), attn.get(), L.wo, nullptr, hidden, heads * head_dim, cuda::GemvOutput::kAddToResidual);
+      gemv(residual.get(), attn.get(), L.wo, L.o8, nullptr, hidden, heads * head_dim,
+           cuda::GemvOutput::kAddToResidual);
       PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.ffn_norm, T, hidden, eps, s));
-      gemv(act.get(), normed.get(), L.w_gate_up, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul);
-      gemv(residual.get(), act.get(), L.w_down, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual);
+      gemv(act.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul);
+      gemv(residual.get(), act.get(), L.w_down, L.down8, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual);
       continue;
     }
-    PAGED_CUDA_CHECK(gemm->linear(proj.get(), attn.get(), L.wo, nullptr, T, hidden, heads * head_dim, false, s));
+    linear(proj.get(), attn.get(), L.wo, L.o8, nullptr, T, hidden, heads * head_dim);
     reduce_proj();
     PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.ffn_norm, T, hidden, eps, s));
-    PAGED_CUDA_CHECK(gemm->linear(gate_up.get(), normed.get(), L.w_gate_up, nullptr, T, 2 * inter, hidden, false, s));
+    linear(gate_up.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, T, 2 * inter, hidden);
     PAGED_CUDA_CHECK(cuda::silu_and_mul(act.get(), gate_up.get(), T, inter, s));
-    PAGED_CUDA_CHECK(gemm->linear(proj.get(), act.get(), L.w_down, nullptr, T, hidden, inter, false, s));
+    linear(proj.get(), act.get(), L.w_down, L.down8, nullptr, T, hidden, inter);
     reduce_proj();
   }
   if (opt.tp_rank != 0) return;  // only rank 0 computes logits

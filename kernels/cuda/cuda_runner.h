@@ -27,6 +27,10 @@ struct CudaRunnerOptions {
   int max_num_batched_tokens = 2048;   // tokens per step: the activation buffers
   int max_model_len = 0;               // longest context; 0: the model's max_position_embeddings
   bool cuda_graphs = true;             // replay decode-only steps from CUDA graphs (with their all-reduces)
+  /// --quantization fp8: the linear layers' weights as FP8 e4m3 with a scale per output channel, quantised at load
+  /// (embedding, norms and LM head stay bf16); their inputs quantised per token each step. Needs compute
+  /// capability 8.9 or newer.
+  bool fp8_weights = false;
   int device = 0;
   // Tensor parallelism: q/k/v and gate/up column-parallel (whole KV heads with their query heads per rank),
   // o_proj and down_proj row-parallel with an all-reduce of their output, embedding, norms and LM head replicated;

@@ -37,11 +37,13 @@ Gemm::~Gemm() {
 
 // cuBLASLt is column-major. Row-major y[m][n] is column-major y^T (n x m), and
 // y^T = W * x^T where row-major W[n][k] is the column-major k x n matrix W^T (hence TRANSA = T) and row-major
-// x[m][k] is the column-major k x m matrix x^T (TRANSB = N).
-cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const bf16* x, const bf16* w, const bf16* bias,
+// x[m][k] is the column-major k x m matrix x^T (TRANSB = N). That is also the "TN" layout FP8 products require; their
+// scale vectors have the rows of op(A) (W's n rows) and the columns of B (x's m rows).
+cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, const void* w, const Extras& extras,
                        cudaStream_t stream) {
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   const cudaDataType_t scale_type = CUDA_R_32F, y_type = key.y_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t in_type = key.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   cublasStatus_t s = cublasLtMatmulDescCreate(&p.op, compute, scale_type);
   if (s != CUBLAS_STATUS_SUCCESS) return cublas_failure("cublasLtMatmulDescCreate", s);
   const cublasOperation_t trans_w = CUBLAS_OP_T, trans_x = CUBLAS_OP_N;
@@ -53,8 +55,14 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const bf16* x, const bf
     cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
     cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
   }
-  if ((s = cublasLtMatrixLayoutCreate(&p.w, CUDA_R_16BF, key.k, key.n, key.k)) != CUBLAS_STATUS_SUCCESS ||
-      (s = cublasLtMatrixLayoutCreate(&p.x, CUDA_R_16BF, key.k, key.m, key.k)) != CUBLAS_STATUS_SUCCESS ||
+  if (key.fp8) {
+    const cublasLtMatmulMatrixScale_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE})
+      if ((s = cublasLtMatmulDescSetAttribute(p.op, attr, &outer, sizeof outer)) != CUBLAS_STATUS_SUCCESS)
+        return cublas_failure("cublasLtMatmulDescSetAttribute (outer-vector scales)", s);
+  }
+  if ((s = cublasLtMatrixLayoutCreate(&p.w, in_type, key.k, key.n, key.k)) != CUBLAS_STATUS_SUCCESS ||
+      (s = cublasLtMatrixLayoutCreate(&p.x, in_type, key.k, key.m, key.k)) != CUBLAS_STATUS_SUCCESS ||
       (s = cublasLtMatrixLayoutCreate(&p.y, y_type, key.n, key.m, key.n)) != CUBLAS_STATUS_SUCCESS)
     return cublas_failure("cublasLtMatrixLayoutCreate", s);
 
@@ -81,9 +89,9 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const bf16* x, const bf
   if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess) return e;
   if (found == 1 || capture != cudaStreamCaptureStatusNone) return cudaSuccess;
 
-  // Time each candidate on the call's buffers (y = x w^T is idempotent, so the runs only overwrite y with the
-  // same product); a candidate that fails to launch is skipped.
-  if (bias) cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  // Time each candidate on the call's buffers (the product is idempotent, so the runs only overwrite y with the
+  // same values); a candidate that fails to launch is skipped.
+  set_extras(p, key, extras);
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaError_t e = cudaEventCreate(&start); e != cudaSuccess) return e;
   if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
@@ -117,18 +125,21 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const bf16* x, const bf
   return cudaSuccess;
 }
 
-cudaError_t Gemm::linear(void* y, const bf16* x, const bf16* w, const bf16* bias, int m, int n, int k, bool y_f32,
-                         cudaStream_t stream) {
-  if (m <= 0) return cudaSuccess;
-  if (n % 8 != 0 || k % 8 != 0 || (bias && y_f32))
-    return launch_failure(cudaErrorInvalidValue, "Gemm::linear: n " + std::to_string(n) + " and k " +
-                                                     std::to_string(k) +
-                                                     " must be multiples of 8; bias needs a bf16 output");
-  const Key key{m, n, k, y_f32, bias != nullptr};
+void Gemm::set_extras(Plan& p, const Key& key, const Extras& extras) {
+  if (key.bias)  // the pointers change per layer; the plan does not
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &extras.bias, sizeof extras.bias);
+  if (key.fp8) {
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &extras.w_scale, sizeof extras.w_scale);
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &extras.x_scale, sizeof extras.x_scale);
+  }
+}
+
+cudaError_t Gemm::run(const Key& key, void* y, const void* x, const void* w, const Extras& extras,
+                      cudaStream_t stream) {
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     Plan p;
-    if (cudaError_t e = plan(key, p, y, x, w, bias, stream); e != cudaSuccess) {
+    if (cudaError_t e = plan(key, p, y, x, w, extras, stream); e != cudaSuccess) {
       if (p.w) cublasLtMatrixLayoutDestroy(p.w);
       if (p.x) cublasLtMatrixLayoutDestroy(p.x);
       if (p.y) cublasLtMatrixLayoutDestroy(p.y);
@@ -138,13 +149,33 @@ cudaError_t Gemm::linear(void* y, const bf16* x, const bf16* w, const bf16* bias
     it = plans_.emplace(key, p).first;
   }
   Plan& p = it->second;
-  if (bias)  // the pointer changes per layer; the plan does not
-    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  set_extras(p, key, extras);
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t s = cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &p.algo,
                                           workspace_, workspace_bytes_, stream);
   if (s != CUBLAS_STATUS_SUCCESS) return cublas_failure("cublasLtMatmul", s);
   return cudaSuccess;
+}
+
+cudaError_t Gemm::linear(void* y, const bf16* x, const bf16* w, const bf16* bias, int m, int n, int k, bool y_f32,
+                         cudaStream_t stream) {
+  if (m <= 0) return cudaSuccess;
+  if (n % 8 != 0 || k % 8 != 0 || (bias && y_f32))
+    return launch_failure(cudaErrorInvalidValue, "Gemm::linear: n " + std::to_string(n) + " and k " +
+                                                     std::to_string(k) +
+                                                     " must be multiples of 8; bias needs a bf16 output");
+  return run({m, n, k, y_f32, bias != nullptr, false}, y, x, w, {.bias = bias}, stream);
+}
+
+cudaError_t Gemm::linear_fp8(bf16* y, const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale,
+                             const bf16* bias, int m, int n, int k, cudaStream_t stream) {
+  if (m <= 0) return cudaSuccess;
+  if (n % 16 != 0 || k % 16 != 0 || !x_scale || !w_scale)
+    return launch_failure(cudaErrorInvalidValue, "Gemm::linear_fp8: n " + std::to_string(n) + " and k " +
+                                                     std::to_string(k) +
+                                                     " must be multiples of 16, with both scale vectors");
+  return run({m, n, k, false, bias != nullptr, true}, y, x, w, {.bias = bias, .x_scale = x_scale, .w_scale = w_scale},
+             stream);
 }
 
 }  // namespace paged::cuda

@@ -5,6 +5,7 @@
 #include <cublasLt.h>
 
 #include <compare>
+#include <cstdint>
 #include <cstddef>
 #include <map>
 
@@ -43,19 +44,39 @@ class Gemm {
                      const bf16* bias,   // [n] or nullptr
                      int m, int n, int k, bool y_f32, cudaStream_t stream);
 
+  /// y = (x * x_scale) (w * w_scale)^T (+ bias) from e4m3 operands quantised per row (cuda::quantize_rows_fp8): the
+  /// FP8 tensor-core product with cuBLASLt's outer-vector scaling (one float per row of x and of w). y bf16; k a
+  /// multiple of 16; x, w 16-byte aligned. CPU twin: cpu::linear_fp8 (kernels/cpu/fp8.h).
+  cudaError_t linear_fp8(bf16* y,                // [m][n]
+                         const uint8_t* x,       // [m][k] e4m3
+                         const float* x_scale,   // [m]
+                         const uint8_t* w,       // [n][k] e4m3
+                         const float* w_scale,   // [n]
+                         const bf16* bias,       // [n] or nullptr
+                         int m, int n, int k, cudaStream_t stream);
+
  private:
   struct Key {
     int m, n, k;
-    bool y_f32, bias;
+    bool y_f32, bias, fp8;
     auto operator<=>(const Key&) const = default;
+  };
+  /// The pointers one product reads besides its operands (they change per call; the plan does not).
+  struct Extras {
+    const bf16* bias = nullptr;
+    const float *x_scale = nullptr, *w_scale = nullptr;
   };
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  cudaError_t plan(const Key& key, Plan& out, void* y, const bf16* x, const bf16* w, const bf16* bias,
+  cudaError_t plan(const Key& key, Plan& out, void* y, const void* x, const void* w, const Extras& extras,
                    cudaStream_t stream);
+  // Sets the per-call pointers of `extras` on the plan's descriptor.
+  static void set_extras(Plan& p, const Key& key, const Extras& extras);
+  // The plan of `key` (made on first use), then y = the product, enqueued.
+  cudaError_t run(const Key& key, void* y, const void* x, const void* w, const Extras& extras, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

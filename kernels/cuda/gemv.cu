@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include <cuda_fp8.h>
+
 #include "kernels/cuda/device_utils.cuh"
 
 namespace paged::cuda {
@@ -19,50 +21,79 @@ constexpr int kWeightRows = 2;
 constexpr int kUnroll = 2;
 constexpr int kGroups = kWarps / kSplit;  // row groups (of kWeightRows weight rows) per block
 
-__device__ __forceinline__ Bf16x8 load_streaming(const bf16* p) {
-  const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));  // read once: evict first, keep L2 for activations
-  Bf16x8 r;
-  static_assert(sizeof(r) == sizeof(v));
-  memcpy(&r, &v, sizeof v);
-  return r;
+__device__ __forceinline__ uint4 load_streaming(const void* p) {
+  return __ldcs(reinterpret_cast<const uint4*>(p));  // read once: evict first, keep L2 for activations
 }
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+// The dot product of one 16-byte load of weights (8 bf16, or 16 e4m3 with kFp8) with the x elements it meets, from
+// element `first`, added to acc.
+template <bool kFp8>
+__device__ __forceinline__ void accumulate(float& acc, const uint4& wv, const bf16* x) {
+  if constexpr (kFp8) {
+    const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&wv);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float xf[8];
+      bf16x8_to_float(load_bf16x8(x + 8 * h), xf);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 w2 = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[4 * h + j], __NV_E4M3)));
+        acc += w2.x * xf[2 * j] + w2.y * xf[2 * j + 1];
+      }
+    }
+  } else {
+    Bf16x8 w8;
+    static_assert(sizeof(w8) == sizeof(wv));
+    memcpy(&w8, &wv, sizeof wv);
+    float xf[8], wf[8];
+    bf16x8_to_float(load_bf16x8(x), xf);
+    bf16x8_to_float(w8, wf);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
+  }
+}
+
 // grid: (ceil(weight row groups / kGroups)); block: kThreads. Warp (group, half) of block b reads weight rows
 // (b * kGroups + group) * kWeightRows + {0, 1} over K half `half`; the halves meet in shared memory. With kSiluMul
-// a group's two rows are gate row c and up row c + n/2 (one output column), otherwise two output columns.
+// a group's two rows are gate row c and up row c + n/2 (one output column), otherwise two output columns. A chunk is
+// one 16-byte load of a weight row: 8 bf16 or, with kFp8, 16 e4m3 whose row sums are scaled by w_scale at the end.
 //
 // Programmatic dependent launch: the weights do not depend on the previous kernel, so each warp issues its first
 // loads, lets the next kernel launch, and only then waits for the previous kernel's results (x, the residual).
 // Kernels that precede a gemv in the decode step (rms_norm, attention) let it launch early the same way.
-template <GemvOutput kOut>
+template <GemvOutput kOut, bool kFp8>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   constexpr bool kSilu = kOut == GemvOutput::kSiluMul;
+  constexpr int kPerChunk = kFp8 ? 16 : 8;  // weights per 16-byte load
   __shared__ float partial[kWarps][kWeightRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplit, half = warp % kSplit;
-  const int k = a.k, chunks = k / 8;
+  const int k = a.k, chunks = k / kPerChunk;
   const int out_cols = kSilu ? a.n / 2 : a.n;
   const int first = (blockIdx.x * kGroups + group) * (kSilu ? 1 : kWeightRows);  // first output column
   bool valid[kWeightRows];
-  const bf16* w_row[kWeightRows];
+  int rows[kWeightRows];
+  const char* w_row[kWeightRows];
+  const char* w = kFp8 ? reinterpret_cast<const char*>(a.w_fp8) : reinterpret_cast<const char*>(a.w);
 #pragma unroll
   for (int r = 0; r < kWeightRows; ++r) {
     const int row = kSilu ? first + r * out_cols : first + r;
     valid[r] = kSilu ? first < out_cols : row < a.n;
-    w_row[r] = a.w + static_cast<int64_t>(valid[r] ? row : 0) * k;
+    rows[r] = valid[r] ? row : 0;
+    w_row[r] = w + static_cast<int64_t>(rows[r]) * chunks * 16;
   }
   const int per_half = (chunks + kSplit - 1) / kSplit;
   const int c_begin = half * per_half, c_end = min(chunks, c_begin + per_half);
 
-  Bf16x8 wv[kWeightRows][kUnroll];
+  uint4 wv[kWeightRows][kUnroll];
   const auto load = [&](int base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int r = 0; r < kWeightRows; ++r)
-        if (valid[r] && base + 32 * u < c_end) wv[r][u] = load_streaming(w_row[r] + (base + 32 * u) * 8);
+        if (valid[r] && base + 32 * u < c_end) wv[r][u] = load_streaming(w_row[r] + (base + 32 * u) * 16);
   };
   int base = c_begin + lane;
   load(base);
@@ -71,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
 
   float acc[kWeightRows] = {};
   for (; base < c_end; base += 32 * kUnroll) {
-    Bf16x8 cur[kWeightRows][kUnroll];
+    uint4 cur[kWeightRows][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
@@ -81,15 +112,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + 32 * u;
       if (c >= c_end) break;
-      float xf[8];
-      bf16x8_to_float(load_bf16x8(a.x + c * 8), xf);
 #pragma unroll
-      for (int r = 0; r < kWeightRows; ++r) {
-        float wf[8];
-        bf16x8_to_float(cur[r][u], wf);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[r] += wf[j] * xf[j];
-      }
+      for (int r = 0; r < kWeightRows; ++r) accumulate<kFp8>(acc[r], cur[r][u], a.x + c * kPerChunk);
     }
   }
 #pragma unroll
@@ -105,6 +129,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
     p[r] = 0.f;
 #pragma unroll
     for (int h = 0; h < kSplit; ++h) p[r] += partial[group * kSplit + h][r];
+    if constexpr (kFp8) p[r] *= a.w_scale[rows[r]];
   }
   if constexpr (kSilu) {
     if (!valid[0]) return;
@@ -125,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
 
 // Launches with programmatic stream serialization allowed, so that the kernel may start while the previous one
 // finishes (it waits for that one's results itself, see gemv_kernel).
-template <GemvOutput kOut>
+template <GemvOutput kOut, bool kFp8>
 cudaError_t launch(const GemvArgs& a, unsigned blocks, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
@@ -136,7 +161,12 @@ cudaError_t launch(const GemvArgs& a, unsigned blocks, cudaStream_t stream) {
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_kernel<kOut>, a);
+  return cudaLaunchKernelEx(&config, gemv_kernel<kOut, kFp8>, a);
+}
+
+template <GemvOutput kOut>
+cudaError_t launch(const GemvArgs& a, unsigned blocks, cudaStream_t stream) {
+  return a.w_fp8 ? launch<kOut, true>(a, blocks, stream) : launch<kOut, false>(a, blocks, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -149,7 +179,9 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.n <= 0 || a.k <= 0 || a.n % (silu ? 16 : 8) != 0 || a.k % 8 != 0)
     why = "n " + std::to_string(a.n) + " and k " + std::to_string(a.k) + " must be positive multiples of 8" +
           (silu ? " (n of 16 with SiLU-and-mul)" : "");
-  else if (!aligned16(a.x) || !aligned16(a.w))
+  else if ((a.w == nullptr) == (a.w_fp8 == nullptr) || (a.w_fp8 && (!a.w_scale || a.k % 16 != 0)))
+    why = "exactly one of w and w_fp8 (with w_scale, k a multiple of 16)";
+  else if (!aligned16(a.x) || !aligned16(a.w ? static_cast<const void*>(a.w) : a.w_fp8))
     why = "x and w must be 16-byte aligned";
   else if (a.bias && a.output != GemvOutput::kStore)
     why = "a bias needs the plain store output";

@@ -10,6 +10,8 @@
 // CPU twins: cpu::linear followed by the add or cpu::silu_and_mul (tests/gpu/test_gemv.cpp).
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/cuda/launch.h"
 
 namespace paged::cuda {
@@ -22,15 +24,19 @@ enum class GemvOutput {
 
 struct GemvArgs {
   const bf16* x = nullptr;            // [k]
-  const bf16* w = nullptr;            // [n][k]
+  const bf16* w = nullptr;            // [n][k], or null with w_fp8
+  const uint8_t* w_fp8 = nullptr;     // [n][k] e4m3 (--quantization fp8): row c's products scaled by w_scale[c]
+  const float* w_scale = nullptr;     // [n] with w_fp8
   const bf16* bias = nullptr;         // [n] or nullptr; kStore only
   bf16* y = nullptr;                  // [n], or [n/2] with kSiluMul; may not alias x
   int n = 0, k = 0;
   GemvOutput output = GemvOutput::kStore;
 };
 
-/// Enqueues the product on `stream`. n and k positive multiples of 8 (n of 16 with kSiluMul); x and w 16-byte
-/// aligned. Anything else returns cudaErrorInvalidValue with a message (describe_launch_error).
+/// Enqueues the product on `stream`. n and k positive multiples of 8 (n of 16 with kSiluMul, k of 16 with w_fp8); x
+/// and w 16-byte aligned; exactly one of w and w_fp8. Anything else returns cudaErrorInvalidValue with a message
+/// (describe_launch_error). FP8 weights are read 16 to a load, half the bytes of bf16's (CPU twin: the dequantised
+/// product, e4m3_to_float(w) * w_scale against x, summed in float32).
 cudaError_t gemv(const GemvArgs& args, cudaStream_t stream);
 
 }  // namespace paged::cuda

@@ -12,12 +12,14 @@
 #include <string>
 #include <utility>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/cuda_runner.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/cache_ops.h"
+#include "kernels/cuda/fp8.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layer_ops.h"
 #include "kernels/cuda/nccl_comm.h"
@@ -91,13 +93,29 @@ struct Staged {
 
 inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// One layer's weights on this rank (heads, kv_heads and inter: the rank's share, see Impl).
+// A linear layer's weights as FP8 (--quantization fp8): e4m3 codes [n][k] and one scale per output row [n].
+struct Fp8Weight {
+  uint8_t* q = nullptr;
+  float* scale = nullptr;
+};
+
+// One layer's weights on this rank (heads, kv_heads and inter: the rank's share, see Impl). With FP8 weights the
+// four linear layers are their *8 twins and their bf16 pointers are null.
 struct LayerWeights {
   bf16 *attn_norm = nullptr, *ffn_norm = nullptr;
   bf16 *wqkv = nullptr, *bqkv = nullptr;  // [(heads + 2 kv_heads) * head_dim][hidden], bias or null
   bf16 *wo = nullptr;                     // [hidden][heads * head_dim]
   bf16 *w_gate_up = nullptr;              // [2 * inter][hidden]: gate rows, then up rows
   bf16 *w_down = nullptr;                 // [hidden][inter]
+  Fp8Weight qkv8, o8, gate_up8, down8;
+};
+
+// One parameter of the weight map and where it goes: a bf16 tensor, or (fp8 set, with --quantization fp8) the FP8
+// twin of a linear layer, which passes through the bf16 staging buffer once.
+struct WeightSlot {
+  bf16** where;
+  const RankParam* param;
+  Fp8Weight* fp8 = nullptr;
 };
 
 struct CudaModelRunner::Impl {
@@ -116,15 +134,22 @@ struct CudaModelRunner::Impl {
   bool prev_end_recorded = false;
   bool swap_pending = false;
 
-  // Weights: one arena, every tensor 256-byte aligned inside it.
+  // Weights: one arena, every tensor 256-byte aligned inside it. FP8 weights: their codes, their scales, and the
+  // bf16 staging of one tensor while it loads (freed once all are quantised).
   DevicePtr<bf16> arena;
+  DevicePtr<uint8_t> fp8_arena;
+  DevicePtr<float> fp8_scales;
+  DevicePtr<bf16> fp8_staging;
   bf16 *embed = nullptr, *final_norm = nullptr, *lm_head = nullptr;
   std::vector<LayerWeights> layers;
   DevicePtr<float> inv_freq;
   std::unique_ptr<cuda::Gemm> gemm;
 
-  // Activations, sized for max_tokens rows.
+  // Activations, sized for max_tokens rows; with FP8 weights also the rows quantised for their products, codes
+  // [max_tokens][max(hidden, inter, heads * head_dim)] and scales [max_tokens].
   DevicePtr<bf16> residual, normed, qkv, attn, proj, gate_up, act, last_hidden;
+  DevicePtr<uint8_t> act_fp8;
+  DevicePtr<float> act_scale;
   DevicePtr<float> logits;  // [max_seqs][vocab]
   DevicePtr<char> sample_ws, decode_ws;
   size_t decode_ws_bytes = 0;
@@ -171,8 +196,13 @@ struct CudaModelRunner::Impl {
   }
 
   void init_shapes(const ModelConfig& config, const CudaRunnerOptions& options);
-  // Each weight pointer with the parameter of `map` that fills it, in the arena's order (the load order).
-  std::vector<std::pair<bf16**, const RankParam*>> weight_params();
+  // Each weight with the parameter of `map` that fills it, in the arena's order (the load order).
+  std::vector<WeightSlot> weight_params();
+  // Quantises the bf16 tensor of `slot` in fp8_staging into its FP8 twin (--quantization fp8).
+  void quantize_weight(const WeightSlot& slot);
+  // y = x w^T (+ bias) on the compute stream for `rows` rows: the bf16 GEMM, or with FP8 weights x quantised per
+  // row and the FP8 GEMM.
+  void linear(bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int rows, int n, int k);
   void allocate_weights();
   void load_weights(const SafeTensors& w);
   void random_weights(uint64_t seed);

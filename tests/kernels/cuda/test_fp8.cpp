@@ -1,0 +1,162 @@
+// FP8 on the GPU against its CPU twins (kernels/cpu/fp8.h): quantize_rows_fp8 bit for bit, Gemm::linear_fp8 and the
+// FP8 GEMV against the float products of the same codes, and a runner with --quantization fp8 against the same
+// random model in bf16 (its logits within FP8's error, the decode steps of both paths).
+#include "kernels/cpu/fp8.h"
+#include "kernels/cuda/cuda_runner.h"
+#include "kernels/cuda/fp8.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
+#include "tests/kernels/cuda/gpu_test_util.h"
+#include "tests/kernels/cuda/small_llama.h"
+#include "tests/kernels/step_chunks.h"
+
+using namespace paged;
+using namespace paged::gpu_test;
+using paged::test::chunk_of;
+
+namespace {
+
+// Rows of random bf16 values (row r of scale 2^(r % 7 - 3), one zero row) and their CPU quantisation.
+struct Quantised {
+  std::vector<float> x;
+  std::vector<uint8_t> q;
+  std::vector<float> scale;
+};
+Quantised quantised_rows(std::mt19937& rng, int rows, int cols) {
+  Quantised out;
+  out.x = random_bf16_values(rng, size_t(rows) * cols);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      float& v = out.x[size_t(r) * cols + c];
+      v = r == 1 ? 0.0f : round_bf16(v * std::ldexp(1.0f, r % 7 - 3));
+    }
+  out.q.resize(out.x.size());
+  out.scale.resize(rows);
+  cpu::quantize_rows_fp8(out.x.data(), rows, cols, out.q.data(), out.scale.data());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("quantize_rows_fp8 gives the CPU twin's codes and scales bit for bit", "[gpu][fp8]") {
+  require_device();
+  std::mt19937 rng(31);
+  for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{{1, 8}, {9, 264}, {33, 4096}, {3, 14336}}) {
+    INFO(rows << " x " << cols);
+    const Quantised want = quantised_rows(rng, rows, cols);
+    DeviceArray<bf16> d_x(to_bf16(want.x));
+    DeviceArray<uint8_t> d_q(want.q.size());
+    DeviceArray<float> d_s(rows);
+    CUDA_REQUIRE(cuda::quantize_rows_fp8(d_x.get(), rows, cols, d_q.get(), d_s.get(), nullptr));
+    CHECK(d_q.download() == want.q);
+    CHECK(d_s.download() == want.scale);
+  }
+  DeviceArray<bf16> x(12);
+  DeviceArray<uint8_t> q(12);
+  DeviceArray<float> s(1);
+  CHECK(cuda::quantize_rows_fp8(x.get(), 1, 12, q.get(), s.get(), nullptr) == cudaErrorInvalidValue);
+}
+
+TEST_CASE("Gemm::linear_fp8 is the CPU's product of the same codes, scaled per row of x and of w", "[gpu][fp8]") {
+  require_device();
+  std::mt19937 rng(32);
+  cuda::Gemm gemm;
+  std::vector<std::tuple<int, int, int>> shapes = {{1, 16, 32}, {7, 256, 512}, {64, 272, 1024}, {300, 512, 256}};
+  if (!quick_mode()) shapes.push_back({160, 6144, 4096});
+  for (const auto& [m, n, k] : shapes) {
+    for (bool with_bias : {false, true}) {
+      INFO("m " << m << " n " << n << " k " << k << (with_bias ? " with bias" : ""));
+      const Quantised x = quantised_rows(rng, m, k), w = quantised_rows(rng, n, k);
+      const std::vector<float> bias = random_bf16_values(rng, n);
+      std::vector<float> want(size_t(m) * n);
+      cpu::linear_fp8(want.data(), x.q.data(), x.scale.data(), w.q.data(), w.scale.data(),
+                      with_bias ? bias.data() : nullptr, m, n, k);
+      DeviceArray<uint8_t> d_x(x.q), d_w(w.q);
+      DeviceArray<float> d_sx(x.scale), d_sw(w.scale);
+      DeviceArray<bf16> d_b(to_bf16(bias)), d_y(want.size());
+      CUDA_REQUIRE(gemm.linear_fp8(d_y.get(), d_x.get(), d_sx.get(), d_w.get(), d_sw.get(),
+                                   with_bias ? d_b.get() : nullptr, m, n, k, nullptr));
+      check_close(to_float(d_y.download()), want, "linear_fp8");
+    }
+  }
+}
+
+TEST_CASE("the FP8 GEMV is the CPU's product of the dequantised weights, with its fused outputs", "[gpu][fp8]") {
+  require_device();
+  std::mt19937 rng(33);
+  std::vector<std::pair<int, int>> shapes = {{16, 16}, {144, 64}, {1008, 272}};
+  if (!quick_mode()) shapes.insert(shapes.end(), {{6144, 4096}, {4096, 14336}});
+  for (const auto& [n, k] : shapes) {
+    INFO("n " << n << " k " << k);
+    const std::vector<float> x = random_bf16_values(rng, k, 2.0f);
+    const Quantised w = quantised_rows(rng, n, k);
+    std::vector<float> p(n);  // row products of the dequantised codes, scaled
+    for (int r = 0; r < n; ++r) {
+      float acc = 0.0f;
+      for (int c = 0; c < k; ++c) acc += cpu::e4m3_to_float(w.q[size_t(r) * k + c]) * x[c];
+      p[r] = acc * w.scale[r];
+    }
+    DeviceArray<bf16> d_x(to_bf16(x)), d_y(n);
+    DeviceArray<uint8_t> d_w(w.q);
+    DeviceArray<float> d_s(w.scale);
+    cuda::GemvArgs a{.x = d_x.get(), .w_fp8 = d_w.get(), .w_scale = d_s.get(), .y = d_y.get(), .n = n, .k = k};
+    CUDA_REQUIRE(cuda::gemv(a, nullptr));
+    check_close(to_float(d_y.download()), p, "store");
+    std::vector<float> act(n / 2);
+    for (int c = 0; c < n / 2; ++c) {
+      const float g = round_bf16(p[c]), u = round_bf16(p[c + n / 2]);
+      act[c] = g / (1.0f + std::exp(-g)) * u;
+    }
+    DeviceArray<bf16> d_act(n / 2);
+    a.y = d_act.get();
+    a.output = cuda::GemvOutput::kSiluMul;
+    CUDA_REQUIRE(cuda::gemv(a, nullptr));
+    check_close(to_float(d_act.download()), act, "silu_and_mul");
+  }
+  DeviceArray<bf16> x(16), y(16);
+  DeviceArray<uint8_t> w(256);
+  cuda::GemvArgs no_scale{.x = x.get(), .w_fp8 = w.get(), .y = y.get(), .n = 16, .k = 16};
+  CHECK(cuda::gemv(no_scale, nullptr) == cudaErrorInvalidValue);
+}
+
+TEST_CASE("a runner with FP8 weights gives the logits of the same model in bf16 within FP8's error", "[gpu][fp8]") {
+  require_device();
+  const ModelConfig cfg = small_llama();
+  CudaRunnerOptions opt;
+  opt.block_size = 16;
+  opt.num_blocks = 64;
+  opt.max_num_seqs = 8;
+  opt.max_num_batched_tokens = 256;
+  opt.max_model_len = 256;
+  opt.swap_space_gib = 0.01;
+  CudaModelRunner bf16_runner(cfg, 11, opt);
+  opt.fp8_weights = true;
+  CudaModelRunner fp8_runner(cfg, 11, opt);  // the same random bf16 weights, quantised
+  std::mt19937 rng(6);
+  std::vector<std::vector<TokenId>> prompts(4);
+  StepBatch prefill, decode;
+  for (int s = 0; s < 4; ++s) {
+    prompts[s].resize(5 + 9 * s);
+    for (auto& t : prompts[s]) t = static_cast<TokenId>(rng() % cfg.vocab_size);
+    const int len = static_cast<int>(prompts[s].size());
+    prefill.seqs.push_back(chunk_of(s, prompts[s], 0, len - 1, {4 * s, 4 * s + 1, 4 * s + 2, 4 * s + 3}));
+    prefill.seqs.back().samples.push_back({});
+    decode.seqs.push_back(chunk_of(s, prompts[s], len - 1, len, {4 * s, 4 * s + 1, 4 * s + 2, 4 * s + 3}));
+    decode.seqs.back().samples.push_back({});
+  }
+  for (const StepBatch* step : {&prefill, &decode}) {  // batched GEMMs, then decode (graphs)
+    const auto want = bf16_runner.forward(*step), got = fp8_runner.forward(*step);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double err = relative_l2(got[i], want[i]);
+      INFO((step == &prefill ? "prefill" : "decode") << " row " << i << ": relative L2 " << err);
+      CHECK(err < 0.15);  // e4m3 keeps 3 mantissa bits; wrong scales or codes give errors of order 1
+      CHECK(err > 1e-4);  // and it did run in FP8
+    }
+  }
+  StepBatch one;  // a single-token step: the FP8 GEMV path
+  one.seqs.push_back(decode.seqs[0]);
+  const auto want = bf16_runner.forward(one), got = fp8_runner.forward(one);
+  INFO("one token: relative L2 " << relative_l2(got[0], want[0]));
+  CHECK(relative_l2(got[0], want[0]) < 0.15);
+}
