@@ -196,7 +196,10 @@ ModelConfig load_model_config(const std::string& model_dir) {
   }
   if (const json::value* v = find(o, "rms_norm_eps")) c.rms_norm_eps = number(*v, "rms_norm_eps");
   c.tie_word_embeddings = boolean(o, "tie_word_embeddings", false);
-  const bool attention_bias = boolean(o, "attention_bias", false);
+  // attention_bias is a field of Llama and Qwen3 (q, k, v and o get biases); Mistral and Phi-3 have none (HF ignores
+  // the key there), Qwen2 always biases q, k, v and never o.
+  const bool attention_bias =
+      (c.model_type == "llama" || c.model_type == "qwen3") && boolean(o, "attention_bias", false);
   c.qkv_bias = c.model_type == "qwen2" || attention_bias;
   c.o_bias = attention_bias;
   c.qk_norm = c.model_type == "qwen3";
