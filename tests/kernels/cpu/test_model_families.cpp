@@ -46,7 +46,8 @@ std::vector<RefCase> ref_cases(const std::string& name) {
     return {};
   }
   std::vector<RefCase> cases;
-  for (const auto& c : read_json(dir + "/refs.json").at("cases").as_array()) {
+  const boost::json::value refs = read_json(dir + "/refs.json");
+  for (const auto& c : refs.at("cases").as_array()) {
     RefCase r;
     r.prompt = ids_of(c.at("prompt"));
     r.tokens = ids_of(c.at("tokens"));
