@@ -4,13 +4,14 @@
 //
 // Step flow on the compute stream: wait for pending swaps -> copy-on-write copies -> metadata upload -> embedding ->
 // layers (norm, fused QKV GEMM (+bias), Qwen3's q/k head norms, RoPE + cache write, paged attention (the layer's
-// sliding window), O GEMM (+bias), residual + norm, fused gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm -> LM head on the sampled rows -> sampling -> one
-// synchronisation for the sampled tokens -> prompt logprobs, when a chunk asks (LM head and score_tokens over at
-// most max_num_seqs rows at a time, one synchronisation each).
+// sliding window), O GEMM (+bias), residual + norm, fused gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm ->
+// LM head on the sampled rows -> sampling -> one synchronisation for the sampled tokens -> prompt logprobs, when a
+// chunk asks (LM head and score_tokens over at most max_num_seqs rows at a time, one synchronisation each).
 // Single-token steps on one GPU (one-stream decode) use the GEMVs of kernels/cuda/gemv.h, with the residual adds and
 // SiLU-and-mul inside the projections: norm, QKV, RoPE, attention, O(+residual), norm, gate/up(+SiLU-and-mul),
-// down(+residual); not for a model whose o_proj has a bias (the GEMV adds no bias into the residual). Decode-only steps (one token per sequence) replay a CUDA graph captured per (batch bucket, context
-// bucket): padding rows have slot -1 and context 1.
+// down(+residual); not for a model whose o_proj has a bias (the GEMV adds no bias into the residual). Decode-only
+// steps (one token per sequence) replay a CUDA graph captured per (batch bucket, context bucket): padding rows have
+// slot -1 and context 1.
 //
 // Tensor parallelism (tp_size > 1): the same flow on this rank's shard, with an NCCL all-reduce of the O and down
 // GEMMs' partial outputs on the compute stream, captured into the decode graphs like every other kernel (NCCL has

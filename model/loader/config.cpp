@@ -62,10 +62,10 @@ void add_token_ids(const json::value* v, std::vector<TokenId>& out, std::string_
   }
 }
 
-// c.sliding_windows from sliding_window and, for Qwen2 / Qwen3, use_sliding_window, max_window_layers and
-// layer_types, as transformers reads them: Mistral and Phi-3 slide on every layer when sliding_window is set; Qwen
-// slides only with use_sliding_window, on the layers layer_types calls "sliding_attention" (by default those from
-// max_window_layers on); Llama never. A window at least max_position_embeddings long is no window.
+// c.sliding_windows from sliding_window, layer_types and, for Qwen2 / Qwen3, use_sliding_window and
+// max_window_layers, as transformers reads them: the layers layer_types calls "sliding_attention" slide when it is
+// there; else Mistral and Phi-3 slide on every layer when sliding_window is set, Qwen only with use_sliding_window,
+// from max_window_layers on; Llama never. A window at least max_position_embeddings long is no window.
 void read_sliding_windows(const json::object& o, bool qwen, ModelConfig& c) {
   if (c.model_type == "llama") {
     c.sliding_windows.assign(c.num_layers, 0);
@@ -76,7 +76,6 @@ void read_sliding_windows(const json::object& o, bool qwen, ModelConfig& c) {
   if (qwen && !boolean(o, "use_sliding_window", false)) sw = nullptr;
   const int window = sw ? positive_int_value(*sw, "sliding_window") : 0;
   const json::value* types = find(o, "layer_types");
-  if (types && !qwen) throw ModelError("config.json: unsupported field 'layer_types' for model_type '" + c.model_type + "'");
   std::vector<bool> sliding(c.num_layers, !qwen);
   if (types) {
     if (!types->is_array() || types->as_array().size() != static_cast<size_t>(c.num_layers))

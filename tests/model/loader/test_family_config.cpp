@@ -78,10 +78,13 @@ TEST_CASE("family config: Qwen3 as transformers 5 writes it", "[loader][families
 }
 
 TEST_CASE("family config: which layers slide, and by how much", "[loader][families]") {
-  SECTION("Mistral: every layer, unless the window covers max_position_embeddings") {
+  SECTION("Mistral: every layer (unless layer_types says otherwise) if the window is shorter than the context") {
     json::object c = base_config("mistral");
     c["sliding_window"] = 32;
     CHECK(load(c).sliding_windows == std::vector<int>(4, 32));
+    c["layer_types"] = json::array{"full_attention", "sliding_attention", "full_attention", "sliding_attention"};
+    CHECK(load(c).sliding_windows == std::vector<int>{0, 32, 0, 32});  // where layer_types is written, it decides
+    c.erase("layer_types");
     c["sliding_window"] = 256;
     CHECK_FALSE(load(c).has_sliding_window());
     c["sliding_window"] = nullptr;
@@ -119,9 +122,6 @@ TEST_CASE("family config: which layers slide, and by how much", "[loader][famili
     c["layer_types"] = json::array{"sliding_attention"};
     CHECK_THAT(error_of(c), Catch::Contains("layer_types") && Catch::Contains("one type per layer"));
     json::object m = base_config("mistral");
-    m["layer_types"] = json::array{"sliding_attention", "full_attention", "full_attention", "full_attention"};
-    CHECK_THAT(error_of(m), Catch::Contains("layer_types") && Catch::Contains("mistral"));
-    m.erase("layer_types");
     m["sliding_window"] = 0;
     CHECK_THAT(error_of(m), Catch::Contains("sliding_window") && Catch::Contains("positive integer"));
   }
