@@ -179,7 +179,8 @@ RankRunner make_local_runner(const EngineConfig& c, const ModelConfig& model, in
     const auto [num_blocks, num_swap_blocks] = cpu_pools(c, model, max_model_len);
     auto runner = std::make_shared<CpuModelRunner>(
         model, *weights,
-        CpuRunnerOptions{.block_size = c.block_size, .num_blocks = num_blocks, .num_swap_blocks = num_swap_blocks});
+        CpuRunnerOptions{.block_size = c.block_size, .num_blocks = num_blocks, .num_swap_blocks = num_swap_blocks,
+                         .max_model_len = max_model_len});
     return {std::move(runner), num_blocks, num_swap_blocks};
   }
 #ifndef PAGED_HAVE_CUDA
@@ -414,7 +415,8 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
       runners.push_back(std::make_shared<CpuModelRunner>(
           m.model, *weights,
           CpuRunnerOptions{.block_size = c.block_size, .num_blocks = num_blocks, .num_swap_blocks = num_swap_blocks,
-                           .tp_rank = rank, .tp_size = tp, .all_reduce = m.all_reduce.get()}));
+                           .tp_rank = rank, .tp_size = tp, .all_reduce = m.all_reduce.get(),
+                           .max_model_len = m.max_model_len}));
   } else {
 #ifndef PAGED_HAVE_CUDA
     throw ModelError("this build has no CUDA executor");

@@ -353,7 +353,7 @@ int run_ops(std::map<std::string, std::string>& f) {
   time("gemm qkv", 2.0 * qkv_dim * H, kCublas,
        [&] { return gemm.linear(qkv, normed, w_qkv, nullptr, m, qkv_dim, H, false, s); });
   time("rope_and_cache", 0, kBoth, [&] {
-    return cuda::rope_and_cache(qkv, kc, vc, d_pos, d_slots, d_freq, m, heads, kvh, D, bs, qkv_dim, s);
+    return cuda::rope_and_cache(qkv, kc, vc, d_pos, d_slots, d_freq, m, heads, kvh, D, D, 1.0f, bs, qkv_dim, s);
   });
   for (int partition : {64, 128, 512}) {
     const std::string name = "attention decode, partition " + std::to_string(partition);
@@ -573,6 +573,7 @@ int run_parity(std::map<std::string, std::string>& f) {
     CpuRunnerOptions copt;
     copt.block_size = opt.block_size;
     copt.num_blocks = static_cast<int>(seqs.size() * seqs[0].blocks.size());
+    copt.max_model_len = opt.max_model_len;  // the same LongRoPE factors as the CUDA runner
     CpuModelRunner cpu(cfg, weights, copt);
     std::vector<std::vector<float>> cpu_first;
     for (const StepBatch& step : prefill_steps(seqs, opt.max_num_batched_tokens, true))

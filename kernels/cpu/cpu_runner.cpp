@@ -50,7 +50,7 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
   embed_ = read_param(w, map.embed);
   final_norm_ = read_param(w, map.final_norm);
   lm_head_ = read_param(w, map.lm_head);
-  inv_freq_ = cfg_.rope_inv_freq();
+  inv_freq_ = cfg_.rope_inv_freq(opt_.max_model_len);
 
   layers_.resize(cfg_.num_layers);
   for (int l = 0; l < cfg_.num_layers; ++l) {
@@ -60,7 +60,10 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
     L.ffn_norm = read_param(w, M.ffn_norm);
     L.wqkv = read_param(w, M.wqkv);
     L.bqkv = read_param(w, M.bqkv);
+    L.q_norm = read_param(w, M.q_norm);
+    L.k_norm = read_param(w, M.k_norm);
     L.wo = read_param(w, M.wo);
+    L.bo = read_param(w, M.bo);
     L.w_gate_up = read_param(w, M.w_gate_up);
     L.w_down = read_param(w, M.w_down);
   }
@@ -140,12 +143,17 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
       std::memcpy(&k[int64_t{t} * nkv * D], row + nh * D, sizeof(float) * nkv * D);
       std::memcpy(&v[int64_t{t} * nkv * D], row + (nh + nkv) * D, sizeof(float) * nkv * D);
     }
-    cpu::rope(q.data(), k.data(), positions.data(), inv_freq_.data(), T, nh, nkv, D);
+    if (!L.q_norm.empty()) {  // Qwen3: RMSNorm over each head (rows of head_dim), before RoPE
+      cpu::rms_norm(q.data(), q.data(), L.q_norm.data(), T * nh, D, eps);
+      cpu::rms_norm(k.data(), k.data(), L.k_norm.data(), T * nkv, D, eps);
+    }
+    cpu::rope(q.data(), k.data(), positions.data(), inv_freq_.data(), T, nh, nkv, D, cfg_.rotary_dims(),
+              static_cast<float>(cfg_.rope_scaling.attention_factor));
     cpu::reshape_and_cache(k.data(), v.data(), k_cache_[l].get(), v_cache_[l].get(), slots.data(), T, nkv, D, B);
     cpu::paged_attention(attn.data(), q.data(), k_cache_[l].get(), v_cache_[l].get(), tables.data(),
                          query_start.data(), context_lens.data(), static_cast<int>(batch.seqs.size()),
-                         static_cast<int>(max_blocks), nh, nkv, D, B, scale);
-    cpu::linear(proj.data(), attn.data(), L.wo.data(), nullptr, T, H, nh * D);
+                         static_cast<int>(max_blocks), nh, nkv, D, B, scale, cfg_.sliding_window(l));
+    cpu::linear(proj.data(), attn.data(), L.wo.data(), L.bo.empty() ? nullptr : L.bo.data(), T, H, nh * D);
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     cpu::add_rms_norm(h.data(), residual.data(), proj.data(), L.ffn_norm.data(), T, H, eps);
     cpu::linear(gate_up.data(), h.data(), L.w_gate_up.data(), nullptr, T, 2 * local_inter_, H);

@@ -1,4 +1,6 @@
-// The CPU executor's model: Llama-family forward pass in float32 over a paged KV cache, plus sampling.
+// The CPU executor's model: Llama-family forward pass in float32 over a paged KV cache, plus sampling. Covers the
+// families of model/loader/config.h: q/k head norms (Qwen3), partial rotary and LongRoPE (Phi-3), sliding-window
+// layers (every block of a sequence stays in its table; a sliding layer reads only the window's positions).
 #pragma once
 
 #include <chrono>
@@ -26,6 +28,7 @@ struct CpuRunnerOptions {
   int tp_rank = 0;
   int tp_size = 1;
   AllReduce* all_reduce = nullptr;  // required when tp_size > 1
+  int max_model_len = 0;            // the engine's context limit (0: max_position_embeddings); picks LongRoPE's factors
 };
 
 /// Weights of one tensor-parallel rank, float32, sharded and laid out as model/loader/weight_map.h says: q/k/v and
@@ -35,7 +38,9 @@ struct CpuLayerWeights {
   std::vector<float> attn_norm, ffn_norm;  // [hidden]
   std::vector<float> wqkv;                 // [(local_heads + 2 * local_kv_heads) * head_dim][hidden]
   std::vector<float> bqkv;                 // same rows, or empty
+  std::vector<float> q_norm, k_norm;       // [head_dim] each, or empty (no qk_norm)
   std::vector<float> wo;                   // [hidden][local_heads * head_dim]
+  std::vector<float> bo;                   // [hidden] on rank 0, or empty
   std::vector<float> w_gate_up;            // [2 * local_inter][hidden]: gate rows, then up rows
   std::vector<float> w_down;               // [hidden][local_inter]
 };

@@ -50,8 +50,8 @@ void linear(float* out, const float* x, const float* w, const float* bias, int m
 }
 
 void rope(float* q, float* k, const int32_t* positions, const float* inv_freq, int tokens, int num_heads,
-          int num_kv_heads, int head_dim) {
-  const int half = head_dim / 2;
+          int num_kv_heads, int head_dim, int rotary_dim, float attention_factor) {
+  const int half = rotary_dim / 2;
   std::vector<float> cos_t(half), sin_t(half);
   auto rotate = [&](float* v) {
     for (int i = 0; i < half; ++i) {
@@ -64,8 +64,8 @@ void rope(float* q, float* k, const int32_t* positions, const float* inv_freq, i
     for (int i = 0; i < half; ++i) {
       // HF computes the angle in float32: position * inv_freq.
       const float angle = static_cast<float>(positions[t]) * inv_freq[i];
-      cos_t[i] = std::cos(angle);
-      sin_t[i] = std::sin(angle);
+      cos_t[i] = std::cos(angle) * attention_factor;
+      sin_t[i] = std::sin(angle) * attention_factor;
     }
     for (int h = 0; h < num_heads; ++h) rotate(q + (static_cast<int64_t>(t) * num_heads + h) * head_dim);
     for (int h = 0; h < num_kv_heads; ++h) rotate(k + (static_cast<int64_t>(t) * num_kv_heads + h) * head_dim);
@@ -90,7 +90,7 @@ void reshape_and_cache(const float* k, const float* v, float* k_cache, float* v_
 void paged_attention(float* out, const float* q, const float* k_cache, const float* v_cache,
                      const int32_t* block_tables, const int32_t* query_start, const int32_t* context_lens,
                      int num_seqs, int max_blocks_per_seq, int num_heads, int num_kv_heads, int head_dim,
-                     int block_size, float scale) {
+                     int block_size, float scale, int window) {
   const int group = num_heads / num_kv_heads;
   std::vector<float> scores;
   std::vector<float> acc(head_dim);
@@ -99,25 +99,26 @@ void paged_attention(float* out, const float* q, const float* k_cache, const flo
     const int q_begin = query_start[s], q_len = query_start[s + 1] - q_begin;
     const int ctx = context_lens[s];
     for (int i = 0; i < q_len; ++i) {
-      const int pos = ctx - q_len + i;  // this query's position; it sees keys 0..pos
+      const int pos = ctx - q_len + i;  // this query's position; it sees keys first..pos
+      const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
       scores.resize(pos + 1);
       for (int h = 0; h < num_heads; ++h) {
         const int kvh = h / group;
         const float* qv = q + (static_cast<int64_t>(q_begin + i) * num_heads + h) * head_dim;
         float max_score = -INFINITY;
-        for (int j = 0; j <= pos; ++j) {
+        for (int j = first; j <= pos; ++j) {
           const int64_t base = ((static_cast<int64_t>(table[j / block_size]) * num_kv_heads + kvh) * block_size +
                                 j % block_size) * head_dim;
           scores[j] = dot(qv, k_cache + base, head_dim) * scale;
           max_score = std::max(max_score, scores[j]);
         }
         float sum = 0.0f;
-        for (int j = 0; j <= pos; ++j) {
+        for (int j = first; j <= pos; ++j) {
           scores[j] = std::exp(scores[j] - max_score);
           sum += scores[j];
         }
         std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int j = 0; j <= pos; ++j) {
+        for (int j = first; j <= pos; ++j) {
           const int64_t base = ((static_cast<int64_t>(table[j / block_size]) * num_kv_heads + kvh) * block_size +
                                 j % block_size) * head_dim;
           const float p = scores[j];

@@ -33,12 +33,14 @@ void linear(float* out,         // [m][n]
             const float* bias,  // [n] or nullptr
             int m, int n, int k);
 
-/// Rotary embedding, HF layout (rotate the two halves of each head), in place on q and k.
+/// Rotary embedding, HF layout, in place on q and k: the first rotary_dim elements of each head rotate (element i
+/// pairs with i + rotary_dim / 2; rotary_dim = head_dim unless partial_rotary_factor), the rest pass through; cos and
+/// sin are multiplied by attention_factor (LongRoPE's scaling, 1 otherwise).
 void rope(float* q,                  // [tokens][num_heads][head_dim]
           float* k,                  // [tokens][num_kv_heads][head_dim]
           const int32_t* positions,  // [tokens]
-          const float* inv_freq,     // [head_dim / 2]
-          int tokens, int num_heads, int num_kv_heads, int head_dim);
+          const float* inv_freq,     // [rotary_dim / 2]
+          int tokens, int num_heads, int num_kv_heads, int head_dim, int rotary_dim, float attention_factor);
 
 /// Writes each token's K and V into its cache slot; tokens whose slot is -1 are skipped.
 void reshape_and_cache(const float* k,               // [tokens][num_kv_heads][head_dim]
@@ -52,7 +54,8 @@ void reshape_and_cache(const float* k,               // [tokens][num_kv_heads][h
 /// [query_start[s], query_start[s+1]); they sit at positions context_len[s] - q_len .. context_len[s] - 1 and each
 /// attends to every cached position up to and including its own (the cache already holds their K/V).
 /// Covers decode (q_len 1), prefill, chunked prefill and a cached prefix alike. Query head h reads KV head
-/// h / (num_heads / num_kv_heads) (GQA).
+/// h / (num_heads / num_kv_heads) (GQA). A sliding window > 0 limits a query at position p to the keys
+/// p - window + 1 .. p (Hugging Face's sliding_window mask); 0 = no limit.
 void paged_attention(float* out,                   // [total_q][num_heads][head_dim]
                      const float* q,               // [total_q][num_heads][head_dim]
                      const float* k_cache,         // [num_blocks][num_kv_heads][block_size][head_dim]
@@ -61,7 +64,7 @@ void paged_attention(float* out,                   // [total_q][num_heads][head_
                      const int32_t* query_start,   // [num_seqs + 1]
                      const int32_t* context_lens,  // [num_seqs]
                      int num_seqs, int max_blocks_per_seq, int num_heads, int num_kv_heads, int head_dim,
-                     int block_size, float scale);
+                     int block_size, float scale, int window);
 
 /// out = silu(gate) * up.
 void silu_and_mul(float* out,            // [tokens][inter]

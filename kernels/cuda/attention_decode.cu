@@ -99,6 +99,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int start = part * partition_size;
   if (start >= ctx) return;  // the grid is sized for max_context_len; shorter sequences have fewer partitions
   const int len = min(partition_size, ctx - start);
+  // The first position the query sees (sliding window); partitions wholly before it are skipped here and by the
+  // reduction alike, and tokens before it are masked.
+  const int lo = a.window > 0 ? max(0, ctx - a.window) : 0;
+  if (start + len <= lo) return;
   const int group = a.num_heads / a.num_kv_heads;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
@@ -150,6 +154,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   float l_lo = 0.f, l_hi = 0.f;              // this lane's part of the running sums
 
   for (int t0 = warp * 16; t0 < len; t0 += kDecodeWarps * 16) {
+    if (start + t0 + 16 <= lo) continue;  // the whole chunk is before the window
     // All loads of the chunk first: 16 (head_dim 128) 16-byte loads in flight per lane.
     uint32_t kw[2][kSlice / 2];
     uint32_t vw[4][kVSlice / 2];
@@ -200,7 +205,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
     for (int tile = 0; tile < 2; ++tile) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const bool valid = t0 + tile * 8 + 2 * c + e < len;
+        const int j = t0 + tile * 8 + 2 * c + e;
+        const bool valid = j < len && start + j >= lo;
         s[tile][e] = valid ? s[tile][e] * score_scale : -INFINITY;
         mx_lo = fmaxf(mx_lo, s[tile][e]);
         if constexpr (kTall) {
@@ -214,7 +220,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
       mx_lo = fmaxf(mx_lo, __shfl_xor_sync(kFullMask, mx_lo, off));
       if constexpr (kTall) mx_hi = fmaxf(mx_hi, __shfl_xor_sync(kFullMask, mx_hi, off));
     }
-    // Every chunk holds at least one valid token, so the new maxima are finite; the old may be -inf (alpha 0).
+    // Every chunk run holds at least one valid token (it reaches past lo, and lo < start + len), so the new maxima
+    // are finite; the old may be -inf (alpha 0).
     const float new_lo = fmaxf(m_lo, mx_lo);
     const float alpha_lo = exp2f(m_lo - new_lo);
     m_lo = new_lo;
@@ -329,13 +336,16 @@ __global__ void __launch_bounds__(HEAD_DIM)
 {
   allow_dependent_launch();
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
-  const int num_parts = (a.context_lens[seq] + partition_size - 1) / partition_size;
+  const int ctx = a.context_lens[seq];
+  const int num_parts = (ctx + partition_size - 1) / partition_size;
   if (num_parts <= 1) return;  // written by the decode kernel itself
+  // Partitions before the sliding window wrote nothing (the decode kernel skipped them).
+  const int first_part = a.window > 0 ? max(0, ctx - a.window) / partition_size : 0;
   const int64_t row = (static_cast<int64_t>(seq) * a.num_heads + head) * max_partitions;
   float m = -INFINITY;
-  for (int p = 0; p < num_parts; ++p) m = fmaxf(m, part_max[row + p]);
+  for (int p = first_part; p < num_parts; ++p) m = fmaxf(m, part_max[row + p]);
   float total = 0.f, o = 0.f;
-  for (int p = 0; p < num_parts; ++p) {
+  for (int p = first_part; p < num_parts; ++p) {
     const float w = part_sum[row + p] * exp2f(part_max[row + p] - m);
     total += w;
     o += w * part_out[(row + p) * HEAD_DIM + d];

@@ -6,6 +6,8 @@
 // The block walks the cache in tiles of kTile tokens up to its last query's position: the tile's K and V go to
 // shared memory, warp w scores rows w*8 .. w*8+7 against token `lane` of the tile, then lane r of every warp
 // carries row r's online softmax (the four warps compute the same m and l, each for its quarter of head_dim).
+// With a sliding window the walk starts at the tile of the block's first row's first visible position, and a row
+// skips the tiles wholly before its own window.
 #include "kernels/cuda/attention.h"
 
 #include <string>
@@ -65,6 +67,8 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
 
   const int last_row = min(row0 + kRows, num_rows) - 1;
   const int num_tiles = (first_pos + last_row / group) / kTile + 1;  // tiles up to the block's last position
+  const int W = a.window;
+  const int first_tile = W > 0 ? max(0, first_pos + row0 / group - W + 1) / kTile : 0;
 
   const int my_row = row0 + lane;  // the row whose softmax state and output slice this thread owns
   const int my_pos = my_row < num_rows ? first_pos + my_row / group : -1;
@@ -76,7 +80,7 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
   const int in_block_mask = (1 << log2_block_size) - 1;
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
+  for (int tile = first_tile; tile < num_tiles; ++tile) {
     const int t0 = tile * kTile;
     __syncthreads();  // the previous tile is no longer read (and the queries are in place)
     for (int i = threadIdx.x; i < kTile * kVecs; i += kPrefillThreads) {
@@ -115,11 +119,14 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int r = warp * kRowsPerWarp + rr, row = row0 + r;
       const int pos = row < num_rows ? first_pos + row / group : -1;
-      ss[r][lane] = t0 + lane <= pos ? s[rr] : -INFINITY;  // causal mask; pos <= ctx - 1 also masks the tail
+      const int t = t0 + lane;  // causal mask (pos <= ctx - 1 also masks the tail), then the window's
+      ss[r][lane] = t <= pos && (W == 0 || t > pos - W) ? s[rr] : -INFINITY;
     }
     __syncthreads();
 
-    if (t0 > my_pos) continue;  // nothing of this tile is visible to this row (or the row is padding)
+    // Nothing of this tile is visible to this row (or the row is padding); a tile that is not skipped holds one
+    // visible position at least, so the new maximum is finite.
+    if (t0 > my_pos || (W > 0 && t0 + kTile - 1 <= my_pos - W)) continue;
     float tile_max = -INFINITY;
 #pragma unroll 8
     for (int t = 0; t < kTile; ++t) tile_max = fmaxf(tile_max, ss[lane][t]);

@@ -3,14 +3,15 @@
 // model/loader/weight_map.h names, sharded and laid out alike.
 //
 // Step flow on the compute stream: wait for pending swaps -> copy-on-write copies -> metadata upload -> embedding ->
-// layers (norm, fused QKV GEMM (+bias), RoPE + cache write, paged attention, O GEMM, residual + norm, fused
-// gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm -> LM head on the sampled rows -> sampling -> one
-// synchronisation for the sampled tokens -> prompt logprobs, when a chunk asks (LM head and score_tokens over at
-// most max_num_seqs rows at a time, one synchronisation each).
+// layers (norm, fused QKV GEMM (+bias), Qwen3's q/k head norms, RoPE + cache write, paged attention (the layer's
+// sliding window), O GEMM (+bias), residual + norm, fused gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm ->
+// LM head on the sampled rows -> sampling -> one synchronisation for the sampled tokens -> prompt logprobs, when a
+// chunk asks (LM head and score_tokens over at most max_num_seqs rows at a time, one synchronisation each).
 // Single-token steps on one GPU (one-stream decode) use the GEMVs of kernels/cuda/gemv.h, with the residual adds and
 // SiLU-and-mul inside the projections: norm, QKV, RoPE, attention, O(+residual), norm, gate/up(+SiLU-and-mul),
-// down(+residual). Decode-only steps (one token per sequence) replay a CUDA graph captured per (batch bucket, context
-// bucket): padding rows have slot -1 and context 1.
+// down(+residual); not for a model whose o_proj has a bias (the GEMV adds no bias into the residual). Decode-only
+// steps (one token per sequence) replay a CUDA graph captured per (batch bucket, context bucket): padding rows have
+// slot -1 and context 1.
 //
 // Tensor parallelism (tp_size > 1): the same flow on this rank's shard, with an NCCL all-reduce of the O and down
 // GEMMs' partial outputs on the compute stream, captured into the decode graphs like every other kernel (NCCL has
@@ -75,6 +76,9 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   if (head_dim != 64 && head_dim != 128)
     throw ModelError("the CUDA backend supports head_dim 64 and 128, not " + std::to_string(head_dim));
+  if (cfg.rotary_dims() % 4 != 0)
+    throw ModelError("the CUDA backend needs a rotary dimension (head_dim x partial_rotary_factor) divisible by 4, "
+                     "not " + std::to_string(cfg.rotary_dims()));
   if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > 16)
     throw ModelError("the CUDA backend supports GQA groups of at most 16 query heads per KV head");
   if (opt.block_size != 8 && opt.block_size != 16 && opt.block_size != 32)
@@ -123,7 +127,8 @@ std::vector<WeightSlot> CudaModelRunner::Impl::weight_params() {
     const RankLayer& M = map.layers[l];
     const auto fp8 = [&](Fp8Weight& w) { return opt.fp8_weights ? &w : nullptr; };
     params.insert(params.end(), {{&L.attn_norm, &M.attn_norm}, {&L.ffn_norm, &M.ffn_norm},
-                                 {&L.wqkv, &M.wqkv, fp8(L.qkv8)}, {&L.bqkv, &M.bqkv}, {&L.wo, &M.wo, fp8(L.o8)},
+                                 {&L.wqkv, &M.wqkv, fp8(L.qkv8)}, {&L.bqkv, &M.bqkv}, {&L.q_norm, &M.q_norm},
+                                 {&L.k_norm, &M.k_norm}, {&L.wo, &M.wo, fp8(L.o8)}, {&L.bo, &M.bo},
                                  {&L.w_gate_up, &M.w_gate_up, fp8(L.gate_up8)},
                                  {&L.w_down, &M.w_down, fp8(L.down8)}});
   }
@@ -160,7 +165,7 @@ void CudaModelRunner::Impl::allocate_weights() {
     for (auto& [w, bytes, rows] : fp8_offsets) *w = {fp8_arena.get() + bytes, fp8_scales.get() + rows};
   }
   if (cfg.tie_word_embeddings) lm_head = embed;
-  const std::vector<float> freq = cfg.rope_inv_freq();
+  const std::vector<float> freq = cfg.rope_inv_freq(opt.max_model_len);
   inv_freq = device_alloc<float>(freq.size());
   PAGED_CUDA_CHECK(cudaMemcpy(inv_freq.get(), freq.data(), freq.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
@@ -272,6 +277,9 @@ void CudaModelRunner::Impl::random_weights(uint64_t seed) {
     fill(L.ffn_norm, hidden, 0.0f, 1.0f, false);
     linear_of(&L.wqkv, qkv_dim, hidden, hidden);
     if (L.bqkv) fill(L.bqkv, qkv_dim, 0.1f, 0.0f, true);
+    if (L.q_norm) fill(L.q_norm, head_dim, 0.0f, 1.0f, false);
+    if (L.k_norm) fill(L.k_norm, head_dim, 0.0f, 1.0f, false);
+    if (L.bo) fill(L.bo, hidden, 0.1f, 0.0f, false);
     linear_of(&L.wo, hidden, int64_t{heads} * head_dim, int64_t{cfg.num_heads} * head_dim);
     linear_of(&L.w_gate_up, int64_t{2} * inter, hidden, hidden);
     linear_of(&L.w_down, hidden, inter, cfg.intermediate_size);
@@ -447,7 +455,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   // Single-token steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
   // residual stream themselves and gate/up applies SiLU-and-mul, so each norm reads an up-to-date residual.
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
-  const bool fused = opt.tp_size == 1 && T == 1;
+  const bool fused = opt.tp_size == 1 && T == 1 && !cfg.o_bias;
   const auto gemv = [&](bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int n, int k,
                         cuda::GemvOutput output) {
     const cuda::GemvArgs g{.x = x, .w = w8.q ? nullptr : w, .w_fp8 = w8.q, .w_scale = w8.scale, .bias = bias,
@@ -467,10 +475,16 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
             cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.attn_norm, T, hidden, eps, s));
       linear(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, T, qkv_dim, hidden);
     }
+    if (L.q_norm)
+      PAGED_CUDA_CHECK(cuda::head_rms_norm(qkv.get(), L.q_norm, L.k_norm, T, heads, kv_heads, head_dim, qkv_dim, eps,
+                                           s));
     PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_cache(l), v_cache(l), positions.device.get(), slots.device.get(),
-                                          inv_freq.get(), T, heads, kv_heads, head_dim, opt.block_size, qkv_dim, s));
+                                          inv_freq.get(), T, heads, kv_heads, head_dim, cfg.rotary_dims(),
+                                          static_cast<float>(cfg.rope_scaling.attention_factor), opt.block_size,
+                                          qkv_dim, s));
     a.k_cache = k_cache(l);
     a.v_cache = v_cache(l);
+    a.window = cfg.sliding_window(l);
     if (plan.decode)
       PAGED_CUDA_CHECK(cuda::paged_attention_decode(a, plan.grid_ctx, plan.partition, decode_ws.get(),
                                                     decode_ws_bytes, s));
@@ -484,7 +498,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       gemv(residual.get(), act.get(), L.w_down, L.down8, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual);
       continue;
     }
-    linear(proj.get(), attn.get(), L.wo, L.o8, nullptr, T, hidden, heads * head_dim);
+    linear(proj.get(), attn.get(), L.wo, L.o8, L.bo, T, hidden, heads * head_dim);
     reduce_proj();
     PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.ffn_norm, T, hidden, eps, s));
     linear(gate_up.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, T, 2 * inter, hidden);

@@ -1,6 +1,8 @@
-// Row-wise kernels of the Llama layer on bf16 activations: embedding lookup / row gather, RMSNorm (alone and fused
-// with the residual add), SiLU-and-mul. Arithmetic in float32, results rounded to bf16 once.
-// CPU twins: kernels/cpu/ops.h (rms_norm, add_rms_norm, silu_and_mul); gather_rows is a plain row copy.
+// Row-wise kernels of the Llama layer on bf16 activations: embedding lookup / row gather, RMSNorm (alone, fused
+// with the residual add, and per attention head: Qwen3's q/k norms), SiLU-and-mul. Arithmetic in float32, results
+// rounded to bf16 once.
+// CPU twins: kernels/cpu/ops.h (rms_norm, add_rms_norm, silu_and_mul; head_rms_norm is rms_norm over rows of
+// head_dim); gather_rows is a plain row copy.
 // Every launcher enqueues on `stream` and returns the launch status; widths must be multiples of 8 (16-byte vectors)
 // and pointers 16-byte aligned, otherwise cudaErrorInvalidValue with a message (describe_launch_error).
 #pragma once
@@ -31,6 +33,15 @@ cudaError_t add_rms_norm(bf16* out,           // [rows][hidden]
                          const bf16* x,       // [rows][hidden]
                          const bf16* weight,  // [hidden]
                          int rows, int hidden, float eps, cudaStream_t stream);
+
+/// Qwen3's q_norm / k_norm, in place on the fused QKV rows: every query head x of a token becomes
+/// x / sqrt(mean(x^2) + eps) * q_weight, every key head likewise with k_weight; value heads are left alone. Grid
+/// (tokens, ceil((num_heads + num_kv_heads) / 8)), one warp per head. head_dim even and at most 256.
+cudaError_t head_rms_norm(bf16* qkv,              // [tokens][qkv_stride]: q heads, k heads, v heads of head_dim
+                          const bf16* q_weight,   // [head_dim]
+                          const bf16* k_weight,   // [head_dim]
+                          int tokens, int num_heads, int num_kv_heads, int head_dim, int64_t qkv_stride, float eps,
+                          cudaStream_t stream);
 
 /// out = silu(gate) * up.
 cudaError_t silu_and_mul(bf16* out,            // [tokens][inter]

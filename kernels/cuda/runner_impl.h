@@ -104,7 +104,9 @@ struct Fp8Weight {
 struct LayerWeights {
   bf16 *attn_norm = nullptr, *ffn_norm = nullptr;
   bf16 *wqkv = nullptr, *bqkv = nullptr;  // [(heads + 2 kv_heads) * head_dim][hidden], bias or null
+  bf16 *q_norm = nullptr, *k_norm = nullptr;  // Qwen3: [head_dim] each, or null
   bf16 *wo = nullptr;                     // [hidden][heads * head_dim]
+  bf16 *bo = nullptr;                     // [hidden] on rank 0 (attention_bias), or null
   bf16 *w_gate_up = nullptr;              // [2 * inter][hidden]: gate rows, then up rows
   bf16 *w_down = nullptr;                 // [hidden][inter]
   Fp8Weight qkv8, o8, gate_up8, down8;

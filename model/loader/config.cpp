@@ -26,13 +26,18 @@ double number(const json::value& v, std::string_view field) {
   throw ModelError("config.json: field '" + std::string(field) + "' must be a number");
 }
 
-int positive_int(const json::object& o, std::string_view field) {
-  const json::value* v = find(o, field);
-  if (!v) throw ModelError("config.json: missing required field '" + std::string(field) + "'");
-  double d = number(*v, field);
+// The positive integer `v` names (a field of config.json), or a ModelError naming it.
+int positive_int_value(const json::value& v, std::string_view field) {
+  double d = number(v, field);
   if (d < 1 || d != std::floor(d) || d > 1e9)
     throw ModelError("config.json: field '" + std::string(field) + "' must be a positive integer");
   return static_cast<int>(d);
+}
+
+int positive_int(const json::object& o, std::string_view field) {
+  const json::value* v = find(o, field);
+  if (!v) throw ModelError("config.json: missing required field '" + std::string(field) + "'");
+  return positive_int_value(*v, field);
 }
 
 bool boolean(const json::object& o, std::string_view field, bool fallback) {
@@ -57,6 +62,76 @@ void add_token_ids(const json::value* v, std::vector<TokenId>& out, std::string_
   }
 }
 
+// c.sliding_windows from sliding_window, layer_types and, for Qwen2 / Qwen3, use_sliding_window and
+// max_window_layers, as transformers reads them: the layers layer_types calls "sliding_attention" slide when it is
+// there; else Mistral and Phi-3 slide on every layer when sliding_window is set, Qwen only with use_sliding_window,
+// from max_window_layers on; Llama never. A window at least max_position_embeddings long is no window.
+void read_sliding_windows(const json::object& o, bool qwen, ModelConfig& c) {
+  if (c.model_type == "llama") {
+    c.sliding_windows.assign(c.num_layers, 0);
+    return;
+  }
+  c.sliding_windows.assign(c.num_layers, 0);
+  const json::value* sw = find(o, "sliding_window");
+  if (qwen && !boolean(o, "use_sliding_window", false)) sw = nullptr;
+  const int window = sw ? positive_int_value(*sw, "sliding_window") : 0;
+  const json::value* types = find(o, "layer_types");
+  std::vector<bool> sliding(c.num_layers, !qwen);
+  if (types) {
+    if (!types->is_array() || types->as_array().size() != static_cast<size_t>(c.num_layers))
+      throw ModelError("config.json: field 'layer_types' must list one type per layer");
+    for (int l = 0; l < c.num_layers; ++l) {
+      const json::value& t = types->as_array()[l];
+      const std::string name = t.is_string() ? std::string(t.as_string()) : "";
+      if (name != "full_attention" && name != "sliding_attention")
+        throw ModelError("config.json: unsupported layer_types entry '" + name +
+                         "' (supported: full_attention, sliding_attention)");
+      sliding[l] = name == "sliding_attention";
+    }
+  } else if (qwen) {
+    const json::value* first = find(o, "max_window_layers");
+    const int from = first ? static_cast<int>(number(*first, "max_window_layers")) : 0;
+    for (int l = 0; l < c.num_layers; ++l) sliding[l] = l >= from;
+  }
+  if (window == 0 || window >= c.max_position_embeddings) return;
+  for (int l = 0; l < c.num_layers; ++l)
+    if (sliding[l]) c.sliding_windows[l] = window;
+}
+
+// LongRoPE (Phi-3) from the rope scaling object `r`, as transformers' _compute_longrope_parameters reads it:
+// short_factor and long_factor of rotary_dim / 2 each; original_max_position_embeddings at the top level first (Phi-3
+// keeps it there), then in `r`; factor from `r`, else max_position_embeddings / original; attention_factor from `r`,
+// else sqrt(1 + ln(factor) / ln(original)) when factor > 1.
+void read_longrope(const json::object& o, const json::object& r, ModelConfig& c) {
+  RopeScaling& s = c.rope_scaling;
+  s.longrope = true;
+  auto factors = [&](std::string_view key, std::vector<double>& out) {
+    const json::value* v = find(r, key);
+    if (!v || !v->is_array() || v->as_array().size() != static_cast<size_t>(c.rotary_dim / 2))
+      throw ModelError("config.json: rope_scaling '" + std::string(key) + "' must list rotary_dim / 2 = " +
+                       std::to_string(c.rotary_dim / 2) + " numbers");
+    for (const auto& x : v->as_array()) {
+      out.push_back(number(x, key));
+      if (!(out.back() > 0.0)) throw ModelError("config.json: rope_scaling '" + std::string(key) + "' must be > 0");
+    }
+  };
+  factors("short_factor", s.short_factor);
+  factors("long_factor", s.long_factor);
+  const json::value* orig = find(o, "original_max_position_embeddings");
+  if (!orig) orig = find(r, "original_max_position_embeddings");
+  s.original_max_position_embeddings =
+      orig ? positive_int_value(*orig, "original_max_position_embeddings") : c.max_position_embeddings;
+  const double original = s.original_max_position_embeddings;
+  const json::value* f = find(r, "factor");
+  s.factor = f ? number(*f, "rope_scaling.factor") : c.max_position_embeddings / original;
+  if (const json::value* a = find(r, "attention_factor")) {
+    s.attention_factor = number(*a, "rope_scaling.attention_factor");
+    if (!(s.attention_factor > 0.0)) throw ModelError("config.json: rope_scaling 'attention_factor' must be > 0");
+  } else {
+    s.attention_factor = s.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(s.factor) / std::log(original));
+  }
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::string& model_dir) {
@@ -68,16 +143,20 @@ ModelConfig load_model_config(const std::string& model_dir) {
   const json::value* type = find(o, "model_type");
   if (!type || !type->is_string()) throw ModelError("config.json: missing field 'model_type'");
   c.model_type = std::string(type->as_string());
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
+  const std::vector<std::pair<std::string, std::string>> kFamilies = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}};
+  if (std::none_of(kFamilies.begin(), kFamilies.end(), [&](const auto& f) { return f.first == c.model_type; }))
     throw ModelError("config.json: unsupported model_type '" + c.model_type +
-                     "' (supported: llama, mistral, qwen2)");
+                     "' (supported: llama, mistral, qwen2, qwen3, phi3)");
   if (const json::value* archs = find(o, "architectures"); archs && archs->is_array()) {
     for (const auto& a : archs->as_array()) {
       std::string name = a.is_string() ? std::string(a.as_string()) : "";
-      if (name != "LlamaForCausalLM" && name != "MistralForCausalLM" && name != "Qwen2ForCausalLM")
+      if (std::none_of(kFamilies.begin(), kFamilies.end(), [&](const auto& f) { return f.second == name; }))
         throw ModelError("config.json: unsupported architectures entry '" + name + "'");
     }
   }
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
 
   c.hidden_size = positive_int(o, "hidden_size");
   c.num_layers = positive_int(o, "num_hidden_layers");
@@ -93,26 +172,46 @@ ModelConfig load_model_config(const std::string& model_dir) {
     throw ModelError("config.json: num_attention_heads must be a multiple of num_key_value_heads");
   if (c.head_dim % 2 != 0) throw ModelError("config.json: head_dim must be even (RoPE)");
 
-  // transformers >= 5 writes rope_theta and the scaling into one "rope_parameters" object.
+  // transformers >= 5 writes rope_theta, partial_rotary_factor and the scaling into one "rope_parameters" object.
   const json::value* rope_params = find(o, "rope_parameters");
   if (rope_params && !rope_params->is_object()) throw ModelError("config.json: field 'rope_parameters' must be an object");
-  if (const json::value* v = find(o, "rope_theta")) c.rope_theta = number(*v, "rope_theta");
-  else if (rope_params && find(rope_params->as_object(), "rope_theta"))
-    c.rope_theta = number(*find(rope_params->as_object(), "rope_theta"), "rope_parameters.rope_theta");
+  if (rope_params && (rope_params->as_object().contains("full_attention") ||
+                      rope_params->as_object().contains("sliding_attention")))
+    throw ModelError("config.json: unsupported field 'rope_parameters' per layer type (one RoPE for all layers only)");
+  // A RoPE field: at the top level (older configs) or in rope_parameters.
+  auto rope_field = [&](std::string_view key) -> const json::value* {
+    if (const json::value* v = find(o, key)) return v;
+    return rope_params ? find(rope_params->as_object(), key) : nullptr;
+  };
+  if (const json::value* v = rope_field("rope_theta")) c.rope_theta = number(*v, "rope_theta");
+  c.rotary_dim = c.head_dim;
+  if (const json::value* v = rope_field("partial_rotary_factor")) {
+    const double f = number(*v, "partial_rotary_factor");
+    const int dim = static_cast<int>(c.head_dim * f);
+    if (!(f > 0.0 && f <= 1.0) || dim < 2 || dim % 2 != 0)
+      throw ModelError("config.json: field 'partial_rotary_factor' must be in (0, 1] and leave an even rotary "
+                       "dimension of head_dim");
+    c.rotary_dim = dim;
+  }
   if (const json::value* v = find(o, "rms_norm_eps")) c.rms_norm_eps = number(*v, "rms_norm_eps");
   c.tie_word_embeddings = boolean(o, "tie_word_embeddings", false);
-  c.qkv_bias = c.model_type == "qwen2" || boolean(o, "attention_bias", false);
+  // attention_bias is a field of Llama and Qwen3 (q, k, v and o get biases); Mistral and Phi-3 have none (HF ignores
+  // the key there), Qwen2 always biases q, k, v and never o.
+  const bool attention_bias =
+      (c.model_type == "llama" || c.model_type == "qwen3") && boolean(o, "attention_bias", false);
+  c.qkv_bias = c.model_type == "qwen2" || attention_bias;
+  c.o_bias = attention_bias;
+  c.qk_norm = c.model_type == "qwen3";
+  c.fused_projections = c.model_type == "phi3";
   if (boolean(o, "mlp_bias", false)) throw ModelError("config.json: unsupported field 'mlp_bias' = true");
   if (const json::value* v = find(o, "hidden_act"); v && (!v->is_string() || v->as_string() != "silu"))
     throw ModelError("config.json: unsupported 'hidden_act' (only silu)");
-  if (const json::value* v = find(o, "torch_dtype"); v && v->is_string()) c.torch_dtype = std::string(v->as_string());
-  if (const json::value* v = find(o, "sliding_window"); v && c.model_type == "mistral" && !v->is_null()) {
-    double w = number(*v, "sliding_window");
-    if (w < c.max_position_embeddings)
-      throw ModelError("config.json: unsupported field 'sliding_window' smaller than max_position_embeddings");
-  }
-  if (c.model_type == "qwen2" && boolean(o, "use_sliding_window", false))
-    throw ModelError("config.json: unsupported field 'use_sliding_window' = true");
+  for (const char* key : {"dtype", "torch_dtype"})  // transformers 5 writes "dtype", older versions "torch_dtype"
+    if (const json::value* v = find(o, key); v && v->is_string()) {
+      c.torch_dtype = std::string(v->as_string());
+      break;
+    }
+  read_sliding_windows(o, qwen, c);
 
   const json::value* rs = find(o, "rope_scaling");
   if (!rs) rs = rope_params;
@@ -122,13 +221,13 @@ ModelConfig load_model_config(const std::string& model_dir) {
     const json::value* t = find(r, "rope_type");
     if (!t) t = find(r, "type");
     std::string kind = t && t->is_string() ? std::string(t->as_string()) : "";
+    auto get = [&](std::string_view k, double& dst) {
+      const json::value* v = find(r, k);
+      if (!v) throw ModelError("config.json: rope_scaling is missing '" + std::string(k) + "'");
+      dst = number(*v, k);
+    };
     if (kind == "llama3") {
       c.rope_scaling.llama3 = true;
-      auto get = [&](std::string_view k, double& dst) {
-        const json::value* v = find(r, k);
-        if (!v) throw ModelError("config.json: rope_scaling is missing '" + std::string(k) + "'");
-        dst = number(*v, k);
-      };
       get("factor", c.rope_scaling.factor);
       get("low_freq_factor", c.rope_scaling.low_freq_factor);
       get("high_freq_factor", c.rope_scaling.high_freq_factor);
@@ -144,8 +243,10 @@ ModelConfig load_model_config(const std::string& model_dir) {
         throw ModelError("config.json: rope_scaling 'high_freq_factor' must be greater than 'low_freq_factor'");
       if (!(orig >= 1.0 && orig <= 1e9 && orig == std::floor(orig)))
         throw ModelError("config.json: rope_scaling 'original_max_position_embeddings' must be a positive integer");
+    } else if (kind == "longrope" || (kind == "su" && c.model_type == "phi3")) {
+      read_longrope(o, r, c);
     } else if (kind != "default") {
-      throw ModelError("config.json: unsupported rope_scaling type '" + kind + "' (supported: llama3)");
+      throw ModelError("config.json: unsupported rope_scaling type '" + kind + "' (supported: llama3, longrope)");
     }
   }
 
@@ -158,14 +259,16 @@ ModelConfig load_model_config(const std::string& model_dir) {
   return c;
 }
 
-std::vector<float> ModelConfig::rope_inv_freq() const {
-  const int half = head_dim / 2;
+std::vector<float> ModelConfig::rope_inv_freq(int max_model_len) const {
+  const int dims = rotary_dims(), half = dims / 2;
+  const RopeScaling& s = rope_scaling;
+  const int context = max_model_len > 0 ? max_model_len : max_position_embeddings;
+  const std::vector<double>& longrope = context > s.original_max_position_embeddings ? s.long_factor : s.short_factor;
   std::vector<float> inv(half);
   for (int i = 0; i < half; ++i) {
-    double f = 1.0 / std::pow(rope_theta, (2.0 * i) / head_dim);
-    if (rope_scaling.llama3) {
+    double f = 1.0 / std::pow(rope_theta, (2.0 * i) / dims);
+    if (s.llama3) {
       // Llama 3.1 frequency scaling: long wavelengths divided by factor, short kept, a smooth blend between.
-      const auto& s = rope_scaling;
       double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
       double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
       double wavelen = 2.0 * std::numbers::pi / f;
@@ -176,10 +279,16 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
                         (s.high_freq_factor - s.low_freq_factor);
         f = (1.0 - smooth) * f / s.factor + smooth * f;
       }
+    } else if (s.longrope) {
+      f = f / longrope[i];  // LongRoPE: each frequency divided by its rescale factor
     }
     inv[i] = static_cast<float>(f);
   }
   return inv;
+}
+
+bool ModelConfig::has_sliding_window() const {
+  return std::any_of(sliding_windows.begin(), sliding_windows.end(), [](int w) { return w > 0; });
 }
 
 }  // namespace paged

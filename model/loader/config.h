@@ -1,4 +1,6 @@
-// The model's shape, read from a Hugging Face config.json (+ generation_config.json) of the Llama family.
+// The model's shape, read from a Hugging Face config.json (+ generation_config.json) of the Llama family: Llama,
+// Mistral, Qwen2, Qwen3 (q/k RMSNorm per head) and Phi-3 (fused projections, partial rotary, LongRoPE), with the
+// sliding-window layers of Mistral / Qwen2 / Qwen3 / Phi-3 configs.
 #pragma once
 
 #include <stdexcept>
@@ -16,19 +18,24 @@ struct ModelError : std::runtime_error {
 
 struct RopeScaling {
   bool llama3 = false;                 // rope_scaling.rope_type == "llama3"
+  bool longrope = false;               // "longrope" (Phi-3; "su" is its old name)
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int original_max_position_embeddings = 8192;
+  std::vector<double> short_factor, long_factor;  // longrope: [rotary_dim / 2] each
+  double attention_factor = 1.0;       // longrope: cos and sin are multiplied by it (HF's attention_scaling)
 };
 
 struct ModelConfig {
-  std::string model_type;              // llama | mistral | qwen2
+  std::string model_type;              // llama | mistral | qwen2 | qwen3 | phi3
   int hidden_size = 0;
   int num_layers = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  int rotary_dim = 0;                  // the leading dimensions of a head that RoPE rotates (partial_rotary_factor);
+                                       //   0 in a config built by hand: head_dim (read it through rotary_dims())
   int intermediate_size = 0;
   int vocab_size = 0;
   int max_position_embeddings = 0;
@@ -37,12 +44,29 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;               // Qwen2, or attention_bias = true
+  bool o_bias = false;                 // attention_bias = true (Llama, Qwen3): o_proj has a bias too
+  bool qk_norm = false;                // Qwen3: RMSNorm over head_dim on every q and k head, before RoPE
+  bool fused_projections = false;      // Phi-3: the checkpoint holds qkv_proj and gate_up_proj, not their parts
+  std::vector<int> sliding_windows;    // [num_layers]: the positions a query of that layer sees, its own included
+                                       //   (keys pos - window + 1 .. pos); 0 = every earlier position; empty in a
+                                       //   config built by hand: no window (read it through sliding_window(l))
   std::string torch_dtype = "float32"; // the checkpoint's dtype
   TokenId bos_token_id = -1;
   std::vector<TokenId> eos_token_ids;  // config.json and generation_config.json, merged
 
-  /// RoPE inverse frequencies [head_dim / 2], llama3 scaling applied.
-  std::vector<float> rope_inv_freq() const;
+  /// RoPE inverse frequencies [rotary_dim / 2], llama3 or LongRoPE scaling applied. LongRoPE takes its long factors
+  /// when max_model_len (0: max_position_embeddings) exceeds original_max_position_embeddings, else the short ones,
+  /// for every position (vLLM's rule: the KV of a sequence never depends on how long it grows; Hugging Face switches
+  /// per forward call by the sequence's length, which agrees whenever a sequence stays on one side).
+  std::vector<float> rope_inv_freq(int max_model_len = 0) const;
+  /// The dimensions of a head that RoPE rotates: rotary_dim, or head_dim when it was left 0.
+  int rotary_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  /// The sliding window of `layer`, 0 for none (also when sliding_windows was left empty).
+  int sliding_window(int layer) const {
+    return static_cast<size_t>(layer) < sliding_windows.size() ? sliding_windows[layer] : 0;
+  }
+  /// Whether some layer attends through a sliding window.
+  bool has_sliding_window() const;
 };
 
 /// Reads DIR/config.json and DIR/generation_config.json (optional). Throws ModelError naming the offending field.

@@ -68,17 +68,33 @@ WeightMap rank_weight_map(const ModelConfig& config, int tp_rank, int tp_size) {
     L.attn_norm.shards = {whole(p + "input_layernorm.weight", {H})};
     L.ffn_norm.shards = {whole(p + "post_attention_layernorm.weight", {H})};
     // Column-parallel: the rank's rows of q, k, v (its heads), gate and up (its intermediate slice).
-    L.wqkv.shards = {row_shard(p + "self_attn.q_proj.weight", {q_rows, H}, rank * qr, qr),
-                     row_shard(p + "self_attn.k_proj.weight", {kv_rows, H}, rank * kvr, kvr),
-                     row_shard(p + "self_attn.v_proj.weight", {kv_rows, H}, rank * kvr, kvr)};
+    if (config.fused_projections) {
+      const std::string qkv = p + "self_attn.qkv_proj.weight";
+      const std::vector<int64_t> shape{q_rows + 2 * kv_rows, H};
+      L.wqkv.shards = {row_shard(qkv, shape, rank * qr, qr), row_shard(qkv, shape, q_rows + rank * kvr, kvr),
+                       row_shard(qkv, shape, q_rows + kv_rows + rank * kvr, kvr)};
+    } else {
+      L.wqkv.shards = {row_shard(p + "self_attn.q_proj.weight", {q_rows, H}, rank * qr, qr),
+                       row_shard(p + "self_attn.k_proj.weight", {kv_rows, H}, rank * kvr, kvr),
+                       row_shard(p + "self_attn.v_proj.weight", {kv_rows, H}, rank * kvr, kvr)};
+    }
+    if (config.qk_norm) {
+      L.q_norm.shards = {whole(p + "self_attn.q_norm.weight", {D})};
+      L.k_norm.shards = {whole(p + "self_attn.k_norm.weight", {D})};
+    }
     if (config.qkv_bias)
       L.bqkv.shards = {column_shard(p + "self_attn.q_proj.bias", {q_rows}, rank * qr, qr),
                        column_shard(p + "self_attn.k_proj.bias", {kv_rows}, rank * kvr, kvr),
                        column_shard(p + "self_attn.v_proj.bias", {kv_rows}, rank * kvr, kvr)};
     // Row-parallel: the rank's columns of o and down.
     L.wo.shards = {column_shard(p + "self_attn.o_proj.weight", {H, q_rows}, rank * qr, qr)};
-    L.w_gate_up.shards = {row_shard(p + "mlp.gate_proj.weight", {I, H}, rank * ir, ir),
-                          row_shard(p + "mlp.up_proj.weight", {I, H}, rank * ir, ir)};
+    if (config.o_bias && rank == 0) L.bo.shards = {whole(p + "self_attn.o_proj.bias", {H})};
+    if (config.fused_projections)
+      L.w_gate_up.shards = {row_shard(p + "mlp.gate_up_proj.weight", {2 * I, H}, rank * ir, ir),
+                            row_shard(p + "mlp.gate_up_proj.weight", {2 * I, H}, I + rank * ir, ir)};
+    else
+      L.w_gate_up.shards = {row_shard(p + "mlp.gate_proj.weight", {I, H}, rank * ir, ir),
+                            row_shard(p + "mlp.up_proj.weight", {I, H}, rank * ir, ir)};
     L.w_down.shards = {column_shard(p + "mlp.down_proj.weight", {H, I}, rank * ir, ir)};
   }
   return m;

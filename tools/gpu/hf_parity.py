@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
 
 
 def configs():
@@ -55,7 +55,40 @@ def configs():
             hidden_size=1024, intermediate_size=2816, num_hidden_layers=3, num_attention_heads=8,
             num_key_value_heads=1, head_dim=128, max_position_embeddings=4096, rope_theta=10000.0,
             tie_word_embeddings=True, **common),
+        # Qwen3: q_norm / k_norm per head, head_dim 128 apart from hidden / heads (64), GQA 4, untied.
+        "qwen3-qknorm-hd128": Qwen3Config(
+            hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
+            num_key_value_heads=2, head_dim=128, max_position_embeddings=4096,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=False, **common),
+        # Qwen3 with sliding layers 2 and 3 (window 48: the prompts and their continuations cross it), tied.
+        "qwen3-sliding48-tied": Qwen3Config(
+            hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
+            num_key_value_heads=2, head_dim=64, max_position_embeddings=4096, use_sliding_window=True,
+            sliding_window=48, max_window_layers=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=True, **common),
+        # Mistral with a sliding window of 48 on every layer.
+        "mistral-sliding48": MistralConfig(
+            hidden_size=512, intermediate_size=1408, num_hidden_layers=3, num_attention_heads=8,
+            num_key_value_heads=2, head_dim=64, sliding_window=48, max_position_embeddings=4096,
+            tie_word_embeddings=False, **common),
+        # Phi-3 style: fused qkv_proj / gate_up_proj, partial rotary 0.75 of head_dim 128, LongRoPE. Its
+        # original_max_position_embeddings (2) is below every prompt, so that HF, which picks the factors by the
+        # sequence's length, takes the long ones throughout, as the engine does for a max_model_len beyond it; the
+        # attention factor is given (the default would be sqrt(1 + ln 2048 / ln 2)).
+        "phi3-longrope-partial": Phi3Config(
+            hidden_size=1024, intermediate_size=2048, num_hidden_layers=3, num_attention_heads=8,
+            num_key_value_heads=4, max_position_embeddings=4096, original_max_position_embeddings=2,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                             "attention_factor": 1.1,
+                             "short_factor": [1.0 + 0.05 * i for i in range(48)],
+                             "long_factor": [1.0 + 0.4 * i for i in range(48)]},
+            tie_word_embeddings=False, pad_token_id=0, **common),
     }
+
+
+# Configs whose RMSNorm weights (Qwen3's q_norm / k_norm among them) are drawn around 1 instead of HF's ones, so
+# that a runner ignoring one of them fails.
+RANDOM_NORMS = {"qwen3-qknorm-hd128", "qwen3-sliding48-tied", "mistral-sliding48", "phi3-longrope-partial"}
 
 
 def legacy_rope_keys(model_dir):
@@ -109,6 +142,11 @@ def main():
         torch.manual_seed(0)
         model_dir = os.path.join(args.work, name)
         model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+        if name in RANDOM_NORMS:
+            with torch.no_grad():
+                for pname, p in model.named_parameters():
+                    if pname.endswith("norm.weight"):
+                        p.copy_(1.0 + 0.2 * torch.randn(p.shape))
         model.save_pretrained(model_dir, safe_serialization=True)
         legacy_rope_keys(model_dir)
         model = model.cuda().eval()

@@ -66,7 +66,7 @@ import sys
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, LlamaConfig, Phi3Config, Qwen2Config, Qwen3Config
 
 here, binary_dir, work, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 tps = [int(t) for t in sys.argv[5].split()]
@@ -81,6 +81,12 @@ configs = {
     "llama-gqa2-untied": LlamaConfig(head_dim=64, rope_theta=500000.0, tie_word_embeddings=False, **common),
     "qwen2-bias-tied": Qwen2Config(rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False,
                                    **common),
+    # q_norm / k_norm replicated on every rank; sliding layers 2 and 3 (window 32 < the prompts + max_tokens).
+    "qwen3-qknorm-sliding": Qwen3Config(head_dim=128, tie_word_embeddings=False, use_sliding_window=True,
+                                        sliding_window=32, max_window_layers=2,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **common),
+    # qkv_proj and gate_up_proj fused in the checkpoint: each rank's rows are ranges of the one tensor.
+    "phi3-fused": Phi3Config(tie_word_embeddings=False, pad_token_id=0, **common),
 }
 words = ("the of and to in is was for on that with as by at from his her an it were which are this be had "
          "river mountain engine paged kernel block cache token model prompt stream memory").split()

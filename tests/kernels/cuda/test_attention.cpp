@@ -1,6 +1,7 @@
 // Paged-attention decode and prefill against cpu::paged_attention: block sizes 8/16/32, head dims 64/128, GQA
 // groups 1/4/8 (and 3, 7, 12, 16), ragged lengths, shuffled block tables whose unused entries are -1,
-// queries read from a fused QKV row.
+// queries read from a fused QKV row, sliding windows (1, 32, 100, 700: inside one partition or tile, across
+// several, beyond the context).
 #include <numeric>
 
 #include "kernels/cpu/ops.h"
@@ -60,12 +61,12 @@ struct PagedBatch {
                 &q_dense[static_cast<size_t>(t) * s.heads * s.head_dim]);
   }
 
-  std::vector<float> reference() const {
+  std::vector<float> reference(int window = 0) const {
     std::vector<float> out(q_dense.size());
     cpu::paged_attention(out.data(), q_dense.data(), k_cache.data(), v_cache.data(), tables.data(),
                          query_start.data(), context_lens.data(), static_cast<int>(context_lens.size()),
                          max_blocks_per_seq, shape.heads, shape.kv_heads, shape.head_dim, shape.block_size,
-                         scale());
+                         scale(), window);
     return out;
   }
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(shape.head_dim)); }
@@ -172,6 +173,37 @@ TEST_CASE("paged_attention_prefill matches the CPU twin: prefill, cached prefix,
     CUDA_REQUIRE(cuda::paged_attention_prefill(dev.args, max_q, nullptr));
     check_close(to_float(dev.out.download()), ref, "prefill");
   }
+}
+
+TEST_CASE("decode and prefill with a sliding window match the CPU twin", "[gpu][attention]") {
+  require_device();
+  std::mt19937 rng(8);
+  for (const Shape& shape : {Shape{128, 16, 32, 8}, Shape{64, 8, 8, 2}, Shape{128, 32, 28, 4}})
+    for (const int window : {1, 32, 100, 700}) {
+      INFO(describe(shape) << ", window " << window);
+      // Decode: contexts below, at and far beyond the window, over partitions of 64 (many skipped) and 512.
+      const std::vector<int> ctx = {1, 31, 32, 33, 99, 100, 101, 640, 1500, 2049};
+      const PagedBatch decode(rng, shape, ctx, std::vector<int>(ctx.size(), 1), 4.0f);
+      const auto decode_ref = decode.reference(window);
+      DeviceBatch dev(decode);
+      dev.args.window = window;
+      for (const int partition : {64, 512}) {
+        const size_t ws_bytes = cuda::paged_attention_decode_workspace(decode.total_q, shape.heads, shape.head_dim,
+                                                                       4096, partition);
+        DeviceArray<char> ws(ws_bytes);
+        CUDA_REQUIRE(cudaMemset(dev.out.get(), 0xff, dev.out.size() * sizeof(bf16)));
+        CUDA_REQUIRE(cuda::paged_attention_decode(dev.args, 4096, partition, ws.get(), ws_bytes, nullptr));
+        check_close(to_float(dev.out.download()), decode_ref, "decode, partition " + std::to_string(partition));
+      }
+      // Prefill: whole prompts longer than the window, a chunk after a long cached prefix, decode rows.
+      const std::vector<int> p_ctx = {300, 129, 1000, 40, 65}, p_q = {300, 128, 77, 1, 65};
+      const PagedBatch prefill(rng, shape, p_ctx, p_q, 2.0f);
+      DeviceBatch pdev(prefill);
+      pdev.args.window = window;
+      CUDA_REQUIRE(cudaMemset(pdev.out.get(), 0xff, pdev.out.size() * sizeof(bf16)));
+      CUDA_REQUIRE(cuda::paged_attention_prefill(pdev.args, 300, nullptr));
+      check_close(to_float(pdev.out.download()), prefill.reference(window), "prefill");
+    }
 }
 
 TEST_CASE("attention launchers name what they refuse", "[gpu][attention]") {

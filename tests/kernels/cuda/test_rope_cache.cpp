@@ -1,4 +1,5 @@
-// rope_and_cache against cpu::rope followed by cpu::reshape_and_cache.
+// rope_and_cache against cpu::rope followed by cpu::reshape_and_cache: full and partial rotary (Phi-3's
+// partial_rotary_factor), with and without LongRoPE's attention factor.
 #include <numeric>
 
 #include "kernels/cpu/ops.h"
@@ -12,11 +13,11 @@ namespace {
 
 // Llama-3 style frequencies: base^(-2i/d), the low frequencies divided by 8 (any float32 table would do: the kernel
 // takes inv_freq as given).
-std::vector<float> test_inv_freq(int head_dim) {
-  std::vector<float> f(head_dim / 2);
-  for (int i = 0; i < head_dim / 2; ++i) {
-    const double base = std::pow(500000.0, -2.0 * i / head_dim);
-    f[i] = static_cast<float>(i >= head_dim / 4 ? base / 8.0 : base);
+std::vector<float> test_inv_freq(int rotary_dim) {
+  std::vector<float> f(rotary_dim / 2);
+  for (int i = 0; i < rotary_dim / 2; ++i) {
+    const double base = std::pow(500000.0, -2.0 * i / rotary_dim);
+    f[i] = static_cast<float>(i >= rotary_dim / 4 ? base / 8.0 : base);
   }
   return f;
 }
@@ -28,10 +29,13 @@ TEST_CASE("rope_and_cache matches rope + reshape_and_cache", "[gpu][rope]") {
   std::mt19937 rng(4);
   for (const int head_dim : {64, 128}) {
     for (const int block_size : {8, 16, 32}) {
-      for (const auto& [heads, kv_heads] : {std::pair{8, 8}, std::pair{16, 4}, std::pair{32, 4}}) {
+      for (const auto& [heads, kv_heads] : {std::pair{8, 8}, std::pair{16, 4}, std::pair{32, 4}})
+      for (const auto& [rotary_dim, attention_factor] :
+           {std::pair{head_dim, 1.0f}, std::pair{head_dim * 3 / 4, 1.19f}, std::pair{head_dim / 2, 1.0f}}) {
         const int tokens = 45, num_blocks = 20;
         const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim + 8;  // padded row
-        INFO("head_dim " << head_dim << " block " << block_size << " heads " << heads << "/" << kv_heads);
+        INFO("head_dim " << head_dim << " block " << block_size << " heads " << heads << "/" << kv_heads
+                          << " rotary_dim " << rotary_dim << " attention factor " << attention_factor);
         const auto qkv = random_bf16_values(rng, tokens * stride);
         const size_t cache_elems = static_cast<size_t>(num_blocks) * kv_heads * block_size * head_dim;
         const auto k_cache0 = random_bf16_values(rng, cache_elems), v_cache0 = random_bf16_values(rng, cache_elems);
@@ -45,7 +49,7 @@ TEST_CASE("rope_and_cache matches rope + reshape_and_cache", "[gpu][rope]") {
         std::shuffle(all_slots.begin(), all_slots.end(), rng);
         std::vector<int64_t> slots(all_slots.begin(), all_slots.begin() + tokens);
         for (int t = 2; t < tokens; t += 5) slots[t] = -1;
-        const auto inv_freq = test_inv_freq(head_dim);
+        const auto inv_freq = test_inv_freq(rotary_dim);
 
         // CPU: split the fused rows, rotate, cache.
         std::vector<float> q(static_cast<size_t>(tokens) * heads * head_dim),
@@ -58,7 +62,8 @@ TEST_CASE("rope_and_cache matches rope + reshape_and_cache", "[gpu][rope]") {
           std::copy(row + (heads + kv_heads) * head_dim, row + (heads + 2 * kv_heads) * head_dim,
                     &v[static_cast<size_t>(t) * kv_heads * head_dim]);
         }
-        cpu::rope(q.data(), k.data(), positions.data(), inv_freq.data(), tokens, heads, kv_heads, head_dim);
+        cpu::rope(q.data(), k.data(), positions.data(), inv_freq.data(), tokens, heads, kv_heads, head_dim, rotary_dim,
+                  attention_factor);
         auto k_ref = k_cache0, v_ref = v_cache0;
         cpu::reshape_and_cache(k.data(), v.data(), k_ref.data(), v_ref.data(), slots.data(), tokens, kv_heads,
                                head_dim, block_size);
@@ -68,8 +73,8 @@ TEST_CASE("rope_and_cache matches rope + reshape_and_cache", "[gpu][rope]") {
         DeviceArray<int64_t> d_slots(slots);
         DeviceArray<float> d_freq(inv_freq);
         CUDA_REQUIRE(cuda::rope_and_cache(d_qkv.get(), d_k.get(), d_v.get(), d_pos.get(), d_slots.get(),
-                                          d_freq.get(), tokens, heads, kv_heads, head_dim, block_size, stride,
-                                          nullptr));
+                                          d_freq.get(), tokens, heads, kv_heads, head_dim, rotary_dim,
+                                          attention_factor, block_size, stride, nullptr));
         const auto qkv_out = to_float(d_qkv.download());
         std::vector<float> q_out(q.size());
         for (int t = 0; t < tokens; ++t)

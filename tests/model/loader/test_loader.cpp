@@ -475,14 +475,6 @@ TEST_CASE("loader: unsupported architectures and model types", "[loader]") {
     m.edit_config([](json::object& c) { c["mlp_bias"] = true; });
     CHECK_MODEL_ERROR(m.path(), "mlp_bias");
   }
-  SECTION("mistral sliding window shorter than the context") {
-    m.edit_config([](json::object& c) {
-      c["model_type"] = "mistral";
-      c["architectures"] = json::array{"MistralForCausalLM"};
-      c["sliding_window"] = 128;
-    });
-    CHECK_MODEL_ERROR(m.path(), "sliding_window");
-  }
 }
 
 TEST_CASE("loader: missing or invalid config fields", "[loader]") {

@@ -28,7 +28,8 @@ std::vector<std::pair<std::string, const RankParam*>> params_of(const WeightMap&
       {"embed", &m.embed}, {"final_norm", &m.final_norm}, {"lm_head", &m.lm_head}};
   for (const RankLayer& L : m.layers)
     out.insert(out.end(), {{"attn_norm", &L.attn_norm}, {"ffn_norm", &L.ffn_norm}, {"wqkv", &L.wqkv},
-                           {"bqkv", &L.bqkv}, {"wo", &L.wo}, {"w_gate_up", &L.w_gate_up}, {"w_down", &L.w_down}});
+                           {"bqkv", &L.bqkv}, {"q_norm", &L.q_norm}, {"k_norm", &L.k_norm}, {"wo", &L.wo},
+                           {"bo", &L.bo}, {"w_gate_up", &L.w_gate_up}, {"w_down", &L.w_down}});
   return out;
 }
 
@@ -104,9 +105,19 @@ TEST_CASE("weight map: tied embeddings have no LM head, models without bias no b
 }
 
 TEST_CASE("weight map: the ranks' shards tile every sharded tensor once; the rest is replicated", "[loader][tp]") {
-  const ModelConfig c = small_config();
+  // Qwen2 (q/k/v biases); Qwen3 (q_norm / k_norm, o_proj bias); Phi-3 (qkv_proj and gate_up_proj fused in the
+  // checkpoint): per layer 2 norms and 7 weights + 3 biases / 7 weights + 2 head norms + 4 biases / 4 weights.
+  ModelConfig qwen3 = small_config();
+  qwen3.model_type = "qwen3";
+  qwen3.qk_norm = qwen3.o_bias = true;
+  ModelConfig phi3 = small_config();
+  phi3.model_type = "phi3";
+  phi3.fused_projections = true;
+  phi3.qkv_bias = false;
+  for (const auto& [c, tensors] : {std::pair{small_config(), 3 + 2 * 12}, std::pair{qwen3, 3 + 2 * 15},
+                                   std::pair{phi3, 3 + 2 * 6}})
   for (int tp : {1, 2, 4}) {
-    INFO("tensor_parallel_size " << tp);
+    INFO(c.model_type << ", tensor_parallel_size " << tp);
     // Per tensor: how often each element is kept over all ranks.
     std::map<std::string, std::vector<int>> kept;
     std::map<std::string, std::vector<int64_t>> shapes;
@@ -121,8 +132,9 @@ TEST_CASE("weight map: the ranks' shards tile every sharded tensor once; the res
       CHECK(L.w_gate_up.numel() == int64_t{2} * m.intermediate * 128);
       CHECK(L.w_down.numel() == int64_t{128} * m.intermediate);
       // Rank r's query heads are those of its KV heads: q rows follow the k rows' KV heads.
+      const int64_t k_rows_begin = c.fused_projections ? 8 * 16 : 0;  // k's rows follow q's in a fused qkv_proj
       CHECK(L.wqkv.shards[0].row_begin == int64_t{rank} * m.heads * 16);
-      CHECK(L.wqkv.shards[1].row_begin == int64_t{rank} * m.kv_heads * 16);
+      CHECK(L.wqkv.shards[1].row_begin == k_rows_begin + int64_t{rank} * m.kv_heads * 16);
       CHECK(L.wo.shards[0].col_begin == L.wqkv.shards[0].row_begin);
       CHECK(L.w_down.shards[0].col_begin == L.w_gate_up.shards[0].row_begin);
       for (const auto& [label, param] : params_of(m))
@@ -141,10 +153,10 @@ TEST_CASE("weight map: the ranks' shards tile every sharded tensor once; the res
       INFO(name);
       const bool replicated = name.find("norm") != std::string::npos || name == "model.embed_tokens.weight" ||
                               name == "lm_head.weight";
-      const int expected = replicated ? tp : 1;
+      const int expected = replicated ? tp : 1;  // o_proj's bias too is kept once: by rank 0
       CHECK(std::all_of(count.begin(), count.end(), [&](int n) { return n == expected; }));
     }
-    CHECK(kept.size() == 3 + 2 * 12);  // embedding, norm, LM head; per layer 2 norms, 7 weights, 3 biases
+    CHECK(kept.size() == static_cast<size_t>(tensors));  // with the embedding, the final norm and the LM head
   }
 }
 

@@ -1,0 +1,192 @@
+// Config fields of the Qwen3, sliding-window (Mistral, Qwen2, Qwen3, Phi-3) and Phi-3 LongRoPE families, written as
+// transformers 5 writes them (rope_parameters, dtype, layer_types), and the one clear line for what is unsupported.
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+#include <cmath>
+#include <fstream>
+
+#include "model/loader/config.h"
+#include "tests/test_data.h"
+
+using namespace paged;
+using namespace paged::test;
+namespace json = boost::json;
+
+namespace {
+
+// A small config of `model_type` with the fields every family has; `edit` adds or changes the rest.
+json::object base_config(const std::string& model_type) {
+  const std::string arch = model_type == "qwen3" ? "Qwen3ForCausalLM"
+                           : model_type == "qwen2" ? "Qwen2ForCausalLM"
+                           : model_type == "phi3"  ? "Phi3ForCausalLM"
+                                                   : "MistralForCausalLM";
+  return json::object{{"model_type", model_type}, {"architectures", json::array{arch}}, {"hidden_size", 64},
+                      {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                      {"intermediate_size", 128}, {"vocab_size", 512}, {"max_position_embeddings", 256},
+                      {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"}};
+}
+
+// The config loaded from a folder holding `config` as config.json.
+ModelConfig load(const json::object& config) {
+  TempDir dir("paged_family_");
+  std::ofstream(dir.path() / "config.json") << json::serialize(config);
+  return load_model_config(dir.path().string());
+}
+
+// The ModelError's message of loading `config` (the test fails when it loads).
+std::string error_of(const json::object& config) {
+  try {
+    load(config);
+  } catch (const ModelError& e) {
+    return e.what();
+  }
+  FAIL("the config was accepted: " << json::serialize(config));
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("family config: Qwen3 as transformers 5 writes it", "[loader][families]") {
+  json::object c = base_config("qwen3");
+  c["head_dim"] = 32;  // not hidden / heads (16)
+  c["dtype"] = "bfloat16";
+  c["rope_parameters"] = json::object{{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  c["use_sliding_window"] = false;
+  c["sliding_window"] = nullptr;
+  c["max_window_layers"] = 28;
+  c["layer_types"] = json::array{"full_attention", "full_attention", "full_attention", "full_attention"};
+  c["attention_bias"] = false;
+  c["tie_word_embeddings"] = true;
+  const ModelConfig m = load(c);
+  CHECK(m.model_type == "qwen3");
+  CHECK(m.qk_norm);
+  CHECK(m.head_dim == 32);
+  CHECK(m.rotary_dim == 32);
+  CHECK(m.rope_theta == 1000000.0);
+  CHECK(m.torch_dtype == "bfloat16");
+  CHECK_FALSE(m.qkv_bias);
+  CHECK_FALSE(m.o_bias);
+  CHECK(m.tie_word_embeddings);
+  CHECK_FALSE(m.has_sliding_window());
+  CHECK(m.sliding_windows == std::vector<int>(4, 0));
+  // attention_bias = true gives q/k/v and o_proj their biases.
+  c["attention_bias"] = true;
+  const ModelConfig biased = load(c);
+  CHECK(biased.qkv_bias);
+  CHECK(biased.o_bias);
+}
+
+TEST_CASE("family config: which layers slide, and by how much", "[loader][families]") {
+  SECTION("Mistral: every layer (unless layer_types says otherwise) if the window is shorter than the context") {
+    json::object c = base_config("mistral");
+    c["sliding_window"] = 32;
+    CHECK(load(c).sliding_windows == std::vector<int>(4, 32));
+    c["layer_types"] = json::array{"full_attention", "sliding_attention", "full_attention", "sliding_attention"};
+    CHECK(load(c).sliding_windows == std::vector<int>{0, 32, 0, 32});  // where layer_types is written, it decides
+    c.erase("layer_types");
+    c["sliding_window"] = 256;
+    CHECK_FALSE(load(c).has_sliding_window());
+    c["sliding_window"] = nullptr;
+    CHECK_FALSE(load(c).has_sliding_window());
+  }
+  SECTION("Qwen2: from max_window_layers on, only with use_sliding_window") {
+    json::object c = base_config("qwen2");
+    c["sliding_window"] = 32;
+    c["max_window_layers"] = 2;
+    CHECK_FALSE(load(c).has_sliding_window());
+    c["use_sliding_window"] = true;
+    CHECK(load(c).sliding_windows == std::vector<int>{0, 0, 32, 32});
+  }
+  SECTION("Qwen3: layer_types decides, the window from sliding_window") {
+    json::object c = base_config("qwen3");
+    c["use_sliding_window"] = true;
+    c["sliding_window"] = 48;
+    c["max_window_layers"] = 3;  // layer_types takes precedence
+    c["layer_types"] = json::array{"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+    CHECK(load(c).sliding_windows == std::vector<int>{48, 0, 48, 0});
+    c["use_sliding_window"] = false;  // transformers drops sliding_window then: no layer slides
+    CHECK_FALSE(load(c).has_sliding_window());
+  }
+  SECTION("Phi-3: every layer") {
+    json::object c = base_config("phi3");
+    c["sliding_window"] = 40;
+    CHECK(load(c).sliding_windows == std::vector<int>(4, 40));
+  }
+  SECTION("what is not supported is named") {
+    json::object c = base_config("qwen3");
+    c["use_sliding_window"] = true;
+    c["sliding_window"] = 32;
+    c["layer_types"] = json::array{"sliding_attention", "chunked_attention", "full_attention", "full_attention"};
+    CHECK_THAT(error_of(c), Catch::Contains("layer_types") && Catch::Contains("chunked_attention"));
+    c["layer_types"] = json::array{"sliding_attention"};
+    CHECK_THAT(error_of(c), Catch::Contains("layer_types") && Catch::Contains("one type per layer"));
+    json::object m = base_config("mistral");
+    m["sliding_window"] = 0;
+    CHECK_THAT(error_of(m), Catch::Contains("sliding_window") && Catch::Contains("positive integer"));
+  }
+}
+
+TEST_CASE("family config: Phi-3 LongRoPE and partial rotary", "[loader][families]") {
+  json::object c = base_config("phi3");  // head_dim 16
+  c["original_max_position_embeddings"] = 64;
+  const std::vector<double> short_factor{1.0, 1.3, 2.1, 3.7}, long_factor{1.2, 2.5, 6.0, 11.0};
+  c["rope_parameters"] = json::object{{"rope_type", "longrope"}, {"rope_theta", 10000.0},
+                                      {"partial_rotary_factor", 0.5},
+                                      {"short_factor", json::value_from(short_factor)},
+                                      {"long_factor", json::value_from(long_factor)}};
+  const ModelConfig m = load(c);
+  CHECK(m.rotary_dim == 8);
+  CHECK(m.rope_scaling.longrope);
+  CHECK(m.rope_scaling.original_max_position_embeddings == 64);
+  // factor = max_position_embeddings / original = 4; attention factor sqrt(1 + ln 4 / ln 64) as in the paper.
+  CHECK(m.rope_scaling.attention_factor == Approx(std::sqrt(1.0 + std::log(4.0) / std::log(64.0))));
+  // inv_freq[i] = 1 / (factor_i * theta^(2i / rotary_dim)): short factors within 64 positions, long beyond.
+  for (const auto& [max_model_len, factors] : {std::pair{64, short_factor}, std::pair{256, long_factor},
+                                               std::pair{0, long_factor}}) {
+    const std::vector<float> f = m.rope_inv_freq(max_model_len);
+    REQUIRE(f.size() == 4);
+    for (int i = 0; i < 4; ++i) {
+      INFO("max_model_len " << max_model_len << " index " << i);
+      CHECK(f[i] == Approx(1.0 / (factors[i] * std::pow(10000.0, 2.0 * i / 8))).epsilon(1e-6));
+    }
+  }
+  SECTION("an explicit attention_factor and factor win") {
+    c["rope_parameters"].as_object()["attention_factor"] = 1.5;
+    CHECK(load(c).rope_scaling.attention_factor == 1.5);
+    c["rope_parameters"].as_object().erase("attention_factor");
+    c["rope_parameters"].as_object()["factor"] = 1.0;
+    CHECK(load(c).rope_scaling.attention_factor == 1.0);
+  }
+  SECTION("the old rope_scaling key with type 'su'") {
+    c.erase("rope_parameters");
+    c["rope_scaling"] = json::object{{"type", "su"}, {"short_factor", json::value_from(short_factor)},
+                                     {"long_factor", json::value_from(long_factor)}};
+    c["partial_rotary_factor"] = 0.5;
+    CHECK(load(c).rope_scaling.longrope);
+  }
+  SECTION("factor lists of the wrong length and bad partial_rotary_factor are named") {
+    c["rope_parameters"].as_object()["short_factor"] = json::array{1.0, 2.0};
+    CHECK_THAT(error_of(c), Catch::Contains("short_factor") && Catch::Contains("rotary_dim / 2 = 4"));
+    c["rope_parameters"].as_object()["short_factor"] = json::value_from(short_factor);
+    c["rope_parameters"].as_object()["partial_rotary_factor"] = 0.0;
+    CHECK_THAT(error_of(c), Catch::Contains("partial_rotary_factor"));
+  }
+}
+
+TEST_CASE("family config: unsupported families and fields fail with one line naming them", "[loader][families]") {
+  json::object c = base_config("qwen3");
+  c["model_type"] = "gemma3_text";
+  CHECK_THAT(error_of(c), Catch::Contains("model_type 'gemma3_text'") && Catch::Contains("qwen3, phi3"));
+  c = base_config("qwen3");
+  c["architectures"] = json::array{"Qwen3MoeForCausalLM"};
+  CHECK_THAT(error_of(c), Catch::Contains("architectures") && Catch::Contains("Qwen3MoeForCausalLM"));
+  c = base_config("qwen3");
+  c["rope_parameters"] = json::object{{"full_attention", json::object{{"rope_type", "default"}}},
+                                      {"sliding_attention", json::object{{"rope_type", "default"}}}};
+  CHECK_THAT(error_of(c), Catch::Contains("rope_parameters") && Catch::Contains("per layer type"));
+  c = base_config("phi3");
+  c["rope_parameters"] = json::object{{"rope_type", "yarn"}, {"factor", 4.0}};
+  CHECK_THAT(error_of(c), Catch::Contains("rope_scaling type 'yarn'"));
+  CHECK(error_of(c).find('\n') == std::string::npos);
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Tiny random-weight checkpoints of the model families the engine serves, with Hugging Face float32 references.
+
+Run where transformers (5.x) and torch are installed (the H200 machine); everything runs on the CPU in float32:
+    python3 tools/gpu/make_family_refs.py --out DIR
+For each family below it writes DIR/<name>/: config.json, generation_config.json and model.safetensors as
+save_pretrained writes them (float32, transformers' own config fields: rope_parameters, dtype, layer_types), and
+refs.json with, per prompt case,
+  - "prompt": the token ids, "tokens": HF's greedy continuation (use_cache, one token at a time after the prompt),
+  - "margins": HF's top-1 minus top-2 logit at each greedy step (a step whose margin is tiny is a near-tie),
+  - "prompt_logits": the logits after the prompt's last token, "last_logits": the logits that chose the last greedy
+    token (after prompt + tokens[:-1]), both rounded to 5 decimals,
+  - "max_model_len": the context the case stays within (the engine's max_model_len to run it with: Phi-3's LongRoPE
+    uses its short factors while a sequence stays within original_max_position_embeddings, and the long ones for a
+    sequence that is longer from its first token).
+Every model is well under 2 MB so that DIR can be copied to tests/models/ and committed; the CPU tests
+(tests/kernels/cpu/test_model_families.cpp) read it from there and skip when it is absent.
+
+Weights: seeded normal init with a larger range than HF's default (peakier logits, fewer near-ties), RMSNorm weights
+(including Qwen3's q_norm / k_norm) set to 1 + noise and biases to noise, so that a runner ignoring one of them fails.
+Sliding-window models use a window of 32 and prompts of 70-150 tokens, crossing the window several times.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+from transformers import AutoModelForCausalLM, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
+
+VOCAB = 512
+WINDOW = 32
+STEPS = 24
+
+
+def families():
+    """name -> (config, [(prompt length, max_model_len), ...])."""
+    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, rms_norm_eps=1e-6, initializer_range=0.1,
+                  bos_token_id=1, eos_token_id=2, max_position_embeddings=512)
+    long_cases = [(70, 512), (110, 512), (150, 512)]
+    return {
+        # Qwen3: q_norm / k_norm per head, head_dim 32 != hidden / heads (16), GQA 2, untied, no bias.
+        "qwen3": (Qwen3Config(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                              tie_word_embeddings=False, attention_bias=False,
+                              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **common),
+                  [(12, 512), (40, 512), (90, 512)]),
+        # Qwen3 with tied embeddings and attention_bias = true, head_dim 24, MQA.
+        "qwen3-tied-bias": (Qwen3Config(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                        head_dim=24, tie_word_embeddings=True, attention_bias=True,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common),
+                            [(12, 512), (60, 512)]),
+        # Qwen3 with sliding layers: layer 0 full, layers 1-3 sliding (use_sliding_window, max_window_layers 1;
+        # transformers writes layer_types).
+        "qwen3-sliding": (Qwen3Config(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      tie_word_embeddings=False, use_sliding_window=True, sliding_window=WINDOW,
+                                      max_window_layers=1,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common),
+                          long_cases),
+        # Mistral: every layer sliding.
+        "mistral-sliding": (MistralConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                          head_dim=16, sliding_window=WINDOW, tie_word_embeddings=False,
+                                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common),
+                            long_cases),
+        # Qwen2: q/k/v bias, tied, sliding from layer 2 on (max_window_layers 2 of 3).
+        "qwen2-sliding": (Qwen2Config(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                                      tie_word_embeddings=True, use_sliding_window=True, sliding_window=WINDOW,
+                                      max_window_layers=2,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common),
+                          long_cases),
+        # Phi-3: fused qkv_proj / gate_up_proj, partial rotary (0.5 of head_dim 16), LongRoPE with
+        # original_max_position_embeddings 64 of 256 (attention factor sqrt(1 + ln 4 / ln 64)); cases within 64
+        # (short factors) and longer prompts (long factors).
+        "phi3-longrope": (Phi3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+                                     initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                                     max_position_embeddings=256, original_max_position_embeddings=64,
+                                     tie_word_embeddings=False,
+                                     rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                      "partial_rotary_factor": 0.5,
+                                                      "short_factor": [1.0, 1.3, 2.1, 3.7],
+                                                      "long_factor": [1.2, 2.5, 6.0, 11.0]}),
+                          [(16, 64), (36, 64), (80, 256), (120, 256)]),
+    }
+
+
+def randomise(model, seed):
+    """Norm weights 1 + noise, biases noise (HF initialises them to ones and zeros)."""
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+
+
+def rounded(logits):
+    return [round(float(x), 5) for x in logits]
+
+
+def greedy(model, prompt, steps):
+    """HF's greedy continuation of one prompt (batch 1, KV cache), its margins and the two logits rows."""
+    with torch.no_grad():
+        out = model(torch.tensor([prompt]), use_cache=True)
+        past, logits = out.past_key_values, out.logits[0, -1]
+        prompt_logits = logits.clone()
+        tokens, margins = [], []
+        for step in range(steps):
+            top = torch.topk(logits, 2)
+            nxt = int(torch.argmax(logits))  # the first maximum, as the engine's greedy pick
+            tokens.append(nxt)
+            margins.append(round(float(top.values[0] - top.values[1]), 6))
+            last_logits = logits.clone()
+            if step + 1 < steps:
+                out = model(torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
+                past, logits = out.past_key_values, out.logits[0, -1]
+    return tokens, margins, prompt_logits, last_logits
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True, help="folder to write one sub-folder per model into")
+    ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
+    args = ap.parse_args()
+    torch.set_num_threads(4)
+    torch.use_deterministic_algorithms(True)
+    only = set(filter(None, args.only.split(",")))
+    for seed, (name, (cfg, cases)) in enumerate(families().items()):
+        if only and name not in only:
+            continue
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").to(torch.float32).eval()
+        randomise(model, seed)
+        model_dir = os.path.join(args.out, name)
+        model.save_pretrained(model_dir, safe_serialization=True)
+        # Reload as the engine will: from the files, float32.
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                     attn_implementation="eager").eval()
+        gen = torch.Generator().manual_seed(100 + seed)
+        refs = {"model": name, "model_type": cfg.model_type, "steps": STEPS, "cases": []}
+        for length, max_model_len in cases:
+            steps = min(STEPS, max_model_len - length)
+            prompt = torch.randint(3, VOCAB, (length,), generator=gen).tolist()
+            tokens, margins, prompt_logits, last_logits = greedy(model, prompt, steps)
+            refs["cases"].append({"prompt": prompt, "max_model_len": max_model_len, "tokens": tokens,
+                                  "margins": margins, "prompt_logits": rounded(prompt_logits),
+                                  "last_logits": rounded(last_logits)})
+        with open(os.path.join(model_dir, "refs.json"), "w") as f:
+            json.dump(refs, f, separators=(",", ":"))
+        size = sum(os.path.getsize(os.path.join(model_dir, x)) for x in os.listdir(model_dir))
+        print(f"{name}: {len(cases)} cases, {size / 1e6:.2f} MB in {model_dir}")
+        if size > 2e6:
+            print(f"{name} is over 2 MB", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
