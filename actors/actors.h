@@ -48,8 +48,12 @@ caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor rem
 struct RankRunner {
   std::shared_ptr<ModelRunner> runner;
   int num_blocks = 0;
-  int num_swap_blocks = 0;
+  int num_swap_blocks = 0;  // the host pool: swap space and the CPU tier (split_host_pool)
 };
+
+/// A host pool of `host_blocks` split into (swap-space blocks, CPU-tier blocks) in the proportion of
+/// config.swap_space_gib to config.kv_offloading_gib, CPU-tier blocks rounded down.
+std::pair<int, int> split_host_pool(int host_blocks, const EngineConfig& config);
 
 /// Checks the engine options against the model and returns the maximum model length. With `local_device` it also
 /// resolves device "auto" and checks that the device exists (a remote executor's device is the worker's).

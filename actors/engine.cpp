@@ -81,7 +81,7 @@ struct Engine::Impl {
   JoinedWorker join_worker(const std::string& address);
   // Spawns the replica's memory manager and scheduler over its executors, and watches them all: the first to end
   // makes the replica lost. Call with the replica's executors set and serving false.
-  void start_replica(Replica& r, int num_blocks, int num_swap_blocks);
+  void start_replica(Replica& r, int num_blocks, int num_host_blocks);
   // The replica's actor of generation `generation` ended with `reason`: the replica is lost (the first call counts),
   // its other actors end (its requests move to another replica), the engine fails when none serves, and a worker is
   // reconnected.
@@ -115,6 +115,8 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.max_num_batched_tokens < 1) throw ModelError("max_num_batched_tokens must be positive");
   if (c.tensor_parallel_size < 1) throw ModelError("tensor_parallel_size must be positive");
   if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
+  if (c.kv_offloading_gib > 0 && !c.enable_prefix_caching)
+    throw ModelError("--kv-offloading-size keeps evicted prefix-cache blocks: it needs prefix caching on");
   if (!local_device) return max_model_len;
   if (c.device == "auto") c.device = cuda_available() ? "cuda" : "cpu";
   if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
@@ -127,7 +129,7 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
 namespace {
 
 // KV pools of CPU runners: at most 4 GiB of float32 K and V over all ranks unless --num-kv-blocks says otherwise,
-// and the swap pool from --swap-space.
+// and the host pool from --swap-space plus --kv-offloading-size.
 std::pair<int, int> cpu_pools(const EngineConfig& c, const ModelConfig& model, int max_model_len) {
   const int64_t block_bytes = int64_t{2} * model.num_layers * model.num_kv_heads * c.block_size * model.head_dim *
                               static_cast<int64_t>(sizeof(float));
@@ -135,9 +137,9 @@ std::pair<int, int> cpu_pools(const EngineConfig& c, const ModelConfig& model, i
   const int64_t cap = (int64_t{4} << 30) / block_bytes;
   const int num_blocks =
       c.num_kv_blocks.value_or(static_cast<int>(std::min<int64_t>(c.max_num_seqs * blocks_per_seq, cap)));
-  const double swap_blocks = c.swap_space_gib * double(int64_t{1} << 30) / double(block_bytes);
+  const double swap_blocks = (c.swap_space_gib + c.kv_offloading_gib) * double(int64_t{1} << 30) / double(block_bytes);
   if (swap_blocks > double(std::numeric_limits<int32_t>::max()))
-    throw ModelError("--swap-space is too large for this model's block size");
+    throw ModelError("--swap-space and --kv-offloading-size are too large for this model's block size");
   return {num_blocks, static_cast<int>(swap_blocks)};
 }
 
@@ -146,7 +148,7 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
   return {.block_size = c.block_size,
           .num_blocks = c.num_kv_blocks.value_or(0),
           .gpu_memory_utilization = c.gpu_memory_utilization,
-          .swap_space_gib = c.swap_space_gib,
+          .swap_space_gib = c.swap_space_gib + c.kv_offloading_gib,  // the host pool: swap space and CPU tier
           .max_num_seqs = c.max_num_seqs,
           .max_num_batched_tokens = c.max_num_batched_tokens,
           .max_model_len = max_model_len};
@@ -166,6 +168,12 @@ std::pair<std::string, uint16_t> host_and_port(const std::string& address) {
 }
 
 }  // namespace
+
+std::pair<int, int> split_host_pool(int host_blocks, const EngineConfig& c) {
+  const double total = c.swap_space_gib + c.kv_offloading_gib;
+  const int offload = total > 0 ? static_cast<int>(double(host_blocks) * (c.kv_offloading_gib / total)) : 0;
+  return {host_blocks - offload, offload};
+}
 
 RankRunner make_local_runner(const EngineConfig& c, const ModelConfig& model, int max_model_len,
                              const SafeTensors* weights) {
@@ -235,12 +243,14 @@ JoinedWorker Engine::Impl::join_worker(const std::string& address) {
   }
 }
 
-void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_swap_blocks) {
+void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks) {
   const ReplicaMetricsWriter writer{&metrics, &r.metrics};
+  const auto [num_swap_blocks, num_offload_blocks] = split_host_pool(num_host_blocks, config);
   r.memory_manager = system->spawn(
       memory_manager_actor,
       KvCacheOptions{.block_size = config.block_size, .num_device_blocks = num_blocks,
-                     .num_cpu_blocks = num_swap_blocks, .enable_prefix_caching = config.enable_prefix_caching},
+                     .num_cpu_blocks = num_swap_blocks, .num_offload_blocks = num_offload_blocks,
+                     .enable_prefix_caching = config.enable_prefix_caching},
       writer);
   SchedulerSetup setup;
   setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode};
@@ -497,9 +507,11 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   const int64_t element = c.device == "cuda" ? 2 : 4;
   const int64_t block_bytes =
       int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size * m.model.head_dim * element;
-  for (size_t i = 0; i < m.replicas.size(); ++i)
-    s.replicas.push_back({m.replicas[i]->address, pools[i].first, pools[i].first * block_bytes, pools[i].second,
-                          pools[i].second * block_bytes});
+  for (size_t i = 0; i < m.replicas.size(); ++i) {
+    const auto [swap_blocks, offload_blocks] = split_host_pool(pools[i].second, c);
+    s.replicas.push_back({m.replicas[i]->address, pools[i].first, pools[i].first * block_bytes, swap_blocks,
+                          swap_blocks * block_bytes, offload_blocks, offload_blocks * block_bytes});
+  }
   s.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 

@@ -41,6 +41,7 @@ struct EngineSummary {
   struct Pool {
     std::string address;         // the replica's worker; empty: this process
     int64_t kv_blocks = 0, kv_bytes = 0, swap_blocks = 0, swap_bytes = 0;
+    int64_t offload_blocks = 0, offload_bytes = 0;  // the prefix cache's CPU tier (--kv-offloading-size)
   };
   std::vector<Pool> replicas;
   /// Sequences of max_model_len tokens that fit the KV pools at once (summed over the replicas).

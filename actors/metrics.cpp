@@ -155,6 +155,17 @@ std::string Metrics::prometheus() const {
   gauge("swapped_in_blocks_total", "Blocks swapped back in.", swapped_in_blocks, "counter");
   gauge("prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", prefix_cache_hit_tokens,
         "counter");
+  gauge("kv_offload_blocks_total", "Blocks of the prefix cache's CPU tier.", offload_blocks_total);
+  gauge("kv_offload_blocks_cached", "Blocks of the CPU tier holding a prefix-cache entry.", offload_blocks_cached);
+  gauge("kv_offloaded_blocks_total", "Evicted device blocks kept in the CPU tier.", offloaded_blocks, "counter");
+  const auto per_tier = [&](const char* name, const char* help, int64_t device, int64_t cpu) {
+    out << "# HELP paged_" << name << ' ' << help << "\n# TYPE paged_" << name << " counter\n"
+        << "paged_" << name << "{tier=\"device\"} " << device << "\npaged_" << name << "{tier=\"cpu\"} " << cpu << '\n';
+  };
+  per_tier("kv_tier_queries_total", "Prompt tokens looked up in each tier of the prefix cache (cpu: device misses).",
+           prompt_tokens, offload_query_tokens);
+  per_tier("kv_tier_hits_total", "Prompt tokens found in each tier of the prefix cache.",
+           prefix_cache_hit_tokens - offload_hit_tokens, offload_hit_tokens);
   gauge("kv_evicted_blocks_total", "Cached KV blocks evicted from the prefix cache to make room.", evicted_blocks,
         "counter");
   gauge("prompt_tokens_computed_total", "Prompt tokens whose KV was computed.", prompt_tokens_computed, "counter");

@@ -532,7 +532,7 @@ void apply_plan(Self* self, StepPlan& plan) {
     free_seqs(self, ids);
     finish_request_if_done(self, rid);
   }
-  if (!plan.swapping_in.empty()) {
+  if (!plan.swap_in.empty()) {  // swapped sequences (runnable once every executor acked) and CPU-tier promotions
     for (SeqId id : plan.swapping_in)
       if (auto it = st.seqs.find(id); it != st.seqs.end()) it->second.swapping_in = true;
     auto remaining = std::make_shared<size_t>(st.setup.executors.size());

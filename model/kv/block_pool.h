@@ -36,6 +36,15 @@ struct BlockContent {
   std::span<const TokenId> tokens;     // the block's token ids (block_size of them)
 };
 
+/// The registration a cached block lost when it was evicted: what another tier needs to keep finding it.
+struct EvictedContent {
+  uint64_t content_id = 0;
+  uint64_t parent = 0;
+  uint64_t salt = 0;
+  std::vector<TokenId> tokens;
+  BlockContent view() const { return {parent, salt, tokens}; }
+};
+
 class BlockPool {
  public:
   /// `name` prefixes invariant-violation messages ("device", "cpu").
@@ -54,8 +63,10 @@ class BlockPool {
   /// Content id of a registered block, 0 if the block is not registered.
   uint64_t content_id(int32_t block) const { return blocks_.at(block).content_id; }
 
-  /// A block for new content. Call only if num_free() > 0.
-  int32_t allocate();  // free -> in use (ref 1); or, when no uncached block is left: cached -> evicted -> in use (ref 1)
+  /// A block for new content. Call only if num_free() > 0. When it evicts a cached block and `evicted` is given, the
+  /// lost registration is stored there (else `evicted` is left as it is).
+  int32_t allocate(EvictedContent* evicted = nullptr);  // free -> in use (ref 1); or, when no uncached block is
+                                                        // left: cached -> evicted -> in use (ref 1)
   /// Adds a reference to an in-use or cached block (a prefix hit or a fork).
   void retain(int32_t block);  // in use -> in use (ref += 1); cached -> in use (ref 1), O(1) revival
   /// Drops a reference. Call only for an in-use block.
@@ -67,6 +78,10 @@ class BlockPool {
   /// block with the same content if there is one (then `block` stays unregistered, a duplicate), else `block` is
   /// registered under a fresh id. Throws std::logic_error if `block` is registered with other content.
   uint64_t register_content(int32_t block, const BlockContent& content);  // in use -> in use (registered)
+  /// Registers the in-use, unregistered `block` under `content_id`, issued for `content` by another tier's pool (a
+  /// block moving between tiers keeps its id, so the chains of parent ids stay valid across tiers). Throws
+  /// std::logic_error if the block is registered, free, or the content is registered here already.
+  void adopt(int32_t block, const BlockContent& content, uint64_t content_id);  // in use -> in use (registered)
   /// Drops the registration of an in-use block whose content will not be written after all: it is no longer found,
   /// and goes to the uncached free queue at ref 0. Throws std::logic_error unless the block is in use and registered.
   void forget(int32_t block);  // in use (registered) -> in use
@@ -96,6 +111,8 @@ class BlockPool {
   void push_back(Queue& q, int32_t block);
   void unlink(Queue& q, int32_t block);
   void unregister(int32_t block);
+  // Registers the in-use, unregistered block under `content_id` (register_content and adopt).
+  void store(int32_t block, const BlockContent& content, uint64_t content_id);
   bool matches(const Block& b, const BlockContent& content) const;
 
   std::string name_;

@@ -13,6 +13,13 @@
 // writes it runs before or with any reader: such a pending block is unregistered when its sequence is freed or
 // swapped out before a step reported it computed (the scheduler makes a reader in the same step compute it when
 // the writer's chunk was dropped: drop_ended_chunks in model/scheduling/scheduler_policy.h).
+//
+// The CPU tier (num_offload_blocks > 0, model/kv/offload_tier.h): a cached device block evicted to make room is
+// demoted, stored in the tier under the same content id, with a (device block, host block) copy order; a prefix
+// lookup that misses on the device tries the tier block by block, and a hit is promoted: a new device block, the
+// content id moving with it, and a (host block, device block) copy order. A content id is registered in one tier
+// at a time. take_tier_copies() hands the orders over; the executors must run the demotions before the promotions
+// and both before the next step (the scheduler sends them with the plan's swap-outs and swap-ins).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +29,7 @@
 #include <vector>
 
 #include "model/kv/block_pool.h"
+#include "model/kv/offload_tier.h"
 #include "model/types.h"
 
 namespace paged {
@@ -29,7 +37,8 @@ namespace paged {
 struct KvCacheOptions {
   int block_size = 16;                 // tokens per block
   int num_device_blocks = 0;
-  int num_cpu_blocks = 0;              // swap space
+  int num_cpu_blocks = 0;              // swap space: host blocks [0, num_cpu_blocks)
+  int num_offload_blocks = 0;          // CPU tier of evicted prefix blocks: host blocks after the swap space
   bool enable_prefix_caching = true;
   double watermark = 0.01;             // fraction of device blocks kept free when admitting (allocate, swap-in)
 };
@@ -40,7 +49,12 @@ struct KvMetrics {
   int64_t device_cached = 0;           // free blocks still holding registered content
   int64_t cpu_total = 0;
   int64_t cpu_free = 0;
-  int64_t prefix_hit_tokens = 0;       // cumulative: tokens allocate() found cached
+  int64_t prefix_hit_tokens = 0;       // cumulative: tokens allocate() found cached, in any tier
+  int64_t offload_total = 0;           // CPU-tier blocks
+  int64_t offload_cached = 0;          // CPU-tier blocks holding content
+  int64_t offload_query_tokens = 0;    // cumulative: tokens allocate() looked up in the CPU tier (device misses)
+  int64_t offload_hit_tokens = 0;      // cumulative: of those, tokens found there (promoted)
+  int64_t offloaded_blocks = 0;        // cumulative: device blocks demoted to the CPU tier
   int64_t swapped_out_blocks = 0;      // cumulative
   int64_t swapped_in_blocks = 0;       // cumulative
   int64_t evicted_blocks = 0;          // cumulative: cached device blocks evicted to make room
@@ -112,13 +126,22 @@ class KvCacheManager {
   /// True while the sequence holds blocks (on either tier).
   bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
 
+  /// The CPU tier's copy orders since the last call, in host block ids: demotions (device -> host, to run before
+  /// the next step overwrites the device blocks) and promotions (host -> device, before the next step reads them).
+  /// Starts a new plan for the tier: blocks that earlier promotions took may be overwritten from now on.
+  struct TierCopies {
+    std::vector<BlockPair> demotions;
+    std::vector<BlockPair> promotions;
+  };
+  TierCopies take_tier_copies();
+
   /// Device block ids of a sequence that is not swapped. Throws std::out_of_range / std::logic_error otherwise.
   const std::vector<int32_t>& block_table(SeqId seq) const;
   int num_computed(SeqId seq) const;
   KvMetrics metrics() const;
   int block_size() const { return block_size_; }
 
-  /// Debug check (tests): each pool's own invariants; ref counts equal block-table references per tier; no block
+  /// Debug check (tests): each pool's own invariants; no content id registered in two tiers; ref counts equal block-table references per tier; no block
   /// both free and in use; free + cached + in use = total per tier; the used-slot accounting. Throws
   /// std::logic_error describing the first violation.
   void check_invariants() const;
@@ -143,10 +166,19 @@ class KvCacheManager {
   // Registers the sequence's next full block (index content_ids.size()), holding `block_tokens`, or records the
   // content id of the block already holding that content.
   void register_next(Sequence& s, std::span<const TokenId> block_tokens);
-  // The cached device blocks of the longest verified prefix of `tokens`, at most (tokens.size() - 1) / B of them.
-  std::vector<int32_t> cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const;
-  // Device blocks allocate() would take from the free queues: cached prefix blocks to revive plus new blocks.
-  int blocks_needed(const std::vector<int32_t>& prefix, int num_tokens_to_hold) const;
+  // A block of a cached prefix: a device block, or a CPU-tier block to promote.
+  struct PrefixBlock {
+    int32_t block = 0;
+    bool offloaded = false;
+  };
+  // The cached blocks of the longest verified prefix of `tokens`, at most (tokens.size() - 1) / B of them, each
+  // looked up on the device first, then in the CPU tier.
+  std::vector<PrefixBlock> cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const;
+  // Device blocks allocate() would take from the free queues: cached prefix blocks to revive, CPU-tier blocks to
+  // promote, plus new blocks.
+  int blocks_needed(const std::vector<PrefixBlock>& prefix, int num_tokens_to_hold) const;
+  // Stores the content a device block lost to eviction in the CPU tier, with its copy order.
+  void demote(int32_t device_block, const EvictedContent& content);
   int cow_blocks(const Sequence& s, int first_write_pos, int num_tokens_to_hold) const;
   // The sequence, which must be known and on the device: throws std::out_of_range / std::logic_error otherwise.
   const Sequence& device_seq(SeqId seq) const;
@@ -162,12 +194,17 @@ class KvCacheManager {
   int watermark_blocks_;
   BlockPool device_;
   BlockPool cpu_;
+  OffloadTier offload_;
+  TierCopies tier_copies_;             // orders of the plan being made (take_tier_copies)
   std::vector<int32_t> filled_;        // per device block: computed slots while in use, else 0
   std::unordered_map<SeqId, Sequence> seqs_;
   int64_t used_slots_ = 0;
   int64_t prefix_hit_tokens_ = 0;
   int64_t swapped_out_blocks_ = 0;
   int64_t swapped_in_blocks_ = 0;
+  int64_t offload_query_tokens_ = 0;
+  int64_t offload_hit_tokens_ = 0;
+  int64_t offloaded_blocks_ = 0;
 };
 
 }  // namespace paged
