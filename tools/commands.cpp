@@ -26,6 +26,7 @@
 #include "model/json_file.h"
 #include "tools/bench/bench_stats.h"
 #include "tools/bench/datasets.h"
+#include "tools/bench/multiturn_bench.h"
 #include "tools/bench/progress.h"
 
 namespace paged::cli {
@@ -126,6 +127,7 @@ int run_serve_command(Args& args) {
 int run_bench_command(Args& args) {
   namespace json = boost::json;
   EngineConfig config = engine_config(args);
+  if (args.get("dataset-name") == "multiturn") return bench::run_multiturn_bench(args, config);
   bench::DatasetOptions defaults;
   defaults.random_input_len = 512;
   const bench::DatasetOptions data = bench::dataset_options(args, defaults);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "actors/actors.h"
 #include "actors/engine.h"
 #include "tests/test_data.h"
 
@@ -108,4 +109,17 @@ TEST_CASE("--kv-offloading-size needs prefix caching", "[engine][tier]") {
   c.enable_prefix_caching = false;
   c.kv_offloading_gib = 0.01;
   CHECK_THROWS_AS(Engine(c), ModelError);
+}
+
+TEST_CASE("the host pool splits into swap space and CPU tier in the proportion of their sizes", "[engine][tier]") {
+  EngineConfig c;
+  c.swap_space_gib = 3;
+  c.kv_offloading_gib = 1;
+  CHECK(split_host_pool(100, c) == std::pair{75, 25});
+  CHECK(split_host_pool(101, c) == std::pair{76, 25});  // the tier rounded down
+  c.swap_space_gib = 0;
+  CHECK(split_host_pool(100, c) == std::pair{0, 100});
+  c.kv_offloading_gib = 0;
+  CHECK(split_host_pool(100, c) == std::pair{100, 0});
+  CHECK(split_host_pool(0, c) == std::pair{0, 0});
 }
