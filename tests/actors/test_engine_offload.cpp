@@ -42,6 +42,7 @@ struct ConversationRun {
   int64_t offload_hit_tokens = 0;
   int64_t offloaded_blocks = 0;
   int64_t offload_blocks_total = 0;
+  std::string prometheus;  // /metrics at the end
 };
 
 /// kTurns turns of kConversations conversations, interleaved (every conversation's turn t, then turn t + 1): a
@@ -77,6 +78,7 @@ ConversationRun converse(double kv_offloading_gib) {
   run.offload_hit_tokens = m.offload_hit_tokens;
   run.offloaded_blocks = m.offloaded_blocks;
   run.offload_blocks_total = m.offload_blocks_total;
+  run.prometheus = m.prometheus();
   CHECK(m.kv_blocks_free == m.kv_blocks_total);
   return run;
 }
@@ -92,6 +94,12 @@ TEST_CASE("conversations that return after leaving a small device pool reuse the
   CHECK(on.offload_blocks_total == kOffloadBlocks);
   CHECK(on.offloaded_blocks > 0);
   CHECK(on.offload_hit_tokens > 0);
+  // /metrics: hits and queries per tier, and the demotions.
+  const auto has = [&](const std::string& line) { return on.prometheus.find("\n" + line + "\n") != std::string::npos; };
+  CHECK(has("paged_kv_tier_hits_total{tier=\"cpu\"} " + std::to_string(on.offload_hit_tokens)));
+  CHECK(has("paged_kv_offloaded_blocks_total " + std::to_string(on.offloaded_blocks)));
+  CHECK(has("paged_kv_offload_blocks_total " + std::to_string(kOffloadBlocks)));
+  CHECK(on.prometheus.find("paged_kv_tier_queries_total{tier=\"cpu\"} ") != std::string::npos);
   REQUIRE(on.outputs.size() == off.outputs.size());
   for (size_t i = 0; i < on.outputs.size(); ++i) {
     INFO("turn " << i / kConversations << " of conversation " << i % kConversations);
