@@ -38,6 +38,12 @@ struct EngineConfig {
   /// runners allocate swap_space_gib + this; a worker's host pool is split in this proportion (start the worker with
   /// the same two flags). 0: off.
   double kv_offloading_gib = 0.0;
+  /// Disk tier of the prefix cache: blocks the CPU tier drops are written to files in this folder (created if
+  /// missing), named by the model's identity and the block's token prefix, read back on a hit (verified) and kept
+  /// across restarts, at most kv_disk_gib of them (least recently used deleted). Empty: off. Needs the CPU tier, a
+  /// checkpoint (not load_format dummy) and no workers.
+  std::string kv_disk_dir;
+  double kv_disk_gib = 0.0;
   double gpu_memory_utilization = 0.9;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;    // per-step token budget (prefill chunks + decodes)

@@ -51,9 +51,9 @@ takes --NAME, --no-NAME or --NAME=true|false. --help and --version work with eve
 from --api-key, else the environment variable PAGED_API_KEY.
 engine flags:
   --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
-  --kv-offloading-size GiB (the prefix cache's CPU tier)  --max-num-seqs N  --max-num-batched-tokens N
-  --max-model-len N  --[no-]enable-prefix-caching  --preemption-mode swap|recompute  --tensor-parallel-size N
-  --max-waiting-requests N  --load-format auto|dummy
+  --kv-offloading-size GiB (the prefix cache's CPU tier)  --kv-disk-dir DIR --kv-disk-size GiB (its disk tier)
+  --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --[no-]enable-prefix-caching
+  --preemption-mode swap|recompute  --tensor-parallel-size N  --max-waiting-requests N  --load-format auto|dummy
   --workers HOST:PORT[,HOST:PORT...] (one replica per `paged worker`; a lost one is reconnected and its requests
             move to another; --remote-executor HOST:PORT is one)
   --tls-dir DIR (mutual TLS with the workers, with the files of `paged gen-certs DIR`)
@@ -155,6 +155,7 @@ int generate(cli::Args& args) {
     s["prefix_cache_hit_tokens"] = m.prefix_cache_hit_tokens.load();
     s["kv_offload_hit_tokens"] = m.offload_hit_tokens.load();
     s["kv_offloaded_blocks"] = m.offloaded_blocks.load();
+    s["kv_disk_hit_tokens"] = m.disk_hit_tokens.load();
     s["prompt_tokens_computed"] = m.prompt_tokens_computed.load();
     s["kv_blocks_total"] = m.kv_blocks_total.load();
     s["kv_blocks_free_at_end"] = m.kv_blocks_free.load();

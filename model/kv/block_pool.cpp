@@ -14,11 +14,13 @@ BlockPool::BlockPool(int32_t num_blocks, std::string name)
   for (int32_t b = 0; b < num_blocks; ++b) push_back(uncached_, b);
 }
 
-uint64_t BlockPool::hash(const BlockContent& content) {
-  uint64_t h = hash_mix(content.parent, content.salt);
-  for (TokenId t : content.tokens) h = hash_mix(h, static_cast<uint32_t>(t));
+uint64_t chain_hash(uint64_t seed, uint64_t extra, std::span<const TokenId> tokens) {
+  uint64_t h = hash_mix(seed, extra);
+  for (TokenId t : tokens) h = hash_mix(h, static_cast<uint32_t>(t));
   return h;
 }
+
+uint64_t BlockPool::hash(const BlockContent& content) { return chain_hash(content.parent, content.salt, content.tokens); }
 
 void BlockPool::push_back(Queue& q, int32_t block) {
   Block& b = blocks_[block];
@@ -46,7 +48,7 @@ void BlockPool::unregister(int32_t block) {
       break;
     }
   }
-  b.content_id = b.key = b.parent = b.salt = 0;
+  b.content_id = b.key = b.parent = b.salt = b.chain = 0;
   b.tokens.clear();
 }
 
@@ -61,7 +63,7 @@ int32_t BlockPool::allocate(EvictedContent* evicted) {
     unlink(cached_, block);
     if (evicted) {
       Block& b = blocks_[block];
-      *evicted = {b.content_id, b.parent, b.salt, std::move(b.tokens)};
+      *evicted = {b.content_id, b.parent, b.salt, std::move(b.tokens), b.chain};
     }
     unregister(block);
     ++evicted_;
@@ -121,6 +123,7 @@ void BlockPool::store(int32_t block, const BlockContent& content, uint64_t conte
   b.key = hash(content);
   b.parent = content.parent;
   b.salt = content.salt;
+  b.chain = content.chain;
   b.tokens.assign(content.tokens.begin(), content.tokens.end());
   by_key_.emplace(b.key, block);
 }

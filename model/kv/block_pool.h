@@ -34,7 +34,13 @@ struct BlockContent {
   uint64_t parent = 0;                 // content id of the previous block; 0 for the first block of a sequence
   uint64_t salt = 0;                   // extra key of the first block (cache salt, LoRA id); 0 for the others
   std::span<const TokenId> tokens;     // the block's token ids (block_size of them)
+  uint64_t chain = 0;                  // chain_hash of the whole prefix through this block: the disk tier's key,
+                                       // stable across restarts (content ids are not); derived, never compared
 };
+
+/// One link of a chained hash over token blocks: `seed` (the previous link, or a first block's salt) and `extra`
+/// mixed, then every token. The prefix table's keys and the disk tier's chain keys.
+uint64_t chain_hash(uint64_t seed, uint64_t extra, std::span<const TokenId> tokens);
 
 /// The registration a cached block lost when it was evicted: what another tier needs to keep finding it.
 struct EvictedContent {
@@ -42,7 +48,8 @@ struct EvictedContent {
   uint64_t parent = 0;
   uint64_t salt = 0;
   std::vector<TokenId> tokens;
-  BlockContent view() const { return {parent, salt, tokens}; }
+  uint64_t chain = 0;
+  BlockContent view() const { return {parent, salt, tokens, chain}; }
 };
 
 class BlockPool {
@@ -62,6 +69,10 @@ class BlockPool {
   int32_t ref_count(int32_t block) const { return blocks_.at(block).ref; }
   /// Content id of a registered block, 0 if the block is not registered.
   uint64_t content_id(int32_t block) const { return blocks_.at(block).content_id; }
+  /// BlockContent::chain of a registered block.
+  uint64_t chain(int32_t block) const { return blocks_.at(block).chain; }
+  /// A fresh content id, as register_content() issues them, for content registered later in another tier.
+  uint64_t issue_content_id() { return next_content_id_++; }
 
   /// A block for new content. Call only if num_free() > 0. When it evicts a cached block and `evicted` is given, the
   /// lost registration is stored there (else `evicted` is left as it is).
@@ -99,6 +110,7 @@ class BlockPool {
     uint64_t key = 0;                  // hash of (parent, salt, tokens) while registered
     uint64_t parent = 0;
     uint64_t salt = 0;
+    uint64_t chain = 0;
     std::vector<TokenId> tokens;       // the registered content, for verification
   };
   struct Queue {

@@ -80,6 +80,7 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
       plan.rejected.push_back(s->id);
       continue;
     }
+    if (kv.load_from_disk(s->tokens, s->salt)) break;  // FCFS: it waits for its blocks from disk
     const int cached = kv.cached_prefix_tokens(s->tokens, s->salt);
     const int n = std::min(s->num_tokens - cached, budget);
     if (!kv.can_allocate(s->tokens, cached + n, s->salt)) break;
@@ -102,6 +103,8 @@ StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const P
   KvCacheManager::TierCopies tier = kv.take_tier_copies();
   plan.swap_out.insert(plan.swap_out.end(), tier.demotions.begin(), tier.demotions.end());
   plan.swap_in.insert(plan.swap_in.end(), tier.promotions.begin(), tier.promotions.end());
+  plan.disk_writes = std::move(tier.disk_writes);
+  plan.disk_loads = std::move(tier.disk_loads);
   return plan;
 }
 

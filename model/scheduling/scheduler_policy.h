@@ -56,6 +56,8 @@ struct StepPlan {
   std::vector<SeqId> swapping_in;         // become running after the swap-in copy completes
   std::vector<std::pair<SeqId, int>> admitted;  // (sequence, cached prefix tokens) admitted from waiting
   std::vector<SeqId> rejected;            // waiting sequences that can never fit the pool
+  std::vector<DiskOrder> disk_writes;     // the disk tier's saves and removals, before swap_out
+  std::vector<DiskOrder> disk_loads;      // the disk tier's loads, after swap_in: answered to the memory manager
 };
 
 /// Plans one step. Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is
@@ -65,7 +67,9 @@ struct StepPlan {
 /// waiting sequences FCFS while blocks, budget and max_num_seqs allow (a waiting head that does not fit blocks those
 /// behind it). An admitted sequence's full blocks enter the prefix cache as planned (KvCacheManager::register_planned),
 /// so those admitted after it in the same step share its prefix: their chunks start after the shared blocks.
-/// Last, the CPU tier's copy orders (KvCacheManager::take_tier_copies) join swap_out and swap_in.
+/// A waiting sequence whose prefix continues on disk waits (and those behind it) while its blocks load into the CPU
+/// tier (KvCacheManager::load_from_disk). Last, the tiers' orders (KvCacheManager::take_tier_copies) join swap_out
+/// and swap_in, and fill disk_writes and disk_loads.
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
 
 /// The chunks of a plan that still run once the sequences in `ended` ended after planning (aborted, stopped), in

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 
 #include "actors/actors.h"
 #include "actors/engine.h"
@@ -130,4 +131,103 @@ TEST_CASE("the host pool splits into swap space and CPU tier in the proportion o
   c.kv_offloading_gib = 0;
   CHECK(split_host_pool(100, c) == std::pair{100, 0});
   CHECK(split_host_pool(0, c) == std::pair{0, 0});
+}
+
+namespace {
+
+// Engines over one disk-tier folder: a 10-block device pool, a 4-block CPU tier, and the disk tier.
+EngineConfig disk_config(const std::filesystem::path& dir) {
+  EngineConfig c;
+  c.model_dir = kModel;
+  c.device = "cpu";
+  c.num_kv_blocks = 10;
+  c.swap_space_gib = 0;
+  c.kv_offloading_gib = (4 + 0.5) * kCpuBlockBytes / std::pow(2.0, 30);
+  c.kv_disk_dir = dir.string();
+  c.kv_disk_gib = 1.0 / 1024;  // 1 MiB: about 100 blocks
+  return c;
+}
+
+struct DiskRun {
+  std::vector<TokenId> answer;  // the greedy tokens of the system-prompt request
+  int64_t disk_hit_tokens = 0, prompt_tokens_computed = 0;
+};
+
+const SamplingParams kEight{.max_tokens = 8, .temperature = 0.0f, .ignore_eos = true};
+
+/// A system prompt of 64 tokens of text (BOS and 63), then a question of 8.
+std::vector<TokenId> system_request() {
+  const std::vector<TokenId> text = natural_text();
+  std::vector<TokenId> p{1};
+  p.insert(p.end(), text.begin(), text.begin() + 63);
+  p.insert(p.end(), text.begin() + 200, text.begin() + 208);
+  return p;
+}
+
+/// The system-prompt request; with `churn`, then prompts of other text that push its blocks out of the device
+/// pool and the CPU tier (to disk).
+DiskRun disk_run(const EngineConfig& c, bool churn) {
+  Engine engine(c);
+  DiskRun run;
+  run.answer = engine.generate(std::vector<std::vector<TokenId>>{system_request()}, kEight).at(0).outputs.at(0).token_ids;
+  if (churn) {
+    const std::vector<TokenId> text = natural_text();
+    REQUIRE(text.size() >= 70 + 60 * 4 + 50);
+    for (int k = 0; k < 5; ++k) {
+      std::vector<TokenId> other{1};
+      other.insert(other.end(), text.begin() + 70 + 60 * k, text.begin() + 70 + 60 * k + 50);
+      engine.generate(std::vector<std::vector<TokenId>>{other}, kEight);
+    }
+  }
+  engine.wait_idle();
+  run.disk_hit_tokens = engine.metrics().disk_hit_tokens;
+  run.prompt_tokens_computed = engine.metrics().prompt_tokens_computed;
+  CHECK(engine.metrics().kv_blocks_free == engine.metrics().kv_blocks_total);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("after a restart the disk tier serves the system prompt; a truncated file is a miss",
+          "[engine][prefix][tier][disk]") {
+  EngineConfig uncached;
+  uncached.model_dir = kModel;
+  uncached.device = "cpu";
+  uncached.enable_prefix_caching = false;
+  const std::vector<TokenId> want =
+      Engine(uncached).generate(std::vector<std::vector<TokenId>>{system_request()}, kEight).at(0).outputs.at(0).token_ids;
+
+  TempDir dir("paged_kv_disk_");
+  const DiskRun first = disk_run(disk_config(dir.path()), true);
+  CHECK(first.answer == want);
+  CHECK(first.disk_hit_tokens == 0);
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) files += entry.path().extension() == ".kv";
+  INFO(files << " block files after the first engine");
+  REQUIRE(files >= 4);
+
+  const DiskRun second = disk_run(disk_config(dir.path()), false);  // a new engine: empty device pool and CPU tier
+  CHECK(second.answer == want);
+  CHECK(second.disk_hit_tokens == 64);  // the system prompt's four blocks
+  CHECK(second.prompt_tokens_computed == static_cast<int64_t>(system_request().size()) - 64);
+
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    if (entry.path().extension() == ".kv") std::filesystem::resize_file(entry.path(), std::filesystem::file_size(entry) - 1);
+  const DiskRun third = disk_run(disk_config(dir.path()), false);
+  CHECK(third.answer == want);
+  CHECK(third.disk_hit_tokens == 0);
+  CHECK(third.prompt_tokens_computed == static_cast<int64_t>(system_request().size()));
+}
+
+TEST_CASE("the disk tier's flags are refused where it cannot work", "[engine][tier][disk]") {
+  TempDir dir("paged_kv_disk_");
+  EngineConfig c = disk_config(dir.path());
+  c.kv_offloading_gib = 0;
+  CHECK_THROWS_AS(Engine(c), ModelError);  // no CPU tier to drop blocks
+  c = disk_config(dir.path());
+  c.kv_disk_gib = 0;
+  CHECK_THROWS_AS(Engine(c), ModelError);
+  c = disk_config(dir.path());
+  c.kv_disk_dir.clear();
+  CHECK_THROWS_AS(Engine(c), ModelError);  // a size without a folder
 }

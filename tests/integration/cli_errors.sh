@@ -244,6 +244,9 @@ expect_fail "--preemption-mode" 2 "--preemption-mode" generate "${P[@]}" --preem
 expect_fail "--device" 2 "--device" generate "${P[@]}" --device tpu
 expect_fail "--swap-space negative" 2 "--swap-space" generate "${P[@]}" --swap-space -4
 expect_fail "--kv-offloading-size negative" 2 "--kv-offloading-size" generate "${P[@]}" --kv-offloading-size -1
+expect_fail "--kv-disk-size negative" 2 "--kv-disk-size" generate "${P[@]}" --kv-disk-size -1
+expect_fail "--kv-disk-dir without the CPU tier" 1 "needs --kv-offloading-size" generate "${P[@]}" \
+  --kv-disk-dir "$TMP/kvdisk" --kv-disk-size 1
 expect_fail "--max-model-len beyond the model" 1 "max_model_len must be in \[1, 512\]" \
   generate "${P[@]}" --max-model-len 4096
 
@@ -333,14 +336,14 @@ for bs in 1 32; do
   fi
 done
 
-# --stats: the outputs, then one last line {"stats": {...}} with the nine keys of the contract.
+# --stats: the outputs, then one last line {"stats": {...}} with the ten keys of the contract.
 if expect_ok "--stats" "${GREEDY[@]}" --prompts-file "$TMP/golden.jsonl" --stats; then
   node -e '
     const fs = require("fs");
     const lines = fs.readFileSync(process.argv[1], "utf8").split("\n").filter(l => l.length);
-    const want = ["kv_blocks_free_at_end", "kv_blocks_total", "kv_offload_hit_tokens", "kv_offloaded_blocks",
-                  "peak_running_seqs", "preemptions", "prefix_cache_hit_tokens", "prompt_tokens_computed",
-                  "swapped_out_blocks"];
+    const want = ["kv_blocks_free_at_end", "kv_blocks_total", "kv_disk_hit_tokens", "kv_offload_hit_tokens",
+                  "kv_offloaded_blocks", "peak_running_seqs", "preemptions", "prefix_cache_hit_tokens",
+                  "prompt_tokens_computed", "swapped_out_blocks"];
     const last = JSON.parse(lines[lines.length - 1]);
     const errs = [];
     if (Object.keys(last).join() !== "stats") errs.push("last line is not {\"stats\": ...}: " + lines[lines.length - 1]);

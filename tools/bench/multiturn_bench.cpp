@@ -25,7 +25,7 @@ struct MultiturnResult {
   double seconds = 0;
   int requests = 0, failed = 0;
   int64_t output_tokens = 0, prompt_tokens = 0, prompt_tokens_computed = 0;
-  int64_t device_hit_tokens = 0, cpu_hit_tokens = 0, offloaded_blocks = 0, preemptions = 0;
+  int64_t device_hit_tokens = 0, cpu_hit_tokens = 0, disk_hit_tokens = 0, offloaded_blocks = 0, preemptions = 0;
   int64_t pool_tokens = 0, history_tokens = 0;  // the device pool, and every conversation's history at the end
   double ttft_p50_s = 0, ttft_p99_s = 0;
 };
@@ -91,6 +91,7 @@ MultiturnResult run_dataset(Engine& engine, const MultiturnDataset& data, const 
   const Metrics& m = engine.metrics();
   r.prompt_tokens_computed = m.prompt_tokens_computed;
   r.cpu_hit_tokens = m.offload_hit_tokens;
+  r.disk_hit_tokens = m.disk_hit_tokens;  // loaded into the CPU tier, then counted there again as promoted
   r.device_hit_tokens = m.prefix_cache_hit_tokens - m.offload_hit_tokens;
   r.offloaded_blocks = m.offloaded_blocks;
   r.preemptions = m.preemptions;
@@ -117,6 +118,7 @@ json::object result_json(const MultiturnResult& r) {
           {"prompt_tokens_computed", r.prompt_tokens_computed},
           {"device_hit_tokens", r.device_hit_tokens},
           {"cpu_tier_hit_tokens", r.cpu_hit_tokens},
+          {"disk_tier_hit_tokens", r.disk_hit_tokens},
           {"kv_offloaded_blocks", r.offloaded_blocks},
           {"preemptions", r.preemptions},
           {"history_tokens", r.history_tokens},
@@ -134,6 +136,7 @@ std::string table(const std::string& title, const MultiturnResult& r) {
          table_row("Prompt tokens computed:", std::to_string(r.prompt_tokens_computed)) +
          table_row("Hit tokens, device:", std::to_string(r.device_hit_tokens)) +
          table_row("Hit tokens, CPU tier:", std::to_string(r.cpu_hit_tokens)) +
+         table_row("Hit tokens, disk tier:", std::to_string(r.disk_hit_tokens)) +
          table_row("Blocks offloaded to the CPU tier:", std::to_string(r.offloaded_blocks)) +
          table_row("Preemptions:", std::to_string(r.preemptions)) +
          table_row("Histories / device pool:", fixed2(double(r.history_tokens) / double(r.pool_tokens)));
@@ -163,6 +166,8 @@ int run_multiturn_bench(cli::Args& args, const EngineConfig& config) {
   if (compare) {
     EngineConfig off = config;
     off.kv_offloading_gib = 0;
+    off.kv_disk_dir.clear();  // the disk tier sits below the CPU tier
+    off.kv_disk_gib = 0;
     Engine engine(off);
     without_tier = run_dataset(engine, data, o);
   }

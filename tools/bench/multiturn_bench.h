@@ -15,7 +15,7 @@ namespace paged::bench {
 /// (the history, its replies included, and a new message; greedy, ignore_eos, --output-len tokens) think time after
 /// the conversation's reply. Prints duration, output tok/s, TTFT p50 / p99, prompt tokens computed and hit tokens
 /// per tier (a table, or one JSON line with --json). With config.kv_offloading_gib > 0 it runs the same dataset a
-/// second time with the CPU tier off, and prints both and the ratios. UsageError for a bad flag or histories longer
+/// second time with the CPU tier (and the disk tier below it) off, and prints both and the ratios. UsageError for a bad flag or histories longer
 /// than the model's context.
 int run_multiturn_bench(cli::Args& args, const EngineConfig& config);
 

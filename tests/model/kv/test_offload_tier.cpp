@@ -62,6 +62,7 @@ TEST_CASE("OffloadTier: stores into free blocks, then drops the least recently s
   CHECK_FALSE(tier.find({0, 0, y.tokens}).has_value());  // the same tokens under another parent
   CHECK_THROWS_AS(tier.store(x), std::logic_error);       // already here
   EvictedContent dropped;
+  tier.settle();                            // a new plan: x's and y's demotion copies were sent
   const auto bz = tier.store(z, &dropped);  // full: x, the least recently stored, goes
   CHECK(bz == bx);
   CHECK(dropped.content_id == 5);
@@ -70,6 +71,14 @@ TEST_CASE("OffloadTier: stores into free blocks, then drops the least recently s
   CHECK(tier.find(y.view()) == by);
   CHECK(tier.num_dropped() == 1);
   CHECK(tier.num_cached() == 2);
+  // Dropping a block stored by the plan being made reports nothing: its KV is not in host memory yet, nothing to save.
+  EvictedContent reported;
+  CHECK(tier.store(x, &reported) == by);  // drops y, stored before the last settle: reported
+  CHECK(reported.content_id == 6);
+  EvictedContent unsent;
+  CHECK(tier.store(content(8, 0, {7, 7}), &unsent) == bz);  // drops z, stored in this plan
+  CHECK(unsent.content_id == 0);
+  CHECK_FALSE(tier.find(z.view()).has_value());
   tier.check_invariants();
 }
 
