@@ -255,6 +255,8 @@ int run_worker_command(Args& args) {
   const int port = args.get_int("port", 7000);
   args.reject_unknown();
   if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
+  if (!config.kv_disk_dir.empty() || config.kv_disk_gib > 0)
+    throw UsageError("--kv-disk-dir and --kv-disk-size: the disk tier is not available with workers");
   if (const std::string why = plain_listen_refusal(host, config.tls_dir); !why.empty()) throw UsageError(why);
   // SIGINT / SIGTERM are taken by sigwait below: blocked before any thread starts, so every thread inherits it.
   sigset_t signals;

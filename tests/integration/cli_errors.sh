@@ -245,6 +245,7 @@ expect_fail "--device" 2 "--device" generate "${P[@]}" --device tpu
 expect_fail "--swap-space negative" 2 "--swap-space" generate "${P[@]}" --swap-space -4
 expect_fail "--kv-offloading-size negative" 2 "--kv-offloading-size" generate "${P[@]}" --kv-offloading-size -1
 expect_fail "--kv-disk-size negative" 2 "--kv-disk-size" generate "${P[@]}" --kv-disk-size -1
+expect_fail "a worker with a disk tier" 2 "not available with workers" worker "$MODEL" --kv-disk-dir "$TMP/kvdisk"
 expect_fail "--kv-disk-dir without the CPU tier" 1 "needs --kv-offloading-size" generate "${P[@]}" \
   --kv-disk-dir "$TMP/kvdisk" --kv-disk-size 1
 expect_fail "--max-model-len beyond the model" 1 "max_model_len must be in \[1, 512\]" \
