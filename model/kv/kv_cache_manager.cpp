@@ -125,14 +125,17 @@ bool KvCacheManager::load_from_disk(std::span<const TokenId> tokens, uint64_t sa
     if (disk_.loading(chains[i])) return true;  // ordered for another sequence: wait for it
     disk_query_tokens_ += block_size_;
     if (!disk_.contains(chains[i])) break;
+    disk_.begin_load(chains[i]);  // first: the save below may make room on disk, never by removing this file
     EvictedContent dropped;
     const std::optional<int32_t> staged = offload_.stage(&dropped);  // free or cached -> staged
-    if (!staged) break;
+    if (!staged) {
+      disk_.end_load(chains[i], true);  // not loaded after all: stored as before
+      break;
+    }
     if (dropped.content_id != 0) save_to_disk(*staged, dropped);  // before the load overwrites it
     const std::span<const TokenId> block_tokens = tokens.subspan(i * block_size_, block_size_);
     const uint64_t block_salt = i == 0 ? salt : 0;
     const uint64_t id = device_.issue_content_id();
-    disk_.begin_load(chains[i]);
     pending_loads_[chains[i]] = {
         *staged, {id, parent, block_salt, std::vector<TokenId>(block_tokens.begin(), block_tokens.end()), chains[i]}};
     tier_copies_.disk_loads.push_back({DiskOrder::Kind::load, chains[i], offload_.host_block(*staged), block_salt,

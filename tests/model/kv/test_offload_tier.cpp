@@ -265,16 +265,18 @@ struct Model {
   }
 };
 
-// Random admissions, appends, frees and swaps over a small device pool with a CPU tier; after each operation its
-// copy orders are applied to the shadow KV in the executors' order (swap-outs and demotions, then swap-ins and
-// promotions), then the step's writes.
+// Random admissions, appends, frees and swaps over a small device pool with a CPU tier (and, when asked, a disk
+// tier); after each operation its orders are applied to the shadow KV in the executors' order (disk writes,
+// swap-outs and demotions, swap-ins and promotions, disk loads, answered at once, some failing as corrupt files
+// do), then the step's writes.
 class TierSimulation {
  public:
   static constexpr int B = 4;
   static constexpr int kDevice = 24, kSwap = 12, kOffload = 20;
 
-  explicit TierSimulation(uint64_t seed)
-      : rng_(seed), kv_(tier_options(B, kDevice, kSwap, kOffload)), device_(kDevice * B), host_((kSwap + kOffload) * B) {
+  TierSimulation(uint64_t seed, bool disk)
+      : rng_(seed), kv_(with_disk(tier_options(B, kDevice, kSwap, kOffload), disk)), device_(kDevice * B),
+        host_((kSwap + kOffload) * B) {
     for (int t = 0; t < 6; ++t) {  // conversations' histories of 2..9 blocks
       std::vector<TokenId> p;
       for (int i = 0, n = 2 * B + rng_.below(8 * B); i < n; ++i) p.push_back(100 + rng_.below(50));
@@ -310,6 +312,10 @@ class TierSimulation {
 
  private:
   void count(const std::string& what, int64_t n = 1) { counts_[what] += n; }
+  static KvCacheOptions with_disk(KvCacheOptions o, bool disk) {
+    o.num_disk_blocks = disk ? 40 : 0;
+    return o;
+  }
 
   void copy_blocks(std::vector<uint64_t>& to, const std::vector<uint64_t>& from, const std::vector<BlockPair>& pairs,
                    bool device_to_host) {
@@ -324,12 +330,29 @@ class TierSimulation {
   // The executors' order: swap-outs, demotions, swap-ins, promotions.
   void run_copies(const std::vector<BlockPair>& swap_out, const std::vector<BlockPair>& swap_in) {
     const KvCacheManager::TierCopies tier = kv_.take_tier_copies();
+    for (const DiskOrder& o : tier.disk_writes) {
+      if (o.kind == DiskOrder::Kind::remove) {
+        disk_files_.erase(o.key);
+        continue;
+      }
+      REQUIRE(o.kind == DiskOrder::Kind::save);
+      disk_files_[o.key] = {o.tokens, std::vector<uint64_t>(host_.begin() + o.host_block * B,
+                                                            host_.begin() + (o.host_block + 1) * B)};
+      count("disk save");
+    }
     copy_blocks(host_, device_, swap_out, true);
     copy_blocks(host_, device_, tier.demotions, true);
     copy_blocks(device_, host_, swap_in, false);
     copy_blocks(device_, host_, tier.promotions, false);
     count("demotion", static_cast<int64_t>(tier.demotions.size()));
     count("promotion", static_cast<int64_t>(tier.promotions.size()));
+    for (const DiskOrder& o : tier.disk_loads) {  // the executors' answers, then the memory manager's finish_load
+      auto file = disk_files_.find(o.key);
+      const bool ok = file != disk_files_.end() && file->second.first == o.tokens && !rng_.chance(5);
+      if (ok) std::copy(file->second.second.begin(), file->second.second.end(), host_.begin() + o.host_block * B);
+      kv_.finish_load(o.key, ok);
+      count(ok ? "disk load" : "disk load failed");
+    }
   }
 
   void verify(SeqId id) {
@@ -369,6 +392,12 @@ class TierSimulation {
     for (int i = 0, n = 1 + rng_.below(2 * B); i < n; ++i) m.push(static_cast<TokenId>(rng_.below(4)));
     const int size = static_cast<int>(m.tokens.size());
     if (size > 18 * B) return;
+    if (kv_.load_from_disk(m.tokens)) {  // it waits: the loads are answered, and it comes back later
+      ++performed_;
+      run_copies({}, {});
+      count("waited for disk");
+      return;
+    }
     const int expected = kv_.cached_prefix_tokens(m.tokens);
     if (!kv_.can_allocate(m.tokens, size)) return;
     ++performed_;
@@ -450,6 +479,7 @@ class TierSimulation {
   std::map<SeqId, Model> live_;
   std::vector<std::vector<TokenId>> histories_;
   std::map<std::string, int64_t> counts_;
+  std::map<uint64_t, std::pair<std::vector<TokenId>, std::vector<uint64_t>>> disk_files_;  // key -> tokens, KV
   SeqId next_id_ = 1;
   int64_t performed_ = 0;
 };
@@ -458,7 +488,9 @@ class TierSimulation {
 
 TEST_CASE("property: 100,000 random operations with a CPU tier keep every invariant and every sequence's KV",
           "[kv][tier]") {
-  TierSimulation sim(20261201);
+  const bool disk = GENERATE(false, true);
+  INFO((disk ? "with" : "without") << " a disk tier");
+  TierSimulation sim(disk ? 20261202 : 20261201, disk);
   while (sim.performed() < 100000) sim.step();
   sim.drain();
   const auto& c = sim.counts();
@@ -477,6 +509,12 @@ TEST_CASE("property: 100,000 random operations with a CPU tier keep every invari
   at_least("admitted with a promoted prefix", 1000);
   at_least("swap-out", 500);
   at_least("swap-in", 300);
+  if (disk) {
+    at_least("disk save", 2000);
+    at_least("disk load", 1000);
+    at_least("disk load failed", 30);
+    at_least("waited for disk", 500);
+  }
 }
 
 }  // namespace paged
