@@ -11,6 +11,7 @@
 #include "actors/messages.h"
 #include "actors/metrics.h"
 #include "model/kv/kv_cache_manager.h"
+#include "model/kv/kv_disk_file.h"
 #include "model/loader/safetensors.h"
 #include "model/routing/router_policy.h"
 #include "model/tokenizer/tokenizer.h"
@@ -23,7 +24,10 @@ namespace paged {
 /// ExecutorError::runner_failed error and the executor stays up. The steps come from this engine's scheduler and are
 /// not checked again (the runners keep their own bounds checks). Spawn detached: a step blocks its thread (and
 /// tensor-parallel ranks wait on each other in the all-reduce).
-caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner);
+/// With `disk` (this runner's files of the disk tier) it carries out the disk tier's orders (disk_write_atom,
+/// disk_load_atom -> the keys loaded) over the runner's host blocks.
+caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
+                             std::shared_ptr<const KvDiskStore> disk);
 
 /// The executor of a `paged worker`, for an engine in another process: (hello_atom) -> WorkerInfo,
 /// (step_atom, PackedStep) -> PackedResult (actors/step_wire.h) and the swap orders. It serves one engine at a time:
@@ -48,8 +52,12 @@ caf::behavior remote_executor_proxy(caf::event_based_actor* self, caf::actor rem
 struct RankRunner {
   std::shared_ptr<ModelRunner> runner;
   int num_blocks = 0;
-  int num_swap_blocks = 0;
+  int num_swap_blocks = 0;  // the host pool: swap space and the CPU tier (split_host_pool)
 };
+
+/// A host pool of `host_blocks` split into (swap-space blocks, CPU-tier blocks) in the proportion of
+/// config.swap_space_gib to config.kv_offloading_gib, CPU-tier blocks rounded down.
+std::pair<int, int> split_host_pool(int host_blocks, const EngineConfig& config);
 
 /// Checks the engine options against the model and returns the maximum model length. With `local_device` it also
 /// resolves device "auto" and checks that the device exists (a remote executor's device is the worker's).
@@ -69,6 +77,7 @@ RankRunner make_local_runner(const EngineConfig& config, const ModelConfig& mode
 struct RankSetup {
   std::function<std::shared_ptr<void>(int rank, const NcclUniqueId& id)> join;
   std::function<RankRunner(int rank, const std::shared_ptr<void>& group)> build;
+  std::function<std::shared_ptr<const KvDiskStore>(int rank)> disk;  // the rank's disk-tier files; empty: none
 };
 
 /// Executor of one rank of a CUDA tensor-parallel group whose runner does not exist yet. Answers
@@ -88,6 +97,7 @@ using MemoryManager = caf::typed_actor<
     caf::reacts_to<free_atom, std::vector<SeqId>>,
     caf::reacts_to<fork_atom, SeqId, SeqId>,
     caf::reacts_to<computed_atom, std::vector<ComputedKv>>,
+    caf::reacts_to<loaded_atom, std::vector<uint64_t>, std::vector<uint64_t>>,  // disk loads: keys ok, keys failed
     caf::replies_to<drained_atom>::with<bool>>;
 
 /// It publishes the KV gauges of its replica through `metrics` and clears them when it ends.

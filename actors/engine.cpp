@@ -7,8 +7,12 @@
 #include <random>
 #include <thread>
 
+#include <filesystem>
+#include <fstream>
+
 #include "actors/actors.h"
 #include "actors/tls.h"
+#include "model/hash_mix.h"
 #include "kernels/cpu/cpu_runner.h"
 #include "model/loader/safetensors.h"
 #include "model/tokenizer/load_tokenizer.h"
@@ -63,6 +67,8 @@ struct Engine::Impl {
   int max_model_len = 0;
   EngineSummary summary;
   int64_t max_seq_tokens = 0;  // tokens one sequence can hold in every replica's KV pool (admission keeps 1% free)
+  uint64_t kv_identity = 0;    // what makes this engine's KV (the disk tier's files carry it); 0: no disk tier
+  int64_t disk_blocks = 0;     // the disk tier's size in blocks
   mutable std::mutex state_mu;  // guards state, failure, stopping and the replicas' serving, reason, generation
   EngineState state = EngineState::ready;
   std::string failure;    // why the engine failed; empty while ready
@@ -81,7 +87,7 @@ struct Engine::Impl {
   JoinedWorker join_worker(const std::string& address);
   // Spawns the replica's memory manager and scheduler over its executors, and watches them all: the first to end
   // makes the replica lost. Call with the replica's executors set and serving false.
-  void start_replica(Replica& r, int num_blocks, int num_swap_blocks);
+  void start_replica(Replica& r, int num_blocks, int num_host_blocks);
   // The replica's actor of generation `generation` ended with `reason`: the replica is lost (the first call counts),
   // its other actors end (its requests move to another replica), the engine fails when none serves, and a worker is
   // reconnected.
@@ -117,6 +123,17 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
   if (!c.quantization.empty() && c.quantization != "fp8")
     throw ModelError("quantization must be fp8 or none, not '" + c.quantization + "'");
+  if (c.kv_offloading_gib > 0 && !c.enable_prefix_caching)
+    throw ModelError("--kv-offloading-size keeps evicted prefix-cache blocks: it needs prefix caching on");
+  if (!c.kv_disk_dir.empty()) {
+    if (!(c.kv_disk_gib > 0)) throw ModelError("--kv-disk-dir needs --kv-disk-size GiB > 0");
+    if (!(c.kv_offloading_gib > 0))
+      throw ModelError("--kv-disk-dir keeps the blocks the CPU tier drops: it needs --kv-offloading-size");
+    if (!c.workers.empty()) throw ModelError("--kv-disk-dir: the disk tier is not available with --workers");
+    if (c.load_format == "dummy") throw ModelError("--kv-disk-dir: random weights (--load-format dummy) make no KV to keep");
+  } else if (c.kv_disk_gib > 0) {
+    throw ModelError("--kv-disk-size needs --kv-disk-dir");
+  }
   if (!local_device) return max_model_len;
   if (c.device == "auto") c.device = cuda_available() ? "cuda" : "cpu";
   if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
@@ -132,7 +149,7 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
 namespace {
 
 // KV pools of CPU runners: at most 4 GiB of float32 K and V over all ranks unless --num-kv-blocks says otherwise,
-// and the swap pool from --swap-space.
+// and the host pool from --swap-space plus --kv-offloading-size.
 std::pair<int, int> cpu_pools(const EngineConfig& c, const ModelConfig& model, int max_model_len) {
   const int64_t block_bytes = int64_t{2} * model.num_layers * model.num_kv_heads * c.block_size * model.head_dim *
                               static_cast<int64_t>(sizeof(float));
@@ -140,9 +157,9 @@ std::pair<int, int> cpu_pools(const EngineConfig& c, const ModelConfig& model, i
   const int64_t cap = (int64_t{4} << 30) / block_bytes;
   const int num_blocks =
       c.num_kv_blocks.value_or(static_cast<int>(std::min<int64_t>(c.max_num_seqs * blocks_per_seq, cap)));
-  const double swap_blocks = c.swap_space_gib * double(int64_t{1} << 30) / double(block_bytes);
+  const double swap_blocks = (c.swap_space_gib + c.kv_offloading_gib) * double(int64_t{1} << 30) / double(block_bytes);
   if (swap_blocks > double(std::numeric_limits<int32_t>::max()))
-    throw ModelError("--swap-space is too large for this model's block size");
+    throw ModelError("--swap-space and --kv-offloading-size are too large for this model's block size");
   return {num_blocks, static_cast<int>(swap_blocks)};
 }
 
@@ -151,13 +168,37 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
   return {.block_size = c.block_size,
           .num_blocks = c.num_kv_blocks.value_or(0),
           .gpu_memory_utilization = c.gpu_memory_utilization,
-          .swap_space_gib = c.swap_space_gib,
+          .swap_space_gib = c.swap_space_gib + c.kv_offloading_gib,  // the host pool: swap space and CPU tier
           .max_num_seqs = c.max_num_seqs,
           .max_num_batched_tokens = c.max_num_batched_tokens,
           .max_model_len = max_model_len,
           .fp8_weights = c.quantization == "fp8"};
 }
 #endif
+
+// What makes this engine's KV, for the disk tier's files: the compute dtype, block size and tensor parallelism,
+// config.json, and each checkpoint file's name, size and modification time (a rewritten checkpoint changes it).
+uint64_t kv_identity(const EngineConfig& c) {
+  namespace fs = std::filesystem;
+  uint64_t h = hash_mix(0x6b762d6964ULL, c.device == "cuda" ? 2 : 4);
+  h = hash_mix(hash_mix(h, static_cast<uint64_t>(c.block_size)), static_cast<uint64_t>(c.tensor_parallel_size));
+  const auto mix_text = [&](const std::string& text) {
+    for (unsigned char ch : text) h = hash_mix(h, ch);
+    h = hash_mix(h, text.size());
+  };
+  std::ifstream config(fs::path(c.model_dir) / "config.json", std::ios::binary);
+  mix_text(std::string(std::istreambuf_iterator<char>(config), {}));
+  std::vector<fs::path> checkpoint;
+  for (const auto& entry : fs::directory_iterator(c.model_dir))
+    if (entry.path().extension() == ".safetensors") checkpoint.push_back(entry.path());
+  std::sort(checkpoint.begin(), checkpoint.end());
+  for (const fs::path& file : checkpoint) {
+    mix_text(file.filename().string());
+    h = hash_mix(h, fs::file_size(file));
+    h = hash_mix(h, static_cast<uint64_t>(fs::last_write_time(file).time_since_epoch().count()));
+  }
+  return h == 0 ? 1 : h;
+}
 
 // "host:port" -> (host, port); ModelError when it is not one.
 std::pair<std::string, uint16_t> host_and_port(const std::string& address) {
@@ -172,6 +213,12 @@ std::pair<std::string, uint16_t> host_and_port(const std::string& address) {
 }
 
 }  // namespace
+
+std::pair<int, int> split_host_pool(int host_blocks, const EngineConfig& c) {
+  const double total = c.swap_space_gib + c.kv_offloading_gib;
+  const int offload = total > 0 ? static_cast<int>(double(host_blocks) * (c.kv_offloading_gib / total)) : 0;
+  return {host_blocks - offload, offload};
+}
 
 RankRunner make_local_runner(const EngineConfig& c, const ModelConfig& model, int max_model_len,
                              const SafeTensors* weights) {
@@ -242,12 +289,17 @@ JoinedWorker Engine::Impl::join_worker(const std::string& address) {
   }
 }
 
-void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_swap_blocks) {
+void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks) {
   const ReplicaMetricsWriter writer{&metrics, &r.metrics};
+  const auto [num_swap_blocks, num_offload_blocks] = split_host_pool(num_host_blocks, config);
   r.memory_manager = system->spawn(
       memory_manager_actor,
       KvCacheOptions{.block_size = config.block_size, .num_device_blocks = num_blocks,
-                     .num_cpu_blocks = num_swap_blocks, .enable_prefix_caching = config.enable_prefix_caching},
+                     .num_cpu_blocks = num_swap_blocks, .num_offload_blocks = num_offload_blocks,
+                     .num_disk_blocks = disk_blocks,
+                     .disk_keys = kv_identity ? KvDiskStore::list_keys(config.kv_disk_dir, kv_identity)
+                                              : std::vector<uint64_t>{},
+                     .enable_prefix_caching = config.enable_prefix_caching},
       writer);
   SchedulerSetup setup;
   setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode};
@@ -373,6 +425,21 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
                      "--tensor-parallel-size must be 1");
   if (!remote && !c.tls_dir.empty())
     throw ModelError("--tls-dir secures the connections to workers: it needs --workers");
+  if (!c.kv_disk_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(c.kv_disk_dir, ec);
+    if (ec || !std::filesystem::is_directory(c.kv_disk_dir))
+      throw ModelError("--kv-disk-dir " + c.kv_disk_dir + ": not a folder that can be created");
+    const int64_t element = c.device == "cuda" ? 2 : 4;
+    const int64_t block_bytes =
+        int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size * m.model.head_dim * element;
+    m.kv_identity = kv_identity(c);
+    m.disk_blocks = static_cast<int64_t>(c.kv_disk_gib * double(int64_t{1} << 30) / double(block_bytes));
+  }
+  // This rank's files of the disk tier; null without one.
+  const auto disk_store = [dir = c.kv_disk_dir, identity = m.kv_identity](int rank) -> std::shared_ptr<const KvDiskStore> {
+    return identity ? std::make_shared<const KvDiskStore>(dir, identity, rank) : nullptr;
+  };
   m.sys_cfg = std::make_unique<caf::actor_system_config>();
   register_message_types(*m.sys_cfg);
   if (remote) m.tls_files = load_transport(*m.sys_cfg, c.tls_dir);
@@ -443,6 +510,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
                                                       : std::make_shared<CudaModelRunner>(model, *weights, o);
       return RankRunner{runner, runner->num_blocks(), runner->num_swap_blocks()};
     };
+    setup.disk = disk_store;
     const NcclUniqueId id = nccl_unique_id();
     for (int rank = 0; rank < tp; ++rank)
       executors.push_back(m.system->spawn<caf::detached>(rank_executor_actor, setup));
@@ -472,7 +540,9 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     }
 #endif
     }
-    for (auto& r : runners) executors.push_back(m.system->spawn<caf::detached>(executor_actor, r));
+    for (size_t rank = 0; rank < runners.size(); ++rank)
+      executors.push_back(
+          m.system->spawn<caf::detached>(executor_actor, runners[rank], disk_store(static_cast<int>(rank))));
     pools.emplace_back(num_blocks, num_swap_blocks);
   }
   int smallest = std::numeric_limits<int>::max();
@@ -495,6 +565,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
 
   EngineSummary& s = m.summary;
   s.model_dir = c.model_dir;
+  s.kv_disk_dir = c.kv_disk_dir;
   s.model_type = m.model.model_type;
   s.checkpoint_dtype = m.model.torch_dtype;
   s.device = c.device;
@@ -506,9 +577,12 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   const int64_t element = c.device == "cuda" ? 2 : 4;
   const int64_t block_bytes =
       int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size * m.model.head_dim * element;
-  for (size_t i = 0; i < m.replicas.size(); ++i)
-    s.replicas.push_back({m.replicas[i]->address, pools[i].first, pools[i].first * block_bytes, pools[i].second,
-                          pools[i].second * block_bytes});
+  for (size_t i = 0; i < m.replicas.size(); ++i) {
+    const auto [swap_blocks, offload_blocks] = split_host_pool(pools[i].second, c);
+    s.replicas.push_back({m.replicas[i]->address, pools[i].first, pools[i].first * block_bytes, swap_blocks,
+                          swap_blocks * block_bytes, offload_blocks, offload_blocks * block_bytes, m.disk_blocks,
+                          m.disk_blocks * block_bytes});
+  }
   s.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 

@@ -35,12 +35,15 @@ struct ReplicaInfo {
 /// What the engine was built with, for the startup log: the model, where it runs, its weights and KV pools.
 struct EngineSummary {
   std::string model_dir, model_type, checkpoint_dtype, compute_dtype, device;
+  std::string kv_disk_dir;       // the disk tier's folder; empty: none
   int64_t weight_bytes = 0;      // the checkpoint's tensors as loaded here (0: on workers, or random weights)
   double load_seconds = 0.0;     // building the engine (weights, runners, workers' hellos)
   int max_model_len = 0, block_size = 0, tensor_parallel_size = 1;
   struct Pool {
     std::string address;         // the replica's worker; empty: this process
     int64_t kv_blocks = 0, kv_bytes = 0, swap_blocks = 0, swap_bytes = 0;
+    int64_t offload_blocks = 0, offload_bytes = 0;  // the prefix cache's CPU tier (--kv-offloading-size)
+    int64_t disk_blocks = 0, disk_bytes = 0;        // its disk tier (--kv-disk-dir, --kv-disk-size)
   };
   std::vector<Pool> replicas;
   /// Sequences of max_model_len tokens that fit the KV pools at once (summed over the replicas).

@@ -34,6 +34,17 @@ struct EngineConfig {
   int block_size = 16;
   std::optional<int> num_kv_blocks;     // device pool size; default: from memory (CPU: fits max_num_seqs contexts)
   double swap_space_gib = 4.0;          // CPU swap pool, GiB (vLLM's --swap-space)
+  /// CPU tier of the prefix cache, GiB (vLLM's --kv-offloading-size): cached blocks evicted from the device pool
+  /// stay findable there and a hit copies them back. Its own part of the host pool, after the swap space: local
+  /// runners allocate swap_space_gib + this; a worker's host pool is split in this proportion (start the worker with
+  /// the same two flags). 0: off.
+  double kv_offloading_gib = 0.0;
+  /// Disk tier of the prefix cache: blocks the CPU tier drops are written to files in this folder (created if
+  /// missing), named by the model's identity and the block's token prefix, read back on a hit (verified) and kept
+  /// across restarts, at most kv_disk_gib of them (least recently used deleted). Empty: off. Needs the CPU tier, a
+  /// checkpoint (not load_format dummy) and no workers.
+  std::string kv_disk_dir;
+  double kv_disk_gib = 0.0;
   double gpu_memory_utilization = 0.9;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;    // per-step token budget (prefill chunks + decodes)

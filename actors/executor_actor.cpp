@@ -9,6 +9,7 @@
 #include "actors/tls.h"
 #include "model/deferred_tokens.h"
 #include "model/loader/config.h"
+#include "model/kv/kv_disk_file.h"
 #include "model/step_check.h"
 
 namespace paged {
@@ -20,7 +21,35 @@ struct ExecutorState {
   std::shared_ptr<ModelRunner> runner;
   std::shared_ptr<void> group;
   DeferredTokens deferred;  // what the last step sampled, for a step sent before it returned
+  std::shared_ptr<const KvDiskStore> disk;  // this rank's files of the disk tier; null: none
 };
+
+// The disk tier's saves and removals, in order, over the runner's host blocks.
+void write_disk(ExecutorState& st, const std::vector<DiskOrder>& orders) {
+  if (!st.disk) throw std::logic_error("disk-tier orders for an executor without a disk tier");
+  std::vector<std::byte> kv(st.runner->host_block_bytes());
+  for (const DiskOrder& o : orders) {
+    if (o.kind == DiskOrder::Kind::remove) {
+      st.disk->remove(o.key);
+    } else if (o.kind == DiskOrder::Kind::save) {
+      st.runner->read_host_block(o.host_block, kv);
+      if (!st.disk->save(o.key, o.salt, o.tokens, kv)) st.disk->remove(o.key);  // not written: a miss later
+    }
+  }
+}
+
+// The disk tier's loads into the runner's host blocks: the keys whose file held the block (verified).
+std::vector<uint64_t> load_disk(ExecutorState& st, const std::vector<DiskOrder>& orders) {
+  if (!st.disk) throw std::logic_error("disk-tier orders for an executor without a disk tier");
+  std::vector<std::byte> kv(st.runner->host_block_bytes());
+  std::vector<uint64_t> loaded;
+  for (const DiskOrder& o : orders) {
+    if (o.kind != DiskOrder::Kind::load || !st.disk->load(o.key, o.salt, o.tokens, kv)) continue;
+    st.runner->write_host_block(o.host_block, kv);
+    loaded.push_back(o.key);
+  }
+  return loaded;
+}
 
 // The answer of a runner call, or what it threw as an error reply: a runner that throws (a GPU error, kv_slot's
 // std::out_of_range) fails that message, and the executor stays up for the next one.
@@ -66,6 +95,13 @@ caf::message_handler runner_handlers(std::shared_ptr<ExecutorState> st) {
           return true;
         });
       },
+      [st](disk_write_atom, const std::vector<DiskOrder>& orders) {
+        return guarded([&] {
+          write_disk(*st, orders);
+          return true;
+        });
+      },
+      [st](disk_load_atom, const std::vector<DiskOrder>& orders) { return guarded([&] { return load_disk(*st, orders); }); },
   };
 }
 
@@ -156,8 +192,10 @@ caf::result<bool> checked_swap(caf::event_based_actor* self, WorkerState& st, co
 
 }  // namespace
 
-caf::behavior executor_actor(caf::event_based_actor* /*self*/, std::shared_ptr<ModelRunner> runner) {
-  return runner_handlers(std::make_shared<ExecutorState>(ExecutorState{std::move(runner), nullptr, {}}));
+caf::behavior executor_actor(caf::event_based_actor* /*self*/, std::shared_ptr<ModelRunner> runner,
+                             std::shared_ptr<const KvDiskStore> disk) {
+  return runner_handlers(
+      std::make_shared<ExecutorState>(ExecutorState{std::move(runner), nullptr, {}, std::move(disk)}));
 }
 
 caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
@@ -293,6 +331,7 @@ caf::behavior rank_executor_actor(caf::event_based_actor* self, RankSetup setup)
           st->group = setup.join(rank, id);
           RankRunner built = setup.build(rank, st->group);
           st->runner = std::move(built.runner);
+          if (setup.disk) st->disk = setup.disk(rank);
           ready.num_blocks = built.num_blocks;
           ready.num_swap_blocks = built.num_swap_blocks;
         } catch (const ModelError& e) {

@@ -16,6 +16,16 @@ struct MemoryManagerState {
     metrics.set(&Metrics::kv_blocks_cached, m.device_cached);
     metrics.set(&Metrics::cpu_blocks_total, m.cpu_total);
     metrics.set(&Metrics::cpu_blocks_free, m.cpu_free);
+    metrics.set(&Metrics::offload_blocks_total, m.offload_total);
+    metrics.set(&Metrics::offload_blocks_cached, m.offload_cached);
+    metrics.add(&Metrics::offload_query_tokens, m.offload_query_tokens - published.offload_query_tokens);
+    metrics.add(&Metrics::offload_hit_tokens, m.offload_hit_tokens - published.offload_hit_tokens);
+    metrics.add(&Metrics::offloaded_blocks, m.offloaded_blocks - published.offloaded_blocks);
+    metrics.set(&Metrics::disk_blocks_total, m.disk_total);
+    metrics.set(&Metrics::disk_blocks_stored, m.disk_stored);
+    metrics.add(&Metrics::disk_query_tokens, m.disk_query_tokens - published.disk_query_tokens);
+    metrics.add(&Metrics::disk_hit_tokens, m.disk_hit_tokens - published.disk_hit_tokens);
+    metrics.add(&Metrics::disk_saved_blocks, m.disk_saved_blocks - published.disk_saved_blocks);
     metrics.add(&Metrics::swapped_out_blocks, m.swapped_out_blocks - published.swapped_out_blocks);
     metrics.add(&Metrics::swapped_in_blocks, m.swapped_in_blocks - published.swapped_in_blocks);
     metrics.add(&Metrics::prefix_cache_hit_tokens, m.prefix_hit_tokens - published.prefix_hit_tokens);
@@ -35,7 +45,8 @@ MemoryManager::behavior_type memory_manager_actor(MemoryManager::pointer self, K
   st->publish();
   self->attach_functor([metrics](const caf::error&) mutable {
     metrics.clear({&Metrics::kv_blocks_total, &Metrics::kv_blocks_free, &Metrics::kv_blocks_cached,
-                   &Metrics::cpu_blocks_total, &Metrics::cpu_blocks_free});
+                   &Metrics::cpu_blocks_total, &Metrics::cpu_blocks_free, &Metrics::offload_blocks_total,
+                   &Metrics::offload_blocks_cached, &Metrics::disk_blocks_total, &Metrics::disk_blocks_stored});
   });
   return {
       [st](plan_atom, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) -> StepPlan {
@@ -59,6 +70,11 @@ MemoryManager::behavior_type memory_manager_actor(MemoryManager::pointer self, K
         for (const ComputedKv& r : reports)
           if (st->kv->contains(r.seq) && !st->kv->is_swapped(r.seq) && r.num_computed > st->kv->num_computed(r.seq))
             st->kv->mark_computed(r.seq, r.tokens, r.num_computed, r.tokens_offset);
+      },
+      [st](loaded_atom, const std::vector<uint64_t>& ok, const std::vector<uint64_t>& failed) {
+        for (uint64_t key : ok) st->kv->finish_load(key, true);
+        for (uint64_t key : failed) st->kv->finish_load(key, false);
+        st->publish();
       },
       [](drained_atom) { return true; },
   };

@@ -37,6 +37,9 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<StepResult>("paged.StepResult");
   cfg.add_message_type<ChunkPromptLogprobs>("paged.ChunkPromptLogprobs");
   cfg.add_message_type<std::vector<BlockPair>>("paged.BlockPairs");
+  cfg.add_message_type<DiskOrder>("paged.DiskOrder");
+  cfg.add_message_type<std::vector<DiskOrder>>("paged.DiskOrders");
+  cfg.add_message_type<std::vector<uint64_t>>("paged.U64s");
   cfg.add_message_type<std::vector<SeqId>>("paged.SeqIds");
   cfg.add_message_type<std::vector<TokenId>>("paged.TokenIds");
   cfg.add_message_type<NcclUniqueId>("paged.NcclUniqueId");

@@ -31,6 +31,9 @@ using computed_atom = caf::atom_constant<caf::atom("computed")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;        // scheduler -> executors
 using swap_out_atom = caf::atom_constant<caf::atom("swapout")>;
 using swap_in_atom = caf::atom_constant<caf::atom("swapin")>;
+using disk_write_atom = caf::atom_constant<caf::atom("diskwrite")>;  // scheduler -> executors: save, remove files
+using disk_load_atom = caf::atom_constant<caf::atom("diskload")>;    // scheduler -> executors: load files
+using loaded_atom = caf::atom_constant<caf::atom("loaded")>;         // scheduler -> memory manager: loads answered
 using drained_atom = caf::atom_constant<caf::atom("drained")>;  // query: no request left
 using init_atom = caf::atom_constant<caf::atom("init")>;        // engine -> executor of a CUDA tensor-parallel rank
 using hello_atom = caf::atom_constant<caf::atom("hello")>;      // engine -> worker: what do you run?
@@ -134,8 +137,9 @@ PAGED_INSPECT(ComputedKv, x.seq, x.tokens_offset, x.tokens, x.num_computed)
 PAGED_INSPECT(PlanSeq, x.id, x.arrival, x.phase, x.num_computed, x.num_tokens, x.last_token_in_flight, x.tokens, x.salt)
 PAGED_INSPECT(PlanLimits, x.max_num_seqs, x.max_num_batched_tokens, x.preemption)
 PAGED_INSPECT(PlannedChunk, x.id, x.start_pos, x.num_tokens, x.sample, x.block_table)
+PAGED_INSPECT(DiskOrder, x.kind, x.key, x.host_block, x.salt, x.tokens)
 PAGED_INSPECT(StepPlan, x.chunks, x.copies, x.swap_out, x.swap_in, x.preempted_recompute, x.preempted_swap,
-              x.swapping_in, x.admitted, x.rejected)
+              x.swapping_in, x.admitted, x.rejected, x.disk_writes, x.disk_loads)
 PAGED_INSPECT(StepResult, x.seqs, x.samples, x.prompt_logprobs)
 PAGED_INSPECT(NcclUniqueId, x.bytes)
 PAGED_INSPECT(RankReady, x.num_blocks, x.num_swap_blocks, x.error, x.model_error)

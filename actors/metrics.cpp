@@ -155,6 +155,23 @@ std::string Metrics::prometheus() const {
   gauge("swapped_in_blocks_total", "Blocks swapped back in.", swapped_in_blocks, "counter");
   gauge("prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", prefix_cache_hit_tokens,
         "counter");
+  gauge("kv_offload_blocks_total", "Blocks of the prefix cache's CPU tier.", offload_blocks_total);
+  gauge("kv_offload_blocks_cached", "Blocks of the CPU tier holding a prefix-cache entry.", offload_blocks_cached);
+  gauge("kv_offloaded_blocks_total", "Evicted device blocks kept in the CPU tier.", offloaded_blocks, "counter");
+  gauge("kv_disk_blocks_total", "Blocks the disk tier may hold.", disk_blocks_total);
+  gauge("kv_disk_blocks_stored", "Blocks the disk tier holds.", disk_blocks_stored);
+  gauge("kv_disk_saved_blocks_total", "CPU-tier blocks written to the disk tier.", disk_saved_blocks, "counter");
+  const auto per_tier = [&](const char* name, const char* help, int64_t device, int64_t cpu, int64_t disk) {
+    out << "# HELP paged_" << name << ' ' << help << "\n# TYPE paged_" << name << " counter\n";
+    for (const auto& [tier, v] : {std::pair{"device", device}, std::pair{"cpu", cpu}, std::pair{"disk", disk}})
+      out << "paged_" << name << "{tier=\"" << tier << "\"} " << v << '\n';
+  };
+  per_tier("kv_tier_queries_total",
+           "Prompt tokens looked up in each tier of the prefix cache (cpu: device misses; disk: cpu misses).",
+           prompt_tokens, offload_query_tokens, disk_query_tokens);
+  // A disk hit is loaded into the CPU tier and counted there again when it is promoted.
+  per_tier("kv_tier_hits_total", "Prompt tokens found in each tier of the prefix cache.",
+           prefix_cache_hit_tokens - offload_hit_tokens, offload_hit_tokens, disk_hit_tokens);
   gauge("kv_evicted_blocks_total", "Cached KV blocks evicted from the prefix cache to make room.", evicted_blocks,
         "counter");
   gauge("prompt_tokens_computed_total", "Prompt tokens whose KV was computed.", prompt_tokens_computed, "counter");

@@ -47,7 +47,13 @@ struct Metrics {
   Gauge cpu_blocks_total{0}, cpu_blocks_free{0};                      // CPU swap pool
   Counter preemptions{0};
   Counter swapped_out_blocks{0}, swapped_in_blocks{0};
-  Counter prefix_cache_hit_tokens{0};
+  Counter prefix_cache_hit_tokens{0};      // in any tier (device or CPU)
+  Gauge offload_blocks_total{0}, offload_blocks_cached{0};  // the prefix cache's CPU tier (--kv-offloading-size)
+  Counter offload_query_tokens{0}, offload_hit_tokens{0};   // prompt tokens looked up / found in the CPU tier
+  Counter offloaded_blocks{0};             // device blocks demoted to the CPU tier
+  Gauge disk_blocks_total{0}, disk_blocks_stored{0};    // the disk tier (--kv-disk-dir, --kv-disk-size)
+  Counter disk_query_tokens{0}, disk_hit_tokens{0};     // prompt tokens looked up on disk / loaded from it
+  Counter disk_saved_blocks{0};            // CPU-tier blocks written to disk
   Counter evicted_blocks{0};               // cached device blocks evicted from the prefix cache to make room
   Counter prompt_tokens_computed{0}, prompt_tokens{0}, generation_tokens{0};
   Counter requests_finished{0}, requests_aborted{0};

@@ -106,6 +106,7 @@ using Self = caf::stateful_actor<SchedulerState>;
 
 void kick(Self* self);
 void request_plan(Self* self);
+void send_disk_loads(Self* self, const std::vector<DiskOrder>& loads);
 
 void free_seqs(Self* self, const std::vector<SeqId>& ids) {
   if (ids.empty()) return;
@@ -541,6 +542,9 @@ void apply_plan(Self* self, StepPlan& plan) {
   // A request, not a send: the executor replies `true`, and a reply the scheduler has no handler for comes back
   // to the executor as an unexpected_message error, whose default handler makes the executor quit (the engine
   // then stalls at its next step). Mailbox order still puts the copy before the next step.
+  if (!plan.disk_writes.empty())  // before the demotions overwrite the host blocks they save
+    for (const caf::actor& ex : st.setup.executors)
+      self->request(ex, caf::infinite, disk_write_atom::value, plan.disk_writes).then([](bool) {});
   if (!plan.swap_out.empty())
     for (const caf::actor& ex : st.setup.executors)
       self->request(ex, caf::infinite, swap_out_atom::value, plan.swap_out).then([](bool) {});
@@ -572,7 +576,7 @@ void apply_plan(Self* self, StepPlan& plan) {
     free_seqs(self, ids);
     finish_request_if_done(self, rid);
   }
-  if (!plan.swapping_in.empty()) {
+  if (!plan.swap_in.empty()) {  // swapped sequences (runnable once every executor acked) and CPU-tier promotions
     for (SeqId id : plan.swapping_in)
       if (auto it = st.seqs.find(id); it != st.seqs.end()) it->second.swapping_in = true;
     auto remaining = std::make_shared<size_t>(st.setup.executors.size());
@@ -589,6 +593,34 @@ void apply_plan(Self* self, StepPlan& plan) {
         kick(self);
       });
   }
+  if (!plan.disk_loads.empty()) send_disk_loads(self, plan.disk_loads);
+}
+
+// Sends the plan's disk loads to every executor; once all answered, the memory manager learns which keys loaded on
+// every rank, and the next plan finds those blocks in the CPU tier.
+void send_disk_loads(Self* self, const std::vector<DiskOrder>& loads) {
+  auto& st = self->state;
+  struct Answers {
+    size_t remaining = 0;
+    std::vector<uint64_t> keys;
+    std::vector<int> ok_on;  // per load: the ranks that loaded it
+  };
+  auto answers = std::make_shared<Answers>();
+  answers->remaining = st.setup.executors.size();
+  for (const DiskOrder& o : loads) answers->keys.push_back(o.key);
+  answers->ok_on.assign(loads.size(), 0);
+  for (const caf::actor& ex : st.setup.executors)
+    self->request(ex, caf::infinite, disk_load_atom::value, loads).then([self, answers](const std::vector<uint64_t>& ok) {
+      for (size_t i = 0; i < answers->keys.size(); ++i)
+        answers->ok_on[i] += std::find(ok.begin(), ok.end(), answers->keys[i]) != ok.end();
+      if (--answers->remaining > 0) return;
+      std::vector<uint64_t> loaded, failed;
+      const int ranks = static_cast<int>(self->state.setup.executors.size());
+      for (size_t i = 0; i < answers->keys.size(); ++i)
+        (answers->ok_on[i] == ranks ? loaded : failed).push_back(answers->keys[i]);
+      self->send(self->state.setup.memory_manager, loaded_atom::value, loaded, failed);
+      kick(self);
+    });
 }
 
 void request_plan(Self* self) {

@@ -45,7 +45,9 @@ void log_startup(const EngineSummary& s, const std::string& served_name) {
   for (const EngineSummary::Pool& p : s.replicas)
     std::cout << "paged: KV cache" << (p.address.empty() ? std::string() : " of worker " + p.address) << ": "
               << p.kv_blocks << " blocks of " << s.block_size << " tokens (" << mib(p.kv_bytes) << "), CPU swap pool "
-              << p.swap_blocks << " blocks (" << mib(p.swap_bytes) << ")" << std::endl;
+              << p.swap_blocks << " blocks (" << mib(p.swap_bytes) << "), CPU tier " << p.offload_blocks << " blocks ("
+              << mib(p.offload_bytes) << "), disk tier " << p.disk_blocks << " blocks (" << mib(p.disk_bytes) << ")"
+              << (s.kv_disk_dir.empty() ? std::string() : " in " + s.kv_disk_dir) << std::endl;
   std::cout << "paged: maximum concurrency at max_model_len " << s.max_model_len << ": " << std::setprecision(1)
             << s.max_concurrency() << " sequences" << std::endl;
   if (s.device == "cuda")

@@ -2,7 +2,10 @@
 // their K/V goes, and what to sample. Built by the scheduler, executed by a ModelRunner (CPU or CUDA).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -84,6 +87,16 @@ class ModelRunner {
   virtual void swap_out(const std::vector<BlockPair>& device_to_cpu) = 0;
   /// Copies CPU swap-pool blocks back to the device (src cpu block, dst device block).
   virtual void swap_in(const std::vector<BlockPair>& cpu_to_device) = 0;
+  /// Bytes of one host-pool block, K and V of every layer: what the disk tier keeps of it. 0: no access.
+  virtual int64_t host_block_bytes() const { return 0; }
+  /// Host block `block` (after every copy ordered before) into `out`, host_block_bytes() long; `in` into it.
+  /// Throw std::out_of_range for a block outside the host pool or a wrong size.
+  virtual void read_host_block(int32_t /*block*/, std::span<std::byte> /*out*/) {
+    throw std::logic_error("this runner gives no access to its host blocks");
+  }
+  virtual void write_host_block(int32_t /*block*/, std::span<const std::byte> /*in*/) {
+    throw std::logic_error("this runner gives no access to its host blocks");
+  }
 };
 
 }  // namespace paged

@@ -153,6 +153,9 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   c.block_size = args.get_int("block-size", c.block_size);
   if (args.has("num-kv-blocks")) c.num_kv_blocks = args.get_int("num-kv-blocks", 0);
   c.swap_space_gib = args.get_double("swap-space", c.swap_space_gib);
+  c.kv_offloading_gib = args.get_double("kv-offloading-size", c.kv_offloading_gib);
+  c.kv_disk_dir = args.get("kv-disk-dir").value_or("");
+  c.kv_disk_gib = args.get_double("kv-disk-size", c.kv_disk_gib);
   c.gpu_memory_utilization = args.get_double("gpu-memory-utilization", c.gpu_memory_utilization);
   c.max_num_seqs = args.get_int("max-num-seqs", c.max_num_seqs);
   c.max_num_batched_tokens = args.get_int("max-num-batched-tokens", c.max_num_batched_tokens);
@@ -195,6 +198,9 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1))
     throw UsageError("--gpu-memory-utilization must be in (0, 1]");
   if (!(c.swap_space_gib >= 0 && c.swap_space_gib < 1e6)) throw UsageError("--swap-space must be a number of GiB >= 0");
+  if (!(c.kv_offloading_gib >= 0 && c.kv_offloading_gib < 1e6))
+    throw UsageError("--kv-offloading-size must be a number of GiB >= 0");
+  if (!(c.kv_disk_gib >= 0 && c.kv_disk_gib < 1e9)) throw UsageError("--kv-disk-size must be a number of GiB >= 0");
   if (c.num_kv_blocks && *c.num_kv_blocks < 1) throw UsageError("--num-kv-blocks must be positive");
   return c;
 }

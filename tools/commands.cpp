@@ -26,6 +26,7 @@
 #include "model/json_file.h"
 #include "tools/bench/bench_stats.h"
 #include "tools/bench/datasets.h"
+#include "tools/bench/multiturn_bench.h"
 #include "tools/bench/progress.h"
 
 namespace paged::cli {
@@ -126,6 +127,7 @@ int run_serve_command(Args& args) {
 int run_bench_command(Args& args) {
   namespace json = boost::json;
   EngineConfig config = engine_config(args);
+  if (args.get("dataset-name") == "multiturn") return bench::run_multiturn_bench(args, config);
   bench::DatasetOptions defaults;
   defaults.random_input_len = 512;
   const bench::DatasetOptions data = bench::dataset_options(args, defaults);
@@ -253,6 +255,8 @@ int run_worker_command(Args& args) {
   const int port = args.get_int("port", 7000);
   args.reject_unknown();
   if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
+  if (!config.kv_disk_dir.empty() || config.kv_disk_gib > 0)
+    throw UsageError("--kv-disk-dir and --kv-disk-size: the disk tier is not available with workers");
   if (const std::string why = plain_listen_refusal(host, config.tls_dir); !why.empty()) throw UsageError(why);
   // SIGINT / SIGTERM are taken by sigwait below: blocked before any thread starts, so every thread inherits it.
   sigset_t signals;

@@ -29,6 +29,10 @@ constexpr const char* kUsage = R"(usage:
               [--requests-out FILE.json] [--json] [--profile] [engine flags]
               (offline throughput through the engine: a table, or with --json one JSON line; --profile adds the
               step profile: per kind of step, device busy and idle time and host time, on stderr)
+  paged bench MODEL_DIR --dataset-name multiturn [--num-conversations 32] [--num-turns 8] [--system-prompt-len 1024]
+              [--message-len 128] [--output-len 128] [--think-time 0.5] [--seed S] [--json] [engine flags]
+              (conversations that send their whole history each turn: TTFT p50/p99, output tok/s, hit tokens per
+              tier, prompt tokens computed; with --kv-offloading-size, the same run again without the CPU tier)
   paged bench serve --base-url http://HOST:PORT [--endpoint /v1/completions] [--model NAME] [--tokenizer DIR]
               [--api-key KEY] [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt]
               [--dataset-path FILE] [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]
@@ -47,6 +51,7 @@ takes --NAME, --no-NAME or --NAME=true|false. --help and --version work with eve
 from --api-key, else the environment variable PAGED_API_KEY.
 engine flags:
   --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
+  --kv-offloading-size GiB (the prefix cache's CPU tier)  --kv-disk-dir DIR --kv-disk-size GiB (its disk tier)
   --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --[no-]enable-prefix-caching
   --preemption-mode swap|recompute  --tensor-parallel-size N  --[no-]async-scheduling
   --max-waiting-requests N  --load-format auto|dummy  --quantization fp8|none (FP8 weights, CUDA)
@@ -149,6 +154,9 @@ int generate(cli::Args& args) {
     s["preemptions"] = m.preemptions.load();
     s["swapped_out_blocks"] = m.swapped_out_blocks.load();
     s["prefix_cache_hit_tokens"] = m.prefix_cache_hit_tokens.load();
+    s["kv_offload_hit_tokens"] = m.offload_hit_tokens.load();
+    s["kv_offloaded_blocks"] = m.offloaded_blocks.load();
+    s["kv_disk_hit_tokens"] = m.disk_hit_tokens.load();
     s["prompt_tokens_computed"] = m.prompt_tokens_computed.load();
     s["kv_blocks_total"] = m.kv_blocks_total.load();
     s["kv_blocks_free_at_end"] = m.kv_blocks_free.load();

@@ -233,6 +233,40 @@ void CpuModelRunner::swap_out(const std::vector<BlockPair>& device_to_cpu) {
   copy_pool_blocks(v_swap_, v_cache_, device_to_cpu, block_elems());
 }
 
+int64_t CpuModelRunner::host_block_bytes() const {
+  return 2 * static_cast<int64_t>(k_swap_.size()) * block_elems() * static_cast<int64_t>(sizeof(float));
+}
+
+namespace {
+
+// The host block's K then V of every layer, in layer order, as bytes: `visit(layer buffer, byte offset in `bytes`)`.
+template <class Visit>
+void for_each_host_part(std::vector<std::unique_ptr<float[]>>& k, std::vector<std::unique_ptr<float[]>>& v,
+                        int32_t block, int num_blocks, int64_t elems, size_t bytes, Visit visit) {
+  if (block < 0 || block >= num_blocks)
+    throw std::out_of_range("host block " + std::to_string(block) + " is outside the host pool");
+  const size_t part = static_cast<size_t>(elems) * sizeof(float);
+  if (bytes != 2 * k.size() * part) throw std::out_of_range("host block bytes of the wrong size");
+  size_t at = 0;
+  for (size_t l = 0; l < k.size(); ++l)
+    for (auto* pool : {&k, &v}) {
+      visit((*pool)[l].get() + static_cast<int64_t>(block) * elems, at, part);
+      at += part;
+    }
+}
+
+}  // namespace
+
+void CpuModelRunner::read_host_block(int32_t block, std::span<std::byte> out) {
+  for_each_host_part(k_swap_, v_swap_, block, opt_.num_swap_blocks, block_elems(), out.size(),
+                     [&](float* part, size_t at, size_t n) { std::memcpy(out.data() + at, part, n); });
+}
+
+void CpuModelRunner::write_host_block(int32_t block, std::span<const std::byte> in) {
+  for_each_host_part(k_swap_, v_swap_, block, opt_.num_swap_blocks, block_elems(), in.size(),
+                     [&](float* part, size_t at, size_t n) { std::memcpy(part, in.data() + at, n); });
+}
+
 void CpuModelRunner::swap_in(const std::vector<BlockPair>& cpu_to_device) {
   require_pairs_in_pools(cpu_to_device, PairOrder::swap_in, opt_);
   copy_pool_blocks(k_cache_, k_swap_, cpu_to_device, block_elems());

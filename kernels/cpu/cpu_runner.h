@@ -59,6 +59,9 @@ class CpuModelRunner final : public ModelRunner {
   /// Both throw ModelError, copying nothing, for a pair outside the pools (check_block_pairs).
   void swap_out(const std::vector<BlockPair>& device_to_cpu) override;
   void swap_in(const std::vector<BlockPair>& cpu_to_device) override;
+  int64_t host_block_bytes() const override;
+  void read_host_block(int32_t block, std::span<std::byte> out) override;
+  void write_host_block(int32_t block, std::span<const std::byte> in) override;
 
   /// Runs the step without sampling (bounds-checked as execute is); returns the logits [num sampled seqs][vocab]
   /// (rank 0; others: empty).

@@ -22,6 +22,8 @@
 // at the price of one more collective (a gather of the logits) per step.
 #include "kernels/cuda/runner_impl.h"
 
+#include <cstring>
+
 namespace paged {
 
 namespace {
@@ -663,6 +665,30 @@ void CudaModelRunner::swap_out(const std::vector<BlockPair>& device_to_cpu) {
 
 void CudaModelRunner::swap_in(const std::vector<BlockPair>& cpu_to_device) {
   impl_->swap(impl_->host, impl_->kv, cpu_to_device);
+}
+
+int64_t CudaModelRunner::host_block_bytes() const {
+  return static_cast<int64_t>(impl_->host.num_caches) * static_cast<int64_t>(impl_->host.block_bytes);
+}
+
+void CudaModelRunner::read_host_block(int32_t block, std::span<std::byte> out) {
+  const cuda::BlockPool& host = impl_->host;
+  if (block < 0 || block >= host.num_blocks || static_cast<int64_t>(out.size()) != host_block_bytes())
+    throw std::out_of_range("host block " + std::to_string(block) + " is outside the host pool, or the size is wrong");
+  PAGED_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  PAGED_CUDA_CHECK(cudaStreamSynchronize(impl_->copy));
+  for (int c = 0; c < host.num_caches; ++c)
+    std::memcpy(out.data() + static_cast<size_t>(c) * host.block_bytes, host.block(c, block), host.block_bytes);
+}
+
+void CudaModelRunner::write_host_block(int32_t block, std::span<const std::byte> in) {
+  const cuda::BlockPool& host = impl_->host;
+  if (block < 0 || block >= host.num_blocks || static_cast<int64_t>(in.size()) != host_block_bytes())
+    throw std::out_of_range("host block " + std::to_string(block) + " is outside the host pool, or the size is wrong");
+  PAGED_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  PAGED_CUDA_CHECK(cudaStreamSynchronize(impl_->copy));
+  for (int c = 0; c < host.num_caches; ++c)
+    std::memcpy(host.block(c, block), in.data() + static_cast<size_t>(c) * host.block_bytes, host.block_bytes);
 }
 
 int CudaModelRunner::num_blocks() const { return impl_->kv.num_blocks; }

@@ -64,6 +64,11 @@ class CudaModelRunner final : public ModelRunner {
   /// Enqueue the copies on the copy stream and return; the next execute() waits for them on the device.
   void swap_out(const std::vector<BlockPair>& device_to_cpu) override;
   void swap_in(const std::vector<BlockPair>& cpu_to_device) override;
+  /// The pinned host pool's block, every cache; reading and writing wait for the copy stream first (a swap that
+  /// fills or reads the block may still run).
+  int64_t host_block_bytes() const override;
+  void read_host_block(int32_t block, std::span<std::byte> out) override;
+  void write_host_block(int32_t block, std::span<const std::byte> in) override;
 
   /// The step's logits [chunks with samples][vocab], float32, without sampling (parity checks); empty on ranks
   /// other than 0.

@@ -8,16 +8,19 @@
 
 namespace paged {
 
-BlockPool::BlockPool(int32_t num_blocks, std::string name) : name_(std::move(name)), blocks_(num_blocks) {
-  if (num_blocks < 0) throw std::invalid_argument(name_ + " pool: negative block count");
+BlockPool::BlockPool(int32_t num_blocks, std::string name)
+    : name_(std::move(name)),
+      blocks_(num_blocks >= 0 ? num_blocks : throw std::invalid_argument(name_ + " pool: negative block count")) {
   for (int32_t b = 0; b < num_blocks; ++b) push_back(uncached_, b);
 }
 
-uint64_t BlockPool::hash(const BlockContent& content) {
-  uint64_t h = hash_mix(content.parent, content.salt);
-  for (TokenId t : content.tokens) h = hash_mix(h, static_cast<uint32_t>(t));
+uint64_t chain_hash(uint64_t seed, uint64_t extra, std::span<const TokenId> tokens) {
+  uint64_t h = hash_mix(seed, extra);
+  for (TokenId t : tokens) h = hash_mix(h, static_cast<uint32_t>(t));
   return h;
 }
+
+uint64_t BlockPool::hash(const BlockContent& content) { return chain_hash(content.parent, content.salt, content.tokens); }
 
 void BlockPool::push_back(Queue& q, int32_t block) {
   Block& b = blocks_[block];
@@ -45,11 +48,11 @@ void BlockPool::unregister(int32_t block) {
       break;
     }
   }
-  b.content_id = b.key = b.parent = b.salt = 0;
+  b.content_id = b.key = b.parent = b.salt = b.chain = 0;
   b.tokens.clear();
 }
 
-int32_t BlockPool::allocate() {
+int32_t BlockPool::allocate(EvictedContent* evicted) {
   if (num_free() == 0) throw std::logic_error(name_ + " pool: allocate() with no free block");
   int32_t block;
   if (uncached_.size > 0) {
@@ -58,6 +61,10 @@ int32_t BlockPool::allocate() {
   } else {
     block = cached_.head;
     unlink(cached_, block);
+    if (evicted) {
+      Block& b = blocks_[block];
+      *evicted = {b.content_id, b.parent, b.salt, std::move(b.tokens), b.chain};
+    }
     unregister(block);
     ++evicted_;
   }
@@ -95,18 +102,30 @@ std::optional<int32_t> BlockPool::find(const BlockContent& content) const {
 
 uint64_t BlockPool::register_content(int32_t block, const BlockContent& content) {
   if (auto holder = find(content)) return blocks_[*holder].content_id;
+  store(block, content, next_content_id_);
+  return next_content_id_++;
+}
+
+void BlockPool::adopt(int32_t block, const BlockContent& content, uint64_t content_id) {
+  if (content_id == 0) throw std::logic_error(name_ + " pool: adopt() of content id 0");
+  if (find(content)) throw std::logic_error(name_ + " pool: adopt() of content registered here already");
+  store(block, content, content_id);
+  next_content_id_ = std::max(next_content_id_, content_id + 1);
+}
+
+void BlockPool::store(int32_t block, const BlockContent& content, uint64_t content_id) {
   Block& b = blocks_.at(block);
-  if (b.ref == 0) throw std::logic_error(name_ + " pool: register_content() of a free block");
+  if (b.ref == 0) throw std::logic_error(name_ + " pool: registration of a free block");
   if (b.content_id != 0) {
     throw std::logic_error(name_ + " pool: block " + std::to_string(block) + " is registered with other content");
   }
-  b.content_id = next_content_id_++;
+  b.content_id = content_id;
   b.key = hash(content);
   b.parent = content.parent;
   b.salt = content.salt;
+  b.chain = content.chain;
   b.tokens.assign(content.tokens.begin(), content.tokens.end());
   by_key_.emplace(b.key, block);
-  return b.content_id;
 }
 
 void BlockPool::forget(int32_t block) {

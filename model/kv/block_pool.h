@@ -34,6 +34,22 @@ struct BlockContent {
   uint64_t parent = 0;                 // content id of the previous block; 0 for the first block of a sequence
   uint64_t salt = 0;                   // extra key of the first block (cache salt, LoRA id); 0 for the others
   std::span<const TokenId> tokens;     // the block's token ids (block_size of them)
+  uint64_t chain = 0;                  // chain_hash of the whole prefix through this block: the disk tier's key,
+                                       // stable across restarts (content ids are not); derived, never compared
+};
+
+/// One link of a chained hash over token blocks: `seed` (the previous link, or a first block's salt) and `extra`
+/// mixed, then every token. The prefix table's keys and the disk tier's chain keys.
+uint64_t chain_hash(uint64_t seed, uint64_t extra, std::span<const TokenId> tokens);
+
+/// The registration a cached block lost when it was evicted: what another tier needs to keep finding it.
+struct EvictedContent {
+  uint64_t content_id = 0;
+  uint64_t parent = 0;
+  uint64_t salt = 0;
+  std::vector<TokenId> tokens;
+  uint64_t chain = 0;
+  BlockContent view() const { return {parent, salt, tokens, chain}; }
 };
 
 class BlockPool {
@@ -53,9 +69,15 @@ class BlockPool {
   int32_t ref_count(int32_t block) const { return blocks_.at(block).ref; }
   /// Content id of a registered block, 0 if the block is not registered.
   uint64_t content_id(int32_t block) const { return blocks_.at(block).content_id; }
+  /// BlockContent::chain of a registered block.
+  uint64_t chain(int32_t block) const { return blocks_.at(block).chain; }
+  /// A fresh content id, as register_content() issues them, for content registered later in another tier.
+  uint64_t issue_content_id() { return next_content_id_++; }
 
-  /// A block for new content. Call only if num_free() > 0.
-  int32_t allocate();  // free -> in use (ref 1); or, when no uncached block is left: cached -> evicted -> in use (ref 1)
+  /// A block for new content. Call only if num_free() > 0. When it evicts a cached block and `evicted` is given, the
+  /// lost registration is stored there (else `evicted` is left as it is).
+  int32_t allocate(EvictedContent* evicted = nullptr);  // free -> in use (ref 1); or, when no uncached block is
+                                                        // left: cached -> evicted -> in use (ref 1)
   /// Adds a reference to an in-use or cached block (a prefix hit or a fork).
   void retain(int32_t block);  // in use -> in use (ref += 1); cached -> in use (ref 1), O(1) revival
   /// Drops a reference. Call only for an in-use block.
@@ -67,6 +89,10 @@ class BlockPool {
   /// block with the same content if there is one (then `block` stays unregistered, a duplicate), else `block` is
   /// registered under a fresh id. Throws std::logic_error if `block` is registered with other content.
   uint64_t register_content(int32_t block, const BlockContent& content);  // in use -> in use (registered)
+  /// Registers the in-use, unregistered `block` under `content_id`, issued for `content` by another tier's pool (a
+  /// block moving between tiers keeps its id, so the chains of parent ids stay valid across tiers). Throws
+  /// std::logic_error if the block is registered, free, or the content is registered here already.
+  void adopt(int32_t block, const BlockContent& content, uint64_t content_id);  // in use -> in use (registered)
   /// Drops the registration of an in-use block whose content will not be written after all: it is no longer found,
   /// and goes to the uncached free queue at ref 0. Throws std::logic_error unless the block is in use and registered.
   void forget(int32_t block);  // in use (registered) -> in use
@@ -84,6 +110,7 @@ class BlockPool {
     uint64_t key = 0;                  // hash of (parent, salt, tokens) while registered
     uint64_t parent = 0;
     uint64_t salt = 0;
+    uint64_t chain = 0;
     std::vector<TokenId> tokens;       // the registered content, for verification
   };
   struct Queue {
@@ -96,6 +123,8 @@ class BlockPool {
   void push_back(Queue& q, int32_t block);
   void unlink(Queue& q, int32_t block);
   void unregister(int32_t block);
+  // Registers the in-use, unregistered block under `content_id` (register_content and adopt).
+  void store(int32_t block, const BlockContent& content, uint64_t content_id);
   bool matches(const Block& b, const BlockContent& content) const;
 
   std::string name_;

@@ -3,9 +3,16 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 namespace paged {
+
+namespace {
+
+constexpr uint64_t kChainSeed = 0x70616765644b5631ULL;  // the first link of every chain key
+
+}  // namespace
 
 double KvMetrics::kv_waste() const {
   return reserved_slots > 0 ? static_cast<double>(reserved_slots - used_slots) / static_cast<double>(reserved_slots)
@@ -18,9 +25,27 @@ KvCacheManager::KvCacheManager(KvCacheOptions options)
       watermark_blocks_(static_cast<int>(options.watermark * options.num_device_blocks)),
       device_(options.num_device_blocks, "device"),
       cpu_(options.num_cpu_blocks, "cpu"),
+      offload_(options.num_offload_blocks, options.num_cpu_blocks),
+      disk_(options.num_offload_blocks > 0 ? options.num_disk_blocks : 0, options.disk_keys),
       filled_(std::max(options.num_device_blocks, 0), 0) {
   if (options.block_size <= 0) throw std::invalid_argument("block_size must be positive");
   if (options.watermark < 0.0 || options.watermark >= 1.0) throw std::invalid_argument("watermark must be in [0, 1)");
+  if (options.num_disk_blocks > 0 && options.num_offload_blocks <= 0)
+    throw std::invalid_argument("the disk tier keeps what the CPU tier drops: it needs the CPU tier");
+  for (uint64_t key : disk_.take_initial_deletions())
+    tier_copies_.disk_writes.push_back({DiskOrder::Kind::remove, key, -1, 0, {}});
+}
+
+uint64_t KvCacheManager::next_chain(const std::vector<uint64_t>& chains, uint64_t salt,
+                                    std::span<const TokenId> block_tokens) {
+  return chain_hash(chains.empty() ? kChainSeed : chains.back(), chains.empty() ? salt : 0, block_tokens);
+}
+
+std::vector<uint64_t> KvCacheManager::chains_of(std::span<const TokenId> tokens, uint64_t salt, size_t n) const {
+  std::vector<uint64_t> chains;
+  chains.reserve(n);
+  for (size_t i = 0; i < n; ++i) chains.push_back(next_chain(chains, salt, tokens.subspan(i * block_size_, block_size_)));
+  return chains;
 }
 
 int KvCacheManager::computed_in(const Sequence& s, size_t index) const {
@@ -47,10 +72,99 @@ bool KvCacheManager::above_watermark(int blocks_needed) const {
 }
 
 int32_t KvCacheManager::take_new(int filled) {
-  int32_t block = device_.allocate();
+  EvictedContent evicted;
+  int32_t block = device_.allocate(offload_.num_blocks() > 0 ? &evicted : nullptr);
+  if (evicted.content_id != 0) demote(block, evicted);
   filled_[block] = filled;
   used_slots_ += filled;
   return block;
+}
+
+void KvCacheManager::demote(int32_t device_block, const EvictedContent& content) {
+  EvictedContent dropped;
+  // nullopt: every tier block is held or staged, the content is lost
+  if (auto tier_block = offload_.store(content, disk_.capacity() > 0 ? &dropped : nullptr)) {
+    if (dropped.content_id != 0) save_to_disk(*tier_block, dropped);  // before the demotion overwrites it
+    tier_copies_.demotions.emplace_back(device_block, offload_.host_block(*tier_block));
+    ++offloaded_blocks_;
+  }
+}
+
+void KvCacheManager::save_to_disk(int32_t tier_block, const EvictedContent& content) {
+  if (disk_.loading(content.chain)) return;  // its file is there, being read
+  if (!disk_.contains(content.chain)) {
+    tier_copies_.disk_writes.push_back(
+        {DiskOrder::Kind::save, content.chain, offload_.host_block(tier_block), content.salt, content.tokens});
+    ++disk_saved_blocks_;
+  }
+  for (uint64_t gone : disk_.add(content.chain))  // least recently used files beyond the size
+    tier_copies_.disk_writes.push_back({DiskOrder::Kind::remove, gone, -1, 0, {}});
+}
+
+bool KvCacheManager::load_from_disk(std::span<const TokenId> tokens, uint64_t salt) {
+  if (!prefix_caching_ || disk_.capacity() == 0 || tokens.empty()) return false;
+  const std::vector<PrefixBlock> prefix = cached_prefix(tokens, salt);
+  const size_t max_blocks = (tokens.size() - 1) / block_size_;
+  if (prefix.size() >= max_blocks) return false;
+  const std::vector<uint64_t> chains = chains_of(tokens, salt, max_blocks);
+  uint64_t parent = 0;
+  if (!prefix.empty()) {
+    const PrefixBlock& last = prefix.back();
+    parent = last.offloaded ? offload_.content_id(last.block) : device_.content_id(last.block);
+  }
+  // The prefix's tier blocks become the most recent, and the loads never take so many blocks that staging drops
+  // them: the loaded blocks' parents stay findable.
+  int loads_left = offload_.num_blocks() - offload_.num_held() - offload_.num_staged();
+  for (const PrefixBlock& p : prefix) {
+    if (!p.offloaded) continue;
+    offload_.touch(p.block);
+    --loads_left;
+  }
+  bool wait = false;
+  for (size_t i = prefix.size(); i < max_blocks && loads_left > 0; ++i, --loads_left) {
+    if (disk_.loading(chains[i])) return true;  // ordered for another sequence: wait for it
+    disk_query_tokens_ += block_size_;
+    if (!disk_.contains(chains[i])) break;
+    disk_.begin_load(chains[i]);  // first: the save below may make room on disk, never by removing this file
+    EvictedContent dropped;
+    const std::optional<int32_t> staged = offload_.stage(&dropped);  // free or cached -> staged
+    if (!staged) {
+      disk_.end_load(chains[i], true);  // not loaded after all: stored as before
+      break;
+    }
+    if (dropped.content_id != 0) save_to_disk(*staged, dropped);  // before the load overwrites it
+    const std::span<const TokenId> block_tokens = tokens.subspan(i * block_size_, block_size_);
+    const uint64_t block_salt = i == 0 ? salt : 0;
+    const uint64_t id = device_.issue_content_id();
+    pending_loads_[chains[i]] = {
+        *staged, {id, parent, block_salt, std::vector<TokenId>(block_tokens.begin(), block_tokens.end()), chains[i]}};
+    tier_copies_.disk_loads.push_back({DiskOrder::Kind::load, chains[i], offload_.host_block(*staged), block_salt,
+                                       std::vector<TokenId>(block_tokens.begin(), block_tokens.end())});
+    parent = id;
+    wait = true;
+  }
+  return wait;
+}
+
+void KvCacheManager::finish_load(uint64_t key, bool ok) {
+  auto it = pending_loads_.find(key);
+  if (it == pending_loads_.end()) throw std::logic_error("finish_load(): no load of key " + std::to_string(key));
+  const PendingLoad load = std::move(it->second);
+  pending_loads_.erase(it);
+  disk_.end_load(key, ok);  // ok: stored again; else forgotten
+  const BlockContent content = load.content.view();
+  if (ok && !device_.find(content) && !offload_.find(content)) {  // one memory tier at a time
+    offload_.fill(load.tier_block, content, load.content.content_id);  // staged -> cached
+    disk_hit_tokens_ += block_size_;
+    return;
+  }
+  offload_.unstage(load.tier_block);  // staged -> free
+  if (!ok) tier_copies_.disk_writes.push_back({DiskOrder::Kind::remove, key, -1, 0, {}});  // a bad file: gone
+}
+
+KvCacheManager::TierCopies KvCacheManager::take_tier_copies() {
+  offload_.settle();
+  return std::exchange(tier_copies_, TierCopies{});
 }
 
 void KvCacheManager::take_shared(int32_t block, int filled) {
@@ -69,16 +183,23 @@ void KvCacheManager::drop(int32_t block) {
   device_.release(block);
 }
 
-std::vector<int32_t> KvCacheManager::cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const {
-  std::vector<int32_t> prefix;
+std::vector<KvCacheManager::PrefixBlock> KvCacheManager::cached_prefix(std::span<const TokenId> tokens,
+                                                                       uint64_t salt) const {
+  std::vector<PrefixBlock> prefix;
   if (!prefix_caching_ || tokens.empty()) return prefix;
   const size_t max_blocks = (tokens.size() - 1) / block_size_;
   uint64_t parent = 0;
   for (size_t i = 0; i < max_blocks; ++i) {
-    auto block = device_.find({parent, i == 0 ? salt : 0, tokens.subspan(i * block_size_, block_size_)});
-    if (!block) break;  // the chain stops at the first miss
-    prefix.push_back(*block);
-    parent = device_.content_id(*block);
+    const BlockContent content{parent, i == 0 ? salt : 0, tokens.subspan(i * block_size_, block_size_)};
+    if (auto block = device_.find(content)) {
+      prefix.push_back({*block, false});
+      parent = device_.content_id(*block);
+    } else if (auto tier_block = offload_.find(content)) {
+      prefix.push_back({*tier_block, true});
+      parent = offload_.content_id(*tier_block);
+    } else {
+      break;  // the chain stops at the first miss
+    }
   }
   return prefix;
 }
@@ -87,9 +208,11 @@ int KvCacheManager::cached_prefix_tokens(std::span<const TokenId> tokens, uint64
   return static_cast<int>(cached_prefix(tokens, salt).size()) * block_size_;
 }
 
-int KvCacheManager::blocks_needed(const std::vector<int32_t>& prefix, int num_tokens_to_hold) const {
-  int revived = static_cast<int>(
-      std::count_if(prefix.begin(), prefix.end(), [&](int32_t b) { return device_.ref_count(b) == 0; }));
+int KvCacheManager::blocks_needed(const std::vector<PrefixBlock>& prefix, int num_tokens_to_hold) const {
+  // A device block at ref 0 is revived from the cached queue; a tier block needs a new device block.
+  int revived = static_cast<int>(std::count_if(prefix.begin(), prefix.end(), [&](const PrefixBlock& p) {
+    return p.offloaded || device_.ref_count(p.block) == 0;
+  }));
   return revived + std::max(0, blocks_for(num_tokens_to_hold) - static_cast<int>(prefix.size()));
 }
 
@@ -104,20 +227,46 @@ bool KvCacheManager::could_ever_allocate(int num_tokens_to_hold) const {
 std::optional<int> KvCacheManager::allocate(SeqId seq, std::span<const TokenId> tokens, int num_tokens_to_hold,
                                             uint64_t salt) {
   if (seqs_.contains(seq)) throw std::logic_error("allocate(): sequence " + std::to_string(seq) + " already exists");
-  std::vector<int32_t> prefix = cached_prefix(tokens, salt);
+  const std::vector<PrefixBlock> prefix = cached_prefix(tokens, salt);
   if (blocks_needed(prefix, num_tokens_to_hold) > device_.num_free()) return std::nullopt;
 
   Sequence s;
   s.salt = salt;
-  // Prefix blocks first: once in use they cannot be evicted by the new blocks taken below.
-  for (int32_t block : prefix) {
+  s.blocks.resize(prefix.size());
+  s.content_ids.resize(prefix.size());
+  s.chains = chains_of(tokens, salt, prefix.size());
+  // Device prefix blocks first: once in use they cannot be evicted by the new blocks taken below. Then the tier's
+  // are held, so that no demotion below overwrites them.
+  int promoted = 0;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    const int32_t block = prefix[i].block;
+    if (prefix[i].offloaded) {
+      s.content_ids[i] = offload_.content_id(block);
+      offload_.take(block);  // tier: cached -> held
+      ++promoted;
+      continue;
+    }
     take_shared(block, block_size_);  // cached -> in use (ref 1), or in use -> ref += 1
-    s.blocks.push_back(block);
-    s.content_ids.push_back(device_.content_id(block));
+    s.blocks[i] = block;
+    s.content_ids[i] = device_.content_id(block);
+  }
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (!prefix[i].offloaded) continue;
+    s.blocks[i] = take_new(block_size_);  // free/cached -> in use (ref 1); an eviction may demote another block
+    device_.adopt(s.blocks[i], {i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? salt : 0,
+                                tokens.subspan(i * block_size_, block_size_), s.chains[i]},
+                  s.content_ids[i]);  // the content id moves from the tier to the device
+    tier_copies_.promotions.emplace_back(offload_.host_block(prefix[i].block), s.blocks[i]);
   }
   while (static_cast<int>(s.blocks.size()) < blocks_for(num_tokens_to_hold)) s.blocks.push_back(take_new(0));
   s.num_computed = static_cast<int>(prefix.size()) * block_size_;
   prefix_hit_tokens_ += s.num_computed;
+  if (offload_.num_blocks() > 0) {
+    // Each block the device missed was looked up in the tier: the promoted ones and the one the chain stopped at.
+    const size_t looked_up_max = (tokens.size() - 1) / block_size_;
+    offload_query_tokens_ += int64_t{promoted + (prefix.size() < looked_up_max ? 1 : 0)} * block_size_;
+    offload_hit_tokens_ += int64_t{promoted} * block_size_;
+  }
   seqs_.emplace(seq, std::move(s));
   return static_cast<int>(prefix.size()) * block_size_;
 }
@@ -186,7 +335,19 @@ void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, i
 
 void KvCacheManager::register_next(Sequence& s, std::span<const TokenId> block_tokens) {
   const size_t i = s.content_ids.size();
-  BlockContent content{i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? s.salt : 0, block_tokens};
+  BlockContent content{i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? s.salt : 0, block_tokens,
+                       next_chain(s.chains, s.salt, block_tokens)};
+  s.chains.push_back(content.chain);
+  if (!device_.find(content)) {
+    if (auto tier_block = offload_.find(content)) {
+      // Computed again while the CPU tier holds it: the device's copy takes over its content id, the tier's goes.
+      const uint64_t id = offload_.content_id(*tier_block);
+      offload_.discard(*tier_block);                   // tier: cached -> free
+      device_.adopt(s.blocks[i], content, id);         // in use -> in use (registered)
+      s.content_ids.push_back(id);
+      return;
+    }
+  }
   s.content_ids.push_back(device_.register_content(s.blocks[i], content));  // in use -> in use (registered)
 }
 
@@ -211,6 +372,7 @@ void KvCacheManager::forget_pending(Sequence& s) {
   for (size_t i = confirmed; i < s.content_ids.size(); ++i)
     if (device_.content_id(s.blocks[i]) == s.content_ids[i]) device_.forget(s.blocks[i]);  // not a duplicate
   s.content_ids.resize(confirmed);
+  s.chains.resize(confirmed);
 }
 
 void KvCacheManager::fork(SeqId parent, SeqId child) {
@@ -284,6 +446,16 @@ KvMetrics KvCacheManager::metrics() const {
   m.cpu_total = cpu_.num_blocks();
   m.cpu_free = cpu_.num_free();
   m.prefix_hit_tokens = prefix_hit_tokens_;
+  m.offload_total = offload_.num_blocks();
+  m.offload_cached = offload_.num_cached();
+  m.offload_query_tokens = offload_query_tokens_;
+  m.offload_hit_tokens = offload_hit_tokens_;
+  m.offloaded_blocks = offloaded_blocks_;
+  m.disk_total = disk_.capacity();
+  m.disk_stored = disk_.size();
+  m.disk_query_tokens = disk_query_tokens_;
+  m.disk_hit_tokens = disk_hit_tokens_;
+  m.disk_saved_blocks = disk_saved_blocks_;
   m.swapped_out_blocks = swapped_out_blocks_;
   m.swapped_in_blocks = swapped_in_blocks_;
   m.evicted_blocks = device_.num_evicted();
@@ -295,7 +467,19 @@ KvMetrics KvCacheManager::metrics() const {
 void KvCacheManager::check_invariants() const {
   device_.check_invariants();
   cpu_.check_invariants();
+  offload_.check_invariants();
+  disk_.check_invariants();
   auto fail = [](const std::string& what) { throw std::logic_error("kv cache: " + what); };
+  if (offload_.num_blocks() > 0 && static_cast<size_t>(offload_.num_staged()) != pending_loads_.size())
+    fail(std::to_string(offload_.num_staged()) + " staged CPU-tier blocks for " + std::to_string(pending_loads_.size()) +
+         " pending loads");
+  std::unordered_set<uint64_t> device_ids;
+  for (int32_t b = 0; b < device_.num_blocks(); ++b)
+    if (device_.content_id(b) != 0) device_ids.insert(device_.content_id(b));
+  for (int32_t b = 0; b < offload_.num_blocks(); ++b) {
+    if (offload_.content_id(b) != 0 && device_ids.contains(offload_.content_id(b)))
+      fail("content id " + std::to_string(offload_.content_id(b)) + " is registered on the device and in the CPU tier");
+  }
 
   std::vector<int32_t> device_refs(device_.num_blocks(), 0);
   std::vector<int32_t> cpu_refs(cpu_.num_blocks(), 0);
@@ -322,6 +506,7 @@ void KvCacheManager::check_invariants() const {
       }
     }
     // Computed full blocks have content ids; pending ones may follow (register_planned).
+    if (s.chains.size() != s.content_ids.size()) fail(who + " has a chain key per content id missing");
     const size_t least_ids = prefix_caching_ ? static_cast<size_t>(s.num_computed / block_size_) : 0;
     const size_t most_ids = prefix_caching_ ? s.blocks.size() : 0;
     if (s.content_ids.size() < least_ids || s.content_ids.size() > most_ids) {

@@ -13,6 +13,19 @@
 // writes it runs before or with any reader: such a pending block is unregistered when its sequence is freed or
 // swapped out before a step reported it computed (the scheduler makes a reader in the same step compute it when
 // the writer's chunk was dropped: drop_ended_chunks in model/scheduling/scheduler_policy.h).
+//
+// The CPU tier (num_offload_blocks > 0, model/kv/offload_tier.h): a cached device block evicted to make room is
+// demoted, stored in the tier under the same content id, with a (device block, host block) copy order; a prefix
+// lookup that misses on the device tries the tier block by block, and a hit is promoted: a new device block, the
+// content id moving with it, and a (host block, device block) copy order. A content id is registered in one tier
+// at a time. take_tier_copies() hands the orders over; the executors must run the demotions before the promotions
+// and both before the next step (the scheduler sends them with the plan's swap-outs and swap-ins).
+//
+// The disk tier (num_disk_blocks > 0, model/kv/disk_tier.h) keeps what the CPU tier drops: a save order writes the
+// dropped host block to the file of its chain key before anything overwrites it. A waiting sequence whose prefix
+// continues on disk is not admitted: load_from_disk orders loads into CPU-tier blocks (staged), and once the
+// executors answered, finish_load makes each loaded block a CPU-tier block (or, for a bad file, a miss), from which
+// the next plan promotes it as any other.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +35,8 @@
 #include <vector>
 
 #include "model/kv/block_pool.h"
+#include "model/kv/disk_tier.h"
+#include "model/kv/offload_tier.h"
 #include "model/types.h"
 
 namespace paged {
@@ -29,7 +44,10 @@ namespace paged {
 struct KvCacheOptions {
   int block_size = 16;                 // tokens per block
   int num_device_blocks = 0;
-  int num_cpu_blocks = 0;              // swap space
+  int num_cpu_blocks = 0;              // swap space: host blocks [0, num_cpu_blocks)
+  int num_offload_blocks = 0;          // CPU tier of evicted prefix blocks: host blocks after the swap space
+  int64_t num_disk_blocks = 0;         // disk tier of blocks the CPU tier drops (needs the CPU tier)
+  std::vector<uint64_t> disk_keys;     // the disk tier's files found at start, least recently written first
   bool enable_prefix_caching = true;
   double watermark = 0.01;             // fraction of device blocks kept free when admitting (allocate, swap-in)
 };
@@ -40,7 +58,17 @@ struct KvMetrics {
   int64_t device_cached = 0;           // free blocks still holding registered content
   int64_t cpu_total = 0;
   int64_t cpu_free = 0;
-  int64_t prefix_hit_tokens = 0;       // cumulative: tokens allocate() found cached
+  int64_t prefix_hit_tokens = 0;       // cumulative: tokens allocate() found cached, in any tier
+  int64_t offload_total = 0;           // CPU-tier blocks
+  int64_t offload_cached = 0;          // CPU-tier blocks holding content
+  int64_t offload_query_tokens = 0;    // cumulative: tokens allocate() looked up in the CPU tier (device misses)
+  int64_t offload_hit_tokens = 0;      // cumulative: of those, tokens found there (promoted)
+  int64_t offloaded_blocks = 0;        // cumulative: device blocks demoted to the CPU tier
+  int64_t disk_total = 0;              // disk-tier capacity, blocks
+  int64_t disk_stored = 0;             // disk-tier files (stored or loading)
+  int64_t disk_query_tokens = 0;       // cumulative: tokens looked up on disk (memory-tier misses)
+  int64_t disk_hit_tokens = 0;         // cumulative: tokens loaded from disk into the CPU tier
+  int64_t disk_saved_blocks = 0;       // cumulative: CPU-tier blocks written to disk
   int64_t swapped_out_blocks = 0;      // cumulative
   int64_t swapped_in_blocks = 0;       // cumulative
   int64_t evicted_blocks = 0;          // cumulative: cached device blocks evicted to make room
@@ -112,13 +140,33 @@ class KvCacheManager {
   /// True while the sequence holds blocks (on either tier).
   bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
 
+  /// The CPU tier's copy orders since the last call, in host block ids: demotions (device -> host, to run before
+  /// the next step overwrites the device blocks) and promotions (host -> device, before the next step reads them).
+  /// Starts a new plan for the tier: blocks that earlier promotions took may be overwritten from now on.
+  /// The disk tier's orders come with them: `disk_writes` (saves and removals, in order) run before the
+  /// demotions, `disk_loads` after the promotions, and their answers go to finish_load.
+  struct TierCopies {
+    std::vector<BlockPair> demotions;
+    std::vector<BlockPair> promotions;
+    std::vector<DiskOrder> disk_writes;
+    std::vector<DiskOrder> disk_loads;
+  };
+  TierCopies take_tier_copies();
+  /// For a waiting sequence: orders loads of the blocks on disk that follow the memory tiers' cached prefix of
+  /// `tokens` (as allocate() would look it up), each into a staged CPU-tier block. True if the sequence should wait:
+  /// loads were ordered, or one is pending for its next block. No-op without a disk tier.
+  bool load_from_disk(std::span<const TokenId> tokens, uint64_t salt = 0);
+  /// The executors answered the load of `key`: `ok`, the block joins the CPU tier (unless its content reached a
+  /// memory tier meanwhile); else the file is bad: a miss, removed. Throws std::logic_error for a key not loading.
+  void finish_load(uint64_t key, bool ok);
+
   /// Device block ids of a sequence that is not swapped. Throws std::out_of_range / std::logic_error otherwise.
   const std::vector<int32_t>& block_table(SeqId seq) const;
   int num_computed(SeqId seq) const;
   KvMetrics metrics() const;
   int block_size() const { return block_size_; }
 
-  /// Debug check (tests): each pool's own invariants; ref counts equal block-table references per tier; no block
+  /// Debug check (tests): each pool's own invariants; no content id registered in two tiers; ref counts equal block-table references per tier; no block
   /// both free and in use; free + cached + in use = total per tier; the used-slot accounting. Throws
   /// std::logic_error describing the first violation.
   void check_invariants() const;
@@ -128,6 +176,7 @@ class KvCacheManager {
     std::vector<int32_t> blocks;       // device block ids, or CPU block ids while swapped
     std::vector<uint64_t> content_ids; // content id of each registered-or-duplicate full block, a prefix of blocks;
                                        // those from num_computed / block_size on are pending (register_planned)
+    std::vector<uint64_t> chains;      // BlockContent::chain of each of them
     int num_computed = 0;              // tokens whose KV a returned step wrote (the scheduler plans ahead of it)
     uint64_t salt = 0;
     bool swapped = false;
@@ -143,10 +192,31 @@ class KvCacheManager {
   // Registers the sequence's next full block (index content_ids.size()), holding `block_tokens`, or records the
   // content id of the block already holding that content.
   void register_next(Sequence& s, std::span<const TokenId> block_tokens);
-  // The cached device blocks of the longest verified prefix of `tokens`, at most (tokens.size() - 1) / B of them.
-  std::vector<int32_t> cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const;
-  // Device blocks allocate() would take from the free queues: cached prefix blocks to revive plus new blocks.
-  int blocks_needed(const std::vector<int32_t>& prefix, int num_tokens_to_hold) const;
+  // A block of a cached prefix: a device block, or a CPU-tier block to promote.
+  struct PrefixBlock {
+    int32_t block = 0;
+    bool offloaded = false;
+  };
+  // The cached blocks of the longest verified prefix of `tokens`, at most (tokens.size() - 1) / B of them, each
+  // looked up on the device first, then in the CPU tier.
+  std::vector<PrefixBlock> cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const;
+  // Device blocks allocate() would take from the free queues: cached prefix blocks to revive, CPU-tier blocks to
+  // promote, plus new blocks.
+  int blocks_needed(const std::vector<PrefixBlock>& prefix, int num_tokens_to_hold) const;
+  // Stores the content a device block lost to eviction in the CPU tier, with its copy order.
+  void demote(int32_t device_block, const EvictedContent& content);
+  // Orders the save of the content the CPU tier dropped from `tier_block` (its KV still there), and the removals
+  // of the files that no longer fit.
+  void save_to_disk(int32_t tier_block, const EvictedContent& content);
+  // BlockContent::chain of the block after those of `chains` (a sequence's first block: salted).
+  static uint64_t next_chain(const std::vector<uint64_t>& chains, uint64_t salt, std::span<const TokenId> block_tokens);
+  // BlockContent::chain of the first `n` full blocks of `tokens`.
+  std::vector<uint64_t> chains_of(std::span<const TokenId> tokens, uint64_t salt, size_t n) const;
+  // A load ordered and not answered: the staged tier block and what it will hold.
+  struct PendingLoad {
+    int32_t tier_block = 0;
+    EvictedContent content;
+  };
   int cow_blocks(const Sequence& s, int first_write_pos, int num_tokens_to_hold) const;
   // The sequence, which must be known and on the device: throws std::out_of_range / std::logic_error otherwise.
   const Sequence& device_seq(SeqId seq) const;
@@ -162,12 +232,22 @@ class KvCacheManager {
   int watermark_blocks_;
   BlockPool device_;
   BlockPool cpu_;
+  OffloadTier offload_;
+  DiskTier disk_;
+  TierCopies tier_copies_;             // orders of the plan being made (take_tier_copies)
+  std::unordered_map<uint64_t, PendingLoad> pending_loads_;  // by chain key
   std::vector<int32_t> filled_;        // per device block: computed slots while in use, else 0
   std::unordered_map<SeqId, Sequence> seqs_;
   int64_t used_slots_ = 0;
   int64_t prefix_hit_tokens_ = 0;
   int64_t swapped_out_blocks_ = 0;
   int64_t swapped_in_blocks_ = 0;
+  int64_t offload_query_tokens_ = 0;
+  int64_t offload_hit_tokens_ = 0;
+  int64_t offloaded_blocks_ = 0;
+  int64_t disk_query_tokens_ = 0;
+  int64_t disk_hit_tokens_ = 0;
+  int64_t disk_saved_blocks_ = 0;
 };
 
 }  // namespace paged

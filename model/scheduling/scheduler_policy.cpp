@@ -4,7 +4,10 @@
 
 namespace paged {
 
-StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) {
+namespace {
+
+// plan_step without the CPU tier's copy orders.
+StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) {
   StepPlan plan;
   std::vector<const PlanSeq*> running, swapped, waiting;
   for (const PlanSeq& s : seqs) {
@@ -77,6 +80,7 @@ StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const P
       plan.rejected.push_back(s->id);
       continue;
     }
+    if (kv.load_from_disk(s->tokens, s->salt)) break;  // FCFS: it waits for its blocks from disk
     const int cached = kv.cached_prefix_tokens(s->tokens, s->salt);
     const int n = std::min(s->num_tokens - cached, budget);
     if (!kv.can_allocate(s->tokens, cached + n, s->salt)) break;
@@ -87,6 +91,20 @@ StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const P
     schedule(*s, *hit, cached + n - *hit);  // allocate() sized the table for cached + n tokens
     ++active;
   }
+  return plan;
+}
+
+}  // namespace
+
+StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) {
+  StepPlan plan = plan_queues(kv, seqs, limits);
+  // Demotions go with the swap-outs, which executors run before the swap-ins (promotions may write their device
+  // blocks) and before the step (which may overwrite them); promotions go with the swap-ins, before the step reads.
+  KvCacheManager::TierCopies tier = kv.take_tier_copies();
+  plan.swap_out.insert(plan.swap_out.end(), tier.demotions.begin(), tier.demotions.end());
+  plan.swap_in.insert(plan.swap_in.end(), tier.promotions.begin(), tier.promotions.end());
+  plan.disk_writes = std::move(tier.disk_writes);
+  plan.disk_loads = std::move(tier.disk_loads);
   return plan;
 }
 

@@ -47,13 +47,17 @@ struct PlannedChunk {
 struct StepPlan {
   std::vector<PlannedChunk> chunks;
   std::vector<BlockPair> copies;          // copy-on-write, before this step's attention
-  std::vector<BlockPair> swap_out;        // device -> cpu, before this step
-  std::vector<BlockPair> swap_in;         // cpu -> device; its sequences run from a later step, once copied
+  std::vector<BlockPair> swap_out;        // device -> cpu, before this step: preempted sequences, then demotions
+                                          // to the CPU tier; executors run them before swap_in
+  std::vector<BlockPair> swap_in;         // cpu -> device, before this step: swapped sequences (which run from a
+                                          // later step, once copied), then CPU-tier promotions (read by this step)
   std::vector<SeqId> preempted_recompute; // freed; back to waiting with num_computed = 0
   std::vector<SeqId> preempted_swap;      // now swapped
   std::vector<SeqId> swapping_in;         // become running after the swap-in copy completes
   std::vector<std::pair<SeqId, int>> admitted;  // (sequence, cached prefix tokens) admitted from waiting
   std::vector<SeqId> rejected;            // waiting sequences that can never fit the pool
+  std::vector<DiskOrder> disk_writes;     // the disk tier's saves and removals, before swap_out
+  std::vector<DiskOrder> disk_loads;      // the disk tier's loads, after swap_in: answered to the memory manager
 };
 
 /// Plans one step. Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is
@@ -63,6 +67,9 @@ struct StepPlan {
 /// waiting sequences FCFS while blocks, budget and max_num_seqs allow (a waiting head that does not fit blocks those
 /// behind it). An admitted sequence's full blocks enter the prefix cache as planned (KvCacheManager::register_planned),
 /// so those admitted after it in the same step share its prefix: their chunks start after the shared blocks.
+/// A waiting sequence whose prefix continues on disk waits (and those behind it) while its blocks load into the CPU
+/// tier (KvCacheManager::load_from_disk). Last, the tiers' orders (KvCacheManager::take_tier_copies) join swap_out
+/// and swap_in, and fill disk_writes and disk_loads.
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
 
 /// The chunks of a plan that still run once the sequences in `ended` ended after planning (aborted, stopped), in

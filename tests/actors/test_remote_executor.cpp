@@ -477,7 +477,7 @@ TEST_CASE("an executor answers what its runner throws with an error and takes th
     caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
   };
   SECTION("the executor of an engine") {
-    const caf::actor executor = system.spawn(executor_actor, runner);
+    const caf::actor executor = system.spawn(executor_actor, runner, nullptr);
     fails_then_goes_on(executor, [&](SeqId seq) {
       return error_reply<StepResult>(self, executor, step_atom::value,
                                      StepMsg{std::make_shared<StepBatch>(one_token_step(seq)), {}});

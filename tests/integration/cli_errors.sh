@@ -243,6 +243,11 @@ expect_fail "--max-num-seqs 0" 2 "--max-num-seqs" generate "${P[@]}" --max-num-s
 expect_fail "--preemption-mode" 2 "--preemption-mode" generate "${P[@]}" --preemption-mode sometimes
 expect_fail "--device" 2 "--device" generate "${P[@]}" --device tpu
 expect_fail "--swap-space negative" 2 "--swap-space" generate "${P[@]}" --swap-space -4
+expect_fail "--kv-offloading-size negative" 2 "--kv-offloading-size" generate "${P[@]}" --kv-offloading-size -1
+expect_fail "--kv-disk-size negative" 2 "--kv-disk-size" generate "${P[@]}" --kv-disk-size -1
+expect_fail "a worker with a disk tier" 2 "not available with workers" worker "$MODEL" --kv-disk-dir "$TMP/kvdisk"
+expect_fail "--kv-disk-dir without the CPU tier" 1 "needs --kv-offloading-size" generate "${P[@]}" \
+  --kv-disk-dir "$TMP/kvdisk" --kv-disk-size 1
 expect_fail "--max-model-len beyond the model" 1 "max_model_len must be in \[1, 512\]" \
   generate "${P[@]}" --max-model-len 4096
 
@@ -332,13 +337,14 @@ for bs in 1 32; do
   fi
 done
 
-# --stats: the outputs, then one last line {"stats": {...}} with the seven keys of the contract.
+# --stats: the outputs, then one last line {"stats": {...}} with the ten keys of the contract.
 if expect_ok "--stats" "${GREEDY[@]}" --prompts-file "$TMP/golden.jsonl" --stats; then
   node -e '
     const fs = require("fs");
     const lines = fs.readFileSync(process.argv[1], "utf8").split("\n").filter(l => l.length);
-    const want = ["kv_blocks_free_at_end", "kv_blocks_total", "peak_running_seqs", "preemptions",
-                  "prefix_cache_hit_tokens", "prompt_tokens_computed", "swapped_out_blocks"];
+    const want = ["kv_blocks_free_at_end", "kv_blocks_total", "kv_disk_hit_tokens", "kv_offload_hit_tokens",
+                  "kv_offloaded_blocks", "peak_running_seqs", "preemptions", "prefix_cache_hit_tokens",
+                  "prompt_tokens_computed", "swapped_out_blocks"];
     const last = JSON.parse(lines[lines.length - 1]);
     const errs = [];
     if (Object.keys(last).join() !== "stats") errs.push("last line is not {\"stats\": ...}: " + lines[lines.length - 1]);
@@ -463,6 +469,32 @@ checks=$((checks + 1))
 checks=$((checks + 1))
 [ "$(serve_blocks --config "$TMP/engine.json" --num-kv-blocks 48)" = 48 ] ||
   fail "--num-kv-blocks over the file's: $(cat "$TMP/serve.out")"
+
+echo "== bench --dataset-name multiturn"
+MT=(bench --model "$MODEL" --device cpu --dataset-name multiturn --num-conversations 6 --num-turns 5
+  --system-prompt-len 64 --message-len 32 --output-len 16 --think-time 0.01 --num-kv-blocks 24 --swap-space 0)
+expect_fail "multiturn histories longer than the context" 2 "more than the 512 of the model's context" \
+  "${MT[@]}" --num-turns 40
+expect_fail "multiturn takes no --num-prompts" 2 "unknown flag --num-prompts" "${MT[@]}" --num-prompts 3
+expect_fail "multiturn --think-time negative" 2 "--think-time" "${MT[@]}" --think-time -1
+# With --kv-offloading-size the same conversations run with the CPU tier and without: the tier's run promotes
+# histories and computes fewer prompt tokens.
+if expect_ok "multiturn, CPU tier on and off" "${MT[@]}" --kv-offloading-size 0.005 --json; then
+  node -e '
+    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").pop());
+    const on = r.cpu_tier, off = r.no_cpu_tier, errs = [];
+    for (const [name, x] of [["on", on], ["off", off]]) {
+      if (x.requests !== 30 || x.failed !== 0) errs.push(`${name}: ${x.requests} requests, ${x.failed} failed`);
+      if (x.output_tokens !== 30 * 16) errs.push(`${name}: ${x.output_tokens} output tokens`);
+      if (!(x.ttft_p50_s > 0 && x.ttft_p99_s >= x.ttft_p50_s)) errs.push(`${name}: TTFT ${x.ttft_p50_s} ${x.ttft_p99_s}`);
+    }
+    if (!(on.cpu_tier_hit_tokens > 0 && off.cpu_tier_hit_tokens === 0)) errs.push("CPU-tier hits " + JSON.stringify(r));
+    if (!(on.prompt_tokens_computed < off.prompt_tokens_computed)) errs.push("computed " + JSON.stringify(r));
+    if (on.prompt_tokens !== off.prompt_tokens) errs.push("the two runs sent different prompts");
+    if (errs.length) { console.error("  " + errs.join("\n  ")); process.exit(1); }
+    console.log("ok   multiturn: computed " + on.prompt_tokens_computed + " with the tier, " + off.prompt_tokens_computed + " without");
+  ' "$TMP/out" || fail "multiturn JSON"
+fi
 
 echo "cli_errors: $checks checks, $failures failures"
 ((failures == 0))

@@ -152,4 +152,52 @@ std::vector<BenchRequest> dataset_requests(const DatasetOptions& options, int vo
   return sharegpt_requests(read_sharegpt_file(options.path), options.num_prompts, encode, max_model_len, options.seed);
 }
 
+MultiturnOptions multiturn_options(cli::Args& args) {
+  MultiturnOptions o;
+  o.conversations = args.get_int("num-conversations", o.conversations);
+  o.turns = args.get_int("num-turns", o.turns);
+  o.system_prompt_len = args.get_int("system-prompt-len", o.system_prompt_len);
+  o.message_len = args.get_int("message-len", o.message_len);
+  o.output_len = args.get_int("output-len", o.output_len);
+  o.think_time_s = args.get_double("think-time", o.think_time_s);
+  const int seed = args.get_int("seed", 0);
+  if (seed < 0) throw cli::UsageError("--seed must be 0 or more");
+  o.seed = static_cast<uint64_t>(seed);
+  if (o.conversations < 1 || o.turns < 1) throw cli::UsageError("--num-conversations and --num-turns must be positive");
+  if (o.system_prompt_len < 0) throw cli::UsageError("--system-prompt-len must be 0 or more");
+  if (o.message_len < 1 || o.output_len < 1) throw cli::UsageError("--message-len and --output-len must be positive");
+  if (!(o.think_time_s >= 0 && o.think_time_s <= 3600)) throw cli::UsageError("--think-time must be in [0, 3600] s");
+  return o;
+}
+
+MultiturnDataset multiturn_dataset(const MultiturnOptions& options, int vocab_size) {
+  std::mt19937_64 rng(options.seed);
+  std::uniform_int_distribution<TokenId> token(0, vocab_size - 1);
+  const auto draw = [&](int n) {
+    std::vector<TokenId> ids(n);
+    for (TokenId& id : ids) id = token(rng);
+    return ids;
+  };
+  MultiturnDataset d;
+  d.system_prompt = draw(options.system_prompt_len);
+  d.messages.resize(options.conversations);
+  for (auto& conversation : d.messages)
+    for (int t = 0; t < options.turns; ++t) conversation.push_back(draw(options.message_len));
+  return d;
+}
+
+std::vector<TokenId> turn_prompt(const MultiturnDataset& dataset, int conversation,
+                                 const std::vector<std::vector<TokenId>>& replies) {
+  const auto& messages = dataset.messages.at(conversation);
+  if (replies.size() >= messages.size()) throw std::out_of_range("turn_prompt: the conversation has no more turns");
+  std::vector<TokenId> prompt = dataset.system_prompt;
+  for (size_t t = 0; t < replies.size(); ++t) {
+    prompt.insert(prompt.end(), messages[t].begin(), messages[t].end());
+    prompt.insert(prompt.end(), replies[t].begin(), replies[t].end());
+  }
+  const auto& message = messages[replies.size()];
+  prompt.insert(prompt.end(), message.begin(), message.end());
+  return prompt;
+}
+
 }  // namespace paged::bench

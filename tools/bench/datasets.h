@@ -1,6 +1,6 @@
 // The requests of a benchmark run (`paged bench` and `paged bench serve` alike), as vLLM's benchmarks sample them:
 // random (token ids of fixed or uniformly ranged lengths), sharegpt-like (seeded lognormal lengths) and sharegpt (a
-// ShareGPT-format JSON file).
+// ShareGPT-format JSON file); and the multiturn conversations of `paged bench --dataset-name multiturn`.
 #pragma once
 
 #include <cstdint>
@@ -69,5 +69,30 @@ std::vector<BenchRequest> sharegpt_requests(const std::vector<std::pair<std::str
 /// file, counted with `encode` (needed only there); lengths bounded by `max_model_len` where the dataset says so.
 std::vector<BenchRequest> dataset_requests(const DatasetOptions& options, int vocab_size, int max_model_len,
                                            const std::function<std::vector<TokenId>(const std::string&)>& encode);
+
+/// The shape of the multiturn dataset: `conversations` conversations of `turns` turns behind one system prompt; each
+/// turn sends the conversation's whole history (system prompt, earlier messages and replies) and a new message.
+struct MultiturnOptions {
+  int conversations = 32, turns = 8;
+  int system_prompt_len = 1024, message_len = 128, output_len = 128;  // tokens
+  double think_time_s = 0.5;  // between a reply and the conversation's next message
+  uint64_t seed = 0;
+};
+/// Reads --num-conversations, --num-turns, --system-prompt-len, --message-len, --output-len, --think-time (seconds)
+/// and --seed; UsageError for a value out of range.
+MultiturnOptions multiturn_options(cli::Args& args);
+
+/// The token ids of a multiturn run: the system prompt and every conversation's messages, uniform ids from
+/// [0, vocab_size), seeded; the replies are the engine's.
+struct MultiturnDataset {
+  std::vector<TokenId> system_prompt;
+  std::vector<std::vector<std::vector<TokenId>>> messages;  // [conversation][turn]
+};
+MultiturnDataset multiturn_dataset(const MultiturnOptions& options, int vocab_size);
+
+/// The prompt of turn `replies.size()` of `conversation`: the system prompt, then each earlier turn's message and
+/// reply, then this turn's message.
+std::vector<TokenId> turn_prompt(const MultiturnDataset& dataset, int conversation,
+                                 const std::vector<std::vector<TokenId>>& replies);
 
 }  // namespace paged::bench
