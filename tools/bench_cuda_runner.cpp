@@ -10,9 +10,9 @@
 //       downloaded logits), the cost of a few such requests in a batch; --penalty-rows K: the first K also carry a
 //       repetition penalty of 1.1 and a presence penalty of 0.2. --fp8: the linear weights in FP8 (--quantization fp8).
 //
-//   bench_cuda_runner fp8-error [--prompts 8] [--prompt 128]
-//       The same random Llama-3-8B-shaped model in bf16 and with FP8 weights: the relative L2 error of the FP8
-//       logits against bf16's after a prefill of random prompts, and how often their argmax agrees.
+//   bench_cuda_runner fp8-error [--prompts 8] [--prompt 128] [--model DIR]
+//       The same model (random Llama-3-8B-shaped, or the checkpoint DIR) in bf16 and with FP8 weights: the relative
+//       L2 error of the FP8 logits against bf16's after a prefill of random prompts, and how often argmax agrees.
 //
 //   bench_cuda_runner ops [--batch 1] [--context 576]
 //       Times each kernel of one decode step at the same shape (one layer's ops, the LM head, greedy sampling) with
@@ -49,6 +49,7 @@ int main() {
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -456,12 +457,14 @@ int run_gemm(std::map<std::string, std::string>& f) {
 int run_fp8_error(std::map<std::string, std::string>& f) {
   const int n = f.count("prompts") ? std::stoi(f["prompts"]) : 8;
   const int prompt = f.count("prompt") ? std::stoi(f["prompt"]) : 128;
-  const ModelConfig cfg = llama3_8b();
+  const bool checkpoint = f.count("model") > 0;
+  const ModelConfig cfg = checkpoint ? load_model_config(f["model"]) : llama3_8b();
+  const std::unique_ptr<SafeTensors> weights = checkpoint ? std::make_unique<SafeTensors>(f["model"]) : nullptr;
   CudaRunnerOptions opt;
   opt.num_blocks = n * ((prompt + 15) / 16);
   opt.max_num_seqs = n;
   opt.max_num_batched_tokens = n * prompt;
-  opt.max_model_len = 2048;
+  opt.max_model_len = prompt;
   opt.swap_space_gib = 0;
   opt.gpu_memory_utilization = 0.45;  // two runners side by side
   std::mt19937 rng(9);
@@ -474,8 +477,9 @@ int run_fp8_error(std::map<std::string, std::string>& f) {
   std::vector<std::vector<float>> logits[2];
   for (int fp8 = 0; fp8 < 2; ++fp8) {
     opt.fp8_weights = fp8 == 1;
-    CudaModelRunner runner(cfg, uint64_t{42}, opt);
-    logits[fp8] = runner.forward(step);
+    auto runner = checkpoint ? std::make_unique<CudaModelRunner>(cfg, *weights, opt)
+                             : std::make_unique<CudaModelRunner>(cfg, uint64_t{42}, opt);
+    logits[fp8] = runner->forward(step);
   }
   double sum = 0, worst = 0;
   int agree = 0;

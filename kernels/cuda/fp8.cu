@@ -47,7 +47,37 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// grid: (ceil(n / (8 * kThreads)), m); block: kThreads; 8 columns a thread.
+__global__ void __launch_bounds__(kThreads)
+    scale_fp8_product_kernel(bf16* __restrict__ y, const float* __restrict__ x_scale,
+                             const float* __restrict__ w_scale, const bf16* __restrict__ bias, int n) {
+  const int64_t row = blockIdx.y;
+  const int c = (blockIdx.x * kThreads + threadIdx.x) * 8;
+  if (c >= n) return;
+  bf16* out = y + row * n + c;
+  float f[8];
+  bf16x8_to_float(load_bf16x8(out), f);
+  const float sx = x_scale[row];
+  float b[8] = {};
+  if (bias) bf16x8_to_float(load_bf16x8(bias + c), b);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = f[i] * sx * w_scale[c + i] + b[i];
+  store_bf16x8(out, float_to_bf16x8(f));
+}
+
 }  // namespace
+
+cudaError_t scale_fp8_product(bf16* y, const float* x_scale, const float* w_scale, const bf16* bias, int m, int n,
+                              cudaStream_t stream) {
+  if (m <= 0) return cudaSuccess;
+  if (n <= 0 || n % 8 != 0 || reinterpret_cast<uintptr_t>(y) % 16 != 0 ||
+      (bias && reinterpret_cast<uintptr_t>(bias) % 16 != 0))
+    return launch_failure(cudaErrorInvalidValue, "scale_fp8_product: n " + std::to_string(n) +
+                                                     " must be a positive multiple of 8, y and bias 16-byte aligned");
+  const dim3 grid((n + 8 * kThreads - 1) / (8 * kThreads), m);
+  scale_fp8_product_kernel<<<grid, kThreads, 0, stream>>>(y, x_scale, w_scale, bias, n);
+  return cudaGetLastError();
+}
 
 cudaError_t quantize_rows_fp8(const bf16* x, int64_t rows, int cols, uint8_t* q, float* scale, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;

@@ -45,8 +45,8 @@ class Gemm {
                      int m, int n, int k, bool y_f32, cudaStream_t stream);
 
   /// y = (x * x_scale) (w * w_scale)^T (+ bias) from e4m3 operands quantised per row (cuda::quantize_rows_fp8): the
-  /// FP8 tensor-core product with cuBLASLt's outer-vector scaling (one float per row of x and of w). y bf16; k a
-  /// multiple of 16; x, w 16-byte aligned. CPU twin: cpu::linear_fp8 (kernels/cpu/fp8.h).
+  /// FP8 tensor-core product of the codes, rounded to bf16, then scaled per row of x and of w (scale_fp8_product).
+  /// n and k multiples of 16; x, w 16-byte aligned. CPU twin: cpu::linear_fp8 (kernels/cpu/fp8.h).
   cudaError_t linear_fp8(bf16* y,                // [m][n]
                          const uint8_t* x,       // [m][k] e4m3
                          const float* x_scale,   // [m]
@@ -64,7 +64,6 @@ class Gemm {
   /// The pointers one product reads besides its operands (they change per call; the plan does not).
   struct Extras {
     const bf16* bias = nullptr;
-    const float *x_scale = nullptr, *w_scale = nullptr;
   };
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;

@@ -133,12 +133,16 @@ def main():
     ap.add_argument("--work", default="/tmp/paged_parity")
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--prompts", type=int, default=10)
+    ap.add_argument("--only", default="", help="comma-separated parts of config names: run those configs only")
     args = ap.parse_args()
+    wanted = [w for w in args.only.split(",") if w]
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     os.makedirs(args.work, exist_ok=True)
     rows, ok_all = [], True
     for name, cfg in configs().items():
+        if wanted and not any(w in name for w in wanted):
+            continue
         torch.manual_seed(0)
         model_dir = os.path.join(args.work, name)
         model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)

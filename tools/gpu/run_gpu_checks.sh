@@ -9,14 +9,15 @@
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
 #   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity throughput remote
-#            golden serve profile
+#            golden serve profile fp8 tiers families
+#   PARITY_ONLY  parity stage: comma-separated parts of config names to run (default: all)
 #   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
 #   SANITIZER_LIMIT  seconds allowed to each compute-sanitizer run (default 420)
 #   SANITIZER_TESTS  Catch2 test filter for the sanitizer runs (default: all tests)
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput remote golden serve profile"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput remote golden serve profile fp8 tiers families"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -68,7 +69,7 @@ if wanted runner; then
   add_row "decode kernels at batch 1 (time per op)" "$(status_word $s)" "$(grep -E 'one (GEMV )?layer' "$LOG_DIR/ops.log" | paste -sd ';' -)"
 fi
 if wanted parity; then
-  run parity 400 python3 "$HERE/hf_parity.py" --bin "$BIN" --work /tmp/paged_parity
+  run parity 400 python3 "$HERE/hf_parity.py" --bin "$BIN" --work /tmp/paged_parity --only "${PARITY_ONLY:-}"
   s=$?
   add_row "HF parity (4 configs)" "$(status_word $s)" "see the parity table above"
   sed -n '/^HF parity/,$p' "$LOG_DIR/parity.log"
@@ -269,6 +270,77 @@ if wanted profile; then
     echo "step profile, $ds:"
     sed -n '/^Step profile/,/^all /p' "$LOG_DIR/profile_$ds.log"
   done
+fi
+if wanted fp8; then
+  # FP8 weights (issue 17) against bf16 on the Llama-3-8B shape, same random weights, same run: the logits' error,
+  # decode steps, and the offline ShareGPT-like and 128/128 workloads; stories-distill-9M greedy against HF float32.
+  M=$(llama3_8b_shape)
+  run fp8_error 200 "$BIN/bench_cuda_runner" fp8-error
+  add_row "FP8 logits vs bf16, 8B shape" "$(status_word $?)" "$(grep RESULT "$LOG_DIR/fp8_error.log" | sed 's/RESULT //')"
+  for q in bf16 fp8; do
+    run "decode_$q" 300 "$BIN/bench_cuda_runner" decode --batches 1,64,256 --prompt 512 --steps 64 $([ $q = fp8 ] && echo --fp8)
+    add_row "runner decode, $q" "$(status_word $?)" "$(grep -E '^batch' "$LOG_DIR/decode_$q.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
+  done
+  declare -A fp8_mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like"
+                      [128x128]="--num-prompts 1000 --dataset-name random --random-input-len 128 --random-output-len 128")
+  declare -A fp8_tok
+  for w in sharegpt 128x128; do
+    for q in none fp8; do
+      # shellcheck disable=SC2086
+      run "fp8_${w}_$q" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy ${fp8_mix[$w]} --json \
+        --quantization $q --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}"
+      fp8_tok[${w}_$q]=$(tok_per_s "$(bench_json "fp8_${w}_$q")")
+    done
+    add_row "paged bench $w, FP8 vs bf16 weights" \
+      "$(awk -v a="${fp8_tok[${w}_fp8]}" -v b="${fp8_tok[${w}_none]}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "?" }')" \
+      "bf16 ${fp8_tok[${w}_none]} tok/s, fp8 ${fp8_tok[${w}_fp8]} tok/s"
+  done
+  if [ -d "$BIN/stories-distill-9M" ]; then
+    python3 -c 'import json, sys
+for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["prompt"]}))' \
+      "$BIN/stories-distill-9M-greedy.json" >"$LOG_DIR/golden_fp8.jsonl"
+    "$BIN/paged" generate --prompts-file "$LOG_DIR/golden_fp8.jsonl" --model "$BIN/stories-distill-9M" --device cuda \
+      --max-tokens 64 --temperature 0 --json --quantization fp8 >"$LOG_DIR/golden_fp8.json" 2>&1
+    result=$(python3 - "$BIN/stories-distill-9M-greedy.json" "$LOG_DIR/golden_fp8.json" <<'PY'
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+runs = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+def prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+    return n
+ours = [prefix(r["outputs"][0]["token_ids"], c["greedy_ids"]) for r, c in zip(runs, cases)]
+print(f"mean matched prefix {sum(ours) / max(1, len(ours)):.1f} of 64 on {len(ours)} prompts")
+PY
+)
+    add_row "stories-distill-9M greedy, FP8 weights, vs HF float32" "DONE" "$result"
+  fi
+fi
+if wanted tiers; then
+  # The KV tiers (issue 15) on the Llama-3-8B shape: the multiturn benchmark with the histories about 4x the device
+  # pool, CPU tier on and off in one invocation; and the ShareGPT-like mix with the tier enabled against without.
+  M=$(llama3_8b_shape)
+  run multiturn 500 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy --dataset-name multiturn \
+    --num-conversations 64 --num-turns 8 --system-prompt-len 1024 --message-len 256 --output-len 128 \
+    --think-time 0.5 --num-kv-blocks 4096 --kv-offloading-size 32 --max-num-batched-tokens 8192 --json
+  add_row "multiturn, CPU tier on vs off" "$(status_word $?)" "$(grep '^{' "$LOG_DIR/multiturn.log" | tail -n 1)"
+  declare -A tier_tok
+  for t in off on; do
+    # shellcheck disable=SC2086
+    run "tier_sharegpt_$t" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy --num-prompts 1000 \
+      --dataset-name sharegpt-like --json --max-num-seqs "${MAX_NUM_SEQS:-1024}" \
+      --max-num-batched-tokens "${MAX_BATCHED:-16384}" $([ $t = on ] && echo --kv-offloading-size 32)
+    tier_tok[$t]=$(tok_per_s "$(bench_json "tier_sharegpt_$t")")
+  done
+  add_row "ShareGPT-like with the CPU tier vs without" \
+    "$(awk -v a="${tier_tok[on]}" -v b="${tier_tok[off]}" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / b; else print "?" }')" \
+    "without ${tier_tok[off]} tok/s, with ${tier_tok[on]} tok/s"
+fi
+if wanted families; then
+  # Issue 16's references: tiny random checkpoints of each family and Hugging Face float32's greedy tokens and
+  # logits (tools/gpu/make_family_refs.py), written under $LOG_DIR/models for tests/models/.
+  run families 300 python3 "$HERE/make_family_refs.py" --out "$LOG_DIR/models"
+  add_row "family references (HF float32)" "$(status_word $?)" "$(ls "$LOG_DIR/models" 2>/dev/null | paste -sd ' ' -)"
 fi
 echo
 echo "| check | result | figures |"
