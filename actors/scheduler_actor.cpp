@@ -31,6 +31,7 @@ struct SeqData {
   bool pending = false;                             // a token of this sequence is being sampled in flight
   double cumulative_logprob = 0.0;
   std::optional<std::vector<SampledToken>> beam_candidates;  // beam search: this step's offers, until all beams have
+  std::shared_ptr<constraint::TokenConstraint> constraint;   // structured outputs: the output so far against its grammar
 };
 
 struct RequestData {
@@ -173,6 +174,7 @@ SeqId fork_seq(Self* self, SeqData& parent, int index) {
   child.request = parent.request;
   child.index = index;
   *child.output = *parent.output;
+  if (parent.constraint) child.constraint = std::make_shared<constraint::TokenConstraint>(*parent.constraint);
   child.cumulative_logprob = parent.cumulative_logprob;
   if (parent.phase == PlanSeq::Phase::running && !parent.swapping_in) {
     child.num_planned = parent.num_planned;
@@ -322,6 +324,7 @@ void handle_results(Self* self, const StepResult& res) {
     for (auto& [sid, tok] : appended) {
       SeqData& q = st.seqs.at(sid);
       q.output->push_back(tok.token);
+      if (q.constraint) q.constraint->accept(tok.token);
       q.cumulative_logprob += tok.logprob;
       SeqOutput out;
       out.index = q.index;
@@ -405,6 +408,12 @@ void dispatch(Self* self, StepPlan plan) {
         spec.num_logprobs = r.spec.params->logprobs.value_or(0);
         spec.num_candidates = r.beam ? 2 * r.width : 1;
         chunk.samples.push_back(spec);
+      }
+      if (s.constraint) {
+        auto mask = std::make_shared<std::vector<uint32_t>>(constraint::mask_words(s.constraint->vocab_size()));
+        s.constraint->fill_mask(*mask);
+        for (SampleSpec& spec : chunk.samples) spec.allowed_tokens = mask.get();
+        msg.keep_alive.push_back(mask);
       }
       s.pending = true;
       msg.keep_alive.push_back(s.output);
@@ -616,6 +625,10 @@ caf::behavior scheduler_actor(caf::stateful_actor<SchedulerState>* self, Schedul
           s.request = spec.id;
           s.index = index;
           *s.output = std::move(output);
+          if (spec.constraint) {
+            s.constraint = std::make_shared<constraint::TokenConstraint>(*spec.constraint);
+            for (TokenId id : *s.output) s.constraint->accept(id);
+          }
           s.cumulative_logprob = cumulative_logprob;
           r.seqs.push_back(s.id);
           st.seqs.emplace(s.id, std::move(s));

@@ -64,6 +64,7 @@ class TokenConstraint {
   void fill_mask(std::span<uint32_t> mask);
   /// A stop token was accepted.
   bool stopped() const { return stopped_; }
+  int32_t vocab_size() const { return trie_->vocab_size(); }
 
  private:
   GrammarMatcher matcher_;

@@ -20,6 +20,9 @@ struct SampleSpec {
   const std::vector<TokenId>* stop_ids = nullptr; // EOS (unless ignore_eos) and stop_token_ids: masked before min_tokens
   int num_logprobs = 0;                    // top alternatives to return (0: only the chosen token's)
   int num_candidates = 1;                  // beam search: how many best tokens to return
+  /// Structured outputs: the tokens allowed, a bitmask of ceil(vocab / 32) words (bit id % 32 of word id / 32);
+  /// null: every token.
+  const std::vector<uint32_t>* allowed_tokens = nullptr;
 };
 
 /// A sampled token with the log-probabilities the request asked for.
