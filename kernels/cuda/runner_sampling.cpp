@@ -17,7 +17,9 @@ bool gpu_samplable(const SampleSpec& spec, bool alone_on_row) {
   const bool masks_stops = spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated) < p.min_tokens;
   const bool processed = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
                          !p.logit_bias.empty() || masks_stops;
-  return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && (!processed || alone_on_row);
+  // Structured outputs' token masks are applied by the CPU sampler (cuda::apply_token_bitmask is not wired in yet).
+  return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && (!processed || alone_on_row) &&
+         !spec.allowed_tokens;
 }
 
 }  // namespace

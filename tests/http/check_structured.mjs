@@ -1,0 +1,70 @@
+// Structured outputs through the official openai client against `paged serve` on stories260K at temperature 1 and
+// many seeds: every json_schema / guided_json answer parses and ajv validates it against its schema, json_object
+// answers are objects, choice answers are a choice, regex answers match (JavaScript's RegExp); an unsupported
+// keyword is a 400 naming the field.
+// Usage: node check_structured.mjs --base http://127.0.0.1:PORT
+import OpenAI from "openai";
+import Ajv from "ajv";
+import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
+
+const args = parseArgs();
+await waitForHealth(args.base);
+const client = new OpenAI({ baseURL: `${args.base}/v1`, apiKey: "unused", maxRetries: 0 });
+const model = "stories260K";
+const ajv = new Ajv({ strict: false });
+const schema = {
+  type: "object",
+  properties: {
+    name: { type: "string", maxLength: 12 },
+    age: { type: "integer", minimum: 0, maximum: 120 },
+    tags: { type: "array", items: { enum: ["cat", "dog", "once upon"] }, maxItems: 3 },
+    home: { type: "object", properties: { city: { type: "string", pattern: "^[A-Z][a-z]{1,8}$" } }, required: ["city"] },
+    kind: { anyOf: [{ type: "null" }, { const: "story" }] },
+  },
+  required: ["name", "age", "home"],
+};
+const validate = ajv.compile(schema);
+const messages = [{ role: "user", content: "Tell me about a cat." }];
+
+for (let seed = 0; seed < 12; ++seed) {
+  const chat = await client.chat.completions.create({
+    model, messages, temperature: 1, seed, max_tokens: 300,
+    response_format: { type: "json_schema", json_schema: { name: "pet", schema, strict: true } },
+  });
+  const text = chat.choices[0].message.content;
+  let value;
+  try { value = JSON.parse(text); } catch { value = undefined; }
+  check(value !== undefined && validate(value), `seed ${seed}: the chat answer is valid for its schema`, text);
+  const completion = await client.completions.create({
+    model, prompt: "Once upon a time", temperature: 1, seed, max_tokens: 300, guided_json: schema,
+  });
+  const ctext = completion.choices[0].text;
+  try { value = JSON.parse(ctext); } catch { value = undefined; }
+  check(value !== undefined && validate(value), `seed ${seed}: the completion (guided_json) is valid`, ctext);
+  const object = await client.chat.completions.create({
+    model, messages, temperature: 1, seed, max_tokens: 300, response_format: { type: "json_object" },
+  });
+  const otext = object.choices[0].message.content;
+  if (object.choices[0].finish_reason === "stop") {
+    try { value = JSON.parse(otext); } catch { value = undefined; }
+    check(value !== null && typeof value === "object" && !Array.isArray(value), `seed ${seed}: json_object`, otext);
+  }
+  const choices = ["happy", "sad", "a big dog"];
+  const choice = await client.completions.create({
+    model, prompt: "The cat was", temperature: 1, seed, max_tokens: 20, structured_outputs: { choice: choices },
+  });
+  check(choices.includes(choice.choices[0].text), `seed ${seed}: choice`, choice.choices[0].text);
+  const pattern = "(Tom|Lily) (ran|saw) [a-z]{1,10}( [a-z]{1,10}){0,3}\\.";
+  const regex = await client.completions.create({
+    model, prompt: "Once upon a time", temperature: 1, seed, max_tokens: 100, guided_regex: pattern,
+  });
+  check(new RegExp(`^(?:${pattern})$`).test(regex.choices[0].text), `seed ${seed}: regex`, regex.choices[0].text);
+}
+const bad = await fetch(`${args.base}/v1/completions`, {
+  method: "POST", headers: { "Content-Type": "application/json" },
+  body: JSON.stringify({ model, prompt: "x", guided_json: { type: "string", format: "email" } }),
+});
+const body = await bad.json();
+checkEqual([bad.status, body.error?.param], [400, "guided_json"], "an unsupported keyword is a 400 naming the field");
+check(String(body.error?.message).includes("'format'"), "the message names the keyword", body);
+finish("check_structured");
