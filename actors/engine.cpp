@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <future>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -51,6 +52,10 @@ struct Engine::Impl {
   ModelConfig model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<const constraint::TokenTrie> token_trie;  // the tokenizer's vocabulary for structured outputs
+  /// Structured outputs: the automaton of each (output, stop ids) that live requests use, shared by them (its
+  /// transitions and masks are computed once for all; only the in-process replica's scheduler runs them).
+  std::map<std::pair<StructuredOutput, std::vector<TokenId>>, std::weak_ptr<constraint::ConstraintAutomaton>> automata;
+  std::mutex automata_mu;
   Metrics metrics;                              // the totals over the replicas, and the request histograms
   std::unique_ptr<HeldTlsFiles> tls_files;      // outlives the system, which reads them on every connection
   std::unique_ptr<caf::actor_system_config> sys_cfg;
@@ -586,9 +591,17 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
     if (!m.config.workers.empty())
       throw InvalidRequest("structured outputs are not supported with --workers yet", params.structured.field);
     try {
+      std::lock_guard lock(m.automata_mu);
+      std::erase_if(m.automata, [](const auto& entry) { return entry.second.expired(); });
+      std::weak_ptr<constraint::ConstraintAutomaton>& cached = m.automata[{params.structured, spec.stop_ids}];
+      std::shared_ptr<constraint::ConstraintAutomaton> automaton = cached.lock();
+      if (!automaton) {
+        automaton = std::make_shared<constraint::ConstraintAutomaton>(
+            constraint::compile_structured_output(params.structured), m.token_trie, spec.stop_ids);
+        cached = automaton;
+      }
       spec.constraint = std::make_shared<const constraint::TokenConstraint>(
-          constraint::compile_structured_output(params.structured), m.token_trie, spec.stop_ids,
-          m.tokenizer->decode(prompt, params.skip_special_tokens).empty());
+          std::move(automaton), m.tokenizer->decode(prompt, params.skip_special_tokens).empty());
     } catch (const constraint::GrammarError& e) {
       throw InvalidRequest(e.what(), params.structured.field);
     }

@@ -54,14 +54,6 @@ void GrammarMatcher::expand(uint32_t stack, Frontier& out) {
   }
 }
 
-bool GrammarMatcher::can_take(const Frontier& from, uint8_t byte) const {
-  const auto& el = grammar_->elements();
-  const auto& sets = grammar_->sets();
-  for (uint32_t s : from.stacks)
-    if (sets[el[nodes_[s].pos].arg].contains(byte)) return true;
-  return false;
-}
-
 GrammarMatcher::Frontier GrammarMatcher::next(const Frontier& from, uint8_t byte) {
   const auto& el = grammar_->elements();
   const auto& sets = grammar_->sets();

@@ -38,17 +38,15 @@ class GrammarMatcher {
   /// changes nothing.
   bool accept(std::string_view bytes);
 
-  /// The frontier after `byte` from `from` (dead when the byte cannot follow). Interns the stacks it needs; a walk
-  /// that tries many continuations (token masks) brackets them with mark() and rollback().
+  /// The frontier after `byte` from `from` (dead when the byte cannot follow), `from` being this matcher's (its
+  /// stacks are ids in this matcher's arena). Interns the stacks it needs, which stay.
   Frontier next(const Frontier& from, uint8_t byte);
-  /// Whether `byte` can follow some stack of `from` (no interning: cheap).
-  bool can_take(const Frontier& from, uint8_t byte) const;
-  /// The arena's size now.
-  size_t mark() const { return nodes_.size(); }
-  /// Forgets the stacks interned since `mark` (frontiers other than the current one that hold them are void).
-  void rollback(size_t mark);
 
  private:
+  // The arena's size now, and forgetting what was interned since (accept undoes a refused input with them).
+  size_t mark() const { return nodes_.size(); }
+  void rollback(size_t mark);
+
   struct Node {
     uint32_t pos;     // index into the grammar's elements: the element this frame waits for
     uint32_t parent;  // frame to return to; kEmpty: none

@@ -22,66 +22,105 @@ TokenTrie::TokenTrie(const Tokenizer& tok) : vocab_(tok.vocab_size()) {
   }
 }
 
-void TokenTrie::fill_mask(GrammarMatcher& matcher, bool at_start, std::span<const TokenId> stop_ids,
-                          std::span<uint32_t> mask) const {
+ConstraintAutomaton::ConstraintAutomaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
+                                         std::vector<TokenId> stop_ids)
+    : trie_(std::move(trie)), stop_ids_(std::move(stop_ids)), matcher_(std::move(grammar)) {
+  frontiers_.emplace_back();  // kDead
+  start_ = intern(matcher_.frontier());
+}
+
+uint32_t ConstraintAutomaton::intern(GrammarMatcher::Frontier f) {
+  if (f.dead()) return kDead;
+  std::sort(f.stacks.begin(), f.stacks.end());
+  auto [it, inserted] = ids_.emplace(std::make_pair(f.accepts, f.stacks), static_cast<uint32_t>(frontiers_.size()));
+  if (inserted) frontiers_.push_back(std::move(f));
+  return it->second;
+}
+
+uint32_t ConstraintAutomaton::next(uint32_t state, uint8_t byte) {
+  if (state == kDead) return kDead;
+  const uint64_t key = (uint64_t{state} << 8) | byte;
+  if (auto it = next_.find(key); it != next_.end()) return it->second;
+  const uint32_t to = intern(matcher_.next(frontiers_[state], byte));
+  next_.emplace(key, to);
+  return to;
+}
+
+uint32_t ConstraintAutomaton::walk(uint32_t state, std::string_view bytes) {
+  for (char c : bytes) {
+    state = next(state, static_cast<uint8_t>(c));
+    if (state == kDead) break;
+  }
+  return state;
+}
+
+void ConstraintAutomaton::fill_mask(uint32_t state, bool at_start, std::span<uint32_t> mask) {
+  if (!at_start)
+    if (auto it = masks_.find(state); it != masks_.end()) {
+      std::copy(it->second.begin(), it->second.end(), mask.begin());
+      return;
+    }
   std::fill(mask.begin(), mask.end(), 0u);
   const auto allow = [&](TokenId id) { mask[id >> 5] |= 1u << (id & 31); };
-  const size_t mark = matcher.mark();
-  // frontiers[d]: the frontier after the first d bytes of the current token (frontiers[0]: the matcher's own).
-  std::vector<GrammarMatcher::Frontier> frontiers{matcher.frontier()};
-  for (size_t k = 0; k < order_.size();) {
-    const std::string& b = bytes_[order_[k]];
-    size_t depth = std::min<size_t>(k == 0 ? 0 : shared_[k], frontiers.size() - 1);
-    frontiers.resize(depth + 1);
-    while (depth < b.size() && !frontiers[depth].stacks.empty()) {
-      frontiers.push_back(matcher.next(frontiers[depth], static_cast<uint8_t>(b[depth])));
+  const std::vector<TokenId>& order = trie_->order();
+  const std::vector<uint32_t>& shared = trie_->shared();
+  // states[d]: the state after the first d bytes of the current token (states[0]: `state`).
+  std::vector<uint32_t> states{state};
+  for (size_t k = 0; k < order.size();) {
+    const std::string& b = trie_->bytes(order[k]);
+    size_t depth = std::min<size_t>(shared[k], states.size() - 1);
+    states.resize(depth + 1);
+    while (depth < b.size() && !frontiers_[states[depth]].stacks.empty()) {
+      states.push_back(next(states[depth], static_cast<uint8_t>(b[depth])));
       ++depth;
-      if (frontiers[depth].dead()) break;
+      if (states[depth] == kDead) break;
     }
-    const bool alive = depth == b.size() && !frontiers[depth].dead();
-    if (alive) {
-      allow(order_[k]);
+    if (depth == b.size() && states[depth] != kDead) {
+      allow(order[k]);
       ++k;
       continue;
     }
     // The first `depth` bytes of this token take no further byte (the last of them was refused, or the grammar
     // ends there): nor does any following token that shares them, since each is longer (a prefix sorts first).
-    frontiers.resize(std::max<size_t>(depth, 1));
+    states.resize(std::max<size_t>(depth, 1));
     ++k;
-    while (k < order_.size() && shared_[k] >= depth) ++k;
+    while (k < order.size() && shared[k] >= depth) ++k;
   }
   if (at_start) {
     // Tokens whose leading form differs: their bit is that form's.
-    for (const auto& [id, first] : leading_) {
+    for (const auto& [id, first] : trie_->leading()) {
       mask[id >> 5] &= ~(1u << (id & 31));
-      GrammarMatcher::Frontier f = matcher.frontier();
-      size_t taken = 0;
-      while (taken < first.size() && !f.stacks.empty()) f = matcher.next(f, static_cast<uint8_t>(first[taken++]));
-      if (!first.empty() && taken == first.size() && !f.dead()) allow(id);
+      if (!first.empty() && walk(state, first) != kDead) allow(id);
     }
   }
-  matcher.rollback(mark);
-  if (matcher.can_stop())
-    for (TokenId id : stop_ids)
-      if (id >= 0 && id < vocab_) allow(id);
+  if (can_stop(state))
+    for (TokenId id : stop_ids_)
+      if (id >= 0 && id < trie_->vocab_size()) allow(id);
+  if (at_start) return;
+  if (masks_.size() >= kMaxCachedMasks) masks_.clear();
+  masks_.emplace(state, std::vector<uint32_t>(mask.begin(), mask.end()));
 }
 
-TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
-                                 std::vector<TokenId> stop_ids, bool at_start)
-    : matcher_(std::move(grammar)), trie_(std::move(trie)), stop_ids_(std::move(stop_ids)), at_start_(at_start) {}
+TokenConstraint::TokenConstraint(std::shared_ptr<ConstraintAutomaton> automaton, bool at_start)
+    : automaton_(std::move(automaton)), state_(automaton_->start()), at_start_(at_start) {}
 
 bool TokenConstraint::accept(TokenId id) {
-  if (stopped_ || id < 0 || id >= trie_->vocab_size()) return false;
-  if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
-    if (!matcher_.can_stop()) return false;
+  const TokenTrie& trie = automaton_->trie();
+  if (stopped_ || id < 0 || id >= trie.vocab_size()) return false;
+  const std::vector<TokenId>& stops = automaton_->stop_ids();
+  if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+    if (!automaton_->can_stop(state_)) return false;
     stopped_ = true;
     return true;
   }
-  std::string_view bytes = trie_->bytes(id);
+  std::string_view bytes = trie.bytes(id);
   if (at_start_)
-    for (const auto& [lead, first] : trie_->leading())
+    for (const auto& [lead, first] : trie.leading())
       if (lead == id) bytes = first;
-  if (bytes.empty() || !matcher_.accept(bytes)) return false;
+  if (bytes.empty()) return false;
+  const uint32_t to = automaton_->walk(state_, bytes);
+  if (to == ConstraintAutomaton::kDead) return false;
+  state_ = to;
   at_start_ = false;
   return true;
 }
@@ -91,7 +130,7 @@ void TokenConstraint::fill_mask(std::span<uint32_t> mask) {
     std::fill(mask.begin(), mask.end(), 0u);
     return;
   }
-  trie_->fill_mask(matcher_, at_start_, stop_ids_, mask);
+  automaton_->fill_mask(state_, at_start_, mask);
 }
 
 }  // namespace paged::constraint

@@ -23,7 +23,7 @@ struct StructuredOutput {
   std::string spec;   // json_schema: the schema as JSON text; regex: the pattern; choice: a JSON list of strings;
                       // grammar: GBNF; json_object, none: empty
   std::string field;  // the request field it came from (e.g. "response_format"), which errors name
-  bool operator==(const StructuredOutput&) const = default;
+  auto operator<=>(const StructuredOutput&) const = default;  // field by field (== too)
 };
 
 struct SamplingParams {
