@@ -410,10 +410,9 @@ void dispatch(Self* self, StepPlan plan) {
         chunk.samples.push_back(spec);
       }
       if (s.constraint) {
-        auto mask = std::make_shared<std::vector<uint32_t>>(constraint::mask_words(s.constraint->vocab_size()));
-        s.constraint->fill_mask(*mask);
-        for (SampleSpec& spec : chunk.samples) spec.allowed_tokens = mask.get();
-        msg.keep_alive.push_back(mask);
+        // The runner fills the mask while the step runs: the constraint changes only when the step's token comes.
+        for (SampleSpec& spec : chunk.samples) spec.mask_source = s.constraint.get();
+        msg.keep_alive.push_back(s.constraint);
       }
       s.pending = true;
       msg.keep_alive.push_back(s.output);

@@ -211,7 +211,7 @@ struct CudaModelRunner::Impl {
   };
   // The logits processing of the GPU-sampled `jobs` (each alone on its row), on their rows of `logits` in place.
   void apply_penalties(const StepBatch& batch, const std::vector<SampleJob>& jobs);
-  // The token masks (SampleSpec::allowed_tokens) of the GPU-sampled `jobs` (each alone on its row), in place.
+  // The token masks (SampleSpec::mask_source, filled here while the forward runs) of the GPU-sampled `jobs` (each alone on its row), in place.
   void apply_token_masks(const StepBatch& batch, const std::vector<SampleJob>& jobs);
   // The score_* staging, [max_seqs] rows of kMaxLogprobs alternatives (prompt logprobs, sampled rows' alternatives),
   // on first use.

@@ -18,7 +18,7 @@ bool gpu_samplable(const SampleSpec& spec, bool alone_on_row) {
   const bool masks_stops = spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated) < p.min_tokens;
   const bool processed = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
                          !p.logit_bias.empty() || masks_stops;
-  const bool masked = spec.allowed_tokens != nullptr;  // structured outputs: cuda::apply_token_bitmask
+  const bool masked = spec.mask_source != nullptr;  // structured outputs: cuda::apply_token_bitmask
   return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && (!(processed || masked) || alone_on_row);
 }
 
@@ -165,17 +165,15 @@ void CudaModelRunner::Impl::apply_token_masks(const StepBatch& batch, const std:
   const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
   int n = 0;
   for (const SampleJob& j : jobs) {
-    const std::vector<uint32_t>* mask = batch.seqs[j.chunk].samples[j.spec].allowed_tokens;
-    if (!mask) continue;
-    if (mask->size() != words)
-      throw std::invalid_argument("a token mask has " + std::to_string(mask->size()) + " words, the vocabulary " +
-                                  std::to_string(words));
+    const TokenMaskSource* source = batch.seqs[j.chunk].samples[j.spec].mask_source;
+    if (!source) continue;
     if (!mask_rows.device) {
       mask_rows.allocate(max_seqs);
       mask_bits.allocate(static_cast<size_t>(max_seqs) * words);
     }
     mask_rows.host[n] = j.logits_row;
-    std::copy(mask->begin(), mask->end(), mask_bits.host.get() + static_cast<size_t>(n) * words);
+    // On the host while the GPU still computes the forward pass (nothing since it was launched waited for it).
+    source->fill_mask(std::span<uint32_t>(mask_bits.host.get() + static_cast<size_t>(n) * words, words));
     ++n;  // at most max_seqs: each masked job is alone on its row
   }
   if (n == 0) return;

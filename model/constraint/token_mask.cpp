@@ -46,7 +46,17 @@ uint32_t ConstraintAutomaton::next(uint32_t state, uint8_t byte) {
   return to;
 }
 
+bool ConstraintAutomaton::can_stop(uint32_t state) const {
+  std::lock_guard lock(mu_);
+  return frontiers_[state].accepts;
+}
+
 uint32_t ConstraintAutomaton::walk(uint32_t state, std::string_view bytes) {
+  std::lock_guard lock(mu_);
+  return advance(state, bytes);
+}
+
+uint32_t ConstraintAutomaton::advance(uint32_t state, std::string_view bytes) {
   for (char c : bytes) {
     state = next(state, static_cast<uint8_t>(c));
     if (state == kDead) break;
@@ -55,6 +65,7 @@ uint32_t ConstraintAutomaton::walk(uint32_t state, std::string_view bytes) {
 }
 
 void ConstraintAutomaton::fill_mask(uint32_t state, bool at_start, std::span<uint32_t> mask) {
+  std::lock_guard lock(mu_);
   if (!at_start)
     if (auto it = masks_.find(state); it != masks_.end()) {
       std::copy(it->second.begin(), it->second.end(), mask.begin());
@@ -90,10 +101,10 @@ void ConstraintAutomaton::fill_mask(uint32_t state, bool at_start, std::span<uin
     // Tokens whose leading form differs: their bit is that form's.
     for (const auto& [id, first] : trie_->leading()) {
       mask[id >> 5] &= ~(1u << (id & 31));
-      if (!first.empty() && walk(state, first) != kDead) allow(id);
+      if (!first.empty() && advance(state, first) != kDead) allow(id);
     }
   }
-  if (can_stop(state))
+  if (frontiers_[state].accepts)
     for (TokenId id : stop_ids_)
       if (id >= 0 && id < trie_->vocab_size()) allow(id);
   if (at_start) return;
@@ -125,7 +136,7 @@ bool TokenConstraint::accept(TokenId id) {
   return true;
 }
 
-void TokenConstraint::fill_mask(std::span<uint32_t> mask) {
+void TokenConstraint::fill_mask(std::span<uint32_t> mask) const {
   if (stopped_) {
     std::fill(mask.begin(), mask.end(), 0u);
     return;

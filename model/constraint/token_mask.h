@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <span>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "model/constraint/matcher.h"
+#include "model/sampling/sample.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace paged::constraint {
@@ -51,8 +53,8 @@ class TokenTrie {
 
 /// A grammar's automaton over the matcher's frontiers, built as it is used and shared by the sequences of one
 /// request: each frontier gets an id, each (frontier, byte) transition is computed once, and so is each frontier's
-/// token mask (a sequence writing the inside of a JSON string meets the same frontier step after step). Not
-/// thread-safe: one scheduler uses it.
+/// token mask (a sequence writing the inside of a JSON string meets the same frontier step after step). Thread-safe:
+/// a runner's thread fills masks while the scheduler's or the engine's thread starts or advances other sequences.
 class ConstraintAutomaton {
  public:
   /// `stop_ids` end a sequence: allowed exactly where the grammar can stop.
@@ -63,10 +65,8 @@ class ConstraintAutomaton {
   static constexpr uint32_t kDead = 0;
   /// The state before any input.
   uint32_t start() const { return start_; }
-  /// The state after `byte` from `state` (kDead: the byte cannot follow).
-  uint32_t next(uint32_t state, uint8_t byte);
   /// Whether the input that led to `state` is a sentence of the grammar.
-  bool can_stop(uint32_t state) const { return frontiers_[state].accepts; }
+  bool can_stop(uint32_t state) const;
   /// The state after `bytes` from `state` (kDead as soon as one is refused).
   uint32_t walk(uint32_t state, std::string_view bytes);
   const TokenTrie& trie() const { return *trie_; }
@@ -77,7 +77,10 @@ class ConstraintAutomaton {
   void fill_mask(uint32_t state, bool at_start, std::span<uint32_t> mask);
 
  private:
+  // With mu_ held: the state of a frontier, the state after `byte` / `bytes` from `state` (kDead: refused).
   uint32_t intern(GrammarMatcher::Frontier f);
+  uint32_t next(uint32_t state, uint8_t byte);
+  uint32_t advance(uint32_t state, std::string_view bytes);
 
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<TokenId> stop_ids_;
@@ -89,11 +92,12 @@ class ConstraintAutomaton {
                                                                     // kMaxCachedMasks (then cleared)
   static constexpr size_t kMaxCachedMasks = 256;
   uint32_t start_ = kDead;
+  mutable std::mutex mu_;  // guards all of the above but start_ (set once) and the immutable trie and stop ids
 };
 
-/// One sequence's constraint: its state in the request's automaton, advanced token by token. Copies share the
-/// automaton (forks of a sequence).
-class TokenConstraint {
+/// One sequence's constraint: its state in the request's automaton, advanced token by token, and the source of its
+/// token masks. Copies share the automaton (forks of a sequence).
+class TokenConstraint final : public TokenMaskSource {
  public:
   /// `at_start`: the sequence's text so far (its prompt's decode) is empty, so the first token writes its leading
   /// form.
@@ -103,7 +107,7 @@ class TokenConstraint {
   /// and returns false.
   bool accept(TokenId id);
   /// The allowed next tokens (mask_words(vocab_size()) words); none once a stop token was accepted.
-  void fill_mask(std::span<uint32_t> mask);
+  void fill_mask(std::span<uint32_t> mask) const override;
   /// A stop token was accepted.
   bool stopped() const { return stopped_; }
   int32_t vocab_size() const { return automaton_->trie().vocab_size(); }

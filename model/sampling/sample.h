@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -10,6 +11,16 @@
 #include "model/types.h"
 
 namespace paged {
+
+/// Structured outputs: where a sequence's allowed tokens come from. The runner that samples the sequence calls it
+/// once per sample of a step, on its own thread, while the step runs (on the GPU, while the forward pass computes);
+/// its owner changes it only between steps.
+class TokenMaskSource {
+ public:
+  virtual ~TokenMaskSource() = default;
+  /// Writes the allowed tokens into `mask`, ceil(vocab / 32) words: bit id % 32 of word id / 32 set when id is.
+  virtual void fill_mask(std::span<uint32_t> mask) const = 0;
+};
 
 /// Sampling inputs of one sequence in one step.
 struct SampleSpec {
@@ -20,9 +31,7 @@ struct SampleSpec {
   const std::vector<TokenId>* stop_ids = nullptr; // EOS (unless ignore_eos) and stop_token_ids: masked before min_tokens
   int num_logprobs = 0;                    // top alternatives to return (0: only the chosen token's)
   int num_candidates = 1;                  // beam search: how many best tokens to return
-  /// Structured outputs: the tokens allowed, a bitmask of ceil(vocab / 32) words (bit id % 32 of word id / 32);
-  /// null: every token.
-  const std::vector<uint32_t>* allowed_tokens = nullptr;
+  const TokenMaskSource* mask_source = nullptr;  // structured outputs: the allowed tokens; null: every token
 };
 
 /// A sampled token with the log-probabilities the request asked for.

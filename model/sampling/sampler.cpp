@@ -114,7 +114,11 @@ void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed
 std::vector<SampledToken> sample_logits(std::span<float> logits, const SampleSpec& spec) {
   const SamplingParams& p = *spec.params;
   apply_penalties(logits, spec);
-  if (spec.allowed_tokens) apply_token_mask(logits, *spec.allowed_tokens);
+  if (spec.mask_source) {
+    std::vector<uint32_t> allowed((logits.size() + 31) / 32);
+    spec.mask_source->fill_mask(allowed);
+    apply_token_mask(logits, allowed);
+  }
   std::vector<float> lp;
   log_softmax(logits, lp);
   const auto vocab = static_cast<TokenId>(logits.size());

@@ -101,6 +101,13 @@ TEST_CASE("a step's samples, on the GPU or the CPU, get sample_logits of the run
   }
 }
 
+// A token mask that is always the same.
+struct FixedMask final : TokenMaskSource {
+  explicit FixedMask(std::vector<uint32_t> bits) : bits(std::move(bits)) {}
+  void fill_mask(std::span<uint32_t> mask) const override { std::copy(bits.begin(), bits.end(), mask.begin()); }
+  std::vector<uint32_t> bits;
+};
+
 TEST_CASE("rows with a token mask (structured outputs) sample within it as sample_logits does", "[gpu][runner][structured]") {
   require_device();
   const ModelConfig cfg = small_llama();
@@ -125,6 +132,8 @@ TEST_CASE("rows with a token mask (structured outputs) sample within it as sampl
     for (TokenId id = 0; id < cfg.vocab_size; ++id)
       if (s == 0 ? id == 5 : rng() % 16 == 0) masks[s][id / 32] |= 1u << (id % 32);
   }
+  std::vector<FixedMask> sources;
+  for (const auto& m : masks) sources.push_back(FixedMask{m});
   SamplingParams greedy, sampled, processed;
   greedy.temperature = 0;
   sampled.temperature = 1.0f;
@@ -138,7 +147,7 @@ TEST_CASE("rows with a token mask (structured outputs) sample within it as sampl
     const int kind = s % 4;
     SampleSpec spec{.params = kind == 1 ? &sampled : kind == 2 ? &processed : &greedy, .seed = 50u + s,
                     .prompt = &prompts[s], .output = &outputs[s], .stop_ids = &stops[s],
-                    .num_logprobs = kind == 1 ? 3 : 0, .allowed_tokens = kind == 3 ? nullptr : &masks[s]};
+                    .num_logprobs = kind == 1 ? 3 : 0, .mask_source = kind == 3 ? nullptr : &sources[s]};
     step.seqs.back().samples = {spec};
     if (s == 6) {
       SampleSpec second = spec;
@@ -158,7 +167,7 @@ TEST_CASE("rows with a token mask (structured outputs) sample within it as sampl
       const SampledToken want = sample_logits(row, spec)[0];
       const SampledToken& got = r.samples[s][k][0];
       CHECK(got.token == want.token);
-      if (spec.allowed_tokens) CHECK(((masks[s][got.token / 32] >> (got.token % 32)) & 1));
+      if (spec.mask_source) CHECK(((masks[s][got.token / 32] >> (got.token % 32)) & 1));
       CHECK(got.logprob == Approx(want.logprob).margin(1e-4));
       REQUIRE(got.top_logprobs.size() == want.top_logprobs.size());
       for (size_t a = 0; a < want.top_logprobs.size(); ++a)
