@@ -1,10 +1,11 @@
 // Structured outputs through the official openai client against `paged serve` on stories260K at temperature 1 and
 // many seeds: every json_schema / guided_json answer parses and ajv validates it against its schema, json_object
-// answers are objects, choice answers are a choice, regex answers match (JavaScript's RegExp); an unsupported
-// keyword is a 400 naming the field.
+// answers are objects, choice answers are a choice, regex answers match (JavaScript's RegExp); the same schema over
+// the WebSocket protocol (/v1/stream); an unsupported keyword is a 400 (an error frame) naming the field.
 // Usage: node check_structured.mjs --base http://127.0.0.1:PORT
 import OpenAI from "openai";
 import Ajv from "ajv";
+import WebSocket from "ws";
 import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
 
 const args = parseArgs();
@@ -67,4 +68,35 @@ const bad = await fetch(`${args.base}/v1/completions`, {
 const body = await bad.json();
 checkEqual([bad.status, body.error?.param], [400, "guided_json"], "an unsupported keyword is a 400 naming the field");
 check(String(body.error?.message).includes("'format'"), "the message names the keyword", body);
+// The WebSocket protocol: generations under the schema, and an error frame for an unsupported keyword.
+const ws = new WebSocket(`${args.base.replace(/^http/, "ws")}/v1/stream`);
+await new Promise((resolve, reject) => { ws.once("open", resolve); ws.once("error", reject); });
+const texts = {}, done = {}, errors = {};
+const seeds = [0, 1, 2, 3];
+const finished = new Promise((resolve, reject) => {
+  const timer = setTimeout(() => reject(new Error("timed out waiting for the WebSocket generations")), 60000);
+  ws.on("message", (data) => {
+    const f = JSON.parse(data.toString());
+    if (f.type === "token") texts[f.id] = (texts[f.id] ?? "") + f.text;
+    if (f.type === "done") done[f.id] = f;
+    if (f.type === "error") errors[f.id] = f;
+    if (seeds.every((s) => done[`s${s}`]) && errors.bad) {
+      clearTimeout(timer);
+      resolve();
+    }
+  });
+});
+for (const seed of seeds)
+  ws.send(JSON.stringify({ type: "generate", id: `s${seed}`, prompt: "Once upon a time", temperature: 1, seed,
+                           max_tokens: 300, response_format: { type: "json_schema", json_schema: { name: "pet", schema } } }));
+ws.send(JSON.stringify({ type: "generate", id: "bad", prompt: "x", guided_regex: "a(?=b)" }));
+await finished;
+ws.close();
+for (const seed of seeds) {
+  let value;
+  try { value = JSON.parse(texts[`s${seed}`] ?? ""); } catch { value = undefined; }
+  check(value !== undefined && validate(value), `WebSocket seed ${seed}: valid for its schema`, texts[`s${seed}`]);
+}
+check(JSON.stringify(errors.bad).includes("guided_regex") && JSON.stringify(errors.bad).includes("lookaround"),
+      "WebSocket: an unsupported regex is an error frame naming the field", errors.bad);
 finish("check_structured");
