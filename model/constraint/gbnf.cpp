@@ -9,6 +9,8 @@ namespace paged::constraint {
 
 namespace {
 
+constexpr int kMaxGroupDepth = 256;  // the parser and the lowering recurse once per level
+
 bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; }
 
 class GbnfParser {
@@ -94,7 +96,9 @@ class GbnfParser {
     }
     if (c == '(') {
       ++pos_;
+      if (++depth_ > kMaxGroupDepth) fail("groups nested deeper than " + std::to_string(kMaxGroupDepth));
       Expr inner = alternatives(true);
+      --depth_;
       skip_space();
       if (pos_ >= s_.size() || s_[pos_] != ')') fail("expected ')'");
       ++pos_;
@@ -212,6 +216,7 @@ class GbnfParser {
 
   std::string_view s_;
   size_t pos_ = 0;
+  int depth_ = 0;  // groups open
 };
 
 }  // namespace

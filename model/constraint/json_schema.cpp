@@ -134,7 +134,7 @@ class SchemaCompiler {
     };
     if (const json::value* r = o.if_contains("$ref")) {
       only({"$ref"}, "$ref");
-      return reference(*r);
+      return reference(*r, depth);
     }
     for (const char* key : {"anyOf", "oneOf"}) {
       if (const json::value* branches = o.if_contains(key)) {
@@ -339,7 +339,8 @@ class SchemaCompiler {
     return seq({char_of('{'), ref("ws"), first, ref("ws"), char_of('}')});
   }
 
-  Expr reference(const json::value& r) {
+  // A chain of references nests as deeply as the schemas it names: `depth` goes on.
+  Expr reference(const json::value& r, int depth) {
     if (!r.is_string()) refuse("'$ref' must be a string");
     const std::string target(r.get_string());
     if (auto it = refs_.find(target); it != refs_.end()) return ref(it->second);
@@ -352,7 +353,7 @@ class SchemaCompiler {
     }
     const std::string name = "ref" + std::to_string(counter_++);
     refs_.emplace(target, name);
-    Expr body = schema(*at, 0);
+    Expr body = schema(*at, depth + 1);
     rules_.emplace_back(name, std::move(body));
     return ref(name);
   }

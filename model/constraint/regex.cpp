@@ -9,6 +9,8 @@ namespace paged::constraint {
 
 namespace {
 
+constexpr int kMaxGroupDepth = 256;  // the parser and the lowering recurse once per level
+
 const CodepointRanges kDigit{{'0', '9'}};
 const CodepointRanges kWord{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 // ECMA-262's WhiteSpace and LineTerminator.
@@ -141,6 +143,7 @@ class RegexParser {
     const char c = s_[pos_];
     if (c == '(') {
       ++pos_;
+      if (depth >= kMaxGroupDepth) fail("groups nested deeper than " + std::to_string(kMaxGroupDepth));
       if (peek('?')) {
         ++pos_;
         if (peek(':')) {

@@ -75,6 +75,7 @@ TEST_CASE("GBNF errors name the problem", "[constraint]") {
   CHECK_THROWS_WITH(compile_gbnf("root ::= [z-a]"), Catch::Contains("backwards"));
   CHECK_THROWS_WITH(compile_gbnf("root ::= \"a\"{3,2}"), Catch::Contains("min <= max"));
   CHECK_THROWS_WITH(compile_gbnf("root ::= \"a\"{1000001}"), Catch::Contains("too large"));
+  CHECK_THROWS_WITH(compile_gbnf("root ::= " + std::string(100000, '(')), Catch::Contains("nested deeper"));
 }
 
 TEST_CASE("A failed accept leaves the matcher as it was", "[constraint]") {
@@ -135,6 +136,38 @@ TEST_CASE("Unsupported regex constructs are refused by name", "[constraint]") {
   CHECK_THROWS_WITH(compile_regex("(ab", RegexMatch::full), Catch::Contains("missing ')'"));
   CHECK_THROWS_WITH(compile_regex("a**", RegexMatch::full), Catch::Contains("nothing to repeat"));
   CHECK_THROWS_WITH(compile_regex("[b-a]", RegexMatch::full), Catch::Contains("backwards"));
+  CHECK_THROWS_WITH(compile_regex(std::string(100000, '(') + std::string(100000, ')'), RegexMatch::full),
+                    Catch::Contains("nested deeper"));
+}
+
+}  // namespace paged::constraint
+
+namespace paged::constraint {
+
+TEST_CASE("Random GBNF and regex texts compile or are refused with a GrammarError, never worse", "[constraint]") {
+  std::mt19937 rng(99);
+  const std::string gbnf_alphabet = "root ::= \"ab\\[]^-|()*+?{},.#\n x0123";
+  const std::string regex_alphabet = "ab\\[]^-$|()*+?{},.dws:<>=!x0123";
+  int compiled = 0, refused = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const bool gbnf_text = i % 2 == 0;
+    const std::string& alphabet = gbnf_text ? gbnf_alphabet : regex_alphabet;
+    std::string text = gbnf_text ? "root ::= " : "";
+    const size_t len = rng() % 24;
+    for (size_t k = 0; k < len; ++k) text += alphabet[rng() % alphabet.size()];
+    INFO("'" << text << "'");
+    try {
+      auto g = std::make_shared<const Grammar>(
+          gbnf_text ? compile_gbnf(text) : build_grammar({{"root", compile_regex(text, RegexMatch::search)}}, "root"));
+      GrammarMatcher m(g);
+      for (int b = 0; b < 16; ++b) m.accept(std::string(1, alphabet[rng() % alphabet.size()]));
+      ++compiled;
+    } catch (const GrammarError&) {
+      ++refused;
+    }
+  }
+  CHECK(compiled > 200);
+  CHECK(refused > 200);
 }
 
 }  // namespace paged::constraint

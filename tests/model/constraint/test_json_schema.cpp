@@ -67,7 +67,7 @@ TEST_CASE("json_object admits any object", "[constraint]") {
 }
 
 TEST_CASE("JSON schema keywords that cannot be enforced are refused by name", "[constraint]") {
-  for (const auto& [s, word] : std::vector<std::pair<const char*, const char*>>{
+  for (const auto& [s, word] : std::vector<std::pair<std::string, std::string>>{
            {R"({"type": "string", "format": "email"})", "'format'"},
            {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
            {R"({"allOf": [{}]})", "'allOf'"},
@@ -77,7 +77,14 @@ TEST_CASE("JSON schema keywords that cannot be enforced are refused by name", "[
            {R"j({"type": "string", "pattern": "a(?=b)"})j", "lookaround"},
            {R"({"type": "object", "required": ["x"]})", "'x'"},
            {R"({"type": "integer", "minimum": 5, "maximum": 4})", "no value"},
-           {R"({"type": "strin"})", "'strin'"}}) {
+           {R"({"type": "strin"})", "'strin'"},
+           {R"({"$ref": "#/$defs/d0", "$defs": {)" + [] {
+              std::string defs;  // d0 -> d1 -> ... -> d99: a chain deeper than the nesting limit
+              for (int i = 0; i < 100; ++i)
+                defs += (i ? "," : "") + std::string("\"d") + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" +
+                        std::to_string(i + 1) + "\"}";
+              return defs + R"(, "d100": {"type": "null"}}})";
+            }(), "nested deeper"}}) {
     INFO(s);
     CHECK_THROWS_WITH(compile_json_schema(boost::json::parse(s)), Catch::Contains(word));
   }
