@@ -258,6 +258,8 @@ void parse_chat_prompt(const Fields& f, const ModelInfo& model, bool add_special
     if (!kwargs->is_object()) invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     for (const auto& kv : kwargs->get_object()) extra[kv.key()] = kv.value();
   }
+  req.tools = parse_tools(f.get("tools"), f.get("tool_choice"), f.boolean("parallel_tool_calls").value_or(true));
+  if (!req.tools.tools.empty()) extra["tools"] = req.tools.tools;  // the template's `tools` variable
   // continue_final_message (vLLM's): the prompt ends inside the final, assistant, message, for the model to go on.
   const bool continue_final = f.boolean("continue_final_message").value_or(false);
   const bool add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
@@ -517,6 +519,13 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   } else {
     parse_prompt(f.get("prompt"), model, add_special_tokens, req);
   }
+  if (req.tools.mode != ToolRequest::Mode::none) {
+    // A forced call is generated under its functions' schema.
+    if (p.structured.kind != StructuredOutput::Kind::none)
+      invalid("'tool_choice' forcing a call cannot go with '" + p.structured.field + "'", "tool_choice");
+    if (req.stream) invalid("streamed tool calls are not supported yet (tool_choice with stream)", "tool_choice");
+    p.structured = req.tools.constraint;
+  }
   // truncate_prompt_tokens: keep each prompt's last k tokens (vLLM truncates from the left).
   if (auto keep = f.integer("truncate_prompt_tokens", 1, std::numeric_limits<int32_t>::max())) {
     for (size_t i = 0; i < req.prompts.size(); ++i) {
@@ -597,6 +606,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       echo_(request.echo),
       want_logprobs_(request.params.logprobs.has_value()),
       want_prompt_logprobs_(request.params.prompt_logprobs.has_value()),
+      tools_(request.tools),
       n_(request.params.n),
       prompt_texts_(request.prompt_texts),
       tokenizer_(&tokenizer),
@@ -760,14 +770,22 @@ std::string ResponseBuilder::body() const {
     json::object choice;
     choice["index"] = i;
     const json::value logprobs = want_logprobs_ ? logprobs_json(c.token_ids, c.logprobs, offset) : json::value(nullptr);
+    std::optional<std::string> finish = c.finish_reason;
     if (endpoint_ == Endpoint::chat) {
-      choice["message"] = json::object{{"role", "assistant"}, {"content", c.text}};
+      json::array calls;
+      if (tools_.mode != ToolRequest::Mode::none) calls = tool_calls_of(tools_, c.text, id_ + "_" + std::to_string(i) + "_");
+      if (calls.empty()) {
+        choice["message"] = json::object{{"role", "assistant"}, {"content", c.text}};
+      } else {
+        choice["message"] = json::object{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", std::move(calls)}};
+        if (finish == "stop") finish = "tool_calls";
+      }
       choice["logprobs"] = logprobs;
     } else {
       choice["text"] = echo_ ? prompt_texts_[i / n_] + c.text : c.text;
       choice["logprobs"] = logprobs;
     }
-    choice["finish_reason"] = c.finish_reason ? json::value(*c.finish_reason) : json::value(nullptr);
+    choice["finish_reason"] = finish ? json::value(*finish) : json::value(nullptr);
     // vLLM's places: each completion choice carries its prompt's, a chat response carries them at the top level.
     if (want_prompt_logprobs_ && endpoint_ == Endpoint::completions)
       choice["prompt_logprobs"] = prompt_logprobs_[i / n_];

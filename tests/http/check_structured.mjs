@@ -1,7 +1,9 @@
 // Structured outputs through the official openai client against `paged serve` on stories260K at temperature 1 and
 // many seeds: every json_schema / guided_json answer parses and ajv validates it against its schema, json_object
 // answers are objects, choice answers are a choice, regex answers match (JavaScript's RegExp); the same schema over
-// the WebSocket protocol (/v1/stream); an unsupported keyword is a 400 (an error frame) naming the field.
+// the WebSocket protocol (/v1/stream); an unsupported keyword is a 400 (an error frame) naming the field. Tool
+// calls: tool_choice "required" and a named function give tool_calls whose arguments ajv finds valid for the
+// function's parameters.
 // Usage: node check_structured.mjs --base http://127.0.0.1:PORT
 import OpenAI from "openai";
 import Ajv from "ajv";
@@ -68,6 +70,46 @@ const bad = await fetch(`${args.base}/v1/completions`, {
 const body = await bad.json();
 checkEqual([bad.status, body.error?.param], [400, "guided_json"], "an unsupported keyword is a 400 naming the field");
 check(String(body.error?.message).includes("'format'"), "the message names the keyword", body);
+// Tool calls forced by tool_choice, read back as tool_calls.
+const weather = {
+  type: "object", properties: { city: { type: "string", maxLength: 20 }, days: { type: "integer", minimum: 1, maximum: 14 } },
+  required: ["city"], additionalProperties: false,
+};
+const tools = [
+  { type: "function", function: { name: "get_weather", description: "The weather in a city", parameters: weather } },
+  { type: "function", function: { name: "get_time", parameters: { type: "object", properties: { zone: { enum: ["utc", "local"] } }, required: ["zone"] } } },
+];
+const validators = { get_weather: ajv.compile(weather), get_time: ajv.compile(tools[1].function.parameters) };
+// parallel_tool_calls false: one call, which ends; true: the stories model lists calls until max_tokens (then the
+// answer is text, finish_reason "length"), so only complete lists are read; every single call must end.
+let complete = 0;
+for (let seed = 0; seed < 8; ++seed) {
+  for (const [tool_choice, parallel_tool_calls] of [["required", false], ["required", true],
+                                                    [{ type: "function", function: { name: "get_time" } }, true]]) {
+    const r = await client.chat.completions.create({ model, messages, temperature: 1, seed, max_tokens: 400, tools,
+                                                     tool_choice, parallel_tool_calls });
+    const choice = r.choices[0];
+    const calls = choice.message.tool_calls ?? [];
+    const what = `seed ${seed}, tool_choice ${JSON.stringify(tool_choice)}, parallel ${parallel_tool_calls}`;
+    if (parallel_tool_calls && tool_choice === "required" && choice.finish_reason === "length") continue;
+    ++complete;
+    check(calls.length >= 1 && choice.message.content === null && choice.finish_reason === "tool_calls", `${what}: tool_calls`, choice);
+    if (!parallel_tool_calls) checkEqual(calls.length, 1, `${what}: one call`);
+    if (tool_choice !== "required") checkEqual(calls.map((c) => c.function.name), ["get_time"], `${what}: the named function`);
+    for (const c of calls) {
+      let args;
+      try { args = JSON.parse(c.function.arguments); } catch { args = undefined; }
+      check(c.type === "function" && validators[c.function.name] && args !== undefined && validators[c.function.name](args),
+            `${what}: the arguments of ${c.function.name} are valid for its parameters`, c);
+    }
+  }
+}
+check(complete >= 16, `every single forced call ends (${complete} of 24 answers complete)`);
+const auto = await fetch(`${args.base}/v1/chat/completions`, {
+  method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ model, messages, tools }),
+});
+checkEqual([auto.status, (await auto.json()).error?.param], [400, "tool_choice"], "tool_choice auto (the default) is a 400");
+
 // The WebSocket protocol: generations under the schema, and an error frame for an unsupported keyword.
 const ws = new WebSocket(`${args.base.replace(/^http/, "ws")}/v1/stream`);
 await new Promise((resolve, reject) => { ws.once("open", resolve); ws.once("error", reject); });
