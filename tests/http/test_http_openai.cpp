@@ -638,3 +638,20 @@ TEST_CASE("a request's own chat_template needs a server that trusts them", "[ope
   CHECK(refused_param(Endpoint::chat, body) == "<accepted>");
   CHECK(parse(Endpoint::chat, body).prompt_texts.at(0) == "a");
 }
+
+TEST_CASE("tools reach the chat template's tools variable; a forced call is a structured output", "[openai][tools]") {
+  const auto K = Endpoint::chat;
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  // A template that writes the tools' names.
+  const std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + tools +
+                           R"(, "chat_template": "{% for t in tools %}[{{ t.function.name }}]{% endfor %}{{ messages[0].content }}")";
+  const openai::Request none = parse(K, body + R"(, "tool_choice": "none"})");
+  CHECK(none.prompt_texts[0] == "[get_weather]hi");
+  CHECK(none.params.structured == StructuredOutput{});
+  const openai::Request named = parse(K, body + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
+  CHECK(named.params.structured.kind == StructuredOutput::Kind::json_schema);
+  CHECK(named.params.structured.field == "tool_choice");
+  CHECK(refused_param(K, body + R"(, "tool_choice": "required", "stream": true})") == "tool_choice");
+  CHECK(refused_param(K, body + R"(, "tool_choice": "required", "guided_regex": "a"})") == "tool_choice");
+}
