@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cuda/nccl_comm.h"
+#include "model/constraint/token_mask.h"
 #include "model/scheduling/resume.h"
 #include "model/scheduling/scheduler_policy.h"
 #include "model/step.h"
@@ -94,6 +95,9 @@ struct RequestSpec {
   std::shared_ptr<const std::vector<TokenId>> prompt;
   std::shared_ptr<const SamplingParams> params;
   std::vector<TokenId> stop_ids;         // EOS (unless ignore_eos) + stop_token_ids
+  /// Structured outputs: the constraint every completion starts from (each sequence advances its own copy); null:
+  /// free text.
+  std::shared_ptr<const constraint::TokenConstraint> constraint;
   uint64_t seed = 0;                     // completion i samples with seed + i
   caf::actor client;                     // the request actor
   /// A request moved from a lost replica: the completions that go on, each from its output so far (resume_point);

@@ -33,6 +33,7 @@ struct SeqData {
   uint64_t output_read_by = 0;  // the newest step sent with a sample of it, which reads *output (copy on write)
   double cumulative_logprob = 0.0;
   std::optional<std::vector<SampledToken>> beam_candidates;  // beam search: this step's offers, until all beams have
+  std::shared_ptr<constraint::TokenConstraint> constraint;   // structured outputs: the output so far against its grammar
 };
 
 struct RequestData {
@@ -189,6 +190,7 @@ SeqId fork_seq(Self* self, SeqData& parent, int index) {
   child.request = parent.request;
   child.index = index;
   *child.output = *parent.output;
+  if (parent.constraint) child.constraint = std::make_shared<constraint::TokenConstraint>(*parent.constraint);
   child.cumulative_logprob = parent.cumulative_logprob;
   if (parent.phase == PlanSeq::Phase::running && !parent.swapping_in) {
     child.num_planned = parent.num_planned;
@@ -337,6 +339,7 @@ void handle_results(Self* self, const SchedulerState::InFlight& step, const Step
     for (auto& [sid, tok] : appended) {
       SeqData& q = st.seqs.at(sid);
       st.append_output(q, tok.token);
+      if (q.constraint) q.constraint->accept(tok.token);
       q.cumulative_logprob += tok.logprob;
       SeqOutput out;
       out.index = q.index;
@@ -375,6 +378,17 @@ bool forks_on_result(const SchedulerState& st, const StepPlan& plan) {
 }
 
 void on_step_result(Self* self, uint64_t id, StepResult r);
+
+/// Whether `plan` runs a structured-output sequence whose newest token is still in flight: its mask is filled from
+/// its constraint while the step runs, and the constraint learns that token only from the results, so such a step
+/// waits for them instead of going with the token deferred.
+bool defers_a_constraint(const SchedulerState& st, const StepPlan& plan) {
+  for (const PlannedChunk& c : plan.chunks) {
+    auto it = st.seqs.find(c.id);
+    if (it != st.seqs.end() && it->second.constraint && it->second.pending > 0) return true;
+  }
+  return false;
+}
 
 /// Sends the step `plan` describes to the executors. With a step in flight (async scheduling), a sequence that
 /// samples there and runs on here goes with its newest token deferred: the executor fills it in.
@@ -431,6 +445,12 @@ void dispatch(Self* self, StepPlan plan) {
         spec.num_logprobs = r.spec.params->logprobs.value_or(0);
         spec.num_candidates = r.beam ? 2 * r.width : 1;
         chunk.samples.push_back(spec);
+      }
+      if (s.constraint) {
+        // The runner fills the mask while the step runs: the constraint changes only when the step's token comes
+        // (so a constrained sequence's step is never sent with one of its tokens in flight: see `defer`).
+        for (SampleSpec& spec : chunk.samples) spec.mask_source = s.constraint.get();
+        msg.keep_alive.push_back(s.constraint);
       }
       ++s.pending;
       s.output_read_by = step_id;
@@ -651,7 +671,7 @@ void request_plan(Self* self) {
         apply_plan(self, plan);
         publish_queue_metrics(self);
         const bool defer = s.setup.async_scheduling && s.setup.executors.size() == 1 && s.in_flight.size() == 1 &&
-                           !s.in_flight.front().forks;
+                           !s.in_flight.front().forks && !defers_a_constraint(s, plan);
         if (!s.in_flight.empty() && !(defer && !plan.chunks.empty())) {
           s.next_plan = std::move(plan);
         } else if (!plan.chunks.empty()) {
@@ -690,6 +710,10 @@ caf::behavior scheduler_actor(caf::stateful_actor<SchedulerState>* self, Schedul
           s.request = spec.id;
           s.index = index;
           *s.output = std::move(output);
+          if (spec.constraint) {
+            s.constraint = std::make_shared<constraint::TokenConstraint>(*spec.constraint);
+            for (TokenId id : *s.output) s.constraint->accept(id);
+          }
           s.cumulative_logprob = cumulative_logprob;
           r.seqs.push_back(s.id);
           st.seqs.emplace(s.id, std::move(s));

@@ -421,7 +421,7 @@ void pack_params(Packer& out, const SamplingParams& p) {
   [[maybe_unused]] const auto& [n, best_of, use_beam_search, max_tokens, min_tokens, temperature, top_p, top_k, min_p,
                                 seed, repetition_penalty, presence_penalty, frequency_penalty, logit_bias,
                                 stop_token_ids, stop, ignore_eos, logprobs, prompt_logprobs,
-                                skip_special_tokens, include_stop_str_in_output] = p;
+                                skip_special_tokens, include_stop_str_in_output, structured] = p;
   out.put<int32_t>(p.n);
   out.put<int32_t>(p.best_of);
   out.flag(p.use_beam_search);
@@ -451,6 +451,9 @@ void pack_params(Packer& out, const SamplingParams& p) {
   if (p.prompt_logprobs) out.put<int32_t>(*p.prompt_logprobs);
   out.flag(p.skip_special_tokens);
   out.flag(p.include_stop_str_in_output);
+  out.put<int32_t>(static_cast<int32_t>(p.structured.kind));
+  out.text(p.structured.spec);
+  out.text(p.structured.field);
 }
 
 // `at(member)` names a field of the parameters (a callable that makes the name).
@@ -496,6 +499,12 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
   if (in.flag(at("prompt_logprobs"))) p.prompt_logprobs = in.get<int32_t>(at("prompt_logprobs"));
   p.skip_special_tokens = in.flag(at("skip_special_tokens"));
   p.include_stop_str_in_output = in.flag(at("include_stop_str_in_output"));
+  const auto kind = in.get<int32_t>(at("structured.kind"));
+  if (kind < 0 || kind > static_cast<int32_t>(StructuredOutput::Kind::grammar))
+    in.fail(at("structured.kind"), "unknown structured output kind " + std::to_string(kind));
+  p.structured.kind = static_cast<StructuredOutput::Kind>(kind);
+  p.structured.spec = in.text(at("structured.spec"));
+  p.structured.field = in.text(at("structured.field"));
   return p;
 }
 

@@ -2,6 +2,7 @@
 #include "model/sampling/params_check.h"
 #include "model/unicode/utf8.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <limits>
@@ -15,6 +16,28 @@ namespace {
 
 
 [[noreturn]] void invalid(const std::string& message, const std::string& param) { throw InvalidRequest(message, param); }
+
+using Structured = StructuredOutput::Kind;
+
+// The JSON text of a schema given as an object or as a string holding one.
+std::string schema_text(const json::value& v, const std::string& field) {
+  if (v.is_object()) return json::serialize(v);
+  if (v.is_string()) return std::string(v.get_string());
+  invalid("'" + field + "' must be a JSON schema (an object)", field);
+}
+
+// A choice list: a non-empty list of strings, as JSON text.
+std::string choice_text(const json::value& v, const std::string& field) {
+  const json::array* a = v.if_array();
+  if (!a || a->empty() || !std::all_of(a->begin(), a->end(), [](const json::value& c) { return c.is_string(); }))
+    invalid("'" + field + "' must be a non-empty list of strings", field);
+  return json::serialize(v);
+}
+
+std::string string_of(const json::value& v, const std::string& field) {
+  if (!v.is_string()) invalid("'" + field + "' must be a string", field);
+  return std::string(v.get_string());
+}
 
 std::string show(double d) {
   std::ostringstream ss;
@@ -235,6 +258,8 @@ void parse_chat_prompt(const Fields& f, const ModelInfo& model, bool add_special
     if (!kwargs->is_object()) invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     for (const auto& kv : kwargs->get_object()) extra[kv.key()] = kv.value();
   }
+  req.tools = parse_tools(f.get("tools"), f.get("tool_choice"), f.boolean("parallel_tool_calls").value_or(true));
+  if (!req.tools.tools.empty()) extra["tools"] = req.tools.tools;  // the template's `tools` variable
   // continue_final_message (vLLM's): the prompt ends inside the final, assistant, message, for the model to go on.
   const bool continue_final = f.boolean("continue_final_message").value_or(false);
   const bool add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
@@ -347,6 +372,59 @@ std::string detokenize_body(std::string_view body, const ModelInfo& model) {
   return json::serialize(json::object{{"prompt", model.tokenizer->decode(ids)}});
 }
 
+namespace {
+
+// OpenAI's response_format, vLLM's structured_outputs and its older guided_* fields: at most one constraint.
+StructuredOutput parse_structured_output(const Fields& f) {
+  std::vector<StructuredOutput> found;
+  const auto add = [&](Structured kind, std::string spec, std::string field) {
+    found.push_back({kind, std::move(spec), std::move(field)});
+  };
+  if (const json::value* format = f.get("response_format")) {
+    if (!format->is_object()) invalid("'response_format' must be an object", "response_format");
+    const Fields rf(format->get_object());
+    const json::value* type = rf.get("type");
+    const std::string t = type && type->is_string() ? std::string(type->get_string()) : "";
+    if (t == "json_object") {
+      add(Structured::json_object, "", "response_format");
+    } else if (t == "json_schema") {
+      const json::value* js = rf.get("json_schema");
+      if (!js || !js->is_object()) invalid("'response_format.json_schema' must be an object", "response_format");
+      const Fields schema(js->get_object());
+      const json::value* name = schema.get("name");
+      if (!name || !name->is_string()) invalid("'response_format.json_schema.name' must be a string", "response_format");
+      schema.get("description");
+      schema.boolean("strict");  // the schema is always enforced
+      const json::value* s = schema.get("schema");
+      add(Structured::json_schema, s ? schema_text(*s, "response_format.json_schema.schema") : "{}", "response_format");
+      schema.refuse_unread("response_format.json_schema.");
+    } else if (t != "text") {
+      invalid("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"", "response_format");
+    }
+    rf.refuse_unread("response_format.");
+  }
+  if (const json::value* so = f.get("structured_outputs")) {
+    if (!so->is_object()) invalid("'structured_outputs' must be an object", "structured_outputs");
+    const Fields s(so->get_object());
+    if (const json::value* v = s.get("json")) add(Structured::json_schema, schema_text(*v, "structured_outputs.json"), "structured_outputs");
+    if (const json::value* v = s.get("regex")) add(Structured::regex, string_of(*v, "structured_outputs.regex"), "structured_outputs");
+    if (const json::value* v = s.get("choice")) add(Structured::choice, choice_text(*v, "structured_outputs.choice"), "structured_outputs");
+    if (const json::value* v = s.get("grammar")) add(Structured::grammar, string_of(*v, "structured_outputs.grammar"), "structured_outputs");
+    if (s.boolean("json_object").value_or(false)) add(Structured::json_object, "", "structured_outputs");
+    s.refuse_unread("structured_outputs.");
+  }
+  if (const json::value* v = f.get("guided_json")) add(Structured::json_schema, schema_text(*v, "guided_json"), "guided_json");
+  if (const json::value* v = f.get("guided_regex")) add(Structured::regex, string_of(*v, "guided_regex"), "guided_regex");
+  if (const json::value* v = f.get("guided_choice")) add(Structured::choice, choice_text(*v, "guided_choice"), "guided_choice");
+  if (const json::value* v = f.get("guided_grammar")) add(Structured::grammar, string_of(*v, "guided_grammar"), "guided_grammar");
+  if (found.size() > 1)
+    invalid("only one structured output may be asked ('" + found[0].field + "' and '" + found[1].field + "' are both given)",
+            found[1].field);
+  return found.empty() ? StructuredOutput{} : found[0];
+}
+
+}  // namespace
+
 Request parse_request(Endpoint endpoint, const json::object& body, const ModelInfo& model) {
   const Fields f(body);
   const bool chat = endpoint == Endpoint::chat;
@@ -432,13 +510,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
             "spaces_between_special_tokens");
   p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
   f.string("user");  // accepted, only type-checked
-  if (const json::value* format = f.get("response_format")) {
-    // The default, plain text, is accepted; JSON modes and schemas (structured outputs) are not implemented yet.
-    const json::object* o = format->if_object();
-    const json::value* type = o ? o->if_contains("type") : nullptr;
-    if (!type || !type->is_string() || type->get_string() != "text" || o->size() != 1)
-      invalid("'response_format' other than {\"type\": \"text\"} is not supported by this server", "response_format");
-  }
+  p.structured = parse_structured_output(f);
 
   // vLLM's defaults: completions add the tokenizer's special tokens (BOS), chat leaves them to the template.
   const bool add_special_tokens = f.boolean("add_special_tokens").value_or(!chat);
@@ -446,6 +518,13 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     parse_chat_prompt(f, model, add_special_tokens, req);
   } else {
     parse_prompt(f.get("prompt"), model, add_special_tokens, req);
+  }
+  if (req.tools.mode != ToolRequest::Mode::none) {
+    // A forced call is generated under its functions' schema.
+    if (p.structured.kind != StructuredOutput::Kind::none)
+      invalid("'tool_choice' forcing a call cannot go with '" + p.structured.field + "'", "tool_choice");
+    if (req.stream) invalid("streamed tool calls are not supported yet (tool_choice with stream)", "tool_choice");
+    p.structured = req.tools.constraint;
   }
   // truncate_prompt_tokens: keep each prompt's last k tokens (vLLM truncates from the left).
   if (auto keep = f.integer("truncate_prompt_tokens", 1, std::numeric_limits<int32_t>::max())) {
@@ -527,6 +606,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       echo_(request.echo),
       want_logprobs_(request.params.logprobs.has_value()),
       want_prompt_logprobs_(request.params.prompt_logprobs.has_value()),
+      tools_(request.tools),
       n_(request.params.n),
       prompt_texts_(request.prompt_texts),
       tokenizer_(&tokenizer),
@@ -690,14 +770,22 @@ std::string ResponseBuilder::body() const {
     json::object choice;
     choice["index"] = i;
     const json::value logprobs = want_logprobs_ ? logprobs_json(c.token_ids, c.logprobs, offset) : json::value(nullptr);
+    std::optional<std::string> finish = c.finish_reason;
     if (endpoint_ == Endpoint::chat) {
-      choice["message"] = json::object{{"role", "assistant"}, {"content", c.text}};
+      json::array calls;
+      if (tools_.mode != ToolRequest::Mode::none) calls = tool_calls_of(tools_, c.text, id_ + "_" + std::to_string(i) + "_");
+      if (calls.empty()) {
+        choice["message"] = json::object{{"role", "assistant"}, {"content", c.text}};
+      } else {
+        choice["message"] = json::object{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", std::move(calls)}};
+        if (finish == "stop") finish = "tool_calls";
+      }
       choice["logprobs"] = logprobs;
     } else {
       choice["text"] = echo_ ? prompt_texts_[i / n_] + c.text : c.text;
       choice["logprobs"] = logprobs;
     }
-    choice["finish_reason"] = c.finish_reason ? json::value(*c.finish_reason) : json::value(nullptr);
+    choice["finish_reason"] = finish ? json::value(*finish) : json::value(nullptr);
     // vLLM's places: each completion choice carries its prompt's, a chat response carries them at the top level.
     if (want_prompt_logprobs_ && endpoint_ == Endpoint::completions)
       choice["prompt_logprobs"] = prompt_logprobs_[i / n_];

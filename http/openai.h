@@ -12,6 +12,7 @@
 #include <boost/json/object.hpp>
 
 #include "actors/engine.h"
+#include "http/tool_calls.h"
 #include "model/template/chat_template.h"
 #include "model/sampling/sampling_params.h"
 #include "model/tokenizer/tokenizer.h"
@@ -47,6 +48,7 @@ struct Request {
   bool stream = false;
   bool include_usage = false;             // stream_options.include_usage
   bool echo = false;                      // completions: prepend the prompt to the text
+  ToolRequest tools;                      // chat: tools and tool_choice
 };
 
 /// Parses and validates a request body (a JSON object). Throws InvalidRequest naming the parameter for malformed
@@ -123,6 +125,7 @@ class ResponseBuilder {
   bool echo_;
   bool want_logprobs_;
   bool want_prompt_logprobs_;
+  ToolRequest tools_;  // a forced tool call: the answers become tool_calls
   int n_;
   std::vector<std::string> prompt_texts_;
   const Tokenizer* tokenizer_;

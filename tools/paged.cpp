@@ -38,9 +38,10 @@ constexpr const char* kUsage = R"(usage:
               [--dataset-path FILE] [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]
               [--seed S] [--request-rate inf] [--burstiness 1] [--max-concurrency N] [--goodput KEY:MS ...]
               [--percentile-metrics ttft,tpot,itl] [--metric-percentiles 99] [--ignore-eos] [--disable-tqdm]
-              [--result-file FILE.json]
+              [--result-file FILE.json] [--json-schema FILE]
               (vLLM's serving benchmark against a running server; KEY of ttft, tpot, e2el; sharegpt needs
-              --tokenizer; the API key also from OPENAI_API_KEY or PAGED_API_KEY)
+              --tokenizer; the API key also from OPENAI_API_KEY or PAGED_API_KEY; --json-schema: every request's
+              answer constrained to that schema, structured outputs)
   paged worker MODEL_DIR [--host 127.0.0.1] [--port 7000] [--tls-dir DIR] [engine flags]
                (runs one replica of the model for an engine started elsewhere with --workers; a --host off
                loopback needs --tls-dir)

@@ -2,14 +2,15 @@
 #include "kernels/cuda/runner_impl.h"
 
 #include "kernels/cuda/penalty_rows.h"
+#include "kernels/cuda/token_bitmask.h"
 
 namespace paged {
 
 namespace {
 
-// Whether the GPU reproduces sample_logits for this spec: no beam candidates, and logits processing only for a
-// spec alone on its logits row (the processing changes the row in place: apply_penalties, the twin of
-// apply_penalty_ops). Logprob alternatives (num_logprobs) are scored on the GPU after sampling (score_tokens, the
+// Whether the GPU reproduces sample_logits for this spec: no beam candidates, and logits processing or a token mask
+// only for a spec alone on its logits row (they change the row in place: apply_penalties, the twin of
+// apply_penalty_ops; apply_token_bitmask, the twin of apply_token_mask). Logprob alternatives (num_logprobs) are scored on the GPU after sampling (score_tokens, the
 // twin of score_token).
 bool gpu_samplable(const SampleSpec& spec, bool alone_on_row) {
   const SamplingParams& p = *spec.params;
@@ -17,7 +18,8 @@ bool gpu_samplable(const SampleSpec& spec, bool alone_on_row) {
       spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated_count(spec)) < p.min_tokens;
   const bool processed = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
                          !p.logit_bias.empty() || masks_stops;
-  return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && (!processed || alone_on_row);
+  const bool masked = spec.mask_source != nullptr;  // structured outputs: cuda::apply_token_bitmask
+  return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && (!(processed || masked) || alone_on_row);
 }
 
 }  // namespace
@@ -41,6 +43,7 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
     result.samples.emplace_back(batch.seqs[s].samples.size());
   }
   apply_penalties(batch, gpu_jobs);
+  apply_token_masks(batch, gpu_jobs);  // after the penalties, as sample_logits
   for (size_t begin = 0; begin < gpu_jobs.size(); begin += max_seqs) {
     const int rows = static_cast<int>(std::min<size_t>(max_seqs, gpu_jobs.size() - begin));
     for (int r = 0; r < rows; ++r) {
@@ -156,6 +159,28 @@ void CudaModelRunner::Impl::apply_penalties(const StepBatch& batch, const std::v
   PAGED_CUDA_CHECK(penalty_values.upload(values.size(), compute));
   PAGED_CUDA_CHECK(cuda::apply_penalties(logits.get(), penalty_rows.device.get(), penalty_ids.device.get(),
                                          penalty_values.device.get(), static_cast<int>(rows.size()), vocab, compute));
+}
+
+void CudaModelRunner::Impl::apply_token_masks(const StepBatch& batch, const std::vector<SampleJob>& jobs) {
+  const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
+  int n = 0;
+  for (const SampleJob& j : jobs) {
+    const TokenMaskSource* source = batch.seqs[j.chunk].samples[j.spec].mask_source;
+    if (!source) continue;
+    if (!mask_rows.device) {
+      mask_rows.allocate(max_seqs);
+      mask_bits.allocate(static_cast<size_t>(max_seqs) * words);
+    }
+    mask_rows.host[n] = j.logits_row;
+    // On the host while the GPU still computes the forward pass (nothing since it was launched waited for it).
+    source->fill_mask(std::span<uint32_t>(mask_bits.host.get() + static_cast<size_t>(n) * words, words));
+    ++n;  // at most max_seqs: each masked job is alone on its row
+  }
+  if (n == 0) return;
+  PAGED_CUDA_CHECK(mask_rows.upload(n, compute));
+  PAGED_CUDA_CHECK(mask_bits.upload(static_cast<size_t>(n) * words, compute));
+  PAGED_CUDA_CHECK(cuda::apply_token_bitmask(logits.get(), mask_rows.device.get(), mask_bits.device.get(), n, vocab,
+                                             compute));
 }
 
 void CudaModelRunner::Impl::allocate_score_staging() {

@@ -54,6 +54,13 @@ std::optional<FieldError> check_sampling_params(const SamplingParams& p, int voc
   if (p.prompt_logprobs && (*p.prompt_logprobs < 0 || *p.prompt_logprobs > kMaxLogprobs))
     return bad("prompt_logprobs", "prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
   if (p.use_beam_search && p.temperature != 0.0f) return bad("temperature", "beam search requires temperature 0");
+  if (p.structured.kind != StructuredOutput::Kind::none) {
+    // A structured output ends on EOS once its grammar is complete: masking EOS could leave no token allowed.
+    const std::string& field = p.structured.field;
+    if (p.use_beam_search) return bad(field, "structured outputs are not supported with beam search");
+    if (p.ignore_eos) return bad(field, "structured outputs are not supported with ignore_eos");
+    if (p.min_tokens > 0) return bad(field, "structured outputs are not supported with min_tokens");
+  }
   return std::nullopt;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -10,6 +11,16 @@
 #include "model/types.h"
 
 namespace paged {
+
+/// Structured outputs: where a sequence's allowed tokens come from. The runner that samples the sequence calls it
+/// once per sample of a step, on its own thread, while the step runs (on the GPU, while the forward pass computes);
+/// its owner changes it only between steps.
+class TokenMaskSource {
+ public:
+  virtual ~TokenMaskSource() = default;
+  /// Writes the allowed tokens into `mask`, ceil(vocab / 32) words: bit id % 32 of word id / 32 set when id is.
+  virtual void fill_mask(std::span<uint32_t> mask) const = 0;
+};
 
 /// Sampling inputs of one sequence in one step.
 struct SampleSpec {
@@ -23,6 +34,7 @@ struct SampleSpec {
   /// The newest generated id when it is not in *output yet (a step sent before the one that sampled it returned:
   /// SeqChunk::last_token_deferred); -1: none. The ids generated so far are *output, then this one.
   TokenId pending_output = -1;
+  const TokenMaskSource* mask_source = nullptr;  // structured outputs: the allowed tokens; null: every token
 };
 
 /// How many ids the sequence has generated before this sample: its output, with the pending one.

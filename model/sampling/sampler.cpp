@@ -110,9 +110,19 @@ void apply_penalties(std::span<float> logits, const SampleSpec& spec) {
   apply_penalty_ops(logits, penalty_ops(spec, static_cast<int>(logits.size())));
 }
 
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!((allowed[i >> 5] >> (i & 31)) & 1)) logits[i] = -std::numeric_limits<float>::infinity();
+}
+
 std::vector<SampledToken> sample_logits(std::span<float> logits, const SampleSpec& spec) {
   const SamplingParams& p = *spec.params;
   apply_penalties(logits, spec);
+  if (spec.mask_source) {
+    std::vector<uint32_t> allowed((logits.size() + 31) / 32);
+    spec.mask_source->fill_mask(allowed);
+    apply_token_mask(logits, allowed);
+  }
   std::vector<float> lp;
   log_softmax(logits, lp);
   const auto vocab = static_cast<TokenId>(logits.size());

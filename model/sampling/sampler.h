@@ -40,10 +40,14 @@ PenaltyOps penalty_ops(const SampleSpec& spec, int vocab);
 /// Applies `ops` to one row of logits, in place.
 void apply_penalty_ops(std::span<float> logits, const PenaltyOps& ops);
 
+/// Sets to -inf every logit whose bit in `allowed` (a token bitmask, TokenMaskSource's layout) is clear. The CPU
+/// twin of cuda::apply_token_bitmask.
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed);
+
 /// apply_penalty_ops(logits, penalty_ops(spec, logits.size())).
 void apply_penalties(std::span<float> logits, const SampleSpec& spec);
 
-/// Samples from `logits` (one sequence, vocab entries): penalties, then greedy or temperature / top-k / top-p /
+/// Samples from `logits` (one sequence, vocab entries): penalties, the token mask (spec.mask_source), then greedy or temperature / top-k / top-p /
 /// min-p and inverse-CDF sampling over probabilities sorted descending (ties by lower id). Logprobs are the
 /// log-softmax of the logits after penalties, before temperature (what the request is billed against).
 /// With spec.num_candidates > 1 (beam search) returns that many best tokens by logprob instead of sampling.

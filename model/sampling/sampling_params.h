@@ -15,6 +15,17 @@ namespace paged {
 /// takes no more).
 inline constexpr size_t kMaxStopBytes = size_t{1} << 20;
 
+/// Structured outputs: what every completion's text must be, as the request wrote it (compiled by the engine,
+/// model/constraint/structured_output.h).
+struct StructuredOutput {
+  enum class Kind : uint8_t { none, json_schema, json_object, regex, choice, grammar };
+  Kind kind = Kind::none;
+  std::string spec;   // json_schema: the schema as JSON text; regex: the pattern; choice: a JSON list of strings;
+                      // grammar: GBNF; json_object, none: empty
+  std::string field;  // the request field it came from (e.g. "response_format"), which errors name
+  auto operator<=>(const StructuredOutput&) const = default;  // field by field (== too)
+};
+
 struct SamplingParams {
   int n = 1;                       // completions returned
   int best_of = 0;                 // completions generated (0: same as n); the n best by cumulative logprob return
@@ -37,6 +48,7 @@ struct SamplingParams {
   std::optional<int> prompt_logprobs;   // return every prompt token's logprob (vLLM's) and this many top alternatives
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;  // the stop string that ended a completion stays in its text
+  StructuredOutput structured;              // none: free text
 
   bool greedy() const { return temperature == 0.0f; }
   bool operator==(const SamplingParams&) const = default;  // every field equal

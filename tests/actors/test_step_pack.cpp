@@ -29,7 +29,8 @@ SamplingParams every_field_set() {
           .top_p = 0.8f, .top_k = 12, .min_p = 0.05f, .seed = uint64_t{1} << 40, .repetition_penalty = 1.1f,
           .presence_penalty = -0.5f, .frequency_penalty = 0.3f, .logit_bias = {{3, 1.5f}, {9, -2.0f}},
           .stop_token_ids = {7, 8}, .stop = {"\n\n", "The end"}, .ignore_eos = true, .logprobs = 6,
-          .prompt_logprobs = 3, .skip_special_tokens = false, .include_stop_str_in_output = true};
+          .prompt_logprobs = 3, .skip_special_tokens = false, .include_stop_str_in_output = true,
+          .structured = {.kind = StructuredOutput::Kind::regex, .spec = "a+b", .field = "guided_regex"}};
 }
 
 // One chunk that samples, with `params` in its context.
@@ -218,6 +219,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
   CHECK(set.prompt_logprobs != d.prompt_logprobs);
   CHECK(set.skip_special_tokens != d.skip_special_tokens);
   CHECK(set.include_stop_str_in_output != d.include_stop_str_in_output);
+  CHECK(set.structured != d.structured);
 
   const auto round_trip = [](const SamplingParams& p) {
     WireStep w;
@@ -252,6 +254,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
       [&](SamplingParams& p) { p.prompt_logprobs = set.prompt_logprobs; },
       [&](SamplingParams& p) { p.skip_special_tokens = set.skip_special_tokens; },
       [&](SamplingParams& p) { p.include_stop_str_in_output = set.include_stop_str_in_output; },
+      [&](SamplingParams& p) { p.structured = set.structured; },
   };
   for (size_t f = 0; f < one_field.size(); ++f) {
     INFO("field " << f);

@@ -181,7 +181,26 @@ TEST_CASE("add_special_tokens, truncate_prompt_tokens and response_format text t
   CHECK(cut.prompts[0] == std::vector<TokenId>(with_bos.end() - 2, with_bos.end()));
   CHECK(cut.prompt_texts[0] == tok.decode(cut.prompts[0]));
   CHECK(parse(C, R"({"prompt": "Once upon a time", "truncate_prompt_tokens": 99})").prompts[0] == with_bos);
-  CHECK(parse(C, R"({"prompt": "x", "response_format": {"type": "text"}})").prompts.size() == 1);
+  CHECK(parse(C, R"({"prompt": "x", "response_format": {"type": "text"}})").params.structured == StructuredOutput{});
+  // Structured outputs: each way of asking gives its kind, its text and the field errors name.
+  using S = StructuredOutput::Kind;
+  const std::vector<std::pair<std::string, StructuredOutput>> asked{
+      {R"("response_format": {"type": "json_object"})", {S::json_object, "", "response_format"}},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+          "schema": {"type": "integer"}}})", {S::json_schema, R"({"type":"integer"})", "response_format"}},
+      {R"("structured_outputs": {"regex": "a+"})", {S::regex, "a+", "structured_outputs"}},
+      {R"("structured_outputs": {"choice": ["x", "y"]})", {S::choice, R"(["x","y"])", "structured_outputs"}},
+      {R"("structured_outputs": {"grammar": "root ::= \"a\""})", {S::grammar, R"(root ::= "a")", "structured_outputs"}},
+      {R"("structured_outputs": {"json": "{\"type\": \"null\"}"})", {S::json_schema, R"({"type": "null"})", "structured_outputs"}},
+      {R"("guided_json": {"type": "null"})", {S::json_schema, R"({"type":"null"})", "guided_json"}},
+      {R"("guided_regex": "b")", {S::regex, "b", "guided_regex"}},
+      {R"("guided_choice": ["z"])", {S::choice, R"(["z"])", "guided_choice"}},
+      {R"("guided_grammar": "root ::= [a]")", {S::grammar, "root ::= [a]", "guided_grammar"}}};
+  for (const auto& [field, expected] : asked) {
+    INFO(field);
+    CHECK(parse(C, R"({"prompt": "x", )" + field + "}").params.structured == expected);
+    CHECK(parse(K, R"({"messages": [{"role": "user", "content": "a"}], )" + field + "}").params.structured == expected);
+  }
   // Chat leaves BOS to the template; add_special_tokens adds the tokenizer's as well.
   const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}])";
   const openai::Request plain = parse(K, chat + "}");
@@ -432,11 +451,15 @@ TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
       // Fields this server does not act on are refused, never ignored.
       {K, R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "auto"})", "tool_choice"},
       {K, R"({"messages": [{"role": "user", "content": "a"}], "tools": []})", "tools"},
-      {K, R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}})",
+      {K, R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "xml"}})",
        "response_format"},
       {C, R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format"},
-      {C, R"({"prompt": "x", "guided_json": {}})", "guided_json"},
-      {C, R"({"prompt": "x", "structured_outputs": {"json": {}}})", "structured_outputs"},
+      {C, R"({"prompt": "x", "response_format": {"type": "json_object", "schema": {}}})", "response_format.schema"},
+      {C, R"({"prompt": "x", "guided_json": 3})", "guided_json"},
+      {C, R"({"prompt": "x", "guided_choice": []})", "guided_choice"},
+      {C, R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})", "guided_choice"},
+      {C, R"({"prompt": "x", "structured_outputs": {"json": {}, "whitespace_pattern": " "}})",
+       "structured_outputs.whitespace_pattern"},
       {C, R"({"prompt": "x", "prompt_logprobs": 21})", "prompt_logprobs"},
       {C, R"({"prompt": "x", "prompt_logprobs": -1})", "prompt_logprobs"},
       {C, R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})", "prompt_logprobs"},
@@ -614,4 +637,21 @@ TEST_CASE("a request's own chat_template needs a server that trusts them", "[ope
   CHECK(refused_param(Endpoint::chat, body, &strict) == "chat_template");
   CHECK(refused_param(Endpoint::chat, body) == "<accepted>");
   CHECK(parse(Endpoint::chat, body).prompt_texts.at(0) == "a");
+}
+
+TEST_CASE("tools reach the chat template's tools variable; a forced call is a structured output", "[openai][tools]") {
+  const auto K = Endpoint::chat;
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  // A template that writes the tools' names.
+  const std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + tools +
+                           R"(, "chat_template": "{% for t in tools %}[{{ t.function.name }}]{% endfor %}{{ messages[0].content }}")";
+  const openai::Request none = parse(K, body + R"(, "tool_choice": "none"})");
+  CHECK(none.prompt_texts[0] == "[get_weather]hi");
+  CHECK(none.params.structured == StructuredOutput{});
+  const openai::Request named = parse(K, body + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
+  CHECK(named.params.structured.kind == StructuredOutput::Kind::json_schema);
+  CHECK(named.params.structured.field == "tool_choice");
+  CHECK(refused_param(K, body + R"(, "tool_choice": "required", "stream": true})") == "tool_choice");
+  CHECK(refused_param(K, body + R"(, "tool_choice": "required", "guided_regex": "a"})") == "tool_choice");
 }

@@ -48,6 +48,7 @@ cd "$NODE_DIR"
 node check_openai.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_openai
 node check_request_fields.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_request_fields
 node check_websocket.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_websocket
+node check_structured.mjs --base "$BASE" || fail check_structured
 node check_bad_requests.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_bad_requests
 node check_disconnect.mjs --base "$BASE" || fail check_disconnect
 

@@ -19,6 +19,7 @@
 
 #include <sys/resource.h>
 
+#include "model/json_file.h"
 #include "model/tokenizer/load_tokenizer.h"
 #include "tools/bench/bench_stats.h"
 #include "tools/bench/datasets.h"
@@ -296,6 +297,7 @@ struct ServeBenchFlags {
   std::vector<double> percentiles;
   bool ignore_eos = false, show_progress = true;
   std::string result_file;
+  std::optional<json::value> json_schema;  // --json-schema FILE: every request asks it (structured outputs)
 };
 
 /// Reads and checks the flags; UsageError for a bad one.
@@ -333,6 +335,14 @@ ServeBenchFlags read_flags(cli::Args& args) {
     f.percentiles.push_back(v);
   }
   f.ignore_eos = args.get_bool("ignore-eos", false);
+  if (const std::optional<std::string> path = args.get("json-schema")) {
+    const std::optional<std::string> text = read_file(*path);
+    if (!text) throw cli::UsageError("--json-schema " + *path + ": cannot open");
+    boost::system::error_code ec;
+    f.json_schema = json::parse(*text, ec);
+    if (ec) throw cli::UsageError("--json-schema " + *path + ": malformed JSON (" + ec.message() + ")");
+    if (f.ignore_eos) throw cli::UsageError("--json-schema ends each answer with its JSON: --ignore-eos cannot go with it");
+  }
   f.show_progress = !args.get_bool("disable-tqdm", false);
   f.result_file = args.get("result-file").value_or("");
   args.reject_unknown();
@@ -448,7 +458,8 @@ int run_bench_serve_command(int argc, char** argv, int first) {
       dataset_requests(f.data, vocab, served.max_model_len,
                        [&](const std::string& text) { return tokenizer->encode(text, true); });
   std::vector<std::string> bodies;
-  for (const BenchRequest& r : requests) bodies.push_back(completion_body(model_id, r, f.ignore_eos));
+  for (const BenchRequest& r : requests)
+    bodies.push_back(completion_body(model_id, r, f.ignore_eos, f.json_schema ? &*f.json_schema : nullptr));
   const int n = static_cast<int>(requests.size());
   const std::vector<double> arrivals = arrival_times(n, f.rate, f.burstiness, f.data.seed);
 

@@ -39,7 +39,8 @@ BaseUrl parse_base_url(const std::string& url) {
   return b;
 }
 
-std::string completion_body(const std::string& model, const BenchRequest& request, bool ignore_eos) {
+std::string completion_body(const std::string& model, const BenchRequest& request, bool ignore_eos,
+                            const json::value* json_schema) {
   json::object body;
   body["model"] = model;
   if (request.prompt_text.empty()) {
@@ -54,6 +55,9 @@ std::string completion_body(const std::string& model, const BenchRequest& reques
   body["stream"] = true;
   body["stream_options"] = json::object{{"include_usage", true}};
   if (ignore_eos) body["ignore_eos"] = true;
+  if (json_schema)
+    body["response_format"] = json::object{{"type", "json_schema"},
+                                           {"json_schema", json::object{{"name", "bench"}, {"schema", *json_schema}}}};
   return json::serialize(body);
 }
 

@@ -2,6 +2,7 @@
 // streamed /v1/completions and how vLLM's benchmark turns them into one request's timings.
 #pragma once
 
+#include <boost/json/value.hpp>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -22,8 +23,10 @@ struct BaseUrl {
 BaseUrl parse_base_url(const std::string& url);
 
 /// The JSON body of one streamed completion: the prompt as token ids, or as text when the request has one;
-/// greedy, max_tokens the request's output length, usage in the last chunk, ignore_eos when asked.
-std::string completion_body(const std::string& model, const BenchRequest& request, bool ignore_eos);
+/// greedy, max_tokens the request's output length, usage in the last chunk, ignore_eos when asked; with
+/// `json_schema`, a response_format asking that schema (structured outputs).
+std::string completion_body(const std::string& model, const BenchRequest& request, bool ignore_eos,
+                            const boost::json::value* json_schema = nullptr);
 
 /// Splits a text/event-stream into events: lines end in "\n" or "\r\n", a blank line ends an event, ':' lines are
 /// comments, the "data" lines of one event are joined with '\n'; other fields are ignored.

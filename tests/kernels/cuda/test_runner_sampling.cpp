@@ -3,7 +3,8 @@
 // and the CPU sampler (processed rows shared by two samples, from their downloaded logits): against
 // paged::sample_logits on the runner's own logits (CudaModelRunner::forward of the same step) every sample gets its
 // token, CPU samples exactly their logprobs, GPU samples within float rounding of the CPU's double sums, whether a
-// few rows go to the CPU (each downloaded alone) or most of them (all downloaded at once).
+// few rows go to the CPU (each downloaded alone) or most of them (all downloaded at once); rows with a token mask
+// (structured outputs: apply_token_bitmask on the GPU when alone on their row) likewise, each within its mask.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_runner.h"
@@ -98,4 +99,78 @@ TEST_CASE("a step's samples, on the GPU or the CPU, get sample_logits of the run
       }
     }
   }
+}
+
+// A token mask that is always the same.
+struct FixedMask final : TokenMaskSource {
+  explicit FixedMask(std::vector<uint32_t> bits) : bits(std::move(bits)) {}
+  void fill_mask(std::span<uint32_t> mask) const override { std::copy(bits.begin(), bits.end(), mask.begin()); }
+  std::vector<uint32_t> bits;
+};
+
+TEST_CASE("rows with a token mask (structured outputs) sample within it as sample_logits does", "[gpu][runner][structured]") {
+  require_device();
+  const ModelConfig cfg = small_llama();
+  CudaRunnerOptions opt;
+  opt.block_size = 16;
+  opt.num_blocks = 64;
+  opt.max_num_seqs = 8;
+  opt.max_num_batched_tokens = 256;
+  opt.max_model_len = 256;
+  opt.swap_space_gib = 0.01;
+  CudaModelRunner runner(cfg, 12, opt);
+  std::mt19937 rng(18);
+  const int n = 8;
+  const size_t words = (static_cast<size_t>(cfg.vocab_size) + 31) / 32;
+  std::vector<std::vector<TokenId>> prompts(n), outputs(n), stops(n, std::vector<TokenId>{7});
+  std::vector<std::vector<uint32_t>> masks(n, std::vector<uint32_t>(words, 0));
+  for (int s = 0; s < n; ++s) {
+    prompts[s].resize(4 + 3 * s);
+    for (auto& t : prompts[s]) t = static_cast<TokenId>(rng() % cfg.vocab_size);
+    outputs[s] = {prompts[s][0]};
+    // About one token in 16 allowed (row 0: exactly one), never the whole vocabulary.
+    for (TokenId id = 0; id < cfg.vocab_size; ++id)
+      if (s == 0 ? id == 5 : rng() % 16 == 0) masks[s][id / 32] |= 1u << (id % 32);
+  }
+  std::vector<FixedMask> sources;
+  for (const auto& m : masks) sources.push_back(FixedMask{m});
+  SamplingParams greedy, sampled, processed;
+  greedy.temperature = 0;
+  sampled.temperature = 1.0f;
+  processed.temperature = 0.7f;
+  processed.repetition_penalty = 1.2f;
+  processed.logit_bias = {{5, 3.0f}};
+  // Rows: greedy, sampled with logprobs, processed, unmasked (in turn); row 6 carries two masked samples (the CPU's).
+  StepBatch step;
+  for (int s = 0; s < n; ++s) {
+    step.seqs.push_back(chunk_of(s, prompts[s], 0, static_cast<int>(prompts[s].size()), {2 * s, 2 * s + 1}));
+    const int kind = s % 4;
+    SampleSpec spec{.params = kind == 1 ? &sampled : kind == 2 ? &processed : &greedy, .seed = 50u + s,
+                    .prompt = &prompts[s], .output = &outputs[s], .stop_ids = &stops[s],
+                    .num_logprobs = kind == 1 ? 3 : 0, .mask_source = kind == 3 ? nullptr : &sources[s]};
+    step.seqs.back().samples = {spec};
+    if (s == 6) {
+      SampleSpec second = spec;
+      second.params = &sampled;
+      second.seed += 1000;
+      step.seqs.back().samples.push_back(second);
+    }
+  }
+  const std::vector<std::vector<float>> logits = runner.forward(step);
+  const StepResult r = runner.execute(step);
+  REQUIRE(r.samples.size() == static_cast<size_t>(n));
+  for (int s = 0; s < n; ++s)
+    for (size_t k = 0; k < step.seqs[s].samples.size(); ++k) {
+      INFO("row " << s << " sample " << k);
+      const SampleSpec& spec = step.seqs[s].samples[k];
+      std::vector<float> row = logits[s];
+      const SampledToken want = sample_logits(row, spec)[0];
+      const SampledToken& got = r.samples[s][k][0];
+      CHECK(got.token == want.token);
+      if (spec.mask_source) CHECK(((masks[s][got.token / 32] >> (got.token % 32)) & 1));
+      CHECK(got.logprob == Approx(want.logprob).margin(1e-4));
+      REQUIRE(got.top_logprobs.size() == want.top_logprobs.size());
+      for (size_t a = 0; a < want.top_logprobs.size(); ++a)
+        CHECK(got.top_logprobs[a].first == want.top_logprobs[a].first);
+    }
 }

@@ -44,6 +44,11 @@ TEST_CASE("completion_body: ids or text, greedy, streamed with usage", "[bench]"
   const json::object b = json::parse(completion_body("m", text, true)).as_object();
   CHECK(b.at("prompt") == "Once upon");
   CHECK(b.at("ignore_eos") == true);
+  CHECK_FALSE(b.contains("response_format"));
+  const json::value schema = json::parse(R"({"type": "object"})");
+  const json::object c = json::parse(completion_body("m", ids, false, &schema)).as_object();
+  CHECK(c.at("response_format") ==
+        json::object{{"type", "json_schema"}, {"json_schema", json::object{{"name", "bench"}, {"schema", schema}}}});
 }
 
 TEST_CASE("SseParser: events across any split, CRLF, comments, multi-line data", "[bench]") {

@@ -1,0 +1,110 @@
+#include "http/tool_calls.h"
+
+#include <boost/json.hpp>
+
+namespace paged::openai {
+
+namespace json = boost::json;
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& message, const std::string& param) { throw InvalidRequest(message, param); }
+
+// The function object of a tool: {"type": "function", "function": {"name", "description"?, "parameters"?,
+// "strict"?}}.
+const json::object& function_of(const json::value& tool, size_t i) {
+  const std::string at = "tools[" + std::to_string(i) + "]";
+  const json::object* t = tool.if_object();
+  const json::value* type = t ? t->if_contains("type") : nullptr;
+  if (!type || !type->is_string() || type->get_string() != "function")
+    invalid("'" + at + ".type' must be \"function\"", "tools");
+  const json::value* f = t->if_contains("function");
+  if (!f || !f->is_object()) invalid("'" + at + ".function' must be an object", "tools");
+  for (const auto& kv : f->get_object())
+    if (kv.key() != "name" && kv.key() != "description" && kv.key() != "parameters" && kv.key() != "strict")
+      invalid("'" + at + ".function." + std::string(kv.key()) + "' is not supported by this server", "tools");
+  const json::value* name = f->get_object().if_contains("name");
+  if (!name || !name->is_string() || name->get_string().empty())
+    invalid("'" + at + ".function.name' must be a non-empty string", "tools");
+  const json::value* params = f->get_object().if_contains("parameters");
+  if (params && !params->is_object()) invalid("'" + at + ".function.parameters' must be a JSON schema", "tools");
+  return f->get_object();
+}
+
+// A function's parameters schema; absent: an empty parameter list (OpenAI's), an object with no properties.
+json::value parameters_of(const json::object& function) {
+  const json::value* p = function.if_contains("parameters");
+  return p ? *p : json::value(json::object{{"type", "object"}});
+}
+
+}  // namespace
+
+ToolRequest parse_tools(const json::value* tools, const json::value* tool_choice, bool parallel) {
+  ToolRequest r;
+  if (!tools) {
+    if (tool_choice && !(tool_choice->is_string() && tool_choice->get_string() == "none"))
+      invalid("'tool_choice' needs 'tools'", "tool_choice");
+    return r;
+  }
+  if (!tools->is_array() || tools->get_array().empty()) invalid("'tools' must be a non-empty list of tools", "tools");
+  std::vector<const json::object*> functions;
+  for (size_t i = 0; i < tools->get_array().size(); ++i) functions.push_back(&function_of(tools->get_array()[i], i));
+  r.tools = tools->get_array();
+  if (!tool_choice || (tool_choice->is_string() && tool_choice->get_string() == "auto"))
+    invalid("'tool_choice' \"auto\" (OpenAI's default with tools) needs a tool-call parser, which this server does "
+            "not have: send \"required\", \"none\" or a named function",
+            "tool_choice");
+  if (tool_choice->is_string() && tool_choice->get_string() == "none") return r;
+  if (tool_choice->is_string() && tool_choice->get_string() == "required") {
+    // A list of calls, each the name of one function with its parameters.
+    json::array calls;
+    for (const json::object* f : functions)
+      calls.push_back(json::object{
+          {"type", "object"},
+          {"properties", json::object{{"name", json::object{{"enum", json::array{f->at("name")}}}},
+                                      {"parameters", parameters_of(*f)}}},
+          {"required", json::array{"name", "parameters"}},
+          {"additionalProperties", false}});
+    r.mode = ToolRequest::Mode::required;
+    json::object list{{"type", "array"}, {"minItems", 1}, {"items", json::object{{"anyOf", std::move(calls)}}}};
+    if (!parallel) list["maxItems"] = 1;
+    r.constraint = {StructuredOutput::Kind::json_schema, json::serialize(list), "tool_choice"};
+    return r;
+  }
+  const json::object* named = tool_choice->if_object();
+  const json::value* fn = named ? named->if_contains("function") : nullptr;
+  const json::value* name = fn && fn->is_object() ? fn->get_object().if_contains("name") : nullptr;
+  if (!name || !name->is_string())
+    invalid("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+            "{\"name\": NAME}}",
+            "tool_choice");
+  for (const json::object* f : functions)
+    if (f->at("name") == *name) {
+      r.mode = ToolRequest::Mode::named;
+      r.function = std::string(name->get_string());
+      r.constraint = {StructuredOutput::Kind::json_schema, json::serialize(parameters_of(*f)), "tool_choice"};
+      return r;
+    }
+  invalid("'tool_choice' names '" + std::string(name->get_string()) + "', which is not in 'tools'", "tool_choice");
+}
+
+json::array tool_calls_of(const ToolRequest& request, const std::string& text, const std::string& id_prefix) {
+  json::array calls;
+  const auto call = [&](const std::string& name, std::string arguments) {
+    calls.push_back(json::object{{"id", "call_" + id_prefix + std::to_string(calls.size())},
+                                 {"type", "function"},
+                                 {"function", json::object{{"name", name}, {"arguments", std::move(arguments)}}}});
+  };
+  boost::system::error_code ec;
+  const json::value parsed = json::parse(text, ec);
+  if (ec) return calls;  // cut short
+  if (request.mode == ToolRequest::Mode::named) {
+    call(request.function, text);
+  } else if (request.mode == ToolRequest::Mode::required && parsed.is_array()) {
+    for (const json::value& c : parsed.get_array())
+      call(std::string(c.at("name").as_string()), json::serialize(c.at("parameters")));
+  }
+  return calls;
+}
+
+}  // namespace paged::openai

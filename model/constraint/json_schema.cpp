@@ -1,0 +1,380 @@
+#include "model/constraint/json_schema.h"
+
+#include <boost/json.hpp>
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <map>
+#include <set>
+
+#include "model/constraint/char_class.h"
+#include "model/constraint/regex.h"
+
+namespace paged::constraint {
+
+namespace json = boost::json;
+
+namespace {
+
+// Most integer digits a number is written with (10^16 - 1 is the largest integer generated).
+constexpr int kMaxIntDigits = 16;
+constexpr int64_t kMaxGeneratedInt = 9'999'999'999'999'999;
+constexpr int kMaxDepth = 64;
+
+Expr char_of(char c) { return bytes(ByteSet::of(static_cast<uint8_t>(c))); }
+Expr digits(int min, int max) { return repeat(bytes(ByteSet::range('0', '9')), min, max); }
+
+// The rules every JSON grammar shares: ws, value, object, array, string, number, integer.
+void add_json_rules(Rules& rules) {
+  // "" | " " | "\n" [ \t]{0,20}
+  rules.emplace_back("ws", optional(alt({char_of(' '),
+                                         seq({char_of('\n'), repeat(bytes([] {
+                                                                      ByteSet s = ByteSet::of(' ');
+                                                                      s.add('\t');
+                                                                      return s;
+                                                                    }()),
+                                                                    0, 20)})})));
+  const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
+  rules.emplace_back("value", alt({ref("object"), ref("array"), ref("string"), ref("number"), literal("true"),
+                                   literal("false"), literal("null")}));
+  rules.emplace_back("member", seq({ref("string"), ref("ws"), char_of(':'), ref("ws"), ref("value")}));
+  rules.emplace_back("object", seq({char_of('{'), ref("ws"),
+                                    optional(seq({ref("member"), repeat(seq({sep, ref("member")}), 0, -1), ref("ws")})),
+                                    char_of('}')}));
+  rules.emplace_back("array", seq({char_of('['), ref("ws"),
+                                   optional(seq({ref("value"), repeat(seq({sep, ref("value")}), 0, -1), ref("ws")})),
+                                   char_of(']')}));
+  // A character of a string: anything but '"', '\' and controls, or a short escape.
+  ByteSet escaped;
+  for (char c : std::string_view("\"\\/bfnrt")) escaped.add(static_cast<uint8_t>(c));
+  rules.emplace_back("char", alt({codepoints({{'"', '"'}, {'\\', '\\'}, {0, 0x1F}}, true),
+                                  seq({char_of('\\'), bytes(escaped)})}));
+  rules.emplace_back("string", seq({char_of('"'), repeat(ref("char"), 0, -1), char_of('"')}));
+  const Expr natural = alt({char_of('0'), seq({bytes(ByteSet::range('1', '9')), digits(0, kMaxIntDigits - 1)})});
+  rules.emplace_back("integer", seq({optional(char_of('-')), natural}));
+  ByteSet e, sign;
+  e.add('e'), e.add('E'), sign.add('+'), sign.add('-');
+  rules.emplace_back("number", seq({ref("integer"), optional(seq({char_of('.'), digits(1, 16)})),
+                                    optional(seq({bytes(e), optional(bytes(sign)), digits(1, 3)}))}));
+}
+
+int digit_count(uint64_t v) { return v < 10 ? 1 : 1 + digit_count(v / 10); }
+
+// Decimal numerals without leading zeros of the numbers in [lo, hi].
+Expr naturals_between(uint64_t lo, uint64_t hi) {
+  std::vector<Expr> parts;
+  uint64_t low_of_length = 0, high_of_length = 9;
+  for (int len = 1; len <= digit_count(hi); ++len) {
+    const uint64_t a = std::max(lo, low_of_length), b = std::min(hi, high_of_length);
+    if (a <= b) parts.push_back(byte_strings_between(std::to_string(a), std::to_string(b), '0', '9'));
+    low_of_length = high_of_length + 1;
+    high_of_length = high_of_length * 10 + 9;
+  }
+  return alt(std::move(parts));
+}
+
+// Integer numerals in [lo, hi] (lo <= hi, both within kMaxGeneratedInt): "-0" never.
+Expr integers_between(int64_t lo, int64_t hi) {
+  std::vector<Expr> parts;
+  if (lo < 0) {
+    const uint64_t from = hi < 0 ? static_cast<uint64_t>(-hi) : 1, to = static_cast<uint64_t>(-lo);
+    parts.push_back(seq({char_of('-'), naturals_between(from, to)}));
+  }
+  if (hi >= 0) parts.push_back(naturals_between(static_cast<uint64_t>(std::max<int64_t>(lo, 0)), static_cast<uint64_t>(hi)));
+  return alt(std::move(parts));
+}
+
+const std::set<std::string, std::less<>> kAnnotations{"title",    "description", "default", "examples", "$schema",
+                                                      "$id",      "$comment",    "deprecated", "readOnly",
+                                                      "writeOnly", "$defs",      "definitions"};
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const json::value& root) : root_(root) { add_json_rules(rules_); }
+
+  Rules compile() {
+    rules_.emplace_back("root", schema(root_, 0));
+    return std::move(rules_);
+  }
+
+ private:
+  [[noreturn]] static void refuse(const std::string& what) { throw GrammarError("JSON schema: " + what); }
+
+  // A new rule holding `e`; the reference to it.
+  Expr named(Expr e) {
+    std::string name = "s" + std::to_string(counter_++);
+    rules_.emplace_back(name, std::move(e));
+    return ref(std::move(name));
+  }
+
+  Expr schema(const json::value& s, int depth) {
+    if (depth > kMaxDepth) refuse("nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (s.is_bool()) {
+      if (!s.get_bool()) refuse("the schema false admits no value");
+      return ref("value");
+    }
+    if (!s.is_object()) refuse("a schema must be an object or a boolean");
+    const json::object& o = s.get_object();
+    static const std::set<std::string, std::less<>> kKnown{
+        "type",      "properties", "required",  "additionalProperties", "items",   "minItems",
+        "maxItems",  "enum",       "const",     "anyOf",                "oneOf",   "minLength",
+        "maxLength", "pattern",    "minimum",   "maximum",              "exclusiveMinimum", "exclusiveMaximum",
+        "$ref"};
+    std::vector<std::string> constraining;
+    for (const auto& kv : o) {
+      const std::string_view key = kv.key();
+      if (kAnnotations.contains(key)) continue;
+      if (!kKnown.contains(key)) refuse("the keyword '" + std::string(key) + "' is not supported");
+      constraining.emplace_back(key);
+    }
+    const auto only = [&](std::initializer_list<std::string_view> allowed, const char* what) {
+      for (const std::string& k : constraining)
+        if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
+          refuse("'" + std::string(what) + "' together with '" + k + "' is not supported");
+    };
+    if (const json::value* r = o.if_contains("$ref")) {
+      only({"$ref"}, "$ref");
+      return reference(*r, depth);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (const json::value* branches = o.if_contains(key)) {
+        only({key}, key);
+        if (!branches->is_array() || branches->get_array().empty()) refuse(std::string("'") + key + "' must be a non-empty list");
+        std::vector<Expr> alts;
+        for (const json::value& b : branches->get_array()) alts.push_back(schema(b, depth + 1));
+        return alt(std::move(alts));
+      }
+    }
+    std::vector<std::string> types;
+    if (const json::value* t = o.if_contains("type")) {
+      if (t->is_string()) {
+        types.emplace_back(t->get_string());
+      } else if (t->is_array() && !t->get_array().empty()) {
+        for (const json::value& x : t->get_array()) {
+          if (!x.is_string()) refuse("'type' must be a string or a list of strings");
+          types.emplace_back(x.get_string());
+        }
+      } else {
+        refuse("'type' must be a string or a list of strings");
+      }
+      static const std::set<std::string, std::less<>> kTypes{"object", "array",   "string", "number",
+                                                             "integer", "boolean", "null"};
+      for (const std::string& type : types)
+        if (!kTypes.contains(type)) refuse("unknown type '" + type + "'");
+    }
+    for (const char* key : {"enum", "const"}) {
+      if (const json::value* v = o.if_contains(key)) {
+        only({key, "type"}, key);
+        std::vector<json::value> values;
+        if (std::string_view(key) == "const") {
+          values.push_back(*v);
+        } else {
+          if (!v->is_array() || v->get_array().empty()) refuse("'enum' must be a non-empty list");
+          values.assign(v->get_array().begin(), v->get_array().end());
+        }
+        std::vector<Expr> alts;
+        for (const json::value& x : values)
+          if (types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& t) { return is_type(x, t); }))
+            alts.push_back(literal(json::serialize(x)));
+        if (alts.empty()) refuse(std::string("no value of '") + key + "' has the schema's type");
+        return alt(std::move(alts));
+      }
+    }
+    if (types.empty()) {
+      // Without "type", the keywords say which kind of value is meant; none: any value.
+      if (o.contains("properties") || o.contains("required") || o.contains("additionalProperties")) types.push_back("object");
+      if (o.contains("items") || o.contains("minItems") || o.contains("maxItems")) types.push_back("array");
+      if (o.contains("minLength") || o.contains("maxLength") || o.contains("pattern")) types.push_back("string");
+      if (o.contains("minimum") || o.contains("maximum") || o.contains("exclusiveMinimum") ||
+          o.contains("exclusiveMaximum"))
+        refuse("number bounds need \"type\": \"integer\"");
+      if (types.size() > 1) refuse("keywords of several types without 'type' are not supported");
+      if (types.empty()) return ref("value");
+    }
+    std::vector<Expr> alts;
+    for (const std::string& type : types) alts.push_back(typed(o, type, depth));
+    return alt(std::move(alts));
+  }
+
+  static bool is_type(const json::value& v, std::string_view type) {
+    if (type == "object") return v.is_object();
+    if (type == "array") return v.is_array();
+    if (type == "string") return v.is_string();
+    if (type == "boolean") return v.is_bool();
+    if (type == "null") return v.is_null();
+    if (type == "integer") return v.is_int64() || v.is_uint64() || (v.is_double() && std::floor(v.get_double()) == v.get_double());
+    return v.is_number();  // number
+  }
+
+  static std::optional<int64_t> count(const json::object& o, const char* key) {
+    const json::value* v = o.if_contains(key);
+    if (!v) return std::nullopt;
+    if (!(v->is_int64() || v->is_uint64()) || (v->is_int64() && v->get_int64() < 0))
+      refuse(std::string("'") + key + "' must be a non-negative integer");
+    const uint64_t n = v->is_int64() ? static_cast<uint64_t>(v->get_int64()) : v->get_uint64();
+    if (n > 100000) refuse(std::string("'") + key + "' above 100000 is not supported");
+    return static_cast<int64_t>(n);
+  }
+
+  Expr typed(const json::object& o, const std::string& type, int depth) {
+    if (type == "boolean") return alt({literal("true"), literal("false")});
+    if (type == "null") return literal("null");
+    if (type == "number") {
+      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+        if (o.contains(k)) refuse(std::string("'") + k + "' is supported for integers only");
+      return ref("number");
+    }
+    if (type == "integer") return integer(o);
+    if (type == "string") return string(o);
+    if (type == "array") return array(o, depth);
+    return object(o, depth);
+  }
+
+  Expr integer(const json::object& o) {
+    int64_t lo = -kMaxGeneratedInt, hi = kMaxGeneratedInt;
+    bool bounded = false;
+    const auto bound = [&](const char* key, bool lower, bool exclusive) {
+      const json::value* v = o.if_contains(key);
+      if (!v) return;
+      if (!v->is_number()) refuse(std::string("'") + key + "' must be a number");
+      const double x = v->to_number<double>();
+      if (std::fabs(x) > static_cast<double>(kMaxGeneratedInt))
+        refuse(std::string("'") + key + "' beyond 10^16 is not supported");
+      bounded = true;
+      if (lower) {
+        lo = std::max(lo, static_cast<int64_t>(exclusive ? std::floor(x) + 1 : std::ceil(x)));
+      } else {
+        hi = std::min(hi, static_cast<int64_t>(exclusive ? std::ceil(x) - 1 : std::floor(x)));
+      }
+    };
+    bound("minimum", true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("maximum", false, false);
+    bound("exclusiveMaximum", false, true);
+    if (lo > hi) refuse("the integer bounds admit no value");
+    return bounded ? integers_between(lo, hi) : ref("integer");
+  }
+
+  Expr string(const json::object& o) {
+    const std::optional<int64_t> min = count(o, "minLength"), max = count(o, "maxLength");
+    if (const json::value* p = o.if_contains("pattern")) {
+      if (min || max) refuse("'pattern' together with 'minLength' or 'maxLength' is not supported");
+      if (!p->is_string()) refuse("'pattern' must be a string");
+      return seq({char_of('"'), compile_regex(p->get_string(), RegexMatch::search, RegexOutput::json_string),
+                  char_of('"')});
+    }
+    if (min && max && *max < *min) refuse("'maxLength' is below 'minLength'");
+    if (!min && !max) return ref("string");
+    return seq({char_of('"'), repeat(ref("char"), static_cast<int>(min.value_or(0)), max ? static_cast<int>(*max) : -1),
+                char_of('"')});
+  }
+
+  Expr array(const json::object& o, int depth) {
+    const json::value* items = o.if_contains("items");
+    if (items && items->is_array()) refuse("'items' as a list (tuple validation) is not supported");
+    const Expr item = items ? named(schema(*items, depth + 1)) : ref("value");
+    const int64_t min = count(o, "minItems").value_or(0);
+    const std::optional<int64_t> max = count(o, "maxItems");
+    if (max && *max < min) refuse("'maxItems' is below 'minItems'");
+    const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
+    std::vector<Expr> open{char_of('['), ref("ws")};
+    if (max && *max == 0) return seq({char_of('['), ref("ws"), char_of(']')});
+    Expr rest = repeat(seq({sep, item}), static_cast<int>(std::max<int64_t>(min - 1, 0)),
+                       max ? static_cast<int>(*max - 1) : -1);
+    Expr some = seq({item, std::move(rest), ref("ws")});
+    return seq({char_of('['), ref("ws"), min > 0 ? std::move(some) : optional(std::move(some)), char_of(']')});
+  }
+
+  Expr object(const json::object& o, int depth) {
+    std::vector<std::pair<std::string, Expr>> props;  // (name, value)
+    std::set<std::string, std::less<>> names;
+    if (const json::value* p = o.if_contains("properties")) {
+      if (!p->is_object()) refuse("'properties' must be an object");
+      for (const auto& kv : p->get_object()) {
+        names.emplace(kv.key());
+        props.emplace_back(std::string(kv.key()), schema(kv.value(), depth + 1));
+      }
+    }
+    std::set<std::string, std::less<>> required;
+    if (const json::value* r = o.if_contains("required")) {
+      if (!r->is_array()) refuse("'required' must be a list of names");
+      for (const json::value& n : r->get_array()) {
+        if (!n.is_string()) refuse("'required' must be a list of names");
+        if (!names.contains(n.get_string()))
+          refuse("required property '" + std::string(n.get_string()) + "' is not in 'properties'");
+        required.emplace(n.get_string());
+      }
+    }
+    std::optional<Expr> extra;  // the value schema of additional properties; none: not allowed
+    if (const json::value* a = o.if_contains("additionalProperties")) {
+      if (!(a->is_bool() && !a->get_bool())) extra = schema(*a, depth + 1);
+    }
+    // rule(i, after): the members from property i on; `after`: a member was written before (a comma comes first).
+    const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
+    const auto member = [&](Expr key, Expr value) {
+      return seq({std::move(key), ref("ws"), char_of(':'), ref("ws"), std::move(value)});
+    };
+    Expr tail_first, tail_after;
+    if (extra) {
+      const Expr kv = named(member(ref("string"), *extra));
+      tail_after = repeat(seq({sep, kv}), 0, -1);
+      tail_first = optional(seq({kv, tail_after}));
+    } else {
+      tail_first = seq({});
+      tail_after = seq({});
+    }
+    Expr first = named(std::move(tail_first)), after = named(std::move(tail_after));
+    for (size_t i = props.size(); i-- > 0;) {
+      const Expr m = named(member(literal(json::serialize(json::value(props[i].first))), std::move(props[i].second)));
+      Expr with_after = seq({sep, m, after});   // from after: ", m ..."
+      Expr with_first = seq({m, after});        // first member: "m ..."
+      if (required.contains(props[i].first)) {
+        first = named(std::move(with_first));
+        after = named(std::move(with_after));
+      } else {
+        first = named(alt({std::move(with_first), first}));
+        after = named(alt({std::move(with_after), after}));
+      }
+    }
+    return seq({char_of('{'), ref("ws"), first, ref("ws"), char_of('}')});
+  }
+
+  // A chain of references nests as deeply as the schemas it names: `depth` goes on.
+  Expr reference(const json::value& r, int depth) {
+    if (!r.is_string()) refuse("'$ref' must be a string");
+    const std::string target(r.get_string());
+    if (auto it = refs_.find(target); it != refs_.end()) return ref(it->second);
+    if (target.empty() || target[0] != '#') refuse("'$ref' to '" + target + "': only references within the schema (\"#...\") are supported");
+    const json::value* at = &root_;
+    try {
+      if (target.size() > 1) at = &root_.at_pointer(std::string_view(target).substr(1));
+    } catch (const std::exception&) {
+      refuse("'$ref' to '" + target + "' points to nothing");
+    }
+    const std::string name = "ref" + std::to_string(counter_++);
+    refs_.emplace(target, name);
+    Expr body = schema(*at, depth + 1);
+    rules_.emplace_back(name, std::move(body));
+    return ref(name);
+  }
+
+  const json::value& root_;
+  Rules rules_;
+  std::map<std::string, std::string> refs_;  // pointer -> rule name
+  int counter_ = 0;
+};
+
+}  // namespace
+
+Rules json_schema_rules(const json::value& schema) { return SchemaCompiler(schema).compile(); }
+
+Grammar compile_json_schema(const json::value& schema) { return build_grammar(json_schema_rules(schema), "root"); }
+
+Grammar compile_json_object() {
+  Rules rules;
+  add_json_rules(rules);
+  rules.emplace_back("root", ref("object"));
+  return build_grammar(rules, "root");
+}
+
+}  // namespace paged::constraint

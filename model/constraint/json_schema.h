@@ -1,0 +1,29 @@
+// JSON Schema (the subset structured outputs use) and JSON itself compiled to grammar rules: the texts the grammar
+// accepts are JSON values valid for the schema. Supported: type (one or a list), properties, required,
+// additionalProperties (absent: false, as xgrammar's strict mode), items, minItems, maxItems, enum, const, anyOf,
+// oneOf (as anyOf: exact when its branches are disjoint), minLength / maxLength, pattern (not both with lengths),
+// minimum / maximum / exclusiveMinimum / exclusiveMaximum of integers, $ref to "#..." pointers ($defs,
+// definitions, the root), and annotations (title, description, default, examples, $schema, $id, $comment).
+// Any other keyword is refused with a GrammarError naming it.
+//
+// Whitespace: between tokens, none, one space, or a newline and up to 20 spaces or tabs (llama.cpp's policy);
+// object members come in the order of `properties`. Numbers are written with at most 16 integer digits, 16
+// fraction digits and 3 exponent digits, strings with the escapes \" \\ \/ \b \f \n \r \t, so a sampled value ends.
+#pragma once
+
+#include <boost/json/value.hpp>
+
+#include "model/constraint/grammar.h"
+
+namespace paged::constraint {
+
+/// Rules of the JSON texts valid for `schema`, the start rule "root".
+Rules json_schema_rules(const boost::json::value& schema);
+
+/// build_grammar(json_schema_rules(schema), "root").
+Grammar compile_json_schema(const boost::json::value& schema);
+
+/// Any JSON object (response_format json_object), the start rule "root".
+Grammar compile_json_object();
+
+}  // namespace paged::constraint

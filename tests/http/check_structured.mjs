@@ -1,0 +1,144 @@
+// Structured outputs through the official openai client against `paged serve` on stories260K at temperature 1 and
+// many seeds: every json_schema / guided_json answer parses and ajv validates it against its schema, json_object
+// answers are objects, choice answers are a choice, regex answers match (JavaScript's RegExp); the same schema over
+// the WebSocket protocol (/v1/stream); an unsupported keyword is a 400 (an error frame) naming the field. Tool
+// calls: tool_choice "required" and a named function give tool_calls whose arguments ajv finds valid for the
+// function's parameters.
+// Usage: node check_structured.mjs --base http://127.0.0.1:PORT
+import OpenAI from "openai";
+import Ajv from "ajv";
+import WebSocket from "ws";
+import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
+
+const args = parseArgs();
+await waitForHealth(args.base);
+const client = new OpenAI({ baseURL: `${args.base}/v1`, apiKey: "unused", maxRetries: 0 });
+const model = "stories260K";
+const ajv = new Ajv({ strict: false });
+const schema = {
+  type: "object",
+  properties: {
+    name: { type: "string", maxLength: 12 },
+    age: { type: "integer", minimum: 0, maximum: 120 },
+    tags: { type: "array", items: { enum: ["cat", "dog", "once upon"] }, maxItems: 3 },
+    home: { type: "object", properties: { city: { type: "string", pattern: "^[A-Z][a-z]{1,8}$" } }, required: ["city"] },
+    kind: { anyOf: [{ type: "null" }, { const: "story" }] },
+  },
+  required: ["name", "age", "home"],
+};
+const validate = ajv.compile(schema);
+const messages = [{ role: "user", content: "Tell me about a cat." }];
+
+for (let seed = 0; seed < 12; ++seed) {
+  const chat = await client.chat.completions.create({
+    model, messages, temperature: 1, seed, max_tokens: 300,
+    response_format: { type: "json_schema", json_schema: { name: "pet", schema, strict: true } },
+  });
+  const text = chat.choices[0].message.content;
+  let value;
+  try { value = JSON.parse(text); } catch { value = undefined; }
+  check(value !== undefined && validate(value), `seed ${seed}: the chat answer is valid for its schema`, text);
+  const completion = await client.completions.create({
+    model, prompt: "Once upon a time", temperature: 1, seed, max_tokens: 300, guided_json: schema,
+  });
+  const ctext = completion.choices[0].text;
+  try { value = JSON.parse(ctext); } catch { value = undefined; }
+  check(value !== undefined && validate(value), `seed ${seed}: the completion (guided_json) is valid`, ctext);
+  const object = await client.chat.completions.create({
+    model, messages, temperature: 1, seed, max_tokens: 300, response_format: { type: "json_object" },
+  });
+  const otext = object.choices[0].message.content;
+  if (object.choices[0].finish_reason === "stop") {
+    try { value = JSON.parse(otext); } catch { value = undefined; }
+    check(value !== null && typeof value === "object" && !Array.isArray(value), `seed ${seed}: json_object`, otext);
+  }
+  const choices = ["happy", "sad", "a big dog"];
+  const choice = await client.completions.create({
+    model, prompt: "The cat was", temperature: 1, seed, max_tokens: 20, structured_outputs: { choice: choices },
+  });
+  check(choices.includes(choice.choices[0].text), `seed ${seed}: choice`, choice.choices[0].text);
+  const pattern = "(Tom|Lily) (ran|saw) [a-z]{1,10}( [a-z]{1,10}){0,3}\\.";
+  const regex = await client.completions.create({
+    model, prompt: "Once upon a time", temperature: 1, seed, max_tokens: 100, guided_regex: pattern,
+  });
+  check(new RegExp(`^(?:${pattern})$`).test(regex.choices[0].text), `seed ${seed}: regex`, regex.choices[0].text);
+}
+const bad = await fetch(`${args.base}/v1/completions`, {
+  method: "POST", headers: { "Content-Type": "application/json" },
+  body: JSON.stringify({ model, prompt: "x", guided_json: { type: "string", format: "email" } }),
+});
+const body = await bad.json();
+checkEqual([bad.status, body.error?.param], [400, "guided_json"], "an unsupported keyword is a 400 naming the field");
+check(String(body.error?.message).includes("'format'"), "the message names the keyword", body);
+// Tool calls forced by tool_choice, read back as tool_calls.
+const weather = {
+  type: "object", properties: { city: { type: "string", maxLength: 20 }, days: { type: "integer", minimum: 1, maximum: 14 } },
+  required: ["city"], additionalProperties: false,
+};
+const tools = [
+  { type: "function", function: { name: "get_weather", description: "The weather in a city", parameters: weather } },
+  { type: "function", function: { name: "get_time", parameters: { type: "object", properties: { zone: { enum: ["utc", "local"] } }, required: ["zone"] } } },
+];
+const validators = { get_weather: ajv.compile(weather), get_time: ajv.compile(tools[1].function.parameters) };
+// parallel_tool_calls false: one call, which ends; true: the stories model lists calls until max_tokens (then the
+// answer is text, finish_reason "length"), so only complete lists are read; every single call must end.
+let complete = 0;
+for (let seed = 0; seed < 8; ++seed) {
+  for (const [tool_choice, parallel_tool_calls] of [["required", false], ["required", true],
+                                                    [{ type: "function", function: { name: "get_time" } }, true]]) {
+    const r = await client.chat.completions.create({ model, messages, temperature: 1, seed, max_tokens: 400, tools,
+                                                     tool_choice, parallel_tool_calls });
+    const choice = r.choices[0];
+    const calls = choice.message.tool_calls ?? [];
+    const what = `seed ${seed}, tool_choice ${JSON.stringify(tool_choice)}, parallel ${parallel_tool_calls}`;
+    if (parallel_tool_calls && tool_choice === "required" && choice.finish_reason === "length") continue;
+    ++complete;
+    check(calls.length >= 1 && choice.message.content === null && choice.finish_reason === "tool_calls", `${what}: tool_calls`, choice);
+    if (!parallel_tool_calls) checkEqual(calls.length, 1, `${what}: one call`);
+    if (tool_choice !== "required") checkEqual(calls.map((c) => c.function.name), ["get_time"], `${what}: the named function`);
+    for (const c of calls) {
+      let args;
+      try { args = JSON.parse(c.function.arguments); } catch { args = undefined; }
+      check(c.type === "function" && validators[c.function.name] && args !== undefined && validators[c.function.name](args),
+            `${what}: the arguments of ${c.function.name} are valid for its parameters`, c);
+    }
+  }
+}
+check(complete >= 16, `every single forced call ends (${complete} of 24 answers complete)`);
+const auto = await fetch(`${args.base}/v1/chat/completions`, {
+  method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ model, messages, tools }),
+});
+checkEqual([auto.status, (await auto.json()).error?.param], [400, "tool_choice"], "tool_choice auto (the default) is a 400");
+
+// The WebSocket protocol: generations under the schema, and an error frame for an unsupported keyword.
+const ws = new WebSocket(`${args.base.replace(/^http/, "ws")}/v1/stream`);
+await new Promise((resolve, reject) => { ws.once("open", resolve); ws.once("error", reject); });
+const texts = {}, done = {}, errors = {};
+const seeds = [0, 1, 2, 3];
+const finished = new Promise((resolve, reject) => {
+  const timer = setTimeout(() => reject(new Error("timed out waiting for the WebSocket generations")), 60000);
+  ws.on("message", (data) => {
+    const f = JSON.parse(data.toString());
+    if (f.type === "token") texts[f.id] = (texts[f.id] ?? "") + f.text;
+    if (f.type === "done") done[f.id] = f;
+    if (f.type === "error") errors[f.id] = f;
+    if (seeds.every((s) => done[`s${s}`]) && errors.bad) {
+      clearTimeout(timer);
+      resolve();
+    }
+  });
+});
+for (const seed of seeds)
+  ws.send(JSON.stringify({ type: "generate", id: `s${seed}`, prompt: "Once upon a time", temperature: 1, seed,
+                           max_tokens: 300, response_format: { type: "json_schema", json_schema: { name: "pet", schema } } }));
+ws.send(JSON.stringify({ type: "generate", id: "bad", prompt: "x", guided_regex: "a(?=b)" }));
+await finished;
+ws.close();
+for (const seed of seeds) {
+  let value;
+  try { value = JSON.parse(texts[`s${seed}`] ?? ""); } catch { value = undefined; }
+  check(value !== undefined && validate(value), `WebSocket seed ${seed}: valid for its schema`, texts[`s${seed}`]);
+}
+check(JSON.stringify(errors.bad).includes("guided_regex") && JSON.stringify(errors.bad).includes("lookaround"),
+      "WebSocket: an unsupported regex is an error frame naming the field", errors.bad);
+finish("check_structured");

@@ -1,0 +1,92 @@
+// Token masks on the stories260K tokenizer against brute force (each token's bytes fed to a copy of a matcher of
+// its own, which shares nothing with the automaton) along constrained random walks whose text the grammar accepts.
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+#include <random>
+
+#include "model/constraint/gbnf.h"
+#include "model/constraint/json_schema.h"
+#include "model/constraint/regex.h"
+#include "model/constraint/token_mask.h"
+#include "model/tokenizer/load_tokenizer.h"
+#include "tests/test_data.h"
+
+namespace paged::constraint {
+
+namespace {
+
+// Bit by bit what fill_mask should give: a token is allowed when a copy of the matcher takes its bytes (its
+// leading form at the start), a stop id when the matcher can stop.
+std::vector<uint32_t> brute_force_mask(const GrammarMatcher& matcher, const Tokenizer& tok, bool at_start,
+                                       const std::vector<TokenId>& stop_ids) {
+  std::vector<uint32_t> mask(mask_words(tok.vocab_size()), 0);
+  for (TokenId id = 0; id < tok.vocab_size(); ++id) {
+    const std::string bytes = tok.token_bytes(id, at_start);
+    GrammarMatcher copy = matcher;
+    bool allowed = !bytes.empty() && copy.accept(bytes);
+    if (std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) allowed = matcher.can_stop();
+    if (allowed) mask[id / 32] |= 1u << (id % 32);
+  }
+  return mask;
+}
+
+}  // namespace
+
+TEST_CASE("Token masks equal brute force along constrained random walks (stories260K)", "[constraint]") {
+  const auto tok = load_tokenizer(test::kModel);
+  const auto trie = std::make_shared<const TokenTrie>(*tok);
+  const std::vector<TokenId> stop_ids = tok->eos_ids();
+  const std::vector<std::pair<std::string, std::shared_ptr<const Grammar>>> grammars{
+      {"schema", std::make_shared<const Grammar>(compile_json_schema(boost::json::parse(R"({
+         "type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+         "age": {"type": "integer", "minimum": 0, "maximum": 120},
+         "tags": {"type": "array", "items": {"enum": ["a", "bc", "once upon"]}, "maxItems": 3}},
+         "required": ["name", "age"]})")))},
+      {"json_object", std::make_shared<const Grammar>(compile_json_object())},
+      {"regex", std::make_shared<const Grammar>(
+                    build_grammar({{"root", compile_regex("(Once|The) [a-z ]{1,30}\\.", RegexMatch::full)}}, "root"))},
+      {"gbnf", std::make_shared<const Grammar>(compile_gbnf("root ::= (\"yes\" | \"no\" | \" maybe\") \"!\"*"))}};
+  std::mt19937 rng(7);
+  int masks = 0;
+  for (const auto& [name, grammar] : grammars) {
+    // One automaton for every walk of a grammar, as the completions of a request share one: later walks meet
+    // states (and their cached masks) that earlier ones made.
+    const auto automaton = std::make_shared<ConstraintAutomaton>(grammar, trie, stop_ids);
+    for (bool at_start : {true, false}) {
+      for (int walk = 0; walk < 4; ++walk) {
+        INFO(name << " at_start " << at_start << " walk " << walk);
+        TokenConstraint constraint(automaton, at_start);
+        GrammarMatcher shadow(grammar);  // the text so far, fed byte by byte
+        bool first = at_start;
+        std::string text;
+        for (int step = 0; step < 40; ++step) {
+          std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
+          constraint.fill_mask(mask);
+          REQUIRE(mask == brute_force_mask(shadow, *tok, first, stop_ids));
+          ++masks;
+          std::vector<TokenId> allowed;
+          for (TokenId id = 0; id < tok->vocab_size(); ++id)
+            if (mask_allows(mask, id)) allowed.push_back(id);
+          REQUIRE_FALSE(allowed.empty());
+          const TokenId pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+          REQUIRE(constraint.accept(pick));
+          if (constraint.stopped()) break;
+          const std::string bytes = tok->token_bytes(pick, first);
+          REQUIRE(shadow.accept(bytes));
+          text += bytes;
+          first = false;
+        }
+        // A token the mask refuses is refused by accept as well, and changes nothing.
+        std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
+        constraint.fill_mask(mask);
+        for (TokenId id = 0; id < tok->vocab_size(); ++id)
+          if (!mask_allows(mask, id)) CHECK_FALSE(constraint.accept(id));
+        if (name == "schema" && constraint.stopped()) CHECK_NOTHROW(boost::json::parse(text));
+      }
+    }
+  }
+  CHECK(masks > 100);
+}
+
+}  // namespace paged::constraint
