@@ -71,18 +71,19 @@ class PyEngine {
   }
 
   /// The prompt text of a conversation (`messages_json`: OpenAI messages as JSON) by the model's chat template, or
-  /// by `template_source` when non-empty.
+  /// by `template_source` when non-empty (with the model's special tokens, as a server's request template).
   std::string render_chat(const std::string& messages_json, const std::string& template_source,
                           bool add_generation_prompt) {
-    const Tokenizer& tok = engine_->tokenizer();
-    std::optional<ChatTemplate> own;
-    if (!template_source.empty()) {
-      own.emplace(template_source, tok.bos_id() >= 0 ? std::optional(tok.special_token_text(tok.bos_id())) : std::nullopt,
-                  tok.eos_ids().empty() ? std::nullopt : std::optional(tok.special_token_text(tok.eos_ids()[0])));
-    } else if (!model_template_) {
+    if (!model_template_loaded_) {
       model_template_ = ChatTemplate::load(engine_->config().model_dir);
-      if (!model_template_) throw std::invalid_argument("the model has no chat template: pass chat_template");
+      model_template_loaded_ = true;
     }
+    std::optional<ChatTemplate> own;
+    if (!template_source.empty())
+      own = model_template_ ? model_template_->with_source(template_source)
+                            : ChatTemplate::with_tokenizer_tokens(template_source, engine_->tokenizer());
+    else if (!model_template_)
+      throw std::invalid_argument("the model has no chat template: pass chat_template");
     const ChatTemplate& chat_template = own ? *own : *model_template_;
     const boost::json::value messages = boost::json::parse(messages_json);
     if (!messages.is_array()) throw std::invalid_argument("messages must be a list of {role, content}");
@@ -117,7 +118,8 @@ class PyEngine {
   }
 
   std::unique_ptr<Engine> engine_;
-  std::optional<ChatTemplate> model_template_;
+  std::optional<ChatTemplate> model_template_;  // the model's, once model_template_loaded_
+  bool model_template_loaded_ = false;
 };
 
 }  // namespace
