@@ -230,10 +230,7 @@ std::optional<ChatTemplate> request_template(const Fields& f, const ModelInfo& m
             "chat_template");
   try {
     if (model.chat_template) return model.chat_template->with_source(*source);
-    const Tokenizer& tok = *model.tokenizer;
-    const std::vector<TokenId> eos = tok.eos_ids();
-    return ChatTemplate(*source, tok.bos_id() >= 0 ? std::optional(tok.special_token_text(tok.bos_id())) : std::nullopt,
-                        eos.empty() ? std::nullopt : std::optional(tok.special_token_text(eos[0])));
+    return ChatTemplate::with_tokenizer_tokens(*source, *model.tokenizer);
   } catch (const jinja::TemplateError& e) {
     invalid(std::string("'chat_template' does not parse: ") + e.what(), "chat_template");
   }

@@ -7,6 +7,7 @@
 
 #include "model/json_file.h"
 #include "model/template/jinja/text.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace paged {
 namespace {
@@ -90,6 +91,12 @@ std::string cut_after_final_message(const std::string& rendered, const std::stri
 
 ChatTemplate ChatTemplate::with_source(const std::string& source) const {
   return ChatTemplate(source, bos_token_, eos_token_);
+}
+
+ChatTemplate ChatTemplate::with_tokenizer_tokens(const std::string& source, const Tokenizer& tok) {
+  const std::vector<TokenId> eos = tok.eos_ids();
+  return ChatTemplate(source, tok.bos_id() >= 0 ? std::optional(tok.special_token_text(tok.bos_id())) : std::nullopt,
+                      eos.empty() ? std::nullopt : std::optional(tok.special_token_text(eos[0])));
 }
 
 std::string ChatTemplate::continue_final_message(const boost::json::array& messages,

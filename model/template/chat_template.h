@@ -13,6 +13,8 @@
 
 namespace paged {
 
+class Tokenizer;
+
 /// `rendered` cut right after the last place `content` (a message's text) appears in it, so that what the template
 /// writes after a message (an end-of-turn token) is gone: found by its text without surrounding whitespace, and
 /// kept up to its end with its trailing whitespace only where the template kept it (Hugging Face's rule). Throws
@@ -35,6 +37,9 @@ class ChatTemplate {
   /// Another template (a request's own, vLLM's `chat_template`) with this one's special tokens. Throws
   /// jinja::TemplateError on a syntax error.
   ChatTemplate with_source(const std::string& source) const;
+  /// `source` with the special tokens of `tok` (its BOS and first EOS text, left undefined where it has none): a
+  /// caller's template for a model that has none. Throws jinja::TemplateError on a syntax error.
+  static ChatTemplate with_tokenizer_tokens(const std::string& source, const Tokenizer& tok);
 
   /// The prompt text of `messages` (OpenAI chat messages: role, content, and tool fields if any). `extra` holds
   /// further template variables (tools, enable_thinking, ...). Thread-safe. Throws jinja::TemplateError, e.g. when

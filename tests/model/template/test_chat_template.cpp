@@ -12,6 +12,8 @@
 
 #include "model/template/chat_template.h"
 #include "model/template/jinja.h"
+#include "model/tokenizer/load_tokenizer.h"
+#include "tests/test_data.h"
 #include "tests/http/node_env.h"
 #include "tests/test_data.h"
 
@@ -140,4 +142,10 @@ TEST_CASE("ChatTemplate::load finds no template in a model without one", "[chat]
   const auto messages = json::parse(R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}])").as_array();
   CHECK(with_file->apply(messages, true) == "<s>[INST] Hi [/INST] Yo </s>");
   CHECK_THROWS_AS(ChatTemplate::load(stories, "/nonexistent/template.jinja"), std::runtime_error);
+}
+
+TEST_CASE("ChatTemplate::with_tokenizer_tokens gives a template the tokenizer's BOS and EOS text", "[chat]") {
+  const std::unique_ptr<paged::Tokenizer> tok = paged::load_tokenizer(paged::test::kModel);
+  const paged::ChatTemplate t = paged::ChatTemplate::with_tokenizer_tokens("{{ bos_token }}|{{ eos_token }}", *tok);
+  CHECK(t.apply(boost::json::array{}, false) == "<s>|</s>");  // stories260K's SentencePiece control pieces
 }

@@ -1,0 +1,158 @@
+"""paged from Python, in vLLM's shape:
+
+    from paged import LLM, SamplingParams
+    llm = LLM(model="models/stories260K")
+    outputs = llm.generate(["Once upon a time"], SamplingParams(max_tokens=32, temperature=0))
+
+Engine and sampling arguments take vLLM's names; they become the `paged` CLI's flags (block_size -> --block-size),
+so they mean, and are checked, as on the command line: an unknown or unsupported one raises ValueError naming it.
+"""
+import json
+
+from . import _paged
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
+
+# vLLM's engine argument names that the CLI spells otherwise.
+_ENGINE_ALIASES = {"num_gpu_blocks_override": "num_kv_blocks"}
+
+
+def _flags(kwargs, aliases=None):
+    """CLI flags of keyword arguments: name=value -> --name value; booleans as --name=true|false; a list as the
+    flag repeated for `stop`, else its items joined by commas; None: the default (no flag)."""
+    flags = []
+    for key, value in kwargs.items():
+        if value is None:
+            continue
+        name = "--" + (aliases or {}).get(key, key).replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(f"{name}={'true' if value else 'false'}")
+        elif isinstance(value, (list, tuple)):
+            if key == "stop":
+                for item in value:
+                    flags += [name, str(item)]
+            else:
+                flags += [name, ",".join(str(item) for item in value)]
+        else:
+            flags += [name, str(value)]
+    return flags
+
+
+class SamplingParams:
+    """vLLM's SamplingParams: n, best_of, use_beam_search, max_tokens (16), min_tokens, temperature (1.0), top_p,
+    top_k, min_p, seed, repetition_penalty, presence_penalty, frequency_penalty, stop (a string or a list),
+    stop_token_ids, ignore_eos, skip_special_tokens, logprobs. Any other argument raises ValueError."""
+
+    def __init__(self, **kwargs):
+        if isinstance(kwargs.get("stop"), str):
+            kwargs["stop"] = [kwargs["stop"]]
+        self._kwargs = dict(kwargs)
+        self._flags = _flags(kwargs)
+        _paged.check_sampling_flags(self._flags)
+
+    def __getattr__(self, name):
+        kwargs = self.__dict__.get("_kwargs", {})
+        if name in kwargs:
+            return kwargs[name]
+        raise AttributeError(name)
+
+    def __repr__(self):
+        return "SamplingParams(" + ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items()) + ")"
+
+
+class Logprob:
+    """One token's log-probability: logprob, rank (1: the most likely; None for a sampled token outside the
+    alternatives asked for), decoded_token."""
+
+    def __init__(self, logprob, rank, decoded_token):
+        self.logprob, self.rank, self.decoded_token = logprob, rank, decoded_token
+
+    def __repr__(self):
+        return f"Logprob(logprob={self.logprob!r}, rank={self.rank!r}, decoded_token={self.decoded_token!r})"
+
+
+class CompletionOutput:
+    """One generated sequence: index, text, token_ids, cumulative_logprob, logprobs (per token a dict token id ->
+    Logprob, the sampled token and the alternatives; None unless asked for), finish_reason ("stop" | "length")."""
+
+    def __init__(self, index, text, token_ids, cumulative_logprob, finish_reason, logprobs):
+        self.index, self.text, self.token_ids = index, text, list(token_ids)
+        self.cumulative_logprob, self.finish_reason, self.logprobs = cumulative_logprob, finish_reason, logprobs
+
+    def __repr__(self):
+        return (f"CompletionOutput(index={self.index}, text={self.text!r}, token_ids={self.token_ids}, "
+                f"cumulative_logprob={self.cumulative_logprob!r}, finish_reason={self.finish_reason!r})")
+
+
+class RequestOutput:
+    """One prompt's outputs: prompt, prompt_token_ids, outputs (CompletionOutput, n of them), finished."""
+
+    def __init__(self, prompt, prompt_token_ids, outputs):
+        self.prompt, self.prompt_token_ids, self.outputs = prompt, list(prompt_token_ids), outputs
+        self.finished = True
+
+    def __repr__(self):
+        return (f"RequestOutput(prompt={self.prompt!r}, prompt_token_ids={self.prompt_token_ids}, "
+                f"outputs={self.outputs!r})")
+
+
+def _logprobs(positions, asked):
+    """vLLM's per-token dicts of (token_id, logprob, decoded_token) lists, the sampled token first."""
+    if not asked:
+        return None
+    result = []
+    for sampled, *alternatives in positions:
+        entry = {tid: Logprob(lp, rank, text) for rank, (tid, lp, text) in enumerate(alternatives, 1)}
+        if sampled[0] not in entry:
+            entry = {sampled[0]: Logprob(sampled[1], None, sampled[2]), **entry}
+        result.append(entry)
+    return result
+
+
+class LLM:
+    """vLLM's offline LLM: LLM(model=DIR, **engine_args) with vLLM's engine argument names (device, block_size,
+    num_gpu_blocks_override, swap_space, gpu_memory_utilization, max_num_seqs, max_num_batched_tokens,
+    max_model_len, enable_prefix_caching, preemption_mode, tensor_parallel_size, quantization, load_format, ...;
+    the `paged` CLI's engine flags). Raises ValueError for an unknown argument, RuntimeError for a bad model."""
+
+    def __init__(self, model, **engine_args):
+        self._engine = _paged.Engine(_flags({"model": model, **engine_args}, _ENGINE_ALIASES))
+
+    def generate(self, prompts, sampling_params=None):
+        """RequestOutput for each prompt, in order. `prompts`: a string, a list of strings, or of vLLM's token
+        prompts ({"prompt_token_ids": [...]}). The engine runs them as one batch, the GIL released."""
+        params = sampling_params if sampling_params is not None else SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise TypeError("sampling_params must be one SamplingParams (one for every prompt)")
+        if isinstance(prompts, (str, dict)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if all(isinstance(p, dict) for p in prompts) and prompts:
+            for p in prompts:
+                if set(p) != {"prompt_token_ids"}:
+                    raise ValueError(f"a token prompt has the key prompt_token_ids only, got {sorted(p)}")
+            inputs = [list(p["prompt_token_ids"]) for p in prompts]
+        elif all(isinstance(p, str) for p in prompts):
+            inputs = prompts
+        else:
+            raise TypeError("prompts must be strings or {'prompt_token_ids': [...]} dicts, all of one kind")
+        return self._outputs(self._engine.generate(inputs, params._flags), params)
+
+    def chat(self, messages, sampling_params=None, chat_template=None, add_generation_prompt=True):
+        """Generation after a conversation (a list of {"role", "content"}; or a list of such conversations), its
+        prompt rendered by the model's chat template (or `chat_template`, a Jinja source)."""
+        conversations = messages if messages and isinstance(messages[0], list) else [messages]
+        prompts = [self._engine.render_chat(json.dumps(c), chat_template or "", add_generation_prompt)
+                   for c in conversations]
+        ids = [{"prompt_token_ids": self._engine.encode(p, False)} for p in prompts]
+        outputs = self.generate(ids, sampling_params)
+        for output, prompt in zip(outputs, prompts):
+            output.prompt = prompt
+        return outputs
+
+    def _outputs(self, raw, params):
+        asked = params._kwargs.get("logprobs") is not None
+        return [RequestOutput(prompt, prompt_ids,
+                              [CompletionOutput(i, text, ids, cum, reason, _logprobs(lps, asked))
+                               for i, text, ids, cum, reason, lps in completions])
+                for prompt, prompt_ids, completions in raw]

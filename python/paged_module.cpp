@@ -1,0 +1,146 @@
+// paged._paged, the Python extension under python/paged/__init__.py: an Engine built from engine flags and
+// generating from sampling flags, both with the names and checks of the `paged` CLI (tools/cli.h), so that Python's
+// keyword arguments mean what the command line's flags do. Outputs are returned as plain tuples; __init__.py shapes
+// them as vLLM's RequestOutput. The GIL is released while the engine loads and generates.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <boost/json/parse.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/engine.h"
+#include "model/template/chat_template.h"
+#include "tools/cli.h"
+
+namespace py = pybind11;
+using namespace paged;
+
+namespace {
+
+/// `flags` ("--name", "value", "--switch=true", ...) parsed as a command line after its subcommand.
+cli::Args parse_flags(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv_text{"paged"};
+  argv_text.insert(argv_text.end(), flags.begin(), flags.end());
+  std::vector<char*> argv;
+  for (std::string& arg : argv_text) argv.push_back(arg.data());
+  return cli::Args(static_cast<int>(argv.size()), argv.data(), 1, cli::engine_switches());
+}
+
+/// Sampling parameters from sampling flags; UsageError naming a flag that is unknown or bad.
+SamplingParams sampling_from_flags(const std::vector<std::string>& flags) {
+  cli::Args args = parse_flags(flags);
+  SamplingParams params = cli::sampling_params(args);
+  args.reject_unknown();
+  return params;
+}
+
+/// One generated sequence as Python sees it: (index, text, token_ids, cumulative_logprob, finish_reason,
+/// logprobs: per token a list of (token_id, logprob, decoded_token), the sampled token first, then the alternatives).
+using PyLogprob = std::tuple<TokenId, float, std::string>;
+using PyCompletion =
+    std::tuple<int, std::string, std::vector<TokenId>, double, std::string, std::vector<std::vector<PyLogprob>>>;
+/// One request: (prompt, prompt_token_ids, completions).
+using PyRequestOutput = std::tuple<std::string, std::vector<TokenId>, std::vector<PyCompletion>>;
+
+/// The engine with the model's chat template (loaded on first chat()).
+class PyEngine {
+ public:
+  explicit PyEngine(const std::vector<std::string>& flags) {
+    cli::Args args = parse_flags(flags);
+    EngineConfig config = cli::engine_config(args);
+    args.reject_unknown();
+    py::gil_scoped_release unlocked;
+    engine_ = std::make_unique<Engine>(std::move(config));
+  }
+
+  /// Generation from texts or token ids, in input order.
+  std::vector<PyRequestOutput> generate(const std::variant<std::vector<std::string>, std::vector<std::vector<TokenId>>>& prompts,
+                                        const std::vector<std::string>& sampling_flags) {
+    const SamplingParams params = sampling_from_flags(sampling_flags);
+    std::vector<RequestOutput> outputs;
+    {
+      py::gil_scoped_release unlocked;
+      outputs = std::visit([&](const auto& p) { return engine_->generate(p, params); }, prompts);
+    }
+    return convert(outputs);
+  }
+
+  /// The prompt text of a conversation (`messages_json`: OpenAI messages as JSON) by the model's chat template, or
+  /// by `template_source` when non-empty (with the model's special tokens, as a server's request template).
+  std::string render_chat(const std::string& messages_json, const std::string& template_source,
+                          bool add_generation_prompt) {
+    if (!model_template_loaded_) {
+      model_template_ = ChatTemplate::load(engine_->config().model_dir);
+      model_template_loaded_ = true;
+    }
+    std::optional<ChatTemplate> own;
+    if (!template_source.empty())
+      own = model_template_ ? model_template_->with_source(template_source)
+                            : ChatTemplate::with_tokenizer_tokens(template_source, engine_->tokenizer());
+    else if (!model_template_)
+      throw std::invalid_argument("the model has no chat template: pass chat_template");
+    const ChatTemplate& chat_template = own ? *own : *model_template_;
+    const boost::json::value messages = boost::json::parse(messages_json);
+    if (!messages.is_array()) throw std::invalid_argument("messages must be a list of {role, content}");
+    return chat_template.apply(messages.as_array(), add_generation_prompt);
+  }
+
+  /// Token ids of `text` (`add_special`: BOS and the like, as the tokenizer's config asks).
+  std::vector<TokenId> encode(const std::string& text, bool add_special) const {
+    return engine_->tokenizer().encode(text, add_special);
+  }
+
+ private:
+  std::vector<PyRequestOutput> convert(const std::vector<RequestOutput>& outputs) const {
+    const Tokenizer& tok = engine_->tokenizer();
+    auto piece = [&](TokenId id) { return tok.decode(std::span<const TokenId>(&id, 1), false); };
+    std::vector<PyRequestOutput> result;
+    for (const RequestOutput& out : outputs) {
+      std::vector<PyCompletion> completions;
+      for (const CompletionOutput& c : out.outputs) {
+        std::vector<std::vector<PyLogprob>> logprobs;
+        for (const SampledToken& s : c.logprobs) {
+          std::vector<PyLogprob> position{{s.token, s.logprob, piece(s.token)}};
+          for (const auto& [id, logprob] : s.top_logprobs) position.emplace_back(id, logprob, piece(id));
+          logprobs.push_back(std::move(position));
+        }
+        completions.emplace_back(c.index, c.text, c.token_ids, c.cumulative_logprob, c.finish_reason,
+                                 std::move(logprobs));
+      }
+      result.emplace_back(out.prompt, out.prompt_token_ids, std::move(completions));
+    }
+    return result;
+  }
+
+  std::unique_ptr<Engine> engine_;
+  std::optional<ChatTemplate> model_template_;  // the model's, once model_template_loaded_
+  bool model_template_loaded_ = false;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_paged, m) {
+  m.doc() = "paged's engine; use the paged package (LLM, SamplingParams) rather than this module";
+  // A flag the engine does not know or a bad value (cli::UsageError) is the caller's mistake: ValueError, as are
+  // requests the engine refuses (InvalidRequest, a std::invalid_argument, which pybind11 maps to ValueError).
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const cli::UsageError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  py::class_<PyEngine>(m, "Engine")
+      .def(py::init<const std::vector<std::string>&>(), py::arg("flags"))
+      .def("generate", &PyEngine::generate, py::arg("prompts"), py::arg("sampling_flags"))
+      .def("render_chat", &PyEngine::render_chat, py::arg("messages_json"), py::arg("template_source"),
+           py::arg("add_generation_prompt"))
+      .def("encode", &PyEngine::encode, py::arg("text"), py::arg("add_special"));
+  m.def("check_sampling_flags", [](const std::vector<std::string>& flags) { sampling_from_flags(flags); },
+        py::arg("flags"), "Raises ValueError naming a sampling flag that is unknown or has a bad value.");
+}

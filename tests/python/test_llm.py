@@ -1,0 +1,138 @@
+"""The Python package (python/paged) on the in-repo stories260K, against Hugging Face's golden outputs
+(tests/golden/stories260K-greedy.json). ctest runs it (test `python`) with build/python on PYTHONPATH."""
+import json
+import math
+import os
+import pathlib
+import threading
+import time
+
+import pytest
+
+from paged import LLM, SamplingParams
+
+SRC = pathlib.Path(os.environ.get("PAGED_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+MODEL = str(SRC / "models" / "stories260K")
+GOLDEN = json.loads((SRC / "tests" / "golden" / "stories260K-greedy.json").read_text())["cases"]
+# A template of the test's own: BOS, then the messages' contents (stories260K has none).
+CONCAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(model=MODEL, device="cpu", max_num_seqs=16)
+
+
+def test_greedy_matches_golden_in_one_batch(llm):
+    outputs = llm.generate([c["prompt"] for c in GOLDEN], SamplingParams(max_tokens=64, temperature=0))
+    assert len(outputs) == len(GOLDEN)
+    for out, case in zip(outputs, GOLDEN):
+        assert out.prompt == case["prompt"]
+        assert out.prompt_token_ids == case["prompt_ids"]
+        assert len(out.outputs) == 1
+        completion = out.outputs[0]
+        assert completion.token_ids == case["greedy_ids"]
+        # vLLM's text continues the prompt (decode(prompt + output) - decode(prompt)); HF's golden text decodes the
+        # output alone, where SentencePiece drops the first token's leading space.
+        assert completion.text in (case["greedy_text"], " " + case["greedy_text"])
+        assert completion.finish_reason == ("length" if len(case["greedy_ids"]) == 64 else "stop")
+        assert completion.logprobs is None
+
+
+def test_token_prompts(llm):
+    case = GOLDEN[1]
+    out = llm.generate([{"prompt_token_ids": case["prompt_ids"]}], SamplingParams(max_tokens=10, temperature=0))[0]
+    assert out.prompt_token_ids == case["prompt_ids"]
+    assert out.outputs[0].token_ids == case["greedy_ids"][:10]
+    assert out.outputs[0].finish_reason == "length"
+
+
+def test_stop_string_cuts_the_text(llm):
+    case = GOLDEN[0]
+    cut = case["greedy_text"].index("Lily")
+    params = SamplingParams(max_tokens=64, temperature=0, stop="Lily")
+    completion = llm.generate(case["prompt"], params)[0].outputs[0]
+    assert completion.text == case["greedy_text"][:cut]
+    assert completion.finish_reason == "stop"
+
+
+def test_logprobs_agree_with_golden_logits(llm):
+    case = GOLDEN[0]
+    completion = llm.generate(case["prompt"], SamplingParams(max_tokens=4, temperature=0, logprobs=3))[0].outputs[0]
+    assert len(completion.logprobs) == 4
+    for token, position in zip(completion.token_ids, completion.logprobs):
+        assert len(position) == 3 and position[token].rank == 1
+        assert all(position[token].logprob >= lp.logprob for lp in position.values())
+        assert position[token].logprob <= 0
+    # Log-softmax differences are logit differences: the first position against Hugging Face's top logits.
+    top = case["last_logits_top5"]
+    first = completion.logprobs[0]
+    for tid, value in zip(top["ids"][:3], top["values"][:3]):
+        assert first[tid].logprob - first[top["ids"][0]].logprob == pytest.approx(value - top["values"][0], abs=1e-3)
+    assert first[top["ids"][0]].decoded_token == ","
+    assert completion.cumulative_logprob == pytest.approx(sum(p[t].logprob for t, p in
+                                                              zip(completion.token_ids, completion.logprobs)), abs=1e-4)
+
+
+def test_sampling_seed_and_n(llm):
+    params = SamplingParams(max_tokens=12, temperature=1.0, seed=7, n=3)
+    first = llm.generate("Once upon a time", params)[0]
+    again = llm.generate("Once upon a time", params)[0]
+    assert [c.index for c in first.outputs] == [0, 1, 2]
+    assert [c.token_ids for c in first.outputs] == [c.token_ids for c in again.outputs]
+    assert all(len(c.token_ids) == 12 or c.finish_reason == "stop" for c in first.outputs)
+    other = llm.generate("Once upon a time", SamplingParams(max_tokens=12, temperature=1.0, seed=8, n=3))[0]
+    assert [c.token_ids for c in other.outputs] != [c.token_ids for c in first.outputs]
+    assert params.seed == 7 and params.n == 3
+
+
+def test_chat_renders_the_template(llm):
+    case = GOLDEN[0]
+    out = llm.chat([{"role": "user", "content": case["prompt"]}], SamplingParams(max_tokens=8, temperature=0),
+                   chat_template=CONCAT_TEMPLATE)[0]
+    assert out.prompt == "<s>" + case["prompt"]
+    assert out.prompt_token_ids == case["prompt_ids"]
+    assert out.outputs[0].token_ids == case["greedy_ids"][:8]
+
+
+def test_gil_released_while_generating(llm):
+    done = threading.Event()
+    took = []
+
+    def work():
+        start = time.monotonic()
+        llm.generate([c["prompt"] for c in GOLDEN] * 16, SamplingParams(max_tokens=64, temperature=0, ignore_eos=True))
+        took.append(time.monotonic() - start)
+        done.set()
+
+    worker = threading.Thread(target=work)
+    last, longest = time.monotonic(), 0.0
+    worker.start()
+    while not done.is_set():
+        now = time.monotonic()
+        longest, last = max(longest, now - last), now
+    worker.join()
+    assert took[0] > 0.05, "the batch is too short to tell"
+    assert longest < took[0] / 2, f"this thread stalled {longest:.3f} s of the engine's {took[0]:.3f} s"
+
+
+def test_errors_raise_with_the_engines_message(llm):
+    with pytest.raises(ValueError, match="--no-such-arg"):
+        LLM(model=MODEL, no_such_arg=1)
+    with pytest.raises(ValueError, match="--block-size"):
+        LLM(model=MODEL, device="cpu", block_size=0)
+    with pytest.raises(RuntimeError):
+        LLM(model=str(SRC / "no-such-model"), device="cpu")
+    with pytest.raises(ValueError, match="--logit-bias"):
+        SamplingParams(logit_bias={1: 1.0})
+    with pytest.raises(ValueError, match="temperature"):
+        llm.generate("Once", SamplingParams(temperature=-1))
+    with pytest.raises(ValueError):
+        llm.generate([{"prompt_token_ids": [1, 10 ** 6]}])
+    with pytest.raises(ValueError, match="chat template"):
+        llm.chat([{"role": "user", "content": "hi"}])
+    with pytest.raises(TypeError):
+        llm.generate([1, 2])
+    # The engine is unharmed.
+    assert llm.generate(GOLDEN[0]["prompt"], SamplingParams(max_tokens=3, temperature=0))[0].outputs[0].token_ids \
+        == GOLDEN[0]["greedy_ids"][:3]
