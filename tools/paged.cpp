@@ -25,7 +25,7 @@ constexpr const char* kUsage = R"(usage:
               [--allowed-origins '["*"]' | ORIGIN,ORIGIN] [--trust-request-chat-template]
               [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt] [--dataset-path FILE]
-              [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--seed S]
+              [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--random-prefix-len 0] [--seed S]
               [--requests-out FILE.json] [--json] [--profile] [engine flags]
               (offline throughput through the engine: a table, or with --json one JSON line; --profile adds the
               step profile: per kind of step, device busy and idle time and host time, on stderr)

@@ -24,6 +24,7 @@ DatasetOptions dataset_options(cli::Args& args, const DatasetOptions& defaults) 
   o.random_input_len = args.get_int("random-input-len", o.random_input_len);
   o.random_output_len = args.get_int("random-output-len", o.random_output_len);
   o.random_range_ratio = args.get_double("random-range-ratio", o.random_range_ratio);
+  o.random_prefix_len = args.get_int("random-prefix-len", o.random_prefix_len);
   if (args.has("seed")) {
     const int seed = args.get_int("seed", 0);
     if (seed < 0) throw cli::UsageError("--seed must be 0 or more");
@@ -40,11 +41,14 @@ DatasetOptions dataset_options(cli::Args& args, const DatasetOptions& defaults) 
     throw cli::UsageError("--random-input-len and --random-output-len must be positive");
   if (!(o.random_range_ratio >= 0 && o.random_range_ratio < 1))
     throw cli::UsageError("--random-range-ratio must be in [0, 1)");
+  if (o.random_prefix_len < 0) throw cli::UsageError("--random-prefix-len must be 0 or more");
+  if (o.random_prefix_len > 0 && o.name != "random")
+    throw cli::UsageError("--random-prefix-len is of --dataset-name random, not of " + o.name);
   return o;
 }
 
 std::vector<BenchRequest> random_requests(int n, int input_len, int output_len, double range_ratio, int vocab_size,
-                                          uint64_t seed) {
+                                          uint64_t seed, int prefix_len) {
   const auto range = [&](int len) {
     const int low = std::max(1, static_cast<int>(std::floor(len * (1 - range_ratio))));
     const int high = std::max(low, static_cast<int>(std::ceil(len * (1 + range_ratio))));
@@ -53,12 +57,15 @@ std::vector<BenchRequest> random_requests(int n, int input_len, int output_len, 
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> in_len = range(input_len), out_len = range(output_len);
   std::uniform_int_distribution<TokenId> token(0, vocab_size - 1);
+  std::vector<TokenId> prefix(std::max(prefix_len, 0));
+  for (TokenId& t : prefix) t = token(rng);
   std::vector<BenchRequest> requests(std::max(n, 0));
   for (BenchRequest& r : requests) {
-    r.prompt_len = in_len(rng);
+    const int own = in_len(rng);
     r.output_len = out_len(rng);
-    r.prompt_ids.resize(r.prompt_len);
-    for (TokenId& t : r.prompt_ids) t = token(rng);
+    r.prompt_ids = prefix;
+    for (int i = 0; i < own; ++i) r.prompt_ids.push_back(token(rng));
+    r.prompt_len = static_cast<int>(r.prompt_ids.size());
   }
   return requests;
 }
@@ -146,7 +153,7 @@ std::vector<BenchRequest> dataset_requests(const DatasetOptions& options, int vo
                                            const std::function<std::vector<TokenId>(const std::string&)>& encode) {
   if (options.name == "random")
     return random_requests(options.num_prompts, options.random_input_len, options.random_output_len,
-                           options.random_range_ratio, vocab_size, options.seed);
+                           options.random_range_ratio, vocab_size, options.seed, options.random_prefix_len);
   if (options.name == "sharegpt-like")
     return sharegpt_like_requests(options.num_prompts, max_model_len, vocab_size, options.seed);
   return sharegpt_requests(read_sharegpt_file(options.path), options.num_prompts, encode, max_model_len, options.seed);

@@ -34,17 +34,19 @@ struct DatasetOptions {
   int num_prompts = 1000;
   int random_input_len = 1024, random_output_len = 128;
   double random_range_ratio = 0;  // lengths uniform in [len * (1 - r), len * (1 + r)], 0 <= r < 1
+  int random_prefix_len = 0;      // random: the same this many tokens before every prompt (vLLM's)
   uint64_t seed = 0;
 };
 /// Reads --dataset-name, --dataset-path (alone it means sharegpt), --num-prompts, --random-input-len,
-/// --random-output-len, --random-range-ratio and --seed on top of `defaults`; UsageError for a bad or contradictory
-/// value (sharegpt without a path, a path with another dataset).
+/// --random-output-len, --random-range-ratio, --random-prefix-len and --seed on top of `defaults`; UsageError for a
+/// bad or contradictory value (sharegpt without a path, a path with another dataset, a prefix off the random one).
 DatasetOptions dataset_options(cli::Args& args, const DatasetOptions& defaults);
 
 /// vLLM's random dataset: `n` prompts of token ids drawn uniformly from [0, vocab_size), input and output lengths
-/// drawn uniformly from [floor(len * (1 - ratio)), ceil(len * (1 + ratio))] (at least 1), seeded.
+/// drawn uniformly from [floor(len * (1 - ratio)), ceil(len * (1 + ratio))] (at least 1), seeded; each prompt starts
+/// with the same `prefix_len` random ids (a shared system prompt or few-shot examples), not counted in input_len.
 std::vector<BenchRequest> random_requests(int n, int input_len, int output_len, double range_ratio, int vocab_size,
-                                          uint64_t seed);
+                                          uint64_t seed, int prefix_len = 0);
 
 /// ShareGPT-like lengths without the data: lognormal (sigma 1) with means 161 in / 338 out as in the PagedAttention
 /// paper, the prompt clamped to [4, min(1024, total / 2)] and the output to [1, total - prompt] where total is

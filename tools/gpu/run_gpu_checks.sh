@@ -332,6 +332,18 @@ if wanted tiers; then
       --max-num-batched-tokens "${MAX_BATCHED:-16384}" $([ $t = on ] && echo --kv-offloading-size 32)
     tier_tok[$t]=$(tok_per_s "$(bench_json "tier_sharegpt_$t")")
   done
+  # The PagedAttention paper's shared-prefix case: a 341-token prefix (its 5-shot prompt) before every request.
+  declare -A prefix_tok
+  for c in off on; do
+    run "prefix341_$c" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy --num-prompts 1000 \
+      --dataset-name random --random-prefix-len 341 --random-input-len 64 --random-output-len 128 --json \
+      --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}" \
+      $([ $c = on ] && echo --enable-prefix-caching || echo --no-enable-prefix-caching)
+    prefix_tok[$c]=$(tok_per_s "$(bench_json "prefix341_$c")")
+  done
+  add_row "341-token shared prefix x 1000, prefix caching on vs off" \
+    "$(awk -v a="${prefix_tok[on]}" -v b="${prefix_tok[off]}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "?" }')" \
+    "off ${prefix_tok[off]} tok/s, on ${prefix_tok[on]} tok/s"
   add_row "ShareGPT-like with the CPU tier vs without" \
     "$(awk -v a="${tier_tok[on]}" -v b="${tier_tok[off]}" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / b; else print "?" }')" \
     "without ${tier_tok[off]} tok/s, with ${tier_tok[on]} tok/s"

@@ -70,6 +70,18 @@ TEST_CASE("random requests with a range ratio: uniform in [floor(len (1 - r)), c
   CHECK(out == std::set<int>{1, 2});
 }
 
+TEST_CASE("random requests with a prefix: the same prefix ids first, then their own input_len", "[bench]") {
+  const std::vector<BenchRequest> r = random_requests(20, 8, 4, 0, 512, 5, 341);
+  const std::vector<BenchRequest> plain = random_requests(20, 8, 4, 0, 512, 5);
+  for (const BenchRequest& q : r) {
+    REQUIRE(q.prompt_ids.size() == 341 + 8);
+    CHECK(q.prompt_len == 349);
+    CHECK(std::equal(q.prompt_ids.begin(), q.prompt_ids.begin() + 341, r[0].prompt_ids.begin()));
+  }
+  CHECK(!std::equal(r[0].prompt_ids.begin() + 341, r[0].prompt_ids.end(), r[1].prompt_ids.begin() + 341));
+  CHECK(plain[0].prompt_ids.size() == 8);
+}
+
 TEST_CASE("sharegpt-like requests: lognormal lengths of mean 161 in, pruned to the context", "[bench]") {
   double sum = 0;
   for (const BenchRequest& q : sharegpt_like_requests(5000, 1 << 20, 512, 5)) {
