@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_runner.h"
 
+#include "kernels/cpu/fp8.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -66,6 +68,13 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
     L.bo = read_param(w, M.bo);
     L.w_gate_up = read_param(w, M.w_gate_up);
     L.w_down = read_param(w, M.w_down);
+    if (opt_.fp8_weights) {
+      const int H = cfg_.hidden_size, D = cfg_.head_dim;
+      cpu::fake_quantize_rows_fp8(L.wqkv.data(), static_cast<int64_t>(L.wqkv.size()) / H, H);
+      cpu::fake_quantize_rows_fp8(L.wo.data(), H, local_heads_ * D);
+      cpu::fake_quantize_rows_fp8(L.w_gate_up.data(), 2 * int64_t{local_inter_}, H);
+      cpu::fake_quantize_rows_fp8(L.w_down.data(), H, local_inter_);
+    }
   }
 
   const int64_t per_layer = block_elems() * opt_.num_blocks, per_layer_swap = block_elems() * opt_.num_swap_blocks;
@@ -132,11 +141,22 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     std::memcpy(&residual[int64_t{t} * H], &embed_[int64_t{tokens[t]} * H], sizeof(float) * H);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // A linear layer; emulating FP8, its input rows are rounded through e4m3 first (the weights were at load).
+  std::vector<float> quantised;
+  const auto linear = [&](float* out, const float* x, const std::vector<float>& w, const std::vector<float>& bias,
+                          int n, int k) {
+    if (opt_.fp8_weights) {
+      quantised.assign(x, x + int64_t{T} * k);
+      cpu::fake_quantize_rows_fp8(quantised.data(), T, k);
+      x = quantised.data();
+    }
+    cpu::linear(out, x, w.data(), bias.empty() ? nullptr : bias.data(), T, n, k);
+  };
 
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const CpuLayerWeights& L = layers_[l];
     cpu::rms_norm(h.data(), residual.data(), L.attn_norm.data(), T, H, eps);
-    cpu::linear(qkv.data(), h.data(), L.wqkv.data(), L.bqkv.empty() ? nullptr : L.bqkv.data(), T, qkv_dim, H);
+    linear(qkv.data(), h.data(), L.wqkv, L.bqkv, qkv_dim, H);
     for (int t = 0; t < T; ++t) {
       const float* row = &qkv[int64_t{t} * qkv_dim];
       std::memcpy(&q[int64_t{t} * nh * D], row, sizeof(float) * nh * D);
@@ -153,12 +173,12 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     cpu::paged_attention(attn.data(), q.data(), k_cache_[l].get(), v_cache_[l].get(), tables.data(),
                          query_start.data(), context_lens.data(), static_cast<int>(batch.seqs.size()),
                          static_cast<int>(max_blocks), nh, nkv, D, B, scale, cfg_.sliding_window(l));
-    cpu::linear(proj.data(), attn.data(), L.wo.data(), L.bo.empty() ? nullptr : L.bo.data(), T, H, nh * D);
+    linear(proj.data(), attn.data(), L.wo, L.bo, H, nh * D);
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     cpu::add_rms_norm(h.data(), residual.data(), proj.data(), L.ffn_norm.data(), T, H, eps);
-    cpu::linear(gate_up.data(), h.data(), L.w_gate_up.data(), nullptr, T, 2 * local_inter_, H);
+    linear(gate_up.data(), h.data(), L.w_gate_up, {}, 2 * local_inter_, H);
     cpu::silu_and_mul(act.data(), gate_up.data(), T, local_inter_);
-    cpu::linear(proj.data(), act.data(), L.w_down.data(), nullptr, T, H, local_inter_);
+    linear(proj.data(), act.data(), L.w_down, {}, H, local_inter_);
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     for (size_t i = 0; i < residual.size(); ++i) residual[i] += proj[i];
   }

@@ -29,6 +29,9 @@ struct CpuRunnerOptions {
   int tp_size = 1;
   AllReduce* all_reduce = nullptr;  // required when tp_size > 1
   int max_model_len = 0;            // the engine's context limit (0: max_position_embeddings); picks LongRoPE's factors
+  /// Emulates the CUDA runner's --quantization fp8 in float32 (tests; the engine does not offer FP8 on the CPU): the
+  /// linear layers' weights and each row of their inputs rounded through e4m3 with a scale per row.
+  bool fp8_weights = false;
 };
 
 /// Weights of one tensor-parallel rank, float32, sharded and laid out as model/loader/weight_map.h says: q/k/v and

@@ -22,6 +22,11 @@ void quantize_rows_fp8(const float* x,  // [rows][cols]
                        uint8_t* q,      // [rows][cols]
                        float* scale);   // [rows]
 
+/// Each row of x replaced by its quantised value, e4m3(x * (448 / absmax)) * absmax / 448: FP8's rounding, in
+/// float32 (the CPU runner's emulation of --quantization fp8).
+void fake_quantize_rows_fp8(float* x,  // [rows][cols], in place
+                            int64_t rows, int cols);
+
 /// out = (xq * scale_x) (wq * scale_w)^T, the product of two row-quantised matrices, summed in float32 (every
 /// product of two e4m3 values is exact), then scaled by scale_x[m] * scale_w[n] (+ bias).
 void linear_fp8(float* out,            // [m][n]
