@@ -1,6 +1,7 @@
 #include "model/constraint/char_class.h"
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <string>
 
@@ -94,5 +95,15 @@ Expr json_string_char(CodepointRanges ranges, bool negate) {
 }
 
 Expr any_codepoint() { return codepoints({}, true); }
+
+std::optional<char32_t> hex_digits(std::string_view text, size_t& pos, int digits) {
+  char32_t v = 0;
+  for (int i = 0; i < digits; ++i) {
+    if (pos >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[pos]))) return std::nullopt;
+    const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(text[pos++])));
+    v = v * 16 + static_cast<char32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return v;
+}
 
 }  // namespace paged::constraint

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -30,5 +32,9 @@ Expr json_string_char(CodepointRanges ranges, bool negate = false);
 
 /// One UTF-8 character, any code point.
 Expr any_codepoint();
+
+/// The value of the `digits` hex digits of `text` from `pos` (which moves past them), as escapes write a code point;
+/// nullopt when one is missing or not a hex digit (pos then stands at it).
+std::optional<char32_t> hex_digits(std::string_view text, size_t& pos, int digits);
 
 }  // namespace paged::constraint

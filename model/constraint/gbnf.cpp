@@ -171,12 +171,9 @@ class GbnfParser {
   }
 
   char32_t hex(int digits) {
-    char32_t v = 0;
-    for (int i = 0; i < digits; ++i) {
-      if (pos_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[pos_]))) fail("expected a hex digit");
-      const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(s_[pos_++])));
-      v = v * 16 + static_cast<char32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-    }
+    const std::optional<char32_t> value = hex_digits(s_, pos_, digits);
+    if (!value) fail("expected a hex digit");
+    const char32_t v = *value;
     if (v > kMaxCodepoint || (v >= 0xD800 && v <= 0xDFFF)) fail("an escape names no Unicode character");
     return v;
   }

@@ -39,6 +39,30 @@ JSON
   echo "$m"
 }
 
+# The prompts of a golden file (stories-distill-9M's), one JSON object a line, for `paged generate --prompts-file`.
+golden_prompts() {
+  python3 -c 'import json, sys
+for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["prompt"]}))' "$1"
+}
+# "PASS|figures" or "FAIL|figures": the mean matched prefix of the greedy runs in file $2 (`generate --json` lines)
+# against golden file $1's HF float32 ids, at least 58 of 64 to pass, beside HF's own bf16 run.
+golden_prefix() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+runs = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+def prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+    return n
+ours = [prefix(r["outputs"][0]["token_ids"], c["greedy_ids"]) for r, c in zip(runs, cases)]
+hf16 = [prefix(c["greedy_ids_hf_bf16"], c["greedy_ids"]) for c in cases]
+ok = len(ours) == len(cases) and sum(ours) / len(ours) >= 58
+print(("PASS" if ok else "FAIL") + f"|mean matched prefix {sum(ours) / max(1, len(ours)):.1f} of 64 on {len(ours)} prompts"
+      f" (HF bf16 {sum(hf16) / len(hf16):.1f})")
+PY
+}
+
 if wanted tests; then
   run tests 300 "$BIN/paged_gpu_tests"
   s=$?
@@ -153,9 +177,7 @@ if wanted remote; then
   # A real model through a worker: stories-distill-9M's greedy continuations, worker vs in-process, both on the GPU.
   D=$BIN/stories-distill-9M
   if [ -d "$D" ]; then
-    python3 -c 'import json, sys
-for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["prompt"]}))' \
-      "$BIN/stories-distill-9M-greedy.json" >"$LOG_DIR/prompts9.jsonl"
+    golden_prompts "$BIN/stories-distill-9M-greedy.json" >"$LOG_DIR/prompts9.jsonl"
     greedy=(--prompts-file "$LOG_DIR/prompts9.jsonl" --max-tokens 64 --temperature 0 --json)
     "$BIN/paged" generate --model "$D" --device cuda "${greedy[@]}" >"$LOG_DIR/local9.json" 2>"$LOG_DIR/local9.err"
     "$BIN/paged" worker --model "$D" --device cuda --port 7401 --tls-dir /tmp/paged_remote_certs \
@@ -175,8 +197,7 @@ if wanted golden && [ -d "$BIN/stories-distill-9M" ]; then
   # stories-distill-9M (trained, head_dim 64, bf16) greedy on CUDA against HF float32's golden ids: the mean matched
   # prefix of 64 tokens, all prompts in one batch and one prompt at a time (HF's own bf16 run is the yardstick).
   G=$BIN/stories-distill-9M-greedy.json
-  python3 -c 'import json, sys
-for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["prompt"]}))' "$G" >"$LOG_DIR/golden.jsonl"
+  golden_prompts "$G" >"$LOG_DIR/golden.jsonl"
   greedy=(--model "$BIN/stories-distill-9M" --device cuda --max-tokens 64 --temperature 0 --json)
   "$BIN/paged" generate --prompts-file "$LOG_DIR/golden.jsonl" "${greedy[@]}" >"$LOG_DIR/golden_batch.json" 2>&1
   : >"$LOG_DIR/golden_alone.json"
@@ -185,21 +206,7 @@ for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["p
     "$BIN/paged" generate --prompts-file "$LOG_DIR/one.jsonl" "${greedy[@]}" >>"$LOG_DIR/golden_alone.json" 2>&1
   done <"$LOG_DIR/golden.jsonl"
   for mode in batch alone; do
-    result=$(python3 - "$G" "$LOG_DIR/golden_$mode.json" <<'PY'
-import json, sys
-cases = json.load(open(sys.argv[1]))["cases"]
-runs = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
-def prefix(a, b):
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
-    return n
-ours = [prefix(r["outputs"][0]["token_ids"], c["greedy_ids"]) for r, c in zip(runs, cases)]
-hf16 = [prefix(c["greedy_ids_hf_bf16"], c["greedy_ids"]) for c in cases]
-ok = len(ours) == len(cases) and sum(ours) / len(ours) >= 58
-print(("PASS" if ok else "FAIL") + f"|mean matched prefix {sum(ours) / max(1, len(ours)):.1f} of 64 on {len(ours)} prompts"
-      f" (HF bf16 {sum(hf16) / len(hf16):.1f})")
-PY
-)
+    result=$(golden_prefix "$G" "$LOG_DIR/golden_$mode.json")
     add_row "stories-distill-9M greedy on CUDA vs HF float32, $mode" "${result%%|*}" "${result#*|}"
   done
   # Prefix sharing within a step on CUDA: the prompts behind one long common prefix, all in one batch, with the
@@ -296,24 +303,11 @@ if wanted fp8; then
       "bf16 ${fp8_tok[${w}_none]} tok/s, fp8 ${fp8_tok[${w}_fp8]} tok/s"
   done
   if [ -d "$BIN/stories-distill-9M" ]; then
-    python3 -c 'import json, sys
-for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["prompt"]}))' \
-      "$BIN/stories-distill-9M-greedy.json" >"$LOG_DIR/golden_fp8.jsonl"
+    golden_prompts "$BIN/stories-distill-9M-greedy.json" >"$LOG_DIR/golden_fp8.jsonl"
     "$BIN/paged" generate --prompts-file "$LOG_DIR/golden_fp8.jsonl" --model "$BIN/stories-distill-9M" --device cuda \
       --max-tokens 64 --temperature 0 --json --quantization fp8 >"$LOG_DIR/golden_fp8.json" 2>&1
-    result=$(python3 - "$BIN/stories-distill-9M-greedy.json" "$LOG_DIR/golden_fp8.json" <<'PY'
-import json, sys
-cases = json.load(open(sys.argv[1]))["cases"]
-runs = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
-def prefix(a, b):
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
-    return n
-ours = [prefix(r["outputs"][0]["token_ids"], c["greedy_ids"]) for r, c in zip(runs, cases)]
-print(f"mean matched prefix {sum(ours) / max(1, len(ours)):.1f} of 64 on {len(ours)} prompts")
-PY
-)
-    add_row "stories-distill-9M greedy, FP8 weights, vs HF float32" "DONE" "$result"
+    result=$(golden_prefix "$BIN/stories-distill-9M-greedy.json" "$LOG_DIR/golden_fp8.json")
+    add_row "stories-distill-9M greedy, FP8 weights, vs HF float32" "${result%%|*}" "${result#*|}"
   fi
 fi
 if wanted tiers; then

@@ -122,13 +122,7 @@ TEST_CASE("the FP8 GEMV is the CPU's product of the dequantised weights, with it
 TEST_CASE("a runner with FP8 weights gives the logits of the same model in bf16 within FP8's error", "[gpu][fp8]") {
   require_device();
   const ModelConfig cfg = small_llama();
-  CudaRunnerOptions opt;
-  opt.block_size = 16;
-  opt.num_blocks = 64;
-  opt.max_num_seqs = 8;
-  opt.max_num_batched_tokens = 256;
-  opt.max_model_len = 256;
-  opt.swap_space_gib = 0.01;
+  CudaRunnerOptions opt = small_runner_options(64, 8, 256);
   CudaModelRunner bf16_runner(cfg, 11, opt);
   opt.fp8_weights = true;
   CudaModelRunner fp8_runner(cfg, 11, opt);  // the same random bf16 weights, quantised

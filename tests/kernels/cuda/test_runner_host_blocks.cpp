@@ -15,13 +15,7 @@ using paged::test::chunk_of;
 TEST_CASE("the CUDA runner's host blocks read and written back carry a sequence's KV exactly", "[gpu][runner]") {
   require_device();
   const ModelConfig cfg = small_llama();
-  CudaRunnerOptions opt;
-  opt.block_size = 16;
-  opt.num_blocks = 16;
-  opt.max_num_seqs = 4;
-  opt.max_num_batched_tokens = 64;
-  opt.max_model_len = 256;
-  opt.swap_space_gib = 0.01;
+  CudaRunnerOptions opt = small_runner_options(16, 4, 64);
   CudaModelRunner runner(cfg, 11, opt);
   REQUIRE(runner.num_swap_blocks() >= 4);
   std::mt19937 rng(5);

@@ -16,13 +16,8 @@ using paged::test::chunk_of;
 TEST_CASE("the CUDA runner's prompt logprobs equal its own logits over each prefix", "[gpu][runner]") {
   require_device();
   const ModelConfig cfg = small_llama();
-  CudaRunnerOptions opt;
-  opt.block_size = 16;
-  opt.num_blocks = 32;
-  opt.max_num_seqs = 4;  // scored rows go through the LM head 4 at a time
-  opt.max_num_batched_tokens = 64;
-  opt.max_model_len = 256;
-  opt.swap_space_gib = 0.01;
+  // max_num_seqs 4: scored rows go through the LM head 4 at a time
+  CudaRunnerOptions opt = small_runner_options(32, 4, 64);
   CudaModelRunner runner(cfg, 7, opt);
   std::mt19937 rng(3);
   std::vector<TokenId> prompt(37), other(9);

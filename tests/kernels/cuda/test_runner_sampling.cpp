@@ -20,13 +20,7 @@ using paged::test::chunk_of;
 TEST_CASE("a step's samples, on the GPU or the CPU, get sample_logits of the runner's own logits", "[gpu][runner]") {
   require_device();
   const ModelConfig cfg = small_llama();
-  CudaRunnerOptions opt;
-  opt.block_size = 16;
-  opt.num_blocks = 64;
-  opt.max_num_seqs = 8;
-  opt.max_num_batched_tokens = 256;
-  opt.max_model_len = 256;
-  opt.swap_space_gib = 0.01;
+  CudaRunnerOptions opt = small_runner_options(64, 8, 256);
   CudaModelRunner runner(cfg, 11, opt);
   std::mt19937 rng(5);
   const int n = 8;
@@ -111,13 +105,7 @@ struct FixedMask final : TokenMaskSource {
 TEST_CASE("rows with a token mask (structured outputs) sample within it as sample_logits does", "[gpu][runner][structured]") {
   require_device();
   const ModelConfig cfg = small_llama();
-  CudaRunnerOptions opt;
-  opt.block_size = 16;
-  opt.num_blocks = 64;
-  opt.max_num_seqs = 8;
-  opt.max_num_batched_tokens = 256;
-  opt.max_model_len = 256;
-  opt.swap_space_gib = 0.01;
+  CudaRunnerOptions opt = small_runner_options(64, 8, 256);
   CudaModelRunner runner(cfg, 12, opt);
   std::mt19937 rng(18);
   const int n = 8;
