@@ -218,15 +218,21 @@ void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
       PAGED_CUDA_CHECK(cudaMemcpy(dst + r * nc, staging.data(), k * nc * sizeof(bf16), cudaMemcpyHostToDevice));
     }
   };
-  // Each parameter's shards back to back: q, k, v rows of the fused QKV (and its bias), gate and up rows.
+  // Each parameter's shards back to back: q, k, v rows of the fused QKV (and its bias), gate and up rows. A copy from
+  // pageable memory returns before its DMA has landed, on the legacy stream, which the non-blocking compute stream
+  // does not wait for: the device is synchronised before a quantisation reads the staging, and once at the end.
   for (const WeightSlot& slot : weight_params()) {
     bf16* dst = slot.fp8 ? fp8_staging.get() : *slot.where;
     for (const TensorShard& shard : slot.param->shards) {
       load(shard, dst);
       dst += shard.numel();
     }
-    if (slot.fp8) quantize_weight(slot);
+    if (slot.fp8) {
+      PAGED_CUDA_CHECK(cudaDeviceSynchronize());
+      quantize_weight(slot);
+    }
   }
+  PAGED_CUDA_CHECK(cudaDeviceSynchronize());
   fp8_staging.reset();
 }
 

@@ -21,6 +21,7 @@ STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput re
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PAGED_GPU_MODELS="$BIN"  # the trained checkpoints copied beside the binaries, for the GPU tests that load one
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
 source "$(dirname "$0")/stages.sh"

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,6 +33,15 @@ using cuda::bf16;
 inline bool quick_mode() {
   const char* v = std::getenv("PAGED_GPU_TESTS_QUICK");
   return v != nullptr && std::string(v) == "1";
+}
+
+/// A trained checkpoint of the shared test data ("stories-distill-9M"): $PAGED_GPU_MODELS/<name>, which
+/// tools/gpu/run_gpu_checks.sh sets to its binaries' folder; empty when absent (the caller skips with a WARN).
+inline std::string trained_model_dir(const std::string& name) {
+  const char* dir = std::getenv("PAGED_GPU_MODELS");
+  if (dir == nullptr || *dir == '\0') return "";
+  const std::string path = std::string(dir) + "/" + name;
+  return std::ifstream(path + "/config.json") ? path : "";
 }
 
 /// Fails the test unless a CUDA device is present (the gpu label keeps this binary off machines without one).
