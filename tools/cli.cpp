@@ -234,6 +234,7 @@ SamplingParams sampling_params(Args& args) {
   p.ignore_eos = args.get_bool("ignore-eos", false);
   p.skip_special_tokens = args.get_bool("skip-special-tokens", true);
   if (args.has("logprobs")) p.logprobs = args.get_int("logprobs", 0);
+  if (args.has("prompt-logprobs")) p.prompt_logprobs = args.get_int("prompt-logprobs", 0);
   p.stop = args.get_all("stop");
   if (auto v = args.get("stop-token-ids")) {
     std::stringstream ss(*v);

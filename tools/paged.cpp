@@ -19,6 +19,7 @@ constexpr const char* kUsage = R"(usage:
                  [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N] [--best-of N] [--use-beam-search]
                  [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F] [--stop STR]
                  [--stop-token-ids A,B] [--[no-]ignore-eos] [--[no-]skip-special-tokens] [--min-tokens N] [--logprobs K]
+                 [--prompt-logprobs K]
                  [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
@@ -129,6 +130,11 @@ int generate(cli::Args& args) {
       json::object o;
       o["prompt"] = prompts[i];
       o["prompt_token_ids"] = to_json(r.prompt_token_ids);
+      if (params.prompt_logprobs) {  // entry i scores prompt token i + 1, as vLLM's (its first entry, None, left out)
+        json::array lps;
+        for (const PromptLogprob& t : r.prompt_logprobs) lps.push_back(t.logprob);
+        o["prompt_logprobs"] = std::move(lps);
+      }
       json::array outs;
       for (const auto& c : r.outputs) {
         json::object co;

@@ -396,6 +396,34 @@ if expect_ok "--ignore-eos" generate --model "$MODEL" --prompt "Once upon a time
   ' "$TMP/out" && echo "ok   --ignore-eos runs to --max-tokens" || fail "--ignore-eos: $(head -c 300 "$TMP/out")"
 fi
 
+# --prompt-logprobs: a greedy run's own logprobs (--logprobs 0, the sampler's path) equal the prompt logprobs of its
+# prompt followed by its output (the prompt scoring path), where the text tokenises back to the same ids.
+PL=(generate --model "$MODEL" --temperature 0 --json)
+if expect_ok "--logprobs 0" "${PL[@]}" --prompt "Once upon a time" --max-tokens 24 --logprobs 0; then
+  cp "$TMP/out" "$TMP/gen_lp.json"
+  text=$(node -e 'const o = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    process.stdout.write(o.prompt + o.outputs[0].text)' "$TMP/gen_lp.json")
+  if expect_ok "--prompt-logprobs 0" "${PL[@]}" --prompt "$text" --max-tokens 1 --prompt-logprobs 0; then
+    node -e '
+      const fs = require("fs");
+      const [gen, scored] = [process.argv[1], process.argv[2]].map(f => JSON.parse(fs.readFileSync(f, "utf8")));
+      const ids = gen.prompt_token_ids.concat(gen.outputs[0].token_ids);
+      const errs = [];
+      if (JSON.stringify(scored.prompt_token_ids) !== JSON.stringify(ids)) errs.push("the text tokenised otherwise");
+      const lp = scored.prompt_logprobs || [];
+      if (lp.length !== ids.length - 1) errs.push(`${lp.length} prompt logprobs for ${ids.length} prompt tokens`);
+      const tail = lp.slice(gen.prompt_token_ids.length - 1);
+      gen.outputs[0].logprobs.forEach((want, i) => {
+        if (!(Math.abs(tail[i] - want) < 1e-3)) errs.push(`token ${i}: prompt logprob ${tail[i]}, sampled ${want}`);
+      });
+      if (!lp.every(x => x <= 0)) errs.push("a logprob above 0");
+      if (errs.length) { console.error("  " + errs.slice(0, 5).join("\n  ")); process.exit(1); }
+    ' "$TMP/gen_lp.json" "$TMP/out" && echo "ok   --prompt-logprobs: the prompt scores equal the sampled logprobs" ||
+      fail "--prompt-logprobs: $(head -c 300 "$TMP/out")"
+  fi
+fi
+expect_fail "--prompt-logprobs 50" 2 "invalid --prompt-logprobs" generate "${P[@]}" --prompt-logprobs 50
+
 # --no-skip-special-tokens: the text keeps the special tokens' own text (stories260K writes a BOS between stories
 # within 400 greedy tokens), which the default drops; otherwise the same tokens and text.
 bos=$(node -e 'const c = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));

@@ -48,7 +48,7 @@ for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["p
 # "PASS|figures" or "FAIL|figures": the mean matched prefix of the greedy runs in file $2 (`generate --json` lines)
 # against golden file $1's HF float32 ids, at least 58 of 64 to pass, beside HF's own bf16 run.
 golden_prefix() {
-  python3 - "$1" "$2" <<'PY'
+  python3 - "$1" "$2" "${3:-bf16}" <<'PY'
 import json, sys
 cases = json.load(open(sys.argv[1]))["cases"]
 runs = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
@@ -58,9 +58,39 @@ def prefix(a, b):
     return n
 ours = [prefix(r["outputs"][0]["token_ids"], c["greedy_ids"]) for r, c in zip(runs, cases)]
 hf16 = [prefix(c["greedy_ids_hf_bf16"], c["greedy_ids"]) for c in cases]
-ok = len(ours) == len(cases) and sum(ours) / len(ours) >= 58
+# bf16: the bar of issue 14; FP8 (a coarser model): within 80% of what HF's own bf16 run keeps.
+bar = 58 if sys.argv[3] == "bf16" else 0.8 * sum(hf16) / len(hf16)
+ok = len(ours) == len(cases) and sum(ours) / len(ours) >= bar
 print(("PASS" if ok else "FAIL") + f"|mean matched prefix {sum(ours) / max(1, len(ours)):.1f} of 64 on {len(ours)} prompts"
       f" (HF bf16 {sum(hf16) / len(hf16):.1f})")
+PY
+}
+
+# perplexity MODEL FLAGS...: the model's perplexity (through prompt logprobs) on 200 stories that stories260K samples
+# (temperature 1, seeded, four openings x 50), with the engine flags given; prints PASS|figure, or FAIL|why.
+perplexity() {
+  local model=$1 tag
+  shift
+  tag=$(echo "$*" | tr -c 'a-z0-9' _)
+  if [ ! -s "$LOG_DIR/ppl_stories.jsonl" ]; then
+    printf '{"prompt": "%s"}\n' "Once upon a time" "One day" "There was a" "Tom and" >"$LOG_DIR/ppl_openings.jsonl"
+    "$BIN/paged" generate --model "$HERE/../../models/stories260K" --device cpu --prompts-file "$LOG_DIR/ppl_openings.jsonl" \
+      --n 50 --seed 20261201 --temperature 1 --max-tokens 200 --json 2>"$LOG_DIR/ppl_stories.err" |
+      python3 -c 'import json, sys
+for l in sys.stdin:
+    o = json.loads(l)
+    for c in o["outputs"]: print(json.dumps({"prompt": o["prompt"] + c["text"]}))' >"$LOG_DIR/ppl_stories.jsonl"
+  fi
+  "$BIN/paged" generate --model "$model" --device cuda --prompts-file "$LOG_DIR/ppl_stories.jsonl" --max-tokens 1 \
+    --prompt-logprobs 0 --temperature 0 --json "$@" >"$LOG_DIR/ppl_$tag.json" 2>"$LOG_DIR/ppl_$tag.err" || {
+    echo "FAIL|paged generate failed: $(tail -n 1 "$LOG_DIR/ppl_$tag.err")"
+    return
+  }
+  python3 - "$LOG_DIR/ppl_$tag.json" <<'PY'
+import json, math, sys
+lps = [x for l in open(sys.argv[1]) if l.startswith("{") for x in json.loads(l)["prompt_logprobs"]]
+n = sum(1 for l in open(sys.argv[1]) if l.startswith("{"))
+print(("PASS" if n == 200 else "FAIL") + f"|perplexity {math.exp(-sum(lps) / len(lps)):.4f} over {len(lps)} tokens of {n} stories")
 PY
 }
 
@@ -307,8 +337,12 @@ if wanted fp8; then
     golden_prompts "$BIN/stories-distill-9M-greedy.json" >"$LOG_DIR/golden_fp8.jsonl"
     "$BIN/paged" generate --prompts-file "$LOG_DIR/golden_fp8.jsonl" --model "$BIN/stories-distill-9M" --device cuda \
       --max-tokens 64 --temperature 0 --json --quantization fp8 >"$LOG_DIR/golden_fp8.json" 2>&1
-    result=$(golden_prefix "$BIN/stories-distill-9M-greedy.json" "$LOG_DIR/golden_fp8.json")
+    result=$(golden_prefix "$BIN/stories-distill-9M-greedy.json" "$LOG_DIR/golden_fp8.json" fp8)
     add_row "stories-distill-9M greedy, FP8 weights, vs HF float32" "${result%%|*}" "${result#*|}"
+    for q in none fp8; do
+      result=$(perplexity "$BIN/stories-distill-9M" --quantization $q)
+      add_row "stories-distill-9M perplexity, 200 stories of stories260K, quantization $q" "${result%%|*}" "${result#*|}"
+    done
   fi
 fi
 if wanted tiers; then
