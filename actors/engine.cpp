@@ -130,6 +130,9 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
   if (!c.quantization.empty() && c.quantization != "fp8")
     throw ModelError("quantization must be fp8 or none, not '" + c.quantization + "'");
+  if (c.kv_cache_dtype == "fp8_e4m3") c.kv_cache_dtype = "fp8";
+  if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "fp8")
+    throw ModelError("kv_cache_dtype must be auto, fp8 or fp8_e4m3, not '" + c.kv_cache_dtype + "'");
   if (c.kv_offloading_gib > 0 && !c.enable_prefix_caching)
     throw ModelError("--kv-offloading-size keeps evicted prefix-cache blocks: it needs prefix caching on");
   if (!c.kv_disk_dir.empty()) {
@@ -150,6 +153,9 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.quantization == "fp8" && c.device != "cuda")
     throw ModelError("--quantization fp8 needs --device cuda (a GPU of compute capability 8.9 or newer); the CPU "
                      "executor computes in float32");
+  if (c.kv_cache_dtype == "fp8" && c.device != "cuda")
+    throw ModelError("--kv-cache-dtype fp8 needs --device cuda (a GPU of compute capability 8.9 or newer); the CPU "
+                     "executor keeps its KV cache in float32");
   return max_model_len;
 }
 
@@ -179,7 +185,8 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
           .max_num_seqs = c.max_num_seqs,
           .max_num_batched_tokens = c.max_num_batched_tokens,
           .max_model_len = max_model_len,
-          .fp8_weights = c.quantization == "fp8"};
+          .fp8_weights = c.quantization == "fp8",
+          .fp8_kv = c.kv_cache_dtype == "fp8"};
 }
 #endif
 
@@ -188,6 +195,7 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
 uint64_t kv_identity(const EngineConfig& c) {
   namespace fs = std::filesystem;
   uint64_t h = hash_mix(0x6b762d6964ULL, c.device == "cuda" ? 2 : 4);
+  h = hash_mix(hash_mix(h, c.quantization == "fp8"), c.kv_cache_dtype == "fp8");  // FP8 weights, the FP8 layout
   h = hash_mix(hash_mix(h, static_cast<uint64_t>(c.block_size)), static_cast<uint64_t>(c.tensor_parallel_size));
   const auto mix_text = [&](const std::string& text) {
     for (unsigned char ch : text) h = hash_mix(h, ch);
@@ -578,13 +586,15 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   s.checkpoint_dtype = m.model.torch_dtype;
   s.device = c.device;
   s.compute_dtype = c.device == "cuda" ? "bfloat16" : "float32";  // the CPU runner computes in float32
+  s.kv_cache_dtype = c.kv_cache_dtype == "fp8" ? "fp8_e4m3" : s.compute_dtype;
   s.max_model_len = m.max_model_len;
   s.block_size = c.block_size;
   s.tensor_parallel_size = c.tensor_parallel_size;
   s.weight_bytes = weight_bytes;
+  // A block of every layer's K and V: per token and KV head, head_dim elements (FP8: bytes and a float32 scale).
   const int64_t element = c.device == "cuda" ? 2 : 4;
-  const int64_t block_bytes =
-      int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size * m.model.head_dim * element;
+  const int64_t per_head = c.kv_cache_dtype == "fp8" ? m.model.head_dim + 4 : m.model.head_dim * element;
+  const int64_t block_bytes = int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size * per_head;
   for (size_t i = 0; i < m.replicas.size(); ++i) {
     const auto [swap_blocks, offload_blocks] = split_host_pool(pools[i].second, c);
     s.replicas.push_back({m.replicas[i]->address, pools[i].first, pools[i].first * block_bytes, swap_blocks,

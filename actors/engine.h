@@ -34,7 +34,7 @@ struct ReplicaInfo {
 
 /// What the engine was built with, for the startup log: the model, where it runs, its weights and KV pools.
 struct EngineSummary {
-  std::string model_dir, model_type, checkpoint_dtype, compute_dtype, device;
+  std::string model_dir, model_type, checkpoint_dtype, compute_dtype, kv_cache_dtype, device;
   std::string kv_disk_dir;       // the disk tier's folder; empty: none
   int64_t weight_bytes = 0;      // the checkpoint's tensors as loaded here (0: on workers, or random weights)
   double load_seconds = 0.0;     // building the engine (weights, runners, workers' hellos)

@@ -31,6 +31,9 @@ struct EngineConfig {
   std::string device = "auto";          // auto | cpu | cuda
   std::string load_format = "auto";     // auto: the checkpoint; dummy: random weights (benchmarks; CUDA only)
   std::string quantization;             // "fp8": linear weights as FP8 e4m3 per output channel (CUDA, sm89+); "": none
+  /// KV cache storage (vLLM's --kv-cache-dtype): "auto" (the compute dtype: bf16 on CUDA, float32 on the CPU) or
+  /// "fp8" (e4m3 with a scale per token and KV head, about half the bytes; CUDA, sm89+; "fp8_e4m3" is its other name).
+  std::string kv_cache_dtype = "auto";
   int block_size = 16;
   std::optional<int> num_kv_blocks;     // device pool size; default: from memory (CPU: fits max_num_seqs contexts)
   double swap_space_gib = 4.0;          // CPU swap pool, GiB (vLLM's --swap-space)

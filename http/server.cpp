@@ -44,7 +44,8 @@ void log_startup(const EngineSummary& s, const std::string& served_name) {
             << ", ready in " << std::fixed << std::setprecision(2) << s.load_seconds << " s" << std::endl;
   for (const EngineSummary::Pool& p : s.replicas)
     std::cout << "paged: KV cache" << (p.address.empty() ? std::string() : " of worker " + p.address) << ": "
-              << p.kv_blocks << " blocks of " << s.block_size << " tokens (" << mib(p.kv_bytes) << "), CPU swap pool "
+              << p.kv_blocks << " blocks of " << s.block_size << " tokens in " << s.kv_cache_dtype << " ("
+              << mib(p.kv_bytes) << "), CPU swap pool "
               << p.swap_blocks << " blocks (" << mib(p.swap_bytes) << "), CPU tier " << p.offload_blocks << " blocks ("
               << mib(p.offload_bytes) << "), disk tier " << p.disk_blocks << " blocks (" << mib(p.disk_bytes) << ")"
               << (s.kv_disk_dir.empty() ? std::string() : " in " + s.kv_disk_dir) << std::endl;

@@ -1,14 +1,15 @@
 // The CUDA runner driven directly through the ModelRunner interface, without the engine:
 //
 //   bench_cuda_runner decode [--batches 1,16,64,256] [--prompt 512] [--steps 128] [--max-model-len 2048]
-//                            [--logprobs-rows K] [--penalty-rows K] [--fp8]
+//                            [--logprobs-rows K] [--penalty-rows K] [--fp8] [--fp8-kv]
 //       A Llama-3-8B-shaped model with random bf16 weights (32 layers, hidden 4096, 32 heads, 8 KV heads,
 //       intermediate 14336, vocab 128256): prefill of `batch` random prompts, then `steps` greedy decode steps
 //       timed end to end (host work, CUDA graphs, sampling and the token download included). Batch 1 is set
 //       against the one-stream limit of reading 16 GB of weights per token at 4.3 TB/s (about 270 tok/s).
 //       --logprobs-rows K: the first K sequences of each batch also ask 5 logprobs (sampled on the CPU from their
 //       downloaded logits), the cost of a few such requests in a batch; --penalty-rows K: the first K also carry a
-//       repetition penalty of 1.1 and a presence penalty of 0.2. --fp8: the linear weights in FP8 (--quantization fp8).
+//       repetition penalty of 1.1 and a presence penalty of 0.2. --fp8: the linear weights in FP8 (--quantization fp8); --fp8-kv: the KV cache in FP8
+//       (--kv-cache-dtype fp8).
 //
 //   bench_cuda_runner fp8-error [--prompts 8] [--prompt 128] [--model DIR]
 //       The same model (random Llama-3-8B-shaped, or the checkpoint DIR) in bf16 and with FP8 weights: the relative
@@ -159,7 +160,7 @@ std::map<std::string, std::string> flags(int argc, char** argv) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw std::runtime_error("unexpected argument " + a);
     a = a.substr(2);
-    if (a == "cpu" || a == "fp8") {
+    if (a == "cpu" || a == "fp8" || a == "fp8-kv") {
       f[a] = "1";
     } else if (i + 1 < argc) {
       f[a] = argv[++i];
@@ -210,12 +211,13 @@ int run_decode(std::map<std::string, std::string>& f) {
   opt.max_model_len = f.count("max-model-len") ? std::stoi(f["max-model-len"]) : 2048;
   opt.swap_space_gib = 0;
   opt.fp8_weights = f.count("fp8") > 0;
+  opt.fp8_kv = f.count("fp8-kv") > 0;
   const auto t_load = std::chrono::steady_clock::now();
   CudaModelRunner runner(cfg, uint64_t{42}, opt);
-  std::printf("llama-3-8b shape, random %s weights: ready in %.1f s, %d KV blocks of %d tokens\n",
+  std::printf("llama-3-8b shape, random %s weights: ready in %.1f s, %d KV blocks of %d tokens (%s)\n",
               opt.fp8_weights ? "FP8" : "bf16",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(), runner.num_blocks(),
-              opt.block_size);
+              opt.block_size, opt.fp8_kv ? "FP8 KV" : "bf16 KV");
   std::mt19937 rng(7);
   std::uniform_int_distribution<TokenId> token(0, cfg.vocab_size - 1);
   for (int batch : batches) {

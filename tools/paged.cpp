@@ -57,6 +57,7 @@ engine flags:
   --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --[no-]enable-prefix-caching
   --preemption-mode swap|recompute  --tensor-parallel-size N  --[no-]async-scheduling
   --max-waiting-requests N  --load-format auto|dummy  --quantization fp8|none (FP8 weights, CUDA)
+  --kv-cache-dtype auto|fp8 (fp8: e4m3 KV with per-token scales, about twice the blocks; CUDA)
   --workers HOST:PORT[,HOST:PORT...] (one replica per `paged worker`; a lost one is reconnected and its requests
             move to another; --remote-executor HOST:PORT is one)
   --tls-dir DIR (mutual TLS with the workers, with the files of `paged gen-certs DIR`)

@@ -169,6 +169,10 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     }
     cpu::rope(q.data(), k.data(), positions.data(), inv_freq_.data(), T, nh, nkv, D, cfg_.rotary_dims(),
               static_cast<float>(cfg_.rope_scaling.attention_factor));
+    if (opt_.fp8_kv) {  // each token's K and V heads rounded as the CUDA runner's FP8 cache stores them
+      cpu::fake_quantize_rows_fp8(k.data(), int64_t{T} * nkv, D);
+      cpu::fake_quantize_rows_fp8(v.data(), int64_t{T} * nkv, D);
+    }
     cpu::reshape_and_cache(k.data(), v.data(), k_cache_[l].get(), v_cache_[l].get(), slots.data(), T, nkv, D, B);
     cpu::paged_attention(attn.data(), q.data(), k_cache_[l].get(), v_cache_[l].get(), tables.data(),
                          query_start.data(), context_lens.data(), static_cast<int>(batch.seqs.size()),

@@ -32,6 +32,9 @@ struct CpuRunnerOptions {
   /// Emulates the CUDA runner's --quantization fp8 in float32 (tests; the engine does not offer FP8 on the CPU): the
   /// linear layers' weights and each row of their inputs rounded through e4m3 with a scale per row.
   bool fp8_weights = false;
+  /// Emulates the CUDA runner's --kv-cache-dtype fp8 likewise (tests): each token's K and V heads rounded through
+  /// e4m3 with a scale per head as they enter the cache.
+  bool fp8_kv = false;
 };
 
 /// Weights of one tensor-parallel rank, float32, sharded and laid out as model/loader/weight_map.h says: q/k/v and

@@ -22,6 +22,10 @@ struct PagedAttentionArgs {
   int64_t q_stride;             // elements from one query token to the next, >= num_heads * head_dim, multiple of 8
   const bf16* k_cache;          // [num_blocks][num_kv_heads][block_size][head_dim]
   const bf16* v_cache;          // same
+  // The FP8 cache (kernels/cuda/kv_fp8.h) instead, when set: blocks of e4m3 codes and per-token, per-head scales;
+  // k_cache and v_cache are then not read. The kernels take codes * scale as the key and the value.
+  const uint8_t* k_fp8 = nullptr;
+  const uint8_t* v_fp8 = nullptr;
   const int32_t* block_tables;  // [num_seqs][max_blocks_per_seq]
   const int32_t* query_start;   // [num_seqs + 1]; prefill only: decode has query s for sequence s
   const int32_t* context_lens;  // [num_seqs], each >= 1 (and >= that sequence's query count)

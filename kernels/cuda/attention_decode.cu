@@ -57,6 +57,15 @@ __device__ __forceinline__ void load_words(uint32_t* w, const bf16* p) {
   w[3] = v.w;
 }
 
+// Eight e4m3 codes as four 32-bit words of two bf16 each, exactly (every e4m3 value is a bf16 value): an FP8 cache
+// row's slice in the registers a bf16 row's goes to.
+__device__ __forceinline__ void codes_to_words(uint32_t* w, const uint2& codes) {
+  float f[8];
+  e4m3x8_to_float(codes, f);
+#pragma unroll
+  for (int h = 0; h < 4; ++h) w[h] = pack_bf16(f[2 * h], f[2 * h + 1]);
+}
+
 // grid: (num_kv_heads, num_seqs, max_partitions); block: kDecodeThreads (4 warps).
 //
 // Tensor cores. The M dimension of the MMA is the group's query heads (rows 0..15; rows >= group are zero queries
@@ -74,7 +83,9 @@ __device__ __forceinline__ void load_words(uint32_t* w, const bf16* p) {
 //   D/8) of rows g and g + 8.
 // P goes from the score accumulators straight into A registers (the accumulator layout of two 8-token tiles is the
 // A layout of one 16-token k-step). kTall: the group has more than 8 query heads, rows 8..15 are used too.
-template <int HEAD_DIM, bool kTall>
+// kFp8: the FP8 cache. Its codes go to the same registers as bf16 (exact), a token's key scale multiplies its
+// scores and its value scale its probabilities in P V (the softmax sums take the probabilities unscaled).
+template <int HEAD_DIM, bool kTall, bool kFp8>
 __global__ void __launch_bounds__(kDecodeThreads)
     paged_decode_kernel(PagedAttentionArgs a, int log2_block_size, int partition_size, int max_partitions,
                         float* __restrict__ part_out,  // [num_seqs][num_heads][max_partitions][HEAD_DIM]
@@ -143,6 +154,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
   auto token_offset = [&](int j) {
     return blocks[j >> log2_block_size] * block_stride + head_offset + (j & in_block_mask) * HEAD_DIM;
   };
+  // The FP8 layout (kernels/cuda/kv_fp8.h), in bytes: a block's codes, then its scales.
+  const int64_t fp8_block_bytes = static_cast<int64_t>(a.num_kv_heads) * (HEAD_DIM + 4) << log2_block_size;
+  const int64_t fp8_scales_at = block_stride;  // the codes of a block: as many bytes as a bf16 block has elements
+  auto code_offset = [&](int j) {
+    return blocks[j >> log2_block_size] * fp8_block_bytes + head_offset + (j & in_block_mask) * HEAD_DIM;
+  };
+  auto scale_of = [&](const uint8_t* cache, int j) {
+    const int64_t row = (static_cast<int64_t>(kv_head) << log2_block_size) + (j & in_block_mask);
+    return reinterpret_cast<const float*>(cache + blocks[j >> log2_block_size] * fp8_block_bytes + fp8_scales_at)[row];
+  };
 
   const float score_scale = a.scale * kLog2e;  // scores in base 2: softmax uses exp2f
   float o[kTiles][kAcc];
@@ -155,30 +176,68 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   for (int t0 = warp * 16; t0 < len; t0 += kDecodeWarps * 16) {
     if (start + t0 + 16 <= lo) continue;  // the whole chunk is before the window
-    // All loads of the chunk first: 16 (head_dim 128) 16-byte loads in flight per lane.
+    // All loads of the chunk first: 16 (head_dim 128) 16-byte loads in flight per lane (FP8: 8-byte loads of the
+    // codes and the tokens' scales, converted once all are issued).
     uint32_t kw[2][kSlice / 2];
     uint32_t vw[4][kVSlice / 2];
+    float k_scale[2][2], v_scale[2][2];  // FP8: the scales of tokens tile * 8 + 2c + e (those of the score lanes)
+    if constexpr (kFp8) {
+      uint2 k_codes[2][kSlice / 8], v_codes[4][kVSlice / 8];
 #pragma unroll
-    for (int tile = 0; tile < 2; ++tile) {
-      const int j = t0 + tile * 8 + g;
+      for (int tile = 0; tile < 2; ++tile) {
+        const int j = t0 + tile * 8 + g;
 #pragma unroll
-      for (int i = 0; i < kSlice / 8; ++i) {
-        if (j < len) {
-          load_words(&kw[tile][4 * i], a.k_cache + token_offset(j) + c * kSlice + 8 * i);
-        } else {
-          kw[tile][4 * i] = kw[tile][4 * i + 1] = kw[tile][4 * i + 2] = kw[tile][4 * i + 3] = 0u;
+        for (int i = 0; i < kSlice / 8; ++i)
+          k_codes[tile][i] = j < len ? *reinterpret_cast<const uint2*>(a.k_fp8 + code_offset(j) + c * kSlice + 8 * i)
+                                     : make_uint2(0u, 0u);
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int j = t0 + 2 * c + (r & 1) + (r >> 1) * 8;
+#pragma unroll
+        for (int i = 0; i < kVSlice / 8; ++i)
+          v_codes[r][i] = j < len ? *reinterpret_cast<const uint2*>(a.v_fp8 + code_offset(j) + g * kVSlice + 8 * i)
+                                  : make_uint2(0u, 0u);
+      }
+#pragma unroll
+      for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = t0 + tile * 8 + 2 * c + e;
+          k_scale[tile][e] = j < len ? scale_of(a.k_fp8, j) : 0.f;
+          v_scale[tile][e] = j < len ? scale_of(a.v_fp8, j) : 0.f;
+        }
+#pragma unroll
+      for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+        for (int i = 0; i < kSlice / 8; ++i) codes_to_words(&kw[tile][4 * i], k_codes[tile][i]);
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int i = 0; i < kVSlice / 8; ++i) codes_to_words(&vw[r][4 * i], v_codes[r][i]);
+    } else {
+#pragma unroll
+      for (int tile = 0; tile < 2; ++tile) {
+        const int j = t0 + tile * 8 + g;
+#pragma unroll
+        for (int i = 0; i < kSlice / 8; ++i) {
+          if (j < len) {
+            load_words(&kw[tile][4 * i], a.k_cache + token_offset(j) + c * kSlice + 8 * i);
+          } else {
+            kw[tile][4 * i] = kw[tile][4 * i + 1] = kw[tile][4 * i + 2] = kw[tile][4 * i + 3] = 0u;
+          }
         }
       }
-    }
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int j = t0 + 2 * c + (r & 1) + (r >> 1) * 8;  // tokens 2c, 2c+1, 2c+8, 2c+9 of the chunk
+      for (int r = 0; r < 4; ++r) {
+        const int j = t0 + 2 * c + (r & 1) + (r >> 1) * 8;  // tokens 2c, 2c+1, 2c+8, 2c+9 of the chunk
 #pragma unroll
-      for (int i = 0; i < kVSlice / 8; ++i) {
-        if (j < len) {
-          load_words(&vw[r][4 * i], a.v_cache + token_offset(j) + g * kVSlice + 8 * i);
-        } else {  // zeros, not garbage: a NaN pattern times p = 0 would still be NaN
-          vw[r][4 * i] = vw[r][4 * i + 1] = vw[r][4 * i + 2] = vw[r][4 * i + 3] = 0u;
+        for (int i = 0; i < kVSlice / 8; ++i) {
+          if (j < len) {
+            load_words(&vw[r][4 * i], a.v_cache + token_offset(j) + g * kVSlice + 8 * i);
+          } else {  // zeros, not garbage: a NaN pattern times p = 0 would still be NaN
+            vw[r][4 * i] = vw[r][4 * i + 1] = vw[r][4 * i + 2] = vw[r][4 * i + 3] = 0u;
+          }
         }
       }
     }
@@ -207,10 +266,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (int e = 0; e < 2; ++e) {
         const int j = t0 + tile * 8 + 2 * c + e;
         const bool valid = j < len && start + j >= lo;
-        s[tile][e] = valid ? s[tile][e] * score_scale : -INFINITY;
+        float scale = score_scale;
+        if constexpr (kFp8) scale *= k_scale[tile][e];
+        s[tile][e] = valid ? s[tile][e] * scale : -INFINITY;
         mx_lo = fmaxf(mx_lo, s[tile][e]);
         if constexpr (kTall) {
-          s[tile][2 + e] = valid ? s[tile][2 + e] * score_scale : -INFINITY;
+          s[tile][2 + e] = valid ? s[tile][2 + e] * scale : -INFINITY;
           mx_hi = fmaxf(mx_hi, s[tile][2 + e]);
         }
       }
@@ -253,7 +314,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
         o[j][3] *= alpha_hi;
       }
     }
-    // O += P V: P's A registers are the score accumulators, rounded to bf16.
+    // O += P V: P's A registers are the score accumulators, rounded to bf16 (FP8: times each token's value scale).
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          p[tile][e] *= v_scale[tile][e];
+          if constexpr (kTall) p[tile][2 + e] *= v_scale[tile][e];
+        }
+    }
     const uint32_t pa0 = pack_bf16(p[0][0], p[0][1]), pa2 = pack_bf16(p[1][0], p[1][1]);
     uint32_t pa1 = 0u, pa3 = 0u;
     if constexpr (kTall) {
@@ -361,12 +431,15 @@ struct DecodeLaunch {
 template <int HEAD_DIM>
 cudaError_t launch_decode(const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream) {
   const dim3 grid(a.num_kv_heads, a.num_seqs, l.max_partitions);
-  if (a.num_heads / a.num_kv_heads > 8)
-    paged_decode_kernel<HEAD_DIM, true><<<grid, kDecodeThreads, 0, stream>>>(
-        a, l.log2_block_size, l.partition_size, l.max_partitions, l.part_out, l.part_max, l.part_sum);
+  const auto launch = [&](auto kernel) {
+    kernel<<<grid, kDecodeThreads, 0, stream>>>(a, l.log2_block_size, l.partition_size, l.max_partitions, l.part_out,
+                                                l.part_max, l.part_sum);
+  };
+  const bool tall = a.num_heads / a.num_kv_heads > 8, fp8 = a.k_fp8 != nullptr;
+  if (tall)
+    launch(fp8 ? paged_decode_kernel<HEAD_DIM, true, true> : paged_decode_kernel<HEAD_DIM, true, false>);
   else
-    paged_decode_kernel<HEAD_DIM, false><<<grid, kDecodeThreads, 0, stream>>>(
-        a, l.log2_block_size, l.partition_size, l.max_partitions, l.part_out, l.part_max, l.part_sum);
+    launch(fp8 ? paged_decode_kernel<HEAD_DIM, false, true> : paged_decode_kernel<HEAD_DIM, false, false>);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (l.max_partitions > 1) {
     paged_decode_reduce_kernel<HEAD_DIM><<<dim3(a.num_heads, a.num_seqs), HEAD_DIM, 0, stream>>>(

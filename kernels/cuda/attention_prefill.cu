@@ -24,6 +24,15 @@ constexpr int kPrefillThreads = 128;
 constexpr int kPrefillWarps = kPrefillThreads / 32;
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Eight e4m3 codes (8-byte aligned) times their row's scale, as bf16.
+__device__ __forceinline__ Bf16x8 fp8x8_to_bf16x8(const uint8_t* p, float scale) {
+  float f[8];
+  e4m3x8_to_float(*reinterpret_cast<const uint2*>(p), f);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] *= scale;
+  return float_to_bf16x8(f);
+}
+
 // grid: (ceil(max_q_len * group / kRows), num_kv_heads, num_seqs); block: kPrefillThreads.
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAttentionArgs a, int log2_block_size) {
@@ -79,6 +88,9 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
 
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
   const int in_block_mask = (1 << log2_block_size) - 1;
+  // The FP8 layout (kernels/cuda/kv_fp8.h), in bytes: a block's codes, then its scales.
+  const int64_t fp8_block_bytes = static_cast<int64_t>(a.num_kv_heads) * (HEAD_DIM + 4) << log2_block_size;
+  const int64_t fp8_scales_at = static_cast<int64_t>(a.num_kv_heads) * HEAD_DIM << log2_block_size;
 
   for (int tile = first_tile; tile < num_tiles; ++tile) {
     const int t0 = tile * kTile;
@@ -87,7 +99,14 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
       const int tt = i / kVecs, c = (i % kVecs) * 8;
       const int t = t0 + tt;
       Bf16x8 kv{}, vv{};
-      if (t < ctx) {
+      if (t < ctx && a.k_fp8) {
+        const int64_t block = table[t >> log2_block_size] * fp8_block_bytes;
+        const int64_t row = (static_cast<int64_t>(kv_head) << log2_block_size) + (t & in_block_mask);
+        kv = fp8x8_to_bf16x8(a.k_fp8 + block + row * HEAD_DIM + c,
+                             reinterpret_cast<const float*>(a.k_fp8 + block + fp8_scales_at)[row]);
+        vv = fp8x8_to_bf16x8(a.v_fp8 + block + row * HEAD_DIM + c,
+                             reinterpret_cast<const float*>(a.v_fp8 + block + fp8_scales_at)[row]);
+      } else if (t < ctx) {
         // int64: one layer's cache can pass 2^31 elements.
         const int64_t off =
             (((static_cast<int64_t>(table[t >> log2_block_size]) * a.num_kv_heads + kv_head) << log2_block_size) +

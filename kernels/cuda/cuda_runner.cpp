@@ -113,6 +113,10 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
     throw ModelError("--quantization fp8 needs a GPU of compute capability 8.9 or newer (FP8 tensor cores); device " +
                      std::to_string(opt.device) + " has " + std::to_string(prop.major) + "." +
                      std::to_string(prop.minor));
+  if (opt.fp8_kv && prop.major * 10 + prop.minor < 89)
+    throw ModelError("--kv-cache-dtype fp8 needs a GPU of compute capability 8.9 or newer; device " +
+                     std::to_string(opt.device) + " has " + std::to_string(prop.major) + "." +
+                     std::to_string(prop.minor));
   if (opt.fp8_weights && (hidden % 16 != 0 || inter % 16 != 0 || (heads * head_dim) % 16 != 0))
     throw ModelError("--quantization fp8 needs hidden_size, the rank's intermediate size and q width divisible by 16");
   PAGED_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
@@ -339,7 +343,9 @@ void CudaModelRunner::Impl::allocate_runtime() {
 }
 
 void CudaModelRunner::Impl::allocate_kv() {
-  const size_t block_bytes = size_t{2} * kv_heads * opt.block_size * head_dim;  // one cache's block, bf16
+  // One cache's block: bf16, or FP8 codes and their scales.
+  const size_t block_bytes = opt.fp8_kv ? cuda::kv_fp8_block_bytes(kv_heads, opt.block_size, head_dim)
+                                        : size_t{2} * kv_heads * opt.block_size * head_dim;
   const size_t all_layers = 2 * size_t(cfg.num_layers) * block_bytes;          // K and V of every layer
   int64_t blocks = opt.num_blocks;
   if (blocks <= 0) {
@@ -486,12 +492,23 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     if (L.q_norm)
       PAGED_CUDA_CHECK(cuda::head_rms_norm(qkv.get(), L.q_norm, L.k_norm, T, heads, kv_heads, head_dim, qkv_dim, eps,
                                            s));
-    PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_cache(l), v_cache(l), positions.device.get(), slots.device.get(),
+    // The FP8 cache: RoPE in place, then the keys and values quantised into it.
+    bf16* const k_bf16 = opt.fp8_kv ? nullptr : k_cache(l);
+    bf16* const v_bf16 = opt.fp8_kv ? nullptr : v_cache(l);
+    PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_bf16, v_bf16, positions.device.get(), slots.device.get(),
                                           inv_freq.get(), T, heads, kv_heads, head_dim, cfg.rotary_dims(),
                                           static_cast<float>(cfg.rope_scaling.attention_factor), opt.block_size,
                                           qkv_dim, s));
-    a.k_cache = k_cache(l);
-    a.v_cache = v_cache(l);
+    if (opt.fp8_kv) {
+      auto* const k8 = reinterpret_cast<uint8_t*>(kv.block(2 * l, 0));
+      auto* const v8 = reinterpret_cast<uint8_t*>(kv.block(2 * l + 1, 0));
+      PAGED_CUDA_CHECK(cuda::cache_kv_fp8(qkv.get(), k8, v8, slots.device.get(), T, heads, kv_heads, head_dim,
+                                          opt.block_size, qkv_dim, s));
+      a.k_fp8 = k8;
+      a.v_fp8 = v8;
+    }
+    a.k_cache = k_bf16;
+    a.v_cache = v_bf16;
     a.window = cfg.sliding_window(l);
     if (plan.decode)
       PAGED_CUDA_CHECK(cuda::paged_attention_decode(a, plan.grid_ctx, plan.partition, decode_ws.get(),

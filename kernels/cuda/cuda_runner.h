@@ -31,6 +31,9 @@ struct CudaRunnerOptions {
   /// (embedding, norms and LM head stay bf16); their inputs quantised per token each step. Needs compute
   /// capability 8.9 or newer.
   bool fp8_weights = false;
+  /// --kv-cache-dtype fp8: K and V stored as e4m3 with a scale per token and KV head (kernels/cuda/kv_fp8.h), about
+  /// half the bytes of a bf16 block, so about twice the blocks in the same memory. Compute capability 8.9 or newer.
+  bool fp8_kv = false;
   int device = 0;
   // Tensor parallelism: q/k/v and gate/up column-parallel (whole KV heads with their query heads per rank),
   // o_proj and down_proj row-parallel with an all-reduce of their output, embedding, norms and LM head replicated;

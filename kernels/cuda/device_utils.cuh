@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,6 +34,19 @@ __device__ __forceinline__ Bf16x8 float_to_bf16x8(const float (&f)[8]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) v.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
   return v;
+}
+
+// Eight e4m3 codes (8 bytes, element 0 in the lowest byte) as floats, exactly (the FP8 KV cache's rows).
+__device__ __forceinline__ void e4m3x8_to_float(const uint2& v, float (&f)[8]) {
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    const uint32_t word = h < 2 ? v.x : v.y;
+    const __half2_raw pair = __nv_cvt_fp8x2_to_halfraw2(
+        static_cast<__nv_fp8x2_storage_t>((word >> (16 * (h & 1))) & 0xffffu), __NV_E4M3);
+    const float2 x = __half22float2(__half2(pair));
+    f[2 * h] = x.x;
+    f[2 * h + 1] = x.y;
+  }
 }
 
 __device__ __forceinline__ Bf16x8 load_bf16x8(const bf16* p) { return *reinterpret_cast<const Bf16x8*>(p); }

@@ -36,12 +36,13 @@ __global__ void __launch_bounds__(kRopeThreads)
   }
   const int64_t head_stride_cache = static_cast<int64_t>(HEAD_DIM) << log2_block_size;  // one KV head of a block
 
+  const bool to_cache = k_cache != nullptr;  // else the keys are rotated in place and nothing else is written
   const int rotated_end = min(head_end, rotated_heads);
   for (int item = threadIdx.x; item < (rotated_end - head0) * pairs2; item += blockDim.x) {
     const int head = head0 + item / pairs2;
     const int i = (item % pairs2) * 2;
     const bool is_key = head >= num_heads;
-    if (is_key && slot < 0) continue;
+    if (is_key && to_cache && slot < 0) continue;
     bf16* h = row + head * HEAD_DIM;  // k heads follow the q heads in the row
     // Full-precision sincosf: positions reach 10^5, where the fast intrinsics lose the angle.
     float s0, c0, s1, c1;
@@ -56,11 +57,11 @@ __global__ void __launch_bounds__(kRopeThreads)
     const __nv_bfloat162 lo = __floats2bfloat162_rn(a.x * c0 - b.x * s0, a.y * c1 - b.y * s1);
     const __nv_bfloat162 hi = __floats2bfloat162_rn(b.x * c0 + a.x * s0, b.y * c1 + a.y * s1);
     bf16* dst = h;
-    if (is_key) dst = k_cache + cache_base + (head - num_heads) * head_stride_cache;
+    if (is_key && to_cache) dst = k_cache + cache_base + (head - num_heads) * head_stride_cache;
     *reinterpret_cast<__nv_bfloat162*>(dst + i) = lo;
     *reinterpret_cast<__nv_bfloat162*>(dst + i + half) = hi;
   }
-  if (slot < 0) return;
+  if (slot < 0 || !to_cache) return;
   // Partial rotary: the key elements past rotary_dim go to the cache unrotated (bf16x2 at a time).
   const int pass2 = (HEAD_DIM - rotary_dim) / 2;
   const int k_first = max(head0, num_heads);  // k heads of this block: [k_first, rotated_end)

@@ -13,7 +13,8 @@ namespace paged::cuda {
 /// position * inv_freq[i] in float32, so llama3 / LongRoPE scaling is whatever inv_freq carries; cos and sin times
 /// attention_factor), then writes the rotated key and the value into the cache at the token's slot
 /// (slot = block * block_size + offset). Slot -1 marks padding: nothing is written to the cache for that token.
-/// The key heads in qkv are left unrotated (attention reads keys from the cache).
+/// The key heads in qkv are left unrotated (attention reads keys from the cache). With k_cache and v_cache null
+/// (the FP8 cache, which cache_kv_fp8 writes next) the key heads are rotated in place and no cache is written.
 /// head_dim in kSupportedHeadDims, rotary_dim a multiple of 4 in [4, head_dim], block_size in kSupportedBlockSizes,
 /// qkv_stride a multiple of 8.
 cudaError_t rope_and_cache(bf16* qkv,                     // [tokens][qkv_stride]: q heads, then k heads, then v

@@ -20,6 +20,7 @@
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/fp8.h"
+#include "kernels/cuda/kv_fp8.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layer_ops.h"
 #include "kernels/cuda/nccl_comm.h"

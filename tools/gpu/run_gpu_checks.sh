@@ -310,39 +310,60 @@ if wanted profile; then
   done
 fi
 if wanted fp8; then
-  # FP8 weights (issue 17) against bf16 on the Llama-3-8B shape, same random weights, same run: the logits' error,
-  # decode steps, and the offline ShareGPT-like and 128/128 workloads; stories-distill-9M greedy against HF float32.
+  # FP8 (issue 17) against bf16 on the Llama-3-8B shape, same random weights, same run: the logits' error, decode
+  # steps, and the offline workloads (FP8_WORKLOADS, default all: the ShareGPT-like mix and TensorRT-LLM's fixed
+  # lengths) in bf16, FP8 weights, and FP8 weights with the FP8 KV cache; stories-distill-9M greedy against HF
+  # float32 and its perplexity with each.
   M=$(llama3_8b_shape)
   run fp8_error 200 "$BIN/bench_cuda_runner" fp8-error
   add_row "FP8 logits vs bf16, 8B shape" "$(status_word $?)" "$(grep RESULT "$LOG_DIR/fp8_error.log" | sed 's/RESULT //')"
-  for q in bf16 fp8; do
-    run "decode_$q" 300 "$BIN/bench_cuda_runner" decode --batches 1,64,256 --prompt 512 --steps 64 $([ $q = fp8 ] && echo --fp8)
+  if [ -d "$BIN/stories-distill-9M" ]; then
+    golden_prompts "$BIN/stories-distill-9M-greedy.json" >"$LOG_DIR/golden_fp8.jsonl"
+    for q in fp8 fp8_kv kv_only; do
+      case $q in fp8) flags="--quantization fp8" ;; fp8_kv) flags="--quantization fp8 --kv-cache-dtype fp8" ;;
+        kv_only) flags="--kv-cache-dtype fp8" ;; esac
+      # shellcheck disable=SC2086
+      "$BIN/paged" generate --prompts-file "$LOG_DIR/golden_fp8.jsonl" --model "$BIN/stories-distill-9M" --device cuda \
+        --max-tokens 64 --temperature 0 --json $flags >"$LOG_DIR/golden_$q.json" 2>&1
+      result=$(golden_prefix "$BIN/stories-distill-9M-greedy.json" "$LOG_DIR/golden_$q.json" fp8)
+      add_row "stories-distill-9M greedy vs HF float32, $flags" "${result%%|*}" "${result#*|}"
+    done
+    for flags in "--quantization none" "--quantization fp8" "--kv-cache-dtype fp8" "--quantization fp8 --kv-cache-dtype fp8"; do
+      # shellcheck disable=SC2086
+      result=$(perplexity "$BIN/stories-distill-9M" $flags)
+      add_row "stories-distill-9M perplexity, 200 stories of stories260K, $flags" "${result%%|*}" "${result#*|}"
+    done
+  fi
+  declare -A decode_flags=([bf16]="" [fp8]="--fp8" [fp8_kv]="--fp8 --fp8-kv")
+  for q in bf16 fp8 fp8_kv; do
+    # shellcheck disable=SC2086
+    run "decode_$q" 300 "$BIN/bench_cuda_runner" decode --batches 1,64,256 --prompt 512 --steps 64 ${decode_flags[$q]}
     add_row "runner decode, $q" "$(status_word $?)" "$(grep -E '^batch' "$LOG_DIR/decode_$q.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
   done
   declare -A fp8_mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like"
-                      [128x128]="--num-prompts 1000 --dataset-name random --random-input-len 128 --random-output-len 128")
-  declare -A fp8_tok
-  for w in sharegpt 128x128; do
-    for q in none fp8; do
+                      [128x128]="--num-prompts 2000 --dataset-name random --random-input-len 128 --random-output-len 128"
+                      [2048x128]="--num-prompts 1000 --dataset-name random --random-input-len 2048 --random-output-len 128"
+                      [1000x1000]="--num-prompts 1000 --dataset-name random --random-input-len 1000 --random-output-len 1000")
+  declare -A fp8_modes=([none]="--quantization none" [fp8]="--quantization fp8"
+                        [fp8_kv]="--quantization fp8 --kv-cache-dtype fp8")
+  declare -A fp8_tok fp8_blocks
+  for w in ${FP8_WORKLOADS:-sharegpt 128x128 2048x128 1000x1000}; do
+    for q in none fp8 fp8_kv; do
       # shellcheck disable=SC2086
-      run "fp8_${w}_$q" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy ${fp8_mix[$w]} --json \
-        --quantization $q --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}"
+      run "fp8_${w}_$q" 500 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy ${fp8_mix[$w]} --json \
+        ${fp8_modes[$q]} --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}"
       fp8_tok[${w}_$q]=$(tok_per_s "$(bench_json "fp8_${w}_$q")")
+      fp8_blocks[$q]=$(bench_json "fp8_${w}_$q" | grep -o '"kv_blocks_total":[0-9]*' | cut -d: -f2)
     done
-    add_row "paged bench $w, FP8 vs bf16 weights" \
-      "$(awk -v a="${fp8_tok[${w}_fp8]}" -v b="${fp8_tok[${w}_none]}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "?" }')" \
-      "bf16 ${fp8_tok[${w}_none]} tok/s, fp8 ${fp8_tok[${w}_fp8]} tok/s"
+    add_row "paged bench $w ($(echo "${fp8_mix[$w]}" | grep -o 'num-prompts [0-9]*')), FP8 weights / + FP8 KV vs bf16" \
+      "$(awk -v a="${fp8_tok[${w}_fp8]}" -v k="${fp8_tok[${w}_fp8_kv]}" -v b="${fp8_tok[${w}_none]}" \
+        'BEGIN { if (b > 0) printf "%.2fx / %.2fx", a / b, k / b; else print "?" }')" \
+      "bf16 ${fp8_tok[${w}_none]}, fp8 ${fp8_tok[${w}_fp8]}, fp8 + fp8 KV ${fp8_tok[${w}_fp8_kv]} tok/s"
   done
-  if [ -d "$BIN/stories-distill-9M" ]; then
-    golden_prompts "$BIN/stories-distill-9M-greedy.json" >"$LOG_DIR/golden_fp8.jsonl"
-    "$BIN/paged" generate --prompts-file "$LOG_DIR/golden_fp8.jsonl" --model "$BIN/stories-distill-9M" --device cuda \
-      --max-tokens 64 --temperature 0 --json --quantization fp8 >"$LOG_DIR/golden_fp8.json" 2>&1
-    result=$(golden_prefix "$BIN/stories-distill-9M-greedy.json" "$LOG_DIR/golden_fp8.json" fp8)
-    add_row "stories-distill-9M greedy, FP8 weights, vs HF float32" "${result%%|*}" "${result#*|}"
-    for q in none fp8; do
-      result=$(perplexity "$BIN/stories-distill-9M" --quantization $q)
-      add_row "stories-distill-9M perplexity, 200 stories of stories260K, quantization $q" "${result%%|*}" "${result#*|}"
-    done
+  if [ -n "${fp8_blocks[none]:-}" ]; then
+    add_row "max concurrency at 8k context (16-token blocks)" "bf16 KV / FP8 KV" \
+      "$(awk -v a="${fp8_blocks[none]}" -v b="${fp8_blocks[fp8_kv]}" \
+        'BEGIN { printf "%.1f / %.1f sequences (%d / %d blocks)", a * 16 / 8192, b * 16 / 8192, a, b }')"
   fi
 fi
 if wanted tiers; then

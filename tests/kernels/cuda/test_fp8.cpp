@@ -159,7 +159,7 @@ TEST_CASE("a runner with FP8 weights gives the logits of the same model in bf16 
   CHECK(relative_l2(got[0], want[0]) < 0.15);
 }
 
-TEST_CASE("FP8 weights quantised from a trained checkpoint give the logits of the CPU runner's FP8 emulation",
+TEST_CASE("FP8 weights and the FP8 KV cache on a trained checkpoint give the logits of the CPU runner's emulation",
           "[gpu][fp8]") {
   require_device();
   const std::string dir = trained_model_dir("stories-distill-9M");
@@ -169,35 +169,50 @@ TEST_CASE("FP8 weights quantised from a trained checkpoint give the logits of th
   }
   const ModelConfig cfg = load_model_config(dir);
   const SafeTensors weights(dir);
-  // Four prompts of random tokens, prefilled; the logits after each.
+  // Four prompts of random tokens, prefilled, then one decode step (a token more each): the logits after each.
   std::mt19937 rng(12);
-  StepBatch prefill;
+  StepBatch prefill, decode;
   for (int s = 0; s < 4; ++s) {
-    std::vector<TokenId> prompt(24 + 13 * s);
-    for (auto& t : prompt) t = static_cast<TokenId>(rng() % cfg.vocab_size);
+    std::vector<TokenId> tokens(25 + 13 * s);
+    for (auto& t : tokens) t = static_cast<TokenId>(rng() % cfg.vocab_size);
     std::vector<int32_t> table;
     for (int b = 0; b < 6; ++b) table.push_back(6 * s + b);
-    prefill.seqs.push_back(chunk_of(s, prompt, 0, static_cast<int>(prompt.size()), table));
+    const int len = static_cast<int>(tokens.size());
+    prefill.seqs.push_back(chunk_of(s, tokens, 0, len - 1, table));
     prefill.seqs.back().samples.push_back({});
+    decode.seqs.push_back(chunk_of(s, tokens, len - 1, len, table));
+    decode.seqs.back().samples.push_back({});
   }
-  std::vector<std::vector<float>> cuda_logits[2], cpu_logits[2];
-  for (int fp8 = 0; fp8 < 2; ++fp8) {
+  // Per mode (FP8 weights, FP8 KV): the CUDA runner's and the CPU emulation's logits, prefill rows then decode rows.
+  const auto logits_of = [&](bool fp8_weights, bool fp8_kv) {
     CudaRunnerOptions opt = small_runner_options(24, 4, 256);
-    opt.fp8_weights = fp8 == 1;
-    cuda_logits[fp8] = CudaModelRunner(cfg, weights, opt).forward(prefill);
-    cpu_logits[fp8] = CpuModelRunner(cfg, weights, {.block_size = 16, .num_blocks = 24, .fp8_weights = fp8 == 1})
-                          .forward(prefill);
-  }
-  for (size_t i = 0; i < prefill.seqs.size(); ++i) {
-    const double bf16_err = relative_l2(cuda_logits[0][i], cpu_logits[0][i]);
-    const double fp8_err = relative_l2(cuda_logits[1][i], cpu_logits[1][i]);
-    const double fp8_own = relative_l2(cpu_logits[1][i], cpu_logits[0][i]);
-    WARN("prompt " << i << ": CUDA bf16 vs CPU float32 " << bf16_err << ", CUDA FP8 vs CPU FP8 emulated " << fp8_err
-                   << ", FP8's own error on the CPU " << fp8_own);
-    // The CUDA FP8 path differs from its emulation by bf16 activations: bf16's error, plus the e4m3 codes that a
-    // bf16-rounded input sends the other way (about one in sixteen, a whole FP8 step each): of the order of FP8's own
-    // error, never of the logits' own size (a wrong code, scale or layout: 0.6 and more).
-    CHECK(fp8_err < 2 * fp8_own + 3 * bf16_err);
-    CHECK(fp8_err < 0.3);
+    opt.fp8_weights = fp8_weights;
+    opt.fp8_kv = fp8_kv;
+    CudaModelRunner gpu(cfg, weights, opt);
+    CpuModelRunner cpu(cfg, weights,
+                       {.block_size = 16, .num_blocks = 24, .fp8_weights = fp8_weights, .fp8_kv = fp8_kv});
+    std::pair<std::vector<std::vector<float>>, std::vector<std::vector<float>>> out;
+    for (const StepBatch* step : {&prefill, &decode}) {
+      for (auto& row : gpu.forward(*step)) out.first.push_back(std::move(row));
+      for (auto& row : cpu.forward(*step)) out.second.push_back(std::move(row));
+    }
+    return out;
+  };
+  const auto [gpu_bf16, cpu_f32] = logits_of(false, false);
+  for (const auto [fp8_weights, fp8_kv] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+    const auto [gpu, cpu] = logits_of(fp8_weights, fp8_kv);
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      const double bf16_err = relative_l2(gpu_bf16[i], cpu_f32[i]);
+      const double fp8_err = relative_l2(gpu[i], cpu[i]);
+      const double fp8_own = relative_l2(cpu[i], cpu_f32[i]);
+      WARN("FP8 weights " << fp8_weights << ", FP8 KV " << fp8_kv << ", " << (i < 4 ? "prefill" : "decode")
+                          << " row " << i % 4 << ": CUDA bf16 vs CPU float32 " << bf16_err
+                          << ", CUDA vs CPU emulation " << fp8_err << ", FP8's own error on the CPU " << fp8_own);
+      // The CUDA path differs from its emulation by bf16 activations: bf16's error, plus the e4m3 codes that a
+      // bf16-rounded input sends the other way (about one in sixteen, a whole FP8 step each): of the order of FP8's
+      // own error, never of the logits' own size (a wrong code, scale or layout: 0.6 and more).
+      CHECK(fp8_err < 2 * fp8_own + 3 * bf16_err);
+      CHECK(fp8_err < 0.3);
+    }
   }
 }
