@@ -86,7 +86,9 @@ __device__ __forceinline__ void codes_to_words(uint32_t* w, const uint2& codes) 
 // kFp8: the FP8 cache. Its codes go to the same registers as bf16 (exact), a token's key scale multiplies its
 // scores and its value scale its probabilities in P V (the softmax sums take the probabilities unscaled).
 template <int HEAD_DIM, bool kTall, bool kFp8>
-__global__ void __launch_bounds__(kDecodeThreads)
+// FP8, groups of 8 or fewer: registers for three blocks an SM, as bf16 takes by itself (the loads in flight bound the
+// kernel; a few bytes spill).
+__global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
     paged_decode_kernel(PagedAttentionArgs a, int log2_block_size, int partition_size, int max_partitions,
                         float* __restrict__ part_out,  // [num_seqs][num_heads][max_partitions][HEAD_DIM]
                         float* __restrict__ part_max,  // [num_seqs][num_heads][max_partitions]
@@ -174,74 +176,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
   float m_lo = -INFINITY, m_hi = -INFINITY;  // running max of rows g and g + 8
   float l_lo = 0.f, l_hi = 0.f;              // this lane's part of the running sums
 
-  for (int t0 = warp * 16; t0 < len; t0 += kDecodeWarps * 16) {
-    if (start + t0 + 16 <= lo) continue;  // the whole chunk is before the window
-    // All loads of the chunk first: 16 (head_dim 128) 16-byte loads in flight per lane (FP8: 8-byte loads of the
-    // codes and the tokens' scales, converted once all are issued).
-    uint32_t kw[2][kSlice / 2];
-    uint32_t vw[4][kVSlice / 2];
-    float k_scale[2][2], v_scale[2][2];  // FP8: the scales of tokens tile * 8 + 2c + e (those of the score lanes)
-    if constexpr (kFp8) {
-      uint2 k_codes[2][kSlice / 8], v_codes[4][kVSlice / 8];
-#pragma unroll
-      for (int tile = 0; tile < 2; ++tile) {
-        const int j = t0 + tile * 8 + g;
-#pragma unroll
-        for (int i = 0; i < kSlice / 8; ++i)
-          k_codes[tile][i] = j < len ? *reinterpret_cast<const uint2*>(a.k_fp8 + code_offset(j) + c * kSlice + 8 * i)
-                                     : make_uint2(0u, 0u);
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int j = t0 + 2 * c + (r & 1) + (r >> 1) * 8;
-#pragma unroll
-        for (int i = 0; i < kVSlice / 8; ++i)
-          v_codes[r][i] = j < len ? *reinterpret_cast<const uint2*>(a.v_fp8 + code_offset(j) + g * kVSlice + 8 * i)
-                                  : make_uint2(0u, 0u);
-      }
-#pragma unroll
-      for (int tile = 0; tile < 2; ++tile)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = t0 + tile * 8 + 2 * c + e;
-          k_scale[tile][e] = j < len ? scale_of(a.k_fp8, j) : 0.f;
-          v_scale[tile][e] = j < len ? scale_of(a.v_fp8, j) : 0.f;
-        }
-#pragma unroll
-      for (int tile = 0; tile < 2; ++tile)
-#pragma unroll
-        for (int i = 0; i < kSlice / 8; ++i) codes_to_words(&kw[tile][4 * i], k_codes[tile][i]);
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int i = 0; i < kVSlice / 8; ++i) codes_to_words(&vw[r][4 * i], v_codes[r][i]);
-    } else {
-#pragma unroll
-      for (int tile = 0; tile < 2; ++tile) {
-        const int j = t0 + tile * 8 + g;
-#pragma unroll
-        for (int i = 0; i < kSlice / 8; ++i) {
-          if (j < len) {
-            load_words(&kw[tile][4 * i], a.k_cache + token_offset(j) + c * kSlice + 8 * i);
-          } else {
-            kw[tile][4 * i] = kw[tile][4 * i + 1] = kw[tile][4 * i + 2] = kw[tile][4 * i + 3] = 0u;
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int j = t0 + 2 * c + (r & 1) + (r >> 1) * 8;  // tokens 2c, 2c+1, 2c+8, 2c+9 of the chunk
-#pragma unroll
-        for (int i = 0; i < kVSlice / 8; ++i) {
-          if (j < len) {
-            load_words(&vw[r][4 * i], a.v_cache + token_offset(j) + g * kVSlice + 8 * i);
-          } else {  // zeros, not garbage: a NaN pattern times p = 0 would still be NaN
-            vw[r][4 * i] = vw[r][4 * i + 1] = vw[r][4 * i + 2] = vw[r][4 * i + 3] = 0u;
-          }
-        }
-      }
-    }
-
+  // One 16-token chunk from t0 (holding a visible token): S = Q K^T from kw, the online softmax, O += P V from vw;
+  // FP8: the tokens' key scales on the scores, their value scales on P.
+  const auto process = [&](int t0, const uint32_t (&kw)[2][kSlice / 2], const uint32_t (&vw)[4][kVSlice / 2],
+                           const float (&k_scale)[2][2], const float (&v_scale)[2][2]) {
     // S = Q K^T for the two 8-token tiles. Lane (g, c) gets tokens tile*8 + 2c + {0, 1} of row g (s[tile][0..1])
     // and of row g + 8 (s[tile][2..3], kTall only); a row's 16 scores live in the 4 lanes of a quad.
     float s[2][kAcc];
@@ -340,6 +278,92 @@ __global__ void __launch_bounds__(kDecodeThreads)
         mma_bf16_16816(o[j], pa0, pa1, pa2, pa3, b0, b1);
       else
         mma_bf16_16816_top(o[j], pa0, pa2, b0, b1);
+    }
+  };
+
+  if constexpr (kFp8) {
+    // 32 tokens a warp and iteration: the codes and scales of two chunks in flight at once, as many bytes as one bf16
+    // chunk's (the loads' latency, not the bytes, bounds this loop), converted once all are issued.
+    for (int t0 = warp * 32; t0 < len; t0 += kDecodeWarps * 32) {
+      if (start + t0 + 32 <= lo) continue;  // both chunks are before the window
+      uint2 k_codes[2][2][kSlice / 8], v_codes[2][4][kVSlice / 8];
+      float k_scale[2][2][2], v_scale[2][2][2];  // [chunk][tile][e]: tokens tile * 8 + 2c + e of the chunk
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int base = t0 + 16 * h;
+#pragma unroll
+        for (int tile = 0; tile < 2; ++tile) {
+          const int j = base + tile * 8 + g;
+#pragma unroll
+          for (int i = 0; i < kSlice / 8; ++i)
+            k_codes[h][tile][i] = j < len ? *reinterpret_cast<const uint2*>(a.k_fp8 + code_offset(j) + c * kSlice + 8 * i)
+                                          : make_uint2(0u, 0u);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int j = base + 2 * c + (r & 1) + (r >> 1) * 8;
+#pragma unroll
+          for (int i = 0; i < kVSlice / 8; ++i)
+            v_codes[h][r][i] = j < len ? *reinterpret_cast<const uint2*>(a.v_fp8 + code_offset(j) + g * kVSlice + 8 * i)
+                                       : make_uint2(0u, 0u);
+        }
+#pragma unroll
+        for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = base + tile * 8 + 2 * c + e;
+            k_scale[h][tile][e] = j < len ? scale_of(a.k_fp8, j) : 0.f;
+            v_scale[h][tile][e] = j < len ? scale_of(a.v_fp8, j) : 0.f;
+          }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int base = t0 + 16 * h;
+        if (base >= len || start + base + 16 <= lo) continue;  // no visible token in this chunk
+        uint32_t kw[2][kSlice / 2], vw[4][kVSlice / 2];
+#pragma unroll
+        for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+          for (int i = 0; i < kSlice / 8; ++i) codes_to_words(&kw[tile][4 * i], k_codes[h][tile][i]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int i = 0; i < kVSlice / 8; ++i) codes_to_words(&vw[r][4 * i], v_codes[h][r][i]);
+        process(base, kw, vw, k_scale[h], v_scale[h]);
+      }
+    }
+  } else {
+    for (int t0 = warp * 16; t0 < len; t0 += kDecodeWarps * 16) {
+      if (start + t0 + 16 <= lo) continue;  // the whole chunk is before the window
+      // All loads of the chunk first: 16 (head_dim 128) 16-byte loads in flight per lane.
+      uint32_t kw[2][kSlice / 2];
+      uint32_t vw[4][kVSlice / 2];
+#pragma unroll
+      for (int tile = 0; tile < 2; ++tile) {
+        const int j = t0 + tile * 8 + g;
+#pragma unroll
+        for (int i = 0; i < kSlice / 8; ++i) {
+          if (j < len) {
+            load_words(&kw[tile][4 * i], a.k_cache + token_offset(j) + c * kSlice + 8 * i);
+          } else {
+            kw[tile][4 * i] = kw[tile][4 * i + 1] = kw[tile][4 * i + 2] = kw[tile][4 * i + 3] = 0u;
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int j = t0 + 2 * c + (r & 1) + (r >> 1) * 8;  // tokens 2c, 2c+1, 2c+8, 2c+9 of the chunk
+#pragma unroll
+        for (int i = 0; i < kVSlice / 8; ++i) {
+          if (j < len) {
+            load_words(&vw[r][4 * i], a.v_cache + token_offset(j) + g * kVSlice + 8 * i);
+          } else {  // zeros, not garbage: a NaN pattern times p = 0 would still be NaN
+            vw[r][4 * i] = vw[r][4 * i + 1] = vw[r][4 * i + 2] = vw[r][4 * i + 3] = 0u;
+          }
+        }
+      }
+      constexpr float kNoScale[2][2] = {{1.f, 1.f}, {1.f, 1.f}};
+      process(t0, kw, vw, kNoScale, kNoScale);
     }
   }
 
