@@ -225,7 +225,11 @@ void HttpSession::respond(unsigned status, std::string body, const char* content
 void HttpSession::respond_dashboard(const Request& req) {
   const std::string_view path = path_of(req.target());
   const DashboardAsset* asset = find_dashboard_asset(path);
-  if (!asset) {
+  if (path == "/dashboard/ws") {
+    respond(400, openai::error_body("/dashboard/ws is a WebSocket endpoint: send an upgrade request",
+                                    "invalid_request_error"),
+            "application/json");
+  } else if (!asset) {
     respond(404, error_reply(404, "no route for " + std::string(path)).body, "application/json");
   } else if (req.method() != http::verb::get) {
     respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +

@@ -130,10 +130,10 @@ class _ProgressBar:
         eighths = int(fraction * self.WIDTH * 8)
         bar = "█" * (eighths // 8) + ("" if eighths % 8 == 0 else " ▏▎▍▌▋▊▉"[eighths % 8])
         rate = finished / elapsed
-        left = (total - finished) / rate if rate > 0 else 0.0
         clock = lambda s: f"{int(s) // 60:02d}:{int(s) % 60:02d}"
+        left = clock((total - finished) / rate) if rate > 0 else "?"
         self._stream.write(f"\rProcessed prompts: {100 * fraction:3.0f}%|{bar:<{self.WIDTH}}| {finished}/{total} "
-                           f"[{clock(elapsed)}<{clock(left)}, {rate:.2f} it/s, {tokens / elapsed:.1f} tok/s]")
+                           f"[{clock(elapsed)}<{left}, {rate:.2f} it/s, {tokens / elapsed:.1f} tok/s]")
         if final:
             self._stream.write("\n")
         self._stream.flush()

@@ -26,6 +26,9 @@ check(cookie.startsWith("paged_key="), "the page sets the key's cookie", page.he
 checkEqual((await fetch(`${base}/dashboard/dashboard.js`, { headers: { cookie } })).status, 200, "the script with the cookie");
 checkEqual((await fetch(`${base}/dashboard`, { headers: { authorization: `Bearer ${args.key}` } })).status, 200,
            "the page with the Authorization header");
+checkEqual((await fetch(`${base}/dashboard/nothing.js`, { headers: { cookie } })).status, 404, "an unknown file: 404");
+checkEqual((await fetch(`${base}/dashboard/ws`, { headers: { cookie } })).status, 400, "/dashboard/ws without upgrade: 400");
+checkEqual((await fetch(`${base}/dashboard`, { method: "POST", headers: { cookie } })).status, 405, "POST /dashboard: 405");
 
 // The WebSocket's answer: the status of a refused upgrade, or the first frame.
 function wsFirst(url, headers = {}) {
