@@ -163,18 +163,13 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
   request_keep_alive_ = req.keep_alive();
   request_cors_origin_ = ctx_.allowed_origin(req[http::field::origin]);
   if (beast::websocket::is_upgrade(req)) {
-    if (path_of(req.target()) == "/dashboard/ws") {
-      if (!ctx_.dashboard_authorized(req[http::field::authorization], req.target(), req[http::field::cookie])) {
-        respond(401, error_reply(401, "missing or invalid API key (the dashboard takes ?key=KEY or its cookie)").body,
-                "application/json", true);
-      } else {
-        ctx_.counters.count(101);
-        closed_ = true;
-        std::make_shared<DashboardSession>(stream_.release_socket(), ctx_)->run(std::move(req));
-      }
-    } else if (path_of(req.target()) != "/v1/stream") {
+    const std::string_view path = path_of(req.target());
+    const bool dashboard = path == "/dashboard/ws";  // the browser's: the key may come as ?key= or its cookie
+    if (!dashboard && path != "/v1/stream") {
       respond(404, error_reply(404, "no WebSocket endpoint at " + std::string(req.target())).body, "application/json", true);
-    } else if (!ctx_.authorized(req[http::field::authorization])) {
+    } else if (dashboard ? !ctx_.dashboard_authorized(req[http::field::authorization], req.target(),
+                                                      req[http::field::cookie])
+                         : !ctx_.authorized(req[http::field::authorization])) {
       respond(401, error_reply(401, "missing or invalid API key").body, "application/json", true);
     } else if (!queue_.empty()) {
       respond(400, openai::error_body("WebSocket upgrade while responses are pending", "invalid_request_error"),
@@ -183,7 +178,11 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
       // The socket moves to the WebSocket session; this session ends here.
       ctx_.counters.count(101);
       closed_ = true;
-      std::make_shared<WebSocketSession>(stream_.release_socket(), ctx_)->run(std::move(req));
+      if (dashboard) {
+        std::make_shared<DashboardSession>(stream_.release_socket(), ctx_)->run(std::move(req));
+      } else {
+        std::make_shared<WebSocketSession>(stream_.release_socket(), ctx_)->run(std::move(req));
+      }
     }
     return;
   }

@@ -5,18 +5,14 @@
 #include <chrono>
 #include <iostream>
 #include <map>
-#include <numeric>
 
 #include "model/kv/kv_cache_manager.h"
+#include "tests/model/kv/iota_tokens.h"
 
 namespace paged {
 namespace {
 
-std::vector<TokenId> iota_tokens(int n, TokenId first) {
-  std::vector<TokenId> t(n);
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::iota_tokens;
 
 // The tier's cells one per block, decoded from its runs.
 std::vector<uint8_t> cells_of(const TierSnapshot& tier) {
