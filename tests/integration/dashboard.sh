@@ -31,7 +31,8 @@ await_port serve_port serve server_port_printed || finish
 "$CHROMIUM" --headless=new --no-sandbox --disable-gpu --no-first-run --no-default-browser-check \
   --disable-dev-shm-usage --user-data-dir="$TMP/chromium" --remote-debugging-port=0 --window-size=1280,900 \
   about:blank >"$TMP/chromium.out" 2>"$TMP/chromium.err" &
-pids+=("$!")
+chromium_pid=$!
+pids+=("$chromium_pid")
 devtools_port=""
 for _ in $(seq 1 150); do
   devtools_port=$(head -n 1 "$TMP/chromium/DevToolsActivePort" 2>/dev/null)
@@ -44,4 +45,6 @@ ARTEFACTS="$PAGED_BINARY_DIR/dashboard"
 mkdir -p "$ARTEFACTS"
 (cd "$NODE_DIR" && timeout -s KILL 90 node check_dashboard.mjs --base "http://127.0.0.1:$serve_port" --key "$KEY" \
   --devtools "http://127.0.0.1:$devtools_port" --screenshot "$ARTEFACTS/dashboard.png") || fail "check_dashboard"
+kill "$chromium_pid" 2>/dev/null
+wait "$chromium_pid" 2>/dev/null  # its profile folder is complete before the cleanup removes it
 finish
