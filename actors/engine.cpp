@@ -804,7 +804,8 @@ void Engine::kv_snapshot(std::function<void(std::vector<ReplicaKv>)> done) {
                            std::vector<std::optional<KvSnapshot>> answers) mutable {
                          std::vector<ReplicaKv> out;
                          for (size_t i = 0; i < answers.size(); ++i)
-                           if (answers[i]) out.push_back({replicas[i].index, replicas[i].address, std::move(*answers[i])});
+                           if (answers[i])
+                             out.push_back({replicas[i].index, replicas[i].address, std::move(*answers[i])});
                          done(std::move(out));
                        },
                        std::chrono::seconds(2));

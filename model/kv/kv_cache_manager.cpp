@@ -475,7 +475,8 @@ KvSnapshot KvCacheManager::snapshot() const {
     std::vector<uint8_t>& owner = s.swapped ? swap_owner : device_owner;
     for (int32_t block : s.blocks) owner[block] = seq_cell(id);
   }
-  std::sort(snap.seqs.begin(), snap.seqs.end(), [](const SeqSnapshot& a, const SeqSnapshot& b) { return a.seq < b.seq; });
+  std::sort(snap.seqs.begin(), snap.seqs.end(),
+            [](const SeqSnapshot& a, const SeqSnapshot& b) { return a.seq < b.seq; });
   auto pool_tier = [&snap](const BlockPool& pool, const std::vector<uint8_t>& owner, const char* name) {
     TierSnapshot& tier = snap.tiers.emplace_back();
     tier.name = name;
