@@ -4,8 +4,10 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "actors/engine_types.h"
 #include "actors/messages.h"
@@ -91,18 +93,26 @@ caf::behavior rank_executor_actor(caf::event_based_actor* self, RankSetup setup)
 /// plan: runs the scheduling policy against the manager and returns the step plan; free / fork: release or share a
 /// sequence's blocks; computed (one message per step): each reported sequence's KV now holds its num_computed
 /// tokens (full blocks enter the prefix cache; reports for sequences freed or swapped out since are dropped);
-/// drained: answers once every earlier message was processed. Gauges in `metrics` follow every change.
+/// drained: answers once every earlier message was processed; kv_snapshot: every block's cell (KvCacheManager::
+/// snapshot). Gauges in `metrics` follow every change.
 using MemoryManager = caf::typed_actor<
     caf::replies_to<plan_atom, std::vector<PlanSeq>, PlanLimits>::with<StepPlan>,
     caf::reacts_to<free_atom, std::vector<SeqId>>,
     caf::reacts_to<fork_atom, SeqId, SeqId>,
     caf::reacts_to<computed_atom, std::vector<ComputedKv>>,
     caf::reacts_to<loaded_atom, std::vector<uint64_t>, std::vector<uint64_t>>,  // disk loads: keys ok, keys failed
-    caf::replies_to<drained_atom>::with<bool>>;
+    caf::replies_to<drained_atom>::with<bool>,
+    caf::replies_to<kv_snapshot_atom>::with<KvSnapshot>>;
 
 /// It publishes the KV gauges of its replica through `metrics` and clears them when it ends.
 MemoryManager::behavior_type memory_manager_actor(MemoryManager::pointer self, KvCacheOptions options,
                                                   ReplicaMetricsWriter metrics);
+
+/// Asks every manager of `managers` for its KvSnapshot, at most `timeout` each, and calls `done` once with the answers
+/// in the same order (nullopt for a manager that failed or did not answer), on an actor thread. Never blocks.
+void collect_kv_snapshots(caf::actor_system& system, std::vector<MemoryManager> managers,
+                          std::function<void(std::vector<std::optional<KvSnapshot>>)> done,
+                          std::chrono::milliseconds timeout);
 
 struct SchedulerSetup {
   PlanLimits limits;

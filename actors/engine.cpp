@@ -723,7 +723,7 @@ void Engine::wait_idle() {
 }
 
 std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenId>>& prompts,
-                                            const SamplingParams& params) {
+                                            const SamplingParams& params, const GenerateWatch& watch) {
   // Check every prompt before starting any, so that a bad one leaves nothing running.
   for (const auto& p : prompts) {
     validate(params, p.size());
@@ -733,6 +733,7 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenI
   std::mutex mu;
   std::condition_variable cv;
   size_t remaining = prompts.size();
+  int64_t generated = 0;
   std::optional<std::string> failure;
   for (size_t i = 0; i < prompts.size(); ++i) {
     outputs[i].prompt_token_ids = prompts[i];
@@ -744,6 +745,7 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenI
         if (d.index >= static_cast<int>(outputs[i].outputs.size())) continue;
         CompletionOutput& o = outputs[i].outputs[d.index];
         o.text += d.text;
+        generated += static_cast<int64_t>(d.token_ids.size());
         o.token_ids.insert(o.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
         o.logprobs.insert(o.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
         for (const auto& t : d.logprobs) o.cumulative_logprob += t.logprob;
@@ -755,15 +757,29 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenI
     }, false);
   }
   std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return remaining == 0; });
+  bool cancelled = false;
+  for (;;) {
+    const bool all_done = cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return remaining == 0; });
+    if (watch && !cancelled) {  // every 100 ms, and once at the end
+      const GenerateProgress progress{prompts.size() - remaining, prompts.size(), generated};
+      lock.unlock();  // the watch may take its time (Python waits for its GIL)
+      cancelled = !watch(progress);
+      if (cancelled)
+        for (const RequestOutput& o : outputs) abort(o.id);  // each ends with one last event: remaining reaches 0
+      lock.lock();
+    }
+    if (all_done) break;
+  }
+  if (cancelled) throw GenerationCancelled("generation cancelled");
   if (failure) throw std::runtime_error(*failure);
   return outputs;
 }
 
-std::vector<RequestOutput> Engine::generate(const std::vector<std::string>& prompts, const SamplingParams& params) {
+std::vector<RequestOutput> Engine::generate(const std::vector<std::string>& prompts, const SamplingParams& params,
+                                            const GenerateWatch& watch) {
   std::vector<std::vector<TokenId>> ids;
   for (const auto& p : prompts) ids.push_back(impl_->tokenizer->encode(p, true));
-  auto out = generate(ids, params);
+  auto out = generate(ids, params, watch);
   for (size_t i = 0; i < prompts.size(); ++i) out[i].prompt = prompts[i];
   return out;
 }
@@ -780,6 +796,29 @@ EngineHealth Engine::health() const {
   EngineHealth health{impl_->state, impl_->failure, {}};
   for (const auto& r : impl_->replicas) health.replicas.push_back({r->address, r->serving, r->reason});
   return health;
+}
+
+void Engine::kv_snapshot(std::function<void(std::vector<ReplicaKv>)> done) {
+  std::vector<ReplicaKv> replicas;
+  std::vector<MemoryManager> managers;
+  {
+    std::lock_guard lock(impl_->state_mu);
+    for (const auto& r : impl_->replicas)
+      if (r->serving) {
+        replicas.push_back({r->index, r->address, {}});
+        managers.push_back(r->memory_manager);
+      }
+  }
+  collect_kv_snapshots(*impl_->system, std::move(managers),
+                       [replicas = std::move(replicas), done = std::move(done)](
+                           std::vector<std::optional<KvSnapshot>> answers) mutable {
+                         std::vector<ReplicaKv> out;
+                         for (size_t i = 0; i < answers.size(); ++i)
+                           if (answers[i])
+                             out.push_back({replicas[i].index, replicas[i].address, std::move(*answers[i])});
+                         done(std::move(out));
+                       },
+                       std::chrono::seconds(2));
 }
 
 std::string Engine::prometheus() const {

@@ -5,6 +5,7 @@
 // Online use (the HTTP server): submit() with a sink that receives events on an actor thread; abort() cancels.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "actors/engine_types.h"
 #include "actors/metrics.h"
+#include "model/kv/kv_snapshot.h"
 #include "model/loader/config.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -57,6 +59,13 @@ struct EngineHealth {
   std::vector<ReplicaInfo> replicas;
 };
 
+/// The KV blocks of one serving replica, as its memory manager's bookkeeping holds them.
+struct ReplicaKv {
+  size_t index = 0;        // the replica's index (/metrics' replica label)
+  std::string address;     // HOST:PORT of its worker; empty for the replica in this process
+  KvSnapshot kv;
+};
+
 class Engine {
  public:
   /// Loads the model and starts the actors. Throws std::runtime_error (ModelError, TokenizerError) on a bad model.
@@ -65,10 +74,12 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// Offline generation, blocking until every prompt finished; outputs in input order.
-  std::vector<RequestOutput> generate(const std::vector<std::string>& prompts, const SamplingParams& params);
+  /// Offline generation, blocking until every prompt finished; outputs in input order. `watch`, when given, sees the
+  /// progress and may cancel the batch (GenerationCancelled).
+  std::vector<RequestOutput> generate(const std::vector<std::string>& prompts, const SamplingParams& params,
+                                      const GenerateWatch& watch = {});
   std::vector<RequestOutput> generate(const std::vector<std::vector<TokenId>>& prompts,
-                                      const SamplingParams& params);
+                                      const SamplingParams& params, const GenerateWatch& watch = {});
 
   using Sink = RequestSink;
   /// Starts a request; events go to `sink` (called from an engine thread, never concurrently for one request).
@@ -99,6 +110,9 @@ class Engine {
   std::string prometheus() const;
   /// Thread-safe snapshot of the state and the replicas.
   EngineHealth health() const;
+  /// Asks every serving replica's memory manager for its KvSnapshot and calls `done` once with those that answered
+  /// within 2 s, in replica order, on an engine thread. Never blocks: the HTTP layer's handlers may call it.
+  void kv_snapshot(std::function<void(std::vector<ReplicaKv>)> done);
   /// What the engine was built with.
   const EngineSummary& summary() const;
 

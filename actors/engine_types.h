@@ -118,4 +118,20 @@ struct RequestOutput {
 /// Receives a request's events (see RequestEvent), on an engine thread, never concurrently for one request.
 using RequestSink = std::function<void(RequestEvent)>;
 
+/// Where a blocking Engine::generate stands: prompts finished, of all, and tokens generated so far.
+struct GenerateProgress {
+  size_t finished = 0;
+  size_t total = 0;
+  int64_t generated_tokens = 0;
+};
+/// Called by Engine::generate on the calling thread about every 100 ms while it waits, and once more at the end;
+/// returning false cancels the batch (its requests are aborted, their blocks freed, and generate throws
+/// GenerationCancelled once every one ended).
+using GenerateWatch = std::function<bool(const GenerateProgress&)>;
+
+/// Thrown by Engine::generate when its GenerateWatch cancelled the batch.
+struct GenerationCancelled : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace paged

@@ -77,7 +77,36 @@ MemoryManager::behavior_type memory_manager_actor(MemoryManager::pointer self, K
         st->publish();
       },
       [](drained_atom) { return true; },
+      [st](kv_snapshot_atom) { return st->kv->snapshot(); },
   };
+}
+
+void collect_kv_snapshots(caf::actor_system& system, std::vector<MemoryManager> managers,
+                          std::function<void(std::vector<std::optional<KvSnapshot>>)> done,
+                          std::chrono::milliseconds timeout) {
+  if (managers.empty()) {
+    done({});
+    return;
+  }
+  system.spawn([managers = std::move(managers), done = std::move(done), timeout](caf::event_based_actor* self) {
+    struct Pending {
+      std::vector<std::optional<KvSnapshot>> answers;
+      size_t left = 0;
+    };
+    auto pending = std::make_shared<Pending>(Pending{std::vector<std::optional<KvSnapshot>>(managers.size()),
+                                                     managers.size()});
+    auto answered = [self, pending, done] {
+      if (--pending->left > 0) return;
+      done(std::move(pending->answers));
+      self->quit();
+    };
+    for (size_t i = 0; i < managers.size(); ++i)
+      self->request(managers[i], timeout, kv_snapshot_atom::value)
+          .then([pending, answered, i](KvSnapshot& snap) {
+            pending->answers[i] = std::move(snap);
+            answered();
+          }, [answered](caf::error&) { answered(); });
+  });
 }
 
 }  // namespace paged

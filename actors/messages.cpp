@@ -42,6 +42,7 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<uint64_t>>("paged.U64s");
   cfg.add_message_type<std::vector<SeqId>>("paged.SeqIds");
   cfg.add_message_type<std::vector<TokenId>>("paged.TokenIds");
+  cfg.add_message_type<KvSnapshot>("paged.KvSnapshot");
   cfg.add_message_type<NcclUniqueId>("paged.NcclUniqueId");
   cfg.add_message_type<RankReady>("paged.RankReady");
   cfg.add_message_type<PackedStep>("paged.PackedStep");

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/nccl_comm.h"
 #include "model/constraint/token_mask.h"
+#include "model/kv/kv_snapshot.h"
 #include "model/scheduling/resume.h"
 #include "model/scheduling/scheduler_policy.h"
 #include "model/step.h"
@@ -36,6 +37,7 @@ using disk_write_atom = caf::atom_constant<caf::atom("diskwrite")>;  // schedule
 using disk_load_atom = caf::atom_constant<caf::atom("diskload")>;    // scheduler -> executors: load files
 using loaded_atom = caf::atom_constant<caf::atom("loaded")>;         // scheduler -> memory manager: loads answered
 using drained_atom = caf::atom_constant<caf::atom("drained")>;  // query: no request left
+using kv_snapshot_atom = caf::atom_constant<caf::atom("kvsnap")>;  // engine -> memory manager: every block's cell
 using init_atom = caf::atom_constant<caf::atom("init")>;        // engine -> executor of a CUDA tensor-parallel rank
 using hello_atom = caf::atom_constant<caf::atom("hello")>;      // engine -> worker: what do you run?
 using alive_atom = caf::atom_constant<caf::atom("alive")>;      // worker -> the engine it serves: still there?
@@ -145,6 +147,10 @@ PAGED_INSPECT(DiskOrder, x.kind, x.key, x.host_block, x.salt, x.tokens)
 PAGED_INSPECT(StepPlan, x.chunks, x.copies, x.swap_out, x.swap_in, x.preempted_recompute, x.preempted_swap,
               x.swapping_in, x.admitted, x.rejected, x.disk_writes, x.disk_loads)
 PAGED_INSPECT(StepResult, x.seqs, x.samples, x.prompt_logprobs)
+PAGED_INSPECT(CellRun, x.cell, x.count)
+PAGED_INSPECT(TierSnapshot, x.name, x.num_blocks, x.runs)
+PAGED_INSPECT(SeqSnapshot, x.seq, x.swapped, x.num_blocks, x.num_computed)
+PAGED_INSPECT(KvSnapshot, x.block_size, x.tiers, x.seqs)
 PAGED_INSPECT(NcclUniqueId, x.bytes)
 PAGED_INSPECT(RankReady, x.num_blocks, x.num_swap_blocks, x.error, x.model_error)
 PAGED_INSPECT(PackedStep, x.bytes)

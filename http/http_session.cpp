@@ -7,6 +7,8 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
+#include "http/dashboard.h"
+#include "http/dashboard_session.h"
 #include "http/websocket_session.h"
 
 namespace paged::server {
@@ -161,9 +163,13 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
   request_keep_alive_ = req.keep_alive();
   request_cors_origin_ = ctx_.allowed_origin(req[http::field::origin]);
   if (beast::websocket::is_upgrade(req)) {
-    if (path_of(req.target()) != "/v1/stream") {
+    const std::string_view path = path_of(req.target());
+    const bool dashboard = path == "/dashboard/ws";  // the browser's: the key may come as ?key= or its cookie
+    if (!dashboard && path != "/v1/stream") {
       respond(404, error_reply(404, "no WebSocket endpoint at " + std::string(req.target())).body, "application/json", true);
-    } else if (!ctx_.authorized(req[http::field::authorization])) {
+    } else if (dashboard ? !ctx_.dashboard_authorized(req[http::field::authorization], req.target(),
+                                                      req[http::field::cookie])
+                         : !ctx_.authorized(req[http::field::authorization])) {
       respond(401, error_reply(401, "missing or invalid API key").body, "application/json", true);
     } else if (!queue_.empty()) {
       respond(400, openai::error_body("WebSocket upgrade while responses are pending", "invalid_request_error"),
@@ -172,7 +178,11 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
       // The socket moves to the WebSocket session; this session ends here.
       ctx_.counters.count(101);
       closed_ = true;
-      std::make_shared<WebSocketSession>(stream_.release_socket(), ctx_)->run(std::move(req));
+      if (dashboard) {
+        std::make_shared<DashboardSession>(stream_.release_socket(), ctx_)->run(std::move(req));
+      } else {
+        std::make_shared<WebSocketSession>(stream_.release_socket(), ctx_)->run(std::move(req));
+      }
     }
     return;
   }
@@ -189,7 +199,7 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
 // ---- routing ----------------------------------------------------------------------------------------------------
 
 void HttpSession::respond(unsigned status, std::string body, const char* content_type, bool close,
-                          std::string_view allow) {
+                          std::string_view allow, std::string_view set_cookie) {
   auto ex = std::make_shared<Exchange>();
   ex->version = request_version_;
   ex->keep_alive = request_keep_alive_ && !close && !ctx_.draining;
@@ -199,6 +209,7 @@ void HttpSession::respond(unsigned status, std::string body, const char* content
   res->set(http::field::server, "paged");
   res->set(http::field::content_type, content_type);
   if (!allow.empty()) res->set(http::field::allow, allow);
+  if (!set_cookie.empty()) res->set(http::field::set_cookie, set_cookie);
   res->keep_alive(ex->keep_alive);
   res->body() = std::move(body);
   res->prepare_payload();
@@ -210,9 +221,36 @@ void HttpSession::respond(unsigned status, std::string body, const char* content
   do_write();
 }
 
+void HttpSession::respond_dashboard(const Request& req) {
+  const std::string_view path = path_of(req.target());
+  const DashboardAsset* asset = find_dashboard_asset(path);
+  if (path == "/dashboard/ws") {
+    respond(400, openai::error_body("/dashboard/ws is a WebSocket endpoint: send an upgrade request",
+                                    "invalid_request_error"),
+            "application/json");
+  } else if (!asset) {
+    respond(404, error_reply(404, "no route for " + std::string(path)).body, "application/json");
+  } else if (req.method() != http::verb::get) {
+    respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
+                                      "; use GET").body,
+            "application/json", false, "GET");
+  } else if (!ctx_.dashboard_authorized(req[http::field::authorization], req.target(), req[http::field::cookie])) {
+    respond(401, error_reply(401, "missing or invalid API key: open /dashboard?key=KEY").body, "application/json");
+  } else {
+    // A key given in the URL becomes the cookie that the page's files and its WebSocket send.
+    const std::string key = query_param(req.target(), "key");
+    respond(200, std::string(asset->body), asset->content_type, false, {},
+            key.empty() ? std::string() : dashboard_key_cookie(key));
+  }
+}
+
 void HttpSession::handle(Request&& req) {
   const std::string_view path = path_of(req.target());
   const http::verb method = req.method();
+  if (path == "/dashboard" || path.starts_with("/dashboard/")) {
+    respond_dashboard(req);
+    return;
+  }
   struct Route {
     std::string_view path;
     http::verb method;

@@ -43,9 +43,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                         const std::shared_ptr<Exchange>& handle);
   /// An engine event of prompt `prompt_index` of `ex`, on the strand.
   void on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_index, RequestEvent event);
-  /// Queues a whole response; `close` ends the connection after it; `allow` fills the Allow header (405).
+  /// Queues a whole response; `close` ends the connection after it; `allow` fills the Allow header (405),
+  /// `set_cookie` the Set-Cookie header.
   void respond(unsigned status, std::string body, const char* content_type, bool close = false,
-               std::string_view allow = {});
+               std::string_view allow = {}, std::string_view set_cookie = {});
+  /// GET /dashboard and its files (http/dashboard.h), behind the API key when one is set.
+  void respond_dashboard(const Request& req);
   /// Answers a CORS preflight (OPTIONS with Origin) when the server allows CORS: its methods and headers, or 400 for
   /// an origin it does not allow.
   void respond_preflight(const Request& req);

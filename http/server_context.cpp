@@ -1,5 +1,7 @@
 #include "http/server_context.h"
 
+#include "http/dashboard.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -97,13 +99,26 @@ std::string ServerContext::allowed_origin(std::string_view origin) const {
   return "";
 }
 
-bool ServerContext::authorized(std::string_view authorization_header) const {
-  if (options.api_key.empty()) return true;
-  const std::string expected = "Bearer " + options.api_key;
-  if (authorization_header.size() != expected.size()) return false;
-  unsigned diff = 0;  // constant time in the key's length
-  for (size_t i = 0; i < expected.size(); ++i) diff |= static_cast<unsigned char>(authorization_header[i] ^ expected[i]);
+namespace {
+
+// given == expected, in time that depends on their lengths only.
+bool same_secret(std::string_view given, std::string_view expected) {
+  if (given.size() != expected.size()) return false;
+  unsigned diff = 0;
+  for (size_t i = 0; i < expected.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
   return diff == 0;
+}
+
+}  // namespace
+
+bool ServerContext::authorized(std::string_view authorization_header) const {
+  return options.api_key.empty() || same_secret(authorization_header, "Bearer " + options.api_key);
+}
+
+bool ServerContext::dashboard_authorized(std::string_view authorization_header, std::string_view target,
+                                         std::string_view cookie_header) const {
+  return authorized(authorization_header) || same_secret(query_param(target, "key"), options.api_key) ||
+         same_secret(cookie_value(cookie_header, kDashboardKeyCookie), options.api_key);
 }
 
 void log_request_start(const std::string& id, const openai::Request& request) {

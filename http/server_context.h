@@ -74,6 +74,10 @@ class ServerContext {
   std::string next_id(const char* prefix);
   /// True when the request may use /v1/* (no API key set, or "Bearer KEY" given).
   bool authorized(std::string_view authorization_header) const;
+  /// True when /dashboard* may be served: authorized(), or the key given as the query parameter `key` or the cookie
+  /// paged_key (a browser cannot set a WebSocket's headers; http/dashboard.h).
+  bool dashboard_authorized(std::string_view authorization_header, std::string_view target,
+                            std::string_view cookie_header) const;
 
  private:
   std::optional<ChatTemplate> chat_template_;

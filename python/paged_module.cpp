@@ -1,7 +1,8 @@
 // paged._paged, the Python extension under python/paged/__init__.py: an Engine built from engine flags and
 // generating from sampling flags, both with the names and checks of the `paged` CLI (tools/cli.h), so that Python's
 // keyword arguments mean what the command line's flags do. Outputs are returned as plain tuples; __init__.py shapes
-// them as vLLM's RequestOutput. The GIL is released while the engine loads and generates.
+// them as vLLM's RequestOutput. The GIL is released while the engine loads and generates; a generation looks at
+// Python's signals about every 100 ms, so that Ctrl-C cancels it.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -58,15 +59,38 @@ class PyEngine {
     engine_ = std::make_unique<Engine>(std::move(config));
   }
 
-  /// Generation from texts or token ids, in input order.
+  /// Generation from texts or token ids, in input order. `progress` (or None) is called with (finished prompts, all
+  /// prompts, generated tokens) about every 100 ms and at the end. Ctrl-C (a pending KeyboardInterrupt, or any
+  /// exception `progress` raises) cancels the batch: its requests are aborted and the exception propagates once
+  /// every one ended.
   std::vector<PyRequestOutput> generate(const std::variant<std::vector<std::string>, std::vector<std::vector<TokenId>>>& prompts,
-                                        const std::vector<std::string>& sampling_flags) {
+                                        const std::vector<std::string>& sampling_flags, const py::object& progress) {
     const SamplingParams params = sampling_from_flags(sampling_flags);
     std::vector<RequestOutput> outputs;
-    {
+    bool python_error = false;  // the Python error indicator holds why the batch was cancelled
+    const GenerateWatch watch = [&](const GenerateProgress& p) {
+      py::gil_scoped_acquire locked;
+      if (PyErr_CheckSignals() != 0) {  // runs Python's signal handlers: SIGINT raises KeyboardInterrupt
+        python_error = true;
+        return false;
+      }
+      if (progress.is_none()) return true;
+      try {
+        progress(p.finished, p.total, p.generated_tokens);
+      } catch (py::error_already_set& e) {
+        e.restore();
+        python_error = true;
+        return false;
+      }
+      return true;
+    };
+    try {
       py::gil_scoped_release unlocked;
-      outputs = std::visit([&](const auto& p) { return engine_->generate(p, params); }, prompts);
+      outputs = std::visit([&](const auto& p) { return engine_->generate(p, params, watch); }, prompts);
+    } catch (const GenerationCancelled&) {
+      if (!python_error) throw;
     }
+    if (python_error) throw py::error_already_set();
     return convert(outputs);
   }
 
@@ -137,7 +161,8 @@ PYBIND11_MODULE(_paged, m) {
   });
   py::class_<PyEngine>(m, "Engine")
       .def(py::init<const std::vector<std::string>&>(), py::arg("flags"))
-      .def("generate", &PyEngine::generate, py::arg("prompts"), py::arg("sampling_flags"))
+      .def("generate", &PyEngine::generate, py::arg("prompts"), py::arg("sampling_flags"),
+           py::arg("progress") = py::none())
       .def("render_chat", &PyEngine::render_chat, py::arg("messages_json"), py::arg("template_source"),
            py::arg("add_generation_prompt"))
       .def("encode", &PyEngine::encode, py::arg("text"), py::arg("add_special"));

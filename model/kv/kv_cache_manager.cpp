@@ -464,6 +464,44 @@ KvMetrics KvCacheManager::metrics() const {
   return m;
 }
 
+KvSnapshot KvCacheManager::snapshot() const {
+  KvSnapshot snap;
+  snap.block_size = block_size_;
+  // The cell of each block that one sequence holds (a block of several is told by its ref count), per tier.
+  std::vector<uint8_t> device_owner(device_.num_blocks(), kCellBusy);
+  std::vector<uint8_t> swap_owner(cpu_.num_blocks(), kCellBusy);
+  for (const auto& [id, s] : seqs_) {
+    snap.seqs.push_back({id, s.swapped, static_cast<int32_t>(s.blocks.size()), s.num_computed});
+    std::vector<uint8_t>& owner = s.swapped ? swap_owner : device_owner;
+    for (int32_t block : s.blocks) owner[block] = seq_cell(id);
+  }
+  std::sort(snap.seqs.begin(), snap.seqs.end(),
+            [](const SeqSnapshot& a, const SeqSnapshot& b) { return a.seq < b.seq; });
+  auto pool_tier = [&snap](const BlockPool& pool, const std::vector<uint8_t>& owner, const char* name) {
+    TierSnapshot& tier = snap.tiers.emplace_back();
+    tier.name = name;
+    for (int32_t b = 0; b < pool.num_blocks(); ++b) {
+      const int32_t ref = pool.ref_count(b);
+      tier.push(ref == 0 ? (pool.content_id(b) != 0 ? kCellCached : kCellFree) : ref > 1 ? kCellShared : owner[b]);
+    }
+  };
+  pool_tier(device_, device_owner, "device");
+  if (cpu_.num_blocks() > 0) pool_tier(cpu_, swap_owner, "swap");
+  if (offload_.num_blocks() > 0) {
+    TierSnapshot& tier = snap.tiers.emplace_back();
+    tier.name = "cpu";
+    for (int32_t b = 0; b < offload_.num_blocks(); ++b)
+      tier.push(offload_.content_id(b) != 0 ? kCellCached : offload_.in_use(b) ? kCellBusy : kCellFree);
+  }
+  if (disk_.capacity() > 0) {
+    TierSnapshot& tier = snap.tiers.emplace_back();
+    tier.name = "disk";
+    tier.push(kCellCached, disk_.size());
+    tier.push(kCellFree, disk_.capacity() - disk_.size());
+  }
+  return snap;
+}
+
 void KvCacheManager::check_invariants() const {
   device_.check_invariants();
   cpu_.check_invariants();

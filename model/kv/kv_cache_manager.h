@@ -36,6 +36,7 @@
 
 #include "model/kv/block_pool.h"
 #include "model/kv/disk_tier.h"
+#include "model/kv/kv_snapshot.h"
 #include "model/kv/offload_tier.h"
 #include "model/types.h"
 
@@ -164,6 +165,10 @@ class KvCacheManager {
   const std::vector<int32_t>& block_table(SeqId seq) const;
   int num_computed(SeqId seq) const;
   KvMetrics metrics() const;
+  /// Every block of every tier as a cell (model/kv/kv_snapshot.h) and the sequences holding blocks: the device pool,
+  /// the swap pool (when it has blocks), the CPU and disk tiers (when enabled). One pass over the blocks and the
+  /// block tables. Pure query.
+  KvSnapshot snapshot() const;
   int block_size() const { return block_size_; }
 
   /// Debug check (tests): each pool's own invariants; no content id registered in two tiers; ref counts equal block-table references per tier; no block

@@ -35,6 +35,8 @@ class OffloadTier {
   int32_t num_staged() const { return static_cast<int32_t>(staged_.size()); }
   /// The executors' host block id of tier block `block`.
   int32_t host_block(int32_t block) const { return first_host_block_ + block; }
+  /// True for a held or staged block.
+  bool in_use(int32_t block) const { return pool_.ref_count(block) > 0; }
   /// Content id of a cached tier block, 0 for another.
   uint64_t content_id(int32_t block) const { return pool_.content_id(block); }
 

@@ -8,6 +8,8 @@ Engine and sampling arguments take vLLM's names; they become the `paged` CLI's f
 so they mean, and are checked, as on the command line: an unknown or unsupported one raises ValueError naming it.
 """
 import json
+import sys
+import time
 
 from . import _paged
 
@@ -109,6 +111,34 @@ def _logprobs(positions, asked):
     return result
 
 
+class _ProgressBar:
+    """A tqdm-like bar of a batch on `stream`: "Processed prompts:  40%|████      | 4/10 [00:01<00:02, 3.1 it/s,
+    512.0 tok/s]", redrawn in place at most 10 times a second, ended with a newline."""
+
+    WIDTH = 20
+
+    def __init__(self, stream):
+        self._stream, self._start, self._drawn = stream, time.monotonic(), 0.0
+
+    def update(self, finished, total, tokens, final=False):
+        now = time.monotonic()
+        if not final and now - self._drawn < 0.1:
+            return
+        self._drawn = now
+        elapsed = max(now - self._start, 1e-9)
+        fraction = finished / total if total else 1.0
+        eighths = int(fraction * self.WIDTH * 8)
+        bar = "█" * (eighths // 8) + ("" if eighths % 8 == 0 else " ▏▎▍▌▋▊▉"[eighths % 8])
+        rate = finished / elapsed
+        clock = lambda s: f"{int(s) // 60:02d}:{int(s) % 60:02d}"
+        left = clock((total - finished) / rate) if rate > 0 else "?"
+        self._stream.write(f"\rProcessed prompts: {100 * fraction:3.0f}%|{bar:<{self.WIDTH}}| {finished}/{total} "
+                           f"[{clock(elapsed)}<{left}, {rate:.2f} it/s, {tokens / elapsed:.1f} tok/s]")
+        if final:
+            self._stream.write("\n")
+        self._stream.flush()
+
+
 class LLM:
     """vLLM's offline LLM: LLM(model=DIR, **engine_args) with vLLM's engine argument names (device, block_size,
     num_gpu_blocks_override, swap_space, gpu_memory_utilization, max_num_seqs, max_num_batched_tokens,
@@ -118,9 +148,11 @@ class LLM:
     def __init__(self, model, **engine_args):
         self._engine = _paged.Engine(_flags({"model": model, **engine_args}, _ENGINE_ALIASES))
 
-    def generate(self, prompts, sampling_params=None):
+    def generate(self, prompts, sampling_params=None, use_tqdm=True):
         """RequestOutput for each prompt, in order. `prompts`: a string, a list of strings, or of vLLM's token
-        prompts ({"prompt_token_ids": [...]}). The engine runs them as one batch, the GIL released."""
+        prompts ({"prompt_token_ids": [...]}). The engine runs them as one batch, the GIL released. `use_tqdm`: a
+        progress bar on stderr while it runs, when stderr is a terminal. Ctrl-C cancels the batch (its requests end,
+        their KV blocks are freed) and raises KeyboardInterrupt; the engine stays usable."""
         params = sampling_params if sampling_params is not None else SamplingParams()
         if not isinstance(params, SamplingParams):
             raise TypeError("sampling_params must be one SamplingParams (one for every prompt)")
@@ -136,16 +168,21 @@ class LLM:
             inputs = prompts
         else:
             raise TypeError("prompts must be strings or {'prompt_token_ids': [...]} dicts, all of one kind")
-        return self._outputs(self._engine.generate(inputs, params._flags), params)
+        bar = _ProgressBar(sys.stderr) if use_tqdm and sys.stderr is not None and sys.stderr.isatty() else None
+        progress = None if bar is None else bar.update
+        raw = self._engine.generate(inputs, params._flags, progress)
+        if bar is not None:
+            bar.update(len(inputs), len(inputs), sum(len(c[2]) for _, _, cs in raw for c in cs), final=True)
+        return self._outputs(raw, params)
 
-    def chat(self, messages, sampling_params=None, chat_template=None, add_generation_prompt=True):
+    def chat(self, messages, sampling_params=None, use_tqdm=True, chat_template=None, add_generation_prompt=True):
         """Generation after a conversation (a list of {"role", "content"}; or a list of such conversations), its
-        prompt rendered by the model's chat template (or `chat_template`, a Jinja source)."""
+        prompt rendered by the model's chat template (or `chat_template`, a Jinja source); `use_tqdm` as generate's."""
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
         prompts = [self._engine.render_chat(json.dumps(c), chat_template or "", add_generation_prompt)
                    for c in conversations]
         ids = [{"prompt_token_ids": self._engine.encode(p, False)} for p in prompts]
-        outputs = self.generate(ids, sampling_params)
+        outputs = self.generate(ids, sampling_params, use_tqdm=use_tqdm)
         for output, prompt in zip(outputs, prompts):
             output.prompt = prompt
         return outputs

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -14,15 +13,12 @@
 #include "model/kv/kv_cache_manager.h"
 #include "model/scheduling/scheduler_policy.h"
 #include "model/step.h"
+#include "tests/model/kv/iota_tokens.h"
 
 namespace paged {
 namespace {
 
-std::vector<TokenId> iota_tokens(int n, TokenId first) {
-  std::vector<TokenId> t(n);
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::iota_tokens;
 
 std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
   a.insert(a.end(), b.begin(), b.end());
