@@ -204,3 +204,60 @@ TEST_CASE("weight map: reading a shard gives the rank's rows or columns of the c
   CHECK_THROWS_WITH(shard_tensor(w, rank_weight_map(untied, 0, 1).lm_head.shards[0]),
                     Catch::Contains("lm_head.weight") && Catch::Contains("tie_word_embeddings is false"));
 }
+
+TEST_CASE("weight map: experts per expert and fused, each expert sharded as a dense MLP", "[loader][tp][moe]") {
+  // 4 experts of intermediate 32, hidden 128, on rank 1 of 2: columns 16..31 of every expert.
+  ModelConfig c = small_config();
+  c.intermediate_size = 32;
+  c.moe = {.num_experts = 4, .top_k = 2};
+  const int64_t E = 4, I = 32, H = 128, ir = 16;
+  for (const std::string type : {"mixtral", "qwen3_moe"}) {
+    c.model_type = type;
+    c.moe.fused_experts = false;
+    const RankLayer L = rank_weight_map(c, 1, 2).layers[1];
+    const std::string moe = type == "mixtral" ? "model.layers.1.block_sparse_moe." : "model.layers.1.mlp.";
+    const std::string gate = type == "mixtral" ? "w1" : "gate_proj", up = type == "mixtral" ? "w3" : "up_proj",
+                      down = type == "mixtral" ? "w2" : "down_proj";
+    INFO(type);
+    REQUIRE(L.router.shards.size() == 1);
+    CHECK(L.router.shards[0].name == moe + "gate.weight");
+    CHECK(L.router.shards[0].shape == std::vector<int64_t>{E, H});
+    CHECK(L.router.shards[0].rows == E);  // replicated
+    REQUIRE(L.w_gate_up.shards.size() == 2 * E);
+    REQUIRE(L.w_down.shards.size() == E);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = moe + "experts." + std::to_string(e) + ".";
+      const TensorShard &g = L.w_gate_up.shards[2 * e], &u = L.w_gate_up.shards[2 * e + 1], &d = L.w_down.shards[e];
+      CHECK(g.name == x + gate + ".weight");
+      CHECK(u.name == x + up + ".weight");
+      CHECK(d.name == x + down + ".weight");
+      CHECK((g.shape == std::vector<int64_t>{I, H} && g.row_begin == ir && g.rows == ir && g.cols == H));
+      CHECK((u.row_begin == ir && u.rows == ir));
+      CHECK((d.shape == std::vector<int64_t>{H, I} && d.col_begin == ir && d.cols == ir && d.rows == H));
+    }
+    CHECK(L.w_gate_up.numel() == E * 2 * ir * H);
+    CHECK(L.w_down.numel() == E * H * ir);
+
+    // transformers 5's fused experts: the same slices, as rows of [E * 2I][H] and [E * H][I].
+    c.moe.fused_experts = true;
+    const RankLayer F = rank_weight_map(c, 1, 2).layers[1];
+    CHECK(F.router.shards[0].name == "model.layers.1.mlp.gate.weight");
+    REQUIRE(F.w_gate_up.shards.size() == 2 * E);
+    for (int64_t e = 0; e < E; ++e) {
+      const TensorShard &g = F.w_gate_up.shards[2 * e], &u = F.w_gate_up.shards[2 * e + 1], &d = F.w_down.shards[e];
+      CHECK(g.name == "model.layers.1.mlp.experts.gate_up_proj");
+      CHECK(g.shape == std::vector<int64_t>{E, 2 * I, H});
+      CHECK(g.row_begin == e * 2 * I + ir);
+      CHECK(u.row_begin == e * 2 * I + I + ir);
+      CHECK((g.rows == ir && u.rows == ir && g.cols == H));
+      CHECK(d.name == "model.layers.1.mlp.experts.down_proj");
+      CHECK(d.shape == std::vector<int64_t>{E, H, I});
+      CHECK((d.row_begin == e * H && d.rows == H && d.col_begin == ir && d.cols == ir));
+    }
+  }
+  // Dense models keep no router.
+  CHECK(rank_weight_map(small_config(), 0, 1).layers[0].router.shards.empty());
+  // The expert intermediate size must divide.
+  c.intermediate_size = 30;
+  CHECK_THAT(error_of(c, 0, 4), Catch::Contains("does not divide intermediate_size 30"));
+}
