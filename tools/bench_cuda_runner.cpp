@@ -196,22 +196,12 @@ ModelConfig llama3_8b() {
 }
 
 ModelConfig qwen3_30b_a3b() {
-  ModelConfig c;
-  c.model_type = "qwen3_moe";
-  c.hidden_size = 2048;
-  c.num_layers = 48;
-  c.num_heads = 32;
-  c.num_kv_heads = 4;
-  c.head_dim = 128;
-  c.intermediate_size = 768;  // each expert's (moe_intermediate_size)
-  c.moe = {.num_experts = 128, .top_k = 8, .renormalize = true};
-  c.qk_norm = true;
-  c.vocab_size = 151936;
-  c.max_position_embeddings = 40960;
-  c.rope_theta = 1000000.0;
-  c.rms_norm_eps = 1e-6;
-  c.torch_dtype = "bfloat16";
-  return c;
+  // intermediate_size: each expert's (moe_intermediate_size).
+  return ModelConfig{.model_type = "qwen3_moe", .hidden_size = 2048, .num_layers = 48, .num_heads = 32,
+                     .num_kv_heads = 4, .head_dim = 128, .intermediate_size = 768, .vocab_size = 151936,
+                     .max_position_embeddings = 40960, .rope_theta = 1000000.0, .rms_norm_eps = 1e-6,
+                     .qk_norm = true, .moe = {.num_experts = 128, .top_k = 8, .renormalize = true},
+                     .torch_dtype = "bfloat16"};
 }
 
 // The parameters one token reads: every layer's attention and norms, its dense MLP or its router and top_k experts,

@@ -156,8 +156,8 @@ __global__ void __launch_bounds__(kPlaceThreads)
 
 // ---- grouped GEMM -------------------------------------------------------------------------------------------------
 
-constexpr int kTileN = 64, kTileK = 32, kGemmThreads = 128;
-constexpr int kSmemPad = 8;  // bf16 elements after each smem row: ld 40 (80 bytes) keeps WMMA's 32-byte alignment
+constexpr int kTileN = 64, kTileK = 64, kGemmThreads = 128;
+constexpr int kSmemPad = 8;  // bf16 elements after each smem row: ld 72 (144 bytes) keeps WMMA's 32-byte alignment
 
 // grid: (ceil(n / kTileN), max_tiles); block: kGemmThreads (4 warps). Block (i, t) computes rows tile_row[t] ..
 // (at most kRows, within expert tile_expert[t]) x columns kTileN i .. of y. The A rows are gathered through x_rows.

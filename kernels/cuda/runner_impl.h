@@ -159,6 +159,9 @@ struct CudaModelRunner::Impl {
   // the choices [max_tokens][top_k], their grouping by expert (cuda::group_experts; tiles for the larger count of
   // the two tile sizes) and the experts' rows in sorted order: gate/up [slots][2 * inter], act [slots][inter], their
   // outputs [slots][hidden].
+  // The router's GEMM takes cuBLASLt's heuristic algorithm, never the fastest timed one: every tensor-parallel rank
+  // then sums the router logits in the same order and routes every token alike.
+  std::unique_ptr<cuda::Gemm> router_gemm;
   DevicePtr<float> moe_logits, moe_weights;
   DevicePtr<int32_t> moe_experts, moe_groups;
   cuda::ExpertGroupsView moe_view{};

@@ -18,6 +18,7 @@ void CudaModelRunner::Impl::allocate_moe() {
   const int64_t E = cfg.moe.num_experts, slots = int64_t{max_tokens} * cfg.moe.top_k;
   const int64_t tiles = std::max(max_expert_tiles(static_cast<int>(slots), static_cast<int>(E), 16),
                                  max_expert_tiles(static_cast<int>(slots), static_cast<int>(E), 64));
+  router_gemm = std::make_unique<cuda::Gemm>(size_t{4} << 20, cuda::GemmTuning{.candidates = 1});
   moe_logits = device_alloc<float>(int64_t{max_tokens} * E);
   moe_weights = device_alloc<float>(slots);
   moe_experts = device_alloc<int32_t>(slots);
@@ -39,7 +40,7 @@ void CudaModelRunner::Impl::moe_mlp(bf16* out, const bf16* x, const LayerWeights
   const int E = cfg.moe.num_experts, k = cfg.moe.top_k, slots = rows * k;
   const int tile = expert_tile_rows(slots, E);
   cudaStream_t s = compute;
-  PAGED_CUDA_CHECK(gemm->linear(moe_logits.get(), x, L.router, nullptr, rows, E, hidden, true, s));
+  PAGED_CUDA_CHECK(router_gemm->linear(moe_logits.get(), x, L.router, nullptr, rows, E, hidden, true, s));
   PAGED_CUDA_CHECK(cuda::route_topk(moe_experts.get(), moe_weights.get(), moe_logits.get(), rows, E, k,
                                     cfg.moe.renormalize, s));
   PAGED_CUDA_CHECK(cuda::group_experts(moe_view, moe_experts.get(), slots, k, E, tile, s));

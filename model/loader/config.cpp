@@ -133,14 +133,14 @@ void read_longrope(const json::object& o, const json::object& r, ModelConfig& c)
 }
 
 // The experts of Mixtral (num_local_experts, num_experts_per_tok; intermediate_size is the expert's) and Qwen3-MoE
-// (num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob), as transformers reads them. Qwen3-MoE's
-// dense layers among sparse ones (decoder_sparse_step > 1, mlp_only_layers) are refused.
+// (num_experts on the Hub, num_local_experts as transformers 5 writes it; num_experts_per_tok, moe_intermediate_size,
+// norm_topk_prob), as transformers reads them. Qwen3-MoE's dense layers among sparse ones (decoder_sparse_step > 1,
+// mlp_only_layers) are refused.
 void read_experts(const json::object& o, ModelConfig& c) {
   MoeConfig& m = c.moe;
-  if (c.model_type == "mixtral") {
-    m.num_experts = positive_int(o, "num_local_experts");
-  } else {
-    m.num_experts = positive_int(o, "num_experts");
+  const bool local = c.model_type == "mixtral" || find(o, "num_local_experts");
+  m.num_experts = positive_int(o, local ? "num_local_experts" : "num_experts");
+  if (c.model_type == "qwen3_moe") {
     c.intermediate_size = positive_int(o, "moe_intermediate_size");
     m.renormalize = boolean(o, "norm_topk_prob", false);
     const json::value* step = find(o, "decoder_sparse_step");

@@ -25,36 +25,33 @@ SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 
 source "$(dirname "$0")/stages.sh"
 
-# A model folder of the Llama-3-8B shape (config and tokenizer only: the runs use random weights); prints its path.
-llama3_8b_shape() {
-  local m=/tmp/paged_llama3_8b_shape
+# A model folder /tmp/paged_$1 holding the config.json $2 and the Llama 3 tokenizer (the runs use random weights;
+# the tokenizer's ids all lie inside both vocabularies); prints its path.
+shape_folder() {
+  local m=/tmp/paged_$1
   mkdir -p "$m"
   cp "$BIN/tokenizer.json" "$BIN/tokenizer_config.json" "$m/"
-  cat >"$m/config.json" <<'JSON'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
- "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
- "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
- "tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"}
-JSON
+  echo "$2" >"$m/config.json"
   echo "$m"
 }
-
-# A model folder of the Qwen3-30B-A3B shape (config and the Llama 3 tokenizer, whose ids all lie inside its vocabulary:
-# the runs use random weights); prints its path.
+# The Llama-3-8B shape's folder.
+llama3_8b_shape() {
+  shape_folder llama3_8b_shape '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+ "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+ "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+ "hidden_act": "silu", "tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001,
+ "torch_dtype": "bfloat16"}'
+}
+# The Qwen3-30B-A3B shape's folder (issue 16): 128 experts of 768, top-8, every layer sparse.
 qwen3_30b_a3b_shape() {
-  local m=/tmp/paged_qwen3_30b_a3b_shape
-  mkdir -p "$m"
-  cp "$BIN/tokenizer.json" "$BIN/tokenizer_config.json" "$m/"
-  cat >"$m/config.json" <<'JSON'
-{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
- "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true,
- "decoder_sparse_step": 1, "mlp_only_layers": [], "num_hidden_layers": 48, "num_attention_heads": 32,
- "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
- "rms_norm_eps": 1e-06, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "hidden_act": "silu",
+  shape_folder qwen3_30b_a3b_shape '{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+ "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+ "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+ "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+ "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-06,
+ "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "hidden_act": "silu",
  "tie_word_embeddings": false, "use_sliding_window": false, "bos_token_id": 128000, "eos_token_id": 128001,
- "dtype": "bfloat16"}
-JSON
-  echo "$m"
+ "dtype": "bfloat16"}'
 }
 
 # The prompts of a golden file (stories-distill-9M's), one JSON object a line, for `paged generate --prompts-file`.

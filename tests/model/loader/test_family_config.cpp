@@ -233,6 +233,10 @@ TEST_CASE("family config: Mixtral and Qwen3-MoE experts as transformers 5 writes
   CHECK_FALSE(load(qwen).moe.renormalize);
   qwen.erase("norm_topk_prob");  // transformers' default
   CHECK_FALSE(load(qwen).moe.renormalize);
+  // transformers 5 writes Qwen3-MoE's expert count as num_local_experts, the Hub's configs as num_experts.
+  qwen.erase("num_experts");
+  qwen["num_local_experts"] = 32;
+  CHECK(load(qwen).moe.num_experts == 32);
   // Dense models have no experts.
   CHECK_FALSE(load(base_config("qwen3")).is_moe());
 }
