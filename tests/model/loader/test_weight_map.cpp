@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/loader/weight_map.h"
+#include "tests/model/loader/safetensors_file.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -260,4 +261,52 @@ TEST_CASE("weight map: experts per expert and fused, each expert sharded as a de
   // The expert intermediate size must divide.
   c.intermediate_size = 30;
   CHECK_THAT(error_of(c, 0, 4), Catch::Contains("does not divide intermediate_size 30"));
+}
+
+TEST_CASE("weight map: a rank's shards of fused 3-D experts are each expert's rows and columns", "[loader][moe][tp]") {
+  // mlp.experts.gate_up_proj [E=3][2I=8][H=2] and down_proj [E][H][I=4], every element its own flat index.
+  const int64_t E = 3, I = 4, H = 2;
+  const auto counting = [](int64_t n) {
+    std::string bytes(static_cast<size_t>(n) * 4, '\0');
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(i);
+      std::memcpy(&bytes[static_cast<size_t>(i) * 4], &v, 4);
+    }
+    return bytes;
+  };
+  TempDir dir("paged_fused_experts_");
+  write_safetensors(dir.path() / "model.safetensors",
+                    {{"model.layers.0.mlp.experts.gate_up_proj", "F32", {E, 2 * I, H}, counting(E * 2 * I * H)},
+                     {"model.layers.0.mlp.experts.down_proj", "F32", {E, H, I}, counting(E * H * I)}});
+  const SafeTensors w(dir.path().string());
+  ModelConfig c{.model_type = "qwen3_moe", .hidden_size = int(H), .num_layers = 1, .num_heads = 2,
+                .num_kv_heads = 2, .head_dim = 2, .intermediate_size = int(I), .vocab_size = 4};
+  c.moe = {.num_experts = int(E), .top_k = 2};
+  c = with_expert_layout(c, w);
+  REQUIRE(c.moe.fused_experts);
+  // Rank 1 of 2 keeps intermediate columns 2..3 of every expert: gate rows e*8 + 2..3, up rows e*8 + 6..7.
+  const RankLayer L = rank_weight_map(c, 1, 2).layers[0];
+  std::vector<float> gate_up;
+  for (const TensorShard& s : L.w_gate_up.shards) {
+    const std::vector<float> part = read_shard_f32(w, s);
+    gate_up.insert(gate_up.end(), part.begin(), part.end());
+  }
+  std::vector<float> want;
+  for (int64_t e = 0; e < E; ++e)
+    for (const int64_t row : {e * 8 + 2, e * 8 + 3, e * 8 + 6, e * 8 + 7})
+      for (int64_t h = 0; h < H; ++h) want.push_back(static_cast<float>(row * H + h));
+  CHECK(gate_up == want);
+  // down_proj: expert e's rows e*2 .. e*2+1, columns 2..3.
+  want.clear();
+  std::vector<float> down;
+  for (const TensorShard& s : L.w_down.shards) {
+    const std::vector<float> part = read_shard_f32(w, s);
+    down.insert(down.end(), part.begin(), part.end());
+  }
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t h = 0; h < H; ++h)
+      for (const int64_t i : {2, 3}) want.push_back(static_cast<float>((e * H + h) * I + i));
+  CHECK(down == want);
+  // A per-expert checkpoint (no fused tensor) keeps the per-expert layout.
+  CHECK_FALSE(with_expert_layout(c, SafeTensors(kModel)).moe.fused_experts);
 }
