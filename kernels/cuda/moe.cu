@@ -315,6 +315,8 @@ cudaError_t grouped_linear(const GroupedGemmArgs& a, cudaStream_t stream) {
     return refuse("grouped_linear: k " + std::to_string(a.k) + " must be a positive multiple of 8, n positive, x "
                   "and w 16-byte aligned");
   if (a.max_tiles <= 0) return cudaSuccess;
+  if (a.max_tiles > 65535)  // the grid's y limit
+    return refuse("grouped_linear: " + std::to_string(a.max_tiles) + " row tiles exceed 65535 (use larger tiles)");
   const dim3 grid((a.n + kTileN - 1) / kTileN, a.max_tiles);
   switch (a.tile_rows) {
     case 16: grouped_linear_kernel<16><<<grid, kGemmThreads, 0, stream>>>(a); break;

@@ -145,6 +145,8 @@ TEST_CASE("grouped_linear matches cpu::grouped_linear over ragged experts, gathe
   cuda::GroupedGemmArgs bad{};
   bad.k = 12;
   CHECK(cuda::grouped_linear(bad, nullptr) == cudaErrorInvalidValue);
+  bad = {.max_tiles = 70000, .n = 64, .k = 64, .tile_rows = 64};  // beyond the grid's y limit
+  CHECK(cuda::grouped_linear(bad, nullptr) == cudaErrorInvalidValue);
 }
 
 TEST_CASE("combine_experts matches cpu::combine_experts, stored and accumulated", "[gpu][moe]") {
