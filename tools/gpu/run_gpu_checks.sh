@@ -367,7 +367,8 @@ if wanted moe; then
   # Issue 16: a Qwen3-30B-A3B-shaped mixture of experts (128 experts, top-8; random bf16 weights) beside the dense
   # Llama-3-8B shape in the same call, through the whole engine: offline ShareGPT-like throughput (1000 requests)
   # and one stream (one request, 1024 tokens out), with one stream's weight-read limit (3.3B active parameters x 2
-  # bytes / 4.8 TB/s); then the runner's decode at batches 1, 64, 256 on the MoE shape.
+  # bytes / 4.8 TB/s); then the runner's decode at batches 1, 64, 256 on the MoE shape, and the grouped expert GEMMs
+  # alone (bench_cuda_runner moe-gemm: weight bandwidth and TFLOP/s by token count).
   declare -A moe_model=([dense8b]=$(llama3_8b_shape) [moe30b]=$(qwen3_30b_a3b_shape))
   declare -A moe_mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like --json"
                       [stream]="--num-prompts 1 --dataset-name random --random-input-len 128 --random-output-len 1024 --json")
@@ -392,6 +393,9 @@ if wanted moe; then
   run moe_runner 500 "$BIN/bench_cuda_runner" decode --shape qwen3-30b-a3b --batches 1,64,256 --prompt 512 --steps 64
   add_row "runner decode, Qwen3-30B-A3B shape (random bf16)" "$(status_word $?)" \
     "$(grep -E '^batch|active parameters' "$LOG_DIR/moe_runner.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
+  run moe_gemm 200 "$BIN/bench_cuda_runner" moe-gemm
+  add_row "grouped expert GEMMs, Qwen3-30B-A3B shape" "$(status_word $?)" \
+    "$(grep -E '^tokens' "$LOG_DIR/moe_gemm.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
 fi
 echo
 echo "| check | result | figures |"
