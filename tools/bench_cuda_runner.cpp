@@ -2,6 +2,7 @@
 //
 //   bench_cuda_runner decode [--batches 1,16,64,256] [--prompt 512] [--steps 128] [--max-model-len 2048]
 //                            [--logprobs-rows K] [--penalty-rows K] [--fp8] [--fp8-kv]
+//                            [--shape llama3-8b|qwen3-30b-a3b]
 //       A Llama-3-8B-shaped model with random bf16 weights (32 layers, hidden 4096, 32 heads, 8 KV heads,
 //       intermediate 14336, vocab 128256): prefill of `batch` random prompts, then `steps` greedy decode steps
 //       timed end to end (host work, CUDA graphs, sampling and the token download included). Batch 1 is set
@@ -10,6 +11,14 @@
 //       downloaded logits), the cost of a few such requests in a batch; --penalty-rows K: the first K also carry a
 //       repetition penalty of 1.1 and a presence penalty of 0.2. --fp8: the linear weights in FP8 (--quantization fp8); --fp8-kv: the KV cache in FP8
 //       (--kv-cache-dtype fp8).
+//       --shape qwen3-30b-a3b: a Qwen3-30B-A3B-shaped mixture of experts instead (48 layers, hidden 2048, 32 heads,
+//       4 KV heads, head_dim 128, 128 experts of intermediate 768, top-8, vocab 151936), batch 1 set against its
+//       weight-read limit: the active parameters (3.3B) x 2 bytes / 4.8 TB/s.
+//
+//   bench_cuda_runner moe-gemm [--tokens 1,16,64,256,1024,4096,16384]
+//       The grouped expert GEMMs (kernels/cuda/moe.h) of the Qwen3-30B-A3B shape at each token count, tokens routed
+//       to top-8 of 128 experts uniformly at random: gate/up and down each, as the active experts' weight bytes read
+//       per second and the TFLOP/s of the rows computed.
 //
 //   bench_cuda_runner fp8-error [--prompts 8] [--prompt 128] [--model DIR]
 //       The same model (random Llama-3-8B-shaped, or the checkpoint DIR) in bf16 and with FP8 weights: the relative
@@ -51,6 +60,7 @@ int main() {
 #include <iostream>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -63,10 +73,12 @@ int main() {
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/layer_ops.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cpu/cpu_runner.h"
+#include "model/moe/expert_routing.h"
 
 namespace {
 
@@ -193,6 +205,24 @@ ModelConfig llama3_8b() {
   return c;
 }
 
+ModelConfig qwen3_30b_a3b() {
+  // intermediate_size: each expert's (moe_intermediate_size).
+  return ModelConfig{.model_type = "qwen3_moe", .hidden_size = 2048, .num_layers = 48, .num_heads = 32,
+                     .num_kv_heads = 4, .head_dim = 128, .intermediate_size = 768, .vocab_size = 151936,
+                     .max_position_embeddings = 40960, .rope_theta = 1000000.0, .rms_norm_eps = 1e-6,
+                     .qk_norm = true, .moe = {.num_experts = 128, .top_k = 8, .renormalize = true},
+                     .torch_dtype = "bfloat16"};
+}
+
+// The parameters one token reads: every layer's attention and norms, its dense MLP or its router and top_k experts,
+// the final norm, the LM head and the embedding (counted whole, as model cards count active parameters).
+double active_parameters(const ModelConfig& c) {
+  const double H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const double attention = H * D * (2.0 * c.num_heads + 2.0 * c.num_kv_heads) + (c.qk_norm ? 2 * D : 0) + 2 * H;
+  const double mlp = c.is_moe() ? c.moe.num_experts * H + c.moe.top_k * 3 * H * I : 3 * H * I;
+  return c.num_layers * (attention + mlp) + H + double(c.vocab_size) * H * (c.tie_word_embeddings ? 1 : 2);
+}
+
 int run_decode(std::map<std::string, std::string>& f) {
   std::vector<int> batches;
   {
@@ -203,7 +233,13 @@ int run_decode(std::map<std::string, std::string>& f) {
   const int steps = f.count("steps") ? std::stoi(f["steps"]) : 128;
   const size_t logprobs_rows = f.count("logprobs-rows") ? std::stoul(f["logprobs-rows"]) : 0;
   const size_t penalty_rows = f.count("penalty-rows") ? std::stoul(f["penalty-rows"]) : 0;
-  const ModelConfig cfg = llama3_8b();
+  const std::string shape = f.count("shape") ? f["shape"] : "llama3-8b";
+  if (shape != "llama3-8b" && shape != "qwen3-30b-a3b")
+    throw std::runtime_error("--shape " + shape + ": llama3-8b or qwen3-30b-a3b");
+  const ModelConfig cfg = shape == "llama3-8b" ? llama3_8b() : qwen3_30b_a3b();
+  // One stream's limit: the 8B's 16 GB at 4.3 TB/s (its figures so far); the MoE's active weights read once per
+  // token at the H200's 4.8 TB/s.
+  const double limit_tok_s = cfg.is_moe() ? 4.8e12 / (2.0 * active_parameters(cfg)) : 270.0;
   CudaRunnerOptions opt;
   opt.block_size = 16;
   opt.max_num_seqs = *std::max_element(batches.begin(), batches.end());
@@ -214,10 +250,11 @@ int run_decode(std::map<std::string, std::string>& f) {
   opt.fp8_kv = f.count("fp8-kv") > 0;
   const auto t_load = std::chrono::steady_clock::now();
   CudaModelRunner runner(cfg, uint64_t{42}, opt);
-  std::printf("llama-3-8b shape, random %s weights: ready in %.1f s, %d KV blocks of %d tokens (%s)\n",
-              opt.fp8_weights ? "FP8" : "bf16",
+  std::printf("%s shape, random %s weights: ready in %.1f s, %d KV blocks of %d tokens (%s); %.2fB active "
+              "parameters, one-stream weight-read limit %.0f tok/s\n",
+              shape.c_str(), opt.fp8_weights ? "FP8" : "bf16",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(), runner.num_blocks(),
-              opt.block_size, opt.fp8_kv ? "FP8 KV" : "bf16 KV");
+              opt.block_size, opt.fp8_kv ? "FP8 KV" : "bf16 KV", active_parameters(cfg) / 1e9, limit_tok_s);
   std::mt19937 rng(7);
   std::uniform_int_distribution<TokenId> token(0, cfg.vocab_size - 1);
   for (int batch : batches) {
@@ -245,9 +282,12 @@ int run_decode(std::map<std::string, std::string>& f) {
                 double(batch) * prompt / prefill_s, 1e3 * decode_s / steps, tok_s);
     if (logprobs_rows) std::printf(" (%zu rows with logprobs)", std::min(logprobs_rows, seqs.size()));
     if (penalty_rows) std::printf(" (%zu rows with penalties)", std::min(penalty_rows, seqs.size()));
-    if (batch == 1) std::printf(" (%.0f%% of the 270 tok/s weight-read limit)", 100.0 * tok_s / 270.0);
+    if (batch == 1)
+      std::printf(" (%.0f%% of the %.0f tok/s weight-read limit)", 100.0 * tok_s / limit_tok_s, limit_tok_s);
     std::printf("\n");
-    if (batch == 1) std::printf("RESULT one_stream_decode_tok_s %.1f (target >= 216)\n", tok_s);
+    if (batch == 1 && !cfg.is_moe()) std::printf("RESULT one_stream_decode_tok_s %.1f (target >= 216)\n", tok_s);
+    if (batch == 1 && cfg.is_moe())
+      std::printf("RESULT moe_one_stream_decode_tok_s %.1f (weight-read limit %.0f)\n", tok_s, limit_tok_s);
   }
   return 0;
 }
@@ -392,15 +432,18 @@ int run_ops(std::map<std::string, std::string>& f) {
   return 0;
 }
 
+// The comma-separated integers of flag `name`, or of `fallback` when it is not given.
+std::vector<int> int_list(std::map<std::string, std::string>& f, const char* name, const char* fallback) {
+  std::vector<int> v;
+  std::stringstream in(f.count(name) ? f[name] : fallback);
+  for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoi(item));
+  return v;
+}
+
 int run_gemm(std::map<std::string, std::string>& f) {
   using cuda::bf16;
-  auto ints = [&](const char* name, const char* fallback) {
-    std::vector<int> v;
-    std::stringstream in(f.count(name) ? f[name] : fallback);
-    for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoi(item));
-    return v;
-  };
-  const std::vector<int> rows = ints("rows", "16,64,160,256,512,1024,4096"), candidates = ints("candidates", "8,32");
+  const std::vector<int> rows = int_list(f, "rows", "16,64,160,256,512,1024,4096");
+  const std::vector<int> candidates = int_list(f, "candidates", "8,32");
   const ModelConfig cfg = llama3_8b();
   const int H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
   const int qkv_dim = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim, max_m = *std::max_element(rows.begin(), rows.end());
@@ -453,6 +496,79 @@ int run_gemm(std::map<std::string, std::string>& f) {
     }
     for (bf16* p : w) cudaFree(p);
   }
+  return 0;
+}
+
+int run_moe_gemm(std::map<std::string, std::string>& f) {
+  using cuda::bf16;
+  const std::vector<int> token_counts = int_list(f, "tokens", "1,16,64,256,1024,4096,16384");
+  const ModelConfig cfg = qwen3_30b_a3b();
+  const int E = cfg.moe.num_experts, k = cfg.moe.top_k, H = cfg.hidden_size, I = cfg.intermediate_size;
+  const int max_t = *std::max_element(token_counts.begin(), token_counts.end()), max_slots = max_t * k;
+  cudaStream_t s = nullptr;
+  cuda_ok(cudaStreamCreate(&s), "stream");
+  const size_t gate_up_elems = size_t(E) * 2 * I * H, down_elems = size_t(E) * H * I;
+  bf16 *w_gate_up = device_array<bf16>(gate_up_elems), *w_down = device_array<bf16>(down_elems);
+  bf16 *x = device_array<bf16>(size_t(max_t) * H), *gate_up = device_array<bf16>(size_t(max_slots) * 2 * I);
+  bf16* y = device_array<bf16>(size_t(max_slots) * H);
+  cuda_ok(cuda::fill_random_bf16(w_gate_up, gate_up_elems, 1, 0.02f, 0.f, s), "fill");
+  cuda_ok(cuda::fill_random_bf16(w_down, down_elems, 2, 0.02f, 0.f, s), "fill");
+  cuda_ok(cuda::fill_random_bf16(x, size_t(max_t) * H, 3, 1.f, 0.f, s), "fill");
+  const int max_tiles = max_expert_tiles(max_slots, E, 16);
+  int32_t* ids = device_array<int32_t>(max_slots);
+  int32_t* groups = device_array<int32_t>(size_t(E) + 1 + 3 * size_t(max_slots) + 2 * size_t(max_tiles));
+  const cuda::ExpertGroupsView view{groups, groups + E + 1, groups + E + 1 + max_slots,
+                                    groups + E + 1 + 2 * size_t(max_slots), groups + E + 1 + 3 * size_t(max_slots),
+                                    groups + E + 1 + 3 * size_t(max_slots) + max_tiles};
+  cudaEvent_t e0, e1;
+  cuda_ok(cudaEventCreate(&e0), "event");
+  cuda_ok(cudaEventCreate(&e1), "event");
+  std::mt19937 rng(5);
+  std::printf("grouped expert GEMMs, Qwen3-30B-A3B shape (%d experts, top-%d, hidden %d, intermediate %d), tokens "
+              "routed uniformly:\n", E, k, H, I);
+  for (const int tokens : token_counts) {
+    // top-k distinct experts per token, uniformly; the experts used and their weight bytes.
+    std::vector<int32_t> chosen;
+    std::vector<bool> used(E, false);
+    for (int t = 0; t < tokens; ++t) {
+      std::vector<int32_t> all(E);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      chosen.insert(chosen.end(), all.begin(), all.begin() + k);
+      for (int j = 0; j < k; ++j) used[all[j]] = true;
+    }
+    const int active = static_cast<int>(std::count(used.begin(), used.end(), true)), slots = tokens * k;
+    const int tile = slots <= 4 * E ? 16 : 64;  // as the runner picks (runner_moe.cpp)
+    cuda_ok(cudaMemcpyAsync(ids, chosen.data(), chosen.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s), "copy");
+    cuda_ok(cuda::group_experts(view, ids, slots, k, E, tile, s), "group_experts");
+    cuda::GroupedGemmArgs g{.y = gate_up, .x = x, .x_rows = view.sorted_token, .w = w_gate_up,
+                            .offsets = view.offsets, .tile_expert = view.tile_expert, .tile_row = view.tile_row,
+                            .max_tiles = max_expert_tiles(slots, E, tile), .n = 2 * I, .k = H, .tile_rows = tile};
+    cuda::GroupedGemmArgs d = g;
+    d.y = y;
+    d.x = gate_up;  // the down product's input: any [slots][I] rows serve for timing
+    d.x_rows = nullptr;
+    d.w = w_down;
+    d.n = H;
+    d.k = I;
+    for (const auto& [label, args] : {std::pair{"gate_up", g}, std::pair{"down", d}}) {
+      cuda_ok(cuda::grouped_linear(args, s), label);
+      const int reps = 20;
+      cuda_ok(cudaEventRecord(e0, s), "record");
+      for (int i = 0; i < reps; ++i) cuda_ok(cuda::grouped_linear(args, s), label);
+      cuda_ok(cudaEventRecord(e1, s), "record");
+      cuda_ok(cudaEventSynchronize(e1), "sync");
+      float ms = 0;
+      cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+      const double us = 1e3 * ms / reps, weights = 2.0 * active * args.n * args.k;
+      std::printf("tokens %6d %-7s: %8.1f us, %3d experts' weights at %5.2f TB/s, %6.1f TFLOP/s (tiles of %d)\n",
+                  tokens, label, us, active, weights / us / 1e6, 2.0 * slots * args.n * args.k / us / 1e6, tile);
+    }
+  }
+  for (void* p : {static_cast<void*>(w_gate_up), static_cast<void*>(w_down), static_cast<void*>(x),
+                  static_cast<void*>(gate_up), static_cast<void*>(y), static_cast<void*>(ids),
+                  static_cast<void*>(groups)})
+    cudaFree(p);
   return 0;
 }
 
@@ -594,7 +710,7 @@ int run_parity(std::map<std::string, std::string>& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemm|fp8-error|parity [flags]\n");
+    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemm|moe-gemm|fp8-error|parity [flags]\n");
     return 2;
   }
   if (paged::cuda_device_count() == 0) {
@@ -608,6 +724,7 @@ int main(int argc, char** argv) {
     if (mode == "parity") return run_parity(f);
     if (mode == "ops") return run_ops(f);
     if (mode == "gemm") return run_gemm(f);
+    if (mode == "moe-gemm") return run_moe_gemm(f);
     if (mode == "fp8-error") return run_fp8_error(f);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;

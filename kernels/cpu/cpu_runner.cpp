@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "model/loader/weight_map.h"
 #include "model/sampling/sampler.h"
@@ -42,7 +43,8 @@ void copy_pool_blocks(std::vector<std::unique_ptr<float[]>>& to, const std::vect
 }  // namespace
 
 CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, CpuRunnerOptions options)
-    : cfg_(config), opt_(options) {
+    : cfg_(with_expert_layout(config, w)), opt_(options) {
+  if (opt_.fp8_weights && cfg_.is_moe()) throw ModelError("FP8 emulation does not cover mixtures of experts");
   const WeightMap map = rank_weight_map(cfg_, opt_.tp_rank, opt_.tp_size);
   if (opt_.tp_size > 1 && !opt_.all_reduce) throw ModelError("tensor parallelism needs an all-reduce");
   local_heads_ = map.heads;
@@ -68,6 +70,7 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
     L.bo = read_param(w, M.bo);
     L.w_gate_up = read_param(w, M.w_gate_up);
     L.w_down = read_param(w, M.w_down);
+    L.router = read_param(w, M.router);
     if (opt_.fp8_weights) {
       const int H = cfg_.hidden_size, D = cfg_.head_dim;
       cpu::fake_quantize_rows_fp8(L.wqkv.data(), static_cast<int64_t>(L.wqkv.size()) / H, H);
@@ -180,9 +183,16 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     linear(proj.data(), attn.data(), L.wo, L.bo, H, nh * D);
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     cpu::add_rms_norm(h.data(), residual.data(), proj.data(), L.ffn_norm.data(), T, H, eps);
-    linear(gate_up.data(), h.data(), L.w_gate_up, {}, 2 * local_inter_, H);
-    cpu::silu_and_mul(act.data(), gate_up.data(), T, local_inter_);
-    linear(proj.data(), act.data(), L.w_down, {}, H, local_inter_);
+    if (cfg_.is_moe()) {
+      cpu::moe_mlp(proj.data(), h.data(), T, H,
+                   {.router = L.router.data(), .gate_up = L.w_gate_up.data(), .down = L.w_down.data(),
+                    .num_experts = cfg_.moe.num_experts, .top_k = cfg_.moe.top_k, .inter = local_inter_,
+                    .renormalize = cfg_.moe.renormalize});
+    } else {
+      linear(gate_up.data(), h.data(), L.w_gate_up, {}, 2 * local_inter_, H);
+      cpu::silu_and_mul(act.data(), gate_up.data(), T, local_inter_);
+      linear(proj.data(), act.data(), L.w_down, {}, H, local_inter_);
+    }
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     for (size_t i = 0; i < residual.size(); ++i) residual[i] += proj[i];
   }

@@ -1,6 +1,7 @@
 // The CPU executor's model: Llama-family forward pass in float32 over a paged KV cache, plus sampling. Covers the
 // families of model/loader/config.h: q/k head norms (Qwen3), partial rotary and LongRoPE (Phi-3), sliding-window
-// layers (every block of a sequence stays in its table; a sliding layer reads only the window's positions).
+// layers (every block of a sequence stays in its table; a sliding layer reads only the window's positions), and the
+// mixtures of experts of Mixtral / Qwen3-MoE (kernels/cpu/moe.h; each expert sharded as a dense MLP).
 #pragma once
 
 #include <chrono>
@@ -47,14 +48,16 @@ struct CpuLayerWeights {
   std::vector<float> q_norm, k_norm;       // [head_dim] each, or empty (no qk_norm)
   std::vector<float> wo;                   // [hidden][local_heads * head_dim]
   std::vector<float> bo;                   // [hidden] on rank 0, or empty
-  std::vector<float> w_gate_up;            // [2 * local_inter][hidden]: gate rows, then up rows
-  std::vector<float> w_down;               // [hidden][local_inter]
+  std::vector<float> w_gate_up;            // [2 * local_inter][hidden]: gate rows, then up rows (MoE: per expert)
+  std::vector<float> w_down;               // [hidden][local_inter] (MoE: per expert)
+  std::vector<float> router;               // MoE: [experts][hidden]; empty for a dense MLP
 };
 
 class CpuModelRunner final : public ModelRunner {
  public:
-  /// Loads (and converts to float32) this rank's weights; throws ModelError on any shape mismatch or when the
-  /// head counts / intermediate size do not divide by tp_size.
+  /// Loads (and converts to float32) this rank's weights, per-expert or fused experts alike (with_expert_layout);
+  /// throws ModelError on any shape mismatch, when the head counts / intermediate size do not divide by tp_size,
+  /// and for fp8_weights with a mixture of experts.
   CpuModelRunner(const ModelConfig& config, const SafeTensors& weights, CpuRunnerOptions options);
 
   /// Bounds-checked before the KV is touched: throws ModelError for a chunk without tokens, a negative start_pos,

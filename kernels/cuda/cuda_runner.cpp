@@ -9,7 +9,9 @@
 // chunk asks (LM head and score_tokens over at most max_num_seqs rows at a time, one synchronisation each).
 // Single-token steps on one GPU (one-stream decode) use the GEMVs of kernels/cuda/gemv.h, with the residual adds and
 // SiLU-and-mul inside the projections: norm, QKV, RoPE, attention, O(+residual), norm, gate/up(+SiLU-and-mul),
-// down(+residual); not for a model whose o_proj has a bias (the GEMV adds no bias into the residual). Decode-only
+// down(+residual); not for a model whose o_proj has a bias (the GEMV adds no bias into the residual). Mixtures of
+// experts replace the gate/up, SiLU-and-mul and down with runner_moe.cpp's grouped expert GEMMs (tokens sorted by
+// expert, one launch per projection), whose combination adds into the residual on the GEMV path. Decode-only
 // steps (one token per sequence) replay a CUDA graph captured per (batch bucket, context bucket): padding rows have
 // slot -1 and context 1.
 //
@@ -87,6 +89,12 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
     throw ModelError("the CUDA backend supports block sizes 8, 16 and 32, not " + std::to_string(opt.block_size));
   if (hidden % 8 != 0 || inter % 8 != 0)
     throw ModelError("the CUDA backend needs hidden_size and intermediate_size divisible by 8");
+  if (cfg.is_moe() && (cfg.moe.num_experts % 8 != 0 || cfg.moe.num_experts > cuda::kMaxExperts ||
+                       cfg.moe.top_k > cuda::kMaxTopK || opt.fp8_weights))
+    throw ModelError("the CUDA backend's mixture of experts needs a multiple of 8 experts up to " +
+                     std::to_string(cuda::kMaxExperts) + " and top_k at most " + std::to_string(cuda::kMaxTopK) +
+                     ", without --quantization fp8 (this model: " + std::to_string(cfg.moe.num_experts) +
+                     " experts, top " + std::to_string(cfg.moe.top_k) + ")");
   map = rank_weight_map(cfg, opt.tp_rank, opt.tp_size);
   const int tp = opt.tp_size;
   if (map.intermediate % 8 != 0)
@@ -136,7 +144,7 @@ std::vector<WeightSlot> CudaModelRunner::Impl::weight_params() {
                                  {&L.wqkv, &M.wqkv, fp8(L.qkv8)}, {&L.bqkv, &M.bqkv}, {&L.q_norm, &M.q_norm},
                                  {&L.k_norm, &M.k_norm}, {&L.wo, &M.wo, fp8(L.o8)}, {&L.bo, &M.bo},
                                  {&L.w_gate_up, &M.w_gate_up, fp8(L.gate_up8)},
-                                 {&L.w_down, &M.w_down, fp8(L.down8)}});
+                                 {&L.w_down, &M.w_down, fp8(L.down8)}, {&L.router, &M.router}});
   }
   return params;
 }
@@ -284,6 +292,7 @@ void CudaModelRunner::Impl::random_weights(uint64_t seed) {
     linear(slot.fp8 ? fp8_staging.get() : *where, rows, cols, fan_in, true);
     if (slot.fp8) quantize_weight(slot);
   };
+  const int64_t experts = std::max(1, cfg.moe.num_experts);  // MoE: every expert's gate/up and down; dense: one
   for (LayerWeights& L : layers) {
     fill(L.attn_norm, hidden, 0.0f, 1.0f, false);
     fill(L.ffn_norm, hidden, 0.0f, 1.0f, false);
@@ -293,8 +302,9 @@ void CudaModelRunner::Impl::random_weights(uint64_t seed) {
     if (L.k_norm) fill(L.k_norm, head_dim, 0.0f, 1.0f, false);
     if (L.bo) fill(L.bo, hidden, 0.1f, 0.0f, false);
     linear_of(&L.wo, hidden, int64_t{heads} * head_dim, int64_t{cfg.num_heads} * head_dim);
-    linear_of(&L.w_gate_up, int64_t{2} * inter, hidden, hidden);
-    linear_of(&L.w_down, hidden, inter, cfg.intermediate_size);
+    linear_of(&L.w_gate_up, experts * 2 * inter, hidden, hidden);
+    linear_of(&L.w_down, experts * hidden, inter, cfg.intermediate_size);
+    if (L.router) linear(L.router, experts, hidden, hidden, false);
   }
   PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
   fp8_staging.reset();
@@ -317,6 +327,7 @@ void CudaModelRunner::Impl::allocate_runtime() {
   last_hidden = device_alloc<bf16>(int64_t{max_seqs} * hidden);
   logits = device_alloc<float>(int64_t{max_seqs} * vocab);
   sample_ws = device_alloc<char>(cuda::sampling_workspace_bytes(max_seqs, vocab));
+  if (cfg.is_moe()) allocate_moe();
 
   buckets = batch_buckets(max_seqs);
   ctx_buckets = context_buckets(opt.max_model_len);
@@ -519,6 +530,10 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       gemv(residual.get(), attn.get(), L.wo, L.o8, nullptr, hidden, heads * head_dim,
            cuda::GemvOutput::kAddToResidual);
       PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.ffn_norm, T, hidden, eps, s));
+      if (cfg.is_moe()) {
+        moe_mlp(residual.get(), normed.get(), L, T, true);
+        continue;
+      }
       gemv(act.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul);
       gemv(residual.get(), act.get(), L.w_down, L.down8, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual);
       continue;
@@ -526,9 +541,13 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     linear(proj.get(), attn.get(), L.wo, L.o8, L.bo, T, hidden, heads * head_dim);
     reduce_proj();
     PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.ffn_norm, T, hidden, eps, s));
-    linear(gate_up.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, T, 2 * inter, hidden);
-    PAGED_CUDA_CHECK(cuda::silu_and_mul(act.get(), gate_up.get(), T, inter, s));
-    linear(proj.get(), act.get(), L.w_down, L.down8, nullptr, T, hidden, inter);
+    if (cfg.is_moe()) {
+      moe_mlp(proj.get(), normed.get(), L, T, false);
+    } else {
+      linear(gate_up.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, T, 2 * inter, hidden);
+      PAGED_CUDA_CHECK(cuda::silu_and_mul(act.get(), gate_up.get(), T, inter, s));
+      linear(proj.get(), act.get(), L.w_down, L.down8, nullptr, T, hidden, inter);
+    }
     reduce_proj();
   }
   if (opt.tp_rank != 0) return;  // only rank 0 computes logits
@@ -605,7 +624,7 @@ void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
 
 CudaModelRunner::CudaModelRunner(const ModelConfig& config, const SafeTensors& weights, CudaRunnerOptions options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->init_shapes(config, options);
+  impl_->init_shapes(with_expert_layout(config, weights), options);
   impl_->allocate_weights();
   impl_->load_weights(weights);
   impl_->allocate_runtime();

@@ -23,6 +23,7 @@
 #include "kernels/cuda/kv_fp8.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layer_ops.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/rope_cache.h"
@@ -108,8 +109,9 @@ struct LayerWeights {
   bf16 *q_norm = nullptr, *k_norm = nullptr;  // Qwen3: [head_dim] each, or null
   bf16 *wo = nullptr;                     // [hidden][heads * head_dim]
   bf16 *bo = nullptr;                     // [hidden] on rank 0 (attention_bias), or null
-  bf16 *w_gate_up = nullptr;              // [2 * inter][hidden]: gate rows, then up rows
-  bf16 *w_down = nullptr;                 // [hidden][inter]
+  bf16 *w_gate_up = nullptr;              // [2 * inter][hidden]: gate rows, then up rows (MoE: [experts][...])
+  bf16 *w_down = nullptr;                 // [hidden][inter] (MoE: [experts][hidden][inter])
+  bf16 *router = nullptr;                 // MoE: [experts][hidden], or null
   Fp8Weight qkv8, o8, gate_up8, down8;
 };
 
@@ -154,6 +156,17 @@ struct CudaModelRunner::Impl {
   DevicePtr<uint8_t> act_fp8;
   DevicePtr<float> act_scale;
   DevicePtr<float> logits;  // [max_seqs][vocab]
+  // Mixture of experts (cfg.is_moe()), for max_tokens rows of top_k slots each: router logits [max_tokens][experts],
+  // the choices [max_tokens][top_k], their grouping by expert (cuda::group_experts; tiles for the larger count of
+  // the two tile sizes) and the experts' rows in sorted order: gate/up [slots][2 * inter], act [slots][inter], their
+  // outputs [slots][hidden].
+  // The router's GEMM takes cuBLASLt's heuristic algorithm, never the fastest timed one: every tensor-parallel rank
+  // then sums the router logits in the same order and routes every token alike.
+  std::unique_ptr<cuda::Gemm> router_gemm;
+  DevicePtr<float> moe_logits, moe_weights;
+  DevicePtr<int32_t> moe_experts, moe_groups;
+  cuda::ExpertGroupsView moe_view{};
+  DevicePtr<bf16> moe_gate_up, moe_act, moe_out;
   DevicePtr<char> sample_ws, decode_ws;
   size_t decode_ws_bytes = 0;
 
@@ -214,6 +227,11 @@ struct CudaModelRunner::Impl {
   void load_weights(const SafeTensors& w);
   void random_weights(uint64_t seed);
   void allocate_runtime();
+  // The MoE buffers above (runner_moe.cpp).
+  void allocate_moe();
+  // out (+)= the mixture-of-experts MLP of x [rows][hidden] (runner_moe.cpp): router GEMM, route_topk,
+  // group_experts, grouped gate/up, SiLU-and-mul, grouped down, combine_experts (added to out when accumulate).
+  void moe_mlp(bf16* out, const bf16* x, const LayerWeights& L, int rows, bool accumulate);
   void allocate_kv();
 
   bf16* k_cache(int layer) const { return reinterpret_cast<bf16*>(kv.block(2 * layer, 0)); }

@@ -132,6 +132,29 @@ void read_longrope(const json::object& o, const json::object& r, ModelConfig& c)
   }
 }
 
+// The experts of Mixtral (num_local_experts, num_experts_per_tok; intermediate_size is the expert's) and Qwen3-MoE
+// (num_experts on the Hub, num_local_experts as transformers 5 writes it; num_experts_per_tok, moe_intermediate_size,
+// norm_topk_prob), as transformers reads them. Qwen3-MoE's dense layers among sparse ones (decoder_sparse_step > 1,
+// mlp_only_layers) are refused.
+void read_experts(const json::object& o, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  const bool local = c.model_type == "mixtral" || find(o, "num_local_experts");
+  m.num_experts = positive_int(o, local ? "num_local_experts" : "num_experts");
+  if (c.model_type == "qwen3_moe") {
+    c.intermediate_size = positive_int(o, "moe_intermediate_size");
+    m.renormalize = boolean(o, "norm_topk_prob", false);
+    const json::value* step = find(o, "decoder_sparse_step");
+    if (step && positive_int_value(*step, "decoder_sparse_step") != 1)
+      throw ModelError("config.json: unsupported field 'decoder_sparse_step' != 1 (dense layers between sparse ones)");
+    if (const json::value* dense = find(o, "mlp_only_layers");
+        dense && (!dense->is_array() || !dense->as_array().empty()))
+      throw ModelError("config.json: unsupported field 'mlp_only_layers' (dense layers between sparse ones)");
+  }
+  m.top_k = positive_int(o, "num_experts_per_tok");
+  if (m.top_k > m.num_experts)
+    throw ModelError("config.json: field 'num_experts_per_tok' exceeds the number of experts");
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::string& model_dir) {
@@ -145,10 +168,11 @@ ModelConfig load_model_config(const std::string& model_dir) {
   c.model_type = std::string(type->as_string());
   const std::vector<std::pair<std::string, std::string>> kFamilies = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
-      {"qwen3", "Qwen3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}};
+      {"qwen3", "Qwen3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
+      {"qwen3_moe", "Qwen3MoeForCausalLM"}};
   if (std::none_of(kFamilies.begin(), kFamilies.end(), [&](const auto& f) { return f.first == c.model_type; }))
     throw ModelError("config.json: unsupported model_type '" + c.model_type +
-                     "' (supported: llama, mistral, qwen2, qwen3, phi3)");
+                     "' (supported: llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe)");
   if (const json::value* archs = find(o, "architectures"); archs && archs->is_array()) {
     for (const auto& a : archs->as_array()) {
       std::string name = a.is_string() ? std::string(a.as_string()) : "";
@@ -156,7 +180,8 @@ ModelConfig load_model_config(const std::string& model_dir) {
         throw ModelError("config.json: unsupported architectures entry '" + name + "'");
     }
   }
-  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+  const bool qwen3 = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  const bool qwen = c.model_type == "qwen2" || qwen3;
 
   c.hidden_size = positive_int(o, "hidden_size");
   c.num_layers = positive_int(o, "num_hidden_layers");
@@ -195,13 +220,13 @@ ModelConfig load_model_config(const std::string& model_dir) {
   }
   if (const json::value* v = find(o, "rms_norm_eps")) c.rms_norm_eps = number(*v, "rms_norm_eps");
   c.tie_word_embeddings = boolean(o, "tie_word_embeddings", false);
-  // attention_bias is a field of Llama and Qwen3 (q, k, v and o get biases); Mistral and Phi-3 have none (HF ignores
-  // the key there), Qwen2 always biases q, k, v and never o.
-  const bool attention_bias =
-      (c.model_type == "llama" || c.model_type == "qwen3") && boolean(o, "attention_bias", false);
+  // attention_bias is a field of Llama, Qwen3 and Qwen3-MoE (q, k, v and o get biases); Mistral, Mixtral and Phi-3
+  // have none (HF ignores the key there), Qwen2 always biases q, k, v and never o.
+  const bool attention_bias = (c.model_type == "llama" || qwen3) && boolean(o, "attention_bias", false);
   c.qkv_bias = c.model_type == "qwen2" || attention_bias;
   c.o_bias = attention_bias;
-  c.qk_norm = c.model_type == "qwen3";
+  c.qk_norm = qwen3;
+  if (c.model_type == "mixtral" || c.model_type == "qwen3_moe") read_experts(o, c);
   c.fused_projections = c.model_type == "phi3";
   if (boolean(o, "mlp_bias", false)) throw ModelError("config.json: unsupported field 'mlp_bias' = true");
   if (const json::value* v = find(o, "hidden_act"); v && (!v->is_string() || v->as_string() != "silu"))

@@ -1,6 +1,7 @@
 // The model's shape, read from a Hugging Face config.json (+ generation_config.json) of the Llama family: Llama,
 // Mistral, Qwen2, Qwen3 (q/k RMSNorm per head) and Phi-3 (fused projections, partial rotary, LongRoPE), with the
-// sliding-window layers of Mistral / Qwen2 / Qwen3 / Phi-3 configs.
+// sliding-window layers of Mistral / Qwen2 / Qwen3 / Phi-3 configs, and the mixtures of experts Mixtral and
+// Qwen3-MoE (every layer's MLP a set of SwiGLU experts behind a top-k router).
 #pragma once
 
 #include <stdexcept>
@@ -27,8 +28,21 @@ struct RopeScaling {
   double attention_factor = 1.0;       // longrope: cos and sin are multiplied by it (HF's attention_scaling)
 };
 
+/// The mixture of experts of Mixtral / Qwen3-MoE: every layer's MLP is num_experts SwiGLU experts of
+/// ModelConfig::intermediate_size each, a token goes through the top_k experts of its router's softmax, weighted by
+/// their probabilities (renormalised over the chosen when renormalize).
+struct MoeConfig {
+  int num_experts = 0;       // 0: a dense MLP (num_local_experts, num_experts)
+  int top_k = 0;             // num_experts_per_tok
+  bool renormalize = true;   // Mixtral always; Qwen3-MoE's norm_topk_prob
+  bool fused_experts = false;  // the checkpoint's layout, not config.json's: experts fused into
+                               //   mlp.experts.gate_up_proj [E, 2I, H] / down_proj [E, H, I] (transformers 5's own
+                               //   layout) rather than one set of tensors per expert; set by with_expert_layout
+                               //   (model/loader/weight_map.h)
+};
+
 struct ModelConfig {
-  std::string model_type;              // llama | mistral | qwen2 | qwen3 | phi3
+  std::string model_type;              // llama | mistral | qwen2 | qwen3 | phi3 | mixtral | qwen3_moe
   int hidden_size = 0;
   int num_layers = 0;
   int num_heads = 0;
@@ -36,7 +50,7 @@ struct ModelConfig {
   int head_dim = 0;
   int rotary_dim = 0;                  // the leading dimensions of a head that RoPE rotates (partial_rotary_factor);
                                        //   0 in a config built by hand: head_dim (read it through rotary_dims())
-  int intermediate_size = 0;
+  int intermediate_size = 0;           // the MLP's, or each expert's with moe (Qwen3-MoE: moe_intermediate_size)
   int vocab_size = 0;
   int max_position_embeddings = 0;
   double rope_theta = 10000.0;
@@ -50,6 +64,7 @@ struct ModelConfig {
   std::vector<int> sliding_windows;    // [num_layers]: the positions a query of that layer sees, its own included
                                        //   (keys pos - window + 1 .. pos); 0 = every earlier position; empty in a
                                        //   config built by hand: no window (read it through sliding_window(l))
+  MoeConfig moe;                       // num_experts 0: dense
   std::string torch_dtype = "float32"; // the checkpoint's dtype
   TokenId bos_token_id = -1;
   std::vector<TokenId> eos_token_ids;  // config.json and generation_config.json, merged
@@ -67,6 +82,8 @@ struct ModelConfig {
   }
   /// Whether some layer attends through a sliding window.
   bool has_sliding_window() const;
+  /// Whether the MLPs are mixtures of experts.
+  bool is_moe() const { return moe.num_experts > 0; }
 };
 
 /// Reads DIR/config.json and DIR/generation_config.json (optional). Throws ModelError naming the offending field.

@@ -6,9 +6,11 @@ namespace paged {
 
 namespace {
 
-// The whole tensor `name` of `shape` (a vector is one row).
+// The whole tensor `name` of `shape` (a vector is one row, a 3-D tensor a matrix of its first two dimensions' rows).
 TensorShard whole(std::string name, std::vector<int64_t> shape) {
-  const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  const int64_t cols = shape.back();
   return {std::move(name), std::move(shape), 0, rows, 0, cols};
 }
 
@@ -30,6 +32,36 @@ TensorShard column_shard(std::string name, std::vector<int64_t> shape, int64_t b
 }
 
 const std::string kLmHead = "lm_head.weight";
+
+// The router and experts of layer prefix `p` on a rank that keeps intermediate columns [begin, begin + ir) of each
+// expert (of I): per expert Mixtral's block_sparse_moe.experts.E.w1 (gate) / w3 (up) / w2 (down) or Qwen3-MoE's
+// mlp.experts.E.gate_proj / up_proj / down_proj, or fused mlp.experts.gate_up_proj [E, 2I, H] (gate rows first) and
+// down_proj [E, H, I].
+void expert_shards(const ModelConfig& config, const std::string& p, int64_t begin, int64_t ir, RankLayer& L) {
+  const int64_t E = config.moe.num_experts, H = config.hidden_size, I = config.intermediate_size;
+  const bool mixtral = config.model_type == "mixtral";
+  if (config.moe.fused_experts) {
+    L.router.shards = {whole(p + "mlp.gate.weight", {E, H})};
+    const std::string gate_up = p + "mlp.experts.gate_up_proj", down = p + "mlp.experts.down_proj";
+    for (int64_t e = 0; e < E; ++e) {
+      L.w_gate_up.shards.push_back(row_shard(gate_up, {E, 2 * I, H}, e * 2 * I + begin, ir));
+      L.w_gate_up.shards.push_back(row_shard(gate_up, {E, 2 * I, H}, e * 2 * I + I + begin, ir));
+      TensorShard d = column_shard(down, {E, H, I}, begin, ir);
+      d.row_begin = e * H;
+      d.rows = H;
+      L.w_down.shards.push_back(std::move(d));
+    }
+    return;
+  }
+  const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  L.router.shards = {whole(moe + "gate.weight", {E, H})};
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = moe + "experts." + std::to_string(e) + ".";
+    L.w_gate_up.shards.push_back(row_shard(x + (mixtral ? "w1" : "gate_proj") + ".weight", {I, H}, begin, ir));
+    L.w_gate_up.shards.push_back(row_shard(x + (mixtral ? "w3" : "up_proj") + ".weight", {I, H}, begin, ir));
+    L.w_down.shards.push_back(column_shard(x + (mixtral ? "w2" : "down_proj") + ".weight", {H, I}, begin, ir));
+  }
+}
 
 }  // namespace
 
@@ -89,15 +121,22 @@ WeightMap rank_weight_map(const ModelConfig& config, int tp_rank, int tp_size) {
     // Row-parallel: the rank's columns of o and down.
     L.wo.shards = {column_shard(p + "self_attn.o_proj.weight", {H, q_rows}, rank * qr, qr)};
     if (config.o_bias && rank == 0) L.bo.shards = {whole(p + "self_attn.o_proj.bias", {H})};
-    if (config.fused_projections)
+    if (config.is_moe())
+      expert_shards(config, p, rank * ir, ir, L);
+    else if (config.fused_projections)
       L.w_gate_up.shards = {row_shard(p + "mlp.gate_up_proj.weight", {2 * I, H}, rank * ir, ir),
                             row_shard(p + "mlp.gate_up_proj.weight", {2 * I, H}, I + rank * ir, ir)};
     else
       L.w_gate_up.shards = {row_shard(p + "mlp.gate_proj.weight", {I, H}, rank * ir, ir),
                             row_shard(p + "mlp.up_proj.weight", {I, H}, rank * ir, ir)};
-    L.w_down.shards = {column_shard(p + "mlp.down_proj.weight", {H, I}, rank * ir, ir)};
+    if (!config.is_moe()) L.w_down.shards = {column_shard(p + "mlp.down_proj.weight", {H, I}, rank * ir, ir)};
   }
   return m;
+}
+
+ModelConfig with_expert_layout(ModelConfig config, const SafeTensors& weights) {
+  config.moe.fused_experts = config.is_moe() && weights.contains("model.layers.0.mlp.experts.gate_up_proj");
+  return config;
 }
 
 const TensorView& shard_tensor(const SafeTensors& weights, const TensorShard& shard) {

@@ -7,7 +7,11 @@
 // CPU runner (float32) and the CUDA runner (bf16) both load from this one map, in its order, into the same layout:
 // the fused QKV [q rows, k rows, v rows][hidden] (Qwen2's biases likewise) and the fused gate/up [gate rows, up
 // rows][hidden]. Phi-3 checkpoints hold those fused already (qkv_proj, gate_up_proj): a rank's shards are then row
-// ranges of the one tensor.
+// ranges of the one tensor. Mixtures of experts (Mixtral, Qwen3-MoE): the router is replicated, and every expert is
+// sharded as a dense MLP is (rank r keeps the same slice of each expert's intermediate size), the experts back to back
+// in one parameter: gate/up [experts][gate rows, up rows][hidden], down [experts][hidden][rank's intermediate], from
+// per-expert tensors or from transformers 5's fused [experts, ...] ones (a 3-D tensor taken as a matrix of
+// experts x rows).
 #pragma once
 
 #include <cstdint>
@@ -20,10 +24,12 @@
 namespace paged {
 
 /// The part of one checkpoint tensor that a rank keeps: rows [row_begin, row_begin + rows) and columns
-/// [col_begin, col_begin + cols) of the tensor taken as a matrix (a vector is one row).
+/// [col_begin, col_begin + cols) of the tensor taken as a matrix (a vector is one row; a 3-D tensor [a, b, c] is a
+/// matrix of a * b rows).
 struct TensorShard {
   std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;  // what the config implies: {rows, cols} for a matrix, {cols} for a vector
+  std::vector<int64_t> shape;  // what the config implies: {rows, cols} for a matrix, {cols} for a vector, {experts,
+                               //   rows, cols} for fused experts
   int64_t row_begin = 0, rows = 1;
   int64_t col_begin = 0, cols = 0;
   /// Elements the rank keeps: rows * cols.
@@ -46,8 +52,9 @@ struct RankLayer {
   RankParam q_norm, k_norm;       // Qwen3: [head_dim] each (empty without qk_norm)
   RankParam wo;                   // [hidden][heads * head_dim]
   RankParam bo;                   // [hidden], rank 0 only (empty without o_bias)
-  RankParam w_gate_up;            // [2 * intermediate][hidden]
-  RankParam w_down;               // [hidden][intermediate]
+  RankParam w_gate_up;            // [2 * intermediate][hidden]; MoE: [experts][2 * intermediate][hidden]
+  RankParam w_down;               // [hidden][intermediate]; MoE: [experts][hidden][intermediate]
+  RankParam router;               // MoE: [experts][hidden], replicated (empty for a dense MLP)
 };
 
 /// Every parameter one rank loads, and the rank's share of the model's dimensions. Load order: embed, final_norm,
@@ -64,6 +71,10 @@ struct WeightMap {
 /// when tp_size does not divide the attention heads and KV heads, or intermediate_size (the message names
 /// "tensor_parallel_size N" and what it does not divide).
 WeightMap rank_weight_map(const ModelConfig& config, int tp_rank, int tp_size);
+
+/// `config` with moe.fused_experts set from the checkpoint's tensor names: true when it holds transformers 5's fused
+/// experts (model.layers.0.mlp.experts.gate_up_proj), false for one set of tensors per expert and for dense models.
+ModelConfig with_expert_layout(ModelConfig config, const SafeTensors& weights);
 
 /// The checkpoint tensor of `shard`, checked against shard.shape. Throws ModelError when it is absent (for
 /// lm_head.weight the message adds that tie_word_embeddings is false) or has another shape.

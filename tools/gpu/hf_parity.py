@@ -26,7 +26,8 @@ import sys
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import (AutoModelForCausalLM, LlamaConfig, MistralConfig, MixtralConfig, Phi3Config, Qwen2Config,
+                          Qwen3Config, Qwen3MoeConfig)
 
 
 def configs():
@@ -83,12 +84,34 @@ def configs():
                              "short_factor": [1.0 + 0.05 * i for i in range(48)],
                              "long_factor": [1.0 + 0.4 * i for i in range(48)]},
             tie_word_embeddings=False, pad_token_id=0, **common),
+        # Mixtral: 8 experts, top-2 (renormalised), expert intermediate 384, GQA 4, head_dim 64, untied: the CUDA
+        # grouped-GEMM MoE path (tokens sorted by expert) in both tile sizes (one stream: 16 rows, batched: 64).
+        "mixtral-8x2-hd64": MixtralConfig(
+            hidden_size=512, intermediate_size=384, num_hidden_layers=3, num_attention_heads=8,
+            num_key_value_heads=2, head_dim=64, num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+            max_position_embeddings=4096, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=False, **common),
+        # Qwen3-MoE: 16 experts, top-4, norm_topk_prob, moe_intermediate 256, q/k norms, head_dim 128.
+        "qwen3moe-16x4-hd128": Qwen3MoeConfig(
+            hidden_size=512, intermediate_size=1408, moe_intermediate_size=256, num_hidden_layers=3,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=128, num_experts=16, num_experts_per_tok=4,
+            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=4096,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=False,
+            **common),
+        # Qwen3-30B-A3B's routing (128 experts, top-8, norm_topk_prob) at a small width, head_dim 64, tied.
+        "qwen3moe-128x8-hd64": Qwen3MoeConfig(
+            hidden_size=512, intermediate_size=1408, moe_intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=64, num_experts=128, num_experts_per_tok=8,
+            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=4096,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True,
+            **common),
     }
 
 
 # Configs whose RMSNorm weights (Qwen3's q_norm / k_norm among them) are drawn around 1 instead of HF's ones, so
 # that a runner ignoring one of them fails.
-RANDOM_NORMS = {"qwen3-qknorm-hd128", "qwen3-sliding48-tied", "mistral-sliding48", "phi3-longrope-partial"}
+RANDOM_NORMS = {"qwen3-qknorm-hd128", "qwen3-sliding48-tied", "mistral-sliding48", "phi3-longrope-partial",
+                "qwen3moe-16x4-hd128", "qwen3moe-128x8-hd64"}
 
 
 def legacy_rope_keys(model_dir):

@@ -19,6 +19,14 @@ Every model is well under 2 MB so that DIR can be copied to tests/models/ and co
 Weights: seeded normal init with a larger range than HF's default (peakier logits, fewer near-ties), RMSNorm weights
 (including Qwen3's q_norm / k_norm) set to 1 + noise and biases to noise, so that a runner ignoring one of them fails.
 Sliding-window models use a window of 32 and prompts of 70-150 tokens, crossing the window several times.
+
+Mixture of experts (Mixtral, Qwen3-MoE): save_pretrained writes the experts in the checkpoint layout of its
+transformers generation (per expert: block_sparse_moe.experts.E.w1/w2/w3 or mlp.experts.E.gate_proj/up_proj/down_proj,
+by default in 5.x, which converts back to the original format on save) and, with save_original_format=False, fused as
+transformers 5 holds them in memory (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]); each
+MoE model is written both ways, <name>/ and <name>-fused/ (same weights, same refs.json, checked by reloading).
+--families builds only the given model_types (e.g. --families mixtral,qwen3_moe); every model keeps its seed
+whatever is selected, so the other families' outputs do not change.
 """
 import argparse
 import json
@@ -26,7 +34,8 @@ import os
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import (AutoModelForCausalLM, MistralConfig, MixtralConfig, Phi3Config, Qwen2Config, Qwen3Config,
+                          Qwen3MoeConfig)
 
 VOCAB = 512
 WINDOW = 32
@@ -80,7 +89,39 @@ def families():
                                                       "short_factor": [1.0, 1.3, 2.1, 3.7],
                                                       "long_factor": [1.2, 2.5, 6.0, 11.0]}),
                           [(16, 64), (36, 64), (80, 256), (120, 256)]),
+        # Mixtral: 8 experts, top-2 (softmax over all, renormalised over the chosen two), expert intermediate 64, GQA 2.
+        "mixtral": (MixtralConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                  num_local_experts=8, num_experts_per_tok=2, tie_word_embeddings=False,
+                                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                                  **dict(common, intermediate_size=64)),
+                    [(12, 512), (40, 512), (90, 512)]),
+        # Qwen3-MoE: 16 experts, top-4, norm_topk_prob, moe_intermediate 32, q/k norms, head_dim 32 != 64 / 4, every
+        # layer sparse (decoder_sparse_step 1, mlp_only_layers []).
+        "qwen3-moe": (Qwen3MoeConfig(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                     num_experts=16, num_experts_per_tok=4, norm_topk_prob=True,
+                                     moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
+                                     tie_word_embeddings=False, attention_bias=False,
+                                     rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **common),
+                      [(12, 512), (40, 512), (90, 512)]),
+        # Qwen3-MoE without norm_topk_prob (the chosen softmax weights are not renormalised), top-2 of 8, untied.
+        "qwen3-moe-unnormalised": (Qwen3MoeConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                  head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                                  norm_topk_prob=False, moe_intermediate_size=48,
+                                                  decoder_sparse_step=1, mlp_only_layers=[],
+                                                  tie_word_embeddings=False,
+                                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                                  **common),
+                                   [(12, 512), (60, 512)]),
     }
+
+
+# The seeds of the models added after session 6; the earlier ones keep their position in families() as their seed, so
+# that models others add beside these in the same session shift no one's weights.
+OWN_SEEDS = {"mixtral": 1000, "qwen3-moe": 1001, "qwen3-moe-unnormalised": 1002}
+
+
+def is_moe(cfg):
+    return cfg.model_type in ("mixtral", "qwen3_moe")
 
 
 def randomise(model, seed):
@@ -92,6 +133,15 @@ def randomise(model, seed):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
             elif name.endswith(".bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
+
+
+def feed_forward_tensors(model_dir):
+    """Layer 0's feed-forward tensors in model_dir/model.safetensors, name and shape (of the experts only expert 0)."""
+    with open(os.path.join(model_dir, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    names = [k for k in header if k.startswith("model.layers.0.") and ("mlp" in k or "moe" in k)]
+    first_expert = [k for k in names if ".experts." not in k or ".experts.0." in k or k.endswith("_proj")]
+    return [f"{k} {header[k]['shape']}" for k in sorted(first_expert)]
 
 
 def rounded(logits):
@@ -121,12 +171,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, help="folder to write one sub-folder per model into")
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
+    ap.add_argument("--families", default="", help="comma-separated model_types, e.g. mixtral,qwen3_moe (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(4)
     torch.use_deterministic_algorithms(True)
     only = set(filter(None, args.only.split(",")))
-    for seed, (name, (cfg, cases)) in enumerate(families().items()):
-        if only and name not in only:
+    types = set(filter(None, args.families.split(",")))
+    for position, (name, (cfg, cases)) in enumerate(families().items()):
+        seed = OWN_SEEDS.get(name, position)
+        if (only and name not in only) or (types and cfg.model_type not in types):
             continue
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").to(torch.float32).eval()
@@ -145,13 +198,29 @@ def main():
             refs["cases"].append({"prompt": prompt, "max_model_len": max_model_len, "tokens": tokens,
                                   "margins": margins, "prompt_logits": rounded(prompt_logits),
                                   "last_logits": rounded(last_logits)})
-        with open(os.path.join(model_dir, "refs.json"), "w") as f:
-            json.dump(refs, f, separators=(",", ":"))
-        size = sum(os.path.getsize(os.path.join(model_dir, x)) for x in os.listdir(model_dir))
-        print(f"{name}: {len(cases)} cases, {size / 1e6:.2f} MB in {model_dir}")
-        if size > 2e6:
-            print(f"{name} is over 2 MB", file=sys.stderr)
-            return 1
+        dirs = [model_dir]
+        if is_moe(cfg):
+            # The fused layout of the same weights; its reload must give the same logits as the per-expert one.
+            fused_dir = model_dir + "-fused"
+            model.save_pretrained(fused_dir, safe_serialization=True, save_original_format=False)
+            fused = AutoModelForCausalLM.from_pretrained(fused_dir, dtype=torch.float32,
+                                                         attn_implementation="eager").eval()
+            with torch.no_grad():
+                probe = torch.tensor([refs["cases"][0]["prompt"]])
+                if not torch.allclose(model(probe).logits, fused(probe).logits, rtol=0, atol=1e-6):
+                    print(f"{name}: the fused checkpoint reloads to other logits", file=sys.stderr)
+                    return 1
+            dirs.append(fused_dir)
+        for d in dirs:
+            with open(os.path.join(d, "refs.json"), "w") as f:
+                json.dump(dict(refs, model=os.path.basename(d)), f, separators=(",", ":"))
+            size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+            print(f"{os.path.basename(d)}: {len(cases)} cases, {size / 1e6:.2f} MB in {d}")
+            if is_moe(cfg):
+                print("  layer 0 feed-forward tensors: " + ", ".join(feed_forward_tensors(d)))
+            if size > 2e6:
+                print(f"{os.path.basename(d)} is over 2 MB", file=sys.stderr)
+                return 1
     return 0
 
 

@@ -9,7 +9,7 @@
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
 #   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity throughput remote
-#            golden serve profile fp8 tiers families
+#            golden serve profile fp8 tiers families moe
 #   PARITY_ONLY  parity stage: comma-separated parts of config names to run (default: all)
 #   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
 #   SANITIZER_LIMIT  seconds allowed to each compute-sanitizer run (default 420)
@@ -17,7 +17,7 @@
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput remote golden serve profile fp8 tiers families"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput remote golden serve profile fp8 tiers families moe"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -26,18 +26,33 @@ SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 
 source "$(dirname "$0")/stages.sh"
 
-# A model folder of the Llama-3-8B shape (config and tokenizer only: the runs use random weights); prints its path.
-llama3_8b_shape() {
-  local m=/tmp/paged_llama3_8b_shape
+# A model folder /tmp/paged_$1 holding the config.json $2 and the Llama 3 tokenizer (the runs use random weights;
+# the tokenizer's ids all lie inside both vocabularies); prints its path.
+shape_folder() {
+  local m=/tmp/paged_$1
   mkdir -p "$m"
   cp "$BIN/tokenizer.json" "$BIN/tokenizer_config.json" "$m/"
-  cat >"$m/config.json" <<'JSON'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
- "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
- "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
- "tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"}
-JSON
+  echo "$2" >"$m/config.json"
   echo "$m"
+}
+# The Llama-3-8B shape's folder.
+llama3_8b_shape() {
+  shape_folder llama3_8b_shape '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+ "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+ "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+ "hidden_act": "silu", "tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001,
+ "torch_dtype": "bfloat16"}'
+}
+# The Qwen3-30B-A3B shape's folder (issue 16): 128 experts of 768, top-8, every layer sparse.
+qwen3_30b_a3b_shape() {
+  shape_folder qwen3_30b_a3b_shape '{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+ "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+ "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+ "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+ "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-06,
+ "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "hidden_act": "silu",
+ "tie_word_embeddings": false, "use_sliding_window": false, "bos_token_id": 128000, "eos_token_id": 128001,
+ "dtype": "bfloat16"}'
 }
 
 # The prompts of a golden file (stories-distill-9M's), one JSON object a line, for `paged generate --prompts-file`.
@@ -126,7 +141,7 @@ fi
 if wanted parity; then
   run parity 400 python3 "$HERE/hf_parity.py" --bin "$BIN" --work /tmp/paged_parity --only "${PARITY_ONLY:-}"
   s=$?
-  add_row "HF parity (4 configs)" "$(status_word $s)" "see the parity table above"
+  add_row "HF parity (12 configs)" "$(status_word $s)" "see the parity table above"
   sed -n '/^HF parity/,$p' "$LOG_DIR/parity.log"
 fi
 
@@ -403,6 +418,40 @@ if wanted families; then
   # logits (tools/gpu/make_family_refs.py), written under $LOG_DIR/models for tests/models/.
   run families 300 python3 "$HERE/make_family_refs.py" --out "$LOG_DIR/models"
   add_row "family references (HF float32)" "$(status_word $?)" "$(ls "$LOG_DIR/models" 2>/dev/null | paste -sd ' ' -)"
+fi
+if wanted moe; then
+  # Issue 16: a Qwen3-30B-A3B-shaped mixture of experts (128 experts, top-8; random bf16 weights) beside the dense
+  # Llama-3-8B shape in the same call, through the whole engine: offline ShareGPT-like throughput (1000 requests)
+  # and one stream (one request, 1024 tokens out), with one stream's weight-read limit (3.3B active parameters x 2
+  # bytes / 4.8 TB/s); then the runner's decode at batches 1, 64, 256 on the MoE shape, and the grouped expert GEMMs
+  # alone (bench_cuda_runner moe-gemm: weight bandwidth and TFLOP/s by token count).
+  declare -A moe_model=([dense8b]=$(llama3_8b_shape) [moe30b]=$(qwen3_30b_a3b_shape))
+  declare -A moe_mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like --json"
+                      [stream]="--num-prompts 1 --dataset-name random --random-input-len 128 --random-output-len 1024 --json")
+  declare -A moe_tok
+  for shape in dense8b moe30b; do
+    for w in sharegpt stream; do
+      # shellcheck disable=SC2086
+      run "moe_${shape}_$w" 500 "$BIN/paged" bench --model "${moe_model[$shape]}" --device cuda --load-format dummy \
+        ${moe_mix[$w]} --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}"
+      s=$?
+      moe_tok[${shape}_$w]=$(tok_per_s "$(bench_json "moe_${shape}_$w")")
+      add_row "paged bench $w, $shape (random bf16)" "$(status_word $s)" "$(bench_json "moe_${shape}_$w")"
+    done
+  done
+  limit=$(awk 'BEGIN { printf "%.0f", 4.8e12 / (3.3e9 * 2) }')
+  add_row "Qwen3-30B-A3B shape vs dense 8B, ShareGPT-like" \
+    "$(awk -v a="${moe_tok[moe30b_sharegpt]}" -v b="${moe_tok[dense8b_sharegpt]}" 'BEGIN { if (b > 0) printf "%.0f%% of 8B", 100 * a / b; else print "?" }')" \
+    "MoE ${moe_tok[moe30b_sharegpt]} tok/s, dense 8B ${moe_tok[dense8b_sharegpt]} tok/s (target: at least the 8B)"
+  add_row "Qwen3-30B-A3B shape, one stream vs its weight-read limit" \
+    "$(awk -v a="${moe_tok[moe30b_stream]}" -v l="$limit" 'BEGIN { if (l > 0) printf "%.0f%% of limit", 100 * a / l; else print "?" }')" \
+    "MoE ${moe_tok[moe30b_stream]} tok/s, limit $limit tok/s (3.3B x 2 bytes / 4.8 TB/s); dense 8B ${moe_tok[dense8b_stream]} tok/s"
+  run moe_runner 500 "$BIN/bench_cuda_runner" decode --shape qwen3-30b-a3b --batches 1,64,256 --prompt 512 --steps 64
+  add_row "runner decode, Qwen3-30B-A3B shape (random bf16)" "$(status_word $?)" \
+    "$(grep -E '^batch|active parameters' "$LOG_DIR/moe_runner.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
+  run moe_gemm 200 "$BIN/bench_cuda_runner" moe-gemm
+  add_row "grouped expert GEMMs, Qwen3-30B-A3B shape" "$(status_word $?)" \
+    "$(grep -E '^tokens' "$LOG_DIR/moe_gemm.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
 fi
 echo
 echo "| check | result | figures |"

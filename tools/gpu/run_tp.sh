@@ -3,7 +3,8 @@
 # Stages:
 #   parity      TP=2 (and 4, 8 when there are that many GPUs) against TP=1 through the whole engine, on two
 #               random-weight models saved by transformers (a Llama with GQA and an untied head; a Qwen2 with q/k/v
-#               bias and a tied head; 16 heads, 8 KV heads, so that every TP up to 8 divides them): greedy tokens
+#               bias and a tied head; Qwen3, Phi-3, Mixtral and Qwen3-MoE; 16 heads, 8 KV heads, so that every TP up
+#               to 8 divides them): greedy tokens
 #               and the log-probability of every chosen token (`paged generate --json --logprobs 1`). Passes when
 #               the chosen-token log-probabilities agree within 4x the bf16 noise of the model (HF bf16 against HF
 #               float32 on the same prompts) and at least 90% of prompts decode identically, or every divergence
@@ -66,7 +67,8 @@ import sys
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import (AutoModelForCausalLM, LlamaConfig, MixtralConfig, Phi3Config, Qwen2Config, Qwen3Config,
+                          Qwen3MoeConfig)
 
 here, binary_dir, work, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 tps = [int(t) for t in sys.argv[5].split()]
@@ -87,6 +89,13 @@ configs = {
                                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **common),
     # qkv_proj and gate_up_proj fused in the checkpoint: each rank's rows are ranges of the one tensor.
     "phi3-fused": Phi3Config(tie_word_embeddings=False, pad_token_id=0, **common),
+    # Mixtures of experts: the router replicated, every expert's intermediate size split across the ranks.
+    "mixtral-8x2": MixtralConfig(num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+                                 tie_word_embeddings=False, **common),
+    "qwen3moe-16x4": Qwen3MoeConfig(head_dim=128, num_experts=16, num_experts_per_tok=4, moe_intermediate_size=256,
+                                    norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                                    tie_word_embeddings=False, **common),
 }
 words = ("the of and to in is was for on that with as by at from his her an it were which are this be had "
          "river mountain engine paged kernel block cache token model prompt stream memory").split()

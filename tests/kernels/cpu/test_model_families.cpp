@@ -15,6 +15,7 @@
 #include "kernels/cpu/local_all_reduce.h"
 #include "model/loader/config.h"
 #include "model/loader/safetensors.h"
+#include "model/loader/weight_map.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -144,7 +145,8 @@ void check_against_hf(const Run& run, const RefCase& c) {
 
 TEST_CASE("model families: CPU float32 equals Hugging Face float32", "[model][families]") {
   for (const std::string name :
-       {"qwen3", "qwen3-tied-bias", "qwen3-sliding", "mistral-sliding", "qwen2-sliding", "phi3-longrope"}) {
+       {"qwen3", "qwen3-tied-bias", "qwen3-sliding", "mistral-sliding", "qwen2-sliding", "phi3-longrope", "mixtral",
+        "mixtral-fused", "qwen3-moe", "qwen3-moe-fused", "qwen3-moe-unnormalised", "qwen3-moe-unnormalised-fused"}) {
     const std::vector<RefCase> cases = ref_cases(name);
     if (cases.empty()) continue;
     const ModelConfig cfg = load_model_config(kFamilyModels + name);
@@ -177,5 +179,21 @@ TEST_CASE("model families: the references see the window (without it the logits 
       INFO(name << ": prompt of " << c.prompt.size());
       CHECK(rel_l2(run_case(cfg, weights, c, 1, 1 << 20).prompt_logits, c.prompt_logits) > 1e-2);
     }
+  }
+}
+
+TEST_CASE("model families: the MoE references see the routing weights and the fused layout", "[model][families][moe]") {
+  for (const std::string name : {"mixtral", "qwen3-moe", "qwen3-moe-unnormalised", "mixtral-fused"}) {
+    const std::vector<RefCase> cases = ref_cases(name);
+    if (cases.empty()) continue;
+    const SafeTensors weights(kFamilyModels + name);
+    ModelConfig cfg = with_expert_layout(load_model_config(kFamilyModels + name), weights);
+    REQUIRE(cfg.is_moe());
+    if (name.ends_with("-fused")) CHECK(cfg.moe.fused_experts);
+    // Renormalising where HF does not (or not where it does) moves the logits: the references tell them apart.
+    cfg.moe.renormalize = !cfg.moe.renormalize;
+    const RefCase& c = cases.front();
+    INFO(name << ": renormalize " << cfg.moe.renormalize);
+    CHECK(rel_l2(run_case(cfg, weights, c, 1, 1 << 20).prompt_logits, c.prompt_logits) > 1e-2);
   }
 }

@@ -17,10 +17,12 @@ namespace {
 
 // A small config of `model_type` with the fields every family has; `edit` adds or changes the rest.
 json::object base_config(const std::string& model_type) {
-  const std::string arch = model_type == "qwen3" ? "Qwen3ForCausalLM"
-                           : model_type == "qwen2" ? "Qwen2ForCausalLM"
-                           : model_type == "phi3"  ? "Phi3ForCausalLM"
-                                                   : "MistralForCausalLM";
+  const std::string arch = model_type == "qwen3"       ? "Qwen3ForCausalLM"
+                           : model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                           : model_type == "phi3"      ? "Phi3ForCausalLM"
+                           : model_type == "mixtral"   ? "MixtralForCausalLM"
+                           : model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                                       : "MistralForCausalLM";
   return json::object{{"model_type", model_type}, {"architectures", json::array{arch}}, {"hidden_size", 64},
                       {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                       {"intermediate_size", 128}, {"vocab_size", 512}, {"max_position_embeddings", 256},
@@ -179,8 +181,8 @@ TEST_CASE("family config: unsupported families and fields fail with one line nam
   c["model_type"] = "gemma3_text";
   CHECK_THAT(error_of(c), Catch::Contains("model_type 'gemma3_text'") && Catch::Contains("qwen3, phi3"));
   c = base_config("qwen3");
-  c["architectures"] = json::array{"Qwen3MoeForCausalLM"};
-  CHECK_THAT(error_of(c), Catch::Contains("architectures") && Catch::Contains("Qwen3MoeForCausalLM"));
+  c["architectures"] = json::array{"Qwen3NextForCausalLM"};
+  CHECK_THAT(error_of(c), Catch::Contains("architectures") && Catch::Contains("Qwen3NextForCausalLM"));
   c = base_config("qwen3");
   c["rope_parameters"] = json::object{{"full_attention", json::object{{"rope_type", "default"}}},
                                       {"sliding_attention", json::object{{"rope_type", "default"}}}};
@@ -189,4 +191,78 @@ TEST_CASE("family config: unsupported families and fields fail with one line nam
   c["rope_parameters"] = json::object{{"rope_type", "yarn"}, {"factor", 4.0}};
   CHECK_THAT(error_of(c), Catch::Contains("rope_scaling type 'yarn'"));
   CHECK(error_of(c).find('\n') == std::string::npos);
+}
+
+TEST_CASE("family config: Mixtral and Qwen3-MoE experts as transformers 5 writes them", "[loader][families][moe]") {
+  json::object mixtral = base_config("mixtral");
+  mixtral["num_local_experts"] = 8;
+  mixtral["num_experts_per_tok"] = 2;
+  mixtral["sliding_window"] = nullptr;
+  mixtral["router_aux_loss_coef"] = 0.02;
+  const ModelConfig m = load(mixtral);
+  CHECK(m.is_moe());
+  CHECK(m.moe.num_experts == 8);
+  CHECK(m.moe.top_k == 2);
+  CHECK(m.moe.renormalize);
+  CHECK_FALSE(m.moe.fused_experts);
+  CHECK(m.intermediate_size == 128);  // Mixtral's intermediate_size is the expert's
+  CHECK_FALSE(m.qk_norm);
+  CHECK_FALSE(m.has_sliding_window());
+  mixtral["sliding_window"] = 32;  // as Mistral: every layer
+  CHECK(load(mixtral).sliding_windows == std::vector<int>(4, 32));
+
+  json::object qwen = base_config("qwen3_moe");
+  qwen["head_dim"] = 32;
+  qwen["num_experts"] = 16;
+  qwen["num_experts_per_tok"] = 4;
+  qwen["moe_intermediate_size"] = 48;
+  qwen["norm_topk_prob"] = true;
+  qwen["decoder_sparse_step"] = 1;
+  qwen["mlp_only_layers"] = json::array{};
+  qwen["use_sliding_window"] = false;
+  qwen["sliding_window"] = 4096;
+  const ModelConfig q = load(qwen);
+  CHECK(q.moe.num_experts == 16);
+  CHECK(q.moe.top_k == 4);
+  CHECK(q.moe.renormalize);
+  CHECK(q.intermediate_size == 48);  // moe_intermediate_size, not the dense intermediate_size
+  CHECK(q.qk_norm);
+  CHECK(q.head_dim == 32);
+  CHECK_FALSE(q.has_sliding_window());  // use_sliding_window false
+  qwen["norm_topk_prob"] = false;
+  CHECK_FALSE(load(qwen).moe.renormalize);
+  qwen.erase("norm_topk_prob");  // transformers' default
+  CHECK_FALSE(load(qwen).moe.renormalize);
+  // transformers 5 writes Qwen3-MoE's expert count as num_local_experts, the Hub's configs as num_experts.
+  qwen.erase("num_experts");
+  qwen["num_local_experts"] = 32;
+  CHECK(load(qwen).moe.num_experts == 32);
+  // Dense models have no experts.
+  CHECK_FALSE(load(base_config("qwen3")).is_moe());
+}
+
+TEST_CASE("family config: experts outside what is supported fail naming the field", "[loader][families][moe]") {
+  json::object qwen = base_config("qwen3_moe");
+  qwen["num_experts"] = 8;
+  qwen["num_experts_per_tok"] = 2;
+  qwen["moe_intermediate_size"] = 32;
+  SECTION("dense layers among sparse ones") {
+    qwen["mlp_only_layers"] = json::array{0, 3};
+    CHECK_THAT(error_of(qwen), Catch::Contains("'mlp_only_layers'"));
+    qwen["mlp_only_layers"] = json::array{};
+    qwen["decoder_sparse_step"] = 2;
+    CHECK_THAT(error_of(qwen), Catch::Contains("'decoder_sparse_step'"));
+  }
+  SECTION("missing or inconsistent counts") {
+    qwen["num_experts_per_tok"] = 9;
+    CHECK_THAT(error_of(qwen), Catch::Contains("'num_experts_per_tok'"));
+    qwen.erase("num_experts_per_tok");
+    CHECK_THAT(error_of(qwen), Catch::Contains("missing required field 'num_experts_per_tok'"));
+    json::object mixtral = base_config("mixtral");
+    mixtral["num_experts_per_tok"] = 2;
+    CHECK_THAT(error_of(mixtral), Catch::Contains("'num_local_experts'"));
+    qwen["num_experts_per_tok"] = 2;
+    qwen.erase("moe_intermediate_size");
+    CHECK_THAT(error_of(qwen), Catch::Contains("'moe_intermediate_size'"));
+  }
 }

@@ -20,6 +20,7 @@
 #include "model/loader/weight_map.h"
 #include "model/sampling/sampling_params.h"
 #include "model/tokenizer/load_tokenizer.h"
+#include "tests/model/loader/safetensors_file.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -28,21 +29,6 @@ namespace fs = std::filesystem;
 namespace json = boost::json;
 
 namespace {
-
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  REQUIRE(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_bytes(const fs::path& p, std::string_view bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  REQUIRE(out);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 json::object read_json_object(const fs::path& p) { return json::parse(read_bytes(p)).as_object(); }
 void write_json(const fs::path& p, const json::value& v) { write_bytes(p, json::serialize(v)); }
@@ -66,66 +52,6 @@ struct ModelCopy {
     write_json(dir / file, o);
   }
 };
-
-// ---- an independent safetensors reader/writer ---------------------------------------------------------------------
-
-struct RawTensor {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-std::vector<RawTensor> read_safetensors(const fs::path& p) {
-  const std::string file = read_bytes(p);
-  uint64_t n = 0;
-  std::memcpy(&n, file.data(), 8);
-  const json::object header = json::parse(std::string_view(file).substr(8, n)).as_object();
-  const size_t data = 8 + n;
-  std::vector<RawTensor> out;
-  for (const auto& kv : header) {
-    if (kv.key() == "__metadata__") continue;
-    const auto& e = kv.value().as_object();
-    RawTensor t;
-    t.name = std::string(kv.key());
-    t.dtype = std::string(e.at("dtype").as_string());
-    for (const auto& d : e.at("shape").as_array()) t.shape.push_back(d.to_number<int64_t>());
-    const auto& off = e.at("data_offsets").as_array();
-    const auto b = off[0].to_number<size_t>(), en = off[1].to_number<size_t>();
-    t.bytes = file.substr(data + b, en - b);
-    out.push_back(std::move(t));
-  }
-  std::sort(out.begin(), out.end(), [](const RawTensor& a, const RawTensor& b) { return a.name < b.name; });
-  return out;
-}
-
-/// Writes tensors in order; `edit_header` may change the header (offsets, dtypes, shapes) before it is written.
-void write_safetensors(const fs::path& p, const std::vector<RawTensor>& tensors,
-                       const std::function<void(json::object&)>& edit_header = {}) {
-  json::object header;
-  header["__metadata__"] = json::object{{"format", "pt"}};
-  std::string data;
-  for (const auto& t : tensors) {
-    json::array shape;
-    for (int64_t d : t.shape) shape.push_back(d);
-    header[t.name] = json::object{{"dtype", t.dtype},
-                                  {"shape", shape},
-                                  {"data_offsets", json::array{data.size(), data.size() + t.bytes.size()}}};
-    data += t.bytes;
-  }
-  if (edit_header) edit_header(header);
-  std::string h = json::serialize(header);
-  while (h.size() % 8) h += ' ';
-  uint64_t n = h.size();
-  std::string file(reinterpret_cast<const char*>(&n), 8);
-  write_bytes(p, file + h + data);
-}
-
-RawTensor& find_tensor(std::vector<RawTensor>& ts, const std::string& name) {
-  auto it = std::find_if(ts.begin(), ts.end(), [&](const RawTensor& t) { return t.name == name; });
-  REQUIRE(it != ts.end());
-  return *it;
-}
 
 // ---- independent bf16 / f16 rounding (round to nearest even through double arithmetic) -----------------------------
 
@@ -870,3 +796,4 @@ TEST_CASE("loader: eos_token_id as a list, merged with generation_config.json", 
     CHECK_MODEL_ERROR(m.path(), "generation_config.json", "eos_token_id");
   }
 }
+

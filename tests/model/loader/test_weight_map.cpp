@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/loader/weight_map.h"
+#include "tests/model/loader/safetensors_file.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -203,4 +204,109 @@ TEST_CASE("weight map: reading a shard gives the rank's rows or columns of the c
   untied.tie_word_embeddings = false;
   CHECK_THROWS_WITH(shard_tensor(w, rank_weight_map(untied, 0, 1).lm_head.shards[0]),
                     Catch::Contains("lm_head.weight") && Catch::Contains("tie_word_embeddings is false"));
+}
+
+TEST_CASE("weight map: experts per expert and fused, each expert sharded as a dense MLP", "[loader][tp][moe]") {
+  // 4 experts of intermediate 32, hidden 128, on rank 1 of 2: columns 16..31 of every expert.
+  ModelConfig c = small_config();
+  c.intermediate_size = 32;
+  c.moe = {.num_experts = 4, .top_k = 2};
+  const int64_t E = 4, I = 32, H = 128, ir = 16;
+  for (const std::string type : {"mixtral", "qwen3_moe"}) {
+    c.model_type = type;
+    c.moe.fused_experts = false;
+    const RankLayer L = rank_weight_map(c, 1, 2).layers[1];
+    const std::string moe = type == "mixtral" ? "model.layers.1.block_sparse_moe." : "model.layers.1.mlp.";
+    const std::string gate = type == "mixtral" ? "w1" : "gate_proj", up = type == "mixtral" ? "w3" : "up_proj",
+                      down = type == "mixtral" ? "w2" : "down_proj";
+    INFO(type);
+    REQUIRE(L.router.shards.size() == 1);
+    CHECK(L.router.shards[0].name == moe + "gate.weight");
+    CHECK(L.router.shards[0].shape == std::vector<int64_t>{E, H});
+    CHECK(L.router.shards[0].rows == E);  // replicated
+    REQUIRE(L.w_gate_up.shards.size() == 2 * E);
+    REQUIRE(L.w_down.shards.size() == E);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = moe + "experts." + std::to_string(e) + ".";
+      const TensorShard &g = L.w_gate_up.shards[2 * e], &u = L.w_gate_up.shards[2 * e + 1], &d = L.w_down.shards[e];
+      CHECK(g.name == x + gate + ".weight");
+      CHECK(u.name == x + up + ".weight");
+      CHECK(d.name == x + down + ".weight");
+      CHECK((g.shape == std::vector<int64_t>{I, H} && g.row_begin == ir && g.rows == ir && g.cols == H));
+      CHECK((u.row_begin == ir && u.rows == ir));
+      CHECK((d.shape == std::vector<int64_t>{H, I} && d.col_begin == ir && d.cols == ir && d.rows == H));
+    }
+    CHECK(L.w_gate_up.numel() == E * 2 * ir * H);
+    CHECK(L.w_down.numel() == E * H * ir);
+
+    // transformers 5's fused experts: the same slices, as rows of [E * 2I][H] and [E * H][I].
+    c.moe.fused_experts = true;
+    const RankLayer F = rank_weight_map(c, 1, 2).layers[1];
+    CHECK(F.router.shards[0].name == "model.layers.1.mlp.gate.weight");
+    REQUIRE(F.w_gate_up.shards.size() == 2 * E);
+    for (int64_t e = 0; e < E; ++e) {
+      const TensorShard &g = F.w_gate_up.shards[2 * e], &u = F.w_gate_up.shards[2 * e + 1], &d = F.w_down.shards[e];
+      CHECK(g.name == "model.layers.1.mlp.experts.gate_up_proj");
+      CHECK(g.shape == std::vector<int64_t>{E, 2 * I, H});
+      CHECK(g.row_begin == e * 2 * I + ir);
+      CHECK(u.row_begin == e * 2 * I + I + ir);
+      CHECK((g.rows == ir && u.rows == ir && g.cols == H));
+      CHECK(d.name == "model.layers.1.mlp.experts.down_proj");
+      CHECK(d.shape == std::vector<int64_t>{E, H, I});
+      CHECK((d.row_begin == e * H && d.rows == H && d.col_begin == ir && d.cols == ir));
+    }
+  }
+  // Dense models keep no router.
+  CHECK(rank_weight_map(small_config(), 0, 1).layers[0].router.shards.empty());
+  // The expert intermediate size must divide.
+  c.intermediate_size = 30;
+  CHECK_THAT(error_of(c, 0, 4), Catch::Contains("does not divide intermediate_size 30"));
+}
+
+TEST_CASE("weight map: a rank's shards of fused 3-D experts are each expert's rows and columns", "[loader][moe][tp]") {
+  // mlp.experts.gate_up_proj [E=3][2I=8][H=2] and down_proj [E][H][I=4], every element its own flat index.
+  const int64_t E = 3, I = 4, H = 2;
+  const auto counting = [](int64_t n) {
+    std::string bytes(static_cast<size_t>(n) * 4, '\0');
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(i);
+      std::memcpy(&bytes[static_cast<size_t>(i) * 4], &v, 4);
+    }
+    return bytes;
+  };
+  TempDir dir("paged_fused_experts_");
+  write_safetensors(dir.path() / "model.safetensors",
+                    {{"model.layers.0.mlp.experts.gate_up_proj", "F32", {E, 2 * I, H}, counting(E * 2 * I * H)},
+                     {"model.layers.0.mlp.experts.down_proj", "F32", {E, H, I}, counting(E * H * I)}});
+  const SafeTensors w(dir.path().string());
+  ModelConfig c{.model_type = "qwen3_moe", .hidden_size = int(H), .num_layers = 1, .num_heads = 2,
+                .num_kv_heads = 2, .head_dim = 2, .intermediate_size = int(I), .vocab_size = 4};
+  c.moe = {.num_experts = int(E), .top_k = 2};
+  c = with_expert_layout(c, w);
+  REQUIRE(c.moe.fused_experts);
+  // Rank 1 of 2 keeps intermediate columns 2..3 of every expert: gate rows e*8 + 2..3, up rows e*8 + 6..7.
+  const RankLayer L = rank_weight_map(c, 1, 2).layers[0];
+  std::vector<float> gate_up;
+  for (const TensorShard& s : L.w_gate_up.shards) {
+    const std::vector<float> part = read_shard_f32(w, s);
+    gate_up.insert(gate_up.end(), part.begin(), part.end());
+  }
+  std::vector<float> want;
+  for (int64_t e = 0; e < E; ++e)
+    for (const int64_t row : {e * 8 + 2, e * 8 + 3, e * 8 + 6, e * 8 + 7})
+      for (int64_t h = 0; h < H; ++h) want.push_back(static_cast<float>(row * H + h));
+  CHECK(gate_up == want);
+  // down_proj: expert e's rows e*2 .. e*2+1, columns 2..3.
+  want.clear();
+  std::vector<float> down;
+  for (const TensorShard& s : L.w_down.shards) {
+    const std::vector<float> part = read_shard_f32(w, s);
+    down.insert(down.end(), part.begin(), part.end());
+  }
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t h = 0; h < H; ++h)
+      for (const int64_t i : {2, 3}) want.push_back(static_cast<float>((e * H + h) * I + i));
+  CHECK(down == want);
+  // A per-expert checkpoint (no fused tensor) keeps the per-expert layout.
+  CHECK_FALSE(with_expert_layout(c, SafeTensors(kModel)).moe.fused_experts);
 }
