@@ -133,6 +133,20 @@ bool valid_call(std::string_view object, const CallScan& s) {
   return !ec && v.is_object() && !s.call.name.empty() && s.has_arguments;
 }
 
+// The call at text[pos] (no leading space) added to `out` as far as it is written: one past its object when that is
+// complete and a valid call; else npos, and `valid` false unless the call is only cut short in a stream's prefix.
+size_t take_call(std::string_view text, size_t pos, bool ended, ToolCallScan& out, bool& valid) {
+  if (text[pos] != '{') {
+    valid = false;
+    return npos;
+  }
+  const CallScan s = scan_call(text, pos, ended);
+  if (s.state != CallScan::State::bad) out.calls.push_back(s.call);
+  if (s.state == CallScan::State::complete && valid_call(text.substr(pos, s.end - pos), s)) return s.end;
+  valid = valid && !ended && s.state == CallScan::State::partial;
+  return npos;
+}
+
 // The calls from text[pos] on, one object after another with `separator` (and spaces) between them, `close` after
 // the last (0: none, the text's end). `valid` stays true when they end well (ended: the text's end is reached too).
 // Returns where the scan stopped.
@@ -144,17 +158,9 @@ size_t scan_calls(std::string_view text, size_t pos, char separator, char close,
       valid = valid && !ended;  // nothing, where a call or the close should come
       return pos;
     }
-    if (text[pos] != '{') {
-      valid = false;
-      return pos;
-    }
-    const CallScan s = scan_call(text, pos, ended);
-    if (s.state != CallScan::State::bad) out.calls.push_back(s.call);
-    if (s.state != CallScan::State::complete || !valid_call(text.substr(pos, s.end - pos), s)) {
-      valid = valid && !ended && s.state == CallScan::State::partial;
-      return text.size();
-    }
-    pos = skip_spaces(text, s.end);
+    const size_t end = take_call(text, pos, ended, out, valid);
+    if (end == npos) return text.size();
+    pos = skip_spaces(text, end);
     if (pos == text.size()) {
       valid = valid && close == 0;
       return pos;
@@ -192,17 +198,9 @@ ToolCallScan scan_hermes(std::string_view text, bool ended, bool& valid) {
       valid = valid && !ended;
       return out;
     }
-    if (text[pos] != '{') {
-      valid = false;
-      return out;
-    }
-    const CallScan s = scan_call(text, pos, ended);
-    if (s.state != CallScan::State::bad) out.calls.push_back(s.call);
-    if (s.state != CallScan::State::complete || !valid_call(text.substr(pos, s.end - pos), s)) {
-      valid = valid && !ended && s.state == CallScan::State::partial;
-      return out;
-    }
-    pos = skip_spaces(text, s.end);
+    const size_t end = take_call(text, pos, ended, out, valid);
+    if (end == npos) return out;
+    pos = skip_spaces(text, end);
     if (text.substr(pos).starts_with(kCallClose)) {
       open = text.find(kCallOpen, pos + kCallClose.size());
     } else if (pos == text.size() || (!ended && begins(text, pos, kCallClose))) {

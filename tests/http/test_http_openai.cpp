@@ -548,7 +548,7 @@ TEST_CASE("chat stream: role first, deltas concatenate to the text, usage chunk,
   bool done = false;
   const auto chunks = sse_objects(frames, &done);
   CHECK(done);
-  REQUIRE(chunks.size() == 3);  // the second piece adds nothing to send: no chunk
+  REQUIRE(chunks.size() == 4);
   std::string text;
   for (size_t i = 0; i + 1 < chunks.size(); ++i) {
     CHECK(chunks[i].at("object") == "chat.completion.chunk");

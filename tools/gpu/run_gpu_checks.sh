@@ -39,6 +39,15 @@ JSON
   echo "$m"
 }
 
+# serve_8b_shape PORT NAME: `paged serve` of the Llama-3-8B shape (random bf16) on PORT in the background, its log
+# $LOG_DIR/NAME.log; returns once it answers /health, its pid in $server.
+serve_8b_shape() {
+  "$BIN/paged" serve "$(llama3_8b_shape)" --device cuda --load-format dummy --port "$1" --stats-interval 0 \
+    --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}" >"$LOG_DIR/$2.log" 2>&1 &
+  server=$!
+  await_health "$1"
+}
+
 # The prompts of a golden file (stories-distill-9M's), one JSON object a line, for `paged generate --prompts-file`.
 golden_prompts() {
   python3 -c 'import json, sys
@@ -237,11 +246,7 @@ fi
 if wanted serve; then
   # Serving over HTTP on the Llama-3-8B shape: `paged bench serve` against `paged serve`, 400 ShareGPT-like
   # streamed requests at once, then 1000 at 32 requests/s (vLLM's serving benchmark's figures).
-  M=$(llama3_8b_shape)
-  "$BIN/paged" serve "$M" --device cuda --load-format dummy --port 8400 --stats-interval 0 \
-    --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}" >"$LOG_DIR/serve.log" 2>&1 &
-  server=$!
-  await_health 8400
+  serve_8b_shape 8400 serve
   for load in burst rate32; do
     args=(--num-prompts 400)
     [ "$load" = rate32 ] && args=(--num-prompts 1000 --request-rate 32)
@@ -259,11 +264,7 @@ if wanted structured; then
   # tokens in, up to 256 out) under a nested JSON schema (tools/gpu/nested_schema.json) against the same requests
   # unconstrained, output tok/s; the target is 90%. Random weights: the answers' strings run long (the closing quote
   # is one token of many), so both runs should write about the same tokens; the row shows both totals.
-  M=$(llama3_8b_shape)
-  "$BIN/paged" serve "$M" --device cuda --load-format dummy --port 8401 --stats-interval 0 \
-    --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}" >"$LOG_DIR/serve_structured.log" 2>&1 &
-  server=$!
-  await_health 8401
+  serve_8b_shape 8401 serve_structured
   declare -A structured_tok structured_total
   for c in free schema; do
     rm -f "$LOG_DIR/structured_$c.json"
