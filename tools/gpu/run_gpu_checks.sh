@@ -263,16 +263,25 @@ if wanted structured; then
   # Issue 18's acceptance 2, structured outputs' cost: on the Llama-3-8B shape over HTTP, 256 requests (random, 512
   # tokens in, up to 256 out) under a nested JSON schema (tools/gpu/nested_schema.json) against the same requests
   # unconstrained, output tok/s; the target is 90%. Random weights: the answers' strings run long (the closing quote
-  # is one token of many), so both runs should write about the same tokens; the row shows both totals.
+  # is one token of many), so both kinds write about the same tokens (every answer 256 on stories260K); the row
+  # shows both totals.
   serve_8b_shape 8401 serve_structured
   declare -A structured_tok structured_total
-  for c in free schema; do
-    rm -f "$LOG_DIR/structured_$c.json"
-    run "structured_$c" 400 "$BIN/paged" bench serve --base-url http://127.0.0.1:8401 --dataset-name random \
-      --num-prompts 256 --random-input-len 512 --random-output-len 256 --seed 0 --disable-tqdm \
-      --result-file "$LOG_DIR/structured_$c.json" $([ $c = schema ] && echo --json-schema "$HERE/nested_schema.json")
-    structured_tok[$c]=$(grep -o '"output_throughput":[0-9.Ee+-]*' "$LOG_DIR/structured_$c.json" 2>/dev/null | cut -d: -f2)
-    structured_total[$c]=$(grep -o '"total_output_tokens":[0-9]*' "$LOG_DIR/structured_$c.json" 2>/dev/null | cut -d: -f2)
+  # A warm-up first (unreported): the first requests of a fresh server pay for its start.
+  run structured_warmup 200 "$BIN/paged" bench serve --base-url http://127.0.0.1:8401 --dataset-name random \
+    --num-prompts 64 --random-input-len 512 --random-output-len 64 --seed 1 --disable-tqdm
+  # Two rounds, alternating, the best of each kind kept (a noisy moment hurts one run, not the ratio).
+  for round in 1 2; do
+    for c in free schema; do
+      run "structured_${c}_$round" 400 "$BIN/paged" bench serve --base-url http://127.0.0.1:8401 --dataset-name random \
+        --num-prompts 256 --random-input-len 512 --random-output-len 256 --seed 0 --disable-tqdm \
+        --result-file "$LOG_DIR/structured_${c}_$round.json" $([ $c = schema ] && echo --json-schema "$HERE/nested_schema.json")
+      got=$(grep -o '"output_throughput":[0-9.Ee+-]*' "$LOG_DIR/structured_${c}_$round.json" 2>/dev/null | cut -d: -f2 |
+        awk '{ printf "%.1f", $1 }')
+      structured_tok[$c]=$(awk -v a="$got" -v b="${structured_tok[$c]:-0}" 'BEGIN { printf "%.1f", (a > b ? a : b) }')
+      structured_total[$c]=$(grep -o '"total_output_tokens":[0-9]*' "$LOG_DIR/structured_${c}_$round.json" 2>/dev/null |
+        cut -d: -f2)
+    done
   done
   kill "$server"
   wait "$server" 2>/dev/null
