@@ -12,6 +12,7 @@
 #include "actors/engine_types.h"
 #include "actors/messages.h"
 #include "actors/metrics.h"
+#include "model/constraint/sequence_constraints.h"
 #include "model/kv/kv_cache_manager.h"
 #include "model/kv/kv_disk_file.h"
 #include "model/loader/safetensors.h"
@@ -37,9 +38,10 @@ caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<Model
 /// node, gets an ExecutorError::refused error. Every step (check_step) and swap order (check_block_pairs) is checked
 /// against the runner's limits in `info` before the runner sees it: a bad one (or bytes that are no packed step) gets
 /// an invalid_step / invalid_swap error, a runner that throws a runner_failed one, and the next good message is
-/// executed as usual. Published by a Worker (actors/worker.h).
+/// executed as usual. Published by a Worker (actors/worker.h). `constraints` gives the samples of structured outputs
+/// their masks (a step whose output ids a constraint refuses is an invalid_step error).
 caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
-                                    WorkerInfo info);
+                                    WorkerInfo info, std::shared_ptr<constraint::SequenceConstraints> constraints);
 
 /// Stands in the engine for a worker's executor (`remote`, reached through CAF's middleman): forwards the hello,
 /// steps as PackedSteps (deltas, actors/step_wire.h) and the swap orders as they are, in arrival order, and answers

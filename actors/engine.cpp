@@ -16,7 +16,7 @@
 #include "model/hash_mix.h"
 #include "kernels/cpu/cpu_runner.h"
 #include "model/loader/safetensors.h"
-#include "model/constraint/structured_output.h"
+#include "model/constraint/sequence_constraints.h"
 #include "model/tokenizer/load_tokenizer.h"
 #include "kernels/cpu/local_all_reduce.h"
 #include "model/sampling/params_check.h"
@@ -55,11 +55,8 @@ struct Engine::Impl {
   EngineConfig config;
   ModelConfig model;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::shared_ptr<const constraint::TokenTrie> token_trie;  // the tokenizer's vocabulary for structured outputs
-  /// Structured outputs: the automaton of each (output, stop ids) that live requests use, shared by them (its
-  /// transitions and masks are computed once for all; only the in-process replica's scheduler runs them).
-  std::map<std::pair<StructuredOutput, std::vector<TokenId>>, std::weak_ptr<constraint::ConstraintAutomaton>> automata;
-  std::mutex automata_mu;
+  /// Structured outputs: the automata live requests use, over the tokenizer's vocabulary (a worker keeps its own).
+  std::unique_ptr<constraint::ConstraintCache> constraints;
   Metrics metrics;                              // the totals over the replicas, and the request histograms
   std::unique_ptr<HeldTlsFiles> tls_files;      // outlives the system, which reads them on every connection
   std::unique_ptr<caf::actor_system_config> sys_cfg;
@@ -432,7 +429,8 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   EngineConfig& c = m.config;
   m.model = load_model_config(c.model_dir);
   m.tokenizer = load_tokenizer(c.model_dir);
-  m.token_trie = std::make_shared<const constraint::TokenTrie>(*m.tokenizer);
+  m.constraints =
+      std::make_unique<constraint::ConstraintCache>(std::make_shared<const constraint::TokenTrie>(*m.tokenizer));
   const bool remote = !c.workers.empty();
   m.max_model_len = resolve_config(c, m.model, !remote);
   const int tp = c.tensor_parallel_size;
@@ -680,21 +678,10 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
       if (std::find(spec.stop_ids.begin(), spec.stop_ids.end(), id) == spec.stop_ids.end()) spec.stop_ids.push_back(id);
   for (TokenId id : params.stop_token_ids) spec.stop_ids.push_back(id);
   if (params.structured.kind != StructuredOutput::Kind::none) {
-    // Masks are computed by the scheduler and travel in SampleSpec, which a worker's wire step does not carry.
-    if (!m.config.workers.empty())
-      throw InvalidRequest("structured outputs are not supported with --workers yet", params.structured.field);
+    // The scheduler's copy advances over the tokens; a worker builds its own from the step's SamplingParams.
     try {
-      std::lock_guard lock(m.automata_mu);
-      std::erase_if(m.automata, [](const auto& entry) { return entry.second.expired(); });
-      std::weak_ptr<constraint::ConstraintAutomaton>& cached = m.automata[{params.structured, spec.stop_ids}];
-      std::shared_ptr<constraint::ConstraintAutomaton> automaton = cached.lock();
-      if (!automaton) {
-        automaton = std::make_shared<constraint::ConstraintAutomaton>(
-            constraint::compile_structured_output(params.structured), m.token_trie, spec.stop_ids);
-        cached = automaton;
-      }
-      spec.constraint = std::make_shared<const constraint::TokenConstraint>(
-          std::move(automaton), m.tokenizer->decode(prompt, params.skip_special_tokens).empty());
+      spec.constraint = m.constraints->make(params.structured, spec.stop_ids,
+                                            m.tokenizer->decode(prompt, params.skip_special_tokens).empty());
     } catch (const constraint::GrammarError& e) {
       throw InvalidRequest(e.what(), params.structured.field);
     }

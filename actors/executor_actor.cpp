@@ -7,6 +7,7 @@
 
 #include "actors/step_wire.h"
 #include "actors/tls.h"
+#include "model/constraint/sequence_constraints.h"
 #include "model/deferred_tokens.h"
 #include "model/loader/config.h"
 #include "model/kv/kv_disk_file.h"
@@ -114,6 +115,7 @@ struct WorkerState {
   caf::actor head;  // the proxy of the engine served, which said hello (monitored); null: none
   WireDecoder decoder;
   DeferredTokens deferred;
+  std::shared_ptr<constraint::SequenceConstraints> constraints;  // the masks of its sequences' structured outputs
 };
 
 // How long a second engine's hello waits for the engine served to answer that it is still there: longer than the
@@ -138,6 +140,7 @@ void serve(caf::event_based_actor* self, WorkerState& st, const caf::actor& head
   st.head = head;
   st.decoder.reset();
   st.deferred.remember({});
+  st.constraints->reset();
   self->monitor(head);
 }
 
@@ -199,7 +202,7 @@ caf::behavior executor_actor(caf::event_based_actor* /*self*/, std::shared_ptr<M
 }
 
 caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
-                                    WorkerInfo info) {
+                                    WorkerInfo info, std::shared_ptr<constraint::SequenceConstraints> constraints) {
   const StepLimits limits{.vocab_size = info.vocab_size,
                           .block_size = info.block_size,
                           .num_blocks = info.num_blocks,
@@ -207,7 +210,7 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
                           .max_model_len = info.max_model_len,
                           .max_num_batched_tokens = info.max_num_batched_tokens};
   auto st = std::make_shared<WorkerState>(
-      WorkerState{std::move(runner), std::move(info), limits, nullptr, WireDecoder(limits), {}});
+      WorkerState{std::move(runner), std::move(info), limits, nullptr, WireDecoder(limits), {}, std::move(constraints)});
   self->set_down_handler([st](const caf::down_msg& down) {
     if (st->head && down.source == st->head.address()) st->head = nullptr;  // the engine served went away
   });
@@ -221,6 +224,11 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
         auto decoded = st->decoder.decode(std::get<WireStep>(std::move(wire)));
         if (const auto* bad = std::get_if<FieldError>(&decoded))
           return make_error(ExecutorError::invalid_step, bad->describe());
+        try {
+          st->constraints->attach(std::get<StepBatch>(decoded));
+        } catch (const std::exception& e) {
+          return make_error(ExecutorError::invalid_step, e.what());
+        }
         caf::expected<StepResult> result = run_step(*st->runner, st->deferred, std::get<StepBatch>(decoded));
         if (!result) return std::move(result.error());
         return PackedResult{pack_result(*result)};

@@ -4,7 +4,9 @@
 
 #include "actors/actors.h"
 #include "actors/tls.h"
+#include "model/constraint/sequence_constraints.h"
 #include "model/loader/config.h"
+#include "model/tokenizer/load_tokenizer.h"
 
 namespace paged {
 
@@ -31,6 +33,10 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
   std::unique_ptr<const SafeTensors> weights =
       c.load_format == "dummy" ? nullptr : std::make_unique<const SafeTensors>(c.model_dir, c.on_load_progress);
   RankRunner built = make_local_runner(c, model, max_model_len, weights.get());
+  // Structured outputs: the masks are made here, from the tokenizer's vocabulary, while each step runs.
+  std::shared_ptr<const Tokenizer> tokenizer = load_tokenizer(c.model_dir);
+  auto constraints = std::make_shared<constraint::SequenceConstraints>(
+      std::make_shared<const constraint::TokenTrie>(*tokenizer), tokenizer);
   m.info = WorkerInfo{.device = c.device,
                       .num_layers = model.num_layers,
                       .hidden_size = model.hidden_size,
@@ -48,7 +54,7 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
   // Not detached, although a step blocks its thread: the worker runs no other actor of its own, and a detached
   // actor would make the system's shutdown wait for the last reference to it, which a connection's teardown in
   // CAF's network layer sometimes keeps (the shutdown then hung).
-  m.executor = m.system->spawn(worker_executor_actor, std::move(built.runner), m.info);
+  m.executor = m.system->spawn(worker_executor_actor, std::move(built.runner), m.info, std::move(constraints));
   auto bound = publish_executor(m.executor, host, port);
   if (!bound) {
     caf::anon_send_exit(m.executor, caf::exit_reason::user_shutdown);

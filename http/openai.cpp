@@ -255,7 +255,8 @@ void parse_chat_prompt(const Fields& f, const ModelInfo& model, bool add_special
     if (!kwargs->is_object()) invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     for (const auto& kv : kwargs->get_object()) extra[kv.key()] = kv.value();
   }
-  req.tools = parse_tools(f.get("tools"), f.get("tool_choice"), f.boolean("parallel_tool_calls").value_or(true));
+  req.tools = parse_tools(f.get("tools"), f.get("tool_choice"), f.boolean("parallel_tool_calls").value_or(true),
+                          model.tool_call_parser);
   if (!req.tools.tools.empty()) extra["tools"] = req.tools.tools;  // the template's `tools` variable
   // continue_final_message (vLLM's): the prompt ends inside the final, assistant, message, for the model to go on.
   const bool continue_final = f.boolean("continue_final_message").value_or(false);
@@ -516,13 +517,14 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   } else {
     parse_prompt(f.get("prompt"), model, add_special_tokens, req);
   }
-  if (req.tools.mode != ToolRequest::Mode::none) {
+  if (req.tools.constraint.kind != StructuredOutput::Kind::none) {
     // A forced call is generated under its functions' schema.
     if (p.structured.kind != StructuredOutput::Kind::none)
       invalid("'tool_choice' forcing a call cannot go with '" + p.structured.field + "'", "tool_choice");
-    if (req.stream) invalid("streamed tool calls are not supported yet (tool_choice with stream)", "tool_choice");
     p.structured = req.tools.constraint;
   }
+  // Hermes models write <tool_call> as a special token: kept in the text unless the request says otherwise (vLLM).
+  if (req.tools.format == ToolCallFormat::hermes && !f.boolean("skip_special_tokens")) p.skip_special_tokens = false;
   // truncate_prompt_tokens: keep each prompt's last k tokens (vLLM truncates from the left).
   if (auto keep = f.integer("truncate_prompt_tokens", 1, std::numeric_limits<int32_t>::max())) {
     for (size_t i = 0; i < req.prompts.size(); ++i) {
@@ -623,7 +625,11 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
   if (echo_) {
     for (size_t c = 0; c < choices_.size(); ++c) choices_[c].text_offset = prompt_texts_[c / n_].size();
   }
+  if (stream_ && endpoint_ == Endpoint::chat && tools_.format != ToolCallFormat::none)
+    for (size_t c = 0; c < choices_.size(); ++c) choices_[c].tool_stream.emplace(tools_, call_id_prefix(c));
 }
+
+std::string ResponseBuilder::call_id_prefix(size_t choice) const { return id_ + "_" + std::to_string(choice) + "_"; }
 
 int ResponseBuilder::prompt_tokens() const {
   int sum = 0;
@@ -735,17 +741,24 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
     if (d.text.empty() && d.token_ids.empty() && !d.finish_reason && c.started) continue;
     json::object choice;
     choice["index"] = index;
+    std::optional<std::string> finish = d.finish_reason;
     if (endpoint_ == Endpoint::chat) {
       json::object delta;
       if (!c.started) delta["role"] = "assistant";
-      if (!d.text.empty() || !c.started) delta["content"] = d.text;
+      if (c.tool_stream) {
+        for (auto& field : c.tool_stream->add(d.text, d.finish_reason.has_value())) delta[field.key()] = field.value();
+        if (delta.empty() && c.started && !finish && !(want_logprobs_ && !d.token_ids.empty())) continue;
+        if (finish == "stop" && c.tool_stream->called()) finish = "tool_calls";
+      } else if (!d.text.empty() || !c.started) {
+        delta["content"] = d.text;
+      }
       choice["delta"] = std::move(delta);
     } else {
       choice["text"] = (echo_ && !c.started) ? prompt_texts_[prompt_index] + d.text : d.text;
     }
     choice["logprobs"] = want_logprobs_ && !d.token_ids.empty() ? logprobs_json(d.token_ids, d.logprobs, c.text_offset)
                                                                  : json::value(nullptr);
-    choice["finish_reason"] = d.finish_reason ? json::value(*d.finish_reason) : json::value(nullptr);
+    choice["finish_reason"] = finish ? json::value(*finish) : json::value(nullptr);
     c.started = true;
     json::object chunk = chunk_header();
     chunk["choices"] = json::array{std::move(choice)};
@@ -769,12 +782,12 @@ std::string ResponseBuilder::body() const {
     const json::value logprobs = want_logprobs_ ? logprobs_json(c.token_ids, c.logprobs, offset) : json::value(nullptr);
     std::optional<std::string> finish = c.finish_reason;
     if (endpoint_ == Endpoint::chat) {
-      json::array calls;
-      if (tools_.mode != ToolRequest::Mode::none) calls = tool_calls_of(tools_, c.text, id_ + "_" + std::to_string(i) + "_");
+      json::array calls = tool_calls_of(tools_, c.text, call_id_prefix(i));
       if (calls.empty()) {
         choice["message"] = json::object{{"role", "assistant"}, {"content", c.text}};
       } else {
-        choice["message"] = json::object{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", std::move(calls)}};
+        choice["message"] = json::object{
+            {"role", "assistant"}, {"content", content_of(tools_, c.text)}, {"tool_calls", std::move(calls)}};
         if (finish == "stop") finish = "tool_calls";
       }
       choice["logprobs"] = logprobs;

@@ -30,6 +30,7 @@ struct ModelInfo {
   size_t max_prompts = 256;                     // prompts one request may hold
   size_t max_sequences = 1024;                  // prompts x max(n, best_of) one request may generate
   bool trust_request_chat_template = false;     // a request may bring its own chat_template (else 400, as vLLM)
+  ToolCallFormat tool_call_parser = ToolCallFormat::none;  // reads tool_choice "auto"'s answers; none: "auto" is a 400
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).
@@ -111,9 +112,12 @@ class ResponseBuilder {
     std::optional<std::string> finish_reason;
     bool started = false;       // a chunk of this choice was sent (chat: the role; completions: the echo)
     size_t text_offset = 0;     // completions logprobs: offset of the next token in the text
+    std::optional<ToolCallStream> tool_stream;  // a streamed chat choice of a request with tool calls
   };
 
   boost::json::object chunk_header() const;
+  /// The prefix of the ids of choice `choice`'s tool calls (the same streamed and whole).
+  std::string call_id_prefix(size_t choice) const;
   boost::json::value logprobs_json(const std::vector<TokenId>& ids, const std::vector<SampledToken>& lps,
                                    size_t& text_offset) const;
   boost::json::object usage_json() const;
@@ -125,7 +129,7 @@ class ResponseBuilder {
   bool echo_;
   bool want_logprobs_;
   bool want_prompt_logprobs_;
-  ToolRequest tools_;  // a forced tool call: the answers become tool_calls
+  ToolRequest tools_;  // tools: the answers' tool calls become tool_calls
   int n_;
   std::vector<std::string> prompt_texts_;
   const Tokenizer* tokenizer_;

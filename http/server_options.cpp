@@ -79,6 +79,12 @@ ServerOptions load_server_options(const std::string& json_file) {
     } else if (key == "trust_request_chat_template") {
       if (!v.is_bool()) throw bad("true or false");
       o.trust_request_chat_template = v.get_bool();
+    } else if (key == "enable_auto_tool_choice") {
+      if (!v.is_bool()) throw bad("true or false");
+      o.enable_auto_tool_choice = v.get_bool();
+    } else if (key == "tool_call_parser") {
+      if (!v.is_string()) throw bad("a parser's name (llama3_json, hermes) or \"\"");
+      o.tool_call_parser = std::string(v.get_string());
     } else if (key == "shutdown_timeout_s") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 86400) throw bad("an integer in [0, 86400]");
       o.shutdown_timeout_s = static_cast<int>(v.get_int64());
@@ -87,6 +93,19 @@ ServerOptions load_server_options(const std::string& json_file) {
     }
   }
   return o;
+}
+
+openai::ToolCallFormat auto_tool_call_format(const ServerOptions& options) {
+  std::optional<openai::ToolCallFormat> format;
+  if (!options.tool_call_parser.empty()) {
+    format = openai::tool_call_parser_named(options.tool_call_parser);
+    if (!format)
+      throw std::invalid_argument("--tool-call-parser: unknown parser '" + options.tool_call_parser +
+                                  "' (llama3_json or hermes)");
+  }
+  if (!options.enable_auto_tool_choice) return openai::ToolCallFormat::none;
+  if (!format) throw std::invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (llama3_json or hermes)");
+  return *format;
 }
 
 }  // namespace paged

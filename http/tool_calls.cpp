@@ -39,8 +39,10 @@ json::value parameters_of(const json::object& function) {
 
 }  // namespace
 
-ToolRequest parse_tools(const json::value* tools, const json::value* tool_choice, bool parallel) {
+ToolRequest parse_tools(const json::value* tools, const json::value* tool_choice, bool parallel,
+                        ToolCallFormat auto_format) {
   ToolRequest r;
+  r.parallel = parallel;
   if (!tools) {
     if (tool_choice && !(tool_choice->is_string() && tool_choice->get_string() == "none"))
       invalid("'tool_choice' needs 'tools'", "tool_choice");
@@ -50,10 +52,15 @@ ToolRequest parse_tools(const json::value* tools, const json::value* tool_choice
   std::vector<const json::object*> functions;
   for (size_t i = 0; i < tools->get_array().size(); ++i) functions.push_back(&function_of(tools->get_array()[i], i));
   r.tools = tools->get_array();
-  if (!tool_choice || (tool_choice->is_string() && tool_choice->get_string() == "auto"))
-    invalid("'tool_choice' \"auto\" (OpenAI's default with tools) needs a tool-call parser, which this server does "
-            "not have: send \"required\", \"none\" or a named function",
-            "tool_choice");
+  if (!tool_choice || (tool_choice->is_string() && tool_choice->get_string() == "auto")) {
+    if (auto_format == ToolCallFormat::none)
+      invalid("'tool_choice' \"auto\" (OpenAI's default with tools) needs a server started with "
+              "--enable-auto-tool-choice and --tool-call-parser: send \"required\", \"none\" or a named function",
+              "tool_choice");
+    r.mode = ToolRequest::Mode::automatic;
+    r.format = auto_format;
+    return r;
+  }
   if (tool_choice->is_string() && tool_choice->get_string() == "none") return r;
   if (tool_choice->is_string() && tool_choice->get_string() == "required") {
     // A list of calls, each the name of one function with its parameters.
@@ -66,6 +73,7 @@ ToolRequest parse_tools(const json::value* tools, const json::value* tool_choice
           {"required", json::array{"name", "parameters"}},
           {"additionalProperties", false}});
     r.mode = ToolRequest::Mode::required;
+    r.format = ToolCallFormat::json_list;
     json::object list{{"type", "array"}, {"minItems", 1}, {"items", json::object{{"anyOf", std::move(calls)}}}};
     if (!parallel) list["maxItems"] = 1;
     r.constraint = {StructuredOutput::Kind::json_schema, json::serialize(list), "tool_choice"};
@@ -81,6 +89,7 @@ ToolRequest parse_tools(const json::value* tools, const json::value* tool_choice
   for (const json::object* f : functions)
     if (f->at("name") == *name) {
       r.mode = ToolRequest::Mode::named;
+      r.format = ToolCallFormat::arguments;
       r.function = std::string(name->get_string());
       r.constraint = {StructuredOutput::Kind::json_schema, json::serialize(parameters_of(*f)), "tool_choice"};
       return r;
@@ -88,23 +97,68 @@ ToolRequest parse_tools(const json::value* tools, const json::value* tool_choice
   invalid("'tool_choice' names '" + std::string(name->get_string()) + "', which is not in 'tools'", "tool_choice");
 }
 
+namespace {
+
+// The answer's calls as tool_calls_of reads them: the first alone unless `parallel`.
+ToolCallScan calls_read(ToolCallFormat format, const std::string& function, bool parallel, std::string_view text,
+                        bool ended) {
+  ToolCallScan scan = scan_tool_calls(format, text, ended, function);
+  if (!parallel && scan.calls.size() > 1) scan.calls.resize(1);
+  return scan;
+}
+
+// A call of `tool_calls` as OpenAI writes it.
+json::object call_json(const std::string& id, const std::string& name, const std::string& arguments) {
+  return json::object{{"id", id}, {"type", "function"},
+                      {"function", json::object{{"name", name}, {"arguments", arguments}}}};
+}
+
+}  // namespace
+
 json::array tool_calls_of(const ToolRequest& request, const std::string& text, const std::string& id_prefix) {
   json::array calls;
-  const auto call = [&](const std::string& name, std::string arguments) {
-    calls.push_back(json::object{{"id", "call_" + id_prefix + std::to_string(calls.size())},
-                                 {"type", "function"},
-                                 {"function", json::object{{"name", name}, {"arguments", std::move(arguments)}}}});
-  };
-  boost::system::error_code ec;
-  const json::value parsed = json::parse(text, ec);
-  if (ec) return calls;  // cut short
-  if (request.mode == ToolRequest::Mode::named) {
-    call(request.function, text);
-  } else if (request.mode == ToolRequest::Mode::required && parsed.is_array()) {
-    for (const json::value& c : parsed.get_array())
-      call(std::string(c.at("name").as_string()), json::serialize(c.at("parameters")));
-  }
+  for (const ToolCallText& c : calls_read(request.format, request.function, request.parallel, text, true).calls)
+    calls.push_back(call_json("call_" + id_prefix + std::to_string(calls.size()), c.name, c.arguments));
   return calls;
+}
+
+json::value content_of(const ToolRequest& request, const std::string& text) {
+  const ToolCallScan scan = calls_read(request.format, request.function, request.parallel, text, true);
+  if (scan.calls.empty()) return json::value(text);
+  return scan.content.empty() ? json::value(nullptr) : json::value(scan.content);
+}
+
+ToolCallStream::ToolCallStream(const ToolRequest& request, std::string id_prefix)
+    : format_(request.format),
+      parallel_(request.parallel),
+      function_(request.function),
+      id_prefix_(std::move(id_prefix)) {}
+
+json::object ToolCallStream::add(std::string_view text, bool ended) {
+  text_ += text;
+  const ToolCallScan scan = calls_read(format_, function_, parallel_, text_, ended);
+  json::object delta;
+  // Content is sent while no call was: once one was, an answer that proves malformed cannot become content.
+  if (!called() && scan.content.size() > content_sent_) {
+    delta["content"] = scan.content.substr(content_sent_);
+    content_sent_ = scan.content.size();
+  }
+  json::array entries;
+  for (size_t i = 0; i < scan.calls.size() && !scan.calls[i].name.empty(); ++i) {
+    const ToolCallText& c = scan.calls[i];
+    if (i == arguments_sent_.size()) {
+      json::object first = call_json("call_" + id_prefix_ + std::to_string(i), c.name, c.arguments);
+      first["index"] = i;
+      entries.push_back(std::move(first));
+      arguments_sent_.push_back(c.arguments.size());
+    } else if (c.arguments.size() > arguments_sent_[i]) {
+      entries.push_back(json::object{{"index", i},
+                                     {"function", json::object{{"arguments", c.arguments.substr(arguments_sent_[i])}}}});
+      arguments_sent_[i] = c.arguments.size();
+    }
+  }
+  if (!entries.empty()) delta["tool_calls"] = std::move(entries);
+  return delta;
 }
 
 }  // namespace paged::openai

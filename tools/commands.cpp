@@ -90,6 +90,13 @@ int run_serve_command(Args& args) {
   options.log_requests = args.get_bool("enable-log-requests", options.log_requests);
   options.trust_request_chat_template =
       args.get_bool("trust-request-chat-template", options.trust_request_chat_template);
+  options.enable_auto_tool_choice = args.get_bool("enable-auto-tool-choice", options.enable_auto_tool_choice);
+  if (auto v = args.get("tool-call-parser")) options.tool_call_parser = *v;
+  try {
+    auto_tool_call_format(options);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   // --allowed-origins: a JSON list as vLLM takes it ('["*"]'), or origins separated by commas.
   if (auto v = args.get("allowed-origins")) {
     options.allowed_origins.clear();

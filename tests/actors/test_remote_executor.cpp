@@ -19,6 +19,7 @@
 #include "actors/messages.h"
 #include "actors/worker.h"
 #include "model/loader/config.h"
+#include "model/tokenizer/load_tokenizer.h"
 #include "actors/step_wire.h"
 #include "tests/actors/same_step.h"
 #include "tests/test_data.h"
@@ -486,7 +487,10 @@ TEST_CASE("an executor answers what its runner throws with an error and takes th
   SECTION("the executor of a worker") {
     const WorkerInfo info{.device = "cpu", .vocab_size = 32, .block_size = 16, .max_model_len = 64, .max_num_seqs = 4,
                           .max_num_batched_tokens = 64, .num_blocks = 4, .num_swap_blocks = 4};
-    const caf::actor executor = system.spawn(worker_executor_actor, runner, info);
+    std::shared_ptr<const Tokenizer> tokenizer = load_tokenizer(kModel);
+    const caf::actor executor = system.spawn(
+        worker_executor_actor, runner, info,
+        std::make_shared<constraint::SequenceConstraints>(std::make_shared<const constraint::TokenTrie>(*tokenizer), tokenizer));
     const auto step = [&](SeqId seq) {
       return error_reply<PackedResult>(self, executor, step_atom::value,
                                        PackedStep{pack_step(first_wire_step(one_token_step(seq)))});

@@ -652,6 +652,53 @@ TEST_CASE("tools reach the chat template's tools variable; a forced call is a st
   const openai::Request named = parse(K, body + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
   CHECK(named.params.structured.kind == StructuredOutput::Kind::json_schema);
   CHECK(named.params.structured.field == "tool_choice");
-  CHECK(refused_param(K, body + R"(, "tool_choice": "required", "stream": true})") == "tool_choice");
+  CHECK(parse(K, body + R"(, "tool_choice": "required", "stream": true})").params.structured.field == "tool_choice");
   CHECK(refused_param(K, body + R"(, "tool_choice": "required", "guided_regex": "a"})") == "tool_choice");
+  // "auto" needs a server with a tool-call parser; hermes keeps special tokens (<tool_call>) unless told otherwise.
+  CHECK(refused_param(K, body + R"(, "tool_choice": "auto"})") == "tool_choice");
+  openai::ModelInfo with_parser = fixture().info();
+  with_parser.tool_call_parser = openai::ToolCallFormat::hermes;
+  const openai::Request automatic = openai::parse_request(K, body + R"(, "guided_regex": "a"})", with_parser);
+  CHECK(automatic.tools.mode == openai::ToolRequest::Mode::automatic);
+  CHECK(automatic.params.structured.field == "guided_regex");  // "auto" goes with a structured output
+  CHECK_FALSE(automatic.params.skip_special_tokens);
+  CHECK(openai::parse_request(K, body + R"(, "skip_special_tokens": true})", with_parser).params.skip_special_tokens);
+}
+
+TEST_CASE("chat with tool_choice auto: content, then tool_calls, whole and streamed", "[openai][tools]") {
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  openai::ModelInfo info = fixture().info();
+  info.tool_call_parser = openai::ToolCallFormat::hermes;
+  const std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + tools;
+  const std::vector<std::string> pieces = {"Let me see.<to", "ol_call>{\"name\": \"get_", "weather\", \"arguments\": {\"ci",
+                                           "ty\": \"Oslo\"}}</tool_call>"};
+  const auto feed = [&](openai::ResponseBuilder& rb) {
+    std::string frames;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const bool last = i + 1 == pieces.size();
+      frames += rb.add(0, event({delta(0, pieces[i], {1}, last ? std::optional<std::string>("stop") : std::nullopt)},
+                                last, 9, static_cast<int>(i + 1)));
+    }
+    return frames;
+  };
+  openai::ResponseBuilder whole(openai::parse_request(Endpoint::chat, body + "}", info), *fixture().tok, "m", "c-1", 1);
+  feed(whole);
+  const json::value message = json::parse(whole.body()).at("choices").at(0).at("message");
+  CHECK(message.at("content") == "Let me see.");
+  CHECK(message.at("tool_calls") == json::parse(R"([{"id": "call_c-1_0_0", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}])"));
+  CHECK(json::parse(whole.body()).at("choices").at(0).at("finish_reason") == "tool_calls");
+
+  openai::ResponseBuilder stream(openai::parse_request(Endpoint::chat, body + R"(, "stream": true})", info),
+                                 *fixture().tok, "m", "c-1", 1);
+  const auto chunks = sse_objects(feed(stream));
+  REQUIRE(chunks.size() == 3);  // the second piece adds nothing to send: no chunk
+  const auto delta_of = [&](size_t i) { return chunks[i].at("choices").at(0).at("delta").as_object(); };
+  CHECK(delta_of(0) == json::parse(R"({"role": "assistant", "content": "Let me see."})").as_object());
+  CHECK(delta_of(1) == json::parse(R"({"tool_calls": [{"id": "call_c-1_0_0", "type": "function", "index": 0,
+      "function": {"name": "get_weather", "arguments": "{\"ci"}}]})").as_object());
+  CHECK(delta_of(2).at("tool_calls").at(0).at("function").at("arguments") == "ty\": \"Oslo\"}");
+  CHECK(chunks[1].at("choices").at(0).at("finish_reason").is_null());
+  CHECK(chunks[2].at("choices").at(0).at("finish_reason") == "tool_calls");
 }

@@ -54,3 +54,23 @@ TEST_CASE("server options: keys override defaults, unknown keys and bad values a
   CHECK_THROWS_AS(paged::load_server_options(write_temp("not json")), std::runtime_error);
   CHECK_THROWS_AS(paged::load_server_options("/nonexistent/serve.json"), std::runtime_error);
 }
+
+TEST_CASE("tool-call parser options: the format tool_choice auto is read in, or a clear refusal", "[http][tools]") {
+  const ServerOptions conf = paged::load_server_options(std::string(PAGED_SOURCE_DIR) + "/conf/serve.json");
+  CHECK(conf.enable_auto_tool_choice == ServerOptions{}.enable_auto_tool_choice);
+  CHECK(conf.tool_call_parser == ServerOptions{}.tool_call_parser);
+  CHECK(paged::auto_tool_call_format(conf) == paged::openai::ToolCallFormat::none);
+  const ServerOptions hermes = paged::load_server_options(
+      write_temp(R"({"server": {"enable_auto_tool_choice": true, "tool_call_parser": "hermes"}})"));
+  CHECK(paged::auto_tool_call_format(hermes) == paged::openai::ToolCallFormat::hermes);
+  ServerOptions o;
+  o.tool_call_parser = "llama3_json";
+  CHECK(paged::auto_tool_call_format(o) == paged::openai::ToolCallFormat::none);  // a parser, but auto not enabled
+  o.enable_auto_tool_choice = true;
+  CHECK(paged::auto_tool_call_format(o) == paged::openai::ToolCallFormat::llama3_json);
+  o.tool_call_parser = "mistral";
+  CHECK_THROWS_WITH(paged::auto_tool_call_format(o), Catch::Contains("'mistral'"));
+  o.tool_call_parser.clear();
+  CHECK_THROWS_WITH(paged::auto_tool_call_format(o), Catch::Contains("--tool-call-parser"));
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"tool_call_parser": 1}})")), std::runtime_error);
+}

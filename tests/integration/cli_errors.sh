@@ -476,6 +476,10 @@ printf '{"model": "%s", "engine": {"max_num_seqs": 8, "numkv_blocks": 64}}' "$MO
 expect_fail "a misspelt engine key" 2 "unknown key .*typo\.json: engine\.numkv_blocks" serve --config "$TMP/typo.json"
 printf '{"model": "%s", "engine": {"block_size": "big"}}' "$MODEL" >"$TMP/bad.json"
 expect_fail "a bad engine value" 2 "engine\.block_size expects an integer" serve --config "$TMP/bad.json"
+# Tool-call parsers: an unknown one, or auto tool choice without one, is a usage error before anything loads.
+expect_fail "an unknown tool-call parser" 2 "unknown parser 'mistral'" serve "$MODEL" --port 0 --tool-call-parser mistral
+expect_fail "auto tool choice without a parser" 2 "enable-auto-tool-choice needs --tool-call-parser" \
+  serve "$MODEL" --port 0 --enable-auto-tool-choice
 printf '{"engines": {}}' >"$TMP/top.json"
 expect_fail "an unknown top-level key" 1 "unknown key engines" serve --config "$TMP/top.json"
 printf '{"model": "%s", "server": {"port": 0, "stats_interval_s": 0}, "engine": {"num_kv_blocks": 64}}' "$MODEL" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The HTTP API end to end: `paged serve` on stories260K driven by the official openai client, a ws client, bad
-# requests, a dropped client, and a second server with --api-key. Usage: bash http_openai.sh PATH/TO/paged
+# requests, a dropped client, servers with each --tool-call-parser, and a server with --api-key. Usage: bash http_openai.sh PATH/TO/paged
 # (env PAGED_SOURCE_DIR, PAGED_BINARY_DIR; installs its npm packages into $PAGED_BINARY_DIR/http-node).
 set -euo pipefail
 PAGED="$(realpath "$1")"
@@ -57,6 +57,13 @@ kill -TERM "$SERVER_PID"
 rc=0
 wait "$SERVER_PID" || rc=$?
 [ "$rc" -eq 0 ] || fail "paged serve exited with $rc on SIGTERM"
+
+# tool_choice "auto" read by each tool-call parser; streamed tool calls against the non-streamed answers.
+for parser in hermes llama3_json; do
+  start_server "$WORK/serve-$parser.log" --chat-template "$TEMPLATE" --enable-auto-tool-choice --tool-call-parser "$parser"
+  node check_tool_calls.mjs --base "http://127.0.0.1:$PORT" --parser "$parser" || fail "check_tool_calls $parser"
+  kill -TERM "${PIDS[-1]}"
+done
 
 start_server "$WORK/serve-key.log" --api-key "s3cret-key"
 node check_api_key.mjs --base "http://127.0.0.1:$PORT" --key "s3cret-key" || fail check_api_key

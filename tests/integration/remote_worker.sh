@@ -2,7 +2,8 @@
 # An engine and its executor in two processes, over TCP on loopback through CAF's network layer:
 #   bash tests/integration/remote_worker.sh PATH/TO/paged
 # `paged worker` runs stories260K on the CPU; `paged generate --remote-executor` (the one-worker name of --workers) and `paged serve
-# --workers` (queried with node's http client) must give what the in-process engine gives, greedy and seeded; a bad
+# --workers` (queried with node's http client) must give what the in-process engine gives, greedy and seeded, with
+# structured outputs too; a bad
 # address must fail with a clear message, and the worker must end cleanly on SIGTERM.
 set -u
 
@@ -44,6 +45,52 @@ if start_server; then
   got=$(node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
     process.stdout.write(JSON.stringify(r.choices[0].text))' "$TMP/http.json" 2>/dev/null || true)
   [ -n "$got" ] && [ "$got" = "$want" ] || fail "served text $got, local $want ($(head -c 300 "$TMP/http.json"))"
+  # Structured outputs through the worker (its masks made worker side) against an in-process server: the same
+  # seeded answers, each valid (a regex, a JSON schema).
+  "$PAGED" serve --model "$MODEL" --device cpu --port 0 >"$TMP/local_serve.out" 2>"$TMP/local_serve.err" &
+  local_pid=$!
+  pids+=("$local_pid")
+  local_port_printed() {
+    grep -ho 'http://[a-z0-9.]*:[0-9]*' "$TMP/local_serve.out" "$TMP/local_serve.err" 2>/dev/null | head -n 1 | sed 's/.*://'
+  }
+  if await_port local_port local_serve local_port_printed; then
+    node --input-type=module -e '
+      const [remote, local] = process.argv.slice(1);
+      const post = async (port, path, body) => {
+        for (let i = 0; i < 100; ++i) {
+          const r = await fetch(`http://127.0.0.1:${port}${path}`, { method: "POST",
+            headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+          if (r.status !== 503) return [r.status, await r.json()];
+          await new Promise((ok) => setTimeout(ok, 100));
+        }
+        return [503, {}];
+      };
+      const pattern = "(Tom|Lily) (ran|saw) [a-z]{1,10}( [a-z]{1,10}){0,3}\\.";
+      const schema = { type: "object", properties: { name: { type: "string", maxLength: 10 },
+                       age: { type: "integer", minimum: 1, maximum: 9 } }, required: ["name", "age"] };
+      let bad = 0;
+      for (let seed = 0; seed < 4; ++seed) {
+        const asks = [
+          ["/v1/completions", { prompt: "Once upon a time", guided_regex: pattern }, (r) => r.choices[0].text,
+           (t) => new RegExp(`^(?:${pattern})$`).test(t)],
+          ["/v1/completions", { prompt: "Once upon a time", response_format: { type: "json_schema",
+             json_schema: { name: "s", schema } } }, (r) => r.choices[0].text,
+           (t) => { try { const v = JSON.parse(t); return typeof v.name === "string" && v.age >= 1 && v.age <= 9; }
+                    catch { return false; } }],
+        ];
+        for (const [path, ask, textOf, valid] of asks) {
+          const body = { model: "stories260K", max_tokens: 100, temperature: 1, seed, ...ask };
+          const [rs, r] = await post(remote, path, body), [ls, l] = await post(local, path, body);
+          const got = rs === 200 ? textOf(r) : JSON.stringify(r), want = ls === 200 ? textOf(l) : JSON.stringify(l);
+          if (rs !== 200 || got !== want || !valid(got)) {
+            console.error(`seed ${seed}: worker ${rs} ${JSON.stringify(got)}, in-process ${ls} ${JSON.stringify(want)}`);
+            ++bad;
+          }
+        }
+      }
+      process.exit(bad ? 1 : 0);' "$serve_port" "$local_port" || fail "structured outputs through the worker"
+  fi
+  kill -TERM "$local_pid"
 fi
 
 kill -TERM "$serve_pid"

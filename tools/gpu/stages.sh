@@ -18,3 +18,11 @@ status_word() { case $1 in 0) echo PASS ;; 124) echo "TIMEOUT" ;; *) echo "FAIL 
 # The last JSON line a `paged bench` log holds, and its output tok/s.
 bench_json() { grep '^{' "$LOG_DIR/$1.log" | tail -n 1; }
 tok_per_s() { echo "$1" | grep -o '"output_tok_per_s":[0-9.Ee+-]*' | cut -d: -f2; }
+# await_health PORT: waits (up to 2 minutes) until a server on PORT answers /health.
+await_health() {
+  python3 -c 'import sys, time, urllib.request
+for _ in range(1200):
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=1); break
+    except Exception: time.sleep(0.1)' "$1"
+}

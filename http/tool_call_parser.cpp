@@ -1,0 +1,278 @@
+#include "http/tool_call_parser.h"
+
+#include <cctype>
+
+#include <boost/json.hpp>
+
+namespace paged::openai {
+
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kCallOpen = "<tool_call>";
+constexpr std::string_view kCallClose = "</tool_call>";
+constexpr size_t npos = std::string_view::npos;
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+size_t skip_spaces(std::string_view text, size_t pos) {
+  while (pos < text.size() && is_space(text[pos])) ++pos;
+  return pos;
+}
+
+// Whether text[pos..] is a proper beginning of `word` (the text ends inside it).
+bool begins(std::string_view text, size_t pos, std::string_view word) {
+  const std::string_view rest = text.substr(pos);
+  return rest.size() < word.size() && word.starts_with(rest);
+}
+
+// One past the JSON value at text[pos] (no leading space), npos when the text ends inside it (a number or a literal
+// at the end of an answer not `ended` may go on); `bad` when a byte cannot belong to it. It follows the structure
+// (strings and their escapes, nesting); whether the value is valid JSON is json::parse's to say.
+size_t value_end(std::string_view text, size_t pos, bool ended, bool& bad) {
+  const char first = text[pos];
+  if (first != '"' && first != '{' && first != '[') {
+    if (first != '-' && !(first >= '0' && first <= '9') && first != 't' && first != 'f' && first != 'n') {
+      bad = true;
+      return npos;
+    }
+    size_t end = pos;
+    while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '+' ||
+                                 text[end] == '-' || text[end] == '.'))
+      ++end;
+    return end < text.size() || ended ? end : npos;
+  }
+  std::string closers;  // the brackets open, innermost last
+  bool in_string = false, escaped = false;
+  for (size_t i = pos; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      closers.push_back(c == '{' ? '}' : ']');
+    } else if (c == '}' || c == ']') {
+      if (closers.empty() || closers.back() != c) {
+        bad = true;
+        return npos;
+      }
+      closers.pop_back();
+    }
+    if (!in_string && closers.empty()) return i + 1;
+  }
+  return npos;
+}
+
+// A call's object at text[pos] == '{' as far as the text goes.
+struct CallScan {
+  enum class State { complete, partial, bad };
+  ToolCallText call;
+  State state = State::partial;
+  size_t end = npos;           // one past the object, when complete
+  bool has_arguments = false;  // its arguments key came
+};
+
+CallScan scan_call(std::string_view text, size_t pos, bool ended) {
+  CallScan s;
+  const auto bad = [&] {
+    s.state = CallScan::State::bad;
+    return s;
+  };
+  size_t at = pos + 1;
+  for (bool first = true;; first = false) {
+    at = skip_spaces(text, at);
+    if (at == text.size()) return s;
+    if (text[at] == '}' && first) break;
+    if (text[at] != '"') return bad();
+    bool malformed = false;
+    const size_t key_end = value_end(text, at, ended, malformed);
+    if (malformed) return bad();
+    if (key_end == npos) return s;
+    boost::system::error_code ec;
+    const json::value key = json::parse(text.substr(at, key_end - at), ec);
+    if (ec) return bad();
+    at = skip_spaces(text, key_end);
+    if (at == text.size()) return s;
+    if (text[at] != ':') return bad();
+    at = skip_spaces(text, at + 1);
+    if (at == text.size()) return s;
+    const size_t end = value_end(text, at, ended, malformed);
+    if (malformed) return bad();
+    if (key.as_string() == "name") {
+      if (end != npos) {
+        const json::value name = json::parse(text.substr(at, end - at), ec);
+        if (ec || !name.is_string()) return bad();
+        s.call.name = std::string(name.get_string());
+      }
+    } else if (key.as_string() == "parameters" || key.as_string() == "arguments") {
+      s.call.arguments = std::string(text.substr(at, end == npos ? npos : end - at));
+      s.has_arguments = true;
+    }
+    if (end == npos) return s;
+    at = skip_spaces(text, end);
+    if (at == text.size()) return s;
+    if (text[at] == '}') break;
+    if (text[at] != ',') return bad();
+    ++at;
+  }
+  s.state = CallScan::State::complete;
+  s.call.complete = true;
+  s.end = at + 1;
+  return s;
+}
+
+// Whether a complete call's object is a valid call: JSON, with a string name and arguments.
+bool valid_call(std::string_view object, const CallScan& s) {
+  boost::system::error_code ec;
+  const json::value v = json::parse(object, ec);
+  return !ec && v.is_object() && !s.call.name.empty() && s.has_arguments;
+}
+
+// The call at text[pos] (no leading space) added to `out` as far as it is written: one past its object when that is
+// complete and a valid call; else npos, and `valid` false unless the call is only cut short in a stream's prefix.
+size_t take_call(std::string_view text, size_t pos, bool ended, ToolCallScan& out, bool& valid) {
+  if (text[pos] != '{') {
+    valid = false;
+    return npos;
+  }
+  const CallScan s = scan_call(text, pos, ended);
+  if (s.state != CallScan::State::bad) out.calls.push_back(s.call);
+  if (s.state == CallScan::State::complete && valid_call(text.substr(pos, s.end - pos), s)) return s.end;
+  valid = valid && !ended && s.state == CallScan::State::partial;
+  return npos;
+}
+
+// The calls from text[pos] on, one object after another with `separator` (and spaces) between them, `close` after
+// the last (0: none, the text's end). `valid` stays true when they end well (ended: the text's end is reached too).
+// Returns where the scan stopped.
+size_t scan_calls(std::string_view text, size_t pos, char separator, char close, bool ended, ToolCallScan& out,
+                  bool& valid) {
+  while (true) {
+    pos = skip_spaces(text, pos);
+    if (pos == text.size()) {
+      valid = valid && !ended;  // nothing, where a call or the close should come
+      return pos;
+    }
+    const size_t end = take_call(text, pos, ended, out, valid);
+    if (end == npos) return text.size();
+    pos = skip_spaces(text, end);
+    if (pos == text.size()) {
+      valid = valid && close == 0;
+      return pos;
+    }
+    if (close != 0 && text[pos] == close) return pos + 1;
+    if (text[pos] != separator) {
+      valid = false;
+      return pos;
+    }
+    ++pos;
+  }
+}
+
+// Hermes: content, then <tool_call>CALL</tool_call> blocks (text between and after them dropped).
+ToolCallScan scan_hermes(std::string_view text, bool ended, bool& valid) {
+  ToolCallScan out;
+  size_t open = text.find(kCallOpen);
+  if (open == npos) {
+    valid = false;
+    if (ended) return out;
+    // Held back: a tail that may be the beginning of <tool_call>.
+    size_t keep = text.size();
+    for (size_t k = std::min(text.size(), kCallOpen.size() - 1); k > 0; --k)
+      if (kCallOpen.starts_with(text.substr(text.size() - k))) {
+        keep = text.size() - k;
+        break;
+      }
+    out.content = std::string(text.substr(0, keep));
+    return out;
+  }
+  out.content = std::string(text.substr(0, open));
+  while (open != npos) {
+    size_t pos = skip_spaces(text, open + kCallOpen.size());
+    if (pos == text.size()) {
+      valid = valid && !ended;
+      return out;
+    }
+    const size_t end = take_call(text, pos, ended, out, valid);
+    if (end == npos) return out;
+    pos = skip_spaces(text, end);
+    if (text.substr(pos).starts_with(kCallClose)) {
+      open = text.find(kCallOpen, pos + kCallClose.size());
+    } else if (pos == text.size() || (!ended && begins(text, pos, kCallClose))) {
+      return out;  // the last call left open, or its close on the way
+    } else {
+      valid = false;
+      return out;
+    }
+  }
+  return out;
+}
+
+// Llama 3 JSON: [<|python_tag|>]CALL; CALL... with nothing before.
+ToolCallScan scan_llama3(std::string_view text, bool ended, bool& valid) {
+  ToolCallScan out;
+  size_t pos = skip_spaces(text, 0);
+  if (text.substr(pos).starts_with(kPythonTag)) pos = skip_spaces(text, pos + kPythonTag.size());
+  if (!ended && (pos == text.size() || begins(text, pos, kPythonTag))) {
+    valid = false;  // undecided: held back
+    return out;
+  }
+  if (pos == text.size() || text[pos] != '{') {
+    valid = false;
+    if (!ended) out.content = std::string(text);  // no call: content throughout
+    return out;
+  }
+  scan_calls(text, pos, ';', 0, ended, out, valid);
+  return out;
+}
+
+}  // namespace
+
+std::optional<ToolCallFormat> tool_call_parser_named(std::string_view name) {
+  if (name == "llama3_json") return ToolCallFormat::llama3_json;
+  if (name == "hermes") return ToolCallFormat::hermes;
+  return std::nullopt;
+}
+
+ToolCallScan scan_tool_calls(ToolCallFormat format, std::string_view text, bool ended, std::string_view function) {
+  ToolCallScan out;
+  bool valid = true;
+  switch (format) {
+    case ToolCallFormat::none:
+      valid = false;
+      break;
+    case ToolCallFormat::arguments: {
+      boost::system::error_code ec;
+      if (ended) json::parse(text, ec);
+      out.calls.push_back(ToolCallText{std::string(function), std::string(text), ended && !ec});
+      valid = !ended || !ec;
+      break;
+    }
+    case ToolCallFormat::json_list: {
+      const size_t pos = skip_spaces(text, 0);
+      if (pos == text.size() && !ended) return out;
+      if (pos == text.size() || text[pos] != '[') {
+        valid = false;
+        break;
+      }
+      const size_t end = scan_calls(text, pos + 1, ',', ']', ended, out, valid);
+      if (ended && skip_spaces(text, end) != text.size()) valid = false;
+      break;
+    }
+    case ToolCallFormat::llama3_json:
+      out = scan_llama3(text, ended, valid);
+      break;
+    case ToolCallFormat::hermes:
+      out = scan_hermes(text, ended, valid);
+      break;
+  }
+  if (ended && !valid) return ToolCallScan{std::string(text), {}};
+  return out;
+}
+
+}  // namespace paged::openai

@@ -1,0 +1,113 @@
+// The tool-call formats read from answers (http/tool_call_parser.h): whole answers against calls written out by hand,
+// malformed and cut answers falling back to content, and every prefix of an answer read as a stream reads it
+// (content and arguments only grow, toward the whole answer's).
+#include <catch2/catch.hpp>
+
+#include "http/tool_call_parser.h"
+
+namespace paged::openai {
+
+namespace {
+
+struct Expected {
+  std::string content;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, raw arguments
+};
+
+void check_whole(ToolCallFormat format, const std::string& text, const Expected& want) {
+  INFO(text);
+  const ToolCallScan got = scan_tool_calls(format, text, true);
+  CHECK(got.content == want.content);
+  REQUIRE(got.calls.size() == want.calls.size());
+  for (size_t i = 0; i < want.calls.size(); ++i) {
+    CHECK(got.calls[i].name == want.calls[i].first);
+    CHECK(got.calls[i].arguments == want.calls[i].second);
+    CHECK(got.calls[i].complete);
+  }
+}
+
+// Every prefix, read as a stream's: its content is a prefix of the whole answer's (of the text when no call is
+// read), each call's name is empty or final and its arguments a prefix of the final ones.
+void check_prefixes(ToolCallFormat format, const std::string& text) {
+  const ToolCallScan whole = scan_tool_calls(format, text, true);
+  for (size_t k = 0; k <= text.size(); ++k) {
+    INFO(text.substr(0, k));
+    const ToolCallScan part = scan_tool_calls(format, std::string_view(text).substr(0, k), false);
+    CHECK(whole.content.starts_with(part.content));
+    if (whole.calls.empty()) continue;
+    REQUIRE(part.calls.size() <= whole.calls.size());
+    for (size_t i = 0; i < part.calls.size(); ++i) {
+      CHECK((part.calls[i].name.empty() || part.calls[i].name == whole.calls[i].name));
+      CHECK(whole.calls[i].arguments.starts_with(part.calls[i].arguments));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hermes: content before <tool_call> blocks, the last may stay open; malformed answers are content",
+          "[openai][tools]") {
+  const auto H = ToolCallFormat::hermes;
+  const std::string one = "Let me look.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  check_whole(H, one, {"Let me look.", {{"get_weather", R"({"city": "Oslo"})"}}});
+  const std::string two = "<tool_call>{\"arguments\": {\"q\": \"a}b{\\\"\"}, \"name\": \"get_\\u0077eather\"}</tool_call>\n"
+                          "<tool_call> {\"name\": \"ping\", \"arguments\": {}} ";
+  check_whole(H, two, {"", {{"get_weather", R"({"q": "a}b{\""})"}, {"ping", "{}"}}});
+  check_whole(H, "no call here", {"no call here", {}});
+  check_whole(H, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}", {"<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}", {}});
+  check_whole(H, "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>", {"<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>", {}});
+  check_whole(H, "<tool_call>{\"name\": \"f\"}</tool_call>", {"<tool_call>{\"name\": \"f\"}</tool_call>", {}});
+  check_whole(H, "<tool_call>{\"name\": \"f\", \"arguments\": {}} junk", {"<tool_call>{\"name\": \"f\", \"arguments\": {}} junk", {}});
+  check_whole(H, "<tool_call>{\"name\": \"f\", \"arguments\": [1,}</tool_call>", {"<tool_call>{\"name\": \"f\", \"arguments\": [1,}</tool_call>", {}});
+  // A stream holds back a tail that may open a call, and sends the content before a call.
+  CHECK(scan_tool_calls(H, "Hi <tool_c", false).content == "Hi ");
+  CHECK(scan_tool_calls(H, "Hi <tool_x", false).content == "Hi <tool_x");
+  CHECK(scan_tool_calls(H, "Hi <tool_call>{\"na", false).content == "Hi ");
+  const ToolCallScan open = scan_tool_calls(H, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": [1, 2", false);
+  REQUIRE(open.calls.size() == 1);
+  CHECK(open.calls[0].name == "f");
+  CHECK(open.calls[0].arguments == R"({"x": [1, 2)");
+  CHECK_FALSE(open.calls[0].complete);
+  for (const std::string& text : {one, two, std::string("Plain <tool text <tool_call>{bad</tool_call>")}) check_prefixes(H, text);
+}
+
+TEST_CASE("llama3_json: calls joined by ';' after an optional <|python_tag|>, nothing before them", "[openai][tools]") {
+  const auto L = ToolCallFormat::llama3_json;
+  const std::string two = "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\", \"days\": 3}}; "
+                          "{\"name\": \"ping\", \"arguments\": {}}";
+  check_whole(L, two, {"", {{"get_weather", R"({"city": "Rome", "days": 3})"}, {"ping", "{}"}}});
+  check_whole(L, " {\"name\":\"f\",\"parameters\":{\"n\":-1.5e3}}\n", {"", {{"f", R"({"n":-1.5e3})"}}});
+  check_whole(L, "{\"name\": \"f\", \"parameters\": 7}", {"", {{"f", "7"}}});
+  check_whole(L, "Once upon a time", {"Once upon a time", {}});
+  check_whole(L, "Sure: {\"name\": \"f\", \"parameters\": {}}", {"Sure: {\"name\": \"f\", \"parameters\": {}}", {}});
+  check_whole(L, "{\"name\": \"f\", \"parameters\": {\"x\": 1", {"{\"name\": \"f\", \"parameters\": {\"x\": 1", {}});
+  check_whole(L, "{\"name\": \"f\", \"parameters\": {}} and more", {"{\"name\": \"f\", \"parameters\": {}} and more", {}});
+  check_whole(L, "{\"story\": 1}", {"{\"story\": 1}", {}});
+  CHECK(scan_tool_calls(L, "  <|pyth", false).content.empty());  // undecided: held back
+  CHECK(scan_tool_calls(L, "Once", false).content == "Once");
+  // A number at the end of a stream's prefix may go on: its bytes so far are the arguments'.
+  const ToolCallScan part = scan_tool_calls(L, "{\"name\": \"f\", \"parameters\": 12", false);
+  REQUIRE(part.calls.size() == 1);
+  CHECK(part.calls[0].arguments == "12");
+  for (const std::string& text : {two, std::string("{\"name\": \"f\", \"parameters\": {}} and more"),
+                                  std::string("Once upon a {time}")})
+    check_prefixes(L, text);
+}
+
+TEST_CASE("the forced formats: a JSON list of calls, a named function's arguments", "[openai][tools]") {
+  const std::string list = "[{\"name\": \"a\", \"parameters\": {\"s\": \"[x]\"}}, {\"name\":\"b\",\"parameters\":{}}]";
+  check_whole(ToolCallFormat::json_list, list, {"", {{"a", R"({"s": "[x]"})"}, {"b", "{}"}}});
+  check_whole(ToolCallFormat::json_list, "[{\"name\": \"a\", \"parameters\": {}},", {"[{\"name\": \"a\", \"parameters\": {}},", {}});
+  check_prefixes(ToolCallFormat::json_list, list);
+  const ToolCallScan named = scan_tool_calls(ToolCallFormat::arguments, R"({"city": "Rome"})", true, "get_weather");
+  REQUIRE(named.calls.size() == 1);
+  CHECK(named.calls[0].name == "get_weather");
+  CHECK(named.calls[0].arguments == R"({"city": "Rome"})");
+  CHECK(scan_tool_calls(ToolCallFormat::arguments, R"({"city": "Ro)", true, "get_weather").calls.empty());
+  CHECK(scan_tool_calls(ToolCallFormat::none, "<tool_call>", true).content == "<tool_call>");
+  CHECK(tool_call_parser_named("hermes") == ToolCallFormat::hermes);
+  CHECK(tool_call_parser_named("llama3_json") == ToolCallFormat::llama3_json);
+  CHECK_FALSE(tool_call_parser_named("json_list"));
+}
+
+}  // namespace paged::openai
