@@ -93,9 +93,10 @@ def families():
                           [(16, 64), (36, 64), (80, 256), (120, 256)]),
         # Gemma 3 text: 5 sliding layers (window 16, RoPE base 10^4) to 1 full (base 10^6), q/k norms, (1 + weight)
         # norms, four per layer, GeGLU (tanh GELU), embeddings times sqrt(64), query_pre_attn_scalar 24 (not
-        # head_dim 32), head_dim 32 != hidden / heads (16), GQA 2, tied; no soft-capping.
+        # head_dim 64), head_dim 64 != hidden / heads (16; 64 so that the CUDA runner takes it too), GQA 2, tied; no
+        # soft-capping.
         "gemma3": (Gemma3TextConfig(**gemma3_common, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-                                    num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                                     query_pre_attn_scalar=24,
                                     layer_types=["sliding_attention"] * 5 + ["full_attention"],
                                     rope_parameters={
@@ -103,11 +104,11 @@ def families():
                                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}),
                    gemma3_cases),
         # Gemma 3 with attention and final logit soft-capping (caps small enough to bend the logits of these weights),
-        # hidden 48 (sqrt(48) is not exact), MQA, head_dim 16, linear RoPE scaling (factor 4) on the full layers as
+        # hidden 48 (sqrt(48) is not exact), MQA, head_dim 64, linear RoPE scaling (factor 4) on the full layers as
         # Gemma 3 4B-27B have, 7 layers: sliding, sliding, full, sliding x 3, full.
         "gemma3-softcap": (Gemma3TextConfig(**gemma3_common, hidden_size=48, intermediate_size=96,
                                             num_hidden_layers=7, num_attention_heads=4, num_key_value_heads=1,
-                                            head_dim=16, query_pre_attn_scalar=20,
+                                            head_dim=64, query_pre_attn_scalar=20,
                                             attn_logit_softcapping=1.5, final_logit_softcapping=2.5,
                                             layer_types=["sliding_attention"] * 2 + ["full_attention"] +
                                             ["sliding_attention"] * 3 + ["full_attention"],
