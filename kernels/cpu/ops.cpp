@@ -90,7 +90,7 @@ void reshape_and_cache(const float* k, const float* v, float* k_cache, float* v_
 void paged_attention(float* out, const float* q, const float* k_cache, const float* v_cache,
                      const int32_t* block_tables, const int32_t* query_start, const int32_t* context_lens,
                      int num_seqs, int max_blocks_per_seq, int num_heads, int num_kv_heads, int head_dim,
-                     int block_size, float scale, int window) {
+                     int block_size, float scale, int window, float softcap) {
   const int group = num_heads / num_kv_heads;
   std::vector<float> scores;
   std::vector<float> acc(head_dim);
@@ -110,6 +110,7 @@ void paged_attention(float* out, const float* q, const float* k_cache, const flo
           const int64_t base = ((static_cast<int64_t>(table[j / block_size]) * num_kv_heads + kvh) * block_size +
                                 j % block_size) * head_dim;
           scores[j] = dot(qv, k_cache + base, head_dim) * scale;
+          if (softcap > 0.0f) scores[j] = std::tanh(scores[j] / softcap) * softcap;
           max_score = std::max(max_score, scores[j]);
         }
         float sum = 0.0f;
@@ -139,6 +140,23 @@ void silu_and_mul(float* out, const float* gate_up, int tokens, int inter) {
     float* o = out + static_cast<int64_t>(t) * inter;
     for (int i = 0; i < inter; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   }
+}
+
+void gelu_tanh_and_mul(float* out, const float* gate_up, int tokens, int inter) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int t = 0; t < tokens; ++t) {
+    const float* g = gate_up + static_cast<int64_t>(t) * 2 * inter;
+    const float* u = g + inter;
+    float* o = out + static_cast<int64_t>(t) * inter;
+    for (int i = 0; i < inter; ++i) {
+      const float x = g[i];
+      o[i] = 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x))) * u[i];
+    }
+  }
+}
+
+void soft_cap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
 }
 
 void copy_blocks(float* cache, std::span<const std::pair<int32_t, int32_t>> src_dst, int64_t block_elems) {

@@ -55,7 +55,8 @@ void reshape_and_cache(const float* k,               // [tokens][num_kv_heads][h
 /// attends to every cached position up to and including its own (the cache already holds their K/V).
 /// Covers decode (q_len 1), prefill, chunked prefill and a cached prefix alike. Query head h reads KV head
 /// h / (num_heads / num_kv_heads) (GQA). A sliding window > 0 limits a query at position p to the keys
-/// p - window + 1 .. p (Hugging Face's sliding_window mask); 0 = no limit.
+/// p - window + 1 .. p (Hugging Face's sliding_window mask); 0 = no limit. A softcap > 0 bends every score (q.k times
+/// scale) to softcap * tanh(score / softcap) before the softmax (Gemma's attn_logit_softcapping); 0 = none.
 void paged_attention(float* out,                   // [total_q][num_heads][head_dim]
                      const float* q,               // [total_q][num_heads][head_dim]
                      const float* k_cache,         // [num_blocks][num_kv_heads][block_size][head_dim]
@@ -64,12 +65,21 @@ void paged_attention(float* out,                   // [total_q][num_heads][head_
                      const int32_t* query_start,   // [num_seqs + 1]
                      const int32_t* context_lens,  // [num_seqs]
                      int num_seqs, int max_blocks_per_seq, int num_heads, int num_kv_heads, int head_dim,
-                     int block_size, float scale, int window);
+                     int block_size, float scale, int window, float softcap = 0.0f);
 
 /// out = silu(gate) * up.
 void silu_and_mul(float* out,            // [tokens][inter]
                   const float* gate_up,  // [tokens][2 * inter]: gate in the first half of a row, up in the second
                   int tokens, int inter);
+
+/// out = gelu_tanh(gate) * up, with HF's gelu_pytorch_tanh: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+void gelu_tanh_and_mul(float* out,            // [tokens][inter]
+                       const float* gate_up,  // [tokens][2 * inter]: gate in the first half of a row, up after it
+                       int tokens, int inter);
+
+/// x = cap * tanh(x / cap), in place (Gemma's final_logit_softcapping); cap > 0.
+void soft_cap(float* x,  // [n]
+              int64_t n, float cap);
 
 /// Copies whole blocks inside one cache array (copy-on-write): for each (src, dst), block dst := block src.
 void copy_blocks(float* cache,  // [num_blocks][block_elems]
