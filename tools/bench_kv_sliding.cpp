@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_kv_sliding [--context N] [MODEL_DIR ...]\n");
     return 2;
   }
-  std::printf("KV bytes per token at context %lld (bf16, blocks of 16), per sequence:\n", static_cast<long long>(context));
+  std::printf("KV bytes per token at context %lld (bf16, blocks of 16), per sequence:\n",
+              static_cast<long long>(context));
   std::printf("%-50s %14s %22s %8s\n", "model", "every block", "sliding: window only", "saving");
   for (const auto& [name, config] : models) {
     const paged::KvFootprint f = paged::sequence_kv_bytes(config, context, 16, 2);
