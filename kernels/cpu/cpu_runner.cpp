@@ -155,7 +155,7 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     if (embedding_scale != 1.0f)
       for (int i = 0; i < H; ++i) row[i] *= embedding_scale;
   }
-  const float scale = cfg_.attention_scale(), softcap = static_cast<float>(cfg_.attn_logit_softcap);
+  const float scale = cfg_.attention_scale();
   // A linear layer; emulating FP8, its input rows are rounded through e4m3 first (the weights were at load).
   std::vector<float> quantised;
   const auto linear = [&](float* out, const float* x, const std::vector<float>& w, const std::vector<float>& bias,
@@ -188,7 +188,7 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     cpu::reshape_and_cache(k.data(), v.data(), k_cache_[l].get(), v_cache_[l].get(), slots.data(), T, nkv, D, B);
     cpu::paged_attention(attn.data(), q.data(), k_cache_[l].get(), v_cache_[l].get(), tables.data(),
                          query_start.data(), context_lens.data(), static_cast<int>(batch.seqs.size()),
-                         static_cast<int>(max_blocks), nh, nkv, D, B, scale, cfg_.sliding_window(l), softcap);
+                         static_cast<int>(max_blocks), nh, nkv, D, B, scale, cfg_.sliding_window(l));
     linear(proj.data(), attn.data(), L.wo, L.bo, H, nh * D);
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     // Gemma's sandwich: each sublayer's output is normed before it joins the residual stream.

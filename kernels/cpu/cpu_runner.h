@@ -1,7 +1,8 @@
 // The CPU executor's model: Llama-family forward pass in float32 over a paged KV cache, plus sampling. Covers the
 // families of model/loader/config.h: q/k head norms (Qwen3), partial rotary and LongRoPE (Phi-3), sliding-window
 // layers (every block of a sequence stays in its table; a sliding layer reads only the window's positions), Gemma 3
-// (four (1 + weight) norms per layer, GeGLU, scaled embeddings, soft-capping, the sliding layers' own RoPE).
+// (four (1 + weight) norms per layer, GeGLU, scaled embeddings, the final logits' soft-cap, the sliding layers' own
+// RoPE).
 #pragma once
 
 #include <chrono>

@@ -90,7 +90,7 @@ void reshape_and_cache(const float* k, const float* v, float* k_cache, float* v_
 void paged_attention(float* out, const float* q, const float* k_cache, const float* v_cache,
                      const int32_t* block_tables, const int32_t* query_start, const int32_t* context_lens,
                      int num_seqs, int max_blocks_per_seq, int num_heads, int num_kv_heads, int head_dim,
-                     int block_size, float scale, int window, float softcap) {
+                     int block_size, float scale, int window) {
   const int group = num_heads / num_kv_heads;
   std::vector<float> scores;
   std::vector<float> acc(head_dim);
@@ -110,7 +110,6 @@ void paged_attention(float* out, const float* q, const float* k_cache, const flo
           const int64_t base = ((static_cast<int64_t>(table[j / block_size]) * num_kv_heads + kvh) * block_size +
                                 j % block_size) * head_dim;
           scores[j] = dot(qv, k_cache + base, head_dim) * scale;
-          if (softcap > 0.0f) scores[j] = std::tanh(scores[j] / softcap) * softcap;
           max_score = std::max(max_score, scores[j]);
         }
         float sum = 0.0f;

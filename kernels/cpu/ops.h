@@ -55,8 +55,7 @@ void reshape_and_cache(const float* k,               // [tokens][num_kv_heads][h
 /// attends to every cached position up to and including its own (the cache already holds their K/V).
 /// Covers decode (q_len 1), prefill, chunked prefill and a cached prefix alike. Query head h reads KV head
 /// h / (num_heads / num_kv_heads) (GQA). A sliding window > 0 limits a query at position p to the keys
-/// p - window + 1 .. p (Hugging Face's sliding_window mask); 0 = no limit. A softcap > 0 bends every score (q.k times
-/// scale) to softcap * tanh(score / softcap) before the softmax (Gemma's attn_logit_softcapping); 0 = none.
+/// p - window + 1 .. p (Hugging Face's sliding_window mask); 0 = no limit.
 void paged_attention(float* out,                   // [total_q][num_heads][head_dim]
                      const float* q,               // [total_q][num_heads][head_dim]
                      const float* k_cache,         // [num_blocks][num_kv_heads][block_size][head_dim]
@@ -65,7 +64,7 @@ void paged_attention(float* out,                   // [total_q][num_heads][head_
                      const int32_t* query_start,   // [num_seqs + 1]
                      const int32_t* context_lens,  // [num_seqs]
                      int num_seqs, int max_blocks_per_seq, int num_heads, int num_kv_heads, int head_dim,
-                     int block_size, float scale, int window, float softcap = 0.0f);
+                     int block_size, float scale, int window);
 
 /// out = silu(gate) * up.
 void silu_and_mul(float* out,            // [tokens][inter]

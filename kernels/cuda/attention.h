@@ -4,8 +4,7 @@
 // CPU twin: paged::cpu::paged_attention (kernels/cpu/ops.h), whose semantics both kernels follow: sequence s owns
 // queries query_start[s] .. query_start[s+1]-1 at positions context_lens[s] - q_len .. context_lens[s] - 1, and each
 // attends to every cached position up to and including its own (its own K/V is already in the cache), or, with a
-// sliding window W > 0, to the positions pos - W + 1 .. pos only (the older ones are masked and mostly not read);
-// a soft-cap bends the scores as the twin's does.
+// sliding window W > 0, to the positions pos - W + 1 .. pos only (the older ones are masked and mostly not read).
 // Query head h reads KV head h / (num_heads / num_kv_heads). Inputs and output bf16, arithmetic float32.
 #pragma once
 
@@ -30,8 +29,6 @@ struct PagedAttentionArgs {
   int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;           // usually 1 / sqrt(head_dim)
   int window = 0;               // the layer's sliding window (keys a query sees, its own included); 0 = none
-  float softcap = 0.0f;         // > 0: each score (q.k * scale) becomes softcap * tanh(score / softcap) before the
-                                //   softmax (Gemma's attn_logit_softcapping); 0 = none
 };
 
 /// Decode: query s is sequence s's last token (position context_lens[s] - 1). Grid (num_kv_heads, num_seqs,

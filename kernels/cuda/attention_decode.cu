@@ -145,7 +145,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
   };
 
   const float score_scale = a.scale * kLog2e;  // scores in base 2: softmax uses exp2f
-  const float cap_log2 = a.softcap * kLog2e;
   float o[kTiles][kAcc];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
@@ -208,10 +207,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (int e = 0; e < 2; ++e) {
         const int j = t0 + tile * 8 + 2 * c + e;
         const bool valid = j < len && start + j >= lo;
-        s[tile][e] = valid ? soft_capped_log2(s[tile][e] * score_scale, cap_log2) : -INFINITY;
+        s[tile][e] = valid ? s[tile][e] * score_scale : -INFINITY;
         mx_lo = fmaxf(mx_lo, s[tile][e]);
         if constexpr (kTall) {
-          s[tile][2 + e] = valid ? soft_capped_log2(s[tile][2 + e] * score_scale, cap_log2) : -INFINITY;
+          s[tile][2 + e] = valid ? s[tile][2 + e] * score_scale : -INFINITY;
           mx_hi = fmaxf(mx_hi, s[tile][2 + e]);
         }
       }

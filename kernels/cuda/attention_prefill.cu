@@ -50,7 +50,6 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   const float q_scale = a.scale * kLog2e;
-  const float cap_log2 = a.softcap * kLog2e;
   for (int i = threadIdx.x; i < kRows * kVecs; i += kPrefillThreads) {
     const int r = i / kVecs, c = (i % kVecs) * 8;
     const int row = row0 + r;
@@ -121,7 +120,7 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
       const int r = warp * kRowsPerWarp + rr, row = row0 + r;
       const int pos = row < num_rows ? first_pos + row / group : -1;
       const int t = t0 + lane;  // causal mask (pos <= ctx - 1 also masks the tail), then the window's
-      ss[r][lane] = t <= pos && (W == 0 || t > pos - W) ? soft_capped_log2(s[rr], cap_log2) : -INFINITY;
+      ss[r][lane] = t <= pos && (W == 0 || t > pos - W) ? s[rr] : -INFINITY;
     }
     __syncthreads();
 

@@ -8,8 +8,8 @@
 // LM head on the sampled rows -> sampling -> one synchronisation for the sampled tokens -> prompt logprobs, when a
 // chunk asks (LM head and score_tokens over at most max_num_seqs rows at a time, one synchronisation each).
 // Gemma 3 adds the post norms of both sublayers' outputs (into post_normed), GeGLU for SiLU-and-mul, (1 + weight)
-// norms, scaled embeddings, its sliding layers' RoPE, and the attention and final logit soft-caps; its one-token
-// steps take the GEMMs, not the fused GEMVs.
+// norms, scaled embeddings, its sliding layers' RoPE, and the final logits' soft-cap; its one-token steps take the
+// GEMMs, not the fused GEMVs.
 // Single-token steps on one GPU (one-stream decode) use the GEMVs of kernels/cuda/gemv.h, with the residual adds and
 // SiLU-and-mul inside the projections: norm, QKV, RoPE, attention, O(+residual), norm, gate/up(+SiLU-and-mul),
 // down(+residual); not for a model whose o_proj has a bias (the GEMV adds no bias into the residual). Decode-only
@@ -470,8 +470,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
                              .block_tables = block_tables.device.get(), .query_start = query_start.device.get(),
                              .context_lens = context_lens.device.get(), .num_seqs = plan.seqs,
                              .max_blocks_per_seq = table_stride, .num_heads = heads, .num_kv_heads = kv_heads,
-                             .head_dim = head_dim, .block_size = opt.block_size, .scale = scale,
-                             .softcap = static_cast<float>(cfg.attn_logit_softcap)};
+                             .head_dim = head_dim, .block_size = opt.block_size, .scale = scale};
   // Single-token steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
   // residual stream themselves and gate/up applies SiLU-and-mul, so each norm reads an up-to-date residual.
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.

@@ -65,12 +65,6 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   return total;
 }
 
-// A base-2 attention score (score * log2(e)) after the soft-cap softcap * tanh(score / softcap): with
-// cap_log2 = softcap * log2(e) it is cap_log2 * tanh(s / cap_log2). cap_log2 <= 0: s unchanged.
-__device__ __forceinline__ float soft_capped_log2(float s, float cap_log2) {
-  return cap_log2 > 0.f ? cap_log2 * tanhf(s / cap_log2) : s;
-}
-
 // Lets the next kernel of the stream start now if it was launched with programmatic dependent launch (the GEMVs of
 // gemv.cu are): it prefetches its weights and waits for this grid's results itself (griddepcontrol.wait). A no-op
 // for any other successor, which still starts after this grid completes.

@@ -1,6 +1,7 @@
 // The model's shape, read from a Hugging Face config.json (+ generation_config.json) of the Llama family: Llama,
 // Mistral, Qwen2, Qwen3 (q/k RMSNorm per head), Phi-3 (fused projections, partial rotary, LongRoPE) and Gemma 3 text
-// ((1 + weight) norms, four per layer, GeGLU, scaled embeddings, soft-capping, a RoPE of its own on sliding layers),
+// ((1 + weight) norms, four per layer, GeGLU, scaled embeddings, the final logits' soft-cap, a RoPE of its own on
+// sliding layers),
 // with the sliding-window layers of Mistral / Qwen2 / Qwen3 / Phi-3 / Gemma 3 configs.
 #pragma once
 
@@ -58,7 +59,6 @@ struct ModelConfig {
                                        //   output), pre_feedforward (the MLP's input), post_feedforward (its output)
   double embedding_scale = 1.0;        // Gemma: sqrt(hidden_size); the runner rounds it to its dtype, as HF does
   double query_pre_attn_scalar = 0.0;  // Gemma: attention scale query_pre_attn_scalar^-0.5; 0: head_dim^-0.5
-  double attn_logit_softcap = 0.0;     // scores -> cap * tanh(scores / cap) before the softmax; 0: none
   double final_logit_softcap = 0.0;    // logits -> cap * tanh(logits / cap); 0: none
   double local_rope_theta = 0.0;       // Gemma 3: the RoPE base of its sliding_attention layers (no scaling); 0: none
   std::vector<bool> local_rope_layers; // [num_layers]: the layers that take local_rope_theta; empty: none

@@ -94,7 +94,8 @@ def configs():
             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                              "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}},
             tie_word_embeddings=True, pad_token_id=0, **common),
-        # Gemma 3 with attention and final logit soft-capping (5.0 each: small enough to bend these logits), MQA,
+        # Gemma 3 with final logit soft-capping (5.0: small enough to bend these logits; attn_logit_softcapping is set
+        # too, and neither transformers' Gemma 3 attention nor the engine applies it), MQA,
         # head_dim 64, hidden 576 (sqrt not exact), 7 layers: sliding, sliding, full, sliding x 3, full.
         "gemma3-softcap-hd64": Gemma3TextConfig(
             hidden_size=576, intermediate_size=1536, num_hidden_layers=7, num_attention_heads=4,

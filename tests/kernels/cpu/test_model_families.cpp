@@ -173,28 +173,28 @@ TEST_CASE("model families: the references see the window (without it the logits 
     if (cases.empty()) continue;
     ModelConfig cfg = load_model_config(kFamilyModels + name);
     REQUIRE(cfg.has_sliding_window());
+    const int window = *std::max_element(cfg.sliding_windows.begin(), cfg.sliding_windows.end());
     cfg.sliding_windows.assign(cfg.num_layers, 0);
     const SafeTensors weights(kFamilyModels + name);
     for (const RefCase& c : cases) {
+      if (static_cast<int>(c.prompt.size()) <= window) continue;  // the window hides nothing of a shorter prompt
       INFO(name << ": prompt of " << c.prompt.size());
       CHECK(rel_l2(run_case(cfg, weights, c, 1, 1 << 20).prompt_logits, c.prompt_logits) > 1e-2);
     }
   }
 }
 
-TEST_CASE("model families: the Gemma 3 references see the local RoPE, the soft-caps and the embedding scale",
+TEST_CASE("model families: the Gemma 3 references see the local RoPE, the final soft-cap and the embedding scale",
           "[model][families][gemma]") {
   // Each change of the config alone moves the prompt logits away from HF's: what the runner does with it matters.
   const std::vector<std::pair<std::string, void (*)(ModelConfig&)>> changes = {
       {"local RoPE as the full layers'", [](ModelConfig& m) { m.local_rope_layers.clear(); }},
-      {"no attention soft-cap", [](ModelConfig& m) { m.attn_logit_softcap = 0; }},
       {"no final soft-cap", [](ModelConfig& m) { m.final_logit_softcap = 0; }},
       {"embeddings unscaled", [](ModelConfig& m) { m.embedding_scale = 1; }},
       {"head_dim^-0.5 as attention scale", [](ModelConfig& m) { m.query_pre_attn_scalar = 0; }}};
   const std::vector<RefCase> cases = ref_cases("gemma3-softcap");
   if (cases.empty()) return;
   const ModelConfig cfg = load_model_config(kFamilyModels + "gemma3-softcap");
-  REQUIRE(cfg.attn_logit_softcap > 0);
   REQUIRE(cfg.final_logit_softcap > 0);
   const SafeTensors weights(kFamilyModels + "gemma3-softcap");
   const RefCase& c = cases.back();  // the longest prompt

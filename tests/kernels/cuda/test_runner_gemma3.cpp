@@ -1,6 +1,6 @@
 // The CUDA runner (bf16) against the CPU runner (float32) on the tiny Gemma 3 text checkpoints of tests/models/
 // (tools/gpu/make_family_refs.py: five sliding layers to one full, (1 + weight) norms, four per layer, GeGLU, scaled
-// embeddings, query_pre_attn_scalar, and in gemma3-softcap both soft-caps and linear RoPE on the full layers). The
+// embeddings, query_pre_attn_scalar, and in gemma3-softcap the final soft-cap and linear RoPE on the full layers). The
 // CPU runner follows Hugging Face float32 there (tests/kernels/cpu/test_model_families.cpp), so this checks every
 // Gemma kernel of the CUDA path in place: prefill in two chunks across the window, then one-token steps (the decode
 // graphs) teacher-forced by the CPU's greedy tokens. A folder that is absent is skipped with a warning.
