@@ -392,7 +392,7 @@ int run_ops(std::map<std::string, std::string>& f) {
     return cudaSuccess;
   };
   std::printf("decode ops at batch %d, context %d (Llama-3-8B shapes), back-to-back launches:\n", m, ctx);
-  time("add_rms_norm", 0, kCublas, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, s); });
+  time("add_rms_norm", 0, kCublas, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, 0.0f, s); });
   time("gemm qkv", 2.0 * qkv_dim * H, kCublas,
        [&] { return gemm.linear(qkv, normed, w_qkv, nullptr, m, qkv_dim, H, false, s); });
   time("rope_and_cache", 0, kBoth, [&] {
@@ -406,13 +406,13 @@ int run_ops(std::map<std::string, std::string>& f) {
   }
   time("gemm o", 2.0 * H * heads * D, kCublas,
        [&] { return gemm.linear(x, attn, w_o, nullptr, m, H, heads * D, false, s); });
-  time("add_rms_norm", 0, kCublas, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, s); });
+  time("add_rms_norm", 0, kCublas, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, 0.0f, s); });
   time("gemm gate_up", 4.0 * I * H, kCublas,
        [&] { return gemm.linear(gu, normed, w_gu, nullptr, m, 2 * I, H, false, s); });
   time("silu_and_mul", 0, kCublas, [&] { return cuda::silu_and_mul(act, gu, m, I, s); });
   time("gemm down", 2.0 * H * I, kCublas, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
   gemv_layer_us += time("rms_norm (twice a GEMV layer)", 0, kGemv,
-                        [&] { return cuda::rms_norm(normed, res, norm_w, m, H, 1e-5f, s); });
+                        [&] { return cuda::rms_norm(normed, res, norm_w, m, H, 1e-5f, 0.0f, s); });
   time("gemv qkv", 2.0 * qkv_dim * H, kGemv,
        [&] { return gemv(qkv, normed, w_qkv, qkv_dim, H, cuda::GemvOutput::kStore); });
   time("gemv o (+residual)", 2.0 * H * heads * D, kGemv,

@@ -51,21 +51,31 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
   local_kv_heads_ = map.kv_heads;
   local_inter_ = map.intermediate;
 
+  // A norm's weights as it scales by them: Gemma's 1 + weight, in float32 as HF computes it.
+  const auto read_norm = [&](const RankParam& param) {
+    std::vector<float> weight = read_param(w, param);
+    if (cfg_.norm_plus_one)
+      for (float& x : weight) x += 1.0f;
+    return weight;
+  };
   embed_ = read_param(w, map.embed);
-  final_norm_ = read_param(w, map.final_norm);
+  final_norm_ = read_norm(map.final_norm);
   lm_head_ = read_param(w, map.lm_head);
   inv_freq_ = cfg_.rope_inv_freq(opt_.max_model_len);
+  if (!cfg_.local_rope_layers.empty()) local_inv_freq_ = cfg_.local_rope_inv_freq();
 
   layers_.resize(cfg_.num_layers);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const RankLayer& M = map.layers[l];
     CpuLayerWeights& L = layers_[l];
-    L.attn_norm = read_param(w, M.attn_norm);
-    L.ffn_norm = read_param(w, M.ffn_norm);
+    L.attn_norm = read_norm(M.attn_norm);
+    L.ffn_norm = read_norm(M.ffn_norm);
+    L.post_attn_norm = read_norm(M.post_attn_norm);
+    L.post_ffn_norm = read_norm(M.post_ffn_norm);
     L.wqkv = read_param(w, M.wqkv);
     L.bqkv = read_param(w, M.bqkv);
-    L.q_norm = read_param(w, M.q_norm);
-    L.k_norm = read_param(w, M.k_norm);
+    L.q_norm = read_norm(M.q_norm);
+    L.k_norm = read_norm(M.k_norm);
     L.wo = read_param(w, M.wo);
     L.bo = read_param(w, M.bo);
     L.w_gate_up = read_param(w, M.w_gate_up);
@@ -140,10 +150,15 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
   std::vector<float> q(int64_t{T} * nh * D), k(int64_t{T} * nkv * D), v(int64_t{T} * nkv * D);
   std::vector<float> attn(int64_t{T} * nh * D), proj(int64_t{T} * H);
   std::vector<float> gate_up(int64_t{T} * 2 * local_inter_), act(int64_t{T} * local_inter_);
+  // Gemma scales the embeddings by sqrt(hidden) rounded to the model's dtype (here float32), as HF does.
+  const float embedding_scale = static_cast<float>(cfg_.embedding_scale);
   for (int t = 0; t < T; ++t) {
-    std::memcpy(&residual[int64_t{t} * H], &embed_[int64_t{tokens[t]} * H], sizeof(float) * H);
+    float* row = &residual[int64_t{t} * H];
+    std::memcpy(row, &embed_[int64_t{tokens[t]} * H], sizeof(float) * H);
+    if (embedding_scale != 1.0f)
+      for (int i = 0; i < H; ++i) row[i] *= embedding_scale;
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = cfg_.attention_scale();
   // A linear layer; emulating FP8, its input rows are rounded through e4m3 first (the weights were at load).
   std::vector<float> quantised;
   const auto linear = [&](float* out, const float* x, const std::vector<float>& w, const std::vector<float>& bias,
@@ -166,12 +181,13 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
       std::memcpy(&k[int64_t{t} * nkv * D], row + nh * D, sizeof(float) * nkv * D);
       std::memcpy(&v[int64_t{t} * nkv * D], row + (nh + nkv) * D, sizeof(float) * nkv * D);
     }
-    if (!L.q_norm.empty()) {  // Qwen3: RMSNorm over each head (rows of head_dim), before RoPE
+    if (!L.q_norm.empty()) {  // Qwen3, Gemma 3: RMSNorm over each head (rows of head_dim), before RoPE
       cpu::rms_norm(q.data(), q.data(), L.q_norm.data(), T * nh, D, eps);
       cpu::rms_norm(k.data(), k.data(), L.k_norm.data(), T * nkv, D, eps);
     }
-    cpu::rope(q.data(), k.data(), positions.data(), inv_freq_.data(), T, nh, nkv, D, cfg_.rotary_dims(),
-              static_cast<float>(cfg_.rope_scaling.attention_factor));
+    const bool local_rope = cfg_.uses_local_rope(l);  // Gemma 3's sliding layers: their own base, no scaling
+    cpu::rope(q.data(), k.data(), positions.data(), local_rope ? local_inv_freq_.data() : inv_freq_.data(), T, nh,
+              nkv, D, cfg_.rotary_dims(), local_rope ? 1.0f : static_cast<float>(cfg_.rope_scaling.attention_factor));
     if (opt_.fp8_kv) {  // each token's K and V heads rounded as the CUDA runner's FP8 cache stores them
       cpu::fake_quantize_rows_fp8(k.data(), int64_t{T} * nkv, D);
       cpu::fake_quantize_rows_fp8(v.data(), int64_t{T} * nkv, D);
@@ -182,6 +198,8 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
                          static_cast<int>(max_blocks), nh, nkv, D, B, scale, cfg_.sliding_window(l));
     linear(proj.data(), attn.data(), L.wo, L.bo, H, nh * D);
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
+    // Gemma's sandwich: each sublayer's output is normed before it joins the residual stream.
+    if (!L.post_attn_norm.empty()) cpu::rms_norm(proj.data(), proj.data(), L.post_attn_norm.data(), T, H, eps);
     cpu::add_rms_norm(h.data(), residual.data(), proj.data(), L.ffn_norm.data(), T, H, eps);
     if (cfg_.is_moe()) {
       cpu::moe_mlp(proj.data(), h.data(), T, H,
@@ -190,10 +208,14 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
                     .renormalize = cfg_.moe.renormalize});
     } else {
       linear(gate_up.data(), h.data(), L.w_gate_up, {}, 2 * local_inter_, H);
-      cpu::silu_and_mul(act.data(), gate_up.data(), T, local_inter_);
+      if (cfg_.activation == Activation::gelu_tanh)
+        cpu::gelu_tanh_and_mul(act.data(), gate_up.data(), T, local_inter_);
+      else
+        cpu::silu_and_mul(act.data(), gate_up.data(), T, local_inter_);
       linear(proj.data(), act.data(), L.w_down, {}, H, local_inter_);
     }
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
+    if (!L.post_ffn_norm.empty()) cpu::rms_norm(proj.data(), proj.data(), L.post_ffn_norm.data(), T, H, eps);
     for (size_t i = 0; i < residual.size(); ++i) residual[i] += proj[i];
   }
 
@@ -207,6 +229,8 @@ void CpuModelRunner::logits_of(const float* hidden, std::vector<float>& out) con
   out.resize(cfg_.vocab_size);
   cpu::linear(out.data(), normed.data(), lm_head_.empty() ? embed_.data() : lm_head_.data(), nullptr, 1,
               cfg_.vocab_size, H);
+  if (cfg_.final_logit_softcap > 0.0)
+    cpu::soft_cap(out.data(), cfg_.vocab_size, static_cast<float>(cfg_.final_logit_softcap));
 }
 
 std::vector<std::vector<float>> CpuModelRunner::forward(const StepBatch& batch) {

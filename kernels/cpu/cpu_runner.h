@@ -1,7 +1,8 @@
 // The CPU executor's model: Llama-family forward pass in float32 over a paged KV cache, plus sampling. Covers the
 // families of model/loader/config.h: q/k head norms (Qwen3), partial rotary and LongRoPE (Phi-3), sliding-window
-// layers (every block of a sequence stays in its table; a sliding layer reads only the window's positions), and the
-// mixtures of experts of Mixtral / Qwen3-MoE (kernels/cpu/moe.h; each expert sharded as a dense MLP).
+// layers (every block of a sequence stays in its table; a sliding layer reads only the window's positions), Gemma 3
+// (four (1 + weight) norms per layer, GeGLU, scaled embeddings, the final logits' soft-cap, the sliding layers' own
+// RoPE), and the mixtures of experts of Mixtral / Qwen3-MoE (kernels/cpu/moe.h; each expert sharded as a dense MLP).
 #pragma once
 
 #include <chrono>
@@ -42,7 +43,8 @@ struct CpuRunnerOptions {
 /// gate/up column-parallel (whole KV heads with their query heads per rank), o_proj and down_proj row-parallel;
 /// embedding, norms and LM head replicated.
 struct CpuLayerWeights {
-  std::vector<float> attn_norm, ffn_norm;  // [hidden]
+  std::vector<float> attn_norm, ffn_norm;  // [hidden]; Gemma's (1 + weight) from here on, as every norm below
+  std::vector<float> post_attn_norm, post_ffn_norm;  // [hidden] each (sandwich_norms), or empty
   std::vector<float> wqkv;                 // [(local_heads + 2 * local_kv_heads) * head_dim][hidden]
   std::vector<float> bqkv;                 // same rows, or empty
   std::vector<float> q_norm, k_norm;       // [head_dim] each, or empty (no qk_norm)
@@ -93,7 +95,7 @@ class CpuModelRunner final : public ModelRunner {
   int local_heads_, local_kv_heads_, local_inter_;
   std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<CpuLayerWeights> layers_;
-  std::vector<float> inv_freq_;
+  std::vector<float> inv_freq_, local_inv_freq_;  // RoPE of every layer, and of uses_local_rope layers (or empty)
   // Per layer [num_blocks][kv][block][head_dim]. Left uninitialised so that untouched pages (most of a large swap
   // pool) are never committed; a slot is read only after it was written.
   using Buffer = std::unique_ptr<float[]>;

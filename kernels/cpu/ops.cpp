@@ -141,6 +141,23 @@ void silu_and_mul(float* out, const float* gate_up, int tokens, int inter) {
   }
 }
 
+void gelu_tanh_and_mul(float* out, const float* gate_up, int tokens, int inter) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int t = 0; t < tokens; ++t) {
+    const float* g = gate_up + static_cast<int64_t>(t) * 2 * inter;
+    const float* u = g + inter;
+    float* o = out + static_cast<int64_t>(t) * inter;
+    for (int i = 0; i < inter; ++i) {
+      const float x = g[i];
+      o[i] = 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x))) * u[i];
+    }
+  }
+}
+
+void soft_cap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+}
+
 void copy_blocks(float* cache, std::span<const std::pair<int32_t, int32_t>> src_dst, int64_t block_elems) {
   for (const auto& [src, dst] : src_dst)
     std::memcpy(cache + dst * block_elems, cache + src * block_elems, sizeof(float) * block_elems);

@@ -71,6 +71,15 @@ void silu_and_mul(float* out,            // [tokens][inter]
                   const float* gate_up,  // [tokens][2 * inter]: gate in the first half of a row, up in the second
                   int tokens, int inter);
 
+/// out = gelu_tanh(gate) * up, with HF's gelu_pytorch_tanh: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+void gelu_tanh_and_mul(float* out,            // [tokens][inter]
+                       const float* gate_up,  // [tokens][2 * inter]: gate in the first half of a row, up after it
+                       int tokens, int inter);
+
+/// x = cap * tanh(x / cap), in place (Gemma's final_logit_softcapping); cap > 0.
+void soft_cap(float* x,  // [n]
+              int64_t n, float cap);
+
 /// Copies whole blocks inside one cache array (copy-on-write): for each (src, dst), block dst := block src.
 void copy_blocks(float* cache,  // [num_blocks][block_elems]
                  std::span<const std::pair<int32_t, int32_t>> src_dst, int64_t block_elems);

@@ -7,6 +7,9 @@
 // sliding window), O GEMM (+bias), residual + norm, fused gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm ->
 // LM head on the sampled rows -> sampling -> one synchronisation for the sampled tokens -> prompt logprobs, when a
 // chunk asks (LM head and score_tokens over at most max_num_seqs rows at a time, one synchronisation each).
+// Gemma 3 adds the post norms of both sublayers' outputs (into post_normed), GeGLU for SiLU-and-mul, (1 + weight)
+// norms, scaled embeddings, its sliding layers' RoPE, and the final logits' soft-cap; its one-token steps take the
+// GEMMs, not the fused GEMVs.
 // Single-token steps on one GPU (one-stream decode) use the GEMVs of kernels/cuda/gemv.h, with the residual adds and
 // SiLU-and-mul inside the projections: norm, QKV, RoPE, attention, O(+residual), norm, gate/up(+SiLU-and-mul),
 // down(+residual); not for a model whose o_proj has a bias (the GEMV adds no bias into the residual). Mixtures of
@@ -77,7 +80,9 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   inter = cfg.intermediate_size;
   vocab = cfg.vocab_size;
   eps = static_cast<float>(cfg.rms_norm_eps);
-  scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  scale = cfg.attention_scale();
+  norm_offset = cfg.norm_plus_one ? 1.0f : 0.0f;
+  embedding_scale = bf16_to_float(float_to_bf16(static_cast<float>(cfg.embedding_scale)));
   if (head_dim != 64 && head_dim != 128)
     throw ModelError("the CUDA backend supports head_dim 64 and 128, not " + std::to_string(head_dim));
   if (cfg.rotary_dims() % 4 != 0)
@@ -141,6 +146,7 @@ std::vector<WeightSlot> CudaModelRunner::Impl::weight_params() {
     const RankLayer& M = map.layers[l];
     const auto fp8 = [&](Fp8Weight& w) { return opt.fp8_weights ? &w : nullptr; };
     params.insert(params.end(), {{&L.attn_norm, &M.attn_norm}, {&L.ffn_norm, &M.ffn_norm},
+                                 {&L.post_attn_norm, &M.post_attn_norm}, {&L.post_ffn_norm, &M.post_ffn_norm},
                                  {&L.wqkv, &M.wqkv, fp8(L.qkv8)}, {&L.bqkv, &M.bqkv}, {&L.q_norm, &M.q_norm},
                                  {&L.k_norm, &M.k_norm}, {&L.wo, &M.wo, fp8(L.o8)}, {&L.bo, &M.bo},
                                  {&L.w_gate_up, &M.w_gate_up, fp8(L.gate_up8)},
@@ -182,6 +188,12 @@ void CudaModelRunner::Impl::allocate_weights() {
   const std::vector<float> freq = cfg.rope_inv_freq(opt.max_model_len);
   inv_freq = device_alloc<float>(freq.size());
   PAGED_CUDA_CHECK(cudaMemcpy(inv_freq.get(), freq.data(), freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+  if (!cfg.local_rope_layers.empty()) {
+    const std::vector<float> local = cfg.local_rope_inv_freq();
+    local_inv_freq = device_alloc<float>(local.size());
+    PAGED_CUDA_CHECK(
+        cudaMemcpy(local_inv_freq.get(), local.data(), local.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
 }
 
 void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
@@ -280,7 +292,8 @@ void CudaModelRunner::Impl::random_weights(uint64_t seed) {
     fill(p, rows * cols, sqrt3 / std::sqrt(static_cast<float>(fan_in)), 0.0f, shard);
   };
   fill(embed, int64_t{vocab} * hidden, sqrt3, 0.0f, false);
-  fill(final_norm, hidden, 0.0f, 1.0f, false);
+  const float norm_one = 1.0f - norm_offset;  // every norm scales by 1
+  fill(final_norm, hidden, 0.0f, norm_one, false);
   if (!cfg.tie_word_embeddings) linear(lm_head, vocab, hidden, hidden, false);
   // FP8 twins draw the same bf16 values into the staging buffer, then quantise them.
   std::vector<WeightSlot> slots = weight_params();
@@ -294,12 +307,14 @@ void CudaModelRunner::Impl::random_weights(uint64_t seed) {
   };
   const int64_t experts = std::max(1, cfg.moe.num_experts);  // MoE: every expert's gate/up and down; dense: one
   for (LayerWeights& L : layers) {
-    fill(L.attn_norm, hidden, 0.0f, 1.0f, false);
-    fill(L.ffn_norm, hidden, 0.0f, 1.0f, false);
+    fill(L.attn_norm, hidden, 0.0f, norm_one, false);
+    fill(L.ffn_norm, hidden, 0.0f, norm_one, false);
+    if (L.post_attn_norm) fill(L.post_attn_norm, hidden, 0.0f, norm_one, false);
+    if (L.post_ffn_norm) fill(L.post_ffn_norm, hidden, 0.0f, norm_one, false);
     linear_of(&L.wqkv, qkv_dim, hidden, hidden);
     if (L.bqkv) fill(L.bqkv, qkv_dim, 0.1f, 0.0f, true);
-    if (L.q_norm) fill(L.q_norm, head_dim, 0.0f, 1.0f, false);
-    if (L.k_norm) fill(L.k_norm, head_dim, 0.0f, 1.0f, false);
+    if (L.q_norm) fill(L.q_norm, head_dim, 0.0f, norm_one, false);
+    if (L.k_norm) fill(L.k_norm, head_dim, 0.0f, norm_one, false);
     if (L.bo) fill(L.bo, hidden, 0.1f, 0.0f, false);
     linear_of(&L.wo, hidden, int64_t{heads} * head_dim, int64_t{cfg.num_heads} * head_dim);
     linear_of(&L.w_gate_up, experts * 2 * inter, hidden, hidden);
@@ -320,6 +335,7 @@ void CudaModelRunner::Impl::allocate_runtime() {
   proj = device_alloc<bf16>(T * hidden);
   gate_up = device_alloc<bf16>(T * 2 * inter);
   act = device_alloc<bf16>(T * inter);
+  if (cfg.sandwich_norms) post_normed = device_alloc<bf16>(T * hidden);
   if (opt.fp8_weights) {
     act_fp8 = device_alloc<uint8_t>(T * std::max({hidden, inter, heads * head_dim}));
     act_scale = device_alloc<float>(T);
@@ -470,7 +486,8 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   const auto reduce_proj = [&] {
     if (opt.tp_size > 1) opt.comm->all_reduce_sum(proj.get(), size_t(T) * hidden, NcclType::bf16, s);
   };
-  PAGED_CUDA_CHECK(cuda::gather_rows(residual.get(), embed, token_ids.device.get(), T, hidden, vocab, s));
+  PAGED_CUDA_CHECK(
+      cuda::gather_rows(residual.get(), embed, token_ids.device.get(), T, hidden, vocab, embedding_scale, s));
   cuda::PagedAttentionArgs a{.out = attn.get(), .q = qkv.get(), .q_stride = qkv_dim,
                              .k_cache = nullptr, .v_cache = nullptr,  // set per layer
                              .block_tables = block_tables.device.get(), .query_start = query_start.device.get(),
@@ -480,7 +497,14 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   // Single-token steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
   // residual stream themselves and gate/up applies SiLU-and-mul, so each norm reads an up-to-date residual.
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
-  const bool fused = opt.tp_size == 1 && T == 1 && !cfg.o_bias;
+  // Not with Gemma's post norms either: a sublayer's output is normed before it joins the residual stream.
+  const bool fused = opt.tp_size == 1 && T == 1 && !cfg.o_bias && !cfg.sandwich_norms &&
+                     cfg.activation == Activation::silu;
+  // What the next add_rms_norm folds into the residual: `proj`, or with post norms `post_normed`.
+  bf16* sublayer_out = cfg.sandwich_norms ? post_normed.get() : proj.get();
+  const auto post_norm = [&](const bf16* weight) {
+    if (weight) PAGED_CUDA_CHECK(cuda::rms_norm(post_normed.get(), proj.get(), weight, T, hidden, eps, norm_offset, s));
+  };
   const auto gemv = [&](bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int n, int k,
                         cuda::GemvOutput output) {
     const cuda::GemvArgs g{.x = x, .w = w8.q ? nullptr : w, .w_fp8 = w8.q, .w_scale = w8.scale, .bias = bias,
@@ -490,26 +514,29 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
     if (fused) {
-      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, s));
+      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s));
       gemv(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore);
     } else {
       if (l == 0)
-        PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, s));
+        PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s));
       else
-        PAGED_CUDA_CHECK(
-            cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.attn_norm, T, hidden, eps, s));
+        PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.attn_norm, T, hidden, eps,
+                                            norm_offset, s));
       linear(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, T, qkv_dim, hidden);
     }
     if (L.q_norm)
       PAGED_CUDA_CHECK(cuda::head_rms_norm(qkv.get(), L.q_norm, L.k_norm, T, heads, kv_heads, head_dim, qkv_dim, eps,
-                                           s));
-    // The FP8 cache: RoPE in place, then the keys and values quantised into it.
+                                           norm_offset, s));
+    // Gemma 3's sliding layers: their own RoPE base, no scaling. The FP8 cache: RoPE in place, then the keys and
+    // values quantised into it.
+    const bool local_rope = cfg.uses_local_rope(l);
     bf16* const k_bf16 = opt.fp8_kv ? nullptr : k_cache(l);
     bf16* const v_bf16 = opt.fp8_kv ? nullptr : v_cache(l);
     PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_bf16, v_bf16, positions.device.get(), slots.device.get(),
-                                          inv_freq.get(), T, heads, kv_heads, head_dim, cfg.rotary_dims(),
-                                          static_cast<float>(cfg.rope_scaling.attention_factor), opt.block_size,
-                                          qkv_dim, s));
+                                          local_rope ? local_inv_freq.get() : inv_freq.get(), T, heads, kv_heads,
+                                          head_dim, cfg.rotary_dims(),
+                                          local_rope ? 1.0f : static_cast<float>(cfg.rope_scaling.attention_factor),
+                                          opt.block_size, qkv_dim, s));
     if (opt.fp8_kv) {
       auto* const k8 = reinterpret_cast<uint8_t*>(kv.block(2 * l, 0));
       auto* const v8 = reinterpret_cast<uint8_t*>(kv.block(2 * l + 1, 0));
@@ -529,7 +556,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     if (fused) {
       gemv(residual.get(), attn.get(), L.wo, L.o8, nullptr, hidden, heads * head_dim,
            cuda::GemvOutput::kAddToResidual);
-      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.ffn_norm, T, hidden, eps, s));
+      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.ffn_norm, T, hidden, eps, norm_offset, s));
       if (cfg.is_moe()) {
         moe_mlp(residual.get(), normed.get(), L, T, true);
         continue;
@@ -540,29 +567,43 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     }
     linear(proj.get(), attn.get(), L.wo, L.o8, L.bo, T, hidden, heads * head_dim);
     reduce_proj();
-    PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), L.ffn_norm, T, hidden, eps, s));
+    post_norm(L.post_attn_norm);
+    PAGED_CUDA_CHECK(
+        cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.ffn_norm, T, hidden, eps, norm_offset, s));
     if (cfg.is_moe()) {
       moe_mlp(proj.get(), normed.get(), L, T, false);
     } else {
       linear(gate_up.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, T, 2 * inter, hidden);
-      PAGED_CUDA_CHECK(cuda::silu_and_mul(act.get(), gate_up.get(), T, inter, s));
+      if (cfg.activation == Activation::gelu_tanh)
+        PAGED_CUDA_CHECK(cuda::gelu_tanh_and_mul(act.get(), gate_up.get(), T, inter, s));
+      else
+        PAGED_CUDA_CHECK(cuda::silu_and_mul(act.get(), gate_up.get(), T, inter, s));
       linear(proj.get(), act.get(), L.w_down, L.down8, nullptr, T, hidden, inter);
     }
     reduce_proj();
+    post_norm(L.post_ffn_norm);
   }
   if (opt.tp_rank != 0) return;  // only rank 0 computes logits
   if (fused)
-    PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), final_norm, T, hidden, eps, s));
+    PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), final_norm, T, hidden, eps, norm_offset, s));
   else
-    PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), proj.get(), final_norm, T, hidden, eps, s));
+    PAGED_CUDA_CHECK(
+        cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, final_norm, T, hidden, eps, norm_offset, s));
   if (plan.logits_rows == 0) return;
   const bf16* rows = normed.get();
   if (!plan.decode) {
     PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), last_rows.device.get(), plan.logits_rows,
-                                       hidden, T, s));
+                                       hidden, T, 1.0f, s));
     rows = last_hidden.get();
   }
-  PAGED_CUDA_CHECK(gemm->linear(logits.get(), rows, lm_head, nullptr, plan.logits_rows, vocab, hidden, true, s));
+  lm_head_logits(rows, plan.logits_rows);
+}
+
+void CudaModelRunner::Impl::lm_head_logits(const bf16* rows, int n) {
+  PAGED_CUDA_CHECK(gemm->linear(logits.get(), rows, lm_head, nullptr, n, vocab, hidden, true, compute));
+  if (cfg.final_logit_softcap > 0.0)
+    PAGED_CUDA_CHECK(
+        cuda::soft_cap(logits.get(), int64_t{n} * vocab, static_cast<float>(cfg.final_logit_softcap), compute));
 }
 
 void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {

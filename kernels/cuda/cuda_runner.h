@@ -1,4 +1,5 @@
-// The CUDA executor's model: the Llama-family forward pass (Llama 2/3, Mistral, Qwen2) in bf16 on one GPU, over a
+// The CUDA executor's model: the Llama-family forward pass (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3, Gemma 3 text
+// with head_dim 64 or 128) in bf16 on one GPU, over a
 // paged KV pool sized from the device's free memory, with a pinned host pool for swapped blocks, CUDA graphs for
 // decode steps and sampling on the GPU. One runner is also one rank of a tensor-parallel group (one GPU each, an
 // NCCL all-reduce between them), sharded as CpuModelRunner is. Host C++ includes this header; the CUDA types stay

@@ -17,17 +17,28 @@ cudaError_t bad_width(const char* kernel, const char* what, int width) {
                                                    " must be a positive multiple of 8 with 16-byte aligned pointers");
 }
 
-// grid: (n); block: kRowThreads. Block i copies row rows[i] of the table in 16-byte vectors.
+// grid: (n); block: kRowThreads. Block i copies row rows[i] of the table in 16-byte vectors, times scale unless it
+// is 1.
 __global__ void __launch_bounds__(kRowThreads)
     gather_rows_kernel(bf16* __restrict__ out, const bf16* __restrict__ table, const int32_t* __restrict__ rows,
-                       int width, int table_rows) {
+                       int width, int table_rows, float scale) {
   const int32_t r = rows[blockIdx.x];
   bf16* dst = out + static_cast<int64_t>(blockIdx.x) * width;  // int64: n * width can pass 2^31
   const bool valid = r >= 0 && r < table_rows;
   const bf16* src = table + static_cast<int64_t>(valid ? r : 0) * width;
   Bf16x8 zero;
   for (int i = 0; i < 4; ++i) zero.h[i] = __floats2bfloat162_rn(0.f, 0.f);
-  for (int i = threadIdx.x * 8; i < width; i += blockDim.x * 8) store_bf16x8(dst + i, valid ? load_bf16x8(src + i) : zero);
+  for (int i = threadIdx.x * 8; i < width; i += blockDim.x * 8) {
+    Bf16x8 v = valid ? load_bf16x8(src + i) : zero;
+    if (scale != 1.0f) {
+      float f[8];
+      bf16x8_to_float(v, f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] *= scale;
+      v = float_to_bf16x8(f);
+    }
+    store_bf16x8(dst + i, v);
+  }
 }
 
 // grid: (rows); block: kRowThreads. Block r normalises row r. With kAdd, residual[r] += x[r] first and the rounded
@@ -35,7 +46,7 @@ __global__ void __launch_bounds__(kRowThreads)
 template <bool kAdd>
 __global__ void __launch_bounds__(kRowThreads)
     rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ residual, const bf16* __restrict__ x,
-                    const bf16* __restrict__ weight, int hidden, float eps) {
+                    const bf16* __restrict__ weight, int hidden, float eps, float weight_offset) {
   allow_dependent_launch();  // the projection after the norm may start streaming its weights
   __shared__ float scratch[kRowThreads / 32];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * hidden;
@@ -63,7 +74,7 @@ __global__ void __launch_bounds__(kRowThreads)
     bf16x8_to_float(load_bf16x8(src + i), v);
     bf16x8_to_float(load_bf16x8(weight + i), w);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = w[j] * (v[j] * inv);
+    for (int j = 0; j < 8; ++j) v[j] = (w[j] + weight_offset) * (v[j] * inv);
     store_bf16x8(out + row + i, float_to_bf16x8(v));
   }
 }
@@ -76,7 +87,7 @@ constexpr int kHeadsPerBlock = 8;  // head_rms_norm: one warp per head
 __global__ void __launch_bounds__(32 * kHeadsPerBlock)
     head_rms_norm_kernel(bf16* __restrict__ qkv, const bf16* __restrict__ q_weight,
                          const bf16* __restrict__ k_weight, int num_heads, int num_kv_heads, int head_dim,
-                         int64_t qkv_stride, float eps) {
+                         int64_t qkv_stride, float eps, float weight_offset) {
   const int head = blockIdx.y * kHeadsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (head >= num_heads + num_kv_heads) return;
   bf16* x = qkv + blockIdx.x * qkv_stride + static_cast<int64_t>(head) * head_dim;
@@ -91,13 +102,18 @@ __global__ void __launch_bounds__(32 * kHeadsPerBlock)
   for (int i = 2 * lane; i < head_dim; i += 64) {
     const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x + i));
     const float2 w = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(weight + i));
-    *reinterpret_cast<__nv_bfloat162*>(x + i) = __floats2bfloat162_rn(w.x * (v.x * inv), w.y * (v.y * inv));
+    *reinterpret_cast<__nv_bfloat162*>(x + i) =
+        __floats2bfloat162_rn((w.x + weight_offset) * (v.x * inv), (w.y + weight_offset) * (v.y * inv));
   }
 }
 
+// The gate's activation of a gated MLP.
+enum class GateActivation { kSilu, kGeluTanh };
+
 // grid: (ceil(tokens * inter / 8 / kRowThreads)); block: kRowThreads. One thread per 8 outputs.
+template <GateActivation kAct>
 __global__ void __launch_bounds__(kRowThreads)
-    silu_and_mul_kernel(bf16* __restrict__ out, const bf16* __restrict__ gate_up, int64_t tokens, int inter) {
+    act_and_mul_kernel(bf16* __restrict__ out, const bf16* __restrict__ gate_up, int64_t tokens, int inter) {
   const int64_t vec = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int vecs_per_row = inter / 8;
   if (vec >= tokens * vecs_per_row) return;
@@ -107,41 +123,66 @@ __global__ void __launch_bounds__(kRowThreads)
   bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + c), g);
   bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + inter + c), u);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+  for (int j = 0; j < 8; ++j) {
+    if constexpr (kAct == GateActivation::kSilu) {
+      g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    } else {
+      const float x = g[j];  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+      g[j] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[j];
+    }
+  }
   store_bf16x8(out + t * inter + c, float_to_bf16x8(g));
+}
+
+template <GateActivation kAct>
+cudaError_t act_and_mul(const char* name, bf16* out, const bf16* gate_up, int tokens, int inter,
+                        cudaStream_t stream) {
+  if (inter <= 0 || inter % 8 != 0 || !aligned16(out) || !aligned16(gate_up)) return bad_width(name, "inter", inter);
+  if (tokens <= 0) return cudaSuccess;
+  const int64_t vecs = static_cast<int64_t>(tokens) * (inter / 8);
+  const auto blocks = static_cast<unsigned>((vecs + kRowThreads - 1) / kRowThreads);
+  act_and_mul_kernel<kAct><<<blocks, kRowThreads, 0, stream>>>(out, gate_up, tokens, inter);
+  return cudaGetLastError();
+}
+
+// grid: (ceil(n / kRowThreads)); block: kRowThreads. One element per thread.
+__global__ void __launch_bounds__(kRowThreads) soft_cap_kernel(float* __restrict__ x, int64_t n, float cap) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = tanhf(x[i] / cap) * cap;
 }
 
 }  // namespace
 
 cudaError_t gather_rows(bf16* out, const bf16* table, const int32_t* rows, int n, int width, int table_rows,
-                        cudaStream_t stream) {
+                        float scale, cudaStream_t stream) {
   if (width <= 0 || width % 8 != 0 || !aligned16(out) || !aligned16(table)) return bad_width("gather_rows", "width", width);
   if (n <= 0) return cudaSuccess;
-  gather_rows_kernel<<<n, kRowThreads, 0, stream>>>(out, table, rows, width, table_rows);
+  gather_rows_kernel<<<n, kRowThreads, 0, stream>>>(out, table, rows, width, table_rows, scale);
   return cudaGetLastError();
 }
 
 cudaError_t rms_norm(bf16* out, const bf16* x, const bf16* weight, int rows, int hidden, float eps,
-                     cudaStream_t stream) {
+                     float weight_offset, cudaStream_t stream) {
   if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(weight))
     return bad_width("rms_norm", "hidden", hidden);
   if (rows <= 0) return cudaSuccess;
-  rms_norm_kernel<false><<<rows, kRowThreads, 0, stream>>>(out, nullptr, x, weight, hidden, eps);
+  rms_norm_kernel<false><<<rows, kRowThreads, 0, stream>>>(out, nullptr, x, weight, hidden, eps, weight_offset);
   return cudaGetLastError();
 }
 
 cudaError_t add_rms_norm(bf16* out, bf16* residual, const bf16* x, const bf16* weight, int rows, int hidden,
-                         float eps, cudaStream_t stream) {
+                         float eps, float weight_offset, cudaStream_t stream) {
   if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(residual) || !aligned16(x) ||
       !aligned16(weight))
     return bad_width("add_rms_norm", "hidden", hidden);
   if (rows <= 0) return cudaSuccess;
-  rms_norm_kernel<true><<<rows, kRowThreads, 0, stream>>>(out, residual, x, weight, hidden, eps);
+  rms_norm_kernel<true><<<rows, kRowThreads, 0, stream>>>(out, residual, x, weight, hidden, eps, weight_offset);
   return cudaGetLastError();
 }
 
 cudaError_t head_rms_norm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int tokens, int num_heads,
-                          int num_kv_heads, int head_dim, int64_t qkv_stride, float eps, cudaStream_t stream) {
+                          int num_kv_heads, int head_dim, int64_t qkv_stride, float eps, float weight_offset,
+                          cudaStream_t stream) {
   if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > 256 || qkv_stride % 2 != 0 ||
       qkv_stride < static_cast<int64_t>(num_heads + num_kv_heads) * head_dim)
     return launch_failure(cudaErrorInvalidValue, "head_rms_norm: head_dim " + std::to_string(head_dim) +
@@ -150,17 +191,22 @@ cudaError_t head_rms_norm(bf16* qkv, const bf16* q_weight, const bf16* k_weight,
   if (tokens <= 0 || num_heads + num_kv_heads <= 0) return cudaSuccess;
   const dim3 grid(tokens, (num_heads + num_kv_heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
   head_rms_norm_kernel<<<grid, 32 * kHeadsPerBlock, 0, stream>>>(qkv, q_weight, k_weight, num_heads, num_kv_heads,
-                                                                 head_dim, qkv_stride, eps);
+                                                                 head_dim, qkv_stride, eps, weight_offset);
   return cudaGetLastError();
 }
 
 cudaError_t silu_and_mul(bf16* out, const bf16* gate_up, int tokens, int inter, cudaStream_t stream) {
-  if (inter <= 0 || inter % 8 != 0 || !aligned16(out) || !aligned16(gate_up))
-    return bad_width("silu_and_mul", "inter", inter);
-  if (tokens <= 0) return cudaSuccess;
-  const int64_t vecs = static_cast<int64_t>(tokens) * (inter / 8);
-  const auto blocks = static_cast<unsigned>((vecs + kRowThreads - 1) / kRowThreads);
-  silu_and_mul_kernel<<<blocks, kRowThreads, 0, stream>>>(out, gate_up, tokens, inter);
+  return act_and_mul<GateActivation::kSilu>("silu_and_mul", out, gate_up, tokens, inter, stream);
+}
+
+cudaError_t gelu_tanh_and_mul(bf16* out, const bf16* gate_up, int tokens, int inter, cudaStream_t stream) {
+  return act_and_mul<GateActivation::kGeluTanh>("gelu_tanh_and_mul", out, gate_up, tokens, inter, stream);
+}
+
+cudaError_t soft_cap(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (!(cap > 0.0f)) return launch_failure(cudaErrorInvalidValue, "soft_cap: cap must be > 0");
+  if (n <= 0) return cudaSuccess;
+  soft_cap_kernel<<<static_cast<unsigned>((n + kRowThreads - 1) / kRowThreads), kRowThreads, 0, stream>>>(x, n, cap);
   return cudaGetLastError();
 }
 

@@ -1,8 +1,10 @@
-// Row-wise kernels of the Llama layer on bf16 activations: embedding lookup / row gather, RMSNorm (alone, fused
-// with the residual add, and per attention head: Qwen3's q/k norms), SiLU-and-mul. Arithmetic in float32, results
-// rounded to bf16 once.
-// CPU twins: kernels/cpu/ops.h (rms_norm, add_rms_norm, silu_and_mul; head_rms_norm is rms_norm over rows of
-// head_dim); gather_rows is a plain row copy.
+// Row-wise kernels of the Llama layer on bf16 activations: embedding lookup / row gather (scaled: Gemma's
+// embeddings), RMSNorm (alone, fused with the residual add, and per attention head: Qwen3's and Gemma 3's q/k
+// norms; Gemma's (1 + weight) through weight_offset 1), SiLU-and-mul and GeGLU (tanh GELU-and-mul), and the soft-cap
+// of float32 logits. Arithmetic in float32, results rounded to bf16 once.
+// CPU twins: kernels/cpu/ops.h (rms_norm, add_rms_norm with the weights plus weight_offset, silu_and_mul,
+// gelu_tanh_and_mul, soft_cap; head_rms_norm is rms_norm over rows of head_dim); gather_rows is a row copy times
+// scale.
 // Every launcher enqueues on `stream` and returns the launch status; widths must be multiples of 8 (16-byte vectors)
 // and pointers 16-byte aligned, otherwise cudaErrorInvalidValue with a message (describe_launch_error).
 #pragma once
@@ -13,39 +15,49 @@
 
 namespace paged::cuda {
 
-/// out[i] = table[rows[i]] for i < n; an index outside [0, table_rows) gives a zero row. The embedding lookup
-/// (table = embed_tokens, rows = token ids) and the pick of the rows to sample before the LM head.
+/// out[i] = table[rows[i]] * scale for i < n, rounded to bf16 (scale 1: a copy); an index outside [0, table_rows)
+/// gives a zero row. The embedding lookup (table = embed_tokens, rows = token ids, scale = Gemma's sqrt(hidden) as
+/// bf16 rounds it, else 1) and the pick of the rows to sample before the LM head.
 cudaError_t gather_rows(bf16* out,            // [n][width]
                         const bf16* table,    // [table_rows][width]
                         const int32_t* rows,  // [n]
-                        int n, int width, int table_rows, cudaStream_t stream);
+                        int n, int width, int table_rows, float scale, cudaStream_t stream);
 
-/// out = x / sqrt(mean(x^2) + eps) * weight, per row.
-cudaError_t rms_norm(bf16* out,           // [rows][hidden]
+/// out = x / sqrt(mean(x^2) + eps) * (weight + weight_offset), per row (weight_offset: 0, or Gemma's 1).
+cudaError_t rms_norm(bf16* out,           // [rows][hidden], may not alias x
                      const bf16* x,       // [rows][hidden]
                      const bf16* weight,  // [hidden]
-                     int rows, int hidden, float eps, cudaStream_t stream);
+                     int rows, int hidden, float eps, float weight_offset, cudaStream_t stream);
 
-/// residual += x, rounded to bf16 (the residual stream is bf16, as in HF), then out = rms_norm(residual) * weight.
-/// out may not alias residual or x.
+/// residual += x, rounded to bf16 (the residual stream is bf16, as in HF), then
+/// out = rms_norm(residual) * (weight + weight_offset). out may not alias residual or x.
 cudaError_t add_rms_norm(bf16* out,           // [rows][hidden]
                          bf16* residual,      // [rows][hidden], updated in place
                          const bf16* x,       // [rows][hidden]
                          const bf16* weight,  // [hidden]
-                         int rows, int hidden, float eps, cudaStream_t stream);
+                         int rows, int hidden, float eps, float weight_offset, cudaStream_t stream);
 
-/// Qwen3's q_norm / k_norm, in place on the fused QKV rows: every query head x of a token becomes
-/// x / sqrt(mean(x^2) + eps) * q_weight, every key head likewise with k_weight; value heads are left alone. Grid
-/// (tokens, ceil((num_heads + num_kv_heads) / 8)), one warp per head. head_dim even and at most 256.
+/// Qwen3's and Gemma 3's q_norm / k_norm, in place on the fused QKV rows: every query head x of a token becomes
+/// x / sqrt(mean(x^2) + eps) * (q_weight + weight_offset), every key head likewise with k_weight; value heads are
+/// left alone. Grid (tokens, ceil((num_heads + num_kv_heads) / 8)), one warp per head. head_dim even and at most 256.
 cudaError_t head_rms_norm(bf16* qkv,              // [tokens][qkv_stride]: q heads, k heads, v heads of head_dim
                           const bf16* q_weight,   // [head_dim]
                           const bf16* k_weight,   // [head_dim]
                           int tokens, int num_heads, int num_kv_heads, int head_dim, int64_t qkv_stride, float eps,
-                          cudaStream_t stream);
+                          float weight_offset, cudaStream_t stream);
 
 /// out = silu(gate) * up.
 cudaError_t silu_and_mul(bf16* out,            // [tokens][inter]
                          const bf16* gate_up,  // [tokens][2 * inter]: gate in the first half of a row, up after it
                          int tokens, int inter, cudaStream_t stream);
+
+/// out = gelu_tanh(gate) * up (HF's gelu_pytorch_tanh: Gemma's GeGLU).
+cudaError_t gelu_tanh_and_mul(bf16* out,            // [tokens][inter]
+                              const bf16* gate_up,  // [tokens][2 * inter]: gate, then up, in each row
+                              int tokens, int inter, cudaStream_t stream);
+
+/// x = cap * tanh(x / cap), in place (Gemma's final_logit_softcapping on the LM head's output). cap > 0; any n.
+cudaError_t soft_cap(float* x,  // [n]
+                     int64_t n, float cap, cudaStream_t stream);
 
 }  // namespace paged::cuda

@@ -105,6 +105,7 @@ struct Fp8Weight {
 // four linear layers are their *8 twins and their bf16 pointers are null.
 struct LayerWeights {
   bf16 *attn_norm = nullptr, *ffn_norm = nullptr;
+  bf16 *post_attn_norm = nullptr, *post_ffn_norm = nullptr;  // Gemma (sandwich_norms): [hidden] each, or null
   bf16 *wqkv = nullptr, *bqkv = nullptr;  // [(heads + 2 kv_heads) * head_dim][hidden], bias or null
   bf16 *q_norm = nullptr, *k_norm = nullptr;  // Qwen3: [head_dim] each, or null
   bf16 *wo = nullptr;                     // [hidden][heads * head_dim]
@@ -131,6 +132,8 @@ struct CudaModelRunner::Impl {
   int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
   int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;
   float eps = 0.f, scale = 0.f;
+  float norm_offset = 0.f;     // added to every norm weight: Gemma's 1 (the norms scale by 1 + weight)
+  float embedding_scale = 1.f; // Gemma's sqrt(hidden), rounded to bf16 as HF rounds it to the model's dtype
 
   cudaStream_t compute = nullptr, copy = nullptr;
   cudaEvent_t compute_done = nullptr, swap_done = nullptr;
@@ -147,12 +150,13 @@ struct CudaModelRunner::Impl {
   DevicePtr<bf16> fp8_staging;
   bf16 *embed = nullptr, *final_norm = nullptr, *lm_head = nullptr;
   std::vector<LayerWeights> layers;
-  DevicePtr<float> inv_freq;
+  DevicePtr<float> inv_freq, local_inv_freq;  // RoPE of every layer, and of uses_local_rope layers (or null)
   std::unique_ptr<cuda::Gemm> gemm;
 
   // Activations, sized for max_tokens rows; with FP8 weights also the rows quantised for their products, codes
   // [max_tokens][max(hidden, inter, heads * head_dim)] and scales [max_tokens].
   DevicePtr<bf16> residual, normed, qkv, attn, proj, gate_up, act, last_hidden;
+  DevicePtr<bf16> post_normed;  // sandwich_norms: a sublayer's output after its post norm [max_tokens][hidden]
   DevicePtr<uint8_t> act_fp8;
   DevicePtr<float> act_scale;
   DevicePtr<float> logits;  // [max_seqs][vocab]
@@ -247,6 +251,9 @@ struct CudaModelRunner::Impl {
   };
   Plan prepare(const StepBatch& batch);
   void enqueue_forward(const Plan& plan);
+  // The LM head over n rows of `rows` [n][hidden] into `logits` [n][vocab] on the compute stream, soft-capped when
+  // the model says (final_logit_softcapping).
+  void lm_head_logits(const bf16* rows, int n);
   void run(const StepBatch& batch, Plan& plan);
   // The finished step's device time into `cost` (rank 0): busy from step_start to step_end, idle since prev_end;
   // the graphs captured for it and their capture time. step_end becomes prev_end.

@@ -228,8 +228,8 @@ void CudaModelRunner::Impl::score_prompts(const StepBatch& batch, StepResult& re
     PAGED_CUDA_CHECK(score_rows.upload(n, compute));
     PAGED_CUDA_CHECK(score_targets.upload(n, compute));
     PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), score_rows.device.get(), n, hidden,
-                                       max_tokens, compute));
-    PAGED_CUDA_CHECK(gemm->linear(logits.get(), last_hidden.get(), lm_head, nullptr, n, vocab, hidden, true, compute));
+                                       max_tokens, 1.0f, compute));
+    lm_head_logits(last_hidden.get(), n);
     PAGED_CUDA_CHECK(cuda::score_tokens(score_logprobs.device.get(), score_ranks.device.get(),
                                         score_top_ids.device.get(), score_top_logprobs.device.get(), logits.get(),
                                         score_targets.device.get(), n, vocab, num_top, compute));

@@ -65,7 +65,9 @@ void add_token_ids(const json::value* v, std::vector<TokenId>& out, std::string_
 // c.sliding_windows from sliding_window, layer_types and, for Qwen2 / Qwen3, use_sliding_window and
 // max_window_layers, as transformers reads them: the layers layer_types calls "sliding_attention" slide when it is
 // there; else Mistral and Phi-3 slide on every layer when sliding_window is set, Qwen only with use_sliding_window,
-// from max_window_layers on; Llama never. A window at least max_position_embeddings long is no window.
+// from max_window_layers on, Gemma 3 on every layer but each sliding_window_pattern-th (default 6); Llama never. A
+// window at least max_position_embeddings long is no window. Gemma 3's sliding layers (whatever their window) take
+// its local RoPE: c.local_rope_layers.
 void read_sliding_windows(const json::object& o, bool qwen, ModelConfig& c) {
   if (c.model_type == "llama") {
     c.sliding_windows.assign(c.num_layers, 0);
@@ -92,7 +94,12 @@ void read_sliding_windows(const json::object& o, bool qwen, ModelConfig& c) {
     const json::value* first = find(o, "max_window_layers");
     const int from = first ? static_cast<int>(number(*first, "max_window_layers")) : 0;
     for (int l = 0; l < c.num_layers; ++l) sliding[l] = l >= from;
+  } else if (c.model_type == "gemma3_text") {
+    const json::value* p = find(o, "sliding_window_pattern");
+    const int pattern = p ? positive_int_value(*p, "sliding_window_pattern") : 6;
+    for (int l = 0; l < c.num_layers; ++l) sliding[l] = (l + 1) % pattern != 0;
   }
+  if (c.model_type == "gemma3_text") c.local_rope_layers = sliding;
   if (window == 0 || window >= c.max_position_embeddings) return;
   for (int l = 0; l < c.num_layers; ++l)
     if (sliding[l]) c.sliding_windows[l] = window;
@@ -132,6 +139,44 @@ void read_longrope(const json::object& o, const json::object& r, ModelConfig& c)
   }
 }
 
+// A positive number of config.json, or `fallback` when the field is absent or null.
+double positive_number(const json::object& o, std::string_view field, double fallback) {
+  const json::value* v = find(o, field);
+  if (!v) return fallback;
+  const double d = number(*v, field);
+  if (!(d > 0.0)) throw ModelError("config.json: field '" + std::string(field) + "' must be > 0");
+  return d;
+}
+
+// Gemma 3 text's own fields, as transformers 4 and 5 write them: GeGLU with gelu_pytorch_tanh, (1 + weight) norms,
+// four per layer, q/k norms, embeddings times sqrt(hidden_size), query_pre_attn_scalar (default 256), the final
+// logits' soft-cap (null: none) and the sliding layers' RoPE base: rope_parameters.sliding_attention (of the default
+// type only), else rope_local_base_freq, else 10^4. Bidirectional attention is refused. attn_logit_softcapping is
+// Gemma 2's: transformers' Gemma 3 attention does not apply it (5.17: with the cap, the logits of the
+// gemma3-softcap reference, whose config sets 1.5, differ by 50-100%; without, by 5e-6), and neither does this.
+void read_gemma3(const json::object& o, const json::object* sliding_rope, ModelConfig& c) {
+  const json::value* act = find(o, "hidden_activation");
+  if (!act) act = find(o, "hidden_act");
+  if (act && (!act->is_string() || act->as_string() != "gelu_pytorch_tanh"))
+    throw ModelError("config.json: unsupported 'hidden_activation' (Gemma 3: only gelu_pytorch_tanh)");
+  if (boolean(o, "use_bidirectional_attention", false))
+    throw ModelError("config.json: unsupported field 'use_bidirectional_attention' = true");
+  c.activation = Activation::gelu_tanh;
+  c.norm_plus_one = true;
+  c.sandwich_norms = true;
+  c.qk_norm = true;
+  c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
+  c.query_pre_attn_scalar = positive_number(o, "query_pre_attn_scalar", 256.0);
+  c.final_logit_softcap = positive_number(o, "final_logit_softcapping", 0.0);
+  c.local_rope_theta = positive_number(o, "rope_local_base_freq", 10000.0);
+  if (sliding_rope) {
+    const json::value* t = find(*sliding_rope, "rope_type");
+    if (t && (!t->is_string() || t->as_string() != "default"))
+      throw ModelError("config.json: unsupported rope_parameters.sliding_attention rope_type (only default)");
+    c.local_rope_theta = positive_number(*sliding_rope, "rope_theta", c.local_rope_theta);
+  }
+}
+
 // The experts of Mixtral (num_local_experts, num_experts_per_tok; intermediate_size is the expert's) and Qwen3-MoE
 // (num_experts on the Hub, num_local_experts as transformers 5 writes it; num_experts_per_tok, moe_intermediate_size,
 // norm_topk_prob), as transformers reads them. Qwen3-MoE's dense layers among sparse ones (decoder_sparse_step > 1,
@@ -168,11 +213,11 @@ ModelConfig load_model_config(const std::string& model_dir) {
   c.model_type = std::string(type->as_string());
   const std::vector<std::pair<std::string, std::string>> kFamilies = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
-      {"qwen3", "Qwen3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
-      {"qwen3_moe", "Qwen3MoeForCausalLM"}};
+      {"qwen3", "Qwen3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}, {"gemma3_text", "Gemma3ForCausalLM"},
+      {"mixtral", "MixtralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"}};
   if (std::none_of(kFamilies.begin(), kFamilies.end(), [&](const auto& f) { return f.first == c.model_type; }))
     throw ModelError("config.json: unsupported model_type '" + c.model_type +
-                     "' (supported: llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe)");
+                     "' (supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text, mixtral, qwen3_moe)");
   if (const json::value* archs = find(o, "architectures"); archs && archs->is_array()) {
     for (const auto& a : archs->as_array()) {
       std::string name = a.is_string() ? std::string(a.as_string()) : "";
@@ -182,6 +227,7 @@ ModelConfig load_model_config(const std::string& model_dir) {
   }
   const bool qwen3 = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
   const bool qwen = c.model_type == "qwen2" || qwen3;
+  const bool gemma3 = c.model_type == "gemma3_text";
 
   c.hidden_size = positive_int(o, "hidden_size");
   c.num_layers = positive_int(o, "num_hidden_layers");
@@ -200,9 +246,21 @@ ModelConfig load_model_config(const std::string& model_dir) {
   // transformers >= 5 writes rope_theta, partial_rotary_factor and the scaling into one "rope_parameters" object.
   const json::value* rope_params = find(o, "rope_parameters");
   if (rope_params && !rope_params->is_object()) throw ModelError("config.json: field 'rope_parameters' must be an object");
+  // Per layer type (Gemma 3): the full layers' RoPE is read as every model's, the sliding layers' by read_gemma3.
+  const json::object* sliding_rope = nullptr;
   if (rope_params && (rope_params->as_object().contains("full_attention") ||
-                      rope_params->as_object().contains("sliding_attention")))
-    throw ModelError("config.json: unsupported field 'rope_parameters' per layer type (one RoPE for all layers only)");
+                      rope_params->as_object().contains("sliding_attention"))) {
+    if (!gemma3)
+      throw ModelError("config.json: unsupported field 'rope_parameters' per layer type (one RoPE for all layers "
+                       "only)");
+    const json::object& per_type = rope_params->as_object();
+    for (const char* key : {"full_attention", "sliding_attention"})
+      if (const json::value* v = find(per_type, key); v && !v->is_object())
+        throw ModelError("config.json: field 'rope_parameters." + std::string(key) + "' must be an object");
+    if (const json::value* v = find(per_type, "sliding_attention")) sliding_rope = &v->as_object();
+    rope_params = find(per_type, "full_attention");
+  }
+  if (gemma3) c.rope_theta = 1000000.0;  // transformers' default for Gemma 3's full layers
   // A RoPE field: at the top level (older configs) or in rope_parameters.
   auto rope_field = [&](std::string_view key) -> const json::value* {
     if (const json::value* v = find(o, key)) return v;
@@ -219,17 +277,19 @@ ModelConfig load_model_config(const std::string& model_dir) {
     c.rotary_dim = dim;
   }
   if (const json::value* v = find(o, "rms_norm_eps")) c.rms_norm_eps = number(*v, "rms_norm_eps");
-  c.tie_word_embeddings = boolean(o, "tie_word_embeddings", false);
-  // attention_bias is a field of Llama, Qwen3 and Qwen3-MoE (q, k, v and o get biases); Mistral, Mixtral and Phi-3
-  // have none (HF ignores the key there), Qwen2 always biases q, k, v and never o.
-  const bool attention_bias = (c.model_type == "llama" || qwen3) && boolean(o, "attention_bias", false);
+  c.tie_word_embeddings = boolean(o, "tie_word_embeddings", gemma3);
+  // attention_bias is a field of Llama, Qwen3, Qwen3-MoE and Gemma 3 (q, k, v and o get biases); Mistral, Mixtral and
+  // Phi-3 have none (HF ignores the key there), Qwen2 always biases q, k, v and never o.
+  const bool attention_bias = (c.model_type == "llama" || qwen3 || gemma3) && boolean(o, "attention_bias", false);
   c.qkv_bias = c.model_type == "qwen2" || attention_bias;
   c.o_bias = attention_bias;
   c.qk_norm = qwen3;
   if (c.model_type == "mixtral" || c.model_type == "qwen3_moe") read_experts(o, c);
   c.fused_projections = c.model_type == "phi3";
   if (boolean(o, "mlp_bias", false)) throw ModelError("config.json: unsupported field 'mlp_bias' = true");
-  if (const json::value* v = find(o, "hidden_act"); v && (!v->is_string() || v->as_string() != "silu"))
+  if (gemma3)
+    read_gemma3(o, sliding_rope, c);
+  else if (const json::value* v = find(o, "hidden_act"); v && (!v->is_string() || v->as_string() != "silu"))
     throw ModelError("config.json: unsupported 'hidden_act' (only silu)");
   for (const char* key : {"dtype", "torch_dtype"})  // transformers 5 writes "dtype", older versions "torch_dtype"
     if (const json::value* v = find(o, key); v && v->is_string()) {
@@ -270,8 +330,13 @@ ModelConfig load_model_config(const std::string& model_dir) {
         throw ModelError("config.json: rope_scaling 'original_max_position_embeddings' must be a positive integer");
     } else if (kind == "longrope" || (kind == "su" && c.model_type == "phi3")) {
       read_longrope(o, r, c);
+    } else if (kind == "linear") {
+      c.rope_scaling.linear = true;
+      get("factor", c.rope_scaling.factor);
+      if (!(c.rope_scaling.factor >= 1.0)) throw ModelError("config.json: rope_scaling 'factor' must be >= 1");
     } else if (kind != "default") {
-      throw ModelError("config.json: unsupported rope_scaling type '" + kind + "' (supported: llama3, longrope)");
+      throw ModelError("config.json: unsupported rope_scaling type '" + kind +
+                       "' (supported: llama3, longrope, linear)");
     }
   }
 
@@ -306,10 +371,23 @@ std::vector<float> ModelConfig::rope_inv_freq(int max_model_len) const {
       }
     } else if (s.longrope) {
       f = f / longrope[i];  // LongRoPE: each frequency divided by its rescale factor
+    } else if (s.linear) {
+      f = f / s.factor;  // positions divided by factor
     }
     inv[i] = static_cast<float>(f);
   }
   return inv;
+}
+
+std::vector<float> ModelConfig::local_rope_inv_freq() const {
+  const int dims = rotary_dims();
+  std::vector<float> inv(dims / 2);
+  for (int i = 0; i < dims / 2; ++i) inv[i] = static_cast<float>(1.0 / std::pow(local_rope_theta, (2.0 * i) / dims));
+  return inv;
+}
+
+float ModelConfig::attention_scale() const {
+  return static_cast<float>(1.0 / std::sqrt(query_pre_attn_scalar > 0.0 ? query_pre_attn_scalar : head_dim));
 }
 
 bool ModelConfig::has_sliding_window() const {

@@ -1,7 +1,8 @@
 // The model's shape, read from a Hugging Face config.json (+ generation_config.json) of the Llama family: Llama,
-// Mistral, Qwen2, Qwen3 (q/k RMSNorm per head) and Phi-3 (fused projections, partial rotary, LongRoPE), with the
-// sliding-window layers of Mistral / Qwen2 / Qwen3 / Phi-3 configs, and the mixtures of experts Mixtral and
-// Qwen3-MoE (every layer's MLP a set of SwiGLU experts behind a top-k router).
+// Mistral, Qwen2, Qwen3 (q/k RMSNorm per head), Phi-3 (fused projections, partial rotary, LongRoPE) and Gemma 3 text
+// ((1 + weight) norms, four per layer, GeGLU, scaled embeddings, the final logits' soft-cap, a RoPE of its own on
+// sliding layers), with the sliding-window layers of Mistral / Qwen2 / Qwen3 / Phi-3 / Gemma 3 configs, and the
+// mixtures of experts Mixtral and Qwen3-MoE (every layer's MLP a set of SwiGLU experts behind a top-k router).
 #pragma once
 
 #include <stdexcept>
@@ -20,6 +21,7 @@ struct ModelError : std::runtime_error {
 struct RopeScaling {
   bool llama3 = false;                 // rope_scaling.rope_type == "llama3"
   bool longrope = false;               // "longrope" (Phi-3; "su" is its old name)
+  bool linear = false;                 // "linear": every frequency divided by factor (Gemma 3's full layers)
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -41,8 +43,12 @@ struct MoeConfig {
                                //   (model/loader/weight_map.h)
 };
 
+/// The feed-forward activation of gate_proj's output, multiplied by up_proj's.
+enum class Activation { silu, gelu_tanh };  // gelu_tanh: HF's gelu_pytorch_tanh (Gemma's GeGLU)
+
 struct ModelConfig {
-  std::string model_type;              // llama | mistral | qwen2 | qwen3 | phi3 | mixtral | qwen3_moe
+  std::string model_type;              // llama | mistral | qwen2 | qwen3 | phi3 | gemma3_text | mixtral
+                                       //   | qwen3_moe
   int hidden_size = 0;
   int num_layers = 0;
   int num_heads = 0;
@@ -61,6 +67,15 @@ struct ModelConfig {
   bool o_bias = false;                 // attention_bias = true (Llama, Qwen3): o_proj has a bias too
   bool qk_norm = false;                // Qwen3: RMSNorm over head_dim on every q and k head, before RoPE
   bool fused_projections = false;      // Phi-3: the checkpoint holds qkv_proj and gate_up_proj, not their parts
+  Activation activation = Activation::silu;
+  bool norm_plus_one = false;          // Gemma: every RMSNorm scales by (1 + weight), not weight
+  bool sandwich_norms = false;         // Gemma: four norms per layer: input, post_attention (on the attention's
+                                       //   output), pre_feedforward (the MLP's input), post_feedforward (its output)
+  double embedding_scale = 1.0;        // Gemma: sqrt(hidden_size); the runner rounds it to its dtype, as HF does
+  double query_pre_attn_scalar = 0.0;  // Gemma: attention scale query_pre_attn_scalar^-0.5; 0: head_dim^-0.5
+  double final_logit_softcap = 0.0;    // logits -> cap * tanh(logits / cap); 0: none
+  double local_rope_theta = 0.0;       // Gemma 3: the RoPE base of its sliding_attention layers (no scaling); 0: none
+  std::vector<bool> local_rope_layers; // [num_layers]: the layers that take local_rope_theta; empty: none
   std::vector<int> sliding_windows;    // [num_layers]: the positions a query of that layer sees, its own included
                                        //   (keys pos - window + 1 .. pos); 0 = every earlier position; empty in a
                                        //   config built by hand: no window (read it through sliding_window(l))
@@ -74,6 +89,14 @@ struct ModelConfig {
   /// for every position (vLLM's rule: the KV of a sequence never depends on how long it grows; Hugging Face switches
   /// per forward call by the sequence's length, which agrees whenever a sequence stays on one side).
   std::vector<float> rope_inv_freq(int max_model_len = 0) const;
+  /// The inverse frequencies of the layers local_rope_layers marks: base local_rope_theta, unscaled.
+  std::vector<float> local_rope_inv_freq() const;
+  /// Whether `layer` takes local_rope_inv_freq() rather than rope_inv_freq().
+  bool uses_local_rope(int layer) const {
+    return static_cast<size_t>(layer) < local_rope_layers.size() && local_rope_layers[layer];
+  }
+  /// The factor of q.k in attention: query_pre_attn_scalar^-0.5 when set, else head_dim^-0.5.
+  float attention_scale() const;
   /// The dimensions of a head that RoPE rotates: rotary_dim, or head_dim when it was left 0.
   int rotary_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   /// The sliding window of `layer`, 0 for none (also when sliding_windows was left empty).

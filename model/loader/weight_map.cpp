@@ -98,7 +98,13 @@ WeightMap rank_weight_map(const ModelConfig& config, int tp_rank, int tp_size) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     RankLayer& L = m.layers[l];
     L.attn_norm.shards = {whole(p + "input_layernorm.weight", {H})};
-    L.ffn_norm.shards = {whole(p + "post_attention_layernorm.weight", {H})};
+    if (config.sandwich_norms) {
+      L.ffn_norm.shards = {whole(p + "pre_feedforward_layernorm.weight", {H})};
+      L.post_attn_norm.shards = {whole(p + "post_attention_layernorm.weight", {H})};
+      L.post_ffn_norm.shards = {whole(p + "post_feedforward_layernorm.weight", {H})};
+    } else {
+      L.ffn_norm.shards = {whole(p + "post_attention_layernorm.weight", {H})};
+    }
     // Column-parallel: the rank's rows of q, k, v (its heads), gate and up (its intermediate slice).
     if (config.fused_projections) {
       const std::string qkv = p + "self_attn.qkv_proj.weight";

@@ -3,15 +3,15 @@
 // keeps whole KV heads with their query heads, and a slice of the intermediate size: rows of those tensors), o_proj
 // and down_proj row-parallel (the matching columns); embedding, norms and LM head are replicated, and the LM head is
 // the embedding when tie_word_embeddings is set. Qwen3's q_norm / k_norm ([head_dim], shared by all heads) are
-// replicated; o_proj's bias (attention_bias) is added once, after the all-reduce's sum: rank 0 alone keeps it. The
-// CPU runner (float32) and the CUDA runner (bf16) both load from this one map, in its order, into the same layout:
-// the fused QKV [q rows, k rows, v rows][hidden] (Qwen2's biases likewise) and the fused gate/up [gate rows, up
-// rows][hidden]. Phi-3 checkpoints hold those fused already (qkv_proj, gate_up_proj): a rank's shards are then row
-// ranges of the one tensor. Mixtures of experts (Mixtral, Qwen3-MoE): the router is replicated, and every expert is
-// sharded as a dense MLP is (rank r keeps the same slice of each expert's intermediate size), the experts back to back
-// in one parameter: gate/up [experts][gate rows, up rows][hidden], down [experts][hidden][rank's intermediate], from
-// per-expert tensors or from transformers 5's fused [experts, ...] ones (a 3-D tensor taken as a matrix of
-// experts x rows).
+// replicated (Gemma 3's four norms per layer too); o_proj's bias (attention_bias) is added once, after the
+// all-reduce's sum: rank 0 alone keeps it. The CPU runner (float32) and the CUDA runner (bf16) both load from this
+// one map, in its order, into the same layout: the fused QKV [q rows, k rows, v rows][hidden] (Qwen2's biases
+// likewise) and the fused gate/up [gate rows, up rows][hidden]. Phi-3 checkpoints hold those fused already
+// (qkv_proj, gate_up_proj): a rank's shards are then row ranges of the one tensor. Mixtures of experts (Mixtral,
+// Qwen3-MoE): the router is replicated, and every expert is sharded as a dense MLP is (rank r keeps the same slice of
+// each expert's intermediate size), the experts back to back in one parameter: gate/up [experts][gate rows, up
+// rows][hidden], down [experts][hidden][rank's intermediate], from per-expert tensors or from transformers 5's fused
+// [experts, ...] ones (a 3-D tensor taken as a matrix of experts x rows).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +47,10 @@ struct RankParam {
 
 /// The parameters of one decoder layer on a rank, declared in load order.
 struct RankLayer {
-  RankParam attn_norm, ffn_norm;  // input_layernorm, post_attention_layernorm: [hidden]
+  RankParam attn_norm, ffn_norm;  // input_layernorm, post_attention_layernorm (Gemma: pre_feedforward_layernorm):
+                                  //   [hidden]
+  RankParam post_attn_norm, post_ffn_norm;  // Gemma (sandwich_norms): post_attention_layernorm on the attention's
+                                            //   output, post_feedforward_layernorm on the MLP's: [hidden]; else empty
   RankParam wqkv, bqkv;           // [(heads + 2 * kv_heads) * head_dim][hidden] and its bias (empty without)
   RankParam q_norm, k_norm;       // Qwen3: [head_dim] each (empty without qk_norm)
   RankParam wo;                   // [hidden][heads * head_dim]

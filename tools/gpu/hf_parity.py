@@ -26,8 +26,8 @@ import sys
 
 import numpy as np
 import torch
-from transformers import (AutoModelForCausalLM, LlamaConfig, MistralConfig, MixtralConfig, Phi3Config, Qwen2Config,
-                          Qwen3Config, Qwen3MoeConfig)
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig,
+                          Phi3Config, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 
 
 def configs():
@@ -105,6 +105,28 @@ def configs():
             norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=4096,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True,
             **common),
+        # Gemma 3 text, shaped as 27B's attention (head_dim 128, 2 query heads per KV head): 5 sliding layers (window
+        # 48, RoPE base 10^4) to 1 full (base 10^6, linear scaling 8 as Gemma 3 4B-27B), query_pre_attn_scalar 96,
+        # (1 + weight) norms, four per layer, GeGLU, embeddings times sqrt(512) rounded to bf16, tied.
+        "gemma3-hd128-sliding48": Gemma3TextConfig(
+            hidden_size=512, intermediate_size=1408, num_hidden_layers=6, num_attention_heads=8,
+            num_key_value_heads=4, head_dim=128, query_pre_attn_scalar=96, sliding_window=48,
+            layer_types=["sliding_attention"] * 5 + ["full_attention"], max_position_embeddings=4096,
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}},
+            tie_word_embeddings=True, pad_token_id=0, **common),
+        # Gemma 3 with final logit soft-capping (5.0: small enough to bend these logits; attn_logit_softcapping is set
+        # too, and neither transformers' Gemma 3 attention nor the engine applies it), MQA,
+        # head_dim 64, hidden 576 (sqrt not exact), 7 layers: sliding, sliding, full, sliding x 3, full.
+        "gemma3-softcap-hd64": Gemma3TextConfig(
+            hidden_size=576, intermediate_size=1536, num_hidden_layers=7, num_attention_heads=4,
+            num_key_value_heads=1, head_dim=64, query_pre_attn_scalar=64, sliding_window=48,
+            attn_logit_softcapping=5.0, final_logit_softcapping=5.0,
+            layer_types=["sliding_attention"] * 2 + ["full_attention"] + ["sliding_attention"] * 3 + ["full_attention"],
+            max_position_embeddings=4096,
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
+            tie_word_embeddings=True, pad_token_id=0, **common),
     }
 
 
@@ -112,6 +134,8 @@ def configs():
 # that a runner ignoring one of them fails.
 RANDOM_NORMS = {"qwen3-qknorm-hd128", "qwen3-sliding48-tied", "mistral-sliding48", "phi3-longrope-partial",
                 "qwen3moe-16x4-hd128", "qwen3moe-128x8-hd64"}
+# Gemma's norms scale by (1 + weight): theirs are drawn around 0 (HF initialises them to zeros).
+ZERO_CENTRED_NORMS = {"gemma3-hd128-sliding48", "gemma3-softcap-hd64"}
 
 
 def legacy_rope_keys(model_dir):
@@ -169,11 +193,12 @@ def main():
         torch.manual_seed(0)
         model_dir = os.path.join(args.work, name)
         model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
-        if name in RANDOM_NORMS:
+        if name in RANDOM_NORMS or name in ZERO_CENTRED_NORMS:
+            centre = 0.0 if name in ZERO_CENTRED_NORMS else 1.0
             with torch.no_grad():
                 for pname, p in model.named_parameters():
                     if pname.endswith("norm.weight"):
-                        p.copy_(1.0 + 0.2 * torch.randn(p.shape))
+                        p.copy_(centre + 0.2 * torch.randn(p.shape))
         model.save_pretrained(model_dir, safe_serialization=True)
         legacy_rope_keys(model_dir)
         model = model.cuda().eval()

@@ -18,15 +18,19 @@ Every model is well under 2 MB so that DIR can be copied to tests/models/ and co
 
 Weights: seeded normal init with a larger range than HF's default (peakier logits, fewer near-ties), RMSNorm weights
 (including Qwen3's q_norm / k_norm) set to 1 + noise and biases to noise, so that a runner ignoring one of them fails.
-Sliding-window models use a window of 32 and prompts of 70-150 tokens, crossing the window several times.
+Gemma 3's norms scale by (1 + weight), so theirs are set to noise around 0 (HF initialises them to zeros).
+Sliding-window models use a window of 32 (Gemma 3: 16) and prompts of 70-150 tokens, crossing the window several
+times.
 
 Mixture of experts (Mixtral, Qwen3-MoE): save_pretrained writes the experts in the checkpoint layout of its
 transformers generation (per expert: block_sparse_moe.experts.E.w1/w2/w3 or mlp.experts.E.gate_proj/up_proj/down_proj,
 by default in 5.x, which converts back to the original format on save) and, with save_original_format=False, fused as
 transformers 5 holds them in memory (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]); each
 MoE model is written both ways, <name>/ and <name>-fused/ (same weights, same refs.json, checked by reloading).
---families builds only the given model_types (e.g. --families mixtral,qwen3_moe); every model keeps its seed
-whatever is selected, so the other families' outputs do not change.
+
+--families builds only the named families (the part of a model's name before its first '-': gemma3 builds gemma3
+and gemma3-softcap) or model_types (mixtral,qwen3_moe); every model keeps its seed (its place in the list, or its own
+in OWN_SEEDS) whatever is selected, so the others' files do not change.
 """
 import argparse
 import json
@@ -34,11 +38,12 @@ import os
 import sys
 
 import torch
-from transformers import (AutoModelForCausalLM, MistralConfig, MixtralConfig, Phi3Config, Qwen2Config, Qwen3Config,
-                          Qwen3MoeConfig)
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, MistralConfig, MixtralConfig, Phi3Config,
+                          Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 
 VOCAB = 512
 WINDOW = 32
+GEMMA3_WINDOW = 16
 STEPS = 24
 
 
@@ -47,6 +52,10 @@ def families():
     common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, rms_norm_eps=1e-6, initializer_range=0.1,
                   bos_token_id=1, eos_token_id=2, max_position_embeddings=512)
     long_cases = [(70, 512), (110, 512), (150, 512)]
+    gemma3_common = dict(vocab_size=VOCAB, rms_norm_eps=1e-6, initializer_range=0.1, bos_token_id=2, eos_token_id=1,
+                         pad_token_id=0, max_position_embeddings=512, tie_word_embeddings=True,
+                         sliding_window=GEMMA3_WINDOW, hidden_activation="gelu_pytorch_tanh")
+    gemma3_cases = [(12, 512), (40, 512), (90, 512), (150, 512)]
     return {
         # Qwen3: q_norm / k_norm per head, head_dim 32 != hidden / heads (16), GQA 2, untied, no bias.
         "qwen3": (Qwen3Config(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -89,6 +98,33 @@ def families():
                                                       "short_factor": [1.0, 1.3, 2.1, 3.7],
                                                       "long_factor": [1.2, 2.5, 6.0, 11.0]}),
                           [(16, 64), (36, 64), (80, 256), (120, 256)]),
+        # Gemma 3 text: 5 sliding layers (window 16, RoPE base 10^4) to 1 full (base 10^6), q/k norms, (1 + weight)
+        # norms, four per layer, GeGLU (tanh GELU), embeddings times sqrt(64), query_pre_attn_scalar 24 (not
+        # head_dim 64), head_dim 64 != hidden / heads (16; 64 so that the CUDA runner takes it too), GQA 2, tied; no
+        # soft-capping.
+        "gemma3": (Gemma3TextConfig(**gemma3_common, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                    query_pre_attn_scalar=24,
+                                    layer_types=["sliding_attention"] * 5 + ["full_attention"],
+                                    rope_parameters={
+                                        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                        "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}),
+                   gemma3_cases),
+        # Gemma 3 with final logit soft-capping (a cap small enough to bend the logits of these weights) and
+        # attn_logit_softcapping set, which transformers' Gemma 3 attention does not apply (nor does the engine),
+        # hidden 48 (sqrt(48) is not exact), MQA, head_dim 64, linear RoPE scaling (factor 4) on the full layers as
+        # Gemma 3 4B-27B have, 7 layers: sliding, sliding, full, sliding x 3, full.
+        "gemma3-softcap": (Gemma3TextConfig(**gemma3_common, hidden_size=48, intermediate_size=96,
+                                            num_hidden_layers=7, num_attention_heads=4, num_key_value_heads=1,
+                                            head_dim=64, query_pre_attn_scalar=20,
+                                            attn_logit_softcapping=1.5, final_logit_softcapping=2.5,
+                                            layer_types=["sliding_attention"] * 2 + ["full_attention"] +
+                                            ["sliding_attention"] * 3 + ["full_attention"],
+                                            rope_parameters={
+                                                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                                   "rope_theta": 1000000.0}}),
+                           gemma3_cases),
         # Mixtral: 8 experts, top-2 (softmax over all, renormalised over the chosen two), expert intermediate 64, GQA 2.
         "mixtral": (MixtralConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                   num_local_experts=8, num_experts_per_tok=2, tie_word_embeddings=False,
@@ -124,13 +160,13 @@ def is_moe(cfg):
     return cfg.model_type in ("mixtral", "qwen3_moe")
 
 
-def randomise(model, seed):
-    """Norm weights 1 + noise, biases noise (HF initialises them to ones and zeros)."""
+def randomise(model, seed, norm_centre):
+    """Norm weights norm_centre + noise, biases noise (HF initialises them to ones, or zeros, and zeros)."""
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+                p.copy_(norm_centre + 0.3 * torch.randn(p.shape, generator=g))
             elif name.endswith(".bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
 
@@ -171,19 +207,29 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, help="folder to write one sub-folder per model into")
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
-    ap.add_argument("--families", default="", help="comma-separated model_types, e.g. mixtral,qwen3_moe (default: all)")
+    ap.add_argument("--families", default="",
+                    help="comma-separated families: a model name's part before its first '-', or a model_type "
+                         "(e.g. gemma3,mixtral,qwen3_moe; default: all)")
     args = ap.parse_args()
     torch.set_num_threads(4)
     torch.use_deterministic_algorithms(True)
     only = set(filter(None, args.only.split(",")))
-    types = set(filter(None, args.families.split(",")))
-    for position, (name, (cfg, cases)) in enumerate(families().items()):
+    chosen_families = set(filter(None, args.families.split(",")))
+    all_models = families()
+    known = {name.split("-")[0] for name in all_models} | {cfg.model_type for cfg, _ in all_models.values()}
+    unknown = chosen_families - known
+    if unknown or only - set(all_models):
+        print(f"unknown families or models: {sorted(unknown | (only - set(all_models)))}", file=sys.stderr)
+        return 2
+    for position, (name, (cfg, cases)) in enumerate(all_models.items()):
         seed = OWN_SEEDS.get(name, position)
-        if (only and name not in only) or (types and cfg.model_type not in types):
+        if only and name not in only:
+            continue
+        if chosen_families and name.split("-")[0] not in chosen_families and cfg.model_type not in chosen_families:
             continue
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").to(torch.float32).eval()
-        randomise(model, seed)
+        randomise(model, seed, norm_centre=0.0 if cfg.model_type == "gemma3_text" else 1.0)
         model_dir = os.path.join(args.out, name)
         model.save_pretrained(model_dir, safe_serialization=True)
         # Reload as the engine will: from the files, float32.

@@ -1,6 +1,7 @@
 // The CPU runner (float32) against Hugging Face float32 on tiny random-weight checkpoints of each family: Qwen3
 // (q/k norms, head_dim apart from hidden / heads, tied and untied, attention_bias), sliding-window Mistral, Qwen2 and
-// Qwen3, Phi-3 (fused projections, partial rotary, LongRoPE short and long). The checkpoints and references come
+// Qwen3, Phi-3 (fused projections, partial rotary, LongRoPE short and long), Gemma 3 text (four (1 + weight) norms
+// per layer, GeGLU, scaled embeddings, the sliding layers' own RoPE, soft-capping). The checkpoints and references come
 // from tools/gpu/make_family_refs.py (run where transformers is installed) under tests/models/<name>/; a model
 // folder that is absent is skipped with a warning.
 #include <catch2/catch.hpp>
@@ -145,8 +146,9 @@ void check_against_hf(const Run& run, const RefCase& c) {
 
 TEST_CASE("model families: CPU float32 equals Hugging Face float32", "[model][families]") {
   for (const std::string name :
-       {"qwen3", "qwen3-tied-bias", "qwen3-sliding", "mistral-sliding", "qwen2-sliding", "phi3-longrope", "mixtral",
-        "mixtral-fused", "qwen3-moe", "qwen3-moe-fused", "qwen3-moe-unnormalised", "qwen3-moe-unnormalised-fused"}) {
+       {"qwen3", "qwen3-tied-bias", "qwen3-sliding", "mistral-sliding", "qwen2-sliding", "phi3-longrope", "gemma3",
+        "gemma3-softcap", "mixtral", "mixtral-fused", "qwen3-moe", "qwen3-moe-fused", "qwen3-moe-unnormalised",
+        "qwen3-moe-unnormalised-fused"}) {
     const std::vector<RefCase> cases = ref_cases(name);
     if (cases.empty()) continue;
     const ModelConfig cfg = load_model_config(kFamilyModels + name);
@@ -168,14 +170,16 @@ TEST_CASE("model families: CPU float32 equals Hugging Face float32", "[model][fa
 }
 
 TEST_CASE("model families: the references see the window (without it the logits differ)", "[model][families]") {
-  for (const std::string name : {"qwen3-sliding", "mistral-sliding", "qwen2-sliding"}) {
+  for (const std::string name : {"qwen3-sliding", "mistral-sliding", "qwen2-sliding", "gemma3"}) {
     const std::vector<RefCase> cases = ref_cases(name);
     if (cases.empty()) continue;
     ModelConfig cfg = load_model_config(kFamilyModels + name);
     REQUIRE(cfg.has_sliding_window());
+    const int window = *std::max_element(cfg.sliding_windows.begin(), cfg.sliding_windows.end());
     cfg.sliding_windows.assign(cfg.num_layers, 0);
     const SafeTensors weights(kFamilyModels + name);
     for (const RefCase& c : cases) {
+      if (static_cast<int>(c.prompt.size()) <= window) continue;  // the window hides nothing of a shorter prompt
       INFO(name << ": prompt of " << c.prompt.size());
       CHECK(rel_l2(run_case(cfg, weights, c, 1, 1 << 20).prompt_logits, c.prompt_logits) > 1e-2);
     }
@@ -195,5 +199,27 @@ TEST_CASE("model families: the MoE references see the routing weights and the fu
     const RefCase& c = cases.front();
     INFO(name << ": renormalize " << cfg.moe.renormalize);
     CHECK(rel_l2(run_case(cfg, weights, c, 1, 1 << 20).prompt_logits, c.prompt_logits) > 1e-2);
+  }
+}
+
+TEST_CASE("model families: the Gemma 3 references see the local RoPE, the final soft-cap and the embedding scale",
+          "[model][families][gemma]") {
+  // Each change of the config alone moves the prompt logits away from HF's: what the runner does with it matters.
+  const std::vector<std::pair<std::string, void (*)(ModelConfig&)>> changes = {
+      {"local RoPE as the full layers'", [](ModelConfig& m) { m.local_rope_layers.clear(); }},
+      {"no final soft-cap", [](ModelConfig& m) { m.final_logit_softcap = 0; }},
+      {"embeddings unscaled", [](ModelConfig& m) { m.embedding_scale = 1; }},
+      {"head_dim^-0.5 as attention scale", [](ModelConfig& m) { m.query_pre_attn_scalar = 0; }}};
+  const std::vector<RefCase> cases = ref_cases("gemma3-softcap");
+  if (cases.empty()) return;
+  const ModelConfig cfg = load_model_config(kFamilyModels + "gemma3-softcap");
+  REQUIRE(cfg.final_logit_softcap > 0);
+  const SafeTensors weights(kFamilyModels + "gemma3-softcap");
+  const RefCase& c = cases.back();  // the longest prompt
+  for (const auto& [what, change] : changes) {
+    INFO(what);
+    ModelConfig changed = cfg;
+    change(changed);
+    CHECK(rel_l2(run_case(changed, weights, c, 1, 1 << 20).prompt_logits, c.prompt_logits) > 1e-3);
   }
 }

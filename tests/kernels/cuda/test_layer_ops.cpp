@@ -1,4 +1,7 @@
-// gather_rows, rms_norm, add_rms_norm, head_rms_norm and silu_and_mul against their CPU twins.
+// gather_rows, rms_norm, add_rms_norm, head_rms_norm (also with Gemma's weight offset 1), silu_and_mul,
+// gelu_tanh_and_mul and soft_cap against their CPU twins.
+#include <tuple>
+
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/layer_ops.h"
 #include "tests/kernels/cuda/gpu_test_util.h"
@@ -18,36 +21,46 @@ TEST_CASE("gather_rows copies the indexed rows and zeroes out-of-range ones", "[
   ids[10] = vocab;  // out of range: a zero row
   DeviceArray<bf16> d_table(to_bf16(table)), d_out(static_cast<size_t>(n) * hidden);
   DeviceArray<int32_t> d_ids(ids);
-  CUDA_REQUIRE(cuda::gather_rows(d_out.get(), d_table.get(), d_ids.get(), n, hidden, vocab, nullptr));
-  const auto out = to_float(d_out.download());
-  for (int i = 0; i < n; ++i)
-    for (int c = 0; c < hidden; ++c) {
-      const float want = ids[i] >= 0 && ids[i] < vocab ? table[static_cast<size_t>(ids[i]) * hidden + c] : 0.f;
-      REQUIRE(out[static_cast<size_t>(i) * hidden + c] == want);
-    }
+  // Scale 1: a copy; Gemma's sqrt(2560) as bf16 rounds it (50.5): each value times it, rounded to bf16 once.
+  for (const float scale : {1.0f, round_bf16(std::sqrt(2560.0f))}) {
+    INFO("scale " << scale);
+    CUDA_REQUIRE(cuda::gather_rows(d_out.get(), d_table.get(), d_ids.get(), n, hidden, vocab, scale, nullptr));
+    const auto out = to_float(d_out.download());
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < hidden; ++c) {
+        const float row = ids[i] >= 0 && ids[i] < vocab ? table[static_cast<size_t>(ids[i]) * hidden + c] : 0.f;
+        REQUIRE(out[static_cast<size_t>(i) * hidden + c] == round_bf16(row * scale));
+      }
+  }
 }
 
-TEST_CASE("rms_norm and add_rms_norm match the CPU twins", "[gpu][layer_ops]") {
+TEST_CASE("rms_norm and add_rms_norm match the CPU twins, with weight offsets 0 and 1 (Gemma)", "[gpu][layer_ops]") {
   require_device();
   std::mt19937 rng(2);
+  for (const float offset : {0.0f, 1.0f})
   for (const int hidden : {64, 896, 4096}) {
     for (const int rows : {1, 5, 130}) {
+      INFO("weight offset " << offset);
       const size_t n = static_cast<size_t>(rows) * hidden;
       const auto x = random_bf16_values(rng, n, 2.0f);
       const auto residual = random_bf16_values(rng, n, 3.0f);
       auto weight = random_bf16_values(rng, hidden, 0.5f);
-      for (auto& w : weight) w = round_bf16(w + 1.0f);
+      for (auto& w : weight) w = round_bf16(w + 1.0f - offset);
+      // The CPU twin takes the weights as the kernel applies them: weight + offset, in float32.
+      std::vector<float> applied = weight;
+      for (auto& w : applied) w += offset;
       const float eps = 1e-5f;
       DeviceArray<bf16> d_x(to_bf16(x)), d_res(to_bf16(residual)), d_w(to_bf16(weight)), d_out(n);
 
       std::vector<float> ref(n);
-      cpu::rms_norm(ref.data(), x.data(), weight.data(), rows, hidden, eps);
-      CUDA_REQUIRE(cuda::rms_norm(d_out.get(), d_x.get(), d_w.get(), rows, hidden, eps, nullptr));
+      cpu::rms_norm(ref.data(), x.data(), applied.data(), rows, hidden, eps);
+      CUDA_REQUIRE(cuda::rms_norm(d_out.get(), d_x.get(), d_w.get(), rows, hidden, eps, offset, nullptr));
       check_close(to_float(d_out.download()), ref, "rms_norm hidden " + std::to_string(hidden));
 
       std::vector<float> ref_res = residual;
-      cpu::add_rms_norm(ref.data(), ref_res.data(), x.data(), weight.data(), rows, hidden, eps);
-      CUDA_REQUIRE(cuda::add_rms_norm(d_out.get(), d_res.get(), d_x.get(), d_w.get(), rows, hidden, eps, nullptr));
+      cpu::add_rms_norm(ref.data(), ref_res.data(), x.data(), applied.data(), rows, hidden, eps);
+      CUDA_REQUIRE(
+          cuda::add_rms_norm(d_out.get(), d_res.get(), d_x.get(), d_w.get(), rows, hidden, eps, offset, nullptr));
       check_close(to_float(d_out.download()), ref, "add_rms_norm out, hidden " + std::to_string(hidden));
       check_close(to_float(d_res.download()), ref_res, "add_rms_norm residual, hidden " + std::to_string(hidden));
     }
@@ -57,25 +70,30 @@ TEST_CASE("rms_norm and add_rms_norm match the CPU twins", "[gpu][layer_ops]") {
 TEST_CASE("head_rms_norm matches rms_norm over each q and k head; v heads and row padding stay", "[gpu][layer_ops]") {
   require_device();
   std::mt19937 rng(7);
+  for (const float offset : {0.0f, 1.0f})  // 1: Gemma 3's (1 + weight)
   for (const int head_dim : {64, 128})
     for (const auto& [heads, kv_heads] : {std::pair{8, 8}, std::pair{14, 2}, std::pair{32, 4}, std::pair{2, 1}})
       for (const int tokens : {1, 37}) {
-        INFO("head_dim " << head_dim << " heads " << heads << "/" << kv_heads << " tokens " << tokens);
+        INFO("head_dim " << head_dim << " heads " << heads << "/" << kv_heads << " tokens " << tokens << " offset "
+                         << offset);
         const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim + 8;  // padded row
         const auto qkv = random_bf16_values(rng, tokens * stride, 3.0f);
         auto q_w = random_bf16_values(rng, head_dim, 0.5f), k_w = random_bf16_values(rng, head_dim, 0.5f);
         for (auto& w : q_w) w = round_bf16(w + 1.0f);
+        std::vector<float> q_applied = q_w, k_applied = k_w;
+        for (auto& w : q_applied) w += offset;
+        for (auto& w : k_applied) w += offset;
         const float eps = 1e-6f;
         // CPU: the q heads and the k heads of every token as rows of head_dim, each normalised by cpu::rms_norm.
         std::vector<float> want = qkv;
         for (int t = 0; t < tokens; ++t) {
           float* row = &want[t * stride];
-          cpu::rms_norm(row, row, q_w.data(), heads, head_dim, eps);
-          cpu::rms_norm(row + heads * head_dim, row + heads * head_dim, k_w.data(), kv_heads, head_dim, eps);
+          cpu::rms_norm(row, row, q_applied.data(), heads, head_dim, eps);
+          cpu::rms_norm(row + heads * head_dim, row + heads * head_dim, k_applied.data(), kv_heads, head_dim, eps);
         }
         DeviceArray<bf16> d_qkv(to_bf16(qkv)), d_q(to_bf16(q_w)), d_k(to_bf16(k_w));
         CUDA_REQUIRE(cuda::head_rms_norm(d_qkv.get(), d_q.get(), d_k.get(), tokens, heads, kv_heads, head_dim, stride,
-                                         eps, nullptr));
+                                         eps, offset, nullptr));
         const auto got = to_float(d_qkv.download());
         std::vector<float> got_qk, want_qk;
         for (int t = 0; t < tokens; ++t)
@@ -90,28 +108,54 @@ TEST_CASE("head_rms_norm matches rms_norm over each q and k head; v heads and ro
           }
         check_close(got_qk, want_qk, "head_rms_norm");
       }
-  CHECK(cuda::head_rms_norm(nullptr, nullptr, nullptr, 1, 8, 2, 300, 8 * 300 * 3, 1e-6f, nullptr) ==
+  CHECK(cuda::head_rms_norm(nullptr, nullptr, nullptr, 1, 8, 2, 300, 8 * 300 * 3, 1e-6f, 0.0f, nullptr) ==
         cudaErrorInvalidValue);
 }
 
-TEST_CASE("silu_and_mul matches the CPU twin", "[gpu][layer_ops]") {
+TEST_CASE("silu_and_mul and gelu_tanh_and_mul (Gemma's GeGLU) match the CPU twins", "[gpu][layer_ops]") {
   require_device();
   std::mt19937 rng(3);
-  for (const int inter : {8, 1024, 14336}) {
-    const int tokens = 9;
-    const auto gate_up = random_bf16_values(rng, static_cast<size_t>(tokens) * 2 * inter, 3.0f);
-    std::vector<float> ref(static_cast<size_t>(tokens) * inter);
-    cpu::silu_and_mul(ref.data(), gate_up.data(), tokens, inter);
-    DeviceArray<bf16> d_in(to_bf16(gate_up)), d_out(ref.size());
-    CUDA_REQUIRE(cuda::silu_and_mul(d_out.get(), d_in.get(), tokens, inter, nullptr));
-    check_close(to_float(d_out.download()), ref, "silu_and_mul inter " + std::to_string(inter));
+  using CpuOp = void (*)(float*, const float*, int, int);
+  using GpuOp = cudaError_t (*)(bf16*, const bf16*, int, int, cudaStream_t);
+  const std::vector<std::tuple<std::string, CpuOp, GpuOp>> ops = {
+      {"silu_and_mul", cpu::silu_and_mul, cuda::silu_and_mul},
+      {"gelu_tanh_and_mul", cpu::gelu_tanh_and_mul, cuda::gelu_tanh_and_mul}};
+  for (const auto& [name, cpu_op, gpu_op] : ops)
+    for (const int inter : {8, 1024, 6912, 14336}) {  // 6912: Gemma 3 1B's intermediate size
+      const int tokens = 9;
+      const auto gate_up = random_bf16_values(rng, static_cast<size_t>(tokens) * 2 * inter, 3.0f);
+      std::vector<float> ref(static_cast<size_t>(tokens) * inter);
+      cpu_op(ref.data(), gate_up.data(), tokens, inter);
+      DeviceArray<bf16> d_in(to_bf16(gate_up)), d_out(ref.size());
+      CUDA_REQUIRE(gpu_op(d_out.get(), d_in.get(), tokens, inter, nullptr));
+      check_close(to_float(d_out.download()), ref, name + " inter " + std::to_string(inter));
+    }
+}
+
+TEST_CASE("soft_cap matches the CPU twin on float logits", "[gpu][layer_ops][gemma]") {
+  require_device();
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 20.0f);
+  for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{3} * 262208}) {  // 262208: Gemma 3's vocabulary
+    std::vector<float> x(n);
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> ref = x;
+    cpu::soft_cap(ref.data(), n, 30.0f);
+    DeviceArray<float> d_x(x);
+    CUDA_REQUIRE(cuda::soft_cap(d_x.get(), n, 30.0f, nullptr));
+    const std::vector<float> got = d_x.download();
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(double(got[i]) - ref[i]));
+    INFO("n " << n);
+    CHECK(worst < 1e-4);  // tanhf's few ulps, times the cap
   }
+  CHECK(cuda::soft_cap(nullptr, 8, 0.0f, nullptr) == cudaErrorInvalidValue);
 }
 
 TEST_CASE("row kernels refuse widths that are not multiples of 8", "[gpu][layer_ops]") {
   require_device();
   DeviceArray<bf16> buf(64);
-  const cudaError_t e = cuda::rms_norm(buf.get(), buf.get(), buf.get(), 1, 12, 1e-5f, nullptr);
+  const cudaError_t e = cuda::rms_norm(buf.get(), buf.get(), buf.get(), 1, 12, 1e-5f, 0.0f, nullptr);
   CHECK(e == cudaErrorInvalidValue);
   CHECK(cuda::describe_launch_error(e).find("hidden 12") != std::string::npos);
 }

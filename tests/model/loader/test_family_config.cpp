@@ -1,5 +1,6 @@
-// Config fields of the Qwen3, sliding-window (Mistral, Qwen2, Qwen3, Phi-3) and Phi-3 LongRoPE families, written as
-// transformers 5 writes them (rope_parameters, dtype, layer_types), and the one clear line for what is unsupported.
+// Config fields of the Qwen3, sliding-window (Mistral, Qwen2, Qwen3, Phi-3), Phi-3 LongRoPE and Gemma 3 families,
+// written as transformers 5 writes them (rope_parameters, dtype, layer_types), and the one clear line for what is
+// unsupported.
 #include <catch2/catch.hpp>
 
 #include <boost/json.hpp>
@@ -17,12 +18,13 @@ namespace {
 
 // A small config of `model_type` with the fields every family has; `edit` adds or changes the rest.
 json::object base_config(const std::string& model_type) {
-  const std::string arch = model_type == "qwen3"       ? "Qwen3ForCausalLM"
-                           : model_type == "qwen2"     ? "Qwen2ForCausalLM"
-                           : model_type == "phi3"      ? "Phi3ForCausalLM"
-                           : model_type == "mixtral"   ? "MixtralForCausalLM"
-                           : model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
-                                                       : "MistralForCausalLM";
+  const std::string arch = model_type == "qwen3"         ? "Qwen3ForCausalLM"
+                           : model_type == "qwen2"       ? "Qwen2ForCausalLM"
+                           : model_type == "phi3"        ? "Phi3ForCausalLM"
+                           : model_type == "gemma3_text" ? "Gemma3ForCausalLM"
+                           : model_type == "mixtral"     ? "MixtralForCausalLM"
+                           : model_type == "qwen3_moe"   ? "Qwen3MoeForCausalLM"
+                                                         : "MistralForCausalLM";
   return json::object{{"model_type", model_type}, {"architectures", json::array{arch}}, {"hidden_size", 64},
                       {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                       {"intermediate_size", 128}, {"vocab_size", 512}, {"max_position_embeddings", 256},
@@ -178,8 +180,8 @@ TEST_CASE("family config: Phi-3 LongRoPE and partial rotary", "[loader][families
 
 TEST_CASE("family config: unsupported families and fields fail with one line naming them", "[loader][families]") {
   json::object c = base_config("qwen3");
-  c["model_type"] = "gemma3_text";
-  CHECK_THAT(error_of(c), Catch::Contains("model_type 'gemma3_text'") && Catch::Contains("qwen3, phi3"));
+  c["model_type"] = "gemma2";
+  CHECK_THAT(error_of(c), Catch::Contains("model_type 'gemma2'") && Catch::Contains("qwen3, phi3, gemma3_text"));
   c = base_config("qwen3");
   c["architectures"] = json::array{"Qwen3NextForCausalLM"};
   CHECK_THAT(error_of(c), Catch::Contains("architectures") && Catch::Contains("Qwen3NextForCausalLM"));
@@ -265,4 +267,105 @@ TEST_CASE("family config: experts outside what is supported fail naming the fiel
     qwen.erase("moe_intermediate_size");
     CHECK_THAT(error_of(qwen), Catch::Contains("'moe_intermediate_size'"));
   }
+}
+
+namespace {
+
+// Gemma 3 text as transformers 5 writes it: rope_parameters per layer type, layer_types, no hidden_act.
+json::object gemma3_config() {
+  json::object c = base_config("gemma3_text");
+  c.erase("hidden_act");
+  c["num_hidden_layers"] = 6;
+  c["head_dim"] = 32;
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["query_pre_attn_scalar"] = 24;
+  c["sliding_window"] = 16;
+  c["attn_logit_softcapping"] = nullptr;
+  c["final_logit_softcapping"] = nullptr;
+  c["use_bidirectional_attention"] = false;
+  c["layer_types"] = json::array{"sliding_attention", "sliding_attention", "sliding_attention",
+                                 "sliding_attention", "sliding_attention", "full_attention"};
+  c["rope_parameters"] = json::object{
+      {"full_attention", json::object{{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1000000.0}}},
+      {"sliding_attention", json::object{{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("family config: Gemma 3 text as transformers 5 writes it", "[loader][families][gemma]") {
+  const ModelConfig m = load(gemma3_config());
+  CHECK(m.model_type == "gemma3_text");
+  CHECK(m.activation == Activation::gelu_tanh);
+  CHECK(m.norm_plus_one);
+  CHECK(m.sandwich_norms);
+  CHECK(m.qk_norm);
+  CHECK(m.tie_word_embeddings);  // Gemma 3's default
+  CHECK_FALSE(m.qkv_bias);
+  CHECK(m.embedding_scale == Approx(8.0));  // sqrt(64)
+  CHECK(m.attention_scale() == Approx(1.0 / std::sqrt(24.0)));  // query_pre_attn_scalar, not head_dim 32
+  CHECK(m.final_logit_softcap == 0.0);
+  CHECK(m.sliding_windows == std::vector<int>{16, 16, 16, 16, 16, 0});
+  CHECK(m.local_rope_layers == std::vector<bool>{true, true, true, true, true, false});
+  CHECK(m.uses_local_rope(0));
+  CHECK_FALSE(m.uses_local_rope(5));
+  // Full layers: base 10^6 with linear scaling (every frequency / 8); sliding layers: base 10^4, unscaled.
+  CHECK(m.rope_scaling.linear);
+  const std::vector<float> full = m.rope_inv_freq(), local = m.local_rope_inv_freq();
+  REQUIRE(full.size() == 16);
+  REQUIRE(local.size() == 16);
+  for (int i = 0; i < 16; ++i) {
+    INFO("index " << i);
+    CHECK(full[i] == Approx(1.0 / (8.0 * std::pow(1e6, 2.0 * i / 32))).epsilon(1e-6));
+    CHECK(local[i] == Approx(1.0 / std::pow(1e4, 2.0 * i / 32)).epsilon(1e-6));
+  }
+  SECTION("the final logits' soft-cap where the config sets it") {
+    json::object c = gemma3_config();
+    c["final_logit_softcapping"] = 30.0;
+    CHECK(load(c).final_logit_softcap == 30.0);
+  }
+  SECTION("as transformers 4 wrote it: rope_theta, rope_local_base_freq, sliding_window_pattern") {
+    json::object c = gemma3_config();
+    c.erase("rope_parameters");
+    c.erase("layer_types");
+    c.erase("query_pre_attn_scalar");
+    c["rope_theta"] = 500000.0;
+    c["rope_local_base_freq"] = 20000.0;
+    c["sliding_window_pattern"] = 3;
+    c["rope_scaling"] = nullptr;
+    const ModelConfig old = load(c);
+    CHECK(old.rope_theta == 500000.0);
+    CHECK(old.local_rope_theta == 20000.0);
+    CHECK_FALSE(old.rope_scaling.linear);
+    CHECK(old.sliding_windows == std::vector<int>{16, 16, 0, 16, 16, 0});
+    CHECK(old.attention_scale() == Approx(1.0 / 16.0));  // query_pre_attn_scalar's default, 256
+  }
+}
+
+TEST_CASE("family config: what Gemma 3 does not support is named", "[loader][families][gemma]") {
+  json::object c = gemma3_config();
+  c["hidden_activation"] = "gelu";
+  CHECK_THAT(error_of(c), Catch::Contains("hidden_activation"));
+  c = gemma3_config();
+  c["use_bidirectional_attention"] = true;
+  CHECK_THAT(error_of(c), Catch::Contains("use_bidirectional_attention"));
+  c = gemma3_config();
+  c["rope_parameters"].as_object()["sliding_attention"].as_object()["rope_type"] = "linear";
+  CHECK_THAT(error_of(c), Catch::Contains("sliding_attention") && Catch::Contains("rope_type"));
+  c = gemma3_config();
+  c["rope_parameters"].as_object()["full_attention"] = json::object{{"rope_type", "yarn"}, {"factor", 8.0}};
+  CHECK_THAT(error_of(c), Catch::Contains("rope_scaling type 'yarn'"));
+  c = gemma3_config();
+  c["final_logit_softcapping"] = -1.0;
+  CHECK_THAT(error_of(c), Catch::Contains("final_logit_softcapping"));
+}
+
+TEST_CASE("family config: linear RoPE scaling divides every frequency by its factor", "[loader][families]") {
+  json::object c = base_config("mistral");  // head_dim 16
+  c["rope_parameters"] = json::object{{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
+  const std::vector<float> f = load(c).rope_inv_freq();
+  REQUIRE(f.size() == 8);
+  for (int i = 0; i < 8; ++i) CHECK(f[i] == Approx(1.0 / (4.0 * std::pow(10000.0, 2.0 * i / 16))).epsilon(1e-6));
+  c["rope_parameters"].as_object()["factor"] = 0.5;
+  CHECK_THAT(error_of(c), Catch::Contains("factor"));
 }

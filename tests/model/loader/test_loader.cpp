@@ -457,9 +457,9 @@ TEST_CASE("loader: unsupported rope_scaling", "[loader]") {
     m.edit_config([](json::object& c) { c["rope_scaling"] = json::object{{"rope_type", "yarn"}, {"factor", 4.0}}; });
     CHECK_MODEL_ERROR(m.path(), "rope_scaling", "yarn");
   }
-  SECTION("linear, old 'type' key") {
-    m.edit_config([](json::object& c) { c["rope_scaling"] = json::object{{"type", "linear"}, {"factor", 2.0}}; });
-    CHECK_MODEL_ERROR(m.path(), "rope_scaling", "linear");
+  SECTION("dynamic, old 'type' key") {
+    m.edit_config([](json::object& c) { c["rope_scaling"] = json::object{{"type", "dynamic"}, {"factor", 2.0}}; });
+    CHECK_MODEL_ERROR(m.path(), "rope_scaling", "dynamic");
   }
   SECTION("no type") {
     m.edit_config([](json::object& c) { c["rope_scaling"] = json::object{{"factor", 2.0}}; });

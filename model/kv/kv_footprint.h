@@ -1,0 +1,24 @@
+// The KV memory one sequence holds, by layer kind: today every layer keeps every block of its sequence (one block
+// table for all layers), while a sliding-window layer (Gemma 3's five of six, Mistral's every one) reads only the
+// blocks that overlap its window. Pure arithmetic over a ModelConfig: what releasing a sliding layer's older blocks
+// (a KV group per window size, as vLLM does) would save; tools/bench_kv_sliding prints it for Gemma 3's shapes.
+#pragma once
+
+#include <cstdint>
+
+#include "model/loader/config.h"
+
+namespace paged {
+
+/// Bytes of K and V one sequence holds over all layers.
+struct KvFootprint {
+  int64_t every_block = 0;    // every layer holds ceil(context / block_size) blocks (the cache manager today)
+  int64_t window_blocks = 0;  // a sliding layer holds only the blocks overlapping its window, the others all
+};
+
+/// The footprint of a sequence of `context` tokens (positions 0 .. context - 1) whose last token is the newest query:
+/// a layer of window W needs positions context - W .. context - 1 only. Blocks of block_size tokens, bytes_per_value
+/// bytes per K or V element (2: bf16). context >= 0, block_size >= 1.
+KvFootprint sequence_kv_bytes(const ModelConfig& config, int64_t context, int block_size, int bytes_per_value);
+
+}  // namespace paged
