@@ -201,18 +201,22 @@ TEST_CASE("FP8 weights and the FP8 KV cache on a trained checkpoint give the log
   const auto [gpu_bf16, cpu_f32] = logits_of(false, false);
   for (const auto [fp8_weights, fp8_kv] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
     const auto [gpu, cpu] = logits_of(fp8_weights, fp8_kv);
+    double bf16_err = 0, fp8_err = 0, fp8_own = 0;  // means over the rows
     for (size_t i = 0; i < gpu.size(); ++i) {
-      const double bf16_err = relative_l2(gpu_bf16[i], cpu_f32[i]);
-      const double fp8_err = relative_l2(gpu[i], cpu[i]);
-      const double fp8_own = relative_l2(cpu[i], cpu_f32[i]);
-      WARN("FP8 weights " << fp8_weights << ", FP8 KV " << fp8_kv << ", " << (i < 4 ? "prefill" : "decode")
-                          << " row " << i % 4 << ": CUDA bf16 vs CPU float32 " << bf16_err
-                          << ", CUDA vs CPU emulation " << fp8_err << ", FP8's own error on the CPU " << fp8_own);
-      // The CUDA path differs from its emulation by bf16 activations: bf16's error, plus the e4m3 codes that a
-      // bf16-rounded input sends the other way (about one in sixteen, a whole FP8 step each): of the order of FP8's
-      // own error, never of the logits' own size (a wrong code, scale or layout: 0.6 and more).
-      CHECK(fp8_err < 2 * fp8_own + 3 * bf16_err);
-      CHECK(fp8_err < 0.3);
+      const double row_err = relative_l2(gpu[i], cpu[i]);
+      bf16_err += relative_l2(gpu_bf16[i], cpu_f32[i]) / gpu.size();
+      fp8_err += row_err / gpu.size();
+      fp8_own += relative_l2(cpu[i], cpu_f32[i]) / gpu.size();
+      INFO("FP8 weights " << fp8_weights << ", FP8 KV " << fp8_kv << ", " << (i < 4 ? "prefill" : "decode") << " row "
+                          << i % 4 << ": CUDA vs CPU emulation " << row_err);
+      CHECK(row_err < 0.3);  // a wrong code, scale or layout: 0.6 and more
     }
+    WARN("FP8 weights " << fp8_weights << ", FP8 KV " << fp8_kv << ", means over 8 rows: CUDA bf16 vs CPU float32 "
+                        << bf16_err << ", CUDA vs CPU emulation " << fp8_err << ", FP8's own error on the CPU "
+                        << fp8_own);
+    // The CUDA path differs from its emulation by bf16 activations: bf16's error, plus the e4m3 codes that a
+    // bf16-rounded input sends the other way (about one in sixteen, a whole FP8 step each): of the order of FP8's own
+    // error (H200: 0.015-0.039 against 0.017-0.044).
+    CHECK(fp8_err < 2 * fp8_own + 3 * bf16_err);
   }
 }
