@@ -20,7 +20,7 @@ ws._socket.pause();  // never read again
 const closed = new Promise((resolve) => ws.on("close", (code) => resolve(code)));
 let peak = before;
 let sent = 0;
-const deadline = Date.now() + 60000;
+const deadline = Date.now() + 90000;
 let code = null;
 closed.then((c) => { code = c; });
 while (code === null && Date.now() < deadline) {

@@ -488,7 +488,7 @@ printf '{"model": "%s", "server": {"port": 0, "stats_interval_s": 0}, "engine": 
 serve_blocks() {
   "$PAGED" serve "$@" >"$TMP/serve.out" 2>&1 &
   local pid=$! line=""
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 600); do  # up to 60 s: a loaded machine starts slowly
     line=$(grep -oE 'KV cache: [0-9]+ blocks' "$TMP/serve.out") && break
     sleep 0.1
   done
