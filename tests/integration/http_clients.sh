@@ -125,7 +125,7 @@ text=$(curl -s "$BASE/detokenize" -d "{\"tokens\": $ids}")
 # stats line while it works.
 sleep 1.5  # one more stats interval
 for line in "paged: model stories260K \\(llama, .*computing in float32 on cpu, .* of weights, ready in" \
-  "paged: KV cache: [0-9]+ blocks of 16 tokens \(.* MiB\), CPU swap pool" "paged: maximum concurrency at max_model_len 512: " \
+  "paged: KV cache: [0-9]+ blocks of 16 tokens in float32 \(.* MiB\), CPU swap pool" "paged: maximum concurrency at max_model_len 512: " \
   "paged: prompt [0-9.]+ tok/s, generation [0-9.]+ tok/s, running [0-9]+, waiting [0-9]+, swapped [0-9]+, KV cache"; do
   grep -qE "^$line" "$TMP/serve.out" || fail "the log has no line /$line/: $(head -c 600 "$TMP/serve.out")"
 done
