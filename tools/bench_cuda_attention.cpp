@@ -119,31 +119,33 @@ int main(int argc, char** argv) {
   BENCH_CHECK(cudaEventCreate(&start));
   BENCH_CHECK(cudaEventCreate(&stop));
   double best_fraction = 0.0, best_us[2] = {1e30, 1e30};
-  for (const bool fp8 : {false, true})
-  for (const int partition : {128, 256, 512}) {
-    args.k_fp8 = fp8 ? k8 : nullptr;
-    args.v_fp8 = fp8 ? v8 : nullptr;
-    const size_t ws_bytes = paged::cuda::paged_attention_decode_workspace(batch, heads, head_dim, context, partition);
-    void* ws = ws_bytes ? device_array<char>(ws_bytes) : nullptr;
-    for (int i = 0; i < 5; ++i)
-      BENCH_CHECK(paged::cuda::paged_attention_decode(args, context, partition, ws, ws_bytes, nullptr));
-    BENCH_CHECK(cudaEventRecord(start));
-    for (int i = 0; i < iterations; ++i)
-      BENCH_CHECK(paged::cuda::paged_attention_decode(args, context, partition, ws, ws_bytes, nullptr));
-    BENCH_CHECK(cudaEventRecord(stop));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    const double seconds = ms / 1e3 / iterations;
-    // Partial results of a split context are written and read back once more: counted as moved bytes too.
-    const double bytes = (fp8 ? 2.0 * fp8_bytes * context / (blocks_per_seq * block_size) : kv_bytes) +
-                         other_bytes + 2.0 * ws_bytes;
-    const double fraction = bytes / seconds / kPeakBytesPerSecond;
-    if (!fp8) best_fraction = std::max(best_fraction, fraction);
-    best_us[fp8] = std::min(best_us[fp8], seconds * 1e6);
-    std::printf("  %s partition %3d: %8.1f us  %6.2f TB/s  %5.1f%% of 4.3 TB/s\n", fp8 ? "FP8 " : "bf16", partition,
-                seconds * 1e6, bytes / seconds / 1e12, 100.0 * fraction);
-    if (ws) BENCH_CHECK(cudaFree(ws));
+  for (const bool fp8 : {false, true}) {
+    for (const int partition : {128, 256, 512}) {
+      args.k_fp8 = fp8 ? k8 : nullptr;
+      args.v_fp8 = fp8 ? v8 : nullptr;
+      const size_t ws_bytes =
+          paged::cuda::paged_attention_decode_workspace(batch, heads, head_dim, context, partition);
+      void* ws = ws_bytes ? device_array<char>(ws_bytes) : nullptr;
+      for (int i = 0; i < 5; ++i)
+        BENCH_CHECK(paged::cuda::paged_attention_decode(args, context, partition, ws, ws_bytes, nullptr));
+      BENCH_CHECK(cudaEventRecord(start));
+      for (int i = 0; i < iterations; ++i)
+        BENCH_CHECK(paged::cuda::paged_attention_decode(args, context, partition, ws, ws_bytes, nullptr));
+      BENCH_CHECK(cudaEventRecord(stop));
+      BENCH_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.f;
+      BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      const double seconds = ms / 1e3 / iterations;
+      // Partial results of a split context are written and read back once more: counted as moved bytes too.
+      const double bytes = (fp8 ? 2.0 * fp8_bytes * context / (blocks_per_seq * block_size) : kv_bytes) +
+                           other_bytes + 2.0 * ws_bytes;
+      const double fraction = bytes / seconds / kPeakBytesPerSecond;
+      if (!fp8) best_fraction = std::max(best_fraction, fraction);
+      best_us[fp8] = std::min(best_us[fp8], seconds * 1e6);
+      std::printf("  %s partition %3d: %8.1f us  %6.2f TB/s  %5.1f%% of 4.3 TB/s\n", fp8 ? "FP8 " : "bf16", partition,
+                  seconds * 1e6, bytes / seconds / 1e12, 100.0 * fraction);
+      if (ws) BENCH_CHECK(cudaFree(ws));
+    }
   }
   std::printf("RESULT decode_attention_bandwidth_fraction %.3f (target >= 0.70); FP8 cache %.1f us vs bf16 %.1f us "
               "(%.2fx)\n", best_fraction, best_us[1], best_us[0], best_us[0] / best_us[1]);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kv_fp8.h"
 
 namespace paged::cuda {
 
@@ -157,8 +158,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
     return blocks[j >> log2_block_size] * block_stride + head_offset + (j & in_block_mask) * HEAD_DIM;
   };
   // The FP8 layout (kernels/cuda/kv_fp8.h), in bytes: a block's codes, then its scales.
-  const int64_t fp8_block_bytes = static_cast<int64_t>(a.num_kv_heads) * (HEAD_DIM + 4) << log2_block_size;
-  const int64_t fp8_scales_at = block_stride;  // the codes of a block: as many bytes as a bf16 block has elements
+  const int64_t fp8_block_bytes = kv_fp8_block_bytes(a.num_kv_heads, 1 << log2_block_size, HEAD_DIM);
+  const int64_t fp8_scales_at = kv_fp8_scales_offset(a.num_kv_heads, 1 << log2_block_size, HEAD_DIM);
   auto code_offset = [&](int j) {
     return blocks[j >> log2_block_size] * fp8_block_bytes + head_offset + (j & in_block_mask) * HEAD_DIM;
   };

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kv_fp8.h"
 
 namespace paged::cuda {
 
@@ -89,8 +90,8 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
   const int in_block_mask = (1 << log2_block_size) - 1;
   // The FP8 layout (kernels/cuda/kv_fp8.h), in bytes: a block's codes, then its scales.
-  const int64_t fp8_block_bytes = static_cast<int64_t>(a.num_kv_heads) * (HEAD_DIM + 4) << log2_block_size;
-  const int64_t fp8_scales_at = static_cast<int64_t>(a.num_kv_heads) * HEAD_DIM << log2_block_size;
+  const int64_t fp8_block_bytes = kv_fp8_block_bytes(a.num_kv_heads, 1 << log2_block_size, HEAD_DIM);
+  const int64_t fp8_scales_at = kv_fp8_scales_offset(a.num_kv_heads, 1 << log2_block_size, HEAD_DIM);
 
   for (int tile = first_tile; tile < num_tiles; ++tile) {
     const int t0 = tile * kTile;

@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const float inv = absmax > 0.f ? __fdiv_rn(kFp8Max, absmax) : 1.f;
   const int64_t block = slot >> log2_block_size, offset = slot & ((1 << log2_block_size) - 1);
   const int64_t row = (static_cast<int64_t>(head) << log2_block_size) + offset;  // the head's row in the block
-  const int64_t block_bytes = static_cast<int64_t>(num_kv_heads) * (HEAD_DIM + 4) << log2_block_size;
+  const int block_size = 1 << log2_block_size;
+  const int64_t block_bytes = kv_fp8_block_bytes(num_kv_heads, block_size, HEAD_DIM);
   uint8_t* base = (is_value ? v_cache : k_cache) + block * block_bytes;
   uint8_t codes[kPerLane];
 #pragma unroll
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   else
     *reinterpret_cast<uint16_t*>(dst) = *reinterpret_cast<const uint16_t*>(codes);
   if (lane == 0) {
-    float* scales = reinterpret_cast<float*>(base + (static_cast<int64_t>(num_kv_heads) * HEAD_DIM << log2_block_size));
+    float* scales = reinterpret_cast<float*>(base + kv_fp8_scales_offset(num_kv_heads, block_size, HEAD_DIM));
     scales[row] = absmax > 0.f ? __fdiv_rn(absmax, kFp8Max) : 1.f;
   }
 }

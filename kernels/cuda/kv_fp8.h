@@ -13,9 +13,13 @@
 namespace paged::cuda {
 
 /// Bytes of one cache's block in the FP8 layout: codes and scales (about half the bf16 block's 2 * head_dim bytes
-/// per token and head).
-inline size_t kv_fp8_block_bytes(int num_kv_heads, int block_size, int head_dim) {
-  return static_cast<size_t>(num_kv_heads) * block_size * (head_dim + sizeof(float));
+/// per token and head). Host and device code alike.
+__host__ __device__ inline int64_t kv_fp8_block_bytes(int num_kv_heads, int block_size, int head_dim) {
+  return static_cast<int64_t>(num_kv_heads) * block_size * (head_dim + 4);
+}
+/// Where a block's float32 scales start, after its codes: row (head * block_size + offset) at + 4 * row.
+__host__ __device__ inline int64_t kv_fp8_scales_offset(int num_kv_heads, int block_size, int head_dim) {
+  return static_cast<int64_t>(num_kv_heads) * block_size * head_dim;
 }
 
 /// For every token with slot >= 0 (slot = block * block_size + offset): its key heads and value heads in qkv (after
