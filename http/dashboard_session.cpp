@@ -55,17 +55,12 @@ void DashboardSession::on_tick() {
   if (!asking_ && !writing_) {
     asking_ = true;
     std::weak_ptr<DashboardSession> weak = weak_from_this();
-    std::weak_ptr<EventGate> gate = ctx_.gate;
     auto executor = ws_.get_executor();
-    ctx_.engine.kv_snapshot([weak, gate, executor](std::vector<ReplicaKv> replicas) {
-      auto g = gate.lock();
-      if (!g) return;
-      g->post([&] {
-        net::post(executor, [weak, replicas = std::move(replicas)]() mutable {
-          if (auto self = weak.lock()) self->on_snapshot(std::move(replicas));
-        });
+    ctx_.engine.kv_snapshot(ctx_.gate->guard<std::vector<ReplicaKv>>([weak, executor](std::vector<ReplicaKv> replicas) {
+      net::post(executor, [weak, replicas = std::move(replicas)]() mutable {
+        if (auto self = weak.lock()) self->on_snapshot(std::move(replicas));
       });
-    });
+    }));
   }
   timer_.expires_after(kPushInterval);
   timer_.async_wait([self = shared_from_this()](beast::error_code ec) {

@@ -13,14 +13,19 @@
 
 namespace paged::server {
 
-void EventGate::post(const std::function<void()>& post) {
-  std::lock_guard lock(mu_);
-  if (open_) post();
+EventGate::Ticket::~Ticket() {
+  const std::shared_ptr<EventGate> gate = gate_.lock();
+  if (!gate) return;
+  // Destroyed under the lock: close() cannot come between, so the sink goes while its io_context still lives.
+  std::lock_guard lock(gate->mu_);
+  gate->sinks_.erase(key_);
 }
 
 void EventGate::close() {
+  std::unordered_map<uint64_t, std::shared_ptr<void>> sinks;  // destroyed on this thread, the lock let go
   std::lock_guard lock(mu_);
   open_ = false;
+  sinks.swap(sinks_);
 }
 
 void HttpCounters::count(unsigned status) {
@@ -153,17 +158,11 @@ std::vector<RequestId> submit_prompts(ServerContext& ctx, const openai::Request&
   std::vector<RequestId> ids;
   try {
     for (size_t i = 0; i < request.prompts.size(); ++i) {
-      std::weak_ptr<EventGate> gate = ctx.gate;
-      ids.push_back(ctx.engine.submit(request.prompts[i], request.params,
-                                      [gate, executor, handler, i](RequestEvent event) {
-                                        auto g = gate.lock();
-                                        if (!g) return;
-                                        g->post([&] {
-                                          boost::asio::post(executor, [handler, i, ev = std::move(event)]() mutable {
-                                            (*handler)(i, std::move(ev));
-                                          });
-                                        });
-                                      }));
+      ids.push_back(ctx.engine.submit(
+          request.prompts[i], request.params,
+          ctx.gate->guard<RequestEvent>([executor, handler, i](RequestEvent event) {
+            boost::asio::post(executor, [handler, i, ev = std::move(event)]() mutable { (*handler)(i, std::move(ev)); });
+          })));
     }
   } catch (...) {
     for (RequestId id : ids) ctx.engine.abort(id);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -21,18 +22,61 @@
 
 namespace paged::server {
 
-/// Engine threads post events onto session strands through this; once closed (server shutting down) events are
-/// dropped, so nothing is posted onto a destroyed io_context. Thread-safe.
-class EventGate {
+/// Engine threads reach the server's sessions only through this. guard() keeps a sink (what posts an engine event
+/// onto a session's executor) inside the gate and gives the engine a callback that refers to it by key: the sink runs
+/// while the gate is open, and is destroyed when the engine drops the callback or when the gate closes, whichever
+/// comes first. close() (the server stopping, before its io_context and context go) drops every sink, so that no
+/// engine thread posts onto, or destroys, an executor, a session or a response of a server that is gone. Thread-safe.
+class EventGate : public std::enable_shared_from_this<EventGate> {
  public:
-  /// Runs `post` (which posts onto an executor) unless the gate is closed.
-  void post(const std::function<void()>& post);
+  /// The engine's callback for `sink` (runs it under the gate's lock, which a sink only holds to post).
+  template <class T>
+  std::function<void(T)> guard(std::function<void(T)> sink);
   void close();
 
  private:
+  // Shared by the copies of one guarded callback; the last copy's end drops the sink.
+  class Ticket {
+   public:
+    Ticket(std::weak_ptr<EventGate> gate, uint64_t key) : gate_(std::move(gate)), key_(key) {}
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    ~Ticket();
+    template <class T>
+    void run(T value) const;
+
+   private:
+    std::weak_ptr<EventGate> gate_;
+    uint64_t key_;
+  };
+
   std::mutex mu_;
   bool open_ = true;
+  uint64_t next_key_ = 0;
+  std::unordered_map<uint64_t, std::shared_ptr<void>> sinks_;  // a std::function<void(T)> each
 };
+
+template <class T>
+std::function<void(T)> EventGate::guard(std::function<void(T)> sink) {
+  uint64_t key = 0;
+  {
+    std::lock_guard lock(mu_);
+    key = next_key_++;
+    if (open_) sinks_.emplace(key, std::make_shared<std::function<void(T)>>(std::move(sink)));
+  }
+  auto ticket = std::make_shared<const Ticket>(weak_from_this(), key);
+  return [ticket](T value) { ticket->run(std::move(value)); };
+}
+
+template <class T>
+void EventGate::Ticket::run(T value) const {
+  const std::shared_ptr<EventGate> gate = gate_.lock();
+  if (!gate) return;
+  std::lock_guard lock(gate->mu_);
+  if (!gate->open_) return;
+  const auto it = gate->sinks_.find(key_);
+  if (it != gate->sinks_.end()) (*static_cast<std::function<void(T)>*>(it->second.get()))(std::move(value));
+}
 
 /// Responses by status code, appended to /metrics as paged_http_responses_total. Thread-safe.
 class HttpCounters {

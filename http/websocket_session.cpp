@@ -93,6 +93,7 @@ void WebSocketSession::handle_frame(const std::string& text) {
 }
 
 void WebSocketSession::start_generation(json::object frame, const json::value& id) {
+  if (closed_) return;  // frames read after the session closed (the outbox bound) start nothing
   const std::string key = json::serialize(id);
   if (generations_.count(key)) {
     send_error(id, 400, openai::error_body("a generation with this id is running", "invalid_request_error", "id"));
@@ -190,7 +191,8 @@ void WebSocketSession::send(std::string frame) {
     // close frame can go out now, else by closing the socket under the write that does not drain.
     closed_ = true;
     abort_all();
-    outbox_.clear();
+    // The frame under an async_write stays alive until its handler runs: the write reads it until then.
+    outbox_.erase(writing_ ? outbox_.begin() + 1 : outbox_.begin(), outbox_.end());
     outbox_bytes_ = 0;
     update_owed();
     if (writing_) {
@@ -211,12 +213,13 @@ void WebSocketSession::do_write() {
   ws_.text(true);
   ws_.async_write(net::buffer(outbox_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
     self->writing_ = false;
-    if (ec) {
+    if (ec || self->closed_) {  // broken, or closed meanwhile (the outbox bound): nothing is left to write
       self->closed_ = true;
       self->abort_all();
+      self->outbox_.clear();
+      self->update_owed();
       return;
     }
-    if (self->closed_) return;  // closed meanwhile (the outbox bound): nothing is left to write
     self->outbox_bytes_ -= self->outbox_.front().size();
     self->outbox_.pop_front();
     self->update_owed();

@@ -43,7 +43,7 @@ done
 
 ARTEFACTS="$PAGED_BINARY_DIR/dashboard"
 mkdir -p "$ARTEFACTS"
-(cd "$NODE_DIR" && timeout -s KILL 90 node check_dashboard.mjs --base "http://127.0.0.1:$serve_port" --key "$KEY" \
+(cd "$NODE_DIR" && timeout -s KILL 120 node check_dashboard.mjs --base "http://127.0.0.1:$serve_port" --key "$KEY" \
   --devtools "http://127.0.0.1:$devtools_port" --screenshot "$ARTEFACTS/dashboard.png") || fail "check_dashboard"
 kill "$chromium_pid" 2>/dev/null
 wait "$chromium_pid" 2>/dev/null  # its profile folder is complete before the cleanup removes it
