@@ -248,7 +248,7 @@ expect_fail "--kv-disk-size negative" 2 "--kv-disk-size" generate "${P[@]}" --kv
 expect_fail "a worker with a disk tier" 2 "not available with workers" worker "$MODEL" --kv-disk-dir "$TMP/kvdisk"
 expect_fail "--kv-disk-dir without the CPU tier" 1 "needs --kv-offloading-size" generate "${P[@]}" \
   --kv-disk-dir "$TMP/kvdisk" --kv-disk-size 1
-expect_fail "--quantization int4" 2 "--quantization must be fp8 or none" generate "${P[@]}" --quantization int4
+expect_fail "--quantization int4" 2 "--quantization must be auto, fp8 or none" generate "${P[@]}" --quantization int4
 expect_fail "--quantization fp8 on the CPU" 1 "--quantization fp8 needs --device cuda" generate "${P[@]}" \
   --device cpu --quantization fp8
 expect_fail "--kv-cache-dtype fp8_e5m2" 2 "--kv-cache-dtype must be auto, fp8 or fp8_e4m3" generate "${P[@]}" \

@@ -1,0 +1,25 @@
+// Pre-quantised FP8 checkpoints for the tests, written at test time by tools/make_fp8_checkpoints.py (pure python3)
+// from a float32 checkpoint: each layout L as OUT/L, and OUT/L-ref its weights dequantised in Python (code x scale).
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+namespace paged::test {
+
+/// Every layout the script writes, in its order.
+inline const char* const kFp8Layouts[] = {"fp8-tensor", "fp8-tensor-static", "fp8-block", "fp8-block-small",
+                                          "ct-channel", "ct-tensor-static", "ct-block"};
+
+/// Writes `layouts` (comma-separated) of the float32 checkpoint `src` into `out` (--random-llama: a seeded random
+/// float32 Llama into `src` first); fails the test when the script fails.
+inline void make_fp8_checkpoints(const std::string& src, const std::string& out, const std::string& layouts,
+                                 bool random_llama = false) {
+  const std::string script = "python3 '" + std::string(PAGED_SOURCE_DIR) + "/tools/make_fp8_checkpoints.py' ";
+  if (random_llama) REQUIRE(std::system((script + "--random-llama '" + src + "'").c_str()) == 0);
+  REQUIRE(std::system((script + "'" + src + "' '" + out + "' --layouts " + layouts).c_str()) == 0);
+}
+
+}  // namespace paged::test
