@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <string>
 
 namespace paged::test {
@@ -20,6 +22,25 @@ inline void make_fp8_checkpoints(const std::string& src, const std::string& out,
   const std::string script = "python3 '" + std::string(PAGED_SOURCE_DIR) + "/tools/make_fp8_checkpoints.py' ";
   if (random_llama) REQUIRE(std::system((script + "--random-llama '" + src + "'").c_str()) == 0);
   REQUIRE(std::system((script + "'" + src + "' '" + out + "' --layouts " + layouts).c_str()) == 0);
+}
+
+/// make_fp8_checkpoints(src, out, layouts) the first time this process asks for `out`; returns `out`.
+inline std::string fp8_checkpoints_once(const std::string& src, const std::string& out, const std::string& layouts) {
+  static std::mutex mu;
+  static std::set<std::string> written;
+  std::lock_guard lock(mu);
+  if (!written.count(out)) {
+    make_fp8_checkpoints(src, out, layouts);
+    written.insert(out);
+  }
+  return out;
+}
+
+/// Every layout, comma-separated (the script's --layouts).
+inline std::string all_fp8_layouts() {
+  std::string list;
+  for (const char* l : kFp8Layouts) list += (list.empty() ? "" : ",") + std::string(l);
+  return list;
 }
 
 }  // namespace paged::test

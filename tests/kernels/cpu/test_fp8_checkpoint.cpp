@@ -24,10 +24,7 @@ namespace {
 
 // The checkpoints of `model` (a folder of models/ or tests/models/), written once per run into the build folder.
 std::string checkpoints_of(const std::string& model_dir, const std::string& name, const std::string& layouts) {
-  static std::set<std::string> written;
-  const std::string out = std::string(PAGED_BINARY_DIR) + "/fp8_checkpoints/" + name;
-  if (written.insert(out).second) test::make_fp8_checkpoints(model_dir, out, layouts);
-  return out;
+  return test::fp8_checkpoints_once(model_dir, std::string(PAGED_BINARY_DIR) + "/fp8_checkpoints/" + name, layouts);
 }
 
 // Every tensor shard of tensor-parallel rank `rank` of `tp`.
@@ -127,12 +124,7 @@ TEST_CASE("FP8 checkpoints of the families: separate and fused projections, q/k 
 
 TEST_CASE("FP8 emulation on an FP8 checkpoint: its weights as the CUDA runner holds them, inputs rounded per row",
           "[fp8ckpt][cpu]") {
-  const std::string out =
-      checkpoints_of(test::kModel, "stories260K", [] {
-        std::string list;
-        for (const char* l : test::kFp8Layouts) list += (list.empty() ? "" : ",") + std::string(l);
-        return list;
-      }());
+  const std::string out = checkpoints_of(test::kModel, "stories260K", test::all_fp8_layouts());
   for (const char* layout : test::kFp8Layouts) {
     INFO(layout);
     const std::string dir = out + "/" + layout;

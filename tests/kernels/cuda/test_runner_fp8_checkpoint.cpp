@@ -24,9 +24,7 @@ TEST_CASE("FP8 checkpoints of every layout on the CUDA runner give the CPU runne
   require_device();
   test::TempDir tmp("paged-fp8-ckpt-gpu-");
   const std::string src = (tmp.path() / "src").string(), out = (tmp.path() / "fp8").string();
-  std::string layouts;
-  for (const char* l : test::kFp8Layouts) layouts += (layouts.empty() ? "" : ",") + std::string(l);
-  test::make_fp8_checkpoints(src, out, layouts, true);
+  test::make_fp8_checkpoints(src, out, test::all_fp8_layouts(), true);
 
   // Three prompts of random tokens, prefilled, then one decode step of all three, then one of the first alone (the
   // one-stream GEMV path): the logits after each.
