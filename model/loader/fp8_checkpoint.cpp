@@ -103,7 +103,7 @@ void float8_args(const json::object& a, const std::string& path) {
   only_known_fields(a, path, {"num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic",
                               "actorder", "observer", "observer_kwargs", "scale_dtype", "zp_dtype"});
   require_value(a, "num_bits", 8, path, true, "FP8 only: 8 bits");
-  require_value(a, "type", "float", path, true, "FP8 only: float (integer schemes are not supported)");
+  require_value(a, "type", "float", path, true, "FP8 only: float; integer schemes are not supported");
   require_value(a, "symmetric", true, path, false, "asymmetric quantisation is not supported");
   if (const json::value* v = field(a, "actorder"); v && !(v->is_bool() && !v->as_bool()))
     refuse(field_path(path, "actorder"), *v, "activation ordering is not supported");
