@@ -246,7 +246,8 @@ Fp8WeightScales::Fp8WeightScales(const SafeTensors& weights, const std::string& 
   if (weight.shape.size() != 2 || weight_name.size() < suffix.size() ||
       weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) != 0)
     throw ModelError("tensor '" + weight_name + "': F8_E4M3 is read for 2-D linear weights (*.weight) only");
-  const std::string scale_name = weight_name.substr(0, weight_name.size() - suffix.size() + 1) + fp8.scale_suffix;
+  const std::string module = weight_name.substr(0, weight_name.size() - suffix.size() + 1);  // "....o_proj."
+  const std::string scale_name = module + fp8.scale_suffix;
   if (!weights.contains(scale_name))
     throw ModelError("FP8 tensor '" + weight_name + "' has no scale tensor '" + scale_name + "' beside it");
   const TensorView& s = weights.get(scale_name);
@@ -289,6 +290,15 @@ Fp8WeightScales::Fp8WeightScales(const SafeTensors& weights, const std::string& 
     if (!std::isfinite(scales_[i]) || scales_[i] < 0.0f)
       throw ModelError("FP8 scale tensor '" + scale_name + "' holds " + std::to_string(scales_[i]) +
                        " at " + std::to_string(i) + " (scales must be finite and not negative)");
+  }
+  if (fp8.static_activations) {  // the layer's activation scale: checked (and counted as loaded), not used
+    const std::string input = module + "input_scale";
+    if (!weights.contains(input))
+      throw ModelError("FP8 tensor '" + weight_name + "' has no '" + input + "' beside it (static activations)");
+    const TensorView& a = weights.get(input);
+    if (a.numel() != 1 || a.shape.size() > 1 || a.dtype == DType::f8_e4m3 || !(a.float_at(0) > 0.0f))
+      throw ModelError("FP8 activation scale '" + input + "' must be one positive float ([] or [1]), not " +
+                       dtype_name(a.dtype) + " of " + std::to_string(a.numel()) + " elements");
   }
 }
 

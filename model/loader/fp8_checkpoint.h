@@ -32,7 +32,8 @@ class Fp8WeightScales {
  public:
   /// Throws ModelError naming the tensor when the weight is not a 2-D "*.weight", the checkpoint is not an FP8 one,
   /// the scale tensor is absent, not of a float dtype, of another shape than the layout implies (both shapes named),
-  /// or holds a value that is negative or not finite.
+  /// or holds a value that is negative or not finite; with static activations also when the layer's `input_scale`
+  /// is absent or not one positive float (it is checked, not used: activations are scaled per token).
   Fp8WeightScales(const SafeTensors& weights, const std::string& weight_name, const TensorView& weight,
                   const Fp8Checkpoint& fp8);
   /// The scale of element (row, col) of the weight.

@@ -255,6 +255,17 @@ TEST_CASE("FP8 weights dequantise to code x scale per tensor, channel and block;
     for (int r = 0; r < 3; ++r)
       for (int c = 0; c < 3; ++c) CHECK(got[r * 3 + c] == code_value(r * 5 + 2 + c) * s[(r / 2) * 3 + (2 + c) / 2]);
   }
+  SECTION("static activations: an input_scale of one positive float beside each FP8 weight") {
+    fp8.static_activations = true;
+    load({{"m.weight_scale", "F32", {}, raw_floats({0.5f})}, {"m.input_scale", "F32", {1}, raw_floats({0.02f})}});
+    CHECK(read_shard_f32(SafeTensors(dir.path().string()), whole, fp8)[0] == code_value(0) * 0.5f);
+    load({{"m.weight_scale", "F32", {}, raw_floats({0.5f})}});
+    CHECK_THROWS_WITH(read_shard_f32(SafeTensors(dir.path().string()), whole, fp8),
+                      Catch::Contains("no 'm.input_scale' beside it"));
+    load({{"m.weight_scale", "F32", {}, raw_floats({0.5f})}, {"m.input_scale", "F32", {2}, raw_floats({1, 1})}});
+    CHECK_THROWS_WITH(read_shard_f32(SafeTensors(dir.path().string()), whole, fp8),
+                      Catch::Contains("'m.input_scale' must be one positive float"));
+  }
   SECTION("bad scale tensors: wrong size, absent, FP8 themselves, negative; FP8 without quantization_config") {
     fp8.layout = Fp8ScaleLayout::channel;
     load({{"m.weight_scale", "F32", {2, 1}, raw_floats({1, 1})}});
