@@ -225,11 +225,16 @@ void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
     }
     std::optional<Fp8WeightScales> scales;
     if (t.dtype == DType::f8_e4m3) scales.emplace(w, shard.name, t, cfg.fp8_checkpoint);
+    std::vector<float> values;
     auto convert = [&](int64_t at, int64_t len, uint16_t* out) {  // elements [at, at + len) of the tensor
-      for (int64_t i = 0; i < len; ++i) {
-        const int64_t e = at + i;
-        out[i] = float_to_bf16(scales ? t.float_at(e) * scales->at(e / C, e % C) : t.float_at(e));
+      values.resize(static_cast<size_t>(len));
+      t.to_floats(at, len, values.data());
+      for (int64_t done = 0; scales && done < len;) {  // FP8: the scales of each row's part of the run
+        const int64_t e = at + done, n = std::min(len - done, C - e % C);
+        scales->dequantise(e / C, e % C, n, values.data() + done);
+        done += n;
       }
+      for (int64_t i = 0; i < len; ++i) out[i] = float_to_bf16(values[i]);
     };
     constexpr int64_t kSlice = int64_t{1} << 22;
     if (nc == C) {  // whole rows: one contiguous run

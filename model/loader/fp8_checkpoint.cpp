@@ -1,5 +1,6 @@
 #include "model/loader/fp8_checkpoint.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
 #include <set>
@@ -285,8 +286,8 @@ Fp8WeightScales::Fp8WeightScales(const SafeTensors& weights, const std::string& 
                      "] with " + layout_name(fp8) + " needs a float tensor " + want + "]");
   }
   scales_.resize(static_cast<size_t>(s.numel()));
+  s.to_floats(0, s.numel(), scales_.data());
   for (int64_t i = 0; i < s.numel(); ++i) {
-    scales_[i] = s.float_at(i);
     if (!std::isfinite(scales_[i]) || scales_[i] < 0.0f)
       throw ModelError("FP8 scale tensor '" + scale_name + "' holds " + std::to_string(scales_[i]) +
                        " at " + std::to_string(i) + " (scales must be finite and not negative)");
@@ -296,9 +297,20 @@ Fp8WeightScales::Fp8WeightScales(const SafeTensors& weights, const std::string& 
     if (!weights.contains(input))
       throw ModelError("FP8 tensor '" + weight_name + "' has no '" + input + "' beside it (static activations)");
     const TensorView& a = weights.get(input);
-    if (a.numel() != 1 || a.shape.size() > 1 || a.dtype == DType::f8_e4m3 || !(a.float_at(0) > 0.0f))
+    float value = 0.0f;
+    if (a.numel() == 1) a.to_floats(0, 1, &value);
+    if (a.numel() != 1 || a.shape.size() > 1 || a.dtype == DType::f8_e4m3 || !(value > 0.0f))
       throw ModelError("FP8 activation scale '" + input + "' must be one positive float ([] or [1]), not " +
                        dtype_name(a.dtype) + " of " + std::to_string(a.numel()) + " elements");
+  }
+}
+
+void Fp8WeightScales::dequantise(int64_t row, int64_t col_begin, int64_t n, float* values) const {
+  const float* row_scales = &scales_[static_cast<size_t>((row / block_rows_) * grid_cols_)];
+  for (int64_t c = col_begin, end = col_begin + n; c < end;) {  // a block's run of columns at a time
+    const int64_t block = c / block_cols_, run_end = std::min(end, (block + 1) * block_cols_);
+    const float s = row_scales[block];
+    for (; c < run_end; ++c) values[c - col_begin] *= s;
   }
 }
 

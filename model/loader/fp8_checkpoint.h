@@ -40,6 +40,8 @@ class Fp8WeightScales {
   float at(int64_t row, int64_t col) const {
     return scales_[static_cast<size_t>((row / block_rows_) * grid_cols_ + col / block_cols_)];
   }
+  /// Multiplies values [n] (the code values of columns [col_begin, col_begin + n) of `row`) by their scales.
+  void dequantise(int64_t row, int64_t col_begin, int64_t n, float* values) const;
   /// Whether each row has one scale (per-tensor and per-channel layouts): the codes then serve an FP8 linear with a
   /// scale per output row as they are.
   bool per_row() const { return block_cols_ >= columns_; }

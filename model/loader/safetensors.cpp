@@ -37,20 +37,27 @@ int64_t TensorView::numel() const {
   return n;
 }
 
-float TensorView::float_at(int64_t i) const {
-  const auto* bytes = static_cast<const unsigned char*>(data);
+void TensorView::to_floats(int64_t first, int64_t n, float* out) const {
+  const auto* bytes = static_cast<const unsigned char*>(data) + first * static_cast<int64_t>(dtype_size(dtype));
   uint16_t half = 0;
   switch (dtype) {
-    case DType::f32: {
-      float f;
-      std::memcpy(&f, bytes + 4 * i, 4);
-      return f;
-    }
-    case DType::f16: std::memcpy(&half, bytes + 2 * i, 2); return f16_to_float(half);
-    case DType::bf16: std::memcpy(&half, bytes + 2 * i, 2); return bf16_to_float(half);
-    case DType::f8_e4m3: return e4m3_to_float(bytes[i]);
+    case DType::f32: std::memcpy(out, bytes, static_cast<size_t>(n) * 4); break;
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(&half, bytes + 2 * i, 2);
+        out[i] = f16_to_float(half);
+      }
+      break;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(&half, bytes + 2 * i, 2);
+        out[i] = bf16_to_float(half);
+      }
+      break;
+    case DType::f8_e4m3:
+      for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_float(bytes[i]);
+      break;
   }
-  return 0.0f;
 }
 
 float bf16_to_float(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }

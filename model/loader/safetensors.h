@@ -30,8 +30,9 @@ struct TensorView {
   const void* data = nullptr;
   size_t nbytes = 0;
   int64_t numel() const;
-  /// Element i (row-major) as float32: an F8_E4M3 tensor's code value, without the scale it needs.
-  float float_at(int64_t i) const;
+  /// Elements [first, first + n) (row-major) as float32 into out: an F8_E4M3 tensor's code values, without the
+  /// scales they need (Fp8WeightScales::dequantise applies them).
+  void to_floats(int64_t first, int64_t n, float* out) const;
 };
 
 /// float32 <-> bf16/f16 conversions (round to nearest even).

@@ -163,9 +163,8 @@ std::vector<float> read_shard_f32(const SafeTensors& weights, const TensorShard&
   float* dst = out.data();
   for (int64_t r = 0; r < shard.rows; ++r, dst += shard.cols) {
     const int64_t row = shard.row_begin + r, first = row * C + shard.col_begin;  // the run's first element
-    for (int64_t i = 0; i < shard.cols; ++i) dst[i] = t.float_at(first + i);
-    if (scales)
-      for (int64_t i = 0; i < shard.cols; ++i) dst[i] *= scales->at(row, shard.col_begin + i);
+    t.to_floats(first, shard.cols, dst);
+    if (scales) scales->dequantise(row, shard.col_begin, shard.cols, dst);
   }
   return out;
 }
