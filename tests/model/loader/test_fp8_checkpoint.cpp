@@ -293,5 +293,12 @@ TEST_CASE("FP8 weights dequantise to code x scale per tensor, channel and block;
                       Catch::Contains("finite and not negative"));
     CHECK_THROWS_WITH(read_shard_f32(SafeTensors(dir.path().string()), whole, Fp8Checkpoint{}),
                       Catch::Contains("'m.weight' is F8_E4M3 but config.json has no quantization_config"));
+    // transformers 5's fused experts [E, 2I, H] in FP8: not read (per-expert FP8 tensors are).
+    test::write_safetensors(dir.path() / "model.safetensors",
+                            {{"mlp.experts.gate_up_proj", "F8_E4M3", {1, 3, 5}, codes},
+                             {"mlp.experts.gate_up_proj_scale", "F32", {1}, raw_floats({1})}});
+    const TensorShard experts{"mlp.experts.gate_up_proj", {1, 3, 5}, 0, 3, 0, 5};
+    CHECK_THROWS_WITH(read_shard_f32(SafeTensors(dir.path().string()), experts, fp8),
+                      Catch::Contains("F8_E4M3 is read for 2-D linear weights (*.weight) only"));
   }
 }
