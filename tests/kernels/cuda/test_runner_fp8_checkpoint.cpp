@@ -67,7 +67,7 @@ TEST_CASE("FP8 checkpoints of every layout on the CUDA runner give the CPU runne
       const double dequantised = relative_l2(gpu_bf16[i], cpu_f32[i]), row = relative_l2(gpu_fp8[i], cpu_fp8[i]);
       INFO(layout << " row " << i << ": CUDA bf16 (dequantised) vs CPU float32 " << dequantised
                   << ", CUDA FP8 vs CPU emulation " << row);
-      CHECK(dequantised < 0.03);  // bf16's rounding; a wrong scale or code of the dequantisation: of order 1
+      CHECK(dequantised < 0.05);  // bf16 rounding (as the Gemma 3 test bounds it); a wrong scale or code: order 1
       CHECK(row < 0.3);           // a wrong code, scale or layout: 0.6 and more
       bf16_err += dequantised / n;
       fp8_err += row / n;
