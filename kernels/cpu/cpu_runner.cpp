@@ -62,12 +62,10 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
   // A linear weight [rows][cols] as the CUDA runner's FP8 twin holds it: an FP8 checkpoint's codes and row scales as
   // they are (read_param dequantised them exactly); else rounded through e4m3 per row, an FP8 checkpoint's block-
   // scaled (or mixed) weight first rounded to bf16 as the CUDA runner stages it. A layer that an FP8 checkpoint left
-  // unquantised stays as it is, as on CUDA.
-  // Returns whether the layer is held as FP8.
-  const auto emulate_fp8_weight = [&](const SafeTensors& weights, const RankParam& param, std::vector<float>& x,
-                                      int cols) {
-    if (fp8.enabled && !holds_fp8(weights, param)) return false;
-    if (fp8.enabled && fp8_rows_as_stored(weights, param, fp8)) return true;
+  // unquantised stays as it is, as on CUDA. Returns whether the layer is held as FP8.
+  const auto emulate_fp8_weight = [&](const RankParam& param, std::vector<float>& x, int cols) {
+    if (fp8.enabled && !holds_fp8(w, param)) return false;
+    if (fp8.enabled && fp8_rows_as_stored(w, param, fp8)) return true;
     if (fp8.enabled)
       for (float& v : x) v = bf16_to_float(float_to_bf16(v));
     cpu::fake_quantize_rows_fp8(x.data(), static_cast<int64_t>(x.size()) / cols, cols);
@@ -98,10 +96,10 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
     L.router = read_param(w, M.router, fp8);
     if (opt_.fp8_weights) {
       const int H = cfg_.hidden_size, D = cfg_.head_dim;
-      L.fp8 = {.wqkv = emulate_fp8_weight(w, M.wqkv, L.wqkv, H),
-               .wo = emulate_fp8_weight(w, M.wo, L.wo, local_heads_ * D),
-               .w_gate_up = emulate_fp8_weight(w, M.w_gate_up, L.w_gate_up, H),
-               .w_down = emulate_fp8_weight(w, M.w_down, L.w_down, local_inter_)};
+      L.fp8 = {.wqkv = emulate_fp8_weight(M.wqkv, L.wqkv, H),
+               .wo = emulate_fp8_weight(M.wo, L.wo, local_heads_ * D),
+               .w_gate_up = emulate_fp8_weight(M.w_gate_up, L.w_gate_up, H),
+               .w_down = emulate_fp8_weight(M.w_down, L.w_down, local_inter_)};
     }
   }
 
