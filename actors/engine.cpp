@@ -125,8 +125,8 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.max_num_batched_tokens < 1) throw ModelError("max_num_batched_tokens must be positive");
   if (c.tensor_parallel_size < 1) throw ModelError("tensor_parallel_size must be positive");
   if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
-  if (!c.quantization.empty() && c.quantization != "fp8")
-    throw ModelError("quantization must be fp8 or none, not '" + c.quantization + "'");
+  if (c.quantization != "auto" && c.quantization != "fp8" && c.quantization != "none")
+    throw ModelError("quantization must be auto, fp8 or none, not '" + c.quantization + "'");
   if (c.kv_cache_dtype == "fp8_e4m3") c.kv_cache_dtype = "fp8";
   if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "fp8")
     throw ModelError("kv_cache_dtype must be auto, fp8 or fp8_e4m3, not '" + c.kv_cache_dtype + "'");
@@ -147,6 +147,8 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.device == "cuda" && !cuda_available()) throw ModelError("--device cuda: no CUDA device is available");
   if (c.load_format == "dummy" && c.device != "cuda")
     throw ModelError("--load-format dummy (random weights) needs --device cuda");
+  if (c.quantization == "auto")  // as vLLM: a pre-quantised FP8 checkpoint runs in FP8 where FP8 runs
+    c.quantization = model.fp8_checkpoint.enabled && c.device == "cuda" ? "fp8" : "none";
   if (c.quantization == "fp8" && c.device != "cuda")
     throw ModelError("--quantization fp8 needs --device cuda (a GPU of compute capability 8.9 or newer); the CPU "
                      "executor computes in float32");
@@ -584,6 +586,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   s.checkpoint_dtype = m.model.torch_dtype;
   s.device = c.device;
   s.compute_dtype = c.device == "cuda" ? "bfloat16" : "float32";  // the CPU runner computes in float32
+  if (!remote) s.checkpoint_format = m.model.fp8_checkpoint.describe(c.quantization == "fp8", s.compute_dtype);
   s.kv_cache_dtype = c.kv_cache_dtype == "fp8" ? "fp8_e4m3" : s.compute_dtype;
   s.max_model_len = m.max_model_len;
   s.block_size = c.block_size;

@@ -38,6 +38,7 @@ struct ReplicaInfo {
 struct EngineSummary {
   std::string model_dir, model_type, checkpoint_dtype, compute_dtype, kv_cache_dtype, device;
   std::string kv_disk_dir;       // the disk tier's folder; empty: none
+  std::string checkpoint_format; // an FP8 checkpoint loaded here: how (Fp8Checkpoint::describe); empty: none
   int64_t weight_bytes = 0;      // the checkpoint's tensors as loaded here (0: on workers, or random weights)
   double load_seconds = 0.0;     // building the engine (weights, runners, workers' hellos)
   int max_model_len = 0, block_size = 0, tensor_parallel_size = 1;

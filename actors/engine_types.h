@@ -30,7 +30,9 @@ struct EngineConfig {
   std::string model_dir;
   std::string device = "auto";          // auto | cpu | cuda
   std::string load_format = "auto";     // auto: the checkpoint; dummy: random weights (benchmarks; CUDA only)
-  std::string quantization;             // "fp8": linear weights as FP8 e4m3 per output channel (CUDA, sm89+); "": none
+  /// "fp8": linear weights as FP8 e4m3 per output channel (CUDA, sm89+); "none": as the checkpoint holds them (an
+  /// FP8 checkpoint dequantised); "auto": the checkpoint's (fp8 for a pre-quantised FP8 checkpoint on CUDA).
+  std::string quantization = "auto";
   /// KV cache storage (vLLM's --kv-cache-dtype): "auto" (the compute dtype: bf16 on CUDA, float32 on the CPU) or
   /// "fp8" (e4m3 with a scale per token and KV head, about half the bytes; CUDA, sm89+; "fp8_e4m3" is its other name).
   std::string kv_cache_dtype = "auto";

@@ -42,6 +42,7 @@ void log_startup(const EngineSummary& s, const std::string& served_name) {
                 : !s.replicas.empty() && s.replicas[0].address.empty() ? std::string("random weights (--load-format dummy)")
                                                                    : std::string("weights on the workers"))
             << ", ready in " << std::fixed << std::setprecision(2) << s.load_seconds << " s" << std::endl;
+  if (!s.checkpoint_format.empty()) std::cout << "paged: " << s.checkpoint_format << std::endl;
   for (const EngineSummary::Pool& p : s.replicas)
     std::cout << "paged: KV cache" << (p.address.empty() ? std::string() : " of worker " + p.address) << ": "
               << p.kv_blocks << " blocks of " << s.block_size << " tokens in " << s.kv_cache_dtype << " ("

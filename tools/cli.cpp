@@ -171,12 +171,11 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   c.max_waiting_requests = args.get_int("max-waiting-requests", c.max_waiting_requests);
   c.load_format = args.get("load-format").value_or(c.load_format);
   c.quantization = args.get("quantization").value_or(c.quantization);
-  if (c.quantization == "none") c.quantization.clear();
   c.kv_cache_dtype = args.get("kv-cache-dtype").value_or(c.kv_cache_dtype);
   if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "fp8" && c.kv_cache_dtype != "fp8_e4m3")
     throw UsageError("--kv-cache-dtype must be auto, fp8 or fp8_e4m3, got '" + c.kv_cache_dtype + "'");
-  if (!c.quantization.empty() && c.quantization != "fp8")
-    throw UsageError("--quantization must be fp8 or none, got '" + c.quantization + "'");
+  if (c.quantization != "auto" && c.quantization != "fp8" && c.quantization != "none")
+    throw UsageError("--quantization must be auto, fp8 or none, got '" + c.quantization + "'");
   // --workers H:P[,H:P...]: one replica per worker; --remote-executor H:P (the older name) is one worker.
   const std::optional<std::string> workers = args.get("workers"), remote_executor = args.get("remote-executor");
   if (workers && remote_executor) throw UsageError("--remote-executor is --workers with one entry: pass one of them");

@@ -16,12 +16,12 @@ namespace paged {
 
 namespace {
 
-// The rank's parameter as float32: its shards back to back.
-std::vector<float> read_param(const SafeTensors& weights, const RankParam& param) {
+// The rank's parameter as float32: its shards back to back (an FP8 checkpoint's weights dequantised exactly).
+std::vector<float> read_param(const SafeTensors& weights, const RankParam& param, const Fp8Checkpoint& fp8) {
   std::vector<float> out;
   out.reserve(static_cast<size_t>(param.numel()));
   for (const TensorShard& shard : param.shards) {
-    const std::vector<float> part = read_shard_f32(weights, shard);
+    const std::vector<float> part = read_shard_f32(weights, shard, fp8);
     out.insert(out.end(), part.begin(), part.end());
   }
   return out;
@@ -51,16 +51,29 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
   local_kv_heads_ = map.kv_heads;
   local_inter_ = map.intermediate;
 
+  const Fp8Checkpoint& fp8 = cfg_.fp8_checkpoint;
   // A norm's weights as it scales by them: Gemma's 1 + weight, in float32 as HF computes it.
   const auto read_norm = [&](const RankParam& param) {
-    std::vector<float> weight = read_param(w, param);
+    std::vector<float> weight = read_param(w, param, fp8);
     if (cfg_.norm_plus_one)
       for (float& x : weight) x += 1.0f;
     return weight;
   };
-  embed_ = read_param(w, map.embed);
+  // A linear weight [rows][cols] as the CUDA runner's FP8 twin holds it: an FP8 checkpoint's codes and row scales as
+  // they are (read_param dequantised them exactly); else rounded through e4m3 per row, an FP8 checkpoint's block-
+  // scaled (or mixed) weight first rounded to bf16 as the CUDA runner stages it. A layer that an FP8 checkpoint left
+  // unquantised stays as it is, as on CUDA. Returns whether the layer is held as FP8.
+  const auto emulate_fp8_weight = [&](const RankParam& param, std::vector<float>& x, int cols) {
+    if (fp8.enabled && !holds_fp8(w, param)) return false;
+    if (fp8.enabled && fp8_rows_as_stored(w, param, fp8)) return true;
+    if (fp8.enabled)
+      for (float& v : x) v = bf16_to_float(float_to_bf16(v));
+    cpu::fake_quantize_rows_fp8(x.data(), static_cast<int64_t>(x.size()) / cols, cols);
+    return true;
+  };
+  embed_ = read_param(w, map.embed, fp8);
   final_norm_ = read_norm(map.final_norm);
-  lm_head_ = read_param(w, map.lm_head);
+  lm_head_ = read_param(w, map.lm_head, fp8);
   inv_freq_ = cfg_.rope_inv_freq(opt_.max_model_len);
   if (!cfg_.local_rope_layers.empty()) local_inv_freq_ = cfg_.local_rope_inv_freq();
 
@@ -72,21 +85,21 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
     L.ffn_norm = read_norm(M.ffn_norm);
     L.post_attn_norm = read_norm(M.post_attn_norm);
     L.post_ffn_norm = read_norm(M.post_ffn_norm);
-    L.wqkv = read_param(w, M.wqkv);
-    L.bqkv = read_param(w, M.bqkv);
+    L.wqkv = read_param(w, M.wqkv, fp8);
+    L.bqkv = read_param(w, M.bqkv, fp8);
     L.q_norm = read_norm(M.q_norm);
     L.k_norm = read_norm(M.k_norm);
-    L.wo = read_param(w, M.wo);
-    L.bo = read_param(w, M.bo);
-    L.w_gate_up = read_param(w, M.w_gate_up);
-    L.w_down = read_param(w, M.w_down);
-    L.router = read_param(w, M.router);
+    L.wo = read_param(w, M.wo, fp8);
+    L.bo = read_param(w, M.bo, fp8);
+    L.w_gate_up = read_param(w, M.w_gate_up, fp8);
+    L.w_down = read_param(w, M.w_down, fp8);
+    L.router = read_param(w, M.router, fp8);
     if (opt_.fp8_weights) {
       const int H = cfg_.hidden_size, D = cfg_.head_dim;
-      cpu::fake_quantize_rows_fp8(L.wqkv.data(), static_cast<int64_t>(L.wqkv.size()) / H, H);
-      cpu::fake_quantize_rows_fp8(L.wo.data(), H, local_heads_ * D);
-      cpu::fake_quantize_rows_fp8(L.w_gate_up.data(), 2 * int64_t{local_inter_}, H);
-      cpu::fake_quantize_rows_fp8(L.w_down.data(), H, local_inter_);
+      L.fp8 = {.wqkv = emulate_fp8_weight(M.wqkv, L.wqkv, H),
+               .wo = emulate_fp8_weight(M.wo, L.wo, local_heads_ * D),
+               .w_gate_up = emulate_fp8_weight(M.w_gate_up, L.w_gate_up, H),
+               .w_down = emulate_fp8_weight(M.w_down, L.w_down, local_inter_)};
     }
   }
 
@@ -159,11 +172,11 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
       for (int i = 0; i < H; ++i) row[i] *= embedding_scale;
   }
   const float scale = cfg_.attention_scale();
-  // A linear layer; emulating FP8, its input rows are rounded through e4m3 first (the weights were at load).
+  // A linear layer; one held as FP8 (emulated) rounds its input rows through e4m3 first (the weights were at load).
   std::vector<float> quantised;
-  const auto linear = [&](float* out, const float* x, const std::vector<float>& w, const std::vector<float>& bias,
-                          int n, int k) {
-    if (opt_.fp8_weights) {
+  const auto linear = [&](float* out, const float* x, const std::vector<float>& w, bool fp8,
+                          const std::vector<float>& bias, int n, int k) {
+    if (fp8) {
       quantised.assign(x, x + int64_t{T} * k);
       cpu::fake_quantize_rows_fp8(quantised.data(), T, k);
       x = quantised.data();
@@ -174,7 +187,7 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const CpuLayerWeights& L = layers_[l];
     cpu::rms_norm(h.data(), residual.data(), L.attn_norm.data(), T, H, eps);
-    linear(qkv.data(), h.data(), L.wqkv, L.bqkv, qkv_dim, H);
+    linear(qkv.data(), h.data(), L.wqkv, L.fp8.wqkv, L.bqkv, qkv_dim, H);
     for (int t = 0; t < T; ++t) {
       const float* row = &qkv[int64_t{t} * qkv_dim];
       std::memcpy(&q[int64_t{t} * nh * D], row, sizeof(float) * nh * D);
@@ -196,7 +209,7 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     cpu::paged_attention(attn.data(), q.data(), k_cache_[l].get(), v_cache_[l].get(), tables.data(),
                          query_start.data(), context_lens.data(), static_cast<int>(batch.seqs.size()),
                          static_cast<int>(max_blocks), nh, nkv, D, B, scale, cfg_.sliding_window(l));
-    linear(proj.data(), attn.data(), L.wo, L.bo, H, nh * D);
+    linear(proj.data(), attn.data(), L.wo, L.fp8.wo, L.bo, H, nh * D);
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     // Gemma's sandwich: each sublayer's output is normed before it joins the residual stream.
     if (!L.post_attn_norm.empty()) cpu::rms_norm(proj.data(), proj.data(), L.post_attn_norm.data(), T, H, eps);
@@ -207,12 +220,12 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
                     .num_experts = cfg_.moe.num_experts, .top_k = cfg_.moe.top_k, .inter = local_inter_,
                     .renormalize = cfg_.moe.renormalize});
     } else {
-      linear(gate_up.data(), h.data(), L.w_gate_up, {}, 2 * local_inter_, H);
+      linear(gate_up.data(), h.data(), L.w_gate_up, L.fp8.w_gate_up, {}, 2 * local_inter_, H);
       if (cfg_.activation == Activation::gelu_tanh)
         cpu::gelu_tanh_and_mul(act.data(), gate_up.data(), T, local_inter_);
       else
         cpu::silu_and_mul(act.data(), gate_up.data(), T, local_inter_);
-      linear(proj.data(), act.data(), L.w_down, {}, H, local_inter_);
+      linear(proj.data(), act.data(), L.w_down, L.fp8.w_down, {}, H, local_inter_);
     }
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     if (!L.post_ffn_norm.empty()) cpu::rms_norm(proj.data(), proj.data(), L.post_ffn_norm.data(), T, H, eps);

@@ -32,7 +32,10 @@ struct CpuRunnerOptions {
   AllReduce* all_reduce = nullptr;  // required when tp_size > 1
   int max_model_len = 0;            // the engine's context limit (0: max_position_embeddings); picks LongRoPE's factors
   /// Emulates the CUDA runner's --quantization fp8 in float32 (tests; the engine does not offer FP8 on the CPU): the
-  /// linear layers' weights and each row of their inputs rounded through e4m3 with a scale per row.
+  /// linear layers' weights and each row of their inputs rounded through e4m3 with a scale per row. With an FP8
+  /// checkpoint, as the CUDA runner loads it: per-tensor / per-channel codes as they are, block-scaled weights
+  /// rounded to bf16 and then per row, the layers the checkpoint left unquantised as they are. Without it, an FP8
+  /// checkpoint is dequantised exactly (code x scale) into float32.
   bool fp8_weights = false;
   /// Emulates the CUDA runner's --kv-cache-dtype fp8 likewise (tests): each token's K and V heads rounded through
   /// e4m3 with a scale per head as they enter the cache.
@@ -53,6 +56,9 @@ struct CpuLayerWeights {
   std::vector<float> w_gate_up;            // [2 * local_inter][hidden]: gate rows, then up rows (MoE: per expert)
   std::vector<float> w_down;               // [hidden][local_inter] (MoE: per expert)
   std::vector<float> router;               // MoE: [experts][hidden]; empty for a dense MLP
+  struct {
+    bool wqkv = false, wo = false, w_gate_up = false, w_down = false;
+  } fp8;  // fp8_weights: the linear layers held as FP8 (all, but those an FP8 checkpoint left in their dtype)
 };
 
 class CpuModelRunner final : public ModelRunner {

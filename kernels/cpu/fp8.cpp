@@ -13,10 +13,7 @@ namespace {
 const std::array<float, 127>& positive_values() {
   static const std::array<float, 127> values = [] {
     std::array<float, 127> v{};
-    for (int code = 0; code < 127; ++code) {
-      const int e = code >> 3, m = code & 7;
-      v[code] = e == 0 ? std::ldexp(m / 8.0f, -6) : std::ldexp(1.0f + m / 8.0f, e - 7);
-    }
+    for (int code = 0; code < 127; ++code) v[code] = e4m3_to_float(static_cast<uint8_t>(code));
     return v;
   }();
   return values;
@@ -35,13 +32,6 @@ uint8_t float_to_e4m3(float x) {
   const float below = a - v[lo], above = v[hi] - a;
   const int code = below < above ? lo : above < below ? hi : (lo % 2 == 0 ? lo : hi);
   return sign | static_cast<uint8_t>(code);
-}
-
-float e4m3_to_float(uint8_t v) {
-  const int code = v & 0x7f;
-  if (code == 0x7f) return std::nanf("");
-  const float a = positive_values()[code];
-  return (v & 0x80) ? -a : a;
 }
 
 void quantize_rows_fp8(const float* x, int64_t rows, int cols, uint8_t* q, float* scale) {

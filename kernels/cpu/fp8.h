@@ -6,14 +6,16 @@
 
 #include <cstdint>
 
+#include "model/loader/safetensors.h"
+
 namespace paged::cpu {
 
 constexpr float kFp8Max = 448.0f;
 
 /// `x` rounded to the nearest e4m3 value, ties to even, saturated to +-448 (CUDA's cvt.rn.satfinite); NaN stays NaN.
 uint8_t float_to_e4m3(float x);
-/// The value of e4m3 code `v` (0x7f / 0xff: NaN).
-float e4m3_to_float(uint8_t v);
+/// The value of e4m3 code `v` (0x7f / 0xff: NaN): the loader's decoding, which FP8 checkpoints go through too.
+using paged::e4m3_to_float;
 
 /// Each row of x as e4m3 codes and a scale: scale[r] = absmax(row) / 448 (1 for a zero row), q = e4m3(x * (448 /
 /// absmax)), so that q * scale ~ x.

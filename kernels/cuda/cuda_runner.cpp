@@ -28,6 +28,9 @@
 #include "kernels/cuda/runner_impl.h"
 
 #include <cstring>
+#include <optional>
+
+#include "model/loader/fp8_checkpoint.h"
 
 namespace paged {
 
@@ -98,7 +101,8 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
                        cfg.moe.top_k > cuda::kMaxTopK || opt.fp8_weights))
     throw ModelError("the CUDA backend's mixture of experts needs a multiple of 8 experts up to " +
                      std::to_string(cuda::kMaxExperts) + " and top_k at most " + std::to_string(cuda::kMaxTopK) +
-                     ", without --quantization fp8 (this model: " + std::to_string(cfg.moe.num_experts) +
+                     ", without FP8 weights (--quantization fp8, or an FP8 checkpoint: --quantization none loads "
+                     "it dequantised to bf16) (this model: " + std::to_string(cfg.moe.num_experts) +
                      " experts, top " + std::to_string(cfg.moe.top_k) + ")");
   map = rank_weight_map(cfg, opt.tp_rank, opt.tp_size);
   const int tp = opt.tp_size;
@@ -123,7 +127,8 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   PAGED_CUDA_CHECK(cudaGetDeviceProperties(&prop, opt.device));
   sm_count = prop.multiProcessorCount;
   if (opt.fp8_weights && prop.major * 10 + prop.minor < 89)
-    throw ModelError("--quantization fp8 needs a GPU of compute capability 8.9 or newer (FP8 tensor cores); device " +
+    throw ModelError("FP8 weights (--quantization fp8, or an FP8 checkpoint: --quantization none loads it dequantised "
+                     "to bf16) need a GPU of compute capability 8.9 or newer (FP8 tensor cores); device " +
                      std::to_string(opt.device) + " has " + std::to_string(prop.major) + "." +
                      std::to_string(prop.minor));
   if (opt.fp8_kv && prop.major * 10 + prop.minor < 89)
@@ -144,13 +149,17 @@ std::vector<WeightSlot> CudaModelRunner::Impl::weight_params() {
   for (int l = 0; l < cfg.num_layers; ++l) {
     LayerWeights& L = layers[l];
     const RankLayer& M = map.layers[l];
-    const auto fp8 = [&](Fp8Weight& w) { return opt.fp8_weights ? &w : nullptr; };
+    // With FP8 weights every linear layer has its FP8 twin, but those an FP8 checkpoint left in their dtype.
+    const auto fp8 = [&](Fp8Weight& w, const RankParam& p) {
+      const bool left_out = checkpoint && cfg.fp8_checkpoint.enabled && !holds_fp8(*checkpoint, p);
+      return opt.fp8_weights && !left_out ? &w : nullptr;
+    };
     params.insert(params.end(), {{&L.attn_norm, &M.attn_norm}, {&L.ffn_norm, &M.ffn_norm},
                                  {&L.post_attn_norm, &M.post_attn_norm}, {&L.post_ffn_norm, &M.post_ffn_norm},
-                                 {&L.wqkv, &M.wqkv, fp8(L.qkv8)}, {&L.bqkv, &M.bqkv}, {&L.q_norm, &M.q_norm},
-                                 {&L.k_norm, &M.k_norm}, {&L.wo, &M.wo, fp8(L.o8)}, {&L.bo, &M.bo},
-                                 {&L.w_gate_up, &M.w_gate_up, fp8(L.gate_up8)},
-                                 {&L.w_down, &M.w_down, fp8(L.down8)}, {&L.router, &M.router}});
+                                 {&L.wqkv, &M.wqkv, fp8(L.qkv8, M.wqkv)}, {&L.bqkv, &M.bqkv}, {&L.q_norm, &M.q_norm},
+                                 {&L.k_norm, &M.k_norm}, {&L.wo, &M.wo, fp8(L.o8, M.wo)}, {&L.bo, &M.bo},
+                                 {&L.w_gate_up, &M.w_gate_up, fp8(L.gate_up8, M.w_gate_up)},
+                                 {&L.w_down, &M.w_down, fp8(L.down8, M.w_down)}, {&L.router, &M.router}});
   }
   return params;
 }
@@ -198,8 +207,8 @@ void CudaModelRunner::Impl::allocate_weights() {
 
 void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
   // Copies a shard (rows x columns of its tensor, see model/loader/weight_map.h) densely into dst as bf16. bf16
-  // checkpoints go straight from the mapped file; float32 and f16 are converted through a host buffer, about kSlice
-  // elements per copy.
+  // checkpoints go straight from the mapped file; float32, f16 and an FP8 checkpoint's e4m3 codes (times their
+  // scales) are converted through a host buffer, about kSlice elements per copy.
   std::vector<uint16_t> staging;
   auto load = [&](const TensorShard& shard, bf16* dst) {
     const TensorView& t = shard_tensor(w, shard);
@@ -214,14 +223,18 @@ void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
                                       cudaMemcpyHostToDevice));
       return;
     }
+    std::optional<Fp8WeightScales> scales;
+    if (t.dtype == DType::f8_e4m3) scales.emplace(w, shard.name, t, cfg.fp8_checkpoint);
+    std::vector<float> values;
     auto convert = [&](int64_t at, int64_t len, uint16_t* out) {  // elements [at, at + len) of the tensor
-      for (int64_t i = 0; i < len; ++i) {
-        if (t.dtype == DType::f32) {
-          out[i] = float_to_bf16(static_cast<const float*>(t.data)[at + i]);
-        } else {
-          out[i] = float_to_bf16(f16_to_float(static_cast<const uint16_t*>(t.data)[at + i]));
-        }
+      values.resize(static_cast<size_t>(len));
+      t.to_floats(at, len, values.data());
+      for (int64_t done = 0; scales && done < len;) {  // FP8: the scales of each row's part of the run
+        const int64_t e = at + done, n = std::min(len - done, C - e % C);
+        scales->dequantise(e / C, e % C, n, values.data() + done);
+        done += n;
       }
+      for (int64_t i = 0; i < len; ++i) out[i] = float_to_bf16(values[i]);
     };
     constexpr int64_t kSlice = int64_t{1} << 22;
     if (nc == C) {  // whole rows: one contiguous run
@@ -242,10 +255,33 @@ void CudaModelRunner::Impl::load_weights(const SafeTensors& w) {
       PAGED_CUDA_CHECK(cudaMemcpy(dst + r * nc, staging.data(), k * nc * sizeof(bf16), cudaMemcpyHostToDevice));
     }
   };
+  // An FP8 checkpoint's weight with per-tensor or per-channel scales: each shard's codes and its rows' scales go
+  // straight into the FP8 twin, back to back.
+  auto load_fp8_codes = [&](const WeightSlot& slot) {
+    uint8_t* q = slot.fp8->q;
+    float* scale = slot.fp8->scale;
+    for (const TensorShard& shard : slot.param->shards) {
+      const TensorView& t = shard_tensor(w, shard);
+      const int64_t C = shard.shape.back();
+      const auto* codes = static_cast<const uint8_t*>(t.data) + shard.row_begin * C + shard.col_begin;
+      PAGED_CUDA_CHECK(cudaMemcpy2D(q, shard.cols, codes, C, shard.cols, shard.rows, cudaMemcpyHostToDevice));
+      const std::vector<float> rows =
+          Fp8WeightScales(w, shard.name, t, cfg.fp8_checkpoint).row_scales(shard.row_begin, shard.rows);
+      PAGED_CUDA_CHECK(cudaMemcpy(scale, rows.data(), rows.size() * sizeof(float), cudaMemcpyHostToDevice));
+      q += shard.numel();
+      scale += shard.rows;
+    }
+  };
   // Each parameter's shards back to back: q, k, v rows of the fused QKV (and its bias), gate and up rows. A copy from
   // pageable memory returns before its DMA has landed, on the legacy stream, which the non-blocking compute stream
   // does not wait for: the device is synchronised before a quantisation reads the staging, and once at the end.
+  // FP8 twins of block-scaled (or partly FP8) checkpoint weights are dequantised to bf16 into the staging and
+  // quantised again per output row, as a bf16 checkpoint's.
   for (const WeightSlot& slot : weight_params()) {
+    if (slot.fp8 && fp8_rows_as_stored(w, *slot.param, cfg.fp8_checkpoint)) {
+      load_fp8_codes(slot);
+      continue;
+    }
     bf16* dst = slot.fp8 ? fp8_staging.get() : *slot.where;
     for (const TensorShard& shard : slot.param->shards) {
       load(shard, dst);
@@ -666,8 +702,10 @@ void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
 CudaModelRunner::CudaModelRunner(const ModelConfig& config, const SafeTensors& weights, CudaRunnerOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->init_shapes(with_expert_layout(config, weights), options);
+  impl_->checkpoint = &weights;
   impl_->allocate_weights();
   impl_->load_weights(weights);
+  impl_->checkpoint = nullptr;
   impl_->allocate_runtime();
   impl_->allocate_kv();
 }

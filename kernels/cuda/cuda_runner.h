@@ -30,7 +30,10 @@ struct CudaRunnerOptions {
   bool cuda_graphs = true;             // replay decode-only steps from CUDA graphs (with their all-reduces)
   /// --quantization fp8: the linear layers' weights as FP8 e4m3 with a scale per output channel, quantised at load
   /// (embedding, norms and LM head stay bf16); their inputs quantised per token each step. Needs compute
-  /// capability 8.9 or newer.
+  /// capability 8.9 or newer. An FP8 checkpoint's weights (ModelConfig::fp8_checkpoint) load as they are with
+  /// per-tensor (broadcast to its rows) or per-channel scales, block-scaled ones dequantised to bf16 and quantised
+  /// again per output channel; the layers it left unquantised stay bf16. Without fp8_weights an FP8 checkpoint is
+  /// dequantised to bf16.
   bool fp8_weights = false;
   /// --kv-cache-dtype fp8: K and V stored as e4m3 with a scale per token and KV head (kernels/cuda/kv_fp8.h), about
   /// half the bytes of a bf16 block, so about twice the blocks in the same memory. Compute capability 8.9 or newer.

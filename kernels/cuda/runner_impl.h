@@ -128,6 +128,7 @@ struct CudaModelRunner::Impl {
   ModelConfig cfg;
   CudaRunnerOptions opt;
   WeightMap map;  // this rank's tensors
+  const SafeTensors* checkpoint = nullptr;  // while the constructor loads it: which linear layers it holds in FP8
   // This rank's shapes: heads, kv_heads and inter are the model's divided by tp_size.
   int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
   int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "model/json_file.h"
+#include "model/loader/fp8_checkpoint.h"
 
 namespace paged {
 namespace json = boost::json;
@@ -291,6 +292,10 @@ ModelConfig load_model_config(const std::string& model_dir) {
     read_gemma3(o, sliding_rope, c);
   else if (const json::value* v = find(o, "hidden_act"); v && (!v->is_string() || v->as_string() != "silu"))
     throw ModelError("config.json: unsupported 'hidden_act' (only silu)");
+  if (const json::value* q = find(o, "quantization_config")) c.fp8_checkpoint = read_quantization_config(*q);
+  if (const json::value* q = find(o, "compression_config"))
+    throw ModelError("config.json: unsupported field 'compression_config' = " + json::serialize(*q) +
+                     " (compressed-tensors' older name: rename it quantization_config)");
   for (const char* key : {"dtype", "torch_dtype"})  // transformers 5 writes "dtype", older versions "torch_dtype"
     if (const json::value* v = find(o, key); v && v->is_string()) {
       c.torch_dtype = std::string(v->as_string());

@@ -43,6 +43,31 @@ struct MoeConfig {
                                //   (model/loader/weight_map.h)
 };
 
+/// How a pre-quantised FP8 checkpoint's scales cover each F8_E4M3 weight [out][in] (model/loader/fp8_checkpoint.h):
+/// one per tensor ([] or [1]), one per output channel ([out] or [out, 1]), or one per block of block_rows x
+/// block_cols ([ceil(out / block_rows)][ceil(in / block_cols)]).
+enum class Fp8ScaleLayout { tensor, channel, block };
+
+/// A checkpoint published in FP8 (config.json's quantization_config: quant_method "fp8" as vLLM / AutoFP8 and
+/// transformers' FineGrainedFP8 write it, or "compressed-tensors" with format "float-quantized"): which of its
+/// weights are FP8 is what the checkpoint holds (F8_E4M3 tensors; ignored modules keep their dtype), each weight's
+/// value being its e4m3 code times its scale.
+struct Fp8Checkpoint {
+  bool enabled = false;                    // false: no quantization_config (an unquantised checkpoint)
+  std::string method;                      // quant_method: "fp8" or "compressed-tensors"
+  Fp8ScaleLayout layout = Fp8ScaleLayout::tensor;
+  int block_rows = 0, block_cols = 0;      // block: weight_block_size / block_structure
+  std::string scale_suffix = "weight_scale";  // the scale tensor beside each "weight": weight_scale, or
+                                              //   FineGrainedFP8's weight_scale_inv (a multiplier as well)
+  bool static_activations = false;         // the checkpoint's activations have a static input_scale per layer
+  int activation_group = 0;                // its activations are scaled per token in groups of this many columns
+                                           //   (FineGrainedFP8, compressed-tensors' group strategy); 0: per token
+  /// One line for the startup log: the format, its scales, how the weights load (`fp8_linears`: into the CUDA
+  /// runner's FP8 linear layers, else dequantised into `dequantised_dtype`) and how activations are quantised
+  /// (always dynamically per token); empty when not enabled.
+  std::string describe(bool fp8_linears, const std::string& dequantised_dtype) const;
+};
+
 /// The feed-forward activation of gate_proj's output, multiplied by up_proj's.
 enum class Activation { silu, gelu_tanh };  // gelu_tanh: HF's gelu_pytorch_tanh (Gemma's GeGLU)
 
@@ -81,6 +106,7 @@ struct ModelConfig {
                                        //   config built by hand: no window (read it through sliding_window(l))
   MoeConfig moe;                       // num_experts 0: dense
   std::string torch_dtype = "float32"; // the checkpoint's dtype
+  Fp8Checkpoint fp8_checkpoint;        // quantization_config; not enabled for an unquantised checkpoint
   TokenId bos_token_id = -1;
   std::vector<TokenId> eos_token_ids;  // config.json and generation_config.json, merged
 

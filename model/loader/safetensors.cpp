@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <bit>
 #include <boost/json.hpp>
 #include <cmath>
@@ -23,16 +24,40 @@ const char* dtype_name(DType d) {
     case DType::f32: return "F32";
     case DType::f16: return "F16";
     case DType::bf16: return "BF16";
+    case DType::f8_e4m3: return "F8_E4M3";
   }
   return "?";
 }
 
-size_t dtype_size(DType d) { return d == DType::f32 ? 4 : 2; }
+size_t dtype_size(DType d) { return d == DType::f32 ? 4 : d == DType::f8_e4m3 ? 1 : 2; }
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+void TensorView::to_floats(int64_t first, int64_t n, float* out) const {
+  const auto* bytes = static_cast<const unsigned char*>(data) + first * static_cast<int64_t>(dtype_size(dtype));
+  uint16_t half = 0;
+  switch (dtype) {
+    case DType::f32: std::memcpy(out, bytes, static_cast<size_t>(n) * 4); break;
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(&half, bytes + 2 * i, 2);
+        out[i] = f16_to_float(half);
+      }
+      break;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(&half, bytes + 2 * i, 2);
+        out[i] = bf16_to_float(half);
+      }
+      break;
+    case DType::f8_e4m3:
+      for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_float(bytes[i]);
+      break;
+  }
 }
 
 float bf16_to_float(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
@@ -63,6 +88,20 @@ float f16_to_float(uint16_t h) {
     bits = sign | (exp + 127 - 15) << 23 | mant << 13;
   }
   return std::bit_cast<float>(bits);
+}
+
+float e4m3_to_float(uint8_t v) {
+  static const std::array<float, 256> values = [] {  // by code: a table, since loading decodes every weight
+    std::array<float, 256> t{};
+    for (int code = 0; code < 256; ++code) {
+      const int exponent = (code >> 3) & 0xf, mantissa = code & 7;
+      const float magnitude = exponent == 0 ? std::ldexp(mantissa / 8.0f, -6)  // subnormal
+                                            : std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
+      t[code] = exponent == 0xf && mantissa == 7 ? std::nanf("") : (code & 0x80) ? -magnitude : magnitude;
+    }
+    return t;
+  }();
+  return values[v];
 }
 
 uint16_t float_to_f16(float f) {
@@ -101,7 +140,10 @@ DType parse_dtype(std::string_view s, const std::string& where) {
   if (s == "F32") return DType::f32;
   if (s == "F16") return DType::f16;
   if (s == "BF16") return DType::bf16;
-  throw ModelError(where + ": unsupported dtype " + std::string(s) + " (supported: F32, F16, BF16)");
+  if (s == "F8_E4M3") return DType::f8_e4m3;
+  if (s == "F8_E5M2")
+    throw ModelError(where + ": dtype F8_E5M2 is not supported (FP8 checkpoints load as F8_E4M3 with their scales)");
+  throw ModelError(where + ": unsupported dtype " + std::string(s) + " (supported: F32, F16, BF16, F8_E4M3)");
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {

@@ -14,9 +14,13 @@
 
 namespace paged {
 
-enum class DType { f32, f16, bf16 };
+/// A tensor's element type. f8_e4m3: the e4m3 codes of a pre-quantised FP8 checkpoint (safetensors' F8_E4M3), which
+/// mean something only with the scales beside them (model/loader/fp8_checkpoint.h).
+enum class DType { f32, f16, bf16, f8_e4m3 };
 
+/// The safetensors name: F32, F16, BF16, F8_E4M3.
 const char* dtype_name(DType d);
+/// Bytes per element.
 size_t dtype_size(DType d);
 
 /// A tensor inside a mapped file: valid while the SafeTensors object lives.
@@ -26,6 +30,9 @@ struct TensorView {
   const void* data = nullptr;
   size_t nbytes = 0;
   int64_t numel() const;
+  /// Elements [first, first + n) (row-major) as float32 into out: an F8_E4M3 tensor's code values, without the
+  /// scales they need (Fp8WeightScales::dequantise applies them).
+  void to_floats(int64_t first, int64_t n, float* out) const;
 };
 
 /// float32 <-> bf16/f16 conversions (round to nearest even).
@@ -33,6 +40,9 @@ float bf16_to_float(uint16_t v);
 uint16_t float_to_bf16(float f);
 float f16_to_float(uint16_t v);
 uint16_t float_to_f16(float f);
+/// The value of the OCP e4m3 ("e4m3fn": bias 7, 3 mantissa bits, no infinities, largest 448) code `v`; 0x7f and 0xff
+/// are NaN.
+float e4m3_to_float(uint8_t v);
 
 /// Every tensor of a checkpoint folder. Each header is parsed with Boost.JSON and every offset, dtype and shape is
 /// checked against the file before any byte is read; a problem throws ModelError naming the file and tensor.

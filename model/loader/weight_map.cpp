@@ -1,6 +1,9 @@
 #include "model/loader/weight_map.h"
 
-#include <cstring>
+#include <algorithm>
+#include <optional>
+
+#include "model/loader/fp8_checkpoint.h"
 
 namespace paged {
 
@@ -151,33 +154,32 @@ const TensorView& shard_tensor(const SafeTensors& weights, const TensorShard& sh
   return weights.get(shard.name, shard.shape);
 }
 
-std::vector<float> read_shard_f32(const SafeTensors& weights, const TensorShard& shard) {
+std::vector<float> read_shard_f32(const SafeTensors& weights, const TensorShard& shard, const Fp8Checkpoint& fp8) {
   const TensorView& t = shard_tensor(weights, shard);
   const int64_t C = shard.shape.back();
+  std::optional<Fp8WeightScales> scales;
+  if (t.dtype == DType::f8_e4m3) scales.emplace(weights, shard.name, t, fp8);
   std::vector<float> out(static_cast<size_t>(shard.numel()));
   float* dst = out.data();
   for (int64_t r = 0; r < shard.rows; ++r, dst += shard.cols) {
-    const int64_t first = (shard.row_begin + r) * C + shard.col_begin;  // the run's first element in the tensor
-    const auto* src = static_cast<const unsigned char*>(t.data) + first * dtype_size(t.dtype);
-    for (int64_t i = 0; i < shard.cols; ++i) {
-      switch (t.dtype) {
-        case DType::f32: std::memcpy(&dst[i], src + 4 * i, 4); break;
-        case DType::f16: {
-          uint16_t h;
-          std::memcpy(&h, src + 2 * i, 2);
-          dst[i] = f16_to_float(h);
-          break;
-        }
-        case DType::bf16: {
-          uint16_t h;
-          std::memcpy(&h, src + 2 * i, 2);
-          dst[i] = bf16_to_float(h);
-          break;
-        }
-      }
-    }
+    const int64_t row = shard.row_begin + r, first = row * C + shard.col_begin;  // the run's first element
+    t.to_floats(first, shard.cols, dst);
+    if (scales) scales->dequantise(row, shard.col_begin, shard.cols, dst);
   }
   return out;
+}
+
+bool holds_fp8(const SafeTensors& weights, const RankParam& param) {
+  return std::any_of(param.shards.begin(), param.shards.end(), [&](const TensorShard& s) {
+    return weights.contains(s.name) && weights.tensors().at(s.name).dtype == DType::f8_e4m3;
+  });
+}
+
+bool fp8_rows_as_stored(const SafeTensors& weights, const RankParam& param, const Fp8Checkpoint& fp8) {
+  return !param.shards.empty() && std::all_of(param.shards.begin(), param.shards.end(), [&](const TensorShard& s) {
+    const TensorView& t = shard_tensor(weights, s);
+    return t.dtype == DType::f8_e4m3 && Fp8WeightScales(weights, s.name, t, fp8).per_row();
+  });
 }
 
 }  // namespace paged

@@ -83,7 +83,18 @@ ModelConfig with_expert_layout(ModelConfig config, const SafeTensors& weights);
 /// lm_head.weight the message adds that tie_word_embeddings is false) or has another shape.
 const TensorView& shard_tensor(const SafeTensors& weights, const TensorShard& shard);
 
-/// The shard's elements converted to float32, dense [rows][cols]. Throws as shard_tensor.
-std::vector<float> read_shard_f32(const SafeTensors& weights, const TensorShard& shard);
+/// The shard's elements converted to float32, dense [rows][cols]; an F8_E4M3 weight of an FP8 checkpoint
+/// dequantised exactly (each code times its scale, model/loader/fp8_checkpoint.h). Throws as shard_tensor, and as
+/// Fp8WeightScales for an F8_E4M3 tensor.
+std::vector<float> read_shard_f32(const SafeTensors& weights, const TensorShard& shard,
+                                  const Fp8Checkpoint& fp8 = {});
+
+/// Whether some shard of `param` is an F8_E4M3 tensor of the checkpoint (a linear layer an FP8 checkpoint quantised;
+/// the layers it left out keep their dtype).
+bool holds_fp8(const SafeTensors& weights, const RankParam& param);
+
+/// Whether every shard of `param` is F8_E4M3 with one scale per row (per-tensor or per-channel scales), so that its
+/// codes and row scales serve an FP8 linear as they are; block scales are not.
+bool fp8_rows_as_stored(const SafeTensors& weights, const RankParam& param, const Fp8Checkpoint& fp8);
 
 }  // namespace paged

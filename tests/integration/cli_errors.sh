@@ -125,6 +125,18 @@ node -e 'const fs = require("fs"); const b = fs.readFileSync(process.argv[1]);
 bad_model malformed_header "malformed safetensors header" "malformed JSON header"
 bad_header dtype 'h["model.layers.0.mlp.up_proj.weight"].dtype = "F64";' "unsupported dtype" \
   "model\.layers\.0\.mlp\.up_proj\.weight.*unsupported dtype F64"
+bad_header f8_e5m2 'const t = h["model.layers.0.mlp.up_proj.weight"]; t.dtype = "F8_E5M2";
+  t.data_offsets[1] = t.data_offsets[0] + (t.data_offsets[1] - t.data_offsets[0]) / 4;' "FP8 e5m2 tensor" \
+  "model\.layers\.0\.mlp\.up_proj\.weight.*dtype F8_E5M2 is not supported"
+# Pre-quantised FP8 checkpoints: a quantization_config this runtime does not read, an FP8 tensor without one.
+bad_config quant_gptq 'j.quantization_config = {quant_method: "gptq", bits: 4};' "quantization_config gptq" \
+  "unsupported quantization_config\.quant_method = \"gptq\""
+bad_config quant_int 'j.quantization_config = {quant_method: "compressed-tensors", format: "float-quantized",
+  config_groups: {group_0: {targets: ["Linear"], weights: {num_bits: 8, type: "int", strategy: "channel"}}}};' \
+  "compressed-tensors int8" "quantization_config\.config_groups\.group_0\.weights\.type = \"int\""
+bad_header f8_no_config 'const t = h["model.layers.0.mlp.up_proj.weight"]; t.dtype = "F8_E4M3";
+  t.data_offsets[1] = t.data_offsets[0] + (t.data_offsets[1] - t.data_offsets[0]) / 4;' "FP8 tensor, no config" \
+  "model\.layers\.0\.mlp\.up_proj\.weight' is F8_E4M3 but config\.json has no quantization_config"
 
 # Shapes that disagree with the config: an edited config, and a tensor with a wrong (transposed) shape.
 bad_config hidden 'j.hidden_size = 128;' "shape mismatch (config hidden_size)" \
@@ -248,7 +260,7 @@ expect_fail "--kv-disk-size negative" 2 "--kv-disk-size" generate "${P[@]}" --kv
 expect_fail "a worker with a disk tier" 2 "not available with workers" worker "$MODEL" --kv-disk-dir "$TMP/kvdisk"
 expect_fail "--kv-disk-dir without the CPU tier" 1 "needs --kv-offloading-size" generate "${P[@]}" \
   --kv-disk-dir "$TMP/kvdisk" --kv-disk-size 1
-expect_fail "--quantization int4" 2 "--quantization must be fp8 or none" generate "${P[@]}" --quantization int4
+expect_fail "--quantization int4" 2 "--quantization must be auto, fp8 or none" generate "${P[@]}" --quantization int4
 expect_fail "--quantization fp8 on the CPU" 1 "--quantization fp8 needs --device cuda" generate "${P[@]}" \
   --device cpu --quantization fp8
 expect_fail "--kv-cache-dtype fp8_e5m2" 2 "--kv-cache-dtype must be auto, fp8 or fp8_e4m3" generate "${P[@]}" \
