@@ -184,8 +184,12 @@ Fp8Checkpoint compressed_tensors_method(const json::object& q, const std::string
   require_value(q, "quantization_status", "compressed", path, false, "the weights must be stored compressed");
   require_value(q, "kv_cache_scheme", nullptr, path, false, "the KV cache scales of a checkpoint are not read");
   require_value(q, "transform_config", nullptr, path, false, "transforms are not supported");
-  if (const json::value* s = field(q, "sparsity_config"); s && !(s->is_object() && s->as_object().empty()))
-    refuse(field_path(path, "sparsity_config"), *s, "sparse checkpoints are not supported");
+  // llm-compressor writes {} or a config of format "dense" (no sparse compression) in dense checkpoints.
+  if (const json::value* s = field(q, "sparsity_config")) {
+    const json::value* format = s->is_object() ? field(s->as_object(), "format") : nullptr;
+    if (!(s->is_object() && (s->as_object().empty() || (format && *format == "dense"))))
+      refuse(field_path(path, "sparsity_config"), *s, "sparse checkpoints are not supported");
+  }
   require_strings(q, "ignore", path);
   const json::value* groups = field(q, "config_groups");
   if (!groups || !groups->is_object() || groups->as_object().empty())

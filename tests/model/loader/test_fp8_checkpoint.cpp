@@ -113,6 +113,20 @@ TEST_CASE("quantization_config: the FP8 layouts people publish parse into their 
                                        .fp8_checkpoint;
     CHECK(inferred.layout == Fp8ScaleLayout::channel);
   }
+  SECTION("compressed-tensors with llm-compressor's metadata: a dense sparsity config, ratio, version") {
+    const Fp8Checkpoint q = QuantisedConfig(compressed_tensors(kCtWeights, kCtTokenInputs, R"(,
+        "quantization_status": "compressed", "kv_cache_scheme": null, "global_compression_ratio": 1.4637,
+        "version": "0.9.1", "sparsity_config": {"format": "dense", "global_sparsity": 0.14, "ignore": [],
+        "registry_requires_subclass": false, "sparsity_structure": "unstructured", "targets": []})"))
+                                .load()
+                                .fp8_checkpoint;
+    CHECK(q.layout == Fp8ScaleLayout::channel);
+    const Fp8Checkpoint empty = QuantisedConfig(compressed_tensors(kCtWeights, kCtTokenInputs,
+                                                                   R"(, "sparsity_config": {})"))
+                                    .load()
+                                    .fp8_checkpoint;
+    CHECK(empty.enabled);
+  }
   SECTION("the startup line says how the weights load and that activations go per token") {
     const Fp8Checkpoint q =
         QuantisedConfig(R"({"quant_method": "fp8", "activation_scheme": "static"})").load().fp8_checkpoint;
