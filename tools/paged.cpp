@@ -10,6 +10,7 @@
 #include "tools/bench/serve_bench.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/crash_report.h"
 #include "model/unicode/utf8.h"
 
 namespace {
@@ -179,6 +180,7 @@ int generate(cli::Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cli::install_crash_report();
   if (argc < 2) {  // a usage error: the message and the usage go to stderr, as for every other one
     std::cerr << "paged: missing command\n" << kUsage;
     return 2;

@@ -3,7 +3,8 @@
 #   bash tests/integration/serve_startup.sh PATH/TO/paged
 # A busy port fails at once with one line naming it (no Boost internals, nothing loaded: no "loading" line); while the
 # engine is still coming up (here: its worker is stopped, so the hello waits) GET /health answers 503
-# {"status":"loading"} and a completion 503 with code model_loading.
+# {"status":"loading"} and a completion 503 with code model_loading. A server killed by SIGSEGV prints the signal and
+# its stack to stderr and dies of it.
 set -u
 
 NAME=serve_startup
@@ -45,4 +46,12 @@ assert health == (503, {"status": "loading"}), health
 assert completion[0] == 503 and completion[1]["error"]["code"] == "model_loading", completion
 PY
 kill -CONT "$worker_pid"
+
+# A fatal signal is reported before the process dies of it: one line naming it, then the stack's addresses.
+kill -SEGV "$serve_pid"
+{ wait "$serve_pid"; } 2>/dev/null  # not the shell's own "Segmentation fault" line
+rc=$?
+[ "$rc" = 139 ] && grep -q "^paged: fatal signal SEGV, stack:$" "$TMP/serve.err" &&
+  [ "$(sed -n '/^paged: fatal signal/,$p' "$TMP/serve.err" | grep -c 'paged(')" -ge 1 ] ||
+  fail "SIGSEGV: rc $rc, $(tail -n 5 "$TMP/serve.err")"
 finish

@@ -91,6 +91,10 @@ install_node_clients() {
 # finish: the script's verdict and exit status.
 finish() {
   if [ "$failures" -gt 0 ]; then
+    # What the processes printed last, for the CI log: a crash or a refusal shows there.
+    for log in "$TMP"/*.err; do
+      [ -s "$log" ] && { echo "--- last lines of $(basename "$log"):" >&2; tail -n 15 "$log" >&2; }
+    done
     echo "$NAME: $failures failure(s)" >&2
     exit 1
   fi
