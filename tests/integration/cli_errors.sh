@@ -505,6 +505,8 @@ printf '{"model": "%s", "server": {"port": 0, "stats_interval_s": 0}, "engine": 
   >"$TMP/engine.json"
 # serve_blocks ARGS...: the KV blocks a server started with ARGS reports, then stopped.
 serve_blocks() {
+  : >"$TMP/serve.out"  # emptied first: the child truncates it only once it runs, and the wait below must not read
+  # the previous server's lines
   "$PAGED" serve "$@" >"$TMP/serve.out" 2>&1 &
   local pid=$! line=""
   for _ in $(seq 1 600); do  # up to 60 s: a loaded machine starts slowly

@@ -135,7 +135,8 @@ ends=$(grep -cE '^paged: request cmpl-[0-9a-f]+ prompt 0: 5 prompt and 64 comple
 
 # A host name is resolved, and the API key comes from PAGED_API_KEY when --api-key is not given.
 kill "$serve_pid"
-wait "$serve_pid" 2>/dev/null  # its last lines, then the next server's, in serve.out
+wait "$serve_pid" 2>/dev/null
+fresh_logs serve
 PAGED_API_KEY=s3cret "$PAGED" serve "$MODEL" --host localhost --port 0 >"$TMP/serve.out" 2>"$TMP/serve.err" &
 serve_pid=$!
 pids+=("$serve_pid")

@@ -26,7 +26,12 @@ fail() {
 
 # start_worker [FLAGS...]: a CPU worker of stories260K on a free loopback port, with the extra flags; sets
 # $worker_pid and $worker_port, and leaves its output in $TMP/worker.out and .err.
+# fresh_logs NAME: empties $TMP/NAME.out and .err before a process that writes them starts, so that waiting for a
+# line there never reads what an earlier process of that name wrote (a child truncates its files only once it runs).
+fresh_logs() { : >"$TMP/$1.out"; : >"$TMP/$1.err"; }
+
 start_worker() {
+  fresh_logs worker
   "$PAGED" worker --model "$MODEL" --device cpu --port 0 "$@" >"$TMP/worker.out" 2>"$TMP/worker.err" &
   worker_pid=$!
   pids+=("$worker_pid")
@@ -53,6 +58,7 @@ await_port() {
 # start_server: `paged serve` of the model on a free port, its executor the worker on $worker_port; sets $serve_pid
 # and $serve_port, and leaves its output in $TMP/serve.out and .err.
 start_server() {
+  fresh_logs serve
   "$PAGED" serve --model "$MODEL" --workers "127.0.0.1:$worker_port" --port 0 >"$TMP/serve.out" \
     2>"$TMP/serve.err" &
   serve_pid=$!
