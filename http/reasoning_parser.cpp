@@ -47,7 +47,8 @@ ReasoningSplit ReasoningStream::add(std::string_view text, bool ended) {
     // Where this phase's text goes, and the tags that end it.
     std::string& sink = phase_ == Phase::opening && format_ == ReasoningFormat::qwen3 ? out.content : out.reasoning;
     std::vector<std::string_view> tags{kClose};
-    if (phase_ == Phase::opening) tags = format_ == ReasoningFormat::qwen3 ? std::vector{kOpen} : std::vector{kOpen, kClose};
+    if (phase_ == Phase::opening && format_ == ReasoningFormat::qwen3) tags = {kOpen};
+    if (phase_ == Phase::opening && format_ == ReasoningFormat::deepseek_r1) tags = {kOpen, kClose};
     size_t at = std::string_view::npos;
     std::string_view found;
     for (std::string_view tag : tags)
