@@ -257,6 +257,7 @@ void parse_chat_prompt(const Fields& f, const ModelInfo& model, bool add_special
   }
   req.tools = parse_tools(f.get("tools"), f.get("tool_choice"), f.boolean("parallel_tool_calls").value_or(true),
                           model.tool_call_parser);
+  req.reasoning = model.reasoning_parser;
   if (!req.tools.tools.empty()) extra["tools"] = req.tools.tools;  // the template's `tools` variable
   // continue_final_message (vLLM's): the prompt ends inside the final, assistant, message, for the model to go on.
   const bool continue_final = f.boolean("continue_final_message").value_or(false);
@@ -606,6 +607,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       want_logprobs_(request.params.logprobs.has_value()),
       want_prompt_logprobs_(request.params.prompt_logprobs.has_value()),
       tools_(request.tools),
+      reasoning_(request.reasoning),
       n_(request.params.n),
       prompt_texts_(request.prompt_texts),
       tokenizer_(&tokenizer),
@@ -627,6 +629,8 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
   }
   if (stream_ && endpoint_ == Endpoint::chat && tools_.format != ToolCallFormat::none)
     for (size_t c = 0; c < choices_.size(); ++c) choices_[c].tool_stream.emplace(tools_, call_id_prefix(c));
+  if (stream_ && endpoint_ == Endpoint::chat && reasoning_ != ReasoningFormat::none)
+    for (Choice& c : choices_) c.reasoning_stream.emplace(reasoning_);
 }
 
 std::string ResponseBuilder::call_id_prefix(size_t choice) const { return id_ + "_" + std::to_string(choice) + "_"; }
@@ -745,13 +749,25 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
     if (endpoint_ == Endpoint::chat) {
       json::object delta;
       if (!c.started) delta["role"] = "assistant";
-      if (c.tool_stream) {
-        for (auto& field : c.tool_stream->add(d.text, d.finish_reason.has_value())) delta[field.key()] = field.value();
-        if (delta.empty() && c.started && !finish && !(want_logprobs_ && !d.token_ids.empty())) continue;
-        if (finish == "stop" && c.tool_stream->called()) finish = "tool_calls";
-      } else if (!d.text.empty() || !c.started) {
-        delta["content"] = d.text;
+      const bool ended = d.finish_reason.has_value();
+      // The reasoning goes out under both of vLLM's names; the tool calls are read from the content alone.
+      std::string content = d.text;
+      if (c.reasoning_stream) {
+        ReasoningSplit piece = c.reasoning_stream->add(d.text, ended);
+        if (!piece.reasoning.empty()) {
+          delta["reasoning"] = piece.reasoning;
+          delta["reasoning_content"] = std::move(piece.reasoning);
+        }
+        content = std::move(piece.content);
       }
+      if (c.tool_stream) {
+        for (auto& field : c.tool_stream->add(content, ended)) delta[field.key()] = field.value();
+        if (finish == "stop" && c.tool_stream->called()) finish = "tool_calls";
+      } else if (!content.empty() || (!c.started && !c.reasoning_stream)) {
+        delta["content"] = std::move(content);
+      }
+      const bool parsed = c.tool_stream || c.reasoning_stream;  // a piece may settle nothing yet: no chunk then
+      if (parsed && delta.empty() && c.started && !finish && !(want_logprobs_ && !d.token_ids.empty())) continue;
       choice["delta"] = std::move(delta);
     } else {
       choice["text"] = (echo_ && !c.started) ? prompt_texts_[prompt_index] + d.text : d.text;
@@ -782,14 +798,24 @@ std::string ResponseBuilder::body() const {
     const json::value logprobs = want_logprobs_ ? logprobs_json(c.token_ids, c.logprobs, offset) : json::value(nullptr);
     std::optional<std::string> finish = c.finish_reason;
     if (endpoint_ == Endpoint::chat) {
-      json::array calls = tool_calls_of(tools_, c.text, call_id_prefix(i));
+      const ReasoningSplit split = split_reasoning(reasoning_, c.text);
+      json::array calls = tool_calls_of(tools_, split.content, call_id_prefix(i));
+      json::object message{{"role", "assistant"}};
       if (calls.empty()) {
-        choice["message"] = json::object{{"role", "assistant"}, {"content", c.text}};
+        // With a reasoning parser an empty content is null, as vLLM's.
+        message["content"] = split.content.empty() && reasoning_ != ReasoningFormat::none ? json::value(nullptr)
+                                                                                          : json::value(split.content);
       } else {
-        choice["message"] = json::object{
-            {"role", "assistant"}, {"content", content_of(tools_, c.text)}, {"tool_calls", std::move(calls)}};
+        message["content"] = content_of(tools_, split.content);
+        message["tool_calls"] = std::move(calls);
         if (finish == "stop") finish = "tool_calls";
       }
+      if (reasoning_ != ReasoningFormat::none) {
+        const json::value reasoning = split.reasoning.empty() ? json::value(nullptr) : json::value(split.reasoning);
+        message["reasoning"] = reasoning;
+        message["reasoning_content"] = reasoning;
+      }
+      choice["message"] = std::move(message);
       choice["logprobs"] = logprobs;
     } else {
       choice["text"] = echo_ ? prompt_texts_[i / n_] + c.text : c.text;

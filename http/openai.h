@@ -12,6 +12,7 @@
 #include <boost/json/object.hpp>
 
 #include "actors/engine.h"
+#include "http/reasoning_parser.h"
 #include "http/tool_calls.h"
 #include "model/template/chat_template.h"
 #include "model/sampling/sampling_params.h"
@@ -31,6 +32,7 @@ struct ModelInfo {
   size_t max_sequences = 1024;                  // prompts x max(n, best_of) one request may generate
   bool trust_request_chat_template = false;     // a request may bring its own chat_template (else 400, as vLLM)
   ToolCallFormat tool_call_parser = ToolCallFormat::none;  // reads tool_choice "auto"'s answers; none: "auto" is a 400
+  ReasoningFormat reasoning_parser = ReasoningFormat::none;  // splits chat answers' reasoning off (--reasoning-parser)
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).
@@ -50,6 +52,7 @@ struct Request {
   bool include_usage = false;             // stream_options.include_usage
   bool echo = false;                      // completions: prepend the prompt to the text
   ToolRequest tools;                      // chat: tools and tool_choice
+  ReasoningFormat reasoning = ReasoningFormat::none;  // chat: how the answers' reasoning is split off their content
 };
 
 /// Parses and validates a request body (a JSON object). Throws InvalidRequest naming the parameter for malformed
@@ -113,6 +116,7 @@ class ResponseBuilder {
     bool started = false;       // a chunk of this choice was sent (chat: the role; completions: the echo)
     size_t text_offset = 0;     // completions logprobs: offset of the next token in the text
     std::optional<ToolCallStream> tool_stream;  // a streamed chat choice of a request with tool calls
+    std::optional<ReasoningStream> reasoning_stream;  // a streamed chat choice of a server with a reasoning parser
   };
 
   boost::json::object chunk_header() const;
@@ -130,6 +134,7 @@ class ResponseBuilder {
   bool want_logprobs_;
   bool want_prompt_logprobs_;
   ToolRequest tools_;  // tools: the answers' tool calls become tool_calls
+  ReasoningFormat reasoning_;  // chat: the answers' reasoning becomes reasoning_content / reasoning
   int n_;
   std::vector<std::string> prompt_texts_;
   const Tokenizer* tokenizer_;

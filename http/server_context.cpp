@@ -71,6 +71,7 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts)
   model_info_.max_sequences = options.max_sequences_per_request;
   model_info_.trust_request_chat_template = options.trust_request_chat_template;
   model_info_.tool_call_parser = auto_tool_call_format(options);
+  model_info_.reasoning_parser = reasoning_format(options);
   model_info_.chat_template = chat_template_ ? &*chat_template_ : nullptr;
 }
 

@@ -85,6 +85,9 @@ ServerOptions load_server_options(const std::string& json_file) {
     } else if (key == "tool_call_parser") {
       if (!v.is_string()) throw bad("a parser's name (llama3_json, hermes) or \"\"");
       o.tool_call_parser = std::string(v.get_string());
+    } else if (key == "reasoning_parser") {
+      if (!v.is_string()) throw bad("a parser's name (deepseek_r1, qwen3) or \"\"");
+      o.reasoning_parser = std::string(v.get_string());
     } else if (key == "shutdown_timeout_s") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 86400) throw bad("an integer in [0, 86400]");
       o.shutdown_timeout_s = static_cast<int>(v.get_int64());
@@ -105,6 +108,15 @@ openai::ToolCallFormat auto_tool_call_format(const ServerOptions& options) {
   }
   if (!options.enable_auto_tool_choice) return openai::ToolCallFormat::none;
   if (!format) throw std::invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (llama3_json or hermes)");
+  return *format;
+}
+
+openai::ReasoningFormat reasoning_format(const ServerOptions& options) {
+  if (options.reasoning_parser.empty()) return openai::ReasoningFormat::none;
+  const std::optional<openai::ReasoningFormat> format = openai::reasoning_parser_named(options.reasoning_parser);
+  if (!format)
+    throw std::invalid_argument("--reasoning-parser: unknown parser '" + options.reasoning_parser +
+                                "' (deepseek_r1 or qwen3)");
   return *format;
 }
 

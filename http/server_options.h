@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "http/reasoning_parser.h"
 #include "http/tool_call_parser.h"
 
 namespace paged {
@@ -33,11 +34,16 @@ struct ServerOptions {
   std::vector<std::string> allowed_origins;  // CORS: origins browsers may call from ("*": any); empty: no CORS
   bool enable_auto_tool_choice = false;  // tool_choice "auto" is served, its answers read by tool_call_parser (vLLM's)
   std::string tool_call_parser;          // how the model writes tool calls: llama3_json | hermes; empty: none
+  std::string reasoning_parser;          // how the model marks its reasoning: deepseek_r1 | qwen3; empty: none
 };
 
 /// The format tool_choice "auto"'s answers are read in: none unless enable_auto_tool_choice. Throws
 /// std::invalid_argument for an unknown tool_call_parser, or enable_auto_tool_choice without one (as vLLM).
 openai::ToolCallFormat auto_tool_call_format(const ServerOptions& options);
+
+/// The format chat answers' reasoning is split off in (none for an empty reasoning_parser). Throws
+/// std::invalid_argument for an unknown name.
+openai::ReasoningFormat reasoning_format(const ServerOptions& options);
 
 /// Reads server options from the "server" object of a JSON file (conf/serve.json), and "model" (a path relative to
 /// the file's folder, unless absolute); keys absent keep their defaults; "engine" is left to the engine flags

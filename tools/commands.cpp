@@ -92,8 +92,10 @@ int run_serve_command(Args& args) {
       args.get_bool("trust-request-chat-template", options.trust_request_chat_template);
   options.enable_auto_tool_choice = args.get_bool("enable-auto-tool-choice", options.enable_auto_tool_choice);
   if (auto v = args.get("tool-call-parser")) options.tool_call_parser = *v;
+  if (auto v = args.get("reasoning-parser")) options.reasoning_parser = *v;
   try {
     auto_tool_call_format(options);
+    reasoning_format(options);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }

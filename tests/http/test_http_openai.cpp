@@ -67,6 +67,17 @@ CompletionDelta delta(int index, std::string text, std::vector<TokenId> ids, std
   return d;
 }
 
+/// Feeds `pieces` to prompt 0's choice 0 as one token each, the last ending it ("stop"); returns the frames.
+std::string feed_pieces(openai::ResponseBuilder& rb, const std::vector<std::string>& pieces) {
+  std::string frames;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const bool last = i + 1 == pieces.size();
+    frames += rb.add(0, event({delta(0, pieces[i], {1}, last ? std::optional<std::string>("stop") : std::nullopt)},
+                              last, 9, static_cast<int>(i + 1)));
+  }
+  return frames;
+}
+
 /// The JSON objects of "data: {...}" frames (the [DONE] sentinel excluded) and whether it ended with [DONE].
 std::vector<json::object> sse_objects(const std::string& frames, bool* saw_done = nullptr) {
   std::vector<json::object> out;
@@ -673,15 +684,7 @@ TEST_CASE("chat with tool_choice auto: content, then tool_calls, whole and strea
   const std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + tools;
   const std::vector<std::string> pieces = {"Let me see.<to", "ol_call>{\"name\": \"get_", "weather\", \"arguments\": {\"ci",
                                            "ty\": \"Oslo\"}}</tool_call>"};
-  const auto feed = [&](openai::ResponseBuilder& rb) {
-    std::string frames;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const bool last = i + 1 == pieces.size();
-      frames += rb.add(0, event({delta(0, pieces[i], {1}, last ? std::optional<std::string>("stop") : std::nullopt)},
-                                last, 9, static_cast<int>(i + 1)));
-    }
-    return frames;
-  };
+  const auto feed = [&](openai::ResponseBuilder& rb) { return feed_pieces(rb, pieces); };
   openai::ResponseBuilder whole(openai::parse_request(Endpoint::chat, body + "}", info), *fixture().tok, "m", "c-1", 1);
   feed(whole);
   const json::value message = json::parse(whole.body()).at("choices").at(0).at("message");
@@ -701,4 +704,59 @@ TEST_CASE("chat with tool_choice auto: content, then tool_calls, whole and strea
   CHECK(delta_of(2).at("tool_calls").at(0).at("function").at("arguments") == "ty\": \"Oslo\"}");
   CHECK(chunks[1].at("choices").at(0).at("finish_reason").is_null());
   CHECK(chunks[2].at("choices").at(0).at("finish_reason") == "tool_calls");
+}
+
+TEST_CASE("chat with a reasoning parser: reasoning_content and reasoning, then content and its tool calls",
+          "[openai][reasoning]") {
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  openai::ModelInfo info = fixture().info();
+  info.tool_call_parser = openai::ToolCallFormat::hermes;
+  info.reasoning_parser = openai::ReasoningFormat::qwen3;
+  const std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + tools;
+  // A call written inside the think block is reasoning, not a call; the tags fall across pieces.
+  const std::vector<std::string> pieces = {"<thi", "nk>Maybe <tool_call>x</tool_call>, maybe not.</th",
+                                           "ink>Oslo:<tool_call>{\"name\": \"get_weather\", ",
+                                           "\"arguments\": {\"city\": \"Oslo\"}}</tool_call>"};
+  const auto feed = [&](openai::ResponseBuilder& rb) { return feed_pieces(rb, pieces); };
+  const std::string reasoning = "Maybe <tool_call>x</tool_call>, maybe not.";
+  openai::ResponseBuilder whole(openai::parse_request(Endpoint::chat, body + "}", info), *fixture().tok, "m", "c-1", 1);
+  feed(whole);
+  const json::value message = json::parse(whole.body()).at("choices").at(0).at("message");
+  CHECK(message.at("reasoning_content") == json::value(reasoning));
+  CHECK(message.at("reasoning") == json::value(reasoning));
+  CHECK(message.at("content") == "Oslo:");
+  CHECK(message.at("tool_calls").at(0).at("function").at("arguments") == "{\"city\": \"Oslo\"}");
+
+  openai::ResponseBuilder stream(openai::parse_request(Endpoint::chat, body + R"(, "stream": true})", info),
+                                 *fixture().tok, "m", "c-1", 1);
+  const auto chunks = sse_objects(feed(stream));
+  REQUIRE(chunks.size() == 4);
+  const auto delta_of = [&](size_t i) { return chunks[i].at("choices").at(0).at("delta").as_object(); };
+  CHECK(delta_of(0) == json::parse(R"({"role": "assistant"})").as_object());  // "<thi" may begin a tag: held back
+  CHECK(delta_of(1) == json::object{{"reasoning", reasoning}, {"reasoning_content", reasoning}});
+  CHECK(delta_of(2).at("content") == "Oslo:");
+  CHECK(delta_of(2).at("tool_calls").at(0).at("function").at("name") == "get_weather");
+  CHECK(chunks[3].at("choices").at(0).at("finish_reason") == "tool_calls");
+
+  // deepseek_r1 with no </think>: all reasoning, content null; the parser never touches completions.
+  info.tool_call_parser = openai::ToolCallFormat::none;
+  info.reasoning_parser = openai::ReasoningFormat::deepseek_r1;
+  openai::ResponseBuilder cut(openai::parse_request(Endpoint::chat, R"({"messages": [{"role": "user", "content": "hi"}]})", info),
+                              *fixture().tok, "m", "c-2", 1);
+  cut.add(0, event({delta(0, "<think>thinking on", {1}, "length")}, true, 9, 1));
+  const json::value cut_message = json::parse(cut.body()).at("choices").at(0).at("message");
+  CHECK(cut_message.at("reasoning_content") == "thinking on");
+  CHECK(cut_message.at("content").is_null());
+  openai::ResponseBuilder completion(openai::parse_request(Endpoint::completions, R"({"prompt": "hi"})", info),
+                                     *fixture().tok, "m", "c-3", 1);
+  completion.add(0, event({delta(0, "<think>a</think>b", {1}, "stop")}, true, 9, 1));
+  CHECK(json::parse(completion.body()).at("choices").at(0).at("text") == "<think>a</think>b");
+  // Without a parser the tags stay in the content and no reasoning field is sent.
+  openai::ResponseBuilder plain(parse(Endpoint::chat, R"({"messages": [{"role": "user", "content": "hi"}]})"),
+                                *fixture().tok, "m", "c-4", 1);
+  plain.add(0, event({delta(0, "<think>a</think>b", {1}, "stop")}, true, 9, 1));
+  const json::object plain_message = json::parse(plain.body()).at("choices").at(0).at("message").as_object();
+  CHECK(plain_message.at("content") == "<think>a</think>b");
+  CHECK_FALSE(plain_message.contains("reasoning_content"));
 }

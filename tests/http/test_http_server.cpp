@@ -74,3 +74,17 @@ TEST_CASE("tool-call parser options: the format tool_choice auto is read in, or 
   CHECK_THROWS_WITH(paged::auto_tool_call_format(o), Catch::Contains("--tool-call-parser"));
   CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"tool_call_parser": 1}})")), std::runtime_error);
 }
+
+TEST_CASE("reasoning parser option: the format chat answers' reasoning is split in, or a clear refusal", "[http][reasoning]") {
+  const ServerOptions conf = paged::load_server_options(std::string(PAGED_SOURCE_DIR) + "/conf/serve.json");
+  CHECK(conf.reasoning_parser == ServerOptions{}.reasoning_parser);
+  CHECK(paged::reasoning_format(conf) == paged::openai::ReasoningFormat::none);
+  const ServerOptions qwen = paged::load_server_options(write_temp(R"({"server": {"reasoning_parser": "qwen3"}})"));
+  CHECK(paged::reasoning_format(qwen) == paged::openai::ReasoningFormat::qwen3);
+  ServerOptions o;
+  o.reasoning_parser = "deepseek_r1";
+  CHECK(paged::reasoning_format(o) == paged::openai::ReasoningFormat::deepseek_r1);
+  o.reasoning_parser = "granite";
+  CHECK_THROWS_WITH(paged::reasoning_format(o), Catch::Contains("--reasoning-parser: unknown parser 'granite'"));
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"reasoning_parser": true}})")), std::runtime_error);
+}

@@ -499,6 +499,10 @@ expect_fail "a bad engine value" 2 "engine\.block_size expects an integer" serve
 expect_fail "an unknown tool-call parser" 2 "unknown parser 'mistral'" serve "$MODEL" --port 0 --tool-call-parser mistral
 expect_fail "auto tool choice without a parser" 2 "enable-auto-tool-choice needs --tool-call-parser" \
   serve "$MODEL" --port 0 --enable-auto-tool-choice
+# Reasoning parsers: an unknown one is a usage error before anything loads, on the command line or in the file.
+expect_fail "an unknown reasoning parser" 2 "unknown parser 'granite'" serve "$MODEL" --port 0 --reasoning-parser granite
+printf '{"model": "%s", "server": {"reasoning_parser": "r1"}}' "$MODEL" >"$TMP/reasoning.json"
+expect_fail "an unknown reasoning parser in the file" 2 "unknown parser 'r1'" serve --config "$TMP/reasoning.json"
 printf '{"engines": {}}' >"$TMP/top.json"
 expect_fail "an unknown top-level key" 1 "unknown key engines" serve --config "$TMP/top.json"
 printf '{"model": "%s", "server": {"port": 0, "stats_interval_s": 0}, "engine": {"num_kv_blocks": 64}}' "$MODEL" \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The HTTP API end to end: `paged serve` on stories260K driven by the official openai client, a ws client, bad
-# requests, a dropped client, servers with each --tool-call-parser, and a server with --api-key. Usage: bash http_openai.sh PATH/TO/paged
+# requests, a dropped client, servers with each --tool-call-parser and --reasoning-parser, and a server with
+# --api-key. Usage: bash http_openai.sh PATH/TO/paged
 # (env PAGED_SOURCE_DIR, PAGED_BINARY_DIR; installs its npm packages into $PAGED_BINARY_DIR/http-node).
 set -euo pipefail
 PAGED="$(realpath "$1")"
@@ -51,6 +52,17 @@ node check_websocket.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || f
 node check_structured.mjs --base "$BASE" || fail check_structured
 node check_bad_requests.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_bad_requests
 node check_disconnect.mjs --base "$BASE" || fail check_disconnect
+
+# Reasoning outputs: each --reasoning-parser against the raw answers of the server above (no parser), same seeds;
+# qwen3 beside the hermes tool-call parser, whose calls are read from the content alone.
+for parser in deepseek_r1 qwen3; do
+  tool_flags=()
+  [ "$parser" = qwen3 ] && tool_flags=(--enable-auto-tool-choice --tool-call-parser hermes)
+  start_server "$WORK/serve-$parser.log" --chat-template "$TEMPLATE" --reasoning-parser "$parser" "${tool_flags[@]}"
+  node check_reasoning.mjs --base "http://127.0.0.1:$PORT" --plain "$BASE" --parser "$parser" \
+    ${tool_flags[0]:+--tool-parser hermes} || fail "check_reasoning $parser"
+  kill -TERM "${PIDS[-1]}"
+done
 
 # SIGTERM: a clean shutdown.
 kill -TERM "$SERVER_PID"
