@@ -472,7 +472,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
       const size_t digits = key.starts_with('-') ? 1 : 0;
       const bool canonical = key.size() > digits && key.size() <= digits + 18 &&
                              std::all_of(key.begin() + digits, key.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-                             (key[digits] != '0' || key.size() == digits + 1);
+                             (key[digits] != '0' || key == "0");  // "-0" and "05" name 0 and 5 again
       if (!canonical) invalid("logit_bias key '" + key + "' is not a token id", "logit_bias");
       const int64_t id = std::stoll(key);
       if (id < 0 || id >= model.vocab_size) {

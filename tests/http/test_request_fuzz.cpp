@@ -150,7 +150,7 @@ const std::vector<std::string> kFields = {
 const std::vector<std::string> kCompletionBodies = {
     R"({"prompt": "Once upon a time", "max_tokens": 8})",
     R"({"prompt": ["a", "b"], "n": 2, "temperature": 0.7, "top_p": 0.9, "seed": 7, "stop": ["x", "yz"]})",
-    R"({"prompt": [1, 2, 3], "logprobs": 2, "echo": true, "logit_bias": {"5": -100}, "stop_token_ids": [2]})",
+    R"({"prompt": [1, 2, 3], "logprobs": 2, "logit_bias": {"5": -100}, "stop_token_ids": [2]})",
     R"({"prompt": "x", "best_of": 3, "n": 2, "presence_penalty": 0.5, "frequency_penalty": -0.5, "min_tokens": 2})",
     R"({"prompt": "x", "guided_regex": "(ab|cd){1,3}[0-9]+", "max_tokens": 12})",
     R"({"prompt": "x", "guided_choice": ["yes", "no", "maybe"]})",
@@ -165,8 +165,8 @@ const std::vector<std::string> kChatBodies = {
     R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8})",
     R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
         {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}], "top_logprobs": 2, "logprobs": true})",
-    R"({"messages": [{"role": "user", "content": "Hi"}], "chat_template": "{% for m in messages %}{{ m.role }}:{{
-        m.content }}\n{% endfor %}", "chat_template_kwargs": {"x": 1}})",
+    R"({"messages": [{"role": "user", "content": "Hi"}], "chat_template":
+        "{% for m in messages %}{{ m.role }}:{{ m.content }}\n{% endfor %}", "chat_template_kwargs": {"x": 1}})",
     R"({"messages": [{"role": "user", "content": "weather?"}], "tools": [{"type": "function", "function": {"name":
         "get", "description": "d", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
         "required": ["city"]}}}], "tool_choice": "required"})",
@@ -282,17 +282,21 @@ std::vector<std::string> nasty_templates() {
   return v;
 }
 
-// Renders `source` as a request's template: the default limits, a few messages.
+// What a chat template renders with: a few messages, the BOS token, the generation prompt asked.
+boost::json::object template_variables() {
+  boost::json::object vars;
+  vars["messages"] = boost::json::parse(R"([{"role": "user", "content": "Hi"}, {"role": "assistant",
+      "content": "Hello"}, {"role": "user", "content": "\u00e9\ud83d\ude00"}])");
+  vars["bos_token"] = "<s>";
+  vars["add_generation_prompt"] = true;
+  return vars;
+}
+
+// Renders `source` as a request's template: the default limits, template_variables().
 void render_template(const std::string& source, Tally& t) {
   within_budget(source, [&] {
     try {
-      const jinja::Template tmpl(source);
-      boost::json::object vars;
-      vars["messages"] = boost::json::parse(R"([{"role": "user", "content": "Hi"}, {"role": "assistant",
-          "content": "Hello"}, {"role": "user", "content": "\u00e9\ud83d\ude00"}])");
-      vars["bos_token"] = "<s>";
-      vars["add_generation_prompt"] = true;
-      (void)tmpl.render(vars);
+      (void)jinja::Template(source).render(template_variables());
       ++t.accepted;
     } catch (const jinja::TemplateError&) {
       ++t.refused;
@@ -308,8 +312,10 @@ TEST_CASE("hostile and mutated request bodies are parsed or refused with Invalid
   Tally t;
   for (const auto& [e, bodies] : {std::pair{openai::Endpoint::completions, kCompletionBodies},
                                   std::pair{openai::Endpoint::chat, kChatBodies}}) {
-    for (const std::string& body : bodies) take_body(e, body, d, t);
-    REQUIRE(t.refused == 0);  // the valid bodies are valid
+    for (const std::string& body : bodies) {  // the valid bodies are valid
+      INFO(body);
+      REQUIRE_NOTHROW(openai::parse_request(e, body, served().info()));
+    }
     for (const std::string& field : kFields)
       for (const std::string& value : hostile) {
         const std::string& body = d.pick(bodies);
@@ -357,8 +363,10 @@ TEST_CASE("hostile and mutated structured outputs compile and run, or are refuse
           {"$ref": "#/$defs/n"}}}]}}, "$ref": "#/$defs/n"})"},
       {K::json_object, ""}, {K::choice, R"(["yes", "no", "maybe"])"}};
   Tally t;
-  for (const StructuredOutput& s : valid) within_budget(s.spec, [&] { compile_and_run(s, d, t); });
-  REQUIRE(t.refused == 0);
+  for (const StructuredOutput& s : valid) {
+    INFO(s.spec);
+    REQUIRE_NOTHROW(run_constraint(constraint::compile_structured_output(s), d));
+  }
   for (const StructuredOutput& s : nasty_constraints()) within_budget(s.spec.substr(0, 300), [&] { compile_and_run(s, d, t); });
   for (int i = 0; i < kMutatedConstraints; ++i) {
     StructuredOutput s = d.pick(valid);
@@ -377,11 +385,13 @@ TEST_CASE("hostile and mutated request chat templates render or are refused with
       "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]{% else %}"
       "{{ m.content }}{% endif %}{% endfor %}",
       "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}"
-      "{% macro r(x) %}{{ x | upper }}{% endmacro %}{{ r('a') * 3 }}{{ messages | tojson }}",
+      "{% macro r(x) %}{{ x | upper }}{% endmacro %}{{ r('a') ~ r('b') }}{{ messages | tojson }}",
       "{{ messages[0]['content'][::-1] }}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"};
   Tally t;
-  for (const std::string& s : valid) render_template(s, t);
-  REQUIRE(t.refused == 0);
+  for (const std::string& s : valid) {
+    INFO(s);
+    REQUIRE_NOTHROW(jinja::Template(s).render(template_variables()));
+  }
   for (const std::string& s : nasty_templates()) render_template(s, t);
   for (int i = 0; i < kMutatedTemplates; ++i) render_template(mutate_bytes(d, d.pick(valid)), t);
   CHECK(t.accepted > 50);
