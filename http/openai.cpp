@@ -1,4 +1,5 @@
 #include "http/openai.h"
+#include "http/strict_json.h"
 #include "model/sampling/params_check.h"
 #include "model/unicode/utf8.h"
 
@@ -317,11 +318,12 @@ double finite_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>
 namespace {
 
 json::object parse_object(std::string_view body) {
-  boost::system::error_code ec;
-  json::value v = json::parse(body, ec);
-  if (ec) invalid("the body is not valid JSON (or not valid UTF-8): " + ec.message(), "");
-  if (!v.is_object()) invalid("the body must be a JSON object", "");
-  return std::move(v.get_object());
+  StrictJsonError error;
+  std::optional<json::value> v = parse_strict(body, error);
+  if (error.duplicate) invalid("the body is not valid: " + error.message(), *error.duplicate);
+  if (!v) invalid("the body is not valid JSON (or not valid UTF-8): " + error.message(), "");
+  if (!v->is_object()) invalid("the body must be a JSON object", "");
+  return std::move(v->get_object());
 }
 
 // The `model` field, when present, names the served model.
@@ -466,14 +468,14 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     if (!bias->is_object()) invalid("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
     for (const auto& kv : bias->get_object()) {
       const std::string key(kv.key());
-      int64_t id = -1;
-      size_t used = 0;
-      try {
-        id = std::stoll(key, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != key.size()) invalid("logit_bias key '" + key + "' is not a token id", "logit_bias");
+      // Written as JSON writes an integer ("-" or a digit first, no leading zero): std::stoll alone also takes
+      // " 5", "+5" and "05", so that two keys could name one id and one of their biases be dropped.
+      const size_t digits = key.starts_with('-') ? 1 : 0;
+      const bool canonical = key.size() > digits && key.size() <= digits + 18 &&
+                             std::all_of(key.begin() + digits, key.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                             (key[digits] != '0' || key == "0");  // "-0" and "05" name 0 and 5 again
+      if (!canonical) invalid("logit_bias key '" + key + "' is not a token id", "logit_bias");
+      const int64_t id = std::stoll(key);
       if (id < 0 || id >= model.vocab_size) {
         invalid("logit_bias key " + key + " is out of vocabulary (size " + std::to_string(model.vocab_size) + ")",
                 "logit_bias");

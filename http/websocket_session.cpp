@@ -1,9 +1,14 @@
 #include "http/websocket_session.h"
 
+#include <cmath>
+#include <optional>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/json.hpp>
+
+#include "http/strict_json.h"
 
 namespace paged::server {
 namespace beast = boost::beast;
@@ -65,16 +70,24 @@ void WebSocketSession::send_error(const json::value& id, unsigned code, const st
 }
 
 void WebSocketSession::handle_frame(const std::string& text) {
-  boost::system::error_code ec;
-  json::value frame = json::parse(text, ec);
-  if (ec || !frame.is_object()) {
-    send_error(nullptr, 400, openai::error_body("a frame must be a JSON object", "invalid_request_error"));
+  openai::StrictJsonError error;
+  std::optional<json::value> frame = openai::parse_strict(text, error);
+  if (error.duplicate) {
+    send_error(nullptr, 400, openai::error_body("a frame must be valid: " + error.message(), "invalid_request_error",
+                                                *error.duplicate));
     return;
   }
-  json::object& obj = frame.get_object();
+  if (!frame || !frame->is_object()) {
+    send_error(nullptr, 400, openai::error_body(std::string("a frame must be a JSON object") +
+                                                    (frame ? "" : " (" + error.message() + ")"),
+                                                "invalid_request_error"));
+    return;
+  }
+  json::object& obj = frame->get_object();
   const json::value id = obj.contains("id") ? obj.at("id") : json::value(nullptr);
-  if (!id.is_string() && !id.is_number()) {
-    send_error(nullptr, 400, openai::error_body("'id' must be a string or a number", "invalid_request_error", "id"));
+  // Every answer echoes the id: 1e999 parses as infinity, which would go out as `Infinity`, not JSON.
+  if (!id.is_string() && !(id.is_number() && std::isfinite(id.to_number<double>()))) {
+    send_error(nullptr, 400, openai::error_body("'id' must be a string or a finite number", "invalid_request_error", "id"));
     return;
   }
   const json::value* type = obj.if_contains("type");

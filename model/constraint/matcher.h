@@ -14,6 +14,14 @@
 
 namespace paged::constraint {
 
+/// Most stacks a frontier may hold, and most frames one step's expansion may visit. An ambiguous grammar's stacks
+/// can double with every byte (root ::= "a" root "b" | "a" root "c" | "x": 2^n stacks after n a's) or with every
+/// rule its start reaches (r0 ::= r1 "a" | r1 "b", r1 ::= r2 "a" | r2 "b", ...), which no compile-time size limit
+/// sees: a byte that would pass either bound is refused (the language is cut there, so what is written stays in
+/// it), and a start that passes one is a GrammarError.
+inline constexpr size_t kMaxFrontierStacks = size_t{1} << 16;
+inline constexpr size_t kMaxExpansionFrames = size_t{1} << 18;
+
 class GrammarMatcher {
  public:
   /// Where the input so far can be: the stacks waiting for a byte, and whether the whole grammar may end here.
@@ -24,7 +32,8 @@ class GrammarMatcher {
     bool dead() const { return stacks.empty() && !accepts; }
   };
 
-  /// At the start of the input. The grammar is shared (read only) by the matchers of one request.
+  /// At the start of the input. The grammar is shared (read only) by the matchers of one request. Throws GrammarError
+  /// when the start's frontier passes kMaxFrontierStacks or kMaxExpansionFrames, or is dead (no text matches).
   explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
 
   /// The current frontier.
@@ -38,8 +47,9 @@ class GrammarMatcher {
   /// changes nothing.
   bool accept(std::string_view bytes);
 
-  /// The frontier after `byte` from `from` (dead when the byte cannot follow), `from` being this matcher's (its
-  /// stacks are ids in this matcher's arena). Interns the stacks it needs, which stay.
+  /// The frontier after `byte` from `from` (dead when the byte cannot follow, or when the frontier would pass
+  /// kMaxFrontierStacks or kMaxExpansionFrames), `from` being this matcher's (its stacks are ids in this matcher's
+  /// arena). Interns the stacks it needs, which stay (none when it passes a bound).
   Frontier next(const Frontier& from, uint8_t byte);
 
  private:
@@ -57,14 +67,17 @@ class GrammarMatcher {
   // The frame after the element at `pos` of frame `parent`'s child: `parent` itself when that element ends its
   // alternative (the tail call), else a new frame at pos + 1.
   uint32_t after(uint32_t pos, uint32_t parent);
-  // Adds to `out` every stack topped by a byte class that `stack` reaches without consuming a byte.
-  void expand(uint32_t stack, Frontier& out);
+  // Adds to `out` every stack topped by a byte class that `stack` reaches without consuming a byte. False once the
+  // expansion under way (since the last ++generation_; visited_ is reset with it) passes kMaxFrontierStacks or
+  // kMaxExpansionFrames.
+  bool expand(uint32_t stack, Frontier& out);
 
   std::shared_ptr<const Grammar> grammar_;
   std::vector<Node> nodes_;                       // nodes_[0]: the empty stack
   std::unordered_map<uint64_t, uint32_t> index_;  // (pos, parent) -> id
   std::vector<uint32_t> seen_;                    // per node: the expansion that last visited it
   uint32_t generation_ = 0;
+  size_t visited_ = 0;                            // frames the expansion under way visited
   std::vector<uint32_t> work_;
   Frontier frontier_;
 };

@@ -39,8 +39,11 @@ std::optional<FieldError> check_sampling_params(const SamplingParams& p, int voc
                                    std::to_string(vocab) + ")");
     if (!(bias >= -100.0f && bias <= 100.0f)) return bad("logit_bias", "logit_bias values must be in [-100, 100]");
   }
+  if (p.stop_token_ids.size() > kMaxStopTokenIds)
+    return bad("stop_token_ids", "at most " + std::to_string(kMaxStopTokenIds) + " stop_token_ids");
   for (TokenId id : p.stop_token_ids)
     if (id < 0 || id >= vocab) return bad("stop_token_ids", "stop_token_ids entry outside the vocabulary");
+  if (p.stop.size() > kMaxStopStrings) return bad("stop", "at most " + std::to_string(kMaxStopStrings) + " stop strings");
   size_t stop_bytes = 0;
   for (const auto& s : p.stop) {
     if (s.empty()) return bad("stop", "stop strings must not be empty");

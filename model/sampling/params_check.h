@@ -14,6 +14,11 @@ namespace paged {
 inline constexpr int kMaxCompletions = 128;
 /// Most top alternatives returned per token (logprobs, prompt_logprobs).
 inline constexpr int kMaxLogprobs = 20;
+/// Most stop strings and stop token ids of one request: each token of each completion is checked against all of
+/// them (the strings by the request's actor, the ids on the scheduler's thread, which every request shares), so
+/// that a 1 MiB body of 200,000 ids or 100,000 strings made a request 2-3 times slower to serve here.
+inline constexpr size_t kMaxStopStrings = 256;
+inline constexpr size_t kMaxStopTokenIds = 1024;
 
 /// The first parameter of `p` outside its range, named as in the request ("top_p", "logit_bias", ...), with token ids
 /// checked against a vocabulary of `vocab_size`; nullopt when every one is in range. The prompt's length is not

@@ -12,7 +12,6 @@
 #include <limits>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <variant>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "actors/step_wire.h"
 #include "model/step_check.h"
 #include "tests/actors/same_step.h"
+#include "tests/draw.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -36,23 +36,6 @@ StepLimits fuzz_limits(int vocab_size) {
   return {.vocab_size = vocab_size, .block_size = 16, .num_blocks = 24, .num_swap_blocks = 8, .max_model_len = 128,
           .max_num_batched_tokens = 48};
 }
-
-// Draws from the fuzzer's random stream.
-class Draw {
- public:
-  explicit Draw(uint64_t seed) : rng_(seed) {}
-  int in(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }  // [lo, hi]
-  bool coin() { return in(0, 1) == 1; }
-  template <class T>
-  T pick(const std::vector<T>& xs) {
-    return xs[index(xs.size())];
-  }
-  size_t index(size_t n) { return static_cast<size_t>(in(0, static_cast<int>(n) - 1)); }  // [0, n), n > 0
-  uint64_t bits() { return rng_(); }
-
- private:
-  std::mt19937_64 rng_;
-};
 
 // Valid sampling parameters, drawn.
 SamplingParams valid_params(Draw& d, const StepLimits& limits) {

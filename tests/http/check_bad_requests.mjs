@@ -14,6 +14,9 @@ const K = "/v1/chat/completions";
 const user = [{ role: "user", content: "hi" }];
 const longIds = [1, ...Array(520).fill(400)];
 const bigBody = JSON.stringify({ prompt: "x".repeat(2 * 1024 * 1024) });
+// r_i ::= r_(i+1) "a" | r_(i+1) "b" for 30 rules: the matcher's start would be on 2^30 stacks.
+const ambiguousStart = ["root ::= r0", ...Array.from({ length: 30 }, (_, i) => `r${i} ::= r${i + 1} "a" | r${i + 1} "b"`),
+  'r30 ::= "x"'].join("\n");
 
 // [name, path, body (object, raw string or Buffer), expected status, expected param (undefined: not checked), method]
 const cases = [
@@ -58,6 +61,15 @@ const cases = [
   ["chat image content", K, { messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x" } }] }] }, 400, "messages"],
   ["chat top_logprobs without logprobs", K, { messages: user, top_logprobs: 2 }, 400, "top_logprobs"],
   ["chat max_tokens over the context", K, { messages: user, max_tokens: 100000 }, 400, "max_tokens"],
+  ["a key given twice", C, '{"prompt": "x", "max_tokens": 2, "max_tokens": 100000}', 400, "max_tokens"],
+  ["a nested key given twice", K, '{"messages": [{"role": "user", "content": "a", "content": "b"}]}', 400, "content"],
+  ["logit_bias key with a space", C, { prompt: "x", logit_bias: { " 5": 1 } }, 400, "logit_bias"],
+  ["logit_bias key with a plus", C, { prompt: "x", logit_bias: { "+5": 1 } }, 400, "logit_bias"],
+  ["a grammar whose start is on 2^30 stacks", C, { prompt: "x", max_tokens: 4, guided_grammar: ambiguousStart }, 400,
+   "guided_grammar"],
+  ["a JSON schema that matches no text", C, { prompt: "x", max_tokens: 4, guided_json: { $ref: "#" } }, 400, "guided_json"],
+  ["257 stop strings", C, { prompt: "x", stop: Array.from({ length: 257 }, (_, i) => `s${i}`) }, 400, "stop"],
+  ["1025 stop_token_ids", C, { prompt: "x", stop_token_ids: Array(1025).fill(3) }, 400, "stop_token_ids"],
   ["body over the limit", C, bigBody, 413],
   ["unknown path", "/v1/embeddings", { input: "x" }, 404],
   ["unknown top-level path", "/nothing/here", null, 404, undefined, "GET"],

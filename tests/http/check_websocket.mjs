@@ -86,6 +86,31 @@ for (const [id, field] of [["lp", "logprobs"], ["plp", "prompt_logprobs"], ["ech
 }
 
 ws.close();
+
+// Frames that no id can answer: a key given twice (which value would count?), and an id of 1e999 (infinity, which
+// the answers would echo as `Infinity`, not JSON). Each is answered by one error frame naming the field.
+const raw = new WebSocket(`${base.replace(/^http/, "ws")}/v1/stream`);
+await new Promise((resolve, reject) => {
+  raw.once("open", resolve);
+  raw.once("error", reject);
+});
+const rawErrors = [];
+const rawDone = new Promise((resolve, reject) => {
+  const timer = setTimeout(() => reject(new Error("timed out waiting for the raw frames' errors")), 20000);
+  raw.on("message", (data) => {
+    rawErrors.push(JSON.parse(data.toString()));  // each must be JSON
+    if (rawErrors.length === 2) {
+      clearTimeout(timer);
+      resolve();
+    }
+  });
+});
+raw.send('{"type": "generate", "id": "twice", "prompt": "x", "max_tokens": 2, "max_tokens": 100000}');
+raw.send('{"type": "generate", "id": 1e999, "prompt": "x", "max_tokens": 2}');
+await rawDone;
+checkEqual(rawErrors.map((f) => [f.type, f.error?.code, f.error?.param]),
+           [["error", 400, "max_tokens"], ["error", 400, "id"]], "raw frames: a key twice, an infinite id");
+raw.close();
 const drained = await waitForDrained(base);
 check(drained.paged_kv_blocks_free === drained.paged_kv_blocks_total, "KV pool drained after the WebSocket", drained);
 finish("check_websocket");

@@ -434,6 +434,14 @@ TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
       {C, R"({"prompt": "x", "logit_bias": {"5": 101}})", "logit_bias"},
       {C, R"({"prompt": "x", "logit_bias": {"5": "a"}})", "logit_bias"},
       {C, R"({"prompt": "x", "logit_bias": [1]})", "logit_bias"},
+      {C, R"({"prompt": "x", "logit_bias": {" 5": 1}})", "logit_bias"},  // std::stoll's leniency: " 5", "+5",
+      {C, R"({"prompt": "x", "logit_bias": {"+5": 1}})", "logit_bias"},  // "05" would all be token 5
+      {C, R"({"prompt": "x", "logit_bias": {"05": 1}})", "logit_bias"},
+      {C, R"({"prompt": "x", "logit_bias": {"5 ": 1}})", "logit_bias"},
+      {C, R"({"prompt": "x", "logit_bias": {"-0": 1}})", "logit_bias"},
+      {C, R"({"prompt": "x", "max_tokens": 2, "max_tokens": 100000})", "max_tokens"},  // a key given twice
+      {C, R"({"prompt": "x", "logit_bias": {"5": 1, "5": -100}})", "5"},
+      {K, R"({"messages": [{"role": "user", "content": "a", "role": "system"}]})", "role"},
       {C, R"({"prompt": "x", "logprobs": 21})", "logprobs"},
       {C, R"({"prompt": "x", "logprobs": true})", "logprobs"},
       {C, R"({"prompt": "x", "echo": "yes"})", "echo"},

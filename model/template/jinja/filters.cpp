@@ -288,16 +288,19 @@ Value apply_filter(const std::string& name, const Value& v, Args& args, Scope& s
       char* end = nullptr;
       const double d = to_int ? static_cast<double>(std::strtoll(p, &end, 10)) : std::strtod(p, &end);
       if (end == p) return fallback ? *fallback : to_int ? Value::of_int(0) : Value::of_float(0);
-      return to_int ? Value::of_int(static_cast<int64_t>(d)) : Value::of_float(d);
+      return to_int ? Value::of_int(int_of(d)) : Value::of_float(d);
     }
     if (v.kind == Kind::boolean) return to_int ? Value::of_int(v.boolean) : Value::of_float(v.boolean);
-    if (v.is_number()) return to_int ? Value::of_int(static_cast<int64_t>(std::floor(v.as_double()))) : Value::of_float(v.as_double());
+    if (v.is_number())
+      return to_int ? Value::of_int(v.kind == Kind::integer ? v.integer : int_of(std::floor(v.number)))
+                    : Value::of_float(v.as_double());
     unknown_filter(name, v);
   }
   if (v.kind == Kind::array) return array_filter(name, v, args);
   if (v.kind == Kind::string) return string_filter(name, v, args, scope);
   if (v.is_number() && name == "abs") {
-    return v.kind == Kind::integer ? Value::of_int(std::abs(v.integer)) : Value::of_float(std::abs(v.number));
+    return v.kind == Kind::integer ? Value::of_int(int_arith('*', v.integer < 0 ? -1 : 1, v.integer))
+                                   : Value::of_float(std::abs(v.number));
   }
   if (v.kind == Kind::object) return dict_filter(name, v, args, scope);
   if (v.kind == Kind::boolean && name == "bool") return v;

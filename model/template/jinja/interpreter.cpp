@@ -338,7 +338,8 @@ class Interpreter {
     if (n.text == "not") return Value::of(!v.truthy());
     const int sign = n.text == "-" ? -1 : 1;
     if (v.kind == Kind::floating) return Value::of_float(sign * v.number);
-    if (v.kind == Kind::integer || v.kind == Kind::boolean) return Value::of_int(sign * static_cast<int64_t>(v.as_double()));
+    if (v.kind == Kind::integer) return Value::of_int(int_arith('*', sign, v.integer));
+    if (v.kind == Kind::boolean) return Value::of_int(sign * static_cast<int64_t>(v.boolean));
     fail("Unknown operator \"" + n.text + "\" for " + type_name(v.kind));
   }
 
@@ -364,24 +365,21 @@ class Interpreter {
       const double r = std::pow(a, b);
       if (!std::isfinite(r)) fail("Exponentiation result is not a finite real number");
       if (left.kind == Kind::floating || right.kind == Kind::floating || b < 0) return Value::of_float(r);
-      return Value::of_int(static_cast<int64_t>(r));
+      return Value::of_int(int_of(r));
     }
     if (left.is_number() && right.is_number()) {
       const bool is_float = left.kind == Kind::floating || right.kind == Kind::floating;
       const double a = left.as_double(), b = right.as_double();
       if (op == "+" || op == "-" || op == "*") {
         if (!is_float) {
-          const int64_t x = left.integer, y = right.integer;
-          return Value::of_int(op == "+" ? x + y : op == "-" ? x - y : x * y);
+          return Value::of_int(int_arith(op[0], left.integer, right.integer));
         }
         return Value::of_float(op == "+" ? a + b : op == "-" ? a - b : a * b);
       }
       if (op == "/") return Value::of_float(a / b);
       if (op == "//" || op == "%") {
         if (!is_float) {
-          if (right.integer == 0) fail("integer division or modulo by zero");
-          if (op == "%") return Value::of_int(left.integer % right.integer);
-          return Value::of_int(static_cast<int64_t>(std::floor(a / b)));
+          return Value::of_int(int_arith(op == "%" ? '%' : '/', left.integer, right.integer));
         }
         return Value::of_float(op == "%" ? std::fmod(a, b) : std::floor(a / b));
       }

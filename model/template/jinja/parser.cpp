@@ -1,6 +1,7 @@
 #include "model/template/jinja/parser.h"
 
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -406,10 +407,14 @@ class Parser {
     switch (t.type) {
       case Tok::number: {
         auto n = make(NodeKind::literal);
-        if (t.value.find('.') != std::string::npos) {
-          n->value = Value::of_float(std::stod(t.value));
-        } else {
-          n->value = Value::of_int(std::stoll(t.value));
+        try {  // std::stoll / std::stod throw std::out_of_range past their type: a TemplateError here
+          if (t.value.find('.') != std::string::npos) {
+            n->value = Value::of_float(std::stod(t.value));
+          } else {
+            n->value = Value::of_int(std::stoll(t.value));
+          }
+        } catch (const std::out_of_range&) {
+          fail("the number " + t.value.substr(0, 40) + " is out of range");
         }
         return n;
       }

@@ -144,6 +144,42 @@ TEST_CASE("Unsupported regex constructs are refused by name", "[constraint]") {
 
 namespace paged::constraint {
 
+TEST_CASE("An ambiguous grammar's frontier is bounded: the byte past kMaxFrontierStacks is refused", "[constraint]") {
+  // After n a's the input can be on 3 * 2^n stacks (two a-alternatives and x, under each of the 2^n ways to close
+  // the a's with b or c): 3 * 2^14 <= 2^16 < 3 * 2^15, so the 15th a is refused and the rest of the language stays.
+  const auto g = gbnf(R"(root ::= "a" root "b" | "a" root "c" | "x")");
+  GrammarMatcher m(g);
+  REQUIRE(m.accept(std::string(14, 'a')));
+  CHECK(m.frontier().stacks.size() == 3 * (size_t{1} << 14));
+  CHECK_FALSE(m.accept("a"));
+  CHECK(m.frontier().stacks.size() == 3 * (size_t{1} << 14));  // the refusal changed nothing
+  CHECK(m.accept("x" + std::string(7, 'b') + std::string(7, 'c')));
+  CHECK(m.can_stop());
+}
+
+TEST_CASE("A grammar whose start is on more than kMaxFrontierStacks stacks is refused", "[constraint]") {
+  // r_i ::= r_(i+1) "a" | r_(i+1) "b": the start is on 2^n stacks for n such rules.
+  const auto chain = [](int n) {
+    std::string text = "root ::= r0\n";
+    for (int i = 0; i < n; ++i)
+      text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"a\" | r" + std::to_string(i + 1) + " \"b\"\n";
+    return text + "r" + std::to_string(n) + " ::= \"x\"";
+  };
+  GrammarMatcher ok(gbnf(chain(16)));  // 2^16 stacks: at the bound
+  CHECK(ok.frontier().stacks.size() == size_t{1} << 16);
+  CHECK(ok.accept("xab"));
+  CHECK_THROWS_WITH(GrammarMatcher(gbnf(chain(17))), Catch::Contains("too ambiguous"));
+  CHECK_THROWS_WITH(GrammarMatcher(gbnf(chain(40))), Catch::Contains("too ambiguous"));
+}
+
+TEST_CASE("A grammar that matches no text is refused", "[constraint]") {
+  // The rule is only itself, in tail position (not left recursion): its start reaches no byte and cannot end.
+  CHECK_THROWS_WITH(GrammarMatcher(gbnf("root ::= root")), Catch::Contains("matches no text"));
+  CHECK_THROWS_WITH(GrammarMatcher(gbnf("root ::= x\nx ::= root")), Catch::Contains("matches no text"));
+  GrammarMatcher endless(gbnf(R"(root ::= "a" root)"));  // no sentence, but every prefix a's: its start is live
+  CHECK(endless.accept("aaa"));
+}
+
 TEST_CASE("Random GBNF and regex texts compile or are refused with a GrammarError, never worse", "[constraint]") {
   std::mt19937 rng(99);
   const std::string gbnf_alphabet = "root ::= \"ab\\[]^-|()*+?{},.#\n x0123";

@@ -61,6 +61,10 @@ TEST_CASE("each sampling parameter out of range is named", "[params_check]") {
   CHECK(with([](SamplingParams& p) { p.stop = {""}; }) == "stop");
   CHECK(with([](SamplingParams& p) { p.stop = {"\xff"}; }) == "stop");
   CHECK(with([](SamplingParams& p) { p.stop = {std::string(kMaxStopBytes, 'a'), "b"}; }) == "stop");
+  CHECK(with([](SamplingParams& p) { p.stop.assign(kMaxStopStrings, "b"); }).empty());  // the bounds exactly
+  CHECK(with([](SamplingParams& p) { p.stop_token_ids.assign(kMaxStopTokenIds, 3); }).empty());
+  CHECK(with([](SamplingParams& p) { p.stop.assign(kMaxStopStrings + 1, "b"); }) == "stop");
+  CHECK(with([](SamplingParams& p) { p.stop_token_ids.assign(kMaxStopTokenIds + 1, 3); }) == "stop_token_ids");
   CHECK(with([](SamplingParams& p) { p.logprobs = kMaxLogprobs + 1; }) == "logprobs");
   CHECK(with([](SamplingParams& p) { p.prompt_logprobs = -1; }) == "prompt_logprobs");
   CHECK(with([](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs + 1; }) == "prompt_logprobs");

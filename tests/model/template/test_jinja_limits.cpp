@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -85,4 +86,20 @@ TEST_CASE("a real chat template on a long conversation stays within the limits",
         json::object{{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(200, 'a' + i % 26)}});
   const std::string text = llama2->apply(messages, true);
   CHECK(text.size() > 4000 * 200);
+}
+
+TEST_CASE("integer arithmetic past 64 bits is a TemplateError, never a trap or undefined behaviour", "[chat][jinja]") {
+  // INT64_MIN % -1 and // -1 raised SIGFPE (the server died); the others were signed overflow or a cast of a double
+  // outside int64 (undefined), and a literal past int64 escaped as std::out_of_range.
+  const std::string min = "(-9223372036854775807 - 1)";
+  for (const std::string& expr : std::vector<std::string>{min + " % -1 * 0 + " + min + " // -1", min + " // -1", "9223372036854775807 + 1",
+                                  min + " - 1", "9223372036854775807 * 2", "-" + min, "10 ** 30", min + " | abs",
+                                  "(10.0 ** 300) | int", "'1e300' | float | int"}) {
+    INFO(expr);
+    CHECK(contains(failure("{{ " + expr + " }}"), "integer"));
+  }
+  CHECK(contains(failure("{{ 99999999999999999999 }}"), "out of range"));
+  // The results in range are the JavaScript renderer's: // floors, % takes the dividend's sign.
+  CHECK(Template("{{ -7 // 2 }} {{ 7 // -2 }} {{ -7 % 2 }} {{ 7 % -2 }} {{ 7 // -1 }} {{ " + min + " % -1 }} {{ " + min +
+                 " + 1 }}").render({}) == "-4 -4 -1 1 -7 0 -9223372036854775807");
 }
