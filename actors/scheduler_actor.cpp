@@ -379,17 +379,6 @@ bool forks_on_result(const SchedulerState& st, const StepPlan& plan) {
 
 void on_step_result(Self* self, uint64_t id, StepResult r);
 
-/// Whether `plan` runs a structured-output sequence whose newest token is still in flight: its mask is filled from
-/// its constraint while the step runs, and the constraint learns that token only from the results, so such a step
-/// waits for them instead of going with the token deferred.
-bool defers_a_constraint(const SchedulerState& st, const StepPlan& plan) {
-  for (const PlannedChunk& c : plan.chunks) {
-    auto it = st.seqs.find(c.id);
-    if (it != st.seqs.end() && it->second.constraint && it->second.pending > 0) return true;
-  }
-  return false;
-}
-
 /// Sends the step `plan` describes to the executors. With a step in flight (async scheduling), a sequence that
 /// samples there and runs on here goes with its newest token deferred: the executor fills it in.
 void dispatch(Self* self, StepPlan plan) {
@@ -447,10 +436,12 @@ void dispatch(Self* self, StepPlan plan) {
         chunk.samples.push_back(spec);
       }
       if (s.constraint) {
-        // The runner fills the mask while the step runs: the constraint changes only when the step's token comes
-        // (so a constrained sequence's step is never sent with one of its tokens in flight: see `defer`).
-        for (SampleSpec& spec : chunk.samples) spec.mask_source = s.constraint.get();
-        msg.keep_alive.push_back(s.constraint);
+        // The runner fills the mask while the step runs, from a copy as the constraint stands now: the sequence's
+        // own takes the tokens of the step before when they come, maybe while this one runs. A token of that step
+        // still in flight is the samples' pending_output, which the mask takes first.
+        auto snapshot = std::make_shared<const constraint::TokenConstraint>(*s.constraint);
+        for (SampleSpec& spec : chunk.samples) spec.mask_source = snapshot.get();
+        msg.keep_alive.push_back(std::move(snapshot));
       }
       ++s.pending;
       s.output_read_by = step_id;
@@ -671,7 +662,7 @@ void request_plan(Self* self) {
         apply_plan(self, plan);
         publish_queue_metrics(self);
         const bool defer = s.setup.async_scheduling && s.setup.executors.size() == 1 && s.in_flight.size() == 1 &&
-                           !s.in_flight.front().forks && !defers_a_constraint(s, plan);
+                           !s.in_flight.front().forks;
         if (!s.in_flight.empty() && !(defer && !plan.chunks.empty())) {
           s.next_plan = std::move(plan);
         } else if (!plan.chunks.empty()) {

@@ -19,7 +19,10 @@ inline const char* const kFp8Layouts[] = {"fp8-tensor", "fp8-tensor-static", "fp
 /// float32 Llama into `src` first); fails the test when the script fails.
 inline void make_fp8_checkpoints(const std::string& src, const std::string& out, const std::string& layouts,
                                  bool random_llama = false) {
-  const std::string script = "python3 '" + std::string(PAGED_SOURCE_DIR) + "/tools/make_fp8_checkpoints.py' ";
+  // $PAGED_SOURCE_DIR where the sources are not where they were built (the GPU machine: run_gpu_checks.sh sets it).
+  const char* sources = std::getenv("PAGED_SOURCE_DIR");
+  const std::string script =
+      "python3 '" + std::string(sources ? sources : PAGED_SOURCE_DIR) + "/tools/make_fp8_checkpoints.py' ";
   if (random_llama) REQUIRE(std::system((script + "--random-llama '" + src + "'").c_str()) == 0);
   REQUIRE(std::system((script + "'" + src + "' '" + out + "' --layouts " + layouts).c_str()) == 0);
 }

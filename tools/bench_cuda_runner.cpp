@@ -28,6 +28,11 @@
 //       Times each kernel of one decode step at the same shape (one layer's ops, the LM head, greedy sampling) with
 //       CUDA events, and the step they add up to: where a decode step's time goes.
 //
+//   bench_cuda_runner gemv [--layers 32]
+//       The one-stream GEMVs (kernels/cuda/gemv.h) of the Llama-3-8B projections over `layers` layers' own weights
+//       (none served from L2), bf16 and FP8, with each tile of kGemvTiles: time per projection, its weight-read
+//       bandwidth, and the four projections of all layers, what one token's layers read.
+//
 //   bench_cuda_runner gemm [--rows 16,64,160,256,512,1024,4096] [--candidates 8,32]
 //       Each Linear of the Llama-3-8B shape (qkv, o, gate_up, down, LM head) at each m, through Gemm::linear with
 //       cuBLASLt's heuristic choice and with the fastest of its first K candidates for each K of --candidates;
@@ -70,6 +75,7 @@ int main() {
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_runner.h"
+#include "kernels/cuda/fp8.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/layer_ops.h"
@@ -432,6 +438,86 @@ int run_ops(std::map<std::string, std::string>& f) {
   return 0;
 }
 
+int run_gemv(std::map<std::string, std::string>& f) {
+  using cuda::bf16;
+  const int layers = f.count("layers") ? std::stoi(f["layers"]) : 32;
+  const ModelConfig cfg = llama3_8b();
+  const int H = cfg.hidden_size, I = cfg.intermediate_size, D = cfg.head_dim;
+  const int qkv_dim = (cfg.num_heads + 2 * cfg.num_kv_heads) * D;
+  struct Projection {
+    const char* name;
+    int n, k;
+    cuda::GemvOutput output;
+  };
+  const Projection projections[] = {{"qkv", qkv_dim, H, cuda::GemvOutput::kStore},
+                                    {"o", H, cfg.num_heads * D, cuda::GemvOutput::kAddToResidual},
+                                    {"gate_up", 2 * I, H, cuda::GemvOutput::kSiluMul},
+                                    {"down", H, I, cuda::GemvOutput::kAddToResidual}};
+  cudaStream_t s = nullptr;
+  cuda_ok(cudaStreamCreate(&s), "stream");
+  // Each layer's weights, bf16 and their FP8 codes with per-row scales.
+  struct Weights {
+    bf16* w;
+    uint8_t* q;
+    float* scale;
+  };
+  std::vector<std::vector<Weights>> weights(std::size(projections));
+  for (size_t p = 0; p < std::size(projections); ++p)
+    for (int l = 0; l < layers; ++l) {
+      const size_t n = size_t(projections[p].n) * projections[p].k;
+      Weights w{device_array<bf16>(n), device_array<uint8_t>(n), device_array<float>(projections[p].n)};
+      cuda_ok(cuda::fill_random_bf16(w.w, n, n, 0.02f, 0.f, s), "fill");
+      cuda_ok(cuda::quantize_rows_fp8(w.w, projections[p].n, projections[p].k, w.q, w.scale, s), "quantize");
+      weights[p].push_back(w);
+    }
+  bf16* x = device_array<bf16>(I);
+  bf16* y = device_array<bf16>(2 * I);
+  cuda_ok(cuda::fill_random_bf16(x, I, I, 1.f, 0.f, s), "fill");
+  cuda_ok(cuda::fill_random_bf16(y, 2 * I, 2 * I, 1.f, 0.f, s), "fill");
+  cudaEvent_t e0, e1;
+  cuda_ok(cudaEventCreate(&e0), "event");
+  cuda_ok(cudaEventCreate(&e1), "event");
+  std::printf("one-stream GEMVs over %d layers' weights (Llama-3-8B shapes), us per launch and TB/s:\n", layers);
+  std::printf("%-5s %-10s", "type", "tile");
+  for (const Projection& p : projections) std::printf(" | %-16s", p.name);
+  std::printf(" | all layers\n");
+  for (const bool fp8 : {false, true})
+    for (size_t t = 0; t < cuda::kGemvTiles.size(); ++t) {
+      const cuda::GemvTile tile = cuda::kGemvTiles[t];
+      const bool chosen = int(t) == (fp8 ? cuda::kGemvTileFp8 : cuda::kGemvTileBf16);
+      char label[32];
+      std::snprintf(label, sizeof label, "%d/%d/%d%s", tile.split, tile.rows, tile.unroll, chosen ? "*" : "");
+      std::printf("%-5s %-10s", fp8 ? "fp8" : "bf16", label);
+      double total_us = 0, total_bytes = 0;
+      for (size_t p = 0; p < std::size(projections); ++p) {
+        const Projection& pr = projections[p];
+        const auto pass = [&] {
+          for (int l = 0; l < layers; ++l) {
+            const Weights& w = weights[p][l];
+            const cuda::GemvArgs g{.x = x, .w = fp8 ? nullptr : w.w, .w_fp8 = fp8 ? w.q : nullptr,
+                                   .w_scale = fp8 ? w.scale : nullptr, .y = y, .n = pr.n, .k = pr.k,
+                                   .output = pr.output};
+            cuda_ok(cuda::gemv(g, s, int(t)), pr.name);
+          }
+        };
+        pass();  // warm-up
+        const int reps = 5;
+        cuda_ok(cudaEventRecord(e0, s), "record");
+        for (int r = 0; r < reps; ++r) pass();
+        cuda_ok(cudaEventRecord(e1, s), "record");
+        cuda_ok(cudaEventSynchronize(e1), "sync");
+        float ms = 0;
+        cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+        const double us = 1e3 * ms / reps / layers, bytes = double(pr.n) * pr.k * (fp8 ? 1 : 2);
+        total_us += us * layers;
+        total_bytes += bytes * layers;
+        std::printf(" | %7.1f %5.2f TB/s", us, bytes / us / 1e6);
+      }
+      std::printf(" | %.3f ms %.2f TB/s\n", total_us / 1e3, total_bytes / total_us / 1e6);
+    }
+  return 0;
+}
+
 // The comma-separated integers of flag `name`, or of `fallback` when it is not given.
 std::vector<int> int_list(std::map<std::string, std::string>& f, const char* name, const char* fallback) {
   std::vector<int> v;
@@ -710,7 +796,7 @@ int run_parity(std::map<std::string, std::string>& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemm|moe-gemm|fp8-error|parity [flags]\n");
+    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemv|gemm|moe-gemm|fp8-error|parity [flags]\n");
     return 2;
   }
   if (paged::cuda_device_count() == 0) {
@@ -724,6 +810,7 @@ int main(int argc, char** argv) {
     if (mode == "parity") return run_parity(f);
     if (mode == "ops") return run_ops(f);
     if (mode == "gemm") return run_gemm(f);
+    if (mode == "gemv") return run_gemv(f);
     if (mode == "moe-gemm") return run_moe_gemm(f);
     if (mode == "fp8-error") return run_fp8_error(f);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());

@@ -1,6 +1,7 @@
 #include "kernels/cuda/gemv.h"
 
 #include <string>
+#include <utility>
 
 #include <cuda_fp8.h>
 
@@ -11,15 +12,12 @@ namespace paged::cuda {
 namespace {
 
 // Shape of the work, chosen on the H200 with Llama-3-8B projections in CUDA graphs (weights far beyond L2): a warp
-// streams kWeightRows weight rows over one of kSplit contiguous K ranges, keeping kUnroll 16-byte loads per row in
-// flight while it uses the previous ones. Fewer loads in flight per warp and more warps did better than deep unrolls
-// (4.2-4.4 TB/s on the gate/up and down shapes against cuBLASLt's 3.7-4.2).
+// streams kWeightRows weight rows over one of kSplit contiguous K ranges, keeping kUnroll 16-byte loads per row in flight
+// while it uses the previous ones (a GemvTile). For bf16, fewer loads in flight per warp and more warps did better
+// than deep unrolls (4.2-4.4 TB/s on the gate/up and down shapes against cuBLASLt's 3.7-4.2); FP8 rows are half as
+// long, so their tile is chosen apart (bench_cuda_runner ops --batch 1 times every tile of kGemvTiles).
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kSplit = 2;
-constexpr int kWeightRows = 2;
-constexpr int kUnroll = 2;
-constexpr int kGroups = kWarps / kSplit;  // row groups (of kWeightRows weight rows) per block
 
 __device__ __forceinline__ uint4 load_streaming(const void* p) {
   return __ldcs(reinterpret_cast<const uint4*>(p));  // read once: evict first, keep L2 for activations
@@ -27,60 +25,71 @@ __device__ __forceinline__ uint4 load_streaming(const void* p) {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-// The dot product of one 16-byte load of weights (8 bf16, or 16 e4m3 with kFp8) with the x elements it meets, from
-// element `first`, added to acc.
+// The x elements one chunk of weights meets (8, or 16 with kFp8), as floats: converted once for all the chunk's rows.
 template <bool kFp8>
-__device__ __forceinline__ void accumulate(float& acc, const uint4& wv, const bf16* x) {
+__device__ __forceinline__ void load_x(const bf16* x, float (&xf)[kFp8 ? 16 : 8]) {
+#pragma unroll
+  for (int h = 0; h < (kFp8 ? 2 : 1); ++h) {
+    float part[8];
+    bf16x8_to_float(load_bf16x8(x + 8 * h), part);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) xf[8 * h + j] = part[j];
+  }
+}
+
+// The dot product of one 16-byte load of weights (8 bf16, or 16 e4m3 with kFp8) with the x elements it meets, added
+// to acc.
+template <bool kFp8>
+__device__ __forceinline__ void accumulate(float& acc, const uint4& wv, const float (&xf)[kFp8 ? 16 : 8]) {
   if constexpr (kFp8) {
     const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&wv);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float xf[8];
-      bf16x8_to_float(load_bf16x8(x + 8 * h), xf);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 w2 = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[4 * h + j], __NV_E4M3)));
-        acc += w2.x * xf[2 * j] + w2.y * xf[2 * j + 1];
-      }
+    for (int j = 0; j < 8; ++j) {
+      const float2 w2 = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[j], __NV_E4M3)));
+      acc += w2.x * xf[2 * j] + w2.y * xf[2 * j + 1];
     }
   } else {
     Bf16x8 w8;
     static_assert(sizeof(w8) == sizeof(wv));
     memcpy(&w8, &wv, sizeof wv);
-    float xf[8], wf[8];
-    bf16x8_to_float(load_bf16x8(x), xf);
+    float wf[8];
     bf16x8_to_float(w8, wf);
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
   }
 }
 
-// grid: (ceil(weight row groups / kGroups)); block: kThreads. Warp (group, half) of block b reads weight rows
-// (b * kGroups + group) * kWeightRows + {0, 1} over K half `half`; the halves meet in shared memory. With kSiluMul
-// a group's two rows are gate row c and up row c + n/2 (one output column), otherwise two output columns. A chunk is
+// grid: (ceil(row groups / kGroups)); block: kThreads. Warp (group, half) of block b reads the kWeightRows weight
+// rows of row group b * kGroups + group over K range `half` of kSplit; the ranges meet in shared memory. A row group
+// is kWeightRows output columns, or with kSiluMul kWeightRows / 2 columns' gate rows c and up rows c + n/2. A chunk is
 // one 16-byte load of a weight row: 8 bf16 or, with kFp8, 16 e4m3 whose row sums are scaled by w_scale at the end.
 //
 // Programmatic dependent launch: the weights do not depend on the previous kernel, so each warp issues its first
 // loads, lets the next kernel launch, and only then waits for the previous kernel's results (x, the residual).
 // Kernels that precede a gemv in the decode step (rms_norm, attention) let it launch early the same way.
-template <GemvOutput kOut, bool kFp8>
+template <GemvOutput kOut, bool kFp8, int kSplit, int kWeightRows, int kUnroll>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   constexpr bool kSilu = kOut == GemvOutput::kSiluMul;
   constexpr int kPerChunk = kFp8 ? 16 : 8;  // weights per 16-byte load
+  constexpr int kGroups = kWarps / kSplit;  // row groups (of kWeightRows weight rows) per block
+  constexpr int kColumns = kSilu ? kWeightRows / 2 : kWeightRows;  // output columns per row group
+  static_assert(kWarps % kSplit == 0 && (!kSilu || kWeightRows % 2 == 0));
   __shared__ float partial[kWarps][kWeightRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplit, half = warp % kSplit;
   const int k = a.k, chunks = k / kPerChunk;
   const int out_cols = kSilu ? a.n / 2 : a.n;
-  const int first = (blockIdx.x * kGroups + group) * (kSilu ? 1 : kWeightRows);  // first output column
+  const int first = (blockIdx.x * kGroups + group) * kColumns;  // first output column
   bool valid[kWeightRows];
   int rows[kWeightRows];
   const char* w_row[kWeightRows];
   const char* w = kFp8 ? reinterpret_cast<const char*>(a.w_fp8) : reinterpret_cast<const char*>(a.w);
 #pragma unroll
   for (int r = 0; r < kWeightRows; ++r) {
-    const int row = kSilu ? first + r * out_cols : first + r;
-    valid[r] = kSilu ? first < out_cols : row < a.n;
+    // With kSiluMul, rows r and r + kColumns are the gate and up rows of output column first + r % kColumns.
+    const int column = first + r % kColumns;
+    const int row = kSilu ? column + (r / kColumns) * out_cols : column;
+    valid[r] = column < out_cols;
     rows[r] = valid[r] ? row : 0;
     w_row[r] = w + static_cast<int64_t>(rows[r]) * chunks * 16;
   }
@@ -112,8 +121,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + 32 * u;
       if (c >= c_end) break;
+      float xf[kPerChunk];
+      load_x<kFp8>(a.x + c * kPerChunk, xf);
 #pragma unroll
-      for (int r = 0; r < kWeightRows; ++r) accumulate<kFp8>(acc[r], cur[r][u], a.x + c * kPerChunk);
+      for (int r = 0; r < kWeightRows; ++r) accumulate<kFp8>(acc[r], cur[r][u], xf);
     }
   }
 #pragma unroll
@@ -132,9 +143,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
     if constexpr (kFp8) p[r] *= a.w_scale[rows[r]];
   }
   if constexpr (kSilu) {
-    if (!valid[0]) return;
-    const float g = round_bf16(p[0]), u = round_bf16(p[1]);
-    a.y[first] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c) {
+      if (!valid[c]) continue;
+      const float g = round_bf16(p[c]), u = round_bf16(p[c + kColumns]);
+      a.y[first + c] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+    }
   } else {
 #pragma unroll
     for (int r = 0; r < kWeightRows; ++r) {
@@ -150,10 +164,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
 
 // Launches with programmatic stream serialization allowed, so that the kernel may start while the previous one
 // finishes (it waits for that one's results itself, see gemv_kernel).
-template <GemvOutput kOut, bool kFp8>
-cudaError_t launch(const GemvArgs& a, unsigned blocks, cudaStream_t stream) {
+template <GemvOutput kOut, bool kFp8, int kSplit, int kWeightRows, int kUnroll>
+cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
+  const int columns_per_group = a.output == GemvOutput::kSiluMul ? kWeightRows / 2 : kWeightRows;
+  const int out_cols = a.output == GemvOutput::kSiluMul ? a.n / 2 : a.n;
+  const int groups = (out_cols + columns_per_group - 1) / columns_per_group, per_block = kWarps / kSplit;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
+  config.gridDim = dim3(static_cast<unsigned>((groups + per_block - 1) / per_block));
   config.blockDim = dim3(kThreads);
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
@@ -161,19 +178,39 @@ cudaError_t launch(const GemvArgs& a, unsigned blocks, cudaStream_t stream) {
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_kernel<kOut, kFp8>, a);
+  return cudaLaunchKernelEx(&config, gemv_kernel<kOut, kFp8, kSplit, kWeightRows, kUnroll>, a);
 }
 
-template <GemvOutput kOut>
-cudaError_t launch(const GemvArgs& a, unsigned blocks, cudaStream_t stream) {
-  return a.w_fp8 ? launch<kOut, true>(a, blocks, stream) : launch<kOut, false>(a, blocks, stream);
+template <bool kFp8, int kSplit, int kWeightRows, int kUnroll>
+cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
+  switch (a.output) {
+    case GemvOutput::kStore: return launch<GemvOutput::kStore, kFp8, kSplit, kWeightRows, kUnroll>(a, stream);
+    case GemvOutput::kAddToResidual:
+      return launch<GemvOutput::kAddToResidual, kFp8, kSplit, kWeightRows, kUnroll>(a, stream);
+    case GemvOutput::kSiluMul: return launch<GemvOutput::kSiluMul, kFp8, kSplit, kWeightRows, kUnroll>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <int kSplit, int kWeightRows, int kUnroll>
+cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
+  return a.w_fp8 ? launch<true, kSplit, kWeightRows, kUnroll>(a, stream)
+                 : launch<false, kSplit, kWeightRows, kUnroll>(a, stream);
+}
+
+// Every tile of kGemvTiles, by its index.
+template <size_t... I>
+cudaError_t launch_tile(const GemvArgs& a, size_t tile, cudaStream_t stream, std::index_sequence<I...>) {
+  cudaError_t e = cudaErrorInvalidValue;
+  ((tile == I ? (e = launch<kGemvTiles[I].split, kGemvTiles[I].rows, kGemvTiles[I].unroll>(a, stream)) : e), ...);
+  return e;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t gemv(const GemvArgs& a, cudaStream_t stream, int tile) {
   const bool silu = a.output == GemvOutput::kSiluMul;
   std::string why;
   if (a.n <= 0 || a.k <= 0 || a.n % (silu ? 16 : 8) != 0 || a.k % 8 != 0)
@@ -187,15 +224,12 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
     why = "a bias needs the plain store output";
   else if (!a.y)
     why = "missing y";
+  else if (tile < -1 || tile >= static_cast<int>(kGemvTiles.size()))
+    why = "no tile " + std::to_string(tile);
   if (!why.empty()) return launch_failure(cudaErrorInvalidValue, "gemv: " + why);
-  const int groups = silu ? a.n / 2 : a.n / kWeightRows;
-  const auto blocks = static_cast<unsigned>((groups + kGroups - 1) / kGroups);
-  cudaError_t e = cudaSuccess;
-  switch (a.output) {
-    case GemvOutput::kStore: e = launch<GemvOutput::kStore>(a, blocks, stream); break;
-    case GemvOutput::kAddToResidual: e = launch<GemvOutput::kAddToResidual>(a, blocks, stream); break;
-    case GemvOutput::kSiluMul: e = launch<GemvOutput::kSiluMul>(a, blocks, stream); break;
-  }
+  if (tile < 0) tile = a.w_fp8 ? kGemvTileFp8 : kGemvTileBf16;
+  const cudaError_t e =
+      launch_tile(a, static_cast<size_t>(tile), stream, std::make_index_sequence<kGemvTiles.size()>{});
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

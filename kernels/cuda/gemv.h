@@ -10,6 +10,7 @@
 // CPU twins: cpu::linear followed by the add or cpu::silu_and_mul (tests/gpu/test_gemv.cpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "kernels/cuda/launch.h"
@@ -33,10 +34,22 @@ struct GemvArgs {
   GemvOutput output = GemvOutput::kStore;
 };
 
+/// How a launch divides the work: each warp reads `rows` weight rows over one of `split` contiguous K ranges, with
+/// `unroll` 16-byte loads a row in flight. `rows` even (gate and up rows pair up with kSiluMul).
+struct GemvTile {
+  int split, rows, unroll;
+};
+inline constexpr std::array<GemvTile, 12> kGemvTiles{{{2, 2, 2}, {2, 2, 4}, {1, 2, 4}, {2, 4, 2},
+                                                      {1, 4, 2}, {4, 2, 2}, {4, 4, 2}, {1, 4, 4},
+                                                      {2, 4, 1}, {2, 8, 1}, {4, 8, 1}, {1, 8, 1}}};
+inline constexpr int kGemvTileBf16 = 0;  // the tiles gemv takes by default
+inline constexpr int kGemvTileFp8 = 3;  // 2/4/2: 2.30 ms for 32 layers against 2.76 with 2/2/2 (H200)
+
 /// Enqueues the product on `stream`. n and k positive multiples of 8 (n of 16 with kSiluMul, k of 16 with w_fp8); x
 /// and w 16-byte aligned; exactly one of w and w_fp8. Anything else returns cudaErrorInvalidValue with a message
 /// (describe_launch_error). FP8 weights are read 16 to a load, half the bytes of bf16's (CPU twin: the dequantised
 /// product, e4m3_to_float(w) * w_scale against x, summed in float32).
-cudaError_t gemv(const GemvArgs& args, cudaStream_t stream);
+/// `tile` indexes kGemvTiles (-1: the default for the weights' type), for tuning (bench_cuda_runner ops).
+cudaError_t gemv(const GemvArgs& args, cudaStream_t stream, int tile = -1);
 
 }  // namespace paged::cuda

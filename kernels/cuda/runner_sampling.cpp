@@ -165,7 +165,8 @@ void CudaModelRunner::Impl::apply_token_masks(const StepBatch& batch, const std:
   const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
   int n = 0;
   for (const SampleJob& j : jobs) {
-    const TokenMaskSource* source = batch.seqs[j.chunk].samples[j.spec].mask_source;
+    const SampleSpec& spec = batch.seqs[j.chunk].samples[j.spec];
+    const TokenMaskSource* source = spec.mask_source;
     if (!source) continue;
     if (!mask_rows.device) {
       mask_rows.allocate(max_seqs);
@@ -173,7 +174,8 @@ void CudaModelRunner::Impl::apply_token_masks(const StepBatch& batch, const std:
     }
     mask_rows.host[n] = j.logits_row;
     // On the host while the GPU still computes the forward pass (nothing since it was launched waited for it).
-    source->fill_mask(std::span<uint32_t>(mask_bits.host.get() + static_cast<size_t>(n) * words, words));
+    source->fill_mask(spec.pending_output,
+                      std::span<uint32_t>(mask_bits.host.get() + static_cast<size_t>(n) * words, words));
     ++n;  // at most max_seqs: each masked job is alone on its row
   }
   if (n == 0) return;

@@ -40,9 +40,6 @@ void SequenceConstraints::attach(StepBatch& batch) {
                .first;
     }
     Held& held = it->second;
-    if (first.pending_output >= 0)  // the scheduler never sends a constrained sequence with a token in flight
-      throw std::invalid_argument("sequence " + std::to_string(chunk.seq) +
-                                  ": a structured output's step came with its newest token deferred");
     const std::vector<TokenId>* output = first.output;
     for (; output && held.accepted < output->size(); ++held.accepted)
       if (!held.constraint->accept((*output)[held.accepted]))

@@ -20,12 +20,20 @@ TokenTrie::TokenTrie(const Tokenizer& tok) : vocab_(tok.vocab_size()) {
     const std::string &a = bytes_[order_[k - 1]], &b = bytes_[order_[k]];
     shared_[k] = static_cast<uint32_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
   }
+  sorted_offsets_.push_back(0);
+  for (TokenId id : order_) {
+    sorted_ += bytes_[id];
+    sorted_offsets_.push_back(static_cast<uint32_t>(sorted_.size()));
+  }
 }
 
 ConstraintAutomaton::ConstraintAutomaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
                                          std::vector<TokenId> stop_ids)
     : trie_(std::move(trie)), stop_ids_(std::move(stop_ids)), matcher_(std::move(grammar)) {
   frontiers_.emplace_back();  // kDead
+  live_.push_back(0);
+  next_.emplace_back();
+  next_.back().fill(kDead);
   start_ = intern(matcher_.frontier());
 }
 
@@ -33,16 +41,20 @@ uint32_t ConstraintAutomaton::intern(GrammarMatcher::Frontier f) {
   if (f.dead()) return kDead;
   std::sort(f.stacks.begin(), f.stacks.end());
   auto [it, inserted] = ids_.emplace(std::make_pair(f.accepts, f.stacks), static_cast<uint32_t>(frontiers_.size()));
-  if (inserted) frontiers_.push_back(std::move(f));
+  if (inserted) {
+    live_.push_back(f.stacks.empty() ? 0 : 1);
+    frontiers_.push_back(std::move(f));
+    next_.emplace_back();
+    next_.back().fill(kUnknown);
+  }
   return it->second;
 }
 
 uint32_t ConstraintAutomaton::next(uint32_t state, uint8_t byte) {
   if (state == kDead) return kDead;
-  const uint64_t key = (uint64_t{state} << 8) | byte;
-  if (auto it = next_.find(key); it != next_.end()) return it->second;
+  if (const uint32_t known = next_[state][byte]; known != kUnknown) return known;
   const uint32_t to = intern(matcher_.next(frontiers_[state], byte));
-  next_.emplace(key, to);
+  next_[state][byte] = to;  // after intern: it may have grown next_
   return to;
 }
 
@@ -78,10 +90,10 @@ void ConstraintAutomaton::fill_mask(uint32_t state, bool at_start, std::span<uin
   // states[d]: the state after the first d bytes of the current token (states[0]: `state`).
   std::vector<uint32_t> states{state};
   for (size_t k = 0; k < order.size();) {
-    const std::string& b = trie_->bytes(order[k]);
+    const std::string_view b = trie_->sorted_bytes(k);
     size_t depth = std::min<size_t>(shared[k], states.size() - 1);
     states.resize(depth + 1);
-    while (depth < b.size() && !frontiers_[states[depth]].stacks.empty()) {
+    while (depth < b.size() && live_[states[depth]]) {
       states.push_back(next(states[depth], static_cast<uint8_t>(b[depth])));
       ++depth;
       if (states[depth] == kDead) break;
@@ -108,8 +120,12 @@ void ConstraintAutomaton::fill_mask(uint32_t state, bool at_start, std::span<uin
     for (TokenId id : stop_ids_)
       if (id >= 0 && id < trie_->vocab_size()) allow(id);
   if (at_start) return;
-  if (masks_.size() >= kMaxCachedMasks) masks_.clear();
   masks_.emplace(state, std::vector<uint32_t>(mask.begin(), mask.end()));
+  mask_order_.push_back(state);
+  while (mask_order_.size() * mask.size_bytes() > kMaxCachedMaskBytes) {  // the oldest go first
+    masks_.erase(mask_order_.front());
+    mask_order_.pop_front();
+  }
 }
 
 TokenConstraint::TokenConstraint(std::shared_ptr<ConstraintAutomaton> automaton, bool at_start)
@@ -136,7 +152,13 @@ bool TokenConstraint::accept(TokenId id) {
   return true;
 }
 
-void TokenConstraint::fill_mask(std::span<uint32_t> mask) const {
+void TokenConstraint::fill_mask(TokenId pending, std::span<uint32_t> mask) const {
+  if (pending >= 0) {
+    TokenConstraint after(*this);
+    after.accept(pending);
+    after.fill_mask(-1, mask);
+    return;
+  }
   if (stopped_) {
     std::fill(mask.begin(), mask.end(), 0u);
     return;

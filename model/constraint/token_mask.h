@@ -4,7 +4,9 @@
 // token below a byte the grammar refuses.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -39,6 +41,11 @@ class TokenTrie {
   const std::vector<TokenId>& order() const { return order_; }
   /// shared()[k]: how many leading bytes order()[k] shares with order()[k - 1] (0 for k = 0).
   const std::vector<uint32_t>& shared() const { return shared_; }
+  /// The bytes of order()[k]: bytes(order()[k]), stored in sorted order (a mask's walk reads them one after the
+  /// other).
+  std::string_view sorted_bytes(size_t k) const {
+    return std::string_view(sorted_.data() + sorted_offsets_[k], sorted_offsets_[k + 1] - sorted_offsets_[k]);
+  }
   /// The bytes `id` writes at the start of a text, where they differ from bytes(id) (SentencePiece drops the
   /// dummy-prefix space there): (id, bytes) pairs.
   const std::vector<std::pair<TokenId, std::string>>& leading() const { return leading_; }
@@ -48,6 +55,8 @@ class TokenTrie {
   std::vector<std::string> bytes_;  // by id
   std::vector<TokenId> order_;
   std::vector<uint32_t> shared_;
+  std::string sorted_;                   // every token's bytes of order_, concatenated
+  std::vector<uint32_t> sorted_offsets_;  // where each begins in sorted_, and its end last
   std::vector<std::pair<TokenId, std::string>> leading_;
 };
 
@@ -86,11 +95,18 @@ class ConstraintAutomaton {
   std::vector<TokenId> stop_ids_;
   GrammarMatcher matcher_;                                          // its arena interns the stacks
   std::vector<GrammarMatcher::Frontier> frontiers_;                 // by state; [kDead]: the dead one
+  std::vector<uint8_t> live_;                                       // by state: its frontier has a stack
   std::map<std::pair<bool, std::vector<uint32_t>>, uint32_t> ids_;  // (accepts, sorted stacks) -> state
-  std::unordered_map<uint64_t, uint32_t> next_;                     // state << 8 | byte -> state
-  std::unordered_map<uint32_t, std::vector<uint32_t>> masks_;       // state -> mask (not at the start), at most
-                                                                    // kMaxCachedMasks (then cleared)
-  static constexpr size_t kMaxCachedMasks = 256;
+  // next_[state][byte]: the state after byte, kUnknown until computed (a table, not a map: a mask's walk over a
+  // large vocabulary looks up hundreds of thousands of transitions).
+  std::vector<std::array<uint32_t, 256>> next_;
+  static constexpr uint32_t kUnknown = ~uint32_t{0};
+  std::unordered_map<uint32_t, std::vector<uint32_t>> masks_;       // state -> mask (not at the start)
+  std::deque<uint32_t> mask_order_;                                 // masks_'s states, oldest first
+  // At most this many bytes of masks (4,096 of a 128K vocabulary: a nested schema's strings and numbers pass 256
+  // states, and a mask missed costs up to milliseconds; a cache cleared at 256 made a constrained batch of 256
+  // sequences redo them step after step).
+  static constexpr size_t kMaxCachedMaskBytes = size_t{64} << 20;
   uint32_t start_ = kDead;
   mutable std::mutex mu_;  // guards all of the above but start_ (set once) and the immutable trie and stop ids
 };
@@ -106,8 +122,9 @@ class TokenConstraint final : public TokenMaskSource {
   /// Takes an accepted token: advances over its bytes. A token the mask did not allow leaves the state unchanged
   /// and returns false.
   bool accept(TokenId id);
-  /// The allowed next tokens (mask_words(vocab_size()) words); none once a stop token was accepted.
-  void fill_mask(std::span<uint32_t> mask) const override;
+  /// The allowed next tokens (mask_words(vocab_size()) words) once `pending` (-1: none) is accepted too, as accept()
+  /// would take it; none once a stop token was accepted. Leaves this constraint as it is.
+  void fill_mask(TokenId pending, std::span<uint32_t> mask) const override;
   /// A stop token was accepted.
   bool stopped() const { return stopped_; }
   int32_t vocab_size() const { return automaton_->trie().vocab_size(); }

@@ -14,12 +14,14 @@ namespace paged {
 
 /// Structured outputs: where a sequence's allowed tokens come from. The runner that samples the sequence calls it
 /// once per sample of a step, on its own thread, while the step runs (on the GPU, while the forward pass computes);
-/// its owner changes it only between steps.
+/// it does not change while a step that holds it is in flight.
 class TokenMaskSource {
  public:
   virtual ~TokenMaskSource() = default;
-  /// Writes the allowed tokens into `mask`, ceil(vocab / 32) words: bit id % 32 of word id / 32 set when id is.
-  virtual void fill_mask(std::span<uint32_t> mask) const = 0;
+  /// Writes the tokens allowed after `pending` into `mask`, ceil(vocab / 32) words: bit id % 32 of word id / 32 set
+  /// when id is. `pending`: the sequence's newest token when the source has not taken it yet (the step before
+  /// sampled it while this one was sent: SampleSpec::pending_output), else -1.
+  virtual void fill_mask(TokenId pending, std::span<uint32_t> mask) const = 0;
 };
 
 /// Sampling inputs of one sequence in one step.

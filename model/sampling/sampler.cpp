@@ -120,7 +120,7 @@ std::vector<SampledToken> sample_logits(std::span<float> logits, const SampleSpe
   apply_penalties(logits, spec);
   if (spec.mask_source) {
     std::vector<uint32_t> allowed((logits.size() + 31) / 32);
-    spec.mask_source->fill_mask(allowed);
+    spec.mask_source->fill_mask(spec.pending_output, allowed);
     apply_token_mask(logits, allowed);
   }
   std::vector<float> lp;

@@ -25,7 +25,7 @@ struct Completion {
 };
 
 /// Prompts from the golden cases, each with parameters of its own: greedy, seeded sampling with the cuts, every
-/// penalty, min_tokens against EOS, two completions, a stop string, logprobs.
+/// penalty, min_tokens against EOS, two completions, a stop string, logprobs, a regex and a JSON schema.
 std::vector<std::pair<std::vector<TokenId>, SamplingParams>> varied_requests() {
   std::vector<std::vector<TokenId>> prompts;
   const boost::json::value golden = read_json(kGolden);
@@ -40,6 +40,16 @@ std::vector<std::pair<std::vector<TokenId>, SamplingParams>> varied_requests() {
   kinds.push_back({.n = 2, .max_tokens = 30, .temperature = 1.0f, .seed = 3});
   kinds.push_back({.max_tokens = 60, .temperature = 0.0f, .stop = {"."}});
   kinds.push_back({.max_tokens = 25, .temperature = 0.7f, .seed = 5, .logprobs = 3});
+  // Structured outputs: each step's mask takes the token still in flight first.
+  SamplingParams regex{.max_tokens = 40, .temperature = 1.0f, .seed = 13};
+  regex.structured = {StructuredOutput::Kind::regex, "(Once|The) [a-z ]{10,30}\\.", "guided_regex"};
+  kinds.push_back(regex);
+  SamplingParams schema{.max_tokens = 50, .temperature = 1.0f, .seed = 17};
+  schema.structured = {StructuredOutput::Kind::json_schema,
+                       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                          "age": {"type": "integer"}}, "required": ["name", "age"]})",
+                       "response_format"};
+  kinds.push_back(schema);
   std::vector<std::pair<std::vector<TokenId>, SamplingParams>> out;
   for (int round = 0; round < 3; ++round)
     for (size_t k = 0; k < kinds.size(); ++k) {

@@ -8,7 +8,7 @@
 #   BIN_DIR  folder with paged, paged_gpu_tests, bench_cuda_attention, bench_cuda_runner, the shared libraries the
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
-#   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner parity throughput remote
+#   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner gemv parity throughput remote
 #            golden serve structured profile fp8 tiers families moe
 #   PARITY_ONLY  parity stage: comma-separated parts of config names to run (default: all)
 #   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
@@ -17,11 +17,12 @@
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner parity throughput remote golden serve structured profile fp8 tiers families moe"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PAGED_GPU_MODELS="$BIN"  # the trained checkpoints copied beside the binaries, for the GPU tests that load one
+export PAGED_SOURCE_DIR="$(cd "$(dirname "$0")/../.." && pwd)"  # the GPU tests' scripts (tools/make_fp8_checkpoints.py)
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
 source "$(dirname "$0")/stages.sh"
@@ -146,6 +147,15 @@ if wanted runner; then
   run ops 120 "$BIN/bench_cuda_runner" ops --batch 1 --context 576
   s=$?
   add_row "decode kernels at batch 1 (time per op)" "$(status_word $s)" "$(grep -E 'one (GEMV )?layer' "$LOG_DIR/ops.log" | paste -sd ';' -)"
+fi
+if wanted gemv; then
+  # The one-stream GEMVs with every tile of kGemvTiles, bf16 and FP8 (issue 17's one stream); the row gives the
+  # chosen tiles (starred), the table is in the log.
+  run gemv 200 "$BIN/bench_cuda_runner" gemv
+  s=$?
+  add_row "one-stream GEMVs of 32 layers, chosen tiles" "$(status_word $s)" \
+    "$(grep -F '*' "$LOG_DIR/gemv.log" | awk -F'|' '{ print $1 $NF }' | tr -s ' ' | paste -sd ';' -)"
+  sed -n '/^one-stream GEMVs/,$p' "$LOG_DIR/gemv.log"
 fi
 if wanted parity; then
   run parity 400 python3 "$HERE/hf_parity.py" --bin "$BIN" --work /tmp/paged_parity --only "${PARITY_ONLY:-}"

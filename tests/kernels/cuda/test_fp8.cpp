@@ -103,19 +103,22 @@ TEST_CASE("the FP8 GEMV is the CPU's product of the dequantised weights, with it
     DeviceArray<bf16> d_x(to_bf16(x)), d_y(n);
     DeviceArray<uint8_t> d_w(w.q);
     DeviceArray<float> d_s(w.scale);
-    cuda::GemvArgs a{.x = d_x.get(), .w_fp8 = d_w.get(), .w_scale = d_s.get(), .y = d_y.get(), .n = n, .k = k};
-    CUDA_REQUIRE(cuda::gemv(a, nullptr));
-    check_close(to_float(d_y.download()), p, "store");
     std::vector<float> act(n / 2);
     for (int c = 0; c < n / 2; ++c) {
       const float g = round_bf16(p[c]), u = round_bf16(p[c + n / 2]);
       act[c] = g / (1.0f + std::exp(-g)) * u;
     }
-    DeviceArray<bf16> d_act(n / 2);
-    a.y = d_act.get();
-    a.output = cuda::GemvOutput::kSiluMul;
-    CUDA_REQUIRE(cuda::gemv(a, nullptr));
-    check_close(to_float(d_act.download()), act, "silu_and_mul");
+    for (int tile = -1; tile < static_cast<int>(cuda::kGemvTiles.size()); ++tile) {  // -1: the default tile
+      INFO("tile " << tile);
+      cuda::GemvArgs a{.x = d_x.get(), .w_fp8 = d_w.get(), .w_scale = d_s.get(), .y = d_y.get(), .n = n, .k = k};
+      CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
+      check_close(to_float(d_y.download()), p, "store");
+      DeviceArray<bf16> d_act(n / 2);
+      a.y = d_act.get();
+      a.output = cuda::GemvOutput::kSiluMul;
+      CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
+      check_close(to_float(d_act.download()), act, "silu_and_mul");
+    }
   }
   DeviceArray<bf16> x(16), y(16);
   DeviceArray<uint8_t> w(256);

@@ -21,8 +21,10 @@ TEST_CASE("gemv matches linear -> add / silu_and_mul on the CPU", "[gpu][gemv]")
   std::mt19937 rng(21);
   std::vector<std::pair<int, int>> shapes = {{16, 8}, {144, 64}, {1008, 264}, {256, 4104}};
   if (!quick_mode()) shapes.insert(shapes.end(), {{6144, 4096}, {4096, 14336}, {28672, 4096}});
+  // Every tile of kGemvTiles (-1: the default) on every shape.
+  for (int tile = -1; tile < static_cast<int>(cuda::kGemvTiles.size()); ++tile)
   for (const auto& [n, k] : shapes) {
-    INFO("n " << n << " k " << k);
+    INFO("n " << n << " k " << k << " tile " << tile);
     const auto x = random_bf16_values(rng, k, 2.0f);
     const auto w = random_bf16_values(rng, static_cast<size_t>(n) * k, 1.0f / std::sqrt(static_cast<float>(k)));
     const auto bias = random_bf16_values(rng, n);
@@ -40,7 +42,7 @@ TEST_CASE("gemv matches linear -> add / silu_and_mul on the CPU", "[gpu][gemv]")
     a.y = d_y.get();
     a.bias = d_b.get();
     a.output = cuda::GemvOutput::kStore;
-    CUDA_REQUIRE(cuda::gemv(a, nullptr));
+    CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
     check_close(to_float(d_y.download()), p, "store + bias");
 
     // Residual add: residual + bf16(x W^T), in place.
@@ -51,7 +53,7 @@ TEST_CASE("gemv matches linear -> add / silu_and_mul on the CPU", "[gpu][gemv]")
     d_y.upload(to_bf16(residual));
     a.bias = nullptr;
     a.output = cuda::GemvOutput::kAddToResidual;
-    CUDA_REQUIRE(cuda::gemv(a, nullptr));
+    CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
     check_close(to_float(d_y.download()), want, "add to residual");
 
     // SiLU-and-mul of the (gate | up) halves.
@@ -61,7 +63,7 @@ TEST_CASE("gemv matches linear -> add / silu_and_mul on the CPU", "[gpu][gemv]")
     DeviceArray<bf16> d_act(act.size());
     a.y = d_act.get();
     a.output = cuda::GemvOutput::kSiluMul;
-    CUDA_REQUIRE(cuda::gemv(a, nullptr));
+    CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
     check_close(to_float(d_act.download()), act, "silu_and_mul");
   }
 }
@@ -86,4 +88,8 @@ TEST_CASE("gemv names what it refuses", "[gpu][gemv]") {
   a.n = 32;
   a.bias = buf.get();
   CHECK(cuda::gemv(a, nullptr) == cudaErrorInvalidValue);
+  a.bias = nullptr;
+  e = cuda::gemv(a, nullptr, static_cast<int>(cuda::kGemvTiles.size()));
+  CHECK(e == cudaErrorInvalidValue);
+  CHECK(cuda::describe_launch_error(e).find("no tile") != std::string::npos);
 }

@@ -1,7 +1,7 @@
 // A worker's constraints (SequenceConstraints) on the stories260K tokenizer: along random walks, the mask each
 // sample gets equals the one the engine's own constraint (built and advanced as the engine and scheduler do) gives
-// for the same tokens, whatever prompt; finished sequences are dropped; ids the grammar refuses and deferred
-// tokens are refused; a sequence without a structured output gets no mask.
+// for the same tokens, whatever prompt, also with the newest token still pending (two steps in flight); finished
+// sequences are dropped; ids the grammar refuses are refused; a sequence without a structured output gets no mask.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -45,7 +45,7 @@ TEST_CASE("a worker's sequence constraints give the engine's masks, step after s
   std::mt19937 rng(3);
   const auto mask_of = [&](const TokenMaskSource& source) {
     std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
-    source.fill_mask(mask);
+    source.fill_mask(-1, mask);
     return mask;
   };
   // A random allowed token that writes text; -1 when only a stop id is left (the regex is complete).
@@ -70,11 +70,18 @@ TEST_CASE("a worker's sequence constraints give the engine's masks, step after s
     REQUIRE(m2 == mask_of(*head2));
     const TokenId t1 = pick(m1), t2 = pick(m2);
     if (t1 < 0 || t2 < 0) break;
+    // The next step's masks while t1 and t2 are still in flight: those the engine's constraints give after them.
+    std::vector<uint32_t> after1(m1.size()), after2(m2.size());
+    b.seqs[0].samples[0].mask_source->fill_mask(t1, after1);
+    b.seqs[1].samples[0].mask_source->fill_mask(t2, after2);
+    CHECK(mask_of(*b.seqs[0].samples[0].mask_source) == m1);  // the source itself stays where it was
     out1.push_back(t1);
     out2.push_back(t2);
     out3.push_back(t1);
     REQUIRE(head1->accept(t1));
     REQUIRE(head2->accept(t2));
+    REQUIRE(after1 == mask_of(*head1));
+    REQUIRE(after2 == mask_of(*head2));
     text1 += tok->token_bytes(t1, step == 0);
   }
   CHECK(worker.size() == 2);
@@ -86,14 +93,11 @@ TEST_CASE("a worker's sequence constraints give the engine's masks, step after s
   ended.seqs.erase(ended.seqs.begin());  // sequence 1 ended: it samples no more
   worker.attach(ended);
   CHECK(worker.size() == 1);
-  // An output id its grammar refuses (the engine's mask would have stopped it), and a token in flight.
+  // An output id its grammar refuses (the engine's mask would have stopped it).
   out2.push_back(tok->encode("7", false).back());
   StepBatch refused = batch_of({1});
   refused.seqs.erase(refused.seqs.begin());
   CHECK_THROWS_WITH(worker.attach(refused), Catch::Contains("sequence 2") && Catch::Contains("guided_regex"));
-  StepBatch deferred = batch_of({2});
-  deferred.seqs[0].samples[0].pending_output = 5;
-  CHECK_THROWS_WITH(worker.attach(deferred), Catch::Contains("deferred"));
   worker.reset();
   CHECK(worker.size() == 0);
   SamplingParams bad;

@@ -62,7 +62,7 @@ TEST_CASE("Token masks equal brute force along constrained random walks (stories
         std::string text;
         for (int step = 0; step < 40; ++step) {
           std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
-          constraint.fill_mask(mask);
+          constraint.fill_mask(-1, mask);
           REQUIRE(mask == brute_force_mask(shadow, *tok, first, stop_ids));
           ++masks;
           std::vector<TokenId> allowed;
@@ -79,7 +79,7 @@ TEST_CASE("Token masks equal brute force along constrained random walks (stories
         }
         // A token the mask refuses is refused by accept as well, and changes nothing.
         std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
-        constraint.fill_mask(mask);
+        constraint.fill_mask(-1, mask);
         for (TokenId id = 0; id < tok->vocab_size(); ++id)
           if (!mask_allows(mask, id)) CHECK_FALSE(constraint.accept(id));
         if (name == "schema" && constraint.stopped()) CHECK_NOTHROW(boost::json::parse(text));
