@@ -531,27 +531,29 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
                              .max_blocks_per_seq = table_stride, .num_heads = heads, .num_kv_heads = kv_heads,
                              .head_dim = head_dim, .block_size = opt.block_size, .scale = scale};
   // Single-token steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
-  // residual stream themselves and gate/up applies SiLU-and-mul, so each norm reads an up-to-date residual.
+  // residual stream themselves, gate/up applies SiLU-and-mul, and the QKV and gate/up GEMVs normalise the residual
+  // they read themselves (no norm kernel between the sublayers, but before the LM head and a MoE block).
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
   // Not with Gemma's post norms either: a sublayer's output is normed before it joins the residual stream.
   const bool fused = opt.tp_size == 1 && T == 1 && !cfg.o_bias && !cfg.sandwich_norms &&
-                     cfg.activation == Activation::silu;
+                     cfg.activation == Activation::silu && hidden <= cuda::kMaxNormedK;
   // What the next add_rms_norm folds into the residual: `proj`, or with post norms `post_normed`.
   bf16* sublayer_out = cfg.sandwich_norms ? post_normed.get() : proj.get();
   const auto post_norm = [&](const bf16* weight) {
     if (weight) PAGED_CUDA_CHECK(cuda::rms_norm(post_normed.get(), proj.get(), weight, T, hidden, eps, norm_offset, s));
   };
+  // `norm`: x is the residual stream, normalised by the GEMV itself with this weight (kernels/cuda/gemv.h).
   const auto gemv = [&](bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int n, int k,
-                        cuda::GemvOutput output) {
+                        cuda::GemvOutput output, const bf16* norm = nullptr) {
     const cuda::GemvArgs g{.x = x, .w = w8.q ? nullptr : w, .w_fp8 = w8.q, .w_scale = w8.scale, .bias = bias,
-                           .y = y, .n = n, .k = k, .output = output};
+                           .y = y, .n = n, .k = k, .output = output, .norm_weight = norm, .norm_eps = eps,
+                           .norm_offset = norm_offset};
     PAGED_CUDA_CHECK(cuda::gemv(g, s));
   };
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
     if (fused) {
-      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s));
-      gemv(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore);
+      gemv(qkv.get(), residual.get(), L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore, L.attn_norm);
     } else {
       if (l == 0)
         PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s));
@@ -592,12 +594,13 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     if (fused) {
       gemv(residual.get(), attn.get(), L.wo, L.o8, nullptr, hidden, heads * head_dim,
            cuda::GemvOutput::kAddToResidual);
-      PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.ffn_norm, T, hidden, eps, norm_offset, s));
       if (cfg.is_moe()) {
+        PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.ffn_norm, T, hidden, eps, norm_offset, s));
         moe_mlp(residual.get(), normed.get(), L, T, true);
         continue;
       }
-      gemv(act.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul);
+      gemv(act.get(), residual.get(), L.w_gate_up, L.gate_up8, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul,
+           L.ffn_norm);
       gemv(residual.get(), act.get(), L.w_down, L.down8, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual);
       continue;
     }

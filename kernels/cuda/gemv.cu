@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   const int c_begin = half * per_half, c_end = min(chunks, c_begin + per_half);
 
   uint4 wv[kWeightRows][kUnroll];
+  extern __shared__ __align__(16) unsigned char normed_row[];  // k bf16 with norm_weight
   const auto load = [&](int base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -108,6 +109,32 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   load(base);
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  const bf16* x = a.x;
+  if (a.norm_weight) {
+    // RMSNorm of x into shared memory with rms_norm_kernel's order of operations (same bits): every thread sums
+    // its 8-element chunks, strided by the block, then the block's sum.
+    __shared__ float scratch[kWarps];
+    bf16* normed = reinterpret_cast<bf16*>(normed_row);
+    float sum_sq = 0.f;
+    for (int i = threadIdx.x * 8; i < k; i += kThreads * 8) {
+      float v[8];
+      bf16x8_to_float(load_bf16x8(a.x + i), v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+    }
+    sum_sq = block_sum(sum_sq, scratch);
+    const float inv = 1.0f / sqrtf(sum_sq / k + a.norm_eps);
+    for (int i = threadIdx.x * 8; i < k; i += kThreads * 8) {
+      float v[8], w[8];
+      bf16x8_to_float(load_bf16x8(a.x + i), v);
+      bf16x8_to_float(load_bf16x8(a.norm_weight + i), w);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = (w[j] + a.norm_offset) * (v[j] * inv);
+      store_bf16x8(normed + i, float_to_bf16x8(v));
+    }
+    __syncthreads();
+    x = normed;
+  }
 
   float acc[kWeightRows] = {};
   for (; base < c_end; base += 32 * kUnroll) {
@@ -122,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
       const int c = base + 32 * u;
       if (c >= c_end) break;
       float xf[kPerChunk];
-      load_x<kFp8>(a.x + c * kPerChunk, xf);
+      load_x<kFp8>(x + c * kPerChunk, xf);
 #pragma unroll
       for (int r = 0; r < kWeightRows; ++r) accumulate<kFp8>(acc[r], cur[r][u], xf);
     }
@@ -172,6 +199,7 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>((groups + per_block - 1) / per_block));
   config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = a.norm_weight ? static_cast<size_t>(a.k) * sizeof(bf16) : 0;
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -224,6 +252,8 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream, int tile) {
     why = "a bias needs the plain store output";
   else if (!a.y)
     why = "missing y";
+  else if (a.norm_weight && (a.k > kMaxNormedK || !aligned16(a.norm_weight)))
+    why = "a norm weight needs k at most " + std::to_string(kMaxNormedK) + " and 16-byte alignment";
   else if (tile < -1 || tile >= static_cast<int>(kGemvTiles.size()))
     why = "no tile " + std::to_string(tile);
   if (!why.empty()) return launch_failure(cudaErrorInvalidValue, "gemv: " + why);

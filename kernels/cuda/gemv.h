@@ -32,7 +32,15 @@ struct GemvArgs {
   bf16* y = nullptr;                  // [n], or [n/2] with kSiluMul; may not alias x
   int n = 0, k = 0;
   GemvOutput output = GemvOutput::kStore;
+  // With norm_weight, the product takes RMSNorm(x) * (norm_weight + norm_offset) instead of x, rounded to bf16 as
+  // cuda::rms_norm writes it (the same bits; k at most kMaxNormedK): each block normalises x itself, so the
+  // one-stream step launches no norm kernel before the projections that read a norm.
+  const bf16* norm_weight = nullptr;  // [k]
+  float norm_eps = 0.0f, norm_offset = 0.0f;
 };
+
+/// The widest x a gemv normalises itself (its block keeps the normed row in shared memory).
+inline constexpr int kMaxNormedK = 16384;
 
 /// How a launch divides the work: each warp reads `rows` weight rows over one of `split` contiguous K ranges, with
 /// `unroll` 16-byte loads a row in flight. `rows` even (gate and up rows pair up with kSiluMul).

@@ -1,7 +1,14 @@
 // gemv (decode-sized linear layers with a fused residual add or SiLU-and-mul output) against the CPU twins composed
-// with the same bf16 rounding points: cpu::linear -> add / cpu::silu_and_mul.
+// with the same bf16 rounding points: cpu::linear -> add / cpu::silu_and_mul; with a norm weight, cpu::rms_norm
+// first (and the same bits as cuda::rms_norm followed by gemv).
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/fp8.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/layer_ops.h"
 #include "tests/kernels/cuda/gpu_test_util.h"
 
 using namespace paged;
@@ -92,4 +99,72 @@ TEST_CASE("gemv names what it refuses", "[gpu][gemv]") {
   e = cuda::gemv(a, nullptr, static_cast<int>(cuda::kGemvTiles.size()));
   CHECK(e == cudaErrorInvalidValue);
   CHECK(cuda::describe_launch_error(e).find("no tile") != std::string::npos);
+}
+
+TEST_CASE("gemv with a norm weight takes x through rms_norm first, the same bits as the norm kernel", "[gpu][gemv]") {
+  require_device();
+  std::mt19937 rng(23);
+  std::vector<std::pair<int, int>> shapes = {{16, 64}, {144, 264}, {1008, 4096}};
+  if (!quick_mode()) shapes.insert(shapes.end(), {{6144, 4096}, {256, cuda::kMaxNormedK}});
+  const float eps = 1e-5f;
+  for (const auto& [n, k] : shapes) {
+    const auto w = random_bf16_values(rng, static_cast<size_t>(n) * k, 1.0f / std::sqrt(static_cast<float>(k)));
+    for (const float offset : {0.0f, 1.0f})  // Gemma's norms scale by 1 + weight
+      for (const bool fp8 : {false, true}) {
+        INFO("n " << n << " k " << k << " offset " << offset << (fp8 ? " FP8" : " bf16"));
+        const auto x = random_bf16_values(rng, k, 3.0f);
+        const auto norm_w = random_bf16_values(rng, k, 0.5f);
+        // The CPU twin: the norm rounded to bf16, then the product.
+        std::vector<float> normed(k), shifted(k);
+        for (int i = 0; i < k; ++i) shifted[i] = norm_w[i] + offset;
+        cpu::rms_norm(normed.data(), x.data(), shifted.data(), 1, k, eps);
+        normed = rounded(normed);
+        DeviceArray<bf16> d_x(to_bf16(x)), d_nw(to_bf16(norm_w)), d_w(to_bf16(w)), d_normed(k);
+        std::vector<uint8_t> codes(static_cast<size_t>(n) * k);
+        DeviceArray<uint8_t> d_q(codes);
+        DeviceArray<float> d_scale(n);
+        std::vector<float> p(n);
+        if (fp8) {
+          CUDA_REQUIRE(cuda::quantize_rows_fp8(d_w.get(), n, k, d_q.get(), d_scale.get(), nullptr));
+          codes = d_q.download();
+          const std::vector<float> scale = d_scale.download();
+          for (int r = 0; r < n; ++r) {
+            float acc = 0.0f;
+            for (int c = 0; c < k; ++c) acc += cpu::e4m3_to_float(codes[size_t(r) * k + c]) * normed[c];
+            p[r] = acc * scale[r];
+          }
+        } else {
+          cpu::linear(p.data(), normed.data(), w.data(), nullptr, 1, n, k);
+        }
+        std::vector<float> act(n / 2);
+        const auto p_rounded = rounded(p);
+        cpu::silu_and_mul(act.data(), p_rounded.data(), 1, n / 2);
+        for (const cuda::GemvOutput output : {cuda::GemvOutput::kStore, cuda::GemvOutput::kSiluMul}) {
+          const bool silu = output == cuda::GemvOutput::kSiluMul;
+          cuda::GemvArgs a{.x = d_x.get(), .w = fp8 ? nullptr : d_w.get(), .w_fp8 = fp8 ? d_q.get() : nullptr,
+                           .w_scale = fp8 ? d_scale.get() : nullptr, .n = n, .k = k, .output = output};
+          // Unfused: the norm kernel, then the product of what it wrote.
+          DeviceArray<bf16> d_apart(silu ? n / 2 : n), d_fused(silu ? n / 2 : n);
+          CUDA_REQUIRE(cuda::rms_norm(d_normed.get(), d_x.get(), d_nw.get(), 1, k, eps, offset, nullptr));
+          a.x = d_normed.get();
+          a.y = d_apart.get();
+          CUDA_REQUIRE(cuda::gemv(a, nullptr));
+          a.x = d_x.get();
+          a.y = d_fused.get();
+          a.norm_weight = d_nw.get();
+          a.norm_eps = eps;
+          a.norm_offset = offset;
+          CUDA_REQUIRE(cuda::gemv(a, nullptr));
+          const auto fused = d_fused.download(), apart = d_apart.download();
+          CHECK(std::equal(fused.begin(), fused.end(), apart.begin(), [](bf16 l, bf16 r) {
+            return std::memcmp(&l, &r, sizeof l) == 0;
+          }));
+          check_close(to_float(fused), silu ? act : p, silu ? "fused norm, silu_and_mul" : "fused norm, store");
+        }
+      }
+  }
+  DeviceArray<bf16> buf(cuda::kMaxNormedK + 8);
+  cuda::GemvArgs too_wide{.x = buf.get(), .w = buf.get(), .y = buf.get(), .n = 8, .k = cuda::kMaxNormedK + 8,
+                          .norm_weight = buf.get()};
+  CHECK(cuda::gemv(too_wide, nullptr) == cudaErrorInvalidValue);
 }
