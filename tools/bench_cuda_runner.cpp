@@ -478,16 +478,18 @@ int run_gemv(std::map<std::string, std::string>& f) {
   cuda_ok(cudaEventCreate(&e0), "event");
   cuda_ok(cudaEventCreate(&e1), "event");
   std::printf("one-stream GEMVs over %d layers' weights (Llama-3-8B shapes), us per launch and TB/s:\n", layers);
-  std::printf("%-5s %-10s", "type", "tile");
+  std::printf("%-5s %-12s", "type", "tile");
   for (const Projection& p : projections) std::printf(" | %-16s", p.name);
   std::printf(" | all layers\n");
   for (const bool fp8 : {false, true})
     for (size_t t = 0; t < cuda::kGemvTiles.size(); ++t) {
       const cuda::GemvTile tile = cuda::kGemvTiles[t];
+      if (tile.tensor_cores && !fp8) continue;  // FP8 weights only
       const bool chosen = int(t) == (fp8 ? cuda::kGemvTileFp8 : cuda::kGemvTileBf16);
       char label[32];
-      std::snprintf(label, sizeof label, "%d/%d/%d%s", tile.split, tile.rows, tile.unroll, chosen ? "*" : "");
-      std::printf("%-5s %-10s", fp8 ? "fp8" : "bf16", label);
+      std::snprintf(label, sizeof label, "%d/%d/%d%s%s", tile.split, tile.rows, tile.unroll,
+                    tile.tensor_cores ? " mma" : "", chosen ? "*" : "");
+      std::printf("%-5s %-12s", fp8 ? "fp8" : "bf16", label);
       double total_us = 0, total_bytes = 0;
       for (size_t p = 0; p < std::size(projections); ++p) {
         const Projection& pr = projections[p];

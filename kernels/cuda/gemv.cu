@@ -59,6 +59,38 @@ __device__ __forceinline__ void accumulate(float& acc, const uint4& wv, const fl
   }
 }
 
+// The product's x, 8 elements at a time: store(i, v) gets elements i..i+7 as floats, for every i of the row between
+// the block's threads (each thread its own i). With a norm weight they are RMSNorm(x) * (weight + offset) rounded to
+// bf16, in rms_norm_kernel's order of operations (the same bits: every thread sums its chunks strided by the
+// block, then the block's sum), else x. Every thread of the block calls it.
+template <class Store>
+__device__ __forceinline__ void for_x_chunks(const GemvArgs& a, Store store) {
+  __shared__ float scratch[kWarps];
+  float inv = 1.0f;
+  if (a.norm_weight) {
+    float sum_sq = 0.f;
+    for (int i = threadIdx.x * 8; i < a.k; i += kThreads * 8) {
+      float v[8];
+      bf16x8_to_float(load_bf16x8(a.x + i), v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+    }
+    sum_sq = block_sum(sum_sq, scratch);
+    inv = 1.0f / sqrtf(sum_sq / a.k + a.norm_eps);
+  }
+  for (int i = threadIdx.x * 8; i < a.k; i += kThreads * 8) {
+    float v[8];
+    bf16x8_to_float(load_bf16x8(a.x + i), v);
+    if (a.norm_weight) {
+      float w[8];
+      bf16x8_to_float(load_bf16x8(a.norm_weight + i), w);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = round_bf16((w[j] + a.norm_offset) * (v[j] * inv));
+    }
+    store(i, v);
+  }
+}
+
 // grid: (ceil(row groups / kGroups)); block: kThreads. Warp (group, half) of block b reads the kWeightRows weight
 // rows of row group b * kGroups + group over K range `half` of kSplit; the ranges meet in shared memory. A row group
 // is kWeightRows output columns, or with kSiluMul kWeightRows / 2 columns' gate rows c and up rows c + n/2. A chunk is
@@ -111,27 +143,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const bf16* x = a.x;
   if (a.norm_weight) {
-    // RMSNorm of x into shared memory with rms_norm_kernel's order of operations (same bits): every thread sums
-    // its 8-element chunks, strided by the block, then the block's sum.
-    __shared__ float scratch[kWarps];
     bf16* normed = reinterpret_cast<bf16*>(normed_row);
-    float sum_sq = 0.f;
-    for (int i = threadIdx.x * 8; i < k; i += kThreads * 8) {
-      float v[8];
-      bf16x8_to_float(load_bf16x8(a.x + i), v);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
-    }
-    sum_sq = block_sum(sum_sq, scratch);
-    const float inv = 1.0f / sqrtf(sum_sq / k + a.norm_eps);
-    for (int i = threadIdx.x * 8; i < k; i += kThreads * 8) {
-      float v[8], w[8];
-      bf16x8_to_float(load_bf16x8(a.x + i), v);
-      bf16x8_to_float(load_bf16x8(a.norm_weight + i), w);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = (w[j] + a.norm_offset) * (v[j] * inv);
-      store_bf16x8(normed + i, float_to_bf16x8(v));
-    }
+    for_x_chunks(a, [&](int i, const float (&v)[8]) { store_bf16x8(normed + i, float_to_bf16x8(v)); });
     __syncthreads();
     x = normed;
   }
@@ -189,6 +202,150 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   }
 }
 
+// Two e4m3 weights (the low byte first) as an f16x2 register: e4m3 values are exact in f16.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+  return uint32_t{h.x} | (uint32_t{h.y} << 16);
+}
+
+// Two floats as an f16x2 register (the first in the low half), saturated to +-65504.
+__device__ __forceinline__ uint32_t floats_to_f16x2_sat(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// FP8 weights on the tensor cores (GemvTile::tensor_cores): the GEMV as m16n8k16 f16 MMAs whose A is 16 weight rows
+// (e4m3 codes converted to f16 in registers, exactly) and whose B has x in its first column (zeros elsewhere), so a
+// 16-byte load of a row costs one conversion per two weights instead of a float conversion and an FMA per weight:
+// the CUDA-core kernel's FP8 variant is bound by those instructions, not by the weight reads.
+// grid: (ceil(tiles / kTiles)); block: kThreads. Warp (tile, h) of block b reads the 16 rows of tile
+// b * kTiles + tile over the h-th of kSplit K ranges, 64 bytes of each row a step: lane (g, q) = (lane / 4, lane % 4)
+// loads bytes 16q..16q+15 of rows g and g + 8, the A operands of four MMAs; a k-permutation shared by A and B puts
+// them in MMA order (MMA j takes bytes 16q + 4j + {0, 1} as its k 2q, 2q + 1 and 16q + 4j + {2, 3} as 2q + 8, 2q + 9,
+// and B's column 0 the same x elements). With kSiluMul rows 0..7 of a tile are gate rows c..c+7 and rows 8..15
+// their up rows. x (normed first with a norm weight) goes to shared memory as f16, saturated: activations past
+// 65504 would not fit f16 (bf16 activations that large do not occur in the models served; the CPU twin is the
+// bf16 product).
+template <GemvOutput kOut, int kSplit, int kUnroll>
+__global__ void __launch_bounds__(kThreads) gemv_fp8_mma_kernel(const GemvArgs a) {
+  constexpr bool kSilu = kOut == GemvOutput::kSiluMul;
+  constexpr int kTiles = kWarps / kSplit;  // 16-row tiles per block
+  static_assert(kWarps % kSplit == 0);
+  __shared__ float partial[kWarps][16];
+  extern __shared__ __align__(16) unsigned char x_f16[];  // k f16
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int tile = blockIdx.x * kTiles + warp / kSplit, h = warp % kSplit;
+  const int k = a.k, out_cols = kSilu ? a.n / 2 : a.n;
+  // This lane's two rows (g and g + 8 of the tile) and whether their outputs exist.
+  int row_lo, row_hi;
+  bool valid_lo, valid_hi;
+  if constexpr (kSilu) {
+    row_lo = tile * 8 + g;  // gate row of output column row_lo
+    valid_lo = valid_hi = row_lo < out_cols;
+    row_hi = row_lo + out_cols;  // its up row
+  } else {
+    row_lo = tile * 16 + g;
+    row_hi = row_lo + 8;
+    valid_lo = row_lo < a.n;
+    valid_hi = row_hi < a.n;
+  }
+  const uint8_t* w_lo = a.w_fp8 + static_cast<int64_t>(valid_lo ? row_lo : 0) * k + 16 * q;
+  const uint8_t* w_hi = a.w_fp8 + static_cast<int64_t>(valid_hi ? row_hi : 0) * k + 16 * q;
+  const int steps = k / 64, per = (steps + kSplit - 1) / kSplit;
+  const int s_begin = h * per, s_end = min(steps, s_begin + per);
+
+  uint4 wv[kUnroll][2];
+  const auto load = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (s0 + u < s_end) {
+        wv[u][0] = load_streaming(w_lo + (s0 + u) * 64);
+        wv[u][1] = load_streaming(w_hi + (s0 + u) * 64);
+      }
+  };
+  load(s_begin);
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  uint32_t* xs = reinterpret_cast<uint32_t*>(x_f16);  // f16x2 words
+  for_x_chunks(a, [&](int i, const float (&v)[8]) {
+    uint4 packed;
+    packed.x = floats_to_f16x2_sat(v[0], v[1]);
+    packed.y = floats_to_f16x2_sat(v[2], v[3]);
+    packed.z = floats_to_f16x2_sat(v[4], v[5]);
+    packed.w = floats_to_f16x2_sat(v[6], v[7]);
+    *reinterpret_cast<uint4*>(xs + i / 2) = packed;
+  });
+  __syncthreads();
+
+  float d[4] = {0.f, 0.f, 0.f, 0.f};  // D[g][2q], D[g][2q + 1], D[g + 8][2q], D[g + 8][2q + 1]
+  for (int s = s_begin; s < s_end; s += kUnroll) {
+    uint4 cur[kUnroll][2];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      cur[u][0] = wv[u][0];
+      cur[u][1] = wv[u][1];
+    }
+    load(s + kUnroll);  // the next loads fly while these are used
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (s + u >= s_end) break;
+      // B: x elements 64 (s + u) + 16q .. + 15 in column 0 (lanes with g = 0), zeros in the other columns.
+      uint4 b[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+      if (g == 0) {
+        const uint4* xv = reinterpret_cast<const uint4*>(xs + ((s + u) * 64 + 16 * q) / 2);
+        b[0] = xv[0];
+        b[1] = xv[1];
+      }
+      const uint32_t* bw = reinterpret_cast<const uint32_t*>(b);
+      const uint16_t* lo = reinterpret_cast<const uint16_t*>(&cur[u][0]);
+      const uint16_t* hi = reinterpret_cast<const uint16_t*>(&cur[u][1]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t a0 = e4m3x2_to_f16x2(lo[2 * j]), a2 = e4m3x2_to_f16x2(lo[2 * j + 1]);
+        const uint32_t a1 = e4m3x2_to_f16x2(hi[2 * j]), a3 = e4m3x2_to_f16x2(hi[2 * j + 1]);
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bw[2 * j]), "r"(bw[2 * j + 1]));
+      }
+    }
+  }
+  // Column 0 of D: lanes with q = 0 hold rows g (d[0]) and g + 8 (d[2]).
+  if (q == 0) {
+    partial[warp][g] = d[0];
+    partial[warp][g + 8] = d[2];
+  }
+  __syncthreads();
+  if (h != 0 || q != 0) return;
+  float p_lo = 0.f, p_hi = 0.f;
+#pragma unroll
+  for (int hh = 0; hh < kSplit; ++hh) {
+    p_lo += partial[warp + hh][g];
+    p_hi += partial[warp + hh][g + 8];
+  }
+  if constexpr (kSilu) {
+    if (!valid_lo) return;
+    const float gate = round_bf16(p_lo * a.w_scale[row_lo]), up = round_bf16(p_hi * a.w_scale[row_hi]);
+    a.y[row_lo] = __float2bfloat16_rn(gate / (1.0f + expf(-gate)) * up);
+  } else {
+    const int rows[2] = {row_lo, row_hi};
+    const bool valid[2] = {valid_lo, valid_hi};
+    const float p[2] = {p_lo, p_hi};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!valid[r]) continue;
+      const float v = p[r] * a.w_scale[rows[r]];
+      bf16* y = a.y + rows[r];
+      if constexpr (kOut == GemvOutput::kStore)
+        *y = __float2bfloat16_rn(v + (a.bias ? __bfloat162float(a.bias[rows[r]]) : 0.f));
+      else
+        *y = __float2bfloat16_rn(__bfloat162float(*y) + round_bf16(v));
+    }
+  }
+}
+
 // Launches with programmatic stream serialization allowed, so that the kernel may start while the previous one
 // finishes (it waits for that one's results itself, see gemv_kernel).
 template <GemvOutput kOut, bool kFp8, int kSplit, int kWeightRows, int kUnroll>
@@ -220,17 +377,46 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
-template <int kSplit, int kWeightRows, int kUnroll>
+template <GemvOutput kOut, int kSplit, int kUnroll>
+cudaError_t launch_mma(const GemvArgs& a, cudaStream_t stream) {
+  const int out_cols = kOut == GemvOutput::kSiluMul ? a.n / 2 : a.n;
+  const int tiles = kOut == GemvOutput::kSiluMul ? (out_cols + 7) / 8 : (a.n + 15) / 16, per_block = kWarps / kSplit;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>((tiles + per_block - 1) / per_block));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(a.k) * 2;  // x as f16
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, gemv_fp8_mma_kernel<kOut, kSplit, kUnroll>, a);
+}
+
+// Tile I of kGemvTiles.
+template <size_t I>
 cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
-  return a.w_fp8 ? launch<true, kSplit, kWeightRows, kUnroll>(a, stream)
-                 : launch<false, kSplit, kWeightRows, kUnroll>(a, stream);
+  constexpr GemvTile kTile = kGemvTiles[I];
+  if constexpr (kTile.tensor_cores) {
+    switch (a.output) {
+      case GemvOutput::kStore: return launch_mma<GemvOutput::kStore, kTile.split, kTile.unroll>(a, stream);
+      case GemvOutput::kAddToResidual:
+        return launch_mma<GemvOutput::kAddToResidual, kTile.split, kTile.unroll>(a, stream);
+      case GemvOutput::kSiluMul: return launch_mma<GemvOutput::kSiluMul, kTile.split, kTile.unroll>(a, stream);
+    }
+    return cudaErrorInvalidValue;
+  } else {
+    return a.w_fp8 ? launch<true, kTile.split, kTile.rows, kTile.unroll>(a, stream)
+                   : launch<false, kTile.split, kTile.rows, kTile.unroll>(a, stream);
+  }
 }
 
 // Every tile of kGemvTiles, by its index.
 template <size_t... I>
 cudaError_t launch_tile(const GemvArgs& a, size_t tile, cudaStream_t stream, std::index_sequence<I...>) {
   cudaError_t e = cudaErrorInvalidValue;
-  ((tile == I ? (e = launch<kGemvTiles[I].split, kGemvTiles[I].rows, kGemvTiles[I].unroll>(a, stream)) : e), ...);
+  ((tile == I ? (e = launch<I>(a, stream)) : e), ...);
   return e;
 }
 
@@ -256,8 +442,12 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream, int tile) {
     why = "a norm weight needs k at most " + std::to_string(kMaxNormedK) + " and 16-byte alignment";
   else if (tile < -1 || tile >= static_cast<int>(kGemvTiles.size()))
     why = "no tile " + std::to_string(tile);
+  const bool mma_fits = a.w_fp8 && a.k % 64 == 0 && a.k <= kMaxNormedK;
+  if (tile < 0) tile = !a.w_fp8 ? kGemvTileBf16 : mma_fits ? kGemvTileFp8 : kGemvTileFp8Cores;
+  if (why.empty() && kGemvTiles[tile].tensor_cores && !mma_fits)
+    why = "tile " + std::to_string(tile) + " needs FP8 weights and k a multiple of 64, at most " +
+          std::to_string(kMaxNormedK);
   if (!why.empty()) return launch_failure(cudaErrorInvalidValue, "gemv: " + why);
-  if (tile < 0) tile = a.w_fp8 ? kGemvTileFp8 : kGemvTileBf16;
   const cudaError_t e =
       launch_tile(a, static_cast<size_t>(tile), stream, std::make_index_sequence<kGemvTiles.size()>{});
   return e != cudaSuccess ? e : cudaGetLastError();

@@ -7,7 +7,7 @@
 // while the previous kernel finishes.
 // The rounding points are those of the unfused sequence (bf16 product, bf16 sum), so only the float32 summation
 // order differs from Gemm::linear followed by add_rms_norm's add or silu_and_mul.
-// CPU twins: cpu::linear followed by the add or cpu::silu_and_mul (tests/gpu/test_gemv.cpp).
+// CPU twins: cpu::linear followed by the add or cpu::silu_and_mul (tests/kernels/cuda/test_gemv.cpp, test_fp8.cpp).
 #pragma once
 
 #include <array>
@@ -43,21 +43,39 @@ struct GemvArgs {
 inline constexpr int kMaxNormedK = 16384;
 
 /// How a launch divides the work: each warp reads `rows` weight rows over one of `split` contiguous K ranges, with
-/// `unroll` 16-byte loads a row in flight. `rows` even (gate and up rows pair up with kSiluMul).
+/// `unroll` 16-byte loads a row in flight. `rows` even (gate and up rows pair up with kSiluMul). `tensor_cores`
+/// (FP8 weights, k a multiple of 64 and at most kMaxNormedK; rows 16): the warp's products as MMAs of its 16 rows.
 struct GemvTile {
   int split, rows, unroll;
+  bool tensor_cores = false;
 };
-inline constexpr std::array<GemvTile, 12> kGemvTiles{{{2, 2, 2}, {2, 2, 4}, {1, 2, 4}, {2, 4, 2},
-                                                      {1, 4, 2}, {4, 2, 2}, {4, 4, 2}, {1, 4, 4},
-                                                      {2, 4, 1}, {2, 8, 1}, {4, 8, 1}, {1, 8, 1}}};
-inline constexpr int kGemvTileBf16 = 0;  // the tiles gemv takes by default
-inline constexpr int kGemvTileFp8 = 3;  // 2/4/2: 2.30 ms for 32 layers against 2.76 with 2/2/2 (H200)
+inline constexpr std::array<GemvTile, 17> kGemvTiles{{{2, 2, 2},
+                                                      {2, 2, 4},
+                                                      {1, 2, 4},
+                                                      {2, 4, 2},
+                                                      {1, 4, 2},
+                                                      {4, 2, 2},
+                                                      {4, 4, 2},
+                                                      {1, 4, 4},
+                                                      {2, 4, 1},
+                                                      {2, 8, 1},
+                                                      {4, 8, 1},
+                                                      {1, 8, 1},
+                                                      {8, 16, 4, true},
+                                                      {8, 16, 2, true},
+                                                      {4, 16, 4, true},
+                                                      {4, 16, 2, true},
+                                                      {2, 16, 4, true}}};
+inline constexpr int kGemvTileBf16 = 0;      // the tiles gemv takes by default
+inline constexpr int kGemvTileFp8 = 13;      // where the tensor cores take it (8/16/2: 2.14 ms for 32 layers, H200)
+inline constexpr int kGemvTileFp8Cores = 3;  // else (2/4/2: 2.30 ms for 32 layers against 2.76 with 2/2/2, H200)
 
 /// Enqueues the product on `stream`. n and k positive multiples of 8 (n of 16 with kSiluMul, k of 16 with w_fp8); x
 /// and w 16-byte aligned; exactly one of w and w_fp8. Anything else returns cudaErrorInvalidValue with a message
-/// (describe_launch_error). FP8 weights are read 16 to a load, half the bytes of bf16's (CPU twin: the dequantised
-/// product, e4m3_to_float(w) * w_scale against x, summed in float32).
-/// `tile` indexes kGemvTiles (-1: the default for the weights' type), for tuning (bench_cuda_runner ops).
+/// (describe_launch_error). FP8 weights are read 16 to a load, half the bytes of bf16's, and multiplied on the tensor
+/// cores where k allows (x as f16; CPU twin: the dequantised product, e4m3_to_float(w) * w_scale against x, summed
+/// in float32). `tile` indexes kGemvTiles (-1: the default for the weights and k), for tuning (bench_cuda_runner
+/// gemv).
 cudaError_t gemv(const GemvArgs& args, cudaStream_t stream, int tile = -1);
 
 }  // namespace paged::cuda

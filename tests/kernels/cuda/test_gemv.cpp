@@ -28,50 +28,48 @@ TEST_CASE("gemv matches linear -> add / silu_and_mul on the CPU", "[gpu][gemv]")
   std::mt19937 rng(21);
   std::vector<std::pair<int, int>> shapes = {{16, 8}, {144, 64}, {1008, 264}, {256, 4104}};
   if (!quick_mode()) shapes.insert(shapes.end(), {{6144, 4096}, {4096, 14336}, {28672, 4096}});
-  // Every tile of kGemvTiles (-1: the default) on every shape.
-  for (int tile = -1; tile < static_cast<int>(cuda::kGemvTiles.size()); ++tile)
   for (const auto& [n, k] : shapes) {
-    INFO("n " << n << " k " << k << " tile " << tile);
     const auto x = random_bf16_values(rng, k, 2.0f);
     const auto w = random_bf16_values(rng, static_cast<size_t>(n) * k, 1.0f / std::sqrt(static_cast<float>(k)));
     const auto bias = random_bf16_values(rng, n);
+    const auto residual = random_bf16_values(rng, n);
     DeviceArray<bf16> d_x(to_bf16(x)), d_w(to_bf16(w)), d_b(to_bf16(bias));
-    cuda::GemvArgs a;
-    a.x = d_x.get();
-    a.w = d_w.get();
-    a.n = n;
-    a.k = k;
-
-    // Store with bias.
-    std::vector<float> p(n);
-    cpu::linear(p.data(), x.data(), w.data(), bias.data(), 1, n, k);
-    DeviceArray<bf16> d_y(p.size());
-    a.y = d_y.get();
-    a.bias = d_b.get();
-    a.output = cuda::GemvOutput::kStore;
-    CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
-    check_close(to_float(d_y.download()), p, "store + bias");
-
-    // Residual add: residual + bf16(x W^T), in place.
+    // The CPU twins: the product with the bias, the residual plus the rounded product, SiLU-and-mul of its halves.
+    std::vector<float> with_bias(n), p(n), added(n), act(n / 2);
+    cpu::linear(with_bias.data(), x.data(), w.data(), bias.data(), 1, n, k);
     cpu::linear(p.data(), x.data(), w.data(), nullptr, 1, n, k);
-    const auto residual = random_bf16_values(rng, p.size());
-    std::vector<float> want(p.size());
-    for (size_t i = 0; i < p.size(); ++i) want[i] = round_bf16(residual[i] + round_bf16(p[i]));
-    d_y.upload(to_bf16(residual));
-    a.bias = nullptr;
-    a.output = cuda::GemvOutput::kAddToResidual;
-    CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
-    check_close(to_float(d_y.download()), want, "add to residual");
-
-    // SiLU-and-mul of the (gate | up) halves.
+    for (int i = 0; i < n; ++i) added[i] = round_bf16(residual[i] + round_bf16(p[i]));
     const auto p_rounded = rounded(p);
-    std::vector<float> act(n / 2);
     cpu::silu_and_mul(act.data(), p_rounded.data(), 1, n / 2);
-    DeviceArray<bf16> d_act(act.size());
-    a.y = d_act.get();
-    a.output = cuda::GemvOutput::kSiluMul;
-    CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
-    check_close(to_float(d_act.download()), act, "silu_and_mul");
+    // Every tile of kGemvTiles (-1: the default); the tensor-core tiles take FP8 weights only.
+    for (int tile = -1; tile < static_cast<int>(cuda::kGemvTiles.size()); ++tile) {
+      INFO("n " << n << " k " << k << " tile " << tile);
+      cuda::GemvArgs a{.x = d_x.get(), .w = d_w.get(), .n = n, .k = k};
+      DeviceArray<bf16> d_y(n), d_act(n / 2);
+      if (tile >= 0 && cuda::kGemvTiles[tile].tensor_cores) {
+        a.y = d_y.get();
+        const cudaError_t e = cuda::gemv(a, nullptr, tile);
+        CHECK(e == cudaErrorInvalidValue);
+        CHECK(cuda::describe_launch_error(e).find("needs FP8 weights") != std::string::npos);
+        continue;
+      }
+      a.y = d_y.get();
+      a.bias = d_b.get();
+      a.output = cuda::GemvOutput::kStore;
+      CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
+      check_close(to_float(d_y.download()), with_bias, "store + bias");
+
+      d_y.upload(to_bf16(residual));  // the residual stream, updated in place
+      a.bias = nullptr;
+      a.output = cuda::GemvOutput::kAddToResidual;
+      CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
+      check_close(to_float(d_y.download()), added, "add to residual");
+
+      a.y = d_act.get();
+      a.output = cuda::GemvOutput::kSiluMul;
+      CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
+      check_close(to_float(d_act.download()), act, "silu_and_mul");
+    }
   }
 }
 
@@ -104,7 +102,7 @@ TEST_CASE("gemv names what it refuses", "[gpu][gemv]") {
 TEST_CASE("gemv with a norm weight takes x through rms_norm first, the same bits as the norm kernel", "[gpu][gemv]") {
   require_device();
   std::mt19937 rng(23);
-  std::vector<std::pair<int, int>> shapes = {{16, 64}, {144, 264}, {1008, 4096}};
+  std::vector<std::pair<int, int>> shapes = {{16, 64}, {144, 272}, {1008, 4096}};  // k of 16 for FP8
   if (!quick_mode()) shapes.insert(shapes.end(), {{6144, 4096}, {256, cuda::kMaxNormedK}});
   const float eps = 1e-5f;
   for (const auto& [n, k] : shapes) {
