@@ -116,7 +116,10 @@ void ConstraintAutomaton::fill_mask(uint32_t state, bool at_start, std::span<uin
       if (!first.empty() && advance(state, first) != kDead) allow(id);
     }
   }
-  if (frontiers_[state].accepts)
+  // A live state that takes no token (every byte it could take was cut at kMaxFrontierStacks, or no token spells
+  // one) ends the sequence: the stop ids, rather than an empty mask under which a sampler writes any token.
+  const bool none = std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; });
+  if (frontiers_[state].accepts || none)
     for (TokenId id : stop_ids_)
       if (id >= 0 && id < trie_->vocab_size()) allow(id);
   if (at_start) return;

@@ -82,7 +82,8 @@ class ConstraintAutomaton {
   const std::vector<TokenId>& stop_ids() const { return stop_ids_; }
 
   /// Sets in `mask` (mask_words(vocab) words) every token whose bytes lead out of `state` to a live state (its
-  /// leading form when `at_start`), and the stop ids when the state can stop.
+  /// leading form when `at_start`), and the stop ids when the state can stop or no token leads out of it (a dead
+  /// end of a grammar cut at kMaxFrontierStacks: the sequence ends there instead of leaving the grammar).
   void fill_mask(uint32_t state, bool at_start, std::span<uint32_t> mask);
 
  private:

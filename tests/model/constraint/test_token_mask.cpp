@@ -2,6 +2,7 @@
 // its own, which shares nothing with the automaton) along constrained random walks whose text the grammar accepts.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <random>
 
@@ -87,6 +88,42 @@ TEST_CASE("Token masks equal brute force along constrained random walks (stories
     }
   }
   CHECK(masks > 100);
+}
+
+}  // namespace paged::constraint
+
+namespace paged::constraint {
+
+TEST_CASE("A live state that takes no token ends the sequence: its mask is the stop ids", "[constraint]") {
+  // No sentence ends this grammar, and after n a's the input is on 3^n stacks: the a that would pass the matcher's
+  // bounds (kMaxFrontierStacks, kMaxExpansionFrames; the tenth) is cut, and b, c, d close nothing. The state before
+  // it is live but takes no byte.
+  const auto tok = load_tokenizer(test::kModel);
+  const auto trie = std::make_shared<const TokenTrie>(*tok);
+  const std::vector<TokenId> stop_ids = tok->eos_ids();
+  const auto grammar =
+      std::make_shared<const Grammar>(compile_gbnf(R"(root ::= "a" root "b" | "a" root "c" | "a" root "d")"));
+  const auto automaton = std::make_shared<ConstraintAutomaton>(grammar, trie, stop_ids);
+  TokenConstraint constraint(automaton, false);
+  std::vector<TokenId> a;  // the tokens that write "a" (a piece and its byte)
+  for (TokenId id = 0; id < tok->vocab_size(); ++id)
+    if (trie->bytes(id) == "a") a.push_back(id);
+  REQUIRE(!a.empty());
+  std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
+  int written = 0;
+  for (; written < 20; ++written) {
+    constraint.fill_mask(-1, mask);
+    if (!mask_allows(mask, a[0])) break;
+    REQUIRE(constraint.accept(a[0]));
+  }
+  CHECK(written >= 5);
+  CHECK(written < 20);  // the walk met the dead end
+  std::vector<TokenId> allowed;
+  for (TokenId id = 0; id < tok->vocab_size(); ++id)
+    if (mask_allows(mask, id)) allowed.push_back(id);
+  std::vector<TokenId> want = stop_ids;
+  std::sort(want.begin(), want.end());
+  CHECK(allowed == want);
 }
 
 }  // namespace paged::constraint
