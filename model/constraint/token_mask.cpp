@@ -163,7 +163,11 @@ void TokenConstraint::fill_mask(TokenId pending, std::span<uint32_t> mask) const
     return;
   }
   if (stopped_) {
+    // Ended: a step already sent for the sequence (two in flight) samples for nothing, from the stop ids rather
+    // than from a row with nothing allowed.
     std::fill(mask.begin(), mask.end(), 0u);
+    for (TokenId id : automaton_->stop_ids())
+      if (id >= 0 && id < vocab_size()) mask[id >> 5] |= 1u << (id & 31);
     return;
   }
   automaton_->fill_mask(state_, at_start_, mask);

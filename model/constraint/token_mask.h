@@ -124,7 +124,7 @@ class TokenConstraint final : public TokenMaskSource {
   /// and returns false.
   bool accept(TokenId id);
   /// The allowed next tokens (mask_words(vocab_size()) words) once `pending` (-1: none) is accepted too, as accept()
-  /// would take it; none once a stop token was accepted. Leaves this constraint as it is.
+  /// would take it; the stop ids alone once a stop token was accepted. Leaves this constraint as it is.
   void fill_mask(TokenId pending, std::span<uint32_t> mask) const override;
   /// A stop token was accepted.
   bool stopped() const { return stopped_; }

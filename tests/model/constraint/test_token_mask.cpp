@@ -126,4 +126,33 @@ TEST_CASE("A live state that takes no token ends the sequence: its mask is the s
   CHECK(allowed == want);
 }
 
+TEST_CASE("After its stop token a constraint allows the stop ids alone, also with the stop token pending", "[constraint]") {
+  const auto tok = load_tokenizer(test::kModel);
+  const auto trie = std::make_shared<const TokenTrie>(*tok);
+  const std::vector<TokenId> stop_ids = tok->eos_ids();
+  const auto automaton = std::make_shared<ConstraintAutomaton>(
+      std::make_shared<const Grammar>(compile_gbnf(R"(root ::= "a")")), trie, stop_ids);
+  TokenId a = -1;
+  for (TokenId id = 0; id < tok->vocab_size() && a < 0; ++id)
+    if (trie->bytes(id) == "a") a = id;
+  REQUIRE(a >= 0);
+  const auto allowed_of = [&](const TokenConstraint& c, TokenId pending) {
+    std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
+    c.fill_mask(pending, mask);
+    std::vector<TokenId> allowed;
+    for (TokenId id = 0; id < tok->vocab_size(); ++id)
+      if (mask_allows(mask, id)) allowed.push_back(id);
+    return allowed;
+  };
+  std::vector<TokenId> stops = stop_ids;
+  std::sort(stops.begin(), stops.end());
+  TokenConstraint c(automaton, false);
+  REQUIRE(c.accept(a));
+  CHECK(allowed_of(c, -1) == stops);            // "a" is complete: only a stop id goes on
+  CHECK(allowed_of(c, stop_ids[0]) == stops);   // a step sent while the stop id was in flight
+  REQUIRE(c.accept(stop_ids[0]));
+  CHECK(c.stopped());
+  CHECK(allowed_of(c, -1) == stops);
+}
+
 }  // namespace paged::constraint
