@@ -684,7 +684,7 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
     // The scheduler's copy advances over the tokens; a worker builds its own from the step's SamplingParams.
     try {
       spec.constraint = m.constraints->make(params.structured, spec.stop_ids,
-                                            m.tokenizer->decode(prompt, params.skip_special_tokens).empty());
+                                            m.tokenizer->decode(prompt, params.skip_special_tokens));
     } catch (const constraint::GrammarError& e) {
       throw InvalidRequest(e.what(), params.structured.field);
     }

@@ -454,6 +454,7 @@ void pack_params(Packer& out, const SamplingParams& p) {
   out.put<int32_t>(static_cast<int32_t>(p.structured.kind));
   out.text(p.structured.spec);
   out.text(p.structured.field);
+  out.text(p.structured.after);
 }
 
 // `at(member)` names a field of the parameters (a callable that makes the name).
@@ -505,6 +506,7 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
   p.structured.kind = static_cast<StructuredOutput::Kind>(kind);
   p.structured.spec = in.text(at("structured.spec"));
   p.structured.field = in.text(at("structured.field"));
+  p.structured.after = in.text(at("structured.after"));
   return p;
 }
 
@@ -564,6 +566,9 @@ void unpack_chunk(Unpacker& in, size_t i, WireChunk& c) {
   }
   if (in.flag(at("prompt_logprobs"))) {
     c.prompt_logprobs.count = in.get<int32_t>(at("prompt_logprobs.count"));
+    if (c.prompt_logprobs.count <= 0)  // the flag says there are some (pack_chunk writes none for a count of 0)
+      in.fail(at("prompt_logprobs.count"),
+              "prompt_logprobs count " + std::to_string(c.prompt_logprobs.count) + " after its flag (positive)");
     c.prompt_logprobs.num_top = in.get<int32_t>(at("prompt_logprobs.num_top"));
     c.prompt_logprobs.next_token = in.get<int32_t>(at("prompt_logprobs.next_token"));
   }

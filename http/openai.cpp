@@ -526,6 +526,10 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
       invalid("'tool_choice' forcing a call cannot go with '" + p.structured.field + "'", "tool_choice");
     p.structured = req.tools.constraint;
   }
+  // With a reasoning parser the think block is free and the constraint starts after it (vLLM's default).
+  if (chat && model.reasoning_parser != ReasoningFormat::none && !model.structured_in_reasoning &&
+      p.structured.kind != StructuredOutput::Kind::none)
+    p.structured.after = std::string(kReasoningEnd);
   // Hermes models write <tool_call> as a special token: kept in the text unless the request says otherwise (vLLM).
   if (req.tools.format == ToolCallFormat::hermes && !f.boolean("skip_special_tokens")) p.skip_special_tokens = false;
   // truncate_prompt_tokens: keep each prompt's last k tokens (vLLM truncates from the left).

@@ -33,6 +33,8 @@ struct ModelInfo {
   bool trust_request_chat_template = false;     // a request may bring its own chat_template (else 400, as vLLM)
   ToolCallFormat tool_call_parser = ToolCallFormat::none;  // reads tool_choice "auto"'s answers; none: "auto" is a 400
   ReasoningFormat reasoning_parser = ReasoningFormat::none;  // splits chat answers' reasoning off (--reasoning-parser)
+  bool structured_in_reasoning = false;  // with reasoning_parser, constraints cover the think block too; else they
+                                         // start after its end (StructuredOutput::after), as vLLM's
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).

@@ -8,7 +8,7 @@ namespace paged::openai {
 namespace {
 
 constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
+constexpr std::string_view kClose = kReasoningEnd;
 
 // The length of the longest tail of `text` that is a proper prefix of one of `tags` (it may begin a tag).
 size_t tag_prefix_tail(std::string_view text, const std::vector<std::string_view>& tags) {

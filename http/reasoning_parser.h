@@ -18,6 +18,9 @@ enum class ReasoningFormat {
                 // no "<think>" (enable_thinking false) all content; one cut inside the block keeps it as reasoning
 };
 
+/// The tag that ends the reasoning in every format.
+inline constexpr std::string_view kReasoningEnd = "</think>";
+
 /// The format a --reasoning-parser name gives (deepseek_r1, qwen3); nullopt for another name.
 std::optional<ReasoningFormat> reasoning_parser_named(std::string_view name);
 

@@ -88,6 +88,9 @@ ServerOptions load_server_options(const std::string& json_file) {
     } else if (key == "reasoning_parser") {
       if (!v.is_string()) throw bad("a parser's name (deepseek_r1, qwen3) or \"\"");
       o.reasoning_parser = std::string(v.get_string());
+    } else if (key == "structured_outputs_in_reasoning") {
+      if (!v.is_bool()) throw bad("true or false");
+      o.structured_outputs_in_reasoning = v.get_bool();
     } else if (key == "shutdown_timeout_s") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 86400) throw bad("an integer in [0, 86400]");
       o.shutdown_timeout_s = static_cast<int>(v.get_int64());

@@ -35,6 +35,9 @@ struct ServerOptions {
   bool enable_auto_tool_choice = false;  // tool_choice "auto" is served, its answers read by tool_call_parser (vLLM's)
   std::string tool_call_parser;          // how the model writes tool calls: llama3_json | hermes; empty: none
   std::string reasoning_parser;          // how the model marks its reasoning: deepseek_r1 | qwen3; empty: none
+  // With a reasoning parser, structured outputs cover the think block too (vLLM's enable_in_reasoning); else they
+  // start after its "</think>".
+  bool structured_outputs_in_reasoning = false;
 };
 
 /// The format tool_choice "auto"'s answers are read in: none unless enable_auto_tool_choice. Throws

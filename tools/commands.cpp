@@ -93,6 +93,8 @@ int run_serve_command(Args& args) {
   options.enable_auto_tool_choice = args.get_bool("enable-auto-tool-choice", options.enable_auto_tool_choice);
   if (auto v = args.get("tool-call-parser")) options.tool_call_parser = *v;
   if (auto v = args.get("reasoning-parser")) options.reasoning_parser = *v;
+  options.structured_outputs_in_reasoning =
+      args.get_bool("structured-outputs-in-reasoning", options.structured_outputs_in_reasoning);
   try {
     auto_tool_call_format(options);
     reasoning_format(options);

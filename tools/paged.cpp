@@ -26,6 +26,7 @@ constexpr const char* kUsage = R"(usage:
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
               [--allowed-origins '["*"]' | ORIGIN,ORIGIN] [--trust-request-chat-template]
               [--enable-auto-tool-choice --tool-call-parser llama3_json|hermes] [--reasoning-parser deepseek_r1|qwen3]
+              [--structured-outputs-in-reasoning]
               [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt] [--dataset-path FILE]
               [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--random-prefix-len 0] [--seed S]
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
     auto switches = cli::engine_switches();
     switches.insert(switches.end(), {"json", "stats", "force", "enable-log-requests",
                                      "trust-request-chat-template", "enable-auto-tool-choice",
+                                     "structured-outputs-in-reasoning",
                                      "profile"});
     if (cmd == "gen-certs") {
       if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)

@@ -8,7 +8,8 @@
 namespace paged::constraint {
 
 std::shared_ptr<TokenConstraint> ConstraintCache::make(const StructuredOutput& output,
-                                                       const std::vector<TokenId>& stop_ids, bool at_start) {
+                                                       const std::vector<TokenId>& stop_ids,
+                                                       std::string_view prompt_text) {
   std::shared_ptr<ConstraintAutomaton> automaton;
   {
     std::lock_guard lock(mu_);
@@ -21,7 +22,8 @@ std::shared_ptr<TokenConstraint> ConstraintCache::make(const StructuredOutput& o
       automata_[std::move(key)] = automaton;
     }
   }
-  return std::make_shared<TokenConstraint>(std::move(automaton), at_start);
+  const bool started = output.after.empty() || prompt_text.find(output.after) != std::string_view::npos;
+  return std::make_shared<TokenConstraint>(std::move(automaton), prompt_text.empty(), started ? "" : output.after);
 }
 
 void SequenceConstraints::attach(StepBatch& batch) {
@@ -34,9 +36,9 @@ void SequenceConstraints::attach(StepBatch& batch) {
     if (it == held_.end()) {
       const std::vector<TokenId> none;
       const std::vector<TokenId>& prompt = first.prompt ? *first.prompt : none;
-      const bool at_start = tokenizer_->decode(prompt, first.params->skip_special_tokens).empty();
+      const std::string text = tokenizer_->decode(prompt, first.params->skip_special_tokens);
       it = held_.emplace(chunk.seq, Held{cache_.make(first.params->structured, first.stop_ids ? *first.stop_ids : none,
-                                                     at_start)})
+                                                     text)})
                .first;
     }
     Held& held = it->second;

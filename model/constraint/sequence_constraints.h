@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,10 +24,11 @@ class ConstraintCache {
  public:
   /// `trie`: the vocabulary of the tokenizer the constraints' tokens come from.
   explicit ConstraintCache(std::shared_ptr<const TokenTrie> trie) : trie_(std::move(trie)) {}
-  /// A new sequence's constraint for `output` with `stop_ids`; `at_start`: its prompt writes no text, so its first
-  /// token writes its leading form. Throws GrammarError for an output that does not compile.
+  /// A new sequence's constraint for `output` with `stop_ids` after `prompt_text` (its prompt's decode): when that
+  /// is empty its first token writes its leading form; when it holds output.after the grammar starts at once.
+  /// Throws GrammarError for an output that does not compile.
   std::shared_ptr<TokenConstraint> make(const StructuredOutput& output, const std::vector<TokenId>& stop_ids,
-                                        bool at_start);
+                                        std::string_view prompt_text);
 
  private:
   std::shared_ptr<const TokenTrie> trie_;

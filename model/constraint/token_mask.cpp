@@ -131,15 +131,15 @@ void ConstraintAutomaton::fill_mask(uint32_t state, bool at_start, std::span<uin
   }
 }
 
-TokenConstraint::TokenConstraint(std::shared_ptr<ConstraintAutomaton> automaton, bool at_start)
-    : automaton_(std::move(automaton)), state_(automaton_->start()), at_start_(at_start) {}
+TokenConstraint::TokenConstraint(std::shared_ptr<ConstraintAutomaton> automaton, bool at_start, std::string after)
+    : automaton_(std::move(automaton)), state_(automaton_->start()), at_start_(at_start), after_(std::move(after)) {}
 
 bool TokenConstraint::accept(TokenId id) {
   const TokenTrie& trie = automaton_->trie();
   if (stopped_ || id < 0 || id >= trie.vocab_size()) return false;
   const std::vector<TokenId>& stops = automaton_->stop_ids();
   if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-    if (!automaton_->can_stop(state_)) return false;
+    if (after_.empty() && !automaton_->can_stop(state_)) return false;  // before the grammar, any end is one
     stopped_ = true;
     return true;
   }
@@ -147,6 +147,21 @@ bool TokenConstraint::accept(TokenId id) {
   if (at_start_)
     for (const auto& [lead, first] : trie.leading())
       if (lead == id) bytes = first;
+  if (!after_.empty()) {  // the grammar has not started: look for its opening text
+    const std::string text = tail_ + std::string(bytes);
+    at_start_ = at_start_ && bytes.empty();
+    const size_t found = text.find(after_);
+    if (found == std::string::npos) {
+      tail_ = text.substr(text.size() - std::min(text.size(), after_.size() - 1));
+      return true;
+    }
+    const std::string_view rest = std::string_view(text).substr(found + after_.size());
+    after_.clear();
+    tail_.clear();
+    if (const uint32_t to = automaton_->walk(state_, rest); !rest.empty() && to != ConstraintAutomaton::kDead)
+      state_ = to;
+    return true;
+  }
   if (bytes.empty()) return false;
   const uint32_t to = automaton_->walk(state_, bytes);
   if (to == ConstraintAutomaton::kDead) return false;
@@ -168,6 +183,11 @@ void TokenConstraint::fill_mask(TokenId pending, std::span<uint32_t> mask) const
     std::fill(mask.begin(), mask.end(), 0u);
     for (TokenId id : automaton_->stop_ids())
       if (id >= 0 && id < vocab_size()) mask[id >> 5] |= 1u << (id & 31);
+    return;
+  }
+  if (!after_.empty()) {  // the grammar has not started: every token
+    std::fill(mask.begin(), mask.end(), 0u);
+    for (TokenId id = 0; id < vocab_size(); ++id) mask[id >> 5] |= 1u << (id & 31);
     return;
   }
   automaton_->fill_mask(state_, at_start_, mask);

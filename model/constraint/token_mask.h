@@ -117,11 +117,13 @@ class ConstraintAutomaton {
 class TokenConstraint final : public TokenMaskSource {
  public:
   /// `at_start`: the sequence's text so far (its prompt's decode) is empty, so the first token writes its leading
-  /// form.
-  TokenConstraint(std::shared_ptr<ConstraintAutomaton> automaton, bool at_start);
+  /// form. `after` (StructuredOutput::after): every token is allowed until the output has written this text, the
+  /// grammar starts on the bytes after it; empty: at once.
+  TokenConstraint(std::shared_ptr<ConstraintAutomaton> automaton, bool at_start, std::string after = {});
 
   /// Takes an accepted token: advances over its bytes. A token the mask did not allow leaves the state unchanged
-  /// and returns false.
+  /// and returns false. Before `after` is written, every token is taken (and its bytes looked through for it; those
+  /// after it go to the grammar, unless it refuses them).
   bool accept(TokenId id);
   /// The allowed next tokens (mask_words(vocab_size()) words) once `pending` (-1: none) is accepted too, as accept()
   /// would take it; the stop ids alone once a stop token was accepted. Leaves this constraint as it is.
@@ -135,6 +137,8 @@ class TokenConstraint final : public TokenMaskSource {
   uint32_t state_;
   bool at_start_;
   bool stopped_ = false;
+  std::string after_;  // not yet written: the grammar has not started
+  std::string tail_;   // before that: the output's last bytes, fewer than after_'s (it may be written across tokens)
 };
 
 }  // namespace paged::constraint

@@ -23,6 +23,10 @@ struct StructuredOutput {
   std::string spec;   // json_schema: the schema as JSON text; regex: the pattern; choice: a JSON list of strings;
                       // grammar: GBNF; json_object, none: empty
   std::string field;  // the request field it came from (e.g. "response_format"), which errors name
+  // The constraint starts after this text of the output (a reasoning parser's "</think>": the think block is free,
+  // as vLLM's structured outputs with a reasoning parser); a prompt that already holds it starts it at once. Empty:
+  // from the first token.
+  std::string after;
   auto operator<=>(const StructuredOutput&) const = default;  // field by field (== too)
 };
 

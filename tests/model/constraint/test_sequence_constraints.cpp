@@ -40,8 +40,8 @@ TEST_CASE("a worker's sequence constraints give the engine's masks, step after s
     chunk(3, free, prompt, out3);
     return b;
   };
-  std::shared_ptr<TokenConstraint> head1 = engine.make(regex.structured, stop_ids, true);
-  std::shared_ptr<TokenConstraint> head2 = engine.make(regex.structured, stop_ids, false);
+  std::shared_ptr<TokenConstraint> head1 = engine.make(regex.structured, stop_ids, "");
+  std::shared_ptr<TokenConstraint> head2 = engine.make(regex.structured, stop_ids, tok->decode(prompt, true));
   std::mt19937 rng(3);
   const auto mask_of = [&](const TokenMaskSource& source) {
     std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
@@ -102,7 +102,7 @@ TEST_CASE("a worker's sequence constraints give the engine's masks, step after s
   CHECK(worker.size() == 0);
   SamplingParams bad;
   bad.structured = {StructuredOutput::Kind::regex, "a(?=b)", "guided_regex"};
-  CHECK_THROWS_AS(engine.make(bad.structured, stop_ids, true), GrammarError);
+  CHECK_THROWS_AS(engine.make(bad.structured, stop_ids, ""), GrammarError);
 }
 
 }  // namespace paged::constraint

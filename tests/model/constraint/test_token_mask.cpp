@@ -9,6 +9,7 @@
 #include "model/constraint/gbnf.h"
 #include "model/constraint/json_schema.h"
 #include "model/constraint/regex.h"
+#include "model/constraint/sequence_constraints.h"
 #include "model/constraint/token_mask.h"
 #include "model/tokenizer/load_tokenizer.h"
 #include "tests/test_data.h"
@@ -153,6 +154,63 @@ TEST_CASE("After its stop token a constraint allows the stop ids alone, also wit
   REQUIRE(c.accept(stop_ids[0]));
   CHECK(c.stopped());
   CHECK(allowed_of(c, -1) == stops);
+}
+
+TEST_CASE("A constraint with an opening text allows every token until the output writes it, then its grammar",
+          "[constraint]") {
+  const auto tok = load_tokenizer(test::kModel);
+  const auto trie = std::make_shared<const TokenTrie>(*tok);
+  const std::vector<TokenId> stop_ids = tok->eos_ids();
+  const auto automaton = std::make_shared<ConstraintAutomaton>(
+      std::make_shared<const Grammar>(
+          build_grammar({{"root", compile_regex("[0-9]{3}", RegexMatch::full)}}, "root")),
+      trie, stop_ids);
+  const auto allowed_count = [&](const TokenConstraint& c) {
+    std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
+    c.fill_mask(-1, mask);
+    size_t n = 0;
+    for (TokenId id = 0; id < tok->vocab_size(); ++id) n += mask_allows(mask, id);
+    return n;
+  };
+  const auto mask_of = [&](const TokenConstraint& c) {
+    std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
+    c.fill_mask(-1, mask);
+    return mask;
+  };
+  const TokenConstraint fresh(automaton, false);  // the grammar from its start
+  TokenConstraint gated(automaton, false, "</think>");
+  CHECK(allowed_count(gated) == static_cast<size_t>(tok->vocab_size()));
+  // Free text, then the tag written across tokens, byte by byte where the vocabulary has no piece for it.
+  for (const TokenId id : tok->encode("Once upon a time", false)) REQUIRE(gated.accept(id));
+  CHECK(allowed_count(gated) == static_cast<size_t>(tok->vocab_size()));
+  std::vector<TokenId> tag;
+  for (const char c : std::string("</think>")) {
+    TokenId byte = -1;
+    for (TokenId id = 0; id < tok->vocab_size() && byte < 0; ++id)
+      if (trie->bytes(id) == std::string(1, c)) byte = id;
+    REQUIRE(byte >= 0);
+    tag.push_back(byte);
+  }
+  for (size_t i = 0; i + 1 < tag.size(); ++i) {
+    REQUIRE(gated.accept(tag[i]));
+    CHECK(allowed_count(gated) == static_cast<size_t>(tok->vocab_size()));  // not yet
+  }
+  // The mask with the closing byte still in flight is already the grammar's.
+  std::vector<uint32_t> pending(mask_words(tok->vocab_size()));
+  gated.fill_mask(tag.back(), pending);
+  CHECK(pending == mask_of(fresh));
+  REQUIRE(gated.accept(tag.back()));
+  CHECK(mask_of(gated) == mask_of(fresh));
+  CHECK(allowed_count(gated) < 100);
+  // A letter is refused now, a digit taken.
+  CHECK_FALSE(gated.accept(tok->encode("a", false).back()));
+
+  // A prompt that holds the tag starts the grammar at once; one without it does not.
+  ConstraintCache cache(trie);
+  const StructuredOutput digits{.kind = StructuredOutput::Kind::regex, .spec = "[0-9]{3}", .field = "guided_regex",
+                                .after = "</think>"};
+  CHECK(mask_of(*cache.make(digits, stop_ids, "<think>\n\n</think>\n\n")) == mask_of(fresh));
+  CHECK(allowed_count(*cache.make(digits, stop_ids, "Hello")) == static_cast<size_t>(tok->vocab_size()));
 }
 
 }  // namespace paged::constraint
