@@ -64,29 +64,9 @@ for parser in deepseek_r1 qwen3; do
     ${tool_flags[0]:+--tool-parser hermes} || fail "check_reasoning $parser"
   kill -TERM "${PIDS[-1]}"
 done
-# Without --structured-outputs-in-reasoning (vLLM's default) the think block is free and the constraint starts after
-# "</think>": stories260K never writes one, so a three-digit regex leaves its answers free, unless the prompt already
-# holds the tag (a template with thinking off writes it), which starts the regex at once.
+# Without --structured-outputs-in-reasoning (vLLM's default) a constraint starts after "</think>".
 start_server "$WORK/serve-gate.log" --chat-template "$TEMPLATE" --reasoning-parser qwen3
-node -e '
-const [base] = process.argv.slice(1);
-const ask = async (text, seed) => {
-  const r = await fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ messages: [{ role: "user", content: text }], temperature: 1, seed, max_tokens: 12,
-                           structured_outputs: { regex: "[0-9]{3}" } }) });
-  if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
-  return (await r.json()).choices[0].message;
-};
-(async () => {
-  let free = 0;
-  for (let seed = 0; seed < 4; ++seed) {
-    const open = await ask("Tell me a story", seed);
-    if (!/^[0-9]{3}$/.test(open.content ?? "")) ++free;
-    const closed = await ask("<think>\n\n</think>\n\nA number", seed);
-    if (!/^[0-9]{3}$/.test(closed.content ?? "")) throw new Error(`prompt with </think>: ${JSON.stringify(closed)}`);
-  }
-  if (free !== 4) throw new Error(`${4 - free} of 4 answers without </think> were constrained`);
-})().catch((e) => { console.error(e.message); process.exit(1); });' "http://127.0.0.1:$PORT" || fail "constraint after </think>"
+node check_reasoning_gate.mjs --base "http://127.0.0.1:$PORT" || fail check_reasoning_gate
 kill -TERM "${PIDS[-1]}"
 
 # SIGTERM: a clean shutdown.
