@@ -8,6 +8,7 @@
 #include <set>
 
 #include "model/constraint/char_class.h"
+#include "model/constraint/json_formats.h"
 #include "model/constraint/regex.h"
 
 namespace paged::constraint {
@@ -20,6 +21,8 @@ namespace {
 constexpr int kMaxIntDigits = 16;
 constexpr int64_t kMaxGeneratedInt = 9'999'999'999'999'999;
 constexpr int kMaxDepth = 64;
+// Most schema objects allOf merges may read in one compile (branches and references multiply).
+constexpr int kMaxAllOfParts = 4096;
 
 Expr char_of(char c) { return bytes(ByteSet::of(static_cast<uint8_t>(c))); }
 Expr digits(int min, int max) { return repeat(bytes(ByteSet::range('0', '9')), min, max); }
@@ -119,7 +122,7 @@ class SchemaCompiler {
         "type",      "properties", "required",  "additionalProperties", "items",   "minItems",
         "maxItems",  "enum",       "const",     "anyOf",                "oneOf",   "minLength",
         "maxLength", "pattern",    "minimum",   "maximum",              "exclusiveMinimum", "exclusiveMaximum",
-        "$ref"};
+        "$ref",      "format",     "prefixItems", "allOf"};
     std::vector<std::string> constraining;
     for (const auto& kv : o) {
       const std::string_view key = kv.key();
@@ -132,10 +135,10 @@ class SchemaCompiler {
         if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
           refuse("'" + std::string(what) + "' together with '" + k + "' is not supported");
     };
-    if (const json::value* r = o.if_contains("$ref")) {
-      only({"$ref"}, "$ref");
-      return reference(*r, depth);
-    }
+    // allOf, and a $ref beside other constraining keywords (draft 2020-12 reads both), as one merged schema.
+    if (o.contains("allOf") || (o.contains("$ref") && constraining.size() > 1))
+      return schema(json::value(all_of(o, depth)), depth + 1);
+    if (const json::value* r = o.if_contains("$ref")) return reference(*r, depth);
     for (const char* key : {"anyOf", "oneOf"}) {
       if (const json::value* branches = o.if_contains(key)) {
         only({key}, key);
@@ -183,8 +186,10 @@ class SchemaCompiler {
     if (types.empty()) {
       // Without "type", the keywords say which kind of value is meant; none: any value.
       if (o.contains("properties") || o.contains("required") || o.contains("additionalProperties")) types.push_back("object");
-      if (o.contains("items") || o.contains("minItems") || o.contains("maxItems")) types.push_back("array");
-      if (o.contains("minLength") || o.contains("maxLength") || o.contains("pattern")) types.push_back("string");
+      if (o.contains("items") || o.contains("prefixItems") || o.contains("minItems") || o.contains("maxItems"))
+        types.push_back("array");
+      if (o.contains("minLength") || o.contains("maxLength") || o.contains("pattern") || o.contains("format"))
+        types.push_back("string");
       if (o.contains("minimum") || o.contains("maximum") || o.contains("exclusiveMinimum") ||
           o.contains("exclusiveMaximum"))
         refuse("number bounds need \"type\": \"integer\"");
@@ -258,12 +263,25 @@ class SchemaCompiler {
   Expr string(const json::object& o) {
     const std::optional<int64_t> min = count(o, "minLength"), max = count(o, "maxLength");
     if (const json::value* p = o.if_contains("pattern")) {
-      if (min || max) refuse("'pattern' together with 'minLength' or 'maxLength' is not supported");
+      if (min || max || o.contains("format"))
+        refuse("'pattern' together with 'minLength', 'maxLength' or 'format' is not supported");
       if (!p->is_string()) refuse("'pattern' must be a string");
       return seq({char_of('"'), compile_regex(p->get_string(), RegexMatch::search, RegexOutput::json_string),
                   char_of('"')});
     }
     if (min && max && *max < *min) refuse("'maxLength' is below 'minLength'");
+    if (const json::value* f = o.if_contains("format")) {
+      if (!f->is_string()) refuse("'format' must be a string");
+      if (auto format = string_format(f->get_string(), max ? std::optional<int>(static_cast<int>(*max)) : std::nullopt)) {
+        // Lengths are supported where the format's own bounds imply them (the format shrinks to fit a maxLength).
+        const LengthRange& lengths = format->second;
+        if ((min && lengths.min < *min) || (max && (!lengths.max || *lengths.max > *max)))
+          refuse("'format' '" + std::string(f->get_string()) + "' with values of " + std::to_string(lengths.min) +
+                 (lengths.max ? "-" + std::to_string(*lengths.max) : "+") +
+                 " characters together with 'minLength' / 'maxLength' outside them is not supported");
+        return seq({char_of('"'), std::move(format->first), char_of('"')});
+      }
+    }
     if (!min && !max) return ref("string");
     return seq({char_of('"'), repeat(ref("char"), static_cast<int>(min.value_or(0)), max ? static_cast<int>(*max) : -1),
                 char_of('"')});
@@ -271,17 +289,43 @@ class SchemaCompiler {
 
   Expr array(const json::object& o, int depth) {
     const json::value* items = o.if_contains("items");
-    if (items && items->is_array()) refuse("'items' as a list (tuple validation) is not supported");
-    const Expr item = items ? named(schema(*items, depth + 1)) : ref("value");
+    if (items && items->is_array()) refuse("'items' as a list (draft 4-7 tuples) is not supported: use 'prefixItems'");
     const int64_t min = count(o, "minItems").value_or(0);
     const std::optional<int64_t> max = count(o, "maxItems");
     if (max && *max < min) refuse("'maxItems' is below 'minItems'");
+    if (const json::value* prefix = o.if_contains("prefixItems")) return tuple(*prefix, items, min, max, depth);
     const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
-    std::vector<Expr> open{char_of('['), ref("ws")};
+    const Expr item = items ? named(schema(*items, depth + 1)) : ref("value");
     if (max && *max == 0) return seq({char_of('['), ref("ws"), char_of(']')});
     Expr rest = repeat(seq({sep, item}), static_cast<int>(std::max<int64_t>(min - 1, 0)),
                        max ? static_cast<int>(*max - 1) : -1);
     Expr some = seq({item, std::move(rest), ref("ws")});
+    return seq({char_of('['), ref("ws"), min > 0 ? std::move(some) : optional(std::move(some)), char_of(']')});
+  }
+
+  // prefixItems: element i of the array follows schema i of the list; elements after the list follow `items`
+  // (absent or false: none, as additionalProperties' default; true: any value).
+  Expr tuple(const json::value& prefix, const json::value* items, int64_t min, std::optional<int64_t> max, int depth) {
+    if (!prefix.is_array() || prefix.get_array().empty()) refuse("'prefixItems' must be a non-empty list");
+    const json::array& schemas = prefix.get_array();
+    const int64_t fixed = static_cast<int64_t>(schemas.size());
+    const bool open = items && !(items->is_bool() && !items->get_bool());
+    if (!open && min > fixed) refuse("'minItems' is above the number of 'prefixItems' and 'items' allows no more");
+    const int64_t most = max.value_or(open ? -1 : fixed);
+    const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
+    // tail: the elements from index i on, each after a comma; built from the end.
+    Expr tail = seq({});
+    if (open && (most < 0 || most > fixed)) {
+      const Expr item = named(schema(*items, depth + 1));
+      tail = repeat(seq({sep, item}), static_cast<int>(std::max<int64_t>(min - fixed, 0)),
+                    most < 0 ? -1 : static_cast<int>(most - fixed));
+    }
+    for (int64_t i = std::min<int64_t>(fixed, most < 0 ? fixed : most); i-- > 1;) {
+      Expr piece = seq({sep, named(schema(schemas[static_cast<size_t>(i)], depth + 1)), std::move(tail)});
+      tail = named(i >= min ? optional(std::move(piece)) : std::move(piece));
+    }
+    if (most == 0) return seq({char_of('['), ref("ws"), char_of(']')});
+    Expr some = seq({named(schema(schemas[0], depth + 1)), std::move(tail), ref("ws")});
     return seq({char_of('['), ref("ws"), min > 0 ? std::move(some) : optional(std::move(some)), char_of(']')});
   }
 
@@ -339,21 +383,122 @@ class SchemaCompiler {
     return seq({char_of('{'), ref("ws"), first, ref("ws"), char_of('}')});
   }
 
+  // allOf as one schema: the keywords of the object and of each branch (a branch's $ref and nested allOf read
+  // through), merged where JSON Schema's meaning allows it: properties joined (a name in several: allOf of its
+  // schemas), required joined, types intersected, the tighter of two bounds, equal values once. A branch's explicit
+  // additionalProperties reads only that branch's properties: it must name every property of the merged schema.
+  // Any other keyword in two places with two values is refused.
+  json::object all_of(const json::object& o, int depth) {
+    std::vector<const json::object*> parts;
+    collect_all_of(o, parts, depth);
+    json::object merged;
+    for (const json::object* part : parts) {
+      for (const auto& kv : *part) {
+        const std::string_view key = kv.key();
+        if (key == "allOf" || key == "$ref" || kAnnotations.contains(key)) continue;
+        json::value* have = merged.if_contains(key);
+        if (!have) {
+          merged[key] = kv.value();
+        } else if (key == "properties" && have->is_object() && kv.value().is_object()) {
+          for (const auto& p : kv.value().get_object()) {
+            json::value* same = have->get_object().if_contains(p.key());
+            if (same) *same = json::object{{"allOf", json::array{*same, p.value()}}};
+            else have->get_object()[p.key()] = p.value();
+          }
+        } else if (key == "required" && have->is_array() && kv.value().is_array()) {
+          for (const json::value& name : kv.value().get_array())
+            if (std::find(have->get_array().begin(), have->get_array().end(), name) == have->get_array().end())
+              have->get_array().push_back(name);
+        } else if (key == "type") {
+          *have = intersect_types(*have, kv.value());
+        } else if (*have != kv.value()) {
+          if (!have->is_number() || !kv.value().is_number()) refuse("allOf: '" + std::string(key) + "' in two branches with two values is not supported");
+          const bool lower = key == "minimum" || key == "exclusiveMinimum" || key == "minLength" || key == "minItems";
+          const bool upper = key == "maximum" || key == "exclusiveMaximum" || key == "maxLength" || key == "maxItems";
+          if (!lower && !upper) refuse("allOf: '" + std::string(key) + "' in two branches with two values is not supported");
+          const double a = have->to_number<double>(), b = kv.value().to_number<double>();
+          if (lower ? b > a : b < a) *have = kv.value();
+        }
+      }
+    }
+    if (const json::value* names = merged.if_contains("properties"); names && names->is_object()) {
+      for (const json::object* part : parts) {
+        if (!part->contains("additionalProperties")) continue;
+        const json::value* own = part->if_contains("properties");
+        for (const auto& p : names->get_object())
+          if (!own || !own->is_object() || !own->get_object().contains(p.key()))
+            refuse("allOf: the property '" + std::string(p.key()) +
+                   "' is not in the 'properties' beside an 'additionalProperties' (JSON Schema would refuse it there)");
+      }
+    }
+    return merged;
+  }
+
+  // The objects allOf joins: `o` itself, then each branch (references followed, nested allOf flattened).
+  void collect_all_of(const json::object& o, std::vector<const json::object*>& parts, int depth) {
+    if (depth > kMaxDepth) refuse("nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (++all_of_parts_ > kMaxAllOfParts)
+      refuse("allOf: more than " + std::to_string(kMaxAllOfParts) + " schemas to merge");
+    parts.push_back(&o);
+    if (const json::value* r = o.if_contains("$ref")) collect_all_of(resolve(*r), parts, depth + 1);
+    const json::value* branches = o.if_contains("allOf");
+    if (!branches) return;
+    if (!branches->is_array() || branches->get_array().empty()) refuse("'allOf' must be a non-empty list");
+    for (const json::value& b : branches->get_array()) {
+      if (b.is_bool() && b.get_bool()) continue;
+      if (!b.is_object()) refuse("an 'allOf' branch must be an object or true");
+      collect_all_of(b.get_object(), parts, depth + 1);
+    }
+  }
+
+  static json::value intersect_types(const json::value& a, const json::value& b) {
+    const auto list = [](const json::value& t) {
+      std::vector<std::string> out;
+      if (t.is_string()) out.emplace_back(t.get_string());
+      if (t.is_array())
+        for (const json::value& x : t.get_array())
+          if (x.is_string()) out.emplace_back(x.get_string());
+      if (out.empty()) refuse("'type' must be a string or a list of strings");
+      return out;
+    };
+    json::array both;
+    const std::vector<std::string> lb = list(b);
+    const auto has = [&](std::string_view t) { return std::find(lb.begin(), lb.end(), t) != lb.end(); };
+    for (const std::string& t : list(a)) {
+      if (has(t)) both.emplace_back(t);
+      else if ((t == "integer" && has("number")) || (t == "number" && has("integer"))) both.emplace_back("integer");
+    }
+    if (both.empty()) refuse("allOf: the branches' types admit no value");
+    return both;
+  }
+
+  // What a "#..." pointer names.
+  const json::value& target_of(const json::value& r) const {
+    if (!r.is_string()) refuse("'$ref' must be a string");
+    const std::string_view target = r.get_string();
+    if (target.empty() || target[0] != '#')
+      refuse("'$ref' to '" + std::string(target) + "': only references within the schema (\"#...\") are supported");
+    try {
+      return target.size() > 1 ? root_.at_pointer(target.substr(1)) : root_;
+    } catch (const std::exception&) {
+      refuse("'$ref' to '" + std::string(target) + "' points to nothing");
+    }
+  }
+
+  const json::object& resolve(const json::value& r) const {
+    const json::value& at = target_of(r);
+    if (!at.is_object()) refuse("'$ref' to '" + std::string(r.get_string()) + "' beside other keywords must name an object");
+    return at.get_object();
+  }
+
   // A chain of references nests as deeply as the schemas it names: `depth` goes on.
   Expr reference(const json::value& r, int depth) {
-    if (!r.is_string()) refuse("'$ref' must be a string");
+    const json::value& at = target_of(r);
     const std::string target(r.get_string());
     if (auto it = refs_.find(target); it != refs_.end()) return ref(it->second);
-    if (target.empty() || target[0] != '#') refuse("'$ref' to '" + target + "': only references within the schema (\"#...\") are supported");
-    const json::value* at = &root_;
-    try {
-      if (target.size() > 1) at = &root_.at_pointer(std::string_view(target).substr(1));
-    } catch (const std::exception&) {
-      refuse("'$ref' to '" + target + "' points to nothing");
-    }
     const std::string name = "ref" + std::to_string(counter_++);
     refs_.emplace(target, name);
-    Expr body = schema(*at, depth + 1);
+    Expr body = schema(at, depth + 1);
     rules_.emplace_back(name, std::move(body));
     return ref(name);
   }
@@ -362,6 +507,7 @@ class SchemaCompiler {
   Rules rules_;
   std::map<std::string, std::string> refs_;  // pointer -> rule name
   int counter_ = 0;
+  int all_of_parts_ = 0;                      // schema objects read by allOf merges so far
 };
 
 }  // namespace

@@ -1,10 +1,12 @@
 // JSON Schema (the subset structured outputs use) and JSON itself compiled to grammar rules: the texts the grammar
 // accepts are JSON values valid for the schema. Supported: type (one or a list), properties, required,
-// additionalProperties (absent: false, as xgrammar's strict mode), items, minItems, maxItems, enum, const, anyOf,
-// oneOf (as anyOf: exact when its branches are disjoint), minLength / maxLength, pattern (not both with lengths),
-// minimum / maximum / exclusiveMinimum / exclusiveMaximum of integers, $ref to "#..." pointers ($defs,
-// definitions, the root), and annotations (title, description, default, examples, $schema, $id, $comment).
-// Any other keyword is refused with a GrammarError naming it.
+// additionalProperties (absent: false, as xgrammar's strict mode), items, prefixItems (later elements: none unless
+// items says), minItems, maxItems, enum, const, anyOf, oneOf (as anyOf: exact when its branches are disjoint),
+// allOf (and $ref beside other keywords) merged into one schema, minLength / maxLength, pattern (not with lengths),
+// format (json_formats.h), minimum / maximum / exclusiveMinimum / exclusiveMaximum of integers, $ref to "#..."
+// pointers ($defs, definitions, the root), and annotations (title, description, default, examples, $schema, $id,
+// $comment). Any other keyword, and a combination the grammar cannot express exactly, is refused with a
+// GrammarError naming it.
 //
 // Whitespace: between tokens, none, one space, or a newline and up to 20 spaces or tabs (llama.cpp's policy);
 // object members come in the order of `properties`. Numbers are written with at most 16 integer digits, 16

@@ -3,10 +3,12 @@
 // answers are objects, choice answers are a choice, regex answers match (JavaScript's RegExp); the same schema over
 // the WebSocket protocol (/v1/stream); an unsupported keyword is a 400 (an error frame) naming the field. Tool
 // calls: tool_choice "required" and a named function give tool_calls whose arguments ajv finds valid for the
-// function's parameters.
+// function's parameters. A schema as pydantic v2 writes one (string formats, a tuple, Optional, a nested model with
+// a description beside its $ref, allOf) is validated by ajv (draft 2020-12) with ajv-formats.
 // Usage: node check_structured.mjs --base http://127.0.0.1:PORT
 import OpenAI from "openai";
-import Ajv from "ajv";
+import Ajv2020 from "ajv/dist/2020.js";
+import addFormats from "ajv-formats";
 import WebSocket from "ws";
 import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
 
@@ -14,7 +16,8 @@ const args = parseArgs();
 await waitForHealth(args.base);
 const client = new OpenAI({ baseURL: `${args.base}/v1`, apiKey: "unused", maxRetries: 0 });
 const model = "stories260K";
-const ajv = new Ajv({ strict: false });
+const ajv = new Ajv2020({ strict: false });
+addFormats(ajv);
 const schema = {
   type: "object",
   properties: {
@@ -63,13 +66,47 @@ for (let seed = 0; seed < 12; ++seed) {
   });
   check(new RegExp(`^(?:${pattern})$`).test(regex.choices[0].text), `seed ${seed}: regex`, regex.choices[0].text);
 }
+// pydantic v2's model_json_schema() of: class Owner(BaseModel): email: EmailStr = Field(max_length=40); id: UUID;
+// class Pet(BaseModel): born: datetime; site: HttpUrl; size: tuple[int, constr(max_length=20)];
+// owner: Owner = Field(description=...); ip: IPv4Address | None = None; trip: timedelta; plus an allOf as older
+// generators write a described $ref. (The lengths keep stories260K's answers within max_tokens.)
+const pydantic = {
+  $defs: {
+    Owner: { properties: { email: { format: "email", maxLength: 40, title: "Email", type: "string" },
+                           id: { format: "uuid", title: "Id", type: "string" } },
+             required: ["email", "id"], title: "Owner", type: "object" },
+  },
+  properties: {
+    born: { format: "date-time", title: "Born", type: "string" },
+    site: { format: "uri", maxLength: 2083, minLength: 1, title: "Site", type: "string" },
+    size: { maxItems: 2, minItems: 2, prefixItems: [{ type: "integer" }, { type: "string", maxLength: 20 }], title: "Size", type: "array" },
+    owner: { $ref: "#/$defs/Owner", description: "who feeds it" },
+    vet: { allOf: [{ $ref: "#/$defs/Owner" }], description: "who heals it" },
+    ip: { anyOf: [{ format: "ipv4", type: "string" }, { type: "null" }], default: null, title: "Ip" },
+    trip: { format: "duration", title: "Trip", type: "string" },
+  },
+  required: ["born", "site", "size", "owner", "vet", "trip"],
+  title: "Pet", type: "object",
+};
+const validatePydantic = ajv.compile(pydantic);
+for (let seed = 0; seed < 8; ++seed) {
+  const chat = await client.chat.completions.create({
+    model, messages, temperature: 1, seed, max_tokens: 480,
+    response_format: { type: "json_schema", json_schema: { name: "Pet", schema: pydantic, strict: true } },
+  });
+  const text = chat.choices[0].message.content;
+  let value;
+  try { value = JSON.parse(text); } catch { value = undefined; }
+  check(chat.choices[0].finish_reason === "stop" && value !== undefined && validatePydantic(value),
+        `seed ${seed}: the pydantic schema's answer is valid (formats too)`, [text, validatePydantic.errors]);
+}
 const bad = await fetch(`${args.base}/v1/completions`, {
   method: "POST", headers: { "Content-Type": "application/json" },
-  body: JSON.stringify({ model, prompt: "x", guided_json: { type: "string", format: "email" } }),
+  body: JSON.stringify({ model, prompt: "x", guided_json: { type: "array", uniqueItems: true } }),
 });
 const body = await bad.json();
 checkEqual([bad.status, body.error?.param], [400, "guided_json"], "an unsupported keyword is a 400 naming the field");
-check(String(body.error?.message).includes("'format'"), "the message names the keyword", body);
+check(String(body.error?.message).includes("'uniqueItems'"), "the message names the keyword", body);
 // Tool calls forced by tool_choice, read back as tool_calls.
 const weather = {
   type: "object", properties: { city: { type: "string", maxLength: 20 }, days: { type: "integer", minimum: 1, maximum: 14 } },

@@ -227,6 +227,14 @@ std::vector<StructuredOutput> nasty_constraints() {
       {K::json_schema, R"({"type": "string", "pattern": "(a{1000}){1000}"})"},
       {K::json_schema, R"({"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}})"},
       {K::json_schema, R"({"$ref": "http://example.com/x"})"}, {K::json_schema, R"({"$ref": "#/$defs/\u0000"})"},
+      {K::json_schema, R"({"allOf": [{"$ref": "#"}]})"}, {K::json_schema, R"({"allOf": [{"allOf": [{"$ref": "#"}]}, {}]})"},
+      {K::json_schema, R"({"$defs": {"n": {"properties": {"k": {"$ref": "#/$defs/n", "required": ["k"]}}}}, "$ref": "#/$defs/n", "type": "object"})"},
+      {K::json_schema, R"({"allOf": [{"type": ["string", "null"]}, {"type": "number"}]})"}, {K::json_schema, R"({"allOf": 5})"},
+      {K::json_schema, R"({"type": "string", "format": "uri", "maxLength": 2147483647})"},
+      {K::json_schema, R"({"type": "string", "format": "email", "maxLength": 100000})"},
+      {K::json_schema, R"({"type": "string", "format": 7})"}, {K::json_schema, R"({"type": "array", "prefixItems": {}})"},
+      {K::json_schema, R"({"type": "array", "prefixItems": [{}, {}, {}], "maxItems": 0})"},
+      {K::json_schema, R"({"type": "array", "prefixItems": [{"$ref": "#"}], "items": {"$ref": "#"}, "minItems": 100000})"},
       {K::choice, "[]"}, {K::choice, "[1]"}, {K::choice, R"([""])"}, {K::choice, R"(["\ud800"])"}};
   std::string nested = "{}";
   for (int i = 0; i < 200; ++i) nested = R"({"type": "array", "items": )" + nested + "}";

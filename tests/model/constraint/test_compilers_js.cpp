@@ -2,7 +2,9 @@
 // generated strings: random walks of each grammar (accept cases) and their one-character mutations (mostly reject
 // cases). A regex grammar must agree with RegExp on every string; a schema grammar must accept only strings ajv
 // finds valid, and must accept the compact form (JSON.stringify) of every valid one. (The schemas state
-// additionalProperties: the compiler's default, false, is stricter than JSON Schema's.)
+// additionalProperties: the compiler's default, false, is stricter than JSON Schema's.) String formats generate a
+// subset of what ajv-formats admits (RFC forms a program writes: no lower-case 't', no leap second): for their
+// schemas every accepted string must be valid, and each format's hand-picked examples, valid to ajv, accepted.
 #include <catch2/catch.hpp>
 
 #include <boost/json.hpp>
@@ -74,14 +76,33 @@ TEST_CASE("Schema and regex compilers agree with ajv and RegExp on generated str
           "items": {"$ref": "#/$defs/t"}, "maxItems": 2}}, "required": ["v"], "additionalProperties": false}},
           "$ref": "#/$defs/t"})",
       R"({"type": "object", "additionalProperties": {"type": "integer", "maximum": 9}})",
-      R"({"type": ["string", "integer"], "maxLength": 2, "maximum": 3})"};
+      R"({"type": ["string", "integer"], "maxLength": 2, "maximum": 3})",
+      R"({"type": "array", "prefixItems": [{"type": "integer", "maximum": 3}, {"enum": ["a", "b"]}],
+          "items": {"type": "boolean"}, "maxItems": 4})",
+      R"({"$defs": {"b": {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0}, "y": {"type": "null"}},
+          "required": ["x"], "additionalProperties": false}},
+          "allOf": [{"$ref": "#/$defs/b"}, {"properties": {"x": {"maximum": 20}}, "required": ["y"]}]})"};
+  // (format, examples) for the subset schemas.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> formats{
+      {"date", {"2024-02-29", "1999-12-31"}},
+      {"time", {"23:59:59Z", "08:15:00.5+01:00"}},
+      {"date-time", {"2026-12-02T07:45:00Z", "1985-04-12T23:20:50.52-04:00"}},
+      {"duration", {"P3Y6M4DT12H30M5S", "PT15M", "P2W"}},
+      {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}},
+      {"email", {"jane.doe@example.com", "o'hara+x@sub.example.org"}},
+      {"hostname", {"api.example.com", "localhost"}},
+      {"ipv4", {"192.168.0.1", "8.8.8.8"}},
+      {"ipv6", {"2001:db8::ff00:42:8329", "::1", "fe80::"}},
+      {"uri", {"https://example.com/a/b?q=1#frag", "ftp://files.example.org:2121/pub/%7Euser/"}}};
   const std::vector<std::string> regexes{"[a-c]{1,3}(-[0-9]+)?", "(foo|ba[rz])+\\.", "\\w+@\\w+\\.(com|org)",
                                          "[^,]{0,3},\\s?\\d{2}", "(a|b)*c?d{2,}", "x(?:yz|y)*[.?!]"};
   std::mt19937 rng(2026);
   json::array cases;
   std::vector<std::shared_ptr<const Grammar>> grammars;
   std::vector<std::vector<std::string>> strings;
-  const auto add = [&](const char* kind, const std::string& spec, std::shared_ptr<const Grammar> g) {
+  std::vector<size_t> examples_from;  // per case: index of its first example string (the end when none)
+  const auto add = [&](const char* kind, const std::string& spec, std::shared_ptr<const Grammar> g,
+                       const std::vector<std::string>& examples = {}) {
     std::vector<std::string> s;
     for (int i = 0; i < 60; ++i) {
       std::string sentence = random_sentence(g, rng);
@@ -91,6 +112,8 @@ TEST_CASE("Schema and regex compilers agree with ajv and RegExp on generated str
       s.push_back(mutated(mutated(sentence, rng), rng));
     }
     REQUIRE(s.size() > 60);
+    examples_from.push_back(s.size());
+    s.insert(s.end(), examples.begin(), examples.end());
     json::array list;
     for (const std::string& x : s) list.emplace_back(x);
     cases.push_back(json::object{{"kind", kind}, {"spec", spec}, {"strings", std::move(list)}});
@@ -101,6 +124,13 @@ TEST_CASE("Schema and regex compilers agree with ajv and RegExp on generated str
     add("schema", s, std::make_shared<const Grammar>(compile_json_schema(json::parse(s))));
   for (const std::string& r : regexes)
     add("regex", r, std::make_shared<const Grammar>(build_grammar({{"root", compile_regex(r, RegexMatch::full)}}, "root")));
+  const size_t first_format = grammars.size();
+  for (const auto& [format, examples] : formats) {
+    const std::string spec = R"({"type": "string", "format": ")" + format + "\"}";
+    std::vector<std::string> quoted;
+    for (const std::string& e : examples) quoted.push_back(json::serialize(json::value(e)));
+    add("schema", spec, std::make_shared<const Grammar>(compile_json_schema(json::parse(spec))), quoted);
+  }
 
   const auto node_dir = test::install_node_packages();
   const auto in = node_dir / "constraint_strings.json", out = node_dir / "constraint_verdicts.json";
@@ -115,14 +145,17 @@ TEST_CASE("Schema and regex compilers agree with ajv and RegExp on generated str
   int accepted = 0, rejected = 0;
   for (size_t c = 0; c < grammars.size(); ++c) {
     const json::object& r = results[c].as_object();
-    const bool regex = c >= schemas.size();
+    const bool regex = c >= schemas.size() && c < first_format, subset = c >= first_format;
     for (size_t i = 0; i < strings[c].size(); ++i) {
       const std::string& s = strings[c][i];
-      INFO((regex ? regexes[c - schemas.size()] : schemas[c]) << "\non '" << s << "'");
+      INFO(cases[c].as_object().at("spec").as_string() << "\non '" << s << "'");
       const bool mine = admits(grammars[c], s), reference = r.at("valid").as_array()[i].as_bool();
       (mine ? accepted : rejected) += 1;
       if (regex) {
         CHECK(mine == reference);
+      } else if (subset) {
+        if (mine) CHECK(reference);
+        if (i >= examples_from[c]) CHECK((mine && reference));
       } else {
         if (mine) CHECK(reference);
         if (reference) CHECK(admits(grammars[c], std::string(r.at("compact").as_array()[i].as_string())));

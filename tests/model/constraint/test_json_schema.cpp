@@ -58,6 +58,69 @@ TEST_CASE("JSON schema: arrays, enums, const, anyOf, strings, integer ranges, $r
   CHECK_FALSE(admits(tree, R"({"v":1,"kids":[{}]})"));
 }
 
+TEST_CASE("JSON schema: string formats", "[constraint]") {
+  const auto check = [](const char* format, std::initializer_list<const char*> ok, std::initializer_list<const char*> bad) {
+    const auto g = schema(std::string(R"({"type": "string", "format": ")") + format + "\"}");
+    for (const char* s : ok) {
+      INFO(format << ": " << s);
+      CHECK(admits(g, std::string("\"") + s + "\""));
+    }
+    for (const char* s : bad) {
+      INFO(format << ": " << s);
+      CHECK_FALSE(admits(g, std::string("\"") + s + "\""));
+    }
+  };
+  check("date", {"2024-02-29", "2000-02-29", "1999-12-31", "0000-02-29", "2023-04-30"},
+        {"2023-02-29", "1900-02-29", "2024-04-31", "2024-13-01", "2024-00-10", "2024-1-01", "24-01-01"});
+  check("time", {"23:59:59Z", "00:00:00.123456789+05:30", "12:30:00-00:00"},
+        {"24:00:00Z", "12:60:00Z", "12:00:00", "12:00Z", "12:00:00+5:30", "12:00:00.Z"});
+  check("date-time", {"2026-12-02T07:45:00Z", "1996-12-19T16:39:57-08:00"}, {"2026-12-02 07:45:00Z", "2026-12-02T07:45:00"});
+  check("duration", {"P3Y6M4DT12H30M5S", "P1W", "PT1S", "P2D", "P1MT2M"}, {"P", "PT", "P1YT", "P1S", "P1W2D"});
+  check("uuid", {"123e4567-e89b-12d3-a456-426614174000", "ABCDEF01-2345-6789-abcd-ef0123456789"},
+        {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400"});
+  check("ipv4", {"0.0.0.0", "255.255.255.255", "192.168.1.10"}, {"256.1.1.1", "1.2.3", "01.2.3.4", "1.2.3.4.5"});
+  check("ipv6", {"::", "::1", "2001:db8::8a2e:370:7334", "fe80::", "1:2:3:4:5:6:7:8", "1::8"},
+        {":::", "1:2:3:4:5:6:7:8:9", "12345::", "1::2::3", "g::1"});
+  check("hostname", {"localhost", "api.example.com", "a-b.c1"}, {"-a.com", "a-.com", "a..b", "a_b.com", ""});
+  check("email", {"jane.doe@example.com", "x+tag@mail.co.uk"}, {"jane@localhost", "@example.com", "a@@b.c", "a.@b.c"});
+  check("uri", {"https://example.com/a/b?q=1&r=%20#top", "ftp://10.0.0.1:21/", "urn://x"},
+        {"example.com", "http:/x", "https://exa mple.com", "https://x/%zz"});
+  check("password", {"", "any \\\" thing"}, {});
+  // A maxLength: the open-ended formats shrink to fit it; minLength / maxLength the format implies are accepted.
+  const auto url = schema(R"({"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083})");
+  CHECK(admits(url, R"("https://example.com/path?x=1")"));
+  CHECK(admits(schema(R"({"type": "string", "format": "uuid", "minLength": 36, "maxLength": 36})"),
+               R"("123e4567-e89b-12d3-a456-426614174000")"));
+  const auto short_mail = schema(R"({"type": "string", "format": "email", "maxLength": 12})");
+  CHECK(admits(short_mail, R"("ab@cd.ef")"));
+  CHECK_FALSE(admits(short_mail, R"("abcdefgh@cd.ef")"));
+}
+
+TEST_CASE("JSON schema: prefixItems, allOf, $ref beside other keywords", "[constraint]") {
+  const auto pair = schema(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+                               "minItems": 2, "maxItems": 2})");
+  CHECK(admits(pair, R"([1, "a"])"));
+  for (const char* bad : {R"([1])", R"(["a", 1])", R"([1, "a", 2])", "[]"}) CHECK_FALSE(admits(pair, bad));
+  const auto open = schema(R"({"type": "array", "prefixItems": [{"const": 0}], "items": {"type": "boolean"}, "maxItems": 3})");
+  for (const char* ok : {"[]", "[0]", "[0, true]", "[0,false,true]"}) CHECK(admits(open, ok));
+  for (const char* bad : {"[1]", "[0, 1]", "[0, true, true, true]"}) CHECK_FALSE(admits(open, bad));
+  // pydantic v1's way of naming a model with a description, and joined branches.
+  const auto joined = schema(R"({"definitions": {"P": {"type": "object", "properties": {"x": {"type": "integer"}},
+      "required": ["x"]}}, "type": "object", "properties": {"p": {"allOf": [{"$ref": "#/definitions/P"}],
+      "description": "a point"}, "q": {"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 9}, {"minimum": 3}]}},
+      "required": ["p", "q"]})");
+  CHECK(admits(joined, R"({"p": {"x": -4}, "q": 3})"));
+  for (const char* bad : {R"({"p": {}, "q": 3})", R"({"p": {"x": 1}, "q": 2})", R"({"p": {"x": 1}, "q": 10})"})
+    CHECK_FALSE(admits(joined, bad));
+  const auto both = schema(R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+      {"properties": {"b": {"type": "string"}, "a": {"minimum": 1}}, "required": ["b"]}]})");
+  CHECK(admits(both, R"({"a": 1, "b": "x"})"));
+  for (const char* bad : {R"({"a": 0, "b": "x"})", R"({"a": 1})", R"({"b": "x"})"}) CHECK_FALSE(admits(both, bad));
+  const auto sibling = schema(R"({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "maximum": 5})");
+  CHECK(admits(sibling, "5"));
+  CHECK_FALSE(admits(sibling, "6"));
+}
+
 TEST_CASE("json_object admits any object", "[constraint]") {
   const auto g = std::make_shared<const Grammar>(compile_json_object());
   CHECK(admits(g, R"({"a": [1, {"b": null}], "c": "d"})"));
@@ -68,9 +131,24 @@ TEST_CASE("json_object admits any object", "[constraint]") {
 
 TEST_CASE("JSON schema keywords that cannot be enforced are refused by name", "[constraint]") {
   for (const auto& [s, word] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"type": "string", "format": "email"})", "'format'"},
+           {R"({"type": "string", "format": "iri"})", "'iri'"},
+           {R"({"type": "string", "format": "date", "maxLength": 8})", "'format' 'date' with values of 10-10"},
+           {R"({"type": "string", "format": "email", "maxLength": 4})", "no 'email' value fits"},
+           {R"({"type": "string", "format": "uuid", "pattern": "a"})", "'pattern' together"},
            {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
-           {R"({"allOf": [{}]})", "'allOf'"},
+           {R"({"allOf": [{"const": 1}, {"const": 2}]})", "allOf: 'const'"},
+           {R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", "admit no value"},
+           {R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false}, {"properties": {"b": {}}}]})",
+            "the property 'b'"},
+           {R"({"type": "array", "prefixItems": [{}], "minItems": 2})", "'minItems' is above"},
+           {R"({"$ref": "#/$defs/d0", "$defs": {)" + [] {
+              std::string defs;  // each allOf names the next twice: 2^25 branches to merge
+              for (int i = 0; i < 25; ++i)
+                defs += "\"d" + std::to_string(i) + "\": {\"allOf\": [{\"$ref\": \"#/$defs/d" + std::to_string(i + 1) +
+                        "\"}, {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}]},";
+              return defs + R"("d25": {"type": "null"}}})";
+            }(), "more than 4096 schemas"},
+           {R"({"type": "array", "items": [{}]})", "'prefixItems'"},
            {R"({"type": "number", "minimum": 0})", "'minimum'"},
            {R"({"type": "object", "patternProperties": {}})", "'patternProperties'"},
            {R"({"$ref": "http://x/y"})", "'$ref'"},
