@@ -3,7 +3,8 @@
 // additionalProperties (absent: false, as xgrammar's strict mode), items, prefixItems (later elements: none unless
 // items says), minItems, maxItems, enum, const, anyOf, oneOf (as anyOf: exact when its branches are disjoint),
 // allOf (and $ref beside other keywords) merged into one schema, minLength / maxLength, pattern (not with lengths),
-// format (json_formats.h), minimum / maximum / exclusiveMinimum / exclusiveMaximum of integers, $ref to "#..."
+// format (json_formats.h), minimum / maximum / exclusiveMinimum / exclusiveMaximum of integers and numbers
+// (bounded numbers are written without exponent), $ref to "#..."
 // pointers ($defs, definitions, the root), and annotations (title, description, default, examples, $schema, $id,
 // $comment). Any other keyword, and a combination the grammar cannot express exactly, is refused with a
 // GrammarError naming it.

@@ -68,7 +68,8 @@ for (let seed = 0; seed < 12; ++seed) {
 }
 // pydantic v2's model_json_schema() of: class Owner(BaseModel): email: EmailStr = Field(max_length=40); id: UUID;
 // class Pet(BaseModel): born: datetime; site: HttpUrl; size: tuple[int, constr(max_length=20)];
-// owner: Owner = Field(description=...); ip: IPv4Address | None = None; trip: timedelta; plus an allOf as older
+// owner: Owner = Field(description=...); ip: IPv4Address | None = None; trip: timedelta;
+// price: float = Field(gt=0, le=100); delta: confloat(ge=-1, lt=1); plus an allOf as older
 // generators write a described $ref. (The lengths keep stories260K's answers within max_tokens.)
 const pydantic = {
   $defs: {
@@ -84,8 +85,10 @@ const pydantic = {
     vet: { allOf: [{ $ref: "#/$defs/Owner" }], description: "who heals it" },
     ip: { anyOf: [{ format: "ipv4", type: "string" }, { type: "null" }], default: null, title: "Ip" },
     trip: { format: "duration", title: "Trip", type: "string" },
+    price: { exclusiveMinimum: 0, maximum: 100, title: "Price", type: "number" },
+    delta: { exclusiveMaximum: 1, minimum: -1, title: "Delta", type: "number" },
   },
-  required: ["born", "site", "size", "owner", "vet", "trip"],
+  required: ["born", "site", "size", "owner", "vet", "trip", "price", "delta"],
   title: "Pet", type: "object",
 };
 const validatePydantic = ajv.compile(pydantic);

@@ -4,7 +4,8 @@
 // finds valid, and must accept the compact form (JSON.stringify) of every valid one. (The schemas state
 // additionalProperties: the compiler's default, false, is stricter than JSON Schema's.) String formats generate a
 // subset of what ajv-formats admits (RFC forms a program writes: no lower-case 't', no leap second): for their
-// schemas every accepted string must be valid, and each format's hand-picked examples, valid to ajv, accepted.
+// schemas every accepted string must be valid, and each format's hand-picked examples, valid to ajv, accepted; the
+// same for bounded numbers (written without exponent).
 #include <catch2/catch.hpp>
 
 #include <boost/json.hpp>
@@ -131,6 +132,11 @@ TEST_CASE("Schema and regex compilers agree with ajv and RegExp on generated str
     for (const std::string& e : examples) quoted.push_back(json::serialize(json::value(e)));
     add("schema", spec, std::make_shared<const Grammar>(compile_json_schema(json::parse(spec))), quoted);
   }
+  // Bounded numbers are written without exponents (JSON.stringify writes 1e-7): a subset too.
+  const std::string bounded = R"({"type": "array", "items": {"anyOf": [{"type": "number", "exclusiveMinimum": 0,
+      "maximum": 99.5}, {"type": "number", "minimum": -0.001, "exclusiveMaximum": 0}]}, "maxItems": 3})";
+  add("schema", bounded, std::make_shared<const Grammar>(compile_json_schema(json::parse(bounded))),
+      {"[99.5, 0.0000000000000001]", "[-0.001, -0.0000000000000001, 7]"});
 
   const auto node_dir = test::install_node_packages();
   const auto in = node_dir / "constraint_strings.json", out = node_dir / "constraint_verdicts.json";
