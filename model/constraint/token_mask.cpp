@@ -185,9 +185,12 @@ void TokenConstraint::fill_mask(TokenId pending, std::span<uint32_t> mask) const
       if (id >= 0 && id < vocab_size()) mask[id >> 5] |= 1u << (id & 31);
     return;
   }
-  if (!after_.empty()) {  // the grammar has not started: every token
+  if (!after_.empty()) {  // the grammar has not started: every token, whole words then the last one's low bits
+    const size_t full = static_cast<size_t>(vocab_size()) / 32;
+    const int rest = vocab_size() % 32;
     std::fill(mask.begin(), mask.end(), 0u);
-    for (TokenId id = 0; id < vocab_size(); ++id) mask[id >> 5] |= 1u << (id & 31);
+    std::fill(mask.begin(), mask.begin() + static_cast<std::ptrdiff_t>(full), ~0u);
+    if (rest) mask[full] = (1u << rest) - 1;
     return;
   }
   automaton_->fill_mask(state_, at_start_, mask);
