@@ -455,6 +455,8 @@ void pack_params(Packer& out, const SamplingParams& p) {
   out.text(p.structured.spec);
   out.text(p.structured.field);
   out.text(p.structured.after);
+  out.flag(p.structured.whitespace.has_value());
+  if (p.structured.whitespace) out.text(*p.structured.whitespace);
 }
 
 // `at(member)` names a field of the parameters (a callable that makes the name).
@@ -507,6 +509,7 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
   p.structured.spec = in.text(at("structured.spec"));
   p.structured.field = in.text(at("structured.field"));
   p.structured.after = in.text(at("structured.after"));
+  if (in.flag(at("structured.whitespace"))) p.structured.whitespace = in.text(at("structured.whitespace"));
   return p;
 }
 

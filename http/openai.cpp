@@ -375,9 +375,19 @@ std::string detokenize_body(std::string_view body, const ModelInfo& model) {
 
 namespace {
 
-// OpenAI's response_format, vLLM's structured_outputs and its older guided_* fields: at most one constraint.
+// OpenAI's response_format, vLLM's structured_outputs and its older guided_* fields: at most one constraint. vLLM's
+// options: disable_any_whitespace / whitespace_pattern (guided_whitespace_pattern) set a JSON output's whitespace;
+// disable_fallback (there is one engine, it never falls back) and disable_additional_properties (an absent
+// additionalProperties is already false) change nothing.
 StructuredOutput parse_structured_output(const Fields& f) {
   std::vector<StructuredOutput> found;
+  std::optional<std::string> whitespace;
+  std::string whitespace_field;
+  const auto set_whitespace = [&](std::string pattern, const std::string& field) {
+    if (whitespace) invalid("'" + field + "' and '" + whitespace_field + "' are both given", field);
+    whitespace = std::move(pattern);
+    whitespace_field = field;
+  };
   const auto add = [&](Structured kind, std::string spec, std::string field) {
     found.push_back({kind, std::move(spec), std::move(field)});
   };
@@ -412,15 +422,28 @@ StructuredOutput parse_structured_output(const Fields& f) {
     if (const json::value* v = s.get("choice")) add(Structured::choice, choice_text(*v, "structured_outputs.choice"), "structured_outputs");
     if (const json::value* v = s.get("grammar")) add(Structured::grammar, string_of(*v, "structured_outputs.grammar"), "structured_outputs");
     if (s.boolean("json_object").value_or(false)) add(Structured::json_object, "", "structured_outputs");
+    if (s.boolean("disable_any_whitespace").value_or(false))
+      set_whitespace("", "structured_outputs.disable_any_whitespace");
+    if (const json::value* v = s.get("whitespace_pattern"))
+      set_whitespace(string_of(*v, "structured_outputs.whitespace_pattern"), "structured_outputs.whitespace_pattern");
+    s.boolean("disable_fallback");
+    s.boolean("disable_additional_properties");
     s.refuse_unread("structured_outputs.");
   }
   if (const json::value* v = f.get("guided_json")) add(Structured::json_schema, schema_text(*v, "guided_json"), "guided_json");
   if (const json::value* v = f.get("guided_regex")) add(Structured::regex, string_of(*v, "guided_regex"), "guided_regex");
   if (const json::value* v = f.get("guided_choice")) add(Structured::choice, choice_text(*v, "guided_choice"), "guided_choice");
   if (const json::value* v = f.get("guided_grammar")) add(Structured::grammar, string_of(*v, "guided_grammar"), "guided_grammar");
+  if (const json::value* v = f.get("guided_whitespace_pattern"))
+    set_whitespace(string_of(*v, "guided_whitespace_pattern"), "guided_whitespace_pattern");
   if (found.size() > 1)
     invalid("only one structured output may be asked ('" + found[0].field + "' and '" + found[1].field + "' are both given)",
             found[1].field);
+  if (whitespace) {
+    if (found.empty() || (found[0].kind != Structured::json_schema && found[0].kind != Structured::json_object))
+      invalid("'" + whitespace_field + "' applies to a JSON schema or json_object output only", whitespace_field);
+    found[0].whitespace = std::move(whitespace);
+  }
   return found.empty() ? StructuredOutput{} : found[0];
 }
 

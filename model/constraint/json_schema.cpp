@@ -27,16 +27,32 @@ constexpr int kMaxAllOfParts = 4096;
 
 Expr char_of(char c) { return bytes(ByteSet::of(static_cast<uint8_t>(c))); }
 
+// True if every string of `e` holds only JSON whitespace.
+bool only_whitespace(const Expr& e) {
+  if (e.kind == Expr::Kind::bytes) {
+    for (int b = 0; b < 256; ++b)
+      if (e.set.contains(static_cast<uint8_t>(b)) && b != ' ' && b != '\t' && b != '\n' && b != '\r') return false;
+    return true;
+  }
+  return std::all_of(e.items.begin(), e.items.end(), only_whitespace);
+}
+
 // The rules every JSON grammar shares: ws, value, object, array, string, number, integer.
-void add_json_rules(Rules& rules) {
-  // "" | " " | "\n" [ \t]{0,20}
-  rules.emplace_back("ws", optional(alt({char_of(' '),
-                                         seq({char_of('\n'), repeat(bytes([] {
-                                                                      ByteSet s = ByteSet::of(' ');
-                                                                      s.add('\t');
-                                                                      return s;
-                                                                    }()),
-                                                                    0, 20)})})));
+void add_json_rules(Rules& rules, const JsonWhitespace& whitespace) {
+  if (whitespace) {
+    Expr ws = compile_regex(*whitespace, RegexMatch::full);
+    if (!only_whitespace(ws))
+      throw GrammarError("the whitespace pattern '" + *whitespace + "' admits characters other than JSON whitespace");
+    rules.emplace_back("ws", std::move(ws));
+  } else {
+    // "" | " " | "\n" [ \t]{0,20}
+    rules.emplace_back("ws", optional(alt({char_of(' '), seq({char_of('\n'), repeat(bytes([] {
+                                                                                   ByteSet s = ByteSet::of(' ');
+                                                                                   s.add('\t');
+                                                                                   return s;
+                                                                                 }()),
+                                                                                 0, 20)})})));
+  }
   const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
   rules.emplace_back("value", alt({ref("object"), ref("array"), ref("string"), ref("number"), literal("true"),
                                    literal("false"), literal("null")}));
@@ -67,7 +83,9 @@ const std::set<std::string, std::less<>> kAnnotations{"title",    "description",
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const json::value& root) : root_(root) { add_json_rules(rules_); }
+  SchemaCompiler(const json::value& root, const JsonWhitespace& whitespace) : root_(root) {
+    add_json_rules(rules_, whitespace);
+  }
 
   Rules compile() {
     rules_.emplace_back("root", schema(root_, 0));
@@ -505,13 +523,13 @@ class SchemaCompiler {
 
 }  // namespace
 
-Rules json_schema_rules(const json::value& schema) { return SchemaCompiler(schema).compile(); }
+Grammar compile_json_schema(const json::value& schema, const JsonWhitespace& whitespace) {
+  return build_grammar(SchemaCompiler(schema, whitespace).compile(), "root");
+}
 
-Grammar compile_json_schema(const json::value& schema) { return build_grammar(json_schema_rules(schema), "root"); }
-
-Grammar compile_json_object() {
+Grammar compile_json_object(const JsonWhitespace& whitespace) {
   Rules rules;
-  add_json_rules(rules);
+  add_json_rules(rules, whitespace);
   rules.emplace_back("root", ref("object"));
   return build_grammar(rules, "root");
 }

@@ -9,24 +9,29 @@
 // $comment). Any other keyword, and a combination the grammar cannot express exactly, is refused with a
 // GrammarError naming it.
 //
-// Whitespace: between tokens, none, one space, or a newline and up to 20 spaces or tabs (llama.cpp's policy);
+// Whitespace: between tokens, none, one space, or a newline and up to 20 spaces or tabs (llama.cpp's policy), or
+// what a JsonWhitespace pattern says;
 // object members come in the order of `properties`. Numbers are written with at most 16 integer digits, 16
 // fraction digits and 3 exponent digits, strings with the escapes \" \\ \/ \b \f \n \r \t, so a sampled value ends.
 #pragma once
 
 #include <boost/json/value.hpp>
+#include <optional>
+#include <string>
 
 #include "model/constraint/grammar.h"
 
 namespace paged::constraint {
 
-/// Rules of the JSON texts valid for `schema`, the start rule "root".
-Rules json_schema_rules(const boost::json::value& schema);
+/// The whitespace between tokens: a regular expression (regex.h) whose strings hold only JSON whitespace (space, tab,
+/// newline, carriage return), as vLLM's whitespace_pattern ("" for disable_any_whitespace: none); nullopt: the
+/// default above. Throws GrammarError for a pattern that admits other characters.
+using JsonWhitespace = std::optional<std::string>;
 
-/// build_grammar(json_schema_rules(schema), "root").
-Grammar compile_json_schema(const boost::json::value& schema);
+/// The JSON texts valid for `schema`, start rule "root".
+Grammar compile_json_schema(const boost::json::value& schema, const JsonWhitespace& whitespace = std::nullopt);
 
 /// Any JSON object (response_format json_object), the start rule "root".
-Grammar compile_json_object();
+Grammar compile_json_object(const JsonWhitespace& whitespace = std::nullopt);
 
 }  // namespace paged::constraint

@@ -21,11 +21,13 @@ boost::json::value parse_json(const std::string& text, const char* what) {
 
 std::shared_ptr<const Grammar> compile_structured_output(const StructuredOutput& s) {
   using Kind = StructuredOutput::Kind;
+  if (s.whitespace && s.kind != Kind::json_schema && s.kind != Kind::json_object)
+    throw GrammarError("a whitespace pattern applies to JSON outputs only");
   switch (s.kind) {
     case Kind::none: return nullptr;
-    case Kind::json_object: return std::make_shared<const Grammar>(compile_json_object());
+    case Kind::json_object: return std::make_shared<const Grammar>(compile_json_object(s.whitespace));
     case Kind::json_schema:
-      return std::make_shared<const Grammar>(compile_json_schema(parse_json(s.spec, "the JSON schema")));
+      return std::make_shared<const Grammar>(compile_json_schema(parse_json(s.spec, "the JSON schema"), s.whitespace));
     case Kind::regex:
       return std::make_shared<const Grammar>(build_grammar({{"root", compile_regex(s.spec, RegexMatch::full)}}, "root"));
     case Kind::grammar: return std::make_shared<const Grammar>(compile_gbnf(s.spec));

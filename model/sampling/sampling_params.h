@@ -27,6 +27,9 @@ struct StructuredOutput {
   // as vLLM's structured outputs with a reasoning parser); a prompt that already holds it starts it at once. Empty:
   // from the first token.
   std::string after;
+  // json_schema, json_object: the whitespace between JSON tokens as a regex (vLLM's whitespace_pattern; "" for its
+  // disable_any_whitespace); nullopt: the default (none, a space, or a newline and up to 20 spaces or tabs).
+  std::optional<std::string> whitespace;
   auto operator<=>(const StructuredOutput&) const = default;  // field by field (== too)
 };
 

@@ -30,8 +30,8 @@ SamplingParams every_field_set() {
           .presence_penalty = -0.5f, .frequency_penalty = 0.3f, .logit_bias = {{3, 1.5f}, {9, -2.0f}},
           .stop_token_ids = {7, 8}, .stop = {"\n\n", "The end"}, .ignore_eos = true, .logprobs = 6,
           .prompt_logprobs = 3, .skip_special_tokens = false, .include_stop_str_in_output = true,
-          .structured = {.kind = StructuredOutput::Kind::regex, .spec = "a+b", .field = "guided_regex",
-                         .after = "</think>"}};
+          .structured = {.kind = StructuredOutput::Kind::json_schema, .spec = "{}", .field = "structured_outputs",
+                         .after = "</think>", .whitespace = " ?"}};
 }
 
 // One chunk that samples, with `params` in its context.

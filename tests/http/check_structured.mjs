@@ -103,6 +103,28 @@ for (let seed = 0; seed < 8; ++seed) {
   check(chat.choices[0].finish_reason === "stop" && value !== undefined && validatePydantic(value),
         `seed ${seed}: the pydantic schema's answer is valid (formats too)`, [text, validatePydantic.errors]);
 }
+// vLLM's whitespace options: disable_any_whitespace writes the compact form, a whitespace_pattern its own spacing;
+// disable_fallback and disable_additional_properties are taken (one engine; additionalProperties false already).
+for (let seed = 0; seed < 4; ++seed) {
+  const compact = await client.chat.completions.create({
+    model, messages, temperature: 1, seed, max_tokens: 300,
+    structured_outputs: { json: schema, disable_any_whitespace: true, disable_fallback: true, disable_additional_properties: true },
+  });
+  const ctext = compact.choices[0].message.content;
+  let value;
+  try { value = JSON.parse(ctext); } catch { value = undefined; }
+  check(value !== undefined && validate(value) && JSON.stringify(value) === ctext,
+        `seed ${seed}: disable_any_whitespace gives the compact form`, ctext);
+  const spaced = await client.completions.create({
+    model, prompt: "Once upon a time", temperature: 1, seed, max_tokens: 300, guided_json: schema,
+    guided_whitespace_pattern: "\n?",
+  });
+  const stext = spaced.choices[0].text;
+  try { value = JSON.parse(stext); } catch { value = undefined; }
+  const skeleton = stext.replace(/"(?:[^"\\]|\\.)*"/g, '""');  // the text outside strings
+  check(value !== undefined && validate(value) && !/[ \t\r]/.test(skeleton),
+        `seed ${seed}: guided_whitespace_pattern "\\n?" spaces with newlines only`, stext);
+}
 const bad = await fetch(`${args.base}/v1/completions`, {
   method: "POST", headers: { "Content-Type": "application/json" },
   body: JSON.stringify({ model, prompt: "x", guided_json: { type: "array", uniqueItems: true } }),

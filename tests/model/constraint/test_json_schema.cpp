@@ -163,6 +163,22 @@ TEST_CASE("JSON schema: number bounds, exclusive ones read back as doubles", "[c
                     Catch::Contains("admit no value"));
 }
 
+TEST_CASE("JSON schema: the whitespace between tokens as a pattern", "[constraint]") {
+  const auto json = boost::json::parse(R"({"type": "object", "properties": {"a": {"type": "array", "items": {}}},
+                                         "required": ["a"]})");
+  const auto none = std::make_shared<const Grammar>(compile_json_schema(json, ""));
+  CHECK(admits(none, R"({"a":[1,{"b":"c d"}]})"));
+  for (const char* bad : {R"({"a": []})", R"({ "a":[]})", R"({"a":[1, 2]})", "{\"a\":[]\n}"}) CHECK_FALSE(admits(none, bad));
+  const auto tabs = std::make_shared<const Grammar>(compile_json_schema(json, "\\t?"));
+  CHECK(admits(tabs, "{\t\"a\":\t[\t1,\t{}\t]\t}"));
+  CHECK_FALSE(admits(tabs, R"({"a": []})"));
+  const auto object = std::make_shared<const Grammar>(compile_json_object("[ \\n]{0,2}"));
+  CHECK(admits(object, "{\n \"k\" : 1}"));
+  CHECK_FALSE(admits(object, "{   \"k\":1}"));
+  CHECK_THROWS_WITH(compile_json_schema(json, "[ a]"), Catch::Contains("other than JSON whitespace"));
+  CHECK_THROWS_WITH(compile_json_object("(?=x)"), Catch::Contains("lookaround"));
+}
+
 TEST_CASE("json_object admits any object", "[constraint]") {
   const auto g = std::make_shared<const Grammar>(compile_json_object());
   CHECK(admits(g, R"({"a": [1, {"b": null}], "c": "d"})"));
