@@ -123,6 +123,10 @@ std::optional<std::string> format_pattern(std::string_view format, std::optional
 
 }  // namespace
 
+bool is_string_format(std::string_view format) {
+  return format == "password" || format == "binary" || format_pattern(format, std::nullopt).has_value();
+}
+
 std::optional<std::pair<Expr, LengthRange>> string_format(std::string_view format, std::optional<int> max_length) {
   if (format == "password" || format == "binary") return std::nullopt;
   const std::optional<std::string> pattern = format_pattern(format, max_length);

@@ -20,6 +20,9 @@ struct LengthRange {
   std::optional<int> max;
 };
 
+/// True for the formats string_format knows (those it refuses included: none).
+bool is_string_format(std::string_view format);
+
 /// The strings of `format` no longer than `max_length` (nullopt: no bound), and the lengths they may have; nullopt
 /// for "password" and "binary" (any string). Open-ended formats (email, hostname, uri) shrink their parts to fit
 /// `max_length`. Throws GrammarError for a format it does not know, or when max_length leaves no value of it.

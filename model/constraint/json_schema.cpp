@@ -114,7 +114,7 @@ class SchemaCompiler {
         "type",      "properties", "required",  "additionalProperties", "items",   "minItems",
         "maxItems",  "enum",       "const",     "anyOf",                "oneOf",   "minLength",
         "maxLength", "pattern",    "minimum",   "maximum",              "exclusiveMinimum", "exclusiveMaximum",
-        "$ref",      "format",     "prefixItems", "allOf"};
+        "$ref",      "format",     "prefixItems", "allOf",         "additionalItems"};
     std::vector<std::string> constraining;
     for (const auto& kv : o) {
       const std::string_view key = kv.key();
@@ -178,7 +178,8 @@ class SchemaCompiler {
     if (types.empty()) {
       // Without "type", the keywords say which kind of value is meant; none: any value.
       if (o.contains("properties") || o.contains("required") || o.contains("additionalProperties")) types.push_back("object");
-      if (o.contains("items") || o.contains("prefixItems") || o.contains("minItems") || o.contains("maxItems"))
+      if (o.contains("items") || o.contains("prefixItems") || o.contains("additionalItems") || o.contains("minItems") ||
+          o.contains("maxItems"))
         types.push_back("array");
       if (o.contains("minLength") || o.contains("maxLength") || o.contains("pattern") || o.contains("format"))
         types.push_back("string");
@@ -213,7 +214,22 @@ class SchemaCompiler {
     return static_cast<int64_t>(n);
   }
 
+  // A `format` binds the values of its own type only (JSON Schema, ajv-formats): a string format nothing but strings,
+  // OpenAPI's int32 / int64 integers (int32: its range; int64: wider than what is written), float / double nothing.
+  // int32 / int64 on a number would need integral numbers: refused, as is a format no one defines.
+  static void check_format(const json::object& o, const std::string& type) {
+    const json::value* f = o.if_contains("format");
+    if (!f || type == "string") return;
+    if (!f->is_string()) refuse("'format' must be a string");
+    const std::string_view name = f->get_string();
+    const bool integral = name == "int32" || name == "int64";
+    if (integral && type == "number") refuse("'format' '" + std::string(name) + "' on a number is not supported");
+    if (!integral && name != "float" && name != "double" && !is_string_format(name))
+      refuse("the format '" + std::string(name) + "' is not supported");
+  }
+
   Expr typed(const json::object& o, const std::string& type, int depth) {
+    check_format(o, type);
     if (type == "boolean") return alt({literal("true"), literal("false")});
     if (type == "null") return literal("null");
     if (type == "number") return number(o);
@@ -230,9 +246,9 @@ class SchemaCompiler {
       const json::value* v = o.if_contains(key);
       if (!v) return;
       if (!v->is_number()) refuse(std::string("'") + key + "' must be a number");
-      const double x = v->to_number<double>();
-      if (std::fabs(x) > static_cast<double>(kMaxGeneratedInt))
-        refuse(std::string("'") + key + "' beyond 10^16 is not supported");
+      // Beyond what is written (16 digits) a bound binds nothing, or leaves nothing.
+      const double limit = static_cast<double>(kMaxGeneratedInt) + 1;
+      const double x = std::clamp(v->to_number<double>(), -limit, limit);
       bounded = true;
       if (lower) {
         lo = std::max(lo, static_cast<int64_t>(exclusive ? std::floor(x) + 1 : std::ceil(x)));
@@ -244,6 +260,11 @@ class SchemaCompiler {
     bound("exclusiveMinimum", true, true);
     bound("maximum", false, false);
     bound("exclusiveMaximum", false, true);
+    if (const json::value* f = o.if_contains("format"); f && f->is_string() && f->get_string() == "int32") {
+      lo = std::max<int64_t>(lo, INT32_MIN);
+      hi = std::min<int64_t>(hi, INT32_MAX);
+      bounded = true;
+    }
     if (lo > hi) refuse("the integer bounds admit no value");
     return bounded ? integers_between(lo, hi) : ref("integer");
   }
@@ -300,11 +321,16 @@ class SchemaCompiler {
 
   Expr array(const json::object& o, int depth) {
     const json::value* items = o.if_contains("items");
-    if (items && items->is_array()) refuse("'items' as a list (draft 4-7 tuples) is not supported: use 'prefixItems'");
     const int64_t min = count(o, "minItems").value_or(0);
     const std::optional<int64_t> max = count(o, "maxItems");
     if (max && *max < min) refuse("'maxItems' is below 'minItems'");
-    if (const json::value* prefix = o.if_contains("prefixItems")) return tuple(*prefix, items, min, max, depth);
+    if (const json::value* prefix = o.if_contains("prefixItems")) {
+      if (items && items->is_array()) refuse("'items' as a list beside 'prefixItems' is not supported");
+      if (o.contains("additionalItems")) refuse("'additionalItems' beside 'prefixItems' is not supported (use 'items')");
+      return tuple(*prefix, items, min, max, depth);
+    }
+    if (items && items->is_array()) return tuple(*items, o.if_contains("additionalItems"), min, max, depth);  // draft 4-7
+    if (o.contains("additionalItems")) refuse("'additionalItems' needs 'items' as a list");
     const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
     const Expr item = items ? named(schema(*items, depth + 1)) : ref("value");
     if (max && *max == 0) return seq({char_of('['), ref("ws"), char_of(']')});
@@ -314,10 +340,11 @@ class SchemaCompiler {
     return seq({char_of('['), ref("ws"), min > 0 ? std::move(some) : optional(std::move(some)), char_of(']')});
   }
 
-  // prefixItems: element i of the array follows schema i of the list; elements after the list follow `items`
-  // (absent or false: none, as additionalProperties' default; true: any value).
+  // prefixItems (draft 2020-12; draft 4-7: items as a list): element i of the array follows schema i of the list;
+  // elements after the list follow `items` (draft 4-7: additionalItems; absent or false: none, as
+  // additionalProperties' default; true: any value).
   Expr tuple(const json::value& prefix, const json::value* items, int64_t min, std::optional<int64_t> max, int depth) {
-    if (!prefix.is_array() || prefix.get_array().empty()) refuse("'prefixItems' must be a non-empty list");
+    if (!prefix.is_array() || prefix.get_array().empty()) refuse("'prefixItems' (or 'items' as a list) must be a non-empty list");
     const json::array& schemas = prefix.get_array();
     const int64_t fixed = static_cast<int64_t>(schemas.size());
     const bool open = items && !(items->is_bool() && !items->get_bool());

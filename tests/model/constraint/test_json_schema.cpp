@@ -118,6 +118,10 @@ TEST_CASE("JSON schema: prefixItems, allOf, $ref beside other keywords", "[const
       {"properties": {"b": {"type": "string"}, "a": {"minimum": 1}}, "required": ["b"]}]})");
   CHECK(admits(both, R"({"a": 1, "b": "x"})"));
   for (const char* bad : {R"({"a": 0, "b": "x"})", R"({"a": 1})", R"({"b": "x"})"}) CHECK_FALSE(admits(both, bad));
+  // Draft 4-7 tuples: items as a list, additionalItems for the rest.
+  const auto old = schema(R"({"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": {"type": "null"}})");
+  for (const char* ok : {"[]", "[1]", R"([1, "a"])", R"([1, "a", null, null])"}) CHECK(admits(old, ok));
+  for (const char* bad : {R"(["a"])", R"([1, "a", 2])"}) CHECK_FALSE(admits(old, bad));
   const auto sibling = schema(R"({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "maximum": 5})");
   CHECK(admits(sibling, "5"));
   CHECK_FALSE(admits(sibling, "6"));
@@ -163,6 +167,18 @@ TEST_CASE("JSON schema: number bounds, exclusive ones read back as doubles", "[c
                     Catch::Contains("admit no value"));
 }
 
+TEST_CASE("JSON schema: formats bind their own type only; OpenAPI's integer formats", "[constraint]") {
+  const auto i32 = schema(R"({"type": "integer", "format": "int32"})");
+  for (const char* ok : {"2147483647", "-2147483648", "0"}) CHECK(admits(i32, ok));
+  for (const char* bad : {"2147483648", "-2147483649"}) CHECK_FALSE(admits(i32, bad));
+  CHECK(admits(schema(R"({"type": "integer", "format": "int64", "minimum": -9223372036854775808})"), "-42"));
+  CHECK(admits(schema(R"({"type": "number", "format": "double"})"), "1.5e3"));
+  const auto mixed = schema(R"({"type": ["string", "object"], "format": "uuid"})");
+  CHECK(admits(mixed, "{}"));
+  CHECK(admits(mixed, R"("123e4567-e89b-12d3-a456-426614174000")"));
+  CHECK_FALSE(admits(mixed, R"("abc")"));
+}
+
 TEST_CASE("JSON schema: the whitespace between tokens as a pattern", "[constraint]") {
   const auto json = boost::json::parse(R"({"type": "object", "properties": {"a": {"type": "array", "items": {}}},
                                          "required": ["a"]})");
@@ -206,7 +222,10 @@ TEST_CASE("JSON schema keywords that cannot be enforced are refused by name", "[
                         "\"}, {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}]},";
               return defs + R"("d25": {"type": "null"}}})";
             }(), "more than 4096 schemas"},
-           {R"({"type": "array", "items": [{}]})", "'prefixItems'"},
+           {R"({"type": "array", "items": {}, "additionalItems": false})", "'additionalItems' needs"},
+           {R"({"type": "number", "format": "int32"})", "on a number"},
+           {R"({"type": "integer", "format": "int128"})", "'int128'"},
+           {R"({"type": "integer", "minimum": 1e20})", "admit no value"},
            {R"({"type": "object", "patternProperties": {}})", "'patternProperties'"},
            {R"({"$ref": "http://x/y"})", "'$ref'"},
            {R"j({"type": "string", "pattern": "a(?=b)"})j", "lookaround"},
