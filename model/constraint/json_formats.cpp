@@ -61,8 +61,8 @@ const std::string kHex4 = "[0-9a-fA-F]{1,4}";
 const std::string kDate =
     "(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|"
     "02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
-const std::string kTime =
-    "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+const std::string kClock = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?";
+const std::string kTime = kClock + "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
 
 // A non-empty ordered choice of the parts a, b, c (each optional, at least one present).
 std::string some_of(const std::string& a, const std::string& b, const std::string& c) {
@@ -73,13 +73,14 @@ std::string some_of(const std::string& a, const std::string& b, const std::strin
 std::optional<std::string> format_pattern(std::string_view format, std::optional<int> budget) {
   if (format == "date") return kDate;
   if (format == "time") return kTime;
-  if (format == "date-time") return kDate + "T" + kTime;
+  if (format == "date-time") return kDate + "T" + kClock + "Z";  // UTC: zod's datetime() refuses offsets
   if (format == "duration") {
     const std::string d = "[0-9]{1,9}";
     return "P(?:" + d + "W|" + some_of(d + "Y", d + "M", d + "D") + "(?:T" + some_of(d + "H", d + "M", d + "S") +
            ")?|T" + some_of(d + "H", d + "M", d + "S") + ")";
   }
-  if (format == "uuid") return "[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}";
+  if (format == "uuid")  // RFC 9562's versions 1-8 and variant: what strict validators (zod 4) demand
+    return "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}";
   if (format == "ipv4") return "(?:" + kOctet + "\\.){3}" + kOctet;
   if (format == "ipv6") {
     const std::string h = kHex4, g = "(?:" + kHex4 + ":)", c = "(?::" + kHex4 + ")";
@@ -89,17 +90,20 @@ std::optional<std::string> format_pattern(std::string_view format, std::optional
   }
   if (format == "hostname") return hostname(std::min(253, budget.value_or(253)), 1);
   if (format == "email") {
-    // Local part: up to three dot-separated atoms of at most 20 characters (62 in all), or one atom of at most half
-    // the room; the host the rest, of two labels at least.
-    const std::string atext = "[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]";
+    // What every common validator takes (ajv-formats, zod, email-validator): dot-separated atoms of letters, digits,
+    // '_', '+' and '-' (up to three of at most 20, or one of at most half the room), '@', host labels and a
+    // top-level domain of letters.
+    const std::string atom = "[a-zA-Z0-9_+-]";
     const int room = std::min(254, budget.value_or(254));
     const int local = std::min(62, (room - 1) / 2);
-    if (local < 1) return std::string();
-    const std::string host = hostname(room - 1 - local, 2);
+    const int after_at = room - 1 - local;
+    const int tld = std::min(16, std::max(2, after_at / 3));
+    if (local < 1 || after_at < tld + 2) return std::string();  // "a." before the top-level domain at least
+    const std::string host = hostname(after_at - 1 - tld, 1);
     if (host.empty()) return std::string();
-    const std::string local_part = local == 62 ? atext + "{1,20}(?:\\." + atext + "{1,20}){0,2}"
-                                               : atext + "{1," + n(local) + "}";
-    return local_part + "@" + host;
+    const std::string local_part = local == 62 ? atom + "{1,20}(?:\\." + atom + "{1,20}){0,2}"
+                                               : atom + "{1," + n(local) + "}";
+    return local_part + "@" + host + "\\.[a-zA-Z]{2," + n(tld) + "}";
   }
   if (format == "uri") {
     const std::string scheme = "[a-zA-Z][a-zA-Z0-9+.-]{0,15}://", port = "(?::[0-9]{1,5})?";

@@ -1,8 +1,10 @@
 // JSON Schema's string `format`s as grammar expressions: the characters of a string value (inside its quotes) of
 // date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6 and uri, each a subset of what RFC 3339 / 4122 /
-// 5321 / 1123 / 4291 / 3986 (and ajv-formats' "full" checks) admit, written the way a program writes them: upper-case
-// 'T' and 'Z', offsets with a colon, seconds 00-59 (no leap second), fraction digits 1-9, IPv6 without an embedded
-// IPv4 part, a uri as scheme "://" host [":" port] [path] ["?" query] ["#" fragment], a uuid without "urn:uuid:".
+// 5321 / 1123 / 4291 / 3986 (and ajv-formats' "full" checks) admit, written the way a program writes them and the
+// stricter common validators (zod, email-validator) take them: 'T' upper case, a date-time in UTC ('Z'), a time
+// with 'Z' or an offset with a colon, seconds 00-59 (no leap second), fraction digits 1-9, IPv6 without an embedded
+// IPv4 part, a uri as scheme "://" host [":" port] [path] ["?" query] ["#" fragment], a uuid of RFC 9562's versions
+// and variant without "urn:uuid:", an email of letters, digits and "_+-" atoms with a top-level domain of letters.
 // "password" and "binary" (OpenAPI's hints, any string to ajv-formats too) constrain nothing. Every character is
 // printable ASCII other than '"' and '\', so it is written as itself and the byte length is the string's length.
 #pragma once

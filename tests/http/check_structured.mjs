@@ -4,12 +4,15 @@
 // the WebSocket protocol (/v1/stream); an unsupported keyword is a 400 (an error frame) naming the field. Tool
 // calls: tool_choice "required" and a named function give tool_calls whose arguments ajv finds valid for the
 // function's parameters. A schema as pydantic v2 writes one (string formats, a tuple, Optional, a nested model with
-// a description beside its $ref, allOf) is validated by ajv (draft 2020-12) with ajv-formats.
+// a description beside its $ref, allOf) is validated by ajv (draft 2020-12) with ajv-formats; a zod schema through
+// the client's zodResponseFormat and chat.completions.parse (draft-07: tuples as items lists) by zod itself.
 // Usage: node check_structured.mjs --base http://127.0.0.1:PORT
 import OpenAI from "openai";
 import Ajv2020 from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import WebSocket from "ws";
+import { zodResponseFormat } from "openai/helpers/zod";
+import { z } from "zod";
 import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
 
 const args = parseArgs();
@@ -102,6 +105,30 @@ for (let seed = 0; seed < 8; ++seed) {
   try { value = JSON.parse(text); } catch { value = undefined; }
   check(chat.choices[0].finish_reason === "stop" && value !== undefined && validatePydantic(value),
         `seed ${seed}: the pydantic schema's answer is valid (formats too)`, [text, validatePydantic.errors]);
+}
+// The openai client's own structured outputs: a zod schema (zod-to-json-schema, draft-07), the answer parsed and
+// checked by zod, whose string checks (datetime without offset, email, uuid) are stricter than JSON Schema's.
+const Pet = z.object({
+  name: z.string().max(12),
+  born: z.string().datetime(),
+  owner: z.object({ email: z.string().email().max(40), id: z.string().uuid() }),
+  weight: z.number().positive().max(80),
+  legs: z.number().int().min(0).max(8),
+  tags: z.array(z.enum(["cat", "dog"])).max(3),
+  nick: z.string().max(8).nullable(),
+  size: z.tuple([z.number().int(), z.string().max(6)]),
+});
+for (let seed = 0; seed < 6; ++seed) {
+  let parsed, error;
+  try {
+    const r = await client.chat.completions.parse({
+      model, messages, temperature: 1, seed, max_tokens: 400, response_format: zodResponseFormat(Pet, "pet"),
+    });
+    parsed = r.choices[0].message.parsed;
+  } catch (e) {
+    error = e.message;
+  }
+  check(parsed && Pet.safeParse(parsed).success, `seed ${seed}: zodResponseFormat's answer parses and zod accepts it`, error);
 }
 // vLLM's whitespace options: disable_any_whitespace writes the compact form, a whitespace_pattern its own spacing;
 // disable_fallback and disable_additional_properties are taken (one engine; additionalProperties false already).
