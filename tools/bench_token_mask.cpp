@@ -1,6 +1,6 @@
 // What structured outputs cost on the host: the trie's construction for a tokenizer, a grammar's compilation and
-// one token mask per step (TokenConstraint::fill_mask) along constrained random walks, for a nested JSON schema, any
-// JSON object and a regex. Prints the median and 90th percentile microseconds per mask, with the allowed tokens, and
+// one token mask per step (TokenConstraint::fill_mask) along constrained random walks, for a nested JSON schema, a
+// schema of string formats, any JSON object and a regex. Prints the median and 90th percentile microseconds per mask, with the allowed tokens, and
 // what the masks of one step of all walks (in lockstep, as the sequences of a batch) take together.
 //
 // Usage: bench_token_mask MODEL_DIR [walks=8] [steps=60]   (MODEL_DIR: a folder with tokenizer.json or .model)
@@ -37,6 +37,15 @@ constexpr const char* kNestedSchema = R"({"type": "object", "properties": {
               "age": {"type": "integer"}}, "required": ["name"]}}},
   "required": ["id", "name", "address", "status"]})";
 
+// A schema as pydantic writes one for a record with string formats, a tuple and bounded numbers.
+constexpr const char* kFormatsSchema = R"({"type": "object", "properties": {
+  "born": {"type": "string", "format": "date-time"}, "site": {"type": "string", "format": "uri", "maxLength": 2083},
+  "email": {"type": "string", "format": "email"}, "id": {"type": "string", "format": "uuid"},
+  "ip": {"anyOf": [{"type": "string", "format": "ipv6"}, {"type": "null"}]},
+  "price": {"type": "number", "exclusiveMinimum": 0, "maximum": 1000},
+  "size": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 8}], "minItems": 2}},
+  "required": ["born", "site", "email", "id", "ip", "price", "size"]})";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,6 +60,7 @@ int main(int argc, char** argv) {
   std::printf("vocab %d: trie built in %.1f ms\n", tok->vocab_size(), us_since(t0) / 1000);
   const std::vector<std::pair<const char*, std::function<Grammar()>>> cases{
       {"nested schema", [] { return compile_json_schema(boost::json::parse(kNestedSchema)); }},
+      {"formats schema", [] { return compile_json_schema(boost::json::parse(kFormatsSchema)); }},
       {"json_object", [] { return compile_json_object(); }},
       {"regex", [] { return build_grammar({{"root", compile_regex("[A-Z][a-z]{2,9}( [a-z]{1,9}){3,12}\\.", RegexMatch::full)}}, "root"); }}};
   std::mt19937 rng(1);
