@@ -22,8 +22,10 @@ namespace {
 constexpr int kMaxIntDigits = 16;
 constexpr int64_t kMaxGeneratedInt = 9'999'999'999'999'999;
 constexpr int kMaxDepth = 64;
-// Most schema objects allOf merges may read in one compile (branches and references multiply).
+// Most schema objects allOf merges may read in one compile (branches and references multiply), and most JSON
+// values they may copy or compare (a part may be large and named many times).
 constexpr int kMaxAllOfParts = 4096;
+constexpr int64_t kMaxMergeWork = int64_t{1} << 22;
 
 Expr char_of(char c) { return bytes(ByteSet::of(static_cast<uint8_t>(c))); }
 
@@ -435,18 +437,28 @@ class SchemaCompiler {
         const std::string_view key = kv.key();
         if (key == "allOf" || key == "$ref" || kAnnotations.contains(key)) continue;
         json::value* have = merged.if_contains(key);
+        charge(kv.value());
         if (!have) {
           merged[key] = kv.value();
         } else if (key == "properties" && have->is_object() && kv.value().is_object()) {
           for (const auto& p : kv.value().get_object()) {
             json::value* same = have->get_object().if_contains(p.key());
-            if (same) *same = json::object{{"allOf", json::array{*same, p.value()}}};
-            else have->get_object()[p.key()] = p.value();
+            if (!same) {
+              have->get_object()[p.key()] = p.value();
+            } else if (same->is_object() && same->get_object().size() == 1 && same->get_object().contains("allOf") &&
+                       same->get_object().at("allOf").is_array()) {
+              same->get_object().at("allOf").get_array().push_back(p.value());  // allOf of allOf: one list
+            } else {
+              charge(*same);
+              *same = json::object{{"allOf", json::array{*same, p.value()}}};
+            }
           }
         } else if (key == "required" && have->is_array() && kv.value().is_array()) {
-          for (const json::value& name : kv.value().get_array())
+          for (const json::value& name : kv.value().get_array()) {
+            charge_units(static_cast<int64_t>(have->get_array().size()));
             if (std::find(have->get_array().begin(), have->get_array().end(), name) == have->get_array().end())
               have->get_array().push_back(name);
+          }
         } else if (key == "type") {
           *have = intersect_types(*have, kv.value());
         } else if (*have != kv.value()) {
@@ -470,6 +482,25 @@ class SchemaCompiler {
       }
     }
     return merged;
+  }
+
+  // Counts `v`'s values (each member and element once) against kMaxMergeWork, refusing past it.
+  void charge(const json::value& v) {
+    std::vector<const json::value*> stack{&v};
+    while (!stack.empty()) {
+      const json::value* x = stack.back();
+      stack.pop_back();
+      charge_units(1);
+      if (x->is_object())
+        for (const auto& m : x->get_object()) stack.push_back(&m.value());
+      else if (x->is_array())
+        for (const json::value& e : x->get_array()) stack.push_back(&e);
+    }
+  }
+  void charge_units(int64_t n) {
+    merge_work_ += n;
+    if (merge_work_ > kMaxMergeWork)
+      refuse("allOf: more than " + std::to_string(kMaxMergeWork) + " values to copy or compare in merging");
   }
 
   // The objects allOf joins: `o` itself, then each branch (references followed, nested allOf flattened).
@@ -546,6 +577,7 @@ class SchemaCompiler {
   std::map<std::string, std::string> refs_;  // pointer -> rule name
   int counter_ = 0;
   int all_of_parts_ = 0;                      // schema objects read by allOf merges so far
+  int64_t merge_work_ = 0;                    // JSON values they copied or compared so far
 };
 
 }  // namespace

@@ -236,6 +236,15 @@ std::vector<StructuredOutput> nasty_constraints() {
       {K::json_schema, R"({"type": "array", "prefixItems": [{}, {}, {}], "maxItems": 0})"},
       {K::json_schema, R"({"type": "array", "prefixItems": [{"$ref": "#"}], "items": {"$ref": "#"}, "minItems": 100000})"},
       {K::choice, "[]"}, {K::choice, "[1]"}, {K::choice, R"([""])"}, {K::choice, R"(["\ud800"])"}};
+  {
+    // A large schema named by thousands of allOf branches, each with the same property: the merge is bounded.
+    std::string big = R"({"type": "object", "properties": {"a": {"enum": [)";
+    for (int i = 0; i < 3000; ++i) big += (i ? "," : "") + std::to_string(i);
+    big += R"(]}}, "required": ["a"]})";
+    std::string many = R"({"$defs": {"x": )" + big + R"(}, "allOf": [)";
+    for (int i = 0; i < 4000; ++i) many += (i ? "," : "") + std::string(R"({"$ref": "#/$defs/x"})");
+    v.push_back({K::json_schema, many + "]}"});
+  }
   std::string nested = "{}";
   for (int i = 0; i < 200; ++i) nested = R"({"type": "array", "items": )" + nested + "}";
   v.push_back({K::json_schema, nested});
