@@ -1,5 +1,6 @@
 #include "tools/cli.h"
 
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 
@@ -140,7 +141,8 @@ void Args::reject_unknown() const {
 }
 
 std::vector<std::string> engine_switches() {
-  return {"enable-prefix-caching", "async-scheduling", "use-beam-search", "ignore-eos", "skip-special-tokens"};
+  return {"enable-prefix-caching", "async-scheduling", "use-beam-search", "ignore-eos", "skip-special-tokens",
+          "guided-json-object"};
 }
 
 EngineConfig engine_config(Args& args, const std::string& default_model) {
@@ -250,6 +252,25 @@ SamplingParams sampling_params(Args& args) {
         throw UsageError("--stop-token-ids expects comma-separated integers");
       }
     }
+  }
+  // Structured outputs (vLLM's StructuredOutputsParams, as the Python API passes them): at most one.
+  using Kind = StructuredOutput::Kind;
+  const auto structured = [&](Kind kind, const std::string& flag, std::string spec) {
+    if (p.structured.kind != Kind::none)
+      throw UsageError("only one of --guided-json, --guided-regex, --guided-choice, --guided-grammar and "
+                       "--guided-json-object may be given");
+    std::string field = flag;  // as the engine names a request field: guided_json
+    std::replace(field.begin(), field.end(), '-', '_');
+    p.structured = {.kind = kind, .spec = std::move(spec), .field = std::move(field)};
+  };
+  for (const auto& [flag, kind] : {std::pair{"guided-json", Kind::json_schema}, std::pair{"guided-regex", Kind::regex},
+                                   std::pair{"guided-choice", Kind::choice}, std::pair{"guided-grammar", Kind::grammar}})
+    if (auto v = args.get(flag)) structured(kind, flag, *v);
+  if (args.get_bool("guided-json-object", false)) structured(Kind::json_object, "guided-json-object", "");
+  if (auto v = args.get("guided-whitespace-pattern")) {
+    if (p.structured.kind != Kind::json_schema && p.structured.kind != Kind::json_object)
+      throw UsageError("--guided-whitespace-pattern applies to --guided-json or --guided-json-object only");
+    p.structured.whitespace = *v;
   }
   return p;
 }

@@ -20,7 +20,8 @@ constexpr const char* kUsage = R"(usage:
                  [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N] [--best-of N] [--use-beam-search]
                  [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F] [--stop STR]
                  [--stop-token-ids A,B] [--[no-]ignore-eos] [--[no-]skip-special-tokens] [--min-tokens N] [--logprobs K]
-                 [--prompt-logprobs K]
+                 [--prompt-logprobs K] [--guided-json SCHEMA | --guided-regex RE | --guided-choice '["a", "b"]' |
+                 --guided-grammar GBNF | --guided-json-object] [--guided-whitespace-pattern RE]
                  [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
@@ -109,13 +110,17 @@ int generate(cli::Args& args) {
   std::vector<std::string> prompts = prompt ? std::vector<std::string>{*prompt} : read_prompts_file(*file);
 
   Engine engine(config);
-  // The sampling flags first, against a one-token prompt: a bad value is a usage error, not a prompt's.
+  // A refused sampling flag is a usage error, not a prompt's.
+  const auto flag_error = [](const InvalidRequest& e) {
+    std::string flag = e.param;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return cli::UsageError("invalid --" + flag + ": " + e.what());
+  };
+  // The sampling flags first, against a one-token prompt.
   try {
     engine.validate(params, 1);
   } catch (const InvalidRequest& e) {
-    std::string flag = e.param;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    throw cli::UsageError("invalid --" + flag + ": " + e.what());
+    throw flag_error(e);
   }
   // Tokenize and validate every prompt first: a bad one fails the command before any work starts.
   std::vector<std::vector<TokenId>> ids;
@@ -128,7 +133,12 @@ int generate(cli::Args& args) {
       throw std::runtime_error("prompt " + std::to_string(i + 1) + ": " + e.what());
     }
   }
-  std::vector<RequestOutput> outputs = engine.generate(ids, params);
+  std::vector<RequestOutput> outputs;
+  try {
+    outputs = engine.generate(ids, params);
+  } catch (const InvalidRequest& e) {  // a structured output that does not compile
+    throw flag_error(e);
+  }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const RequestOutput& r = outputs[i];
     if (as_json) {

@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config git libcaf-dev libboost1.81-dev libboost-json1.81-dev catch2
       libsentencepiece-dev libpcre2-dev libssl-dev nodejs npm python3 curl iproute2
-      python3-dev pybind11-dev python3-pytest chromium)
+      python3-dev pybind11-dev python3-pytest python3-jsonschema chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,7 +13,8 @@ import time
 
 from . import _paged
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "GuidedDecodingParams", "RequestOutput",
+           "CompletionOutput", "Logprob"]
 
 # vLLM's engine argument names that the CLI spells otherwise.
 _ENGINE_ALIASES = {"num_gpu_blocks_override": "num_kv_blocks"}
@@ -40,16 +41,70 @@ def _flags(kwargs, aliases=None):
     return flags
 
 
+class StructuredOutputsParams:
+    """vLLM's StructuredOutputsParams: one of json (a schema, as a dict or JSON text), regex, choice (a list of
+    strings), grammar (GBNF) or json_object=True; for JSON, disable_any_whitespace or whitespace_pattern;
+    disable_fallback and disable_additional_properties are taken and change nothing (one engine; an absent
+    additionalProperties is false already). Any other argument raises TypeError."""
+
+    _FIELDS = ("json", "regex", "choice", "grammar", "json_object", "disable_any_whitespace", "whitespace_pattern",
+               "disable_fallback", "disable_additional_properties")
+
+    def __init__(self, json=None, regex=None, choice=None, grammar=None, json_object=None,
+                 disable_any_whitespace=False, whitespace_pattern=None, disable_fallback=False,
+                 disable_additional_properties=False):
+        self.json, self.regex, self.choice, self.grammar, self.json_object = json, regex, choice, grammar, json_object
+        self.disable_any_whitespace, self.whitespace_pattern = disable_any_whitespace, whitespace_pattern
+        self.disable_fallback, self.disable_additional_properties = disable_fallback, disable_additional_properties
+
+    def _flags(self):
+        """The CLI's --guided-* flags, each as --name=value (a value may begin with "--")."""
+        flags = []
+        if self.json is not None:
+            text = self.json if isinstance(self.json, str) else json.dumps(self.json)
+            flags.append("--guided-json=" + text)
+        if self.regex is not None:
+            flags.append("--guided-regex=" + self.regex)
+        if self.choice is not None:
+            flags.append("--guided-choice=" + json.dumps(list(self.choice)))
+        if self.grammar is not None:
+            flags.append("--guided-grammar=" + self.grammar)
+        if self.json_object:
+            flags.append("--guided-json-object")
+        if self.disable_any_whitespace and self.whitespace_pattern is not None:
+            raise ValueError("disable_any_whitespace and whitespace_pattern are both given")
+        if self.disable_any_whitespace:
+            flags.append("--guided-whitespace-pattern=")
+        elif self.whitespace_pattern is not None:
+            flags.append("--guided-whitespace-pattern=" + self.whitespace_pattern)
+        return flags
+
+    def __repr__(self):
+        return "StructuredOutputsParams(" + ", ".join(
+            f"{k}={getattr(self, k)!r}" for k in self._FIELDS if getattr(self, k) not in (None, False)) + ")"
+
+
+# vLLM's earlier name for them (SamplingParams(guided_decoding=...)).
+GuidedDecodingParams = StructuredOutputsParams
+
+
 class SamplingParams:
     """vLLM's SamplingParams: n, best_of, use_beam_search, max_tokens (16), min_tokens, temperature (1.0), top_p,
     top_k, min_p, seed, repetition_penalty, presence_penalty, frequency_penalty, stop (a string or a list),
-    stop_token_ids, ignore_eos, skip_special_tokens, logprobs. Any other argument raises ValueError."""
+    stop_token_ids, ignore_eos, skip_special_tokens, logprobs, structured_outputs (a StructuredOutputsParams; also
+    as guided_decoding, vLLM's earlier name). Any other argument raises ValueError."""
 
     def __init__(self, **kwargs):
         if isinstance(kwargs.get("stop"), str):
             kwargs["stop"] = [kwargs["stop"]]
         self._kwargs = dict(kwargs)
-        self._flags = _flags(kwargs)
+        structured = [kwargs.pop(k) for k in ("structured_outputs", "guided_decoding") if kwargs.get(k) is not None]
+        if len(structured) > 1:
+            raise ValueError("structured_outputs and guided_decoding are both given")
+        for s in structured:
+            if not isinstance(s, StructuredOutputsParams):
+                raise ValueError("structured_outputs must be a StructuredOutputsParams")
+        self._flags = _flags(kwargs) + (structured[0]._flags() if structured else [])
         _paged.check_sampling_flags(self._flags)
 
     def __getattr__(self, name):

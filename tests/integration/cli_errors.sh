@@ -170,6 +170,23 @@ bad_model no_weights "missing weights" "no model\.safetensors"
 expect_fail "missing model folder" 1 "model directory not found" \
   "${GEN[@]}" --model "$TMP/does-not-exist" --prompt "Once upon a time"
 
+echo "== structured outputs (--guided-*)"
+expect_fail "a JSON schema that does not compile" 2 "invalid --guided-json: JSON schema: unknown type 'strin'" \
+  "${GEN[@]}" --model "$MODEL" --prompt "Once" --guided-json '{"type": "strin"}'
+expect_fail "two structured outputs" 2 "only one of --guided-json" \
+  "${GEN[@]}" --model "$MODEL" --prompt "Once" --guided-regex a --guided-choice '["b"]'
+expect_fail "a whitespace pattern beside a regex" 2 "--guided-whitespace-pattern applies" \
+  "${GEN[@]}" --model "$MODEL" --prompt "Once" --guided-regex a --guided-whitespace-pattern " "
+checks=$((checks + 1))
+run generate --model "$MODEL" --prompt "Once" --temperature 1 --seed 7 --max-tokens 40 --json \
+  --guided-regex '(Tom|Sue) (ran|saw) [a-z]{1,8}\.'
+if [ "$rc" != 0 ] || ! node -e 'const o = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    process.exit(/^(Tom|Sue) (ran|saw) [a-z]{1,8}\.$/.test(o.outputs[0].text) ? 0 : 1)' "$TMP/out"; then
+  fail "--guided-regex: exit $rc, answer $(head -c 300 "$TMP/out")"
+else
+  echo "ok   --guided-regex: $(head -c 160 "$TMP/out")"
+fi
+
 echo "== bad prompts"
 long=$(for _ in $(seq 200); do printf 'Once upon a time, '; done)
 expect_fail "prompt longer than the context" 1 "prompt 1:.*maximum context length is 512.*prompt has [0-9]{3,}" \

@@ -3,13 +3,15 @@
 import json
 import math
 import os
+import re
 import pathlib
 import threading
 import time
 
+import jsonschema
 import pytest
 
-from paged import LLM, SamplingParams
+from paged import LLM, GuidedDecodingParams, SamplingParams, StructuredOutputsParams
 
 SRC = pathlib.Path(os.environ.get("PAGED_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 MODEL = str(SRC / "models" / "stories260K")
@@ -136,3 +138,36 @@ def test_errors_raise_with_the_engines_message(llm):
     # The engine is unharmed.
     assert llm.generate(GOLDEN[0]["prompt"], SamplingParams(max_tokens=3, temperature=0))[0].outputs[0].token_ids \
         == GOLDEN[0]["greedy_ids"][:3]
+
+
+def test_structured_outputs(llm):
+    """vLLM's SamplingParams(structured_outputs=StructuredOutputsParams(...)) at temperature 1 over seeds: a schema's
+    answers parse and jsonschema (an independent validator) finds them valid; regex and choice answers match;
+    disable_any_whitespace writes the compact form; guided_decoding (vLLM's earlier name) works the same."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+                                                "age": {"type": "integer", "minimum": 0, "maximum": 99},
+                                                "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "maxItems": 3}},
+              "required": ["name", "age"]}
+    for seed in range(4):
+        out = llm.generate("Once upon a time", SamplingParams(
+            max_tokens=200, temperature=1, seed=seed, structured_outputs=StructuredOutputsParams(json=schema)))[0]
+        jsonschema.validate(json.loads(out.outputs[0].text), schema)
+        compact = llm.generate("Once upon a time", SamplingParams(
+            max_tokens=200, temperature=1, seed=seed,
+            guided_decoding=GuidedDecodingParams(json=json.dumps(schema), disable_any_whitespace=True)))[0]
+        text = compact.outputs[0].text
+        assert text == json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+        regex = llm.generate("Once upon a time", SamplingParams(
+            max_tokens=40, temperature=1, seed=seed, structured_outputs=StructuredOutputsParams(regex=r"(Tom|Sue) [a-z]{2,6}\.")))[0]
+        assert re.fullmatch(r"(Tom|Sue) [a-z]{2,6}\.", regex.outputs[0].text)
+        choice = llm.generate("The cat was", SamplingParams(
+            max_tokens=10, temperature=1, seed=seed, structured_outputs=StructuredOutputsParams(choice=["happy", "sad"])))[0]
+        assert choice.outputs[0].text in ("happy", "sad")
+    with pytest.raises(ValueError, match="unknown type 'strin'"):
+        llm.generate("x", SamplingParams(structured_outputs=StructuredOutputsParams(json={"type": "strin"})))
+    with pytest.raises(ValueError, match="only one of"):
+        SamplingParams(structured_outputs=StructuredOutputsParams(regex="a", choice=["b"]))
+    with pytest.raises(ValueError, match="applies to --guided-json"):
+        SamplingParams(structured_outputs=StructuredOutputsParams(regex="a", whitespace_pattern=" "))
+    with pytest.raises(TypeError):
+        StructuredOutputsParams(structural_tag="{}")
