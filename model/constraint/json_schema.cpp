@@ -11,6 +11,7 @@
 #include "model/constraint/json_formats.h"
 #include "model/constraint/number_ranges.h"
 #include "model/constraint/regex.h"
+#include "model/unicode/utf8.h"
 
 namespace paged::constraint {
 
@@ -77,6 +78,61 @@ void add_json_rules(Rules& rules, const JsonWhitespace& whitespace) {
   e.add('e'), e.add('E'), sign.add('+'), sign.add('-');
   rules.emplace_back("number", seq({ref("integer"), optional(seq({char_of('.'), digits(1, 16)})),
                                     optional(seq({bytes(e), optional(bytes(sign)), digits(1, 3)}))}));
+}
+
+// A code point written as itself inside a JSON string (no escape): not '"', '\\' or a control character.
+const CodepointRanges kPlainStringChars{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodepoint}};
+
+// A trie of code point strings, for key_not_in.
+struct NameTrie {
+  bool terminal = false;
+  std::map<char32_t, NameTrie> next;
+};
+
+// The JSON string contents of plain characters (no escapes, so the text is the key) that are none of the trie's
+// strings: the empty string unless a name, then at each node a character that leaves the trie (any string after
+// it) or one that follows it.
+Expr not_in(const NameTrie& t) {
+  std::vector<Expr> parts;
+  if (!t.terminal) parts.push_back(seq({}));
+  CodepointRanges leave = kPlainStringChars;
+  std::vector<Expr> follow;
+  for (const auto& [c, child] : t.next) {
+    CodepointRanges cut;
+    for (const auto& [lo, hi] : leave) {
+      if (c < lo || c > hi) {
+        cut.emplace_back(lo, hi);
+        continue;
+      }
+      if (lo < c) cut.emplace_back(lo, c - 1);
+      if (c < hi) cut.emplace_back(c + 1, hi);
+    }
+    leave = std::move(cut);
+    std::string bytes;
+    utf8::append(bytes, c);
+    follow.push_back(seq({literal(bytes), not_in(child)}));
+  }
+  if (!leave.empty()) parts.push_back(seq({codepoints(leave), repeat(codepoints(kPlainStringChars), 0, -1)}));
+  for (Expr& f : follow) parts.push_back(std::move(f));
+  return alt(std::move(parts));
+}
+
+// A JSON string (with its quotes) that is none of `names`: its characters written plainly, so that no escape
+// spells a name. Names with a character that must be escaped can never be written so and need no exclusion.
+Expr key_not_in(const std::set<std::string, std::less<>>& names) {
+  NameTrie trie;
+  for (const std::string& name : names) {
+    NameTrie* at = &trie;
+    bool plain = true;
+    for (std::string_view rest = name; !rest.empty() && plain;) {
+      const utf8::Char ch = utf8::next(rest);
+      plain = ch.complete && ch.code_point >= 0x20 && ch.code_point != '"' && ch.code_point != '\\';
+      if (plain) at = &at->next[ch.code_point];
+      rest.remove_prefix(ch.length);
+    }
+    if (plain) at->terminal = true;
+  }
+  return seq({char_of('"'), not_in(trie), char_of('"')});
 }
 
 const std::set<std::string, std::less<>> kAnnotations{"title",    "description", "default", "examples", "$schema",
@@ -400,7 +456,9 @@ class SchemaCompiler {
     };
     Expr tail_first, tail_after;
     if (extra) {
-      const Expr kv = named(member(ref("string"), *extra));
+      // Keys of `properties` are theirs: an additional member takes any other key (a name written again would be
+      // validated by additionalProperties instead of its own schema).
+      const Expr kv = named(member(names.empty() ? ref("string") : named(key_not_in(names)), *extra));
       tail_after = repeat(seq({sep, kv}), 0, -1);
       tail_first = optional(seq({kv, tail_after}));
     } else {

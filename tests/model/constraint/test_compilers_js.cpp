@@ -132,6 +132,11 @@ TEST_CASE("Schema and regex compilers agree with ajv and RegExp on generated str
     for (const std::string& e : examples) quoted.push_back(json::serialize(json::value(e)));
     add("schema", spec, std::make_shared<const Grammar>(compile_json_schema(json::parse(spec))), quoted);
   }
+  // Additional members beside properties: their keys are written without escapes, a subset too.
+  const std::string extra = R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 3},
+      "ab": {"type": "boolean"}}, "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 9}})";
+  add("schema", extra, std::make_shared<const Grammar>(compile_json_schema(json::parse(extra))),
+      {R"({"a": "x", "b": 1})", R"({"ab": true, "abc": 2, "": 3})"});
   // Bounded numbers are written without exponents (JSON.stringify writes 1e-7): a subset too.
   const std::string bounded = R"({"type": "array", "items": {"anyOf": [{"type": "number", "exclusiveMinimum": 0,
       "maximum": 99.5}, {"type": "number", "minimum": -0.001, "exclusiveMaximum": 0}]}, "maxItems": 3})";

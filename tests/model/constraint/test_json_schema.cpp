@@ -198,6 +198,17 @@ TEST_CASE("JSON schema: the whitespace between tokens as a pattern", "[constrain
   CHECK_THROWS_WITH(compile_json_object("(?=x)"), Catch::Contains("lookaround"));
 }
 
+TEST_CASE("JSON schema: additional members never take a declared property's name", "[constraint]") {
+  const auto g = schema(R"({"type": "object", "properties": {"a": {"type": "string"}, "ab": {"type": "null"},
+                            "é": {"type": "boolean"}}, "additionalProperties": {"type": "integer"}})");
+  for (const char* ok : {R"({"a": "x", "b": 1})", R"({"abc": 1})", R"({"": 2, "A": 3})", R"({"ab": null, "é1": 4})",
+                         R"({"e": 5, "éé": 6})"})
+    CHECK(admits(g, ok));
+  for (const char* bad : {R"({"a": 1})", R"({"b": 1, "a": 2})", R"({"ab": 1})", R"({"é": 1})", R"({"\u0061": 1})",
+                          R"({"b\n": 1})"})
+    CHECK_FALSE(admits(g, bad));
+}
+
 TEST_CASE("json_object admits any object", "[constraint]") {
   const auto g = std::make_shared<const Grammar>(compile_json_object());
   CHECK(admits(g, R"({"a": [1, {"b": null}], "c": "d"})"));
