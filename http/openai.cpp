@@ -49,7 +49,8 @@ std::string show(double d) {
 /// Typed, nullable access to the fields of a request body; every error names the field.
 class Fields {
  public:
-  explicit Fields(const json::object& o) : o_(o) {}
+  /// `where` prefixes the names errors give this object's fields ("structured_outputs.").
+  explicit Fields(const json::object& o, std::string where = "") : o_(o), where_(std::move(where)) {}
 
   /// The field, or nullptr when absent or null. The key counts as read (refuse_unread).
   const json::value* get(const char* key) const {
@@ -60,7 +61,8 @@ class Fields {
 
   /// Refuses (400 naming it) the first field nothing read: a field this server does not act on is never ignored.
   /// `where` prefixes the name of a nested object's field ("stream_options.").
-  void refuse_unread(const std::string& where = "") const {
+  void refuse_unread(std::string where = "") const {
+    if (where.empty()) where = where_;
     for (const auto& kv : o_) {
       const std::string key(kv.key());
       if (!read_.count(key))
@@ -71,18 +73,19 @@ class Fields {
   std::optional<bool> boolean(const char* key) const {
     const json::value* v = get(key);
     if (!v) return std::nullopt;
-    if (!v->is_bool()) invalid(std::string("'") + key + "' must be a boolean", key);
+    if (!v->is_bool()) invalid("'" + where_ + key + "' must be a boolean", where_ + key);
     return v->get_bool();
   }
 
   std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const {
     const json::value* v = get(key);
     if (!v) return std::nullopt;
-    const int64_t i = as_integer(*v, key);
+    const std::string name = where_ + key;
+    const int64_t i = as_integer(*v, name);
     if (i < lo || i > hi) {
-      invalid(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-                  ", got " + std::to_string(i),
-              key);
+      invalid("'" + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                  std::to_string(i),
+              name);
     }
     return i;
   }
@@ -91,12 +94,13 @@ class Fields {
   std::optional<double> number(const char* key, double lo, double hi, bool lo_open = false) const {
     const json::value* v = get(key);
     if (!v) return std::nullopt;
-    if (!v->is_number()) invalid(std::string("'") + key + "' must be a number", key);
+    const std::string name = where_ + key;
+    if (!v->is_number()) invalid("'" + name + "' must be a number", name);
     const double d = v->to_number<double>();
     if (!std::isfinite(d) || (lo_open ? d <= lo : d < lo) || d > hi) {
-      invalid(std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") + show(lo) + ", " + show(hi) +
-                  "], got " + show(d),
-              key);
+      invalid("'" + name + "' must be in " + (lo_open ? "(" : "[") + show(lo) + ", " + show(hi) + "], got " +
+                  show(d),
+              name);
     }
     return d;
   }
@@ -104,7 +108,7 @@ class Fields {
   std::optional<std::string> string(const char* key) const {
     const json::value* v = get(key);
     if (!v) return std::nullopt;
-    if (!v->is_string()) invalid(std::string("'") + key + "' must be a string", key);
+    if (!v->is_string()) invalid("'" + where_ + key + "' must be a string", where_ + key);
     return std::string(v->get_string());
   }
 
@@ -122,6 +126,7 @@ class Fields {
 
  private:
   const json::object& o_;
+  std::string where_;
   mutable std::set<std::string, std::less<>> read_;
 };
 
@@ -416,7 +421,7 @@ StructuredOutput parse_structured_output(const Fields& f) {
   }
   if (const json::value* so = f.get("structured_outputs")) {
     if (!so->is_object()) invalid("'structured_outputs' must be an object", "structured_outputs");
-    const Fields s(so->get_object());
+    const Fields s(so->get_object(), "structured_outputs.");
     if (const json::value* v = s.get("json")) add(Structured::json_schema, schema_text(*v, "structured_outputs.json"), "structured_outputs");
     if (const json::value* v = s.get("regex")) add(Structured::regex, string_of(*v, "structured_outputs.regex"), "structured_outputs");
     if (const json::value* v = s.get("choice")) add(Structured::choice, choice_text(*v, "structured_outputs.choice"), "structured_outputs");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "actors/step_wire.h"
+#include "model/deferred_tokens.h"
 #include "model/step_check.h"
 #include "tests/actors/same_step.h"
 #include "tests/draw.h"
@@ -296,19 +297,34 @@ struct Tally {
   int undecodable = 0, refused = 0, executed = 0;
 };
 
-// Decodes `wire` and, when the decoder takes it, executes it: it must run without throwing, and return one entry per
-// chunk that samples, each with the tokens asked for, all in the vocabulary. What it returned, when it was taken.
-std::optional<StepResult> decode_and_execute(WireDecoder& decoder, const WireStep& wire, const StepLimits& limits,
-                                             CpuModelRunner& runner, Tally& tally) {
+// What the decoder made of a step: refused (nothing changed), or taken; a taken step ran (its result) unless, as a
+// worker does, the executor refused a deferred token that the step before did not sample.
+struct Taken {
+  bool taken = false;
+  std::optional<StepResult> result;
+};
+
+// Decodes `wire` and, when the decoder takes it, fills its deferred tokens from the step before (`deferred`, as the
+// worker's executor) and executes it: it must run without throwing, and return one entry per chunk that samples,
+// each with the tokens asked for, all in the vocabulary.
+Taken decode_and_execute(WireDecoder& decoder, DeferredTokens& deferred, const WireStep& wire, const StepLimits& limits,
+                         CpuModelRunner& runner, Tally& tally) {
   auto decoded = decoder.decode(wire);
   if (std::holds_alternative<FieldError>(decoded)) {
     ++tally.refused;
-    return std::nullopt;
+    return {};
+  }
+  StepBatch& step = std::get<StepBatch>(decoded);
+  const bool unresolved = deferred.resolve(step).has_value();
+  deferred.remember({});
+  if (unresolved) {
+    ++tally.refused;
+    return {.taken = true};
   }
   ++tally.executed;
-  const StepBatch& step = std::get<StepBatch>(decoded);
   StepResult r;
   REQUIRE_NOTHROW(r = runner.execute(step));
+  deferred.remember(r);
   size_t i = 0;
   for (const SeqChunk& c : step.seqs) {
     if (c.samples.empty()) continue;
@@ -342,7 +358,7 @@ std::optional<StepResult> decode_and_execute(WireDecoder& decoder, const WireSte
   }
   CHECK(scored == r.prompt_logprobs.size());
   CHECK_FALSE(check_result(r, step, limits.vocab_size).has_value());
-  return r;
+  return {.taken = true, .result = std::move(r)};
 }
 
 }  // namespace
@@ -374,30 +390,31 @@ TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and w
   StepSource source(limits);
   WireEncoder encoder;
   WireDecoder decoder(limits);
+  DeferredTokens deferred;
   Tally fields, bytes;
   std::vector<std::string> results;  // packed, for the result half
   for (int i = 0; i < kMutatedSteps; ++i) {
     const StepBatch step = source.next(d);
     REQUIRE_FALSE(check_step(step, limits));
     const WireStep sent = encoder.encode(step);
-    std::optional<StepResult> taken;
+    Taken taken;
     if (i % 2 == 0) {
       WireStep mutated = sent;
       for (int m = d.in(1, 3); m > 0; --m) mutate_field(d, mutated, limits);
-      taken = decode_and_execute(decoder, mutated, limits, runner, fields);
+      taken = decode_and_execute(decoder, deferred, mutated, limits, runner, fields);
     } else {
       std::string packed = pack_step(sent);
       for (int m = d.in(1, 3); m > 0 && !packed.empty(); --m) mutate_bytes(d, packed);
       auto received = unpack_step(packed);
       if (const auto* w = std::get_if<WireStep>(&received)) {
         CHECK(pack_step(*w) == packed);
-        taken = decode_and_execute(decoder, *w, limits, runner, bytes);
+        taken = decode_and_execute(decoder, deferred, *w, limits, runner, bytes);
       } else {
         ++bytes.undecodable;
       }
     }
-    if (taken) {
-      if (results.size() < 500) results.push_back(pack_result(*taken));
+    if (taken.taken) {
+      if (taken.result && results.size() < 500) results.push_back(pack_result(*taken.result));
       encoder.reset();
       continue;
     }
