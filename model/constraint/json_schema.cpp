@@ -27,6 +27,8 @@ constexpr int kMaxDepth = 64;
 // values they may copy or compare (a part may be large and named many times).
 constexpr int kMaxAllOfParts = 4096;
 constexpr int64_t kMaxMergeWork = int64_t{1} << 22;
+// Most (property, count) rules one object may need for minProperties / maxProperties.
+constexpr int64_t kMaxObjectStates = int64_t{1} << 16;
 
 Expr char_of(char c) { return bytes(ByteSet::of(static_cast<uint8_t>(c))); }
 
@@ -172,7 +174,8 @@ class SchemaCompiler {
         "type",      "properties", "required",  "additionalProperties", "items",   "minItems",
         "maxItems",  "enum",       "const",     "anyOf",                "oneOf",   "minLength",
         "maxLength", "pattern",    "minimum",   "maximum",              "exclusiveMinimum", "exclusiveMaximum",
-        "$ref",      "format",     "prefixItems", "allOf",         "additionalItems"};
+        "$ref",      "format",     "prefixItems", "allOf",         "additionalItems", "propertyNames",
+        "minProperties", "maxProperties"};
     std::vector<std::string> constraining;
     for (const auto& kv : o) {
       const std::string_view key = kv.key();
@@ -235,7 +238,9 @@ class SchemaCompiler {
     }
     if (types.empty()) {
       // Without "type", the keywords say which kind of value is meant; none: any value.
-      if (o.contains("properties") || o.contains("required") || o.contains("additionalProperties")) types.push_back("object");
+      if (o.contains("properties") || o.contains("required") || o.contains("additionalProperties") ||
+          o.contains("propertyNames") || o.contains("minProperties") || o.contains("maxProperties"))
+        types.push_back("object");
       if (o.contains("items") || o.contains("prefixItems") || o.contains("additionalItems") || o.contains("minItems") ||
           o.contains("maxItems"))
         types.push_back("array");
@@ -425,60 +430,118 @@ class SchemaCompiler {
     return seq({char_of('['), ref("ws"), min > 0 ? std::move(some) : optional(std::move(some)), char_of(']')});
   }
 
+  // An object: the members of `properties` in their order (required ones always, the others or not), then the
+  // additional members (additionalProperties; their keys per propertyNames), the count of members within
+  // minProperties / maxProperties. Rule (i, c): the members from property i on, c members written so far (counted
+  // up to what the bounds need; c > 0: a comma comes first); states that cannot reach minProperties are left out.
   Expr object(const json::object& o, int depth) {
-    std::vector<std::pair<std::string, Expr>> props;  // (name, value)
-    std::set<std::string, std::less<>> names;
-    if (const json::value* p = o.if_contains("properties")) {
-      if (!p->is_object()) refuse("'properties' must be an object");
-      for (const auto& kv : p->get_object()) {
-        names.emplace(kv.key());
-        props.emplace_back(std::string(kv.key()), schema(kv.value(), depth + 1));
+    // propertyNames: a list of names (enum / const), or a string schema when no property is declared.
+    std::optional<std::set<std::string, std::less<>>> key_set;
+    std::optional<Expr> key_schema;
+    if (const json::value* pn = o.if_contains("propertyNames")) {
+      if (!pn->is_object()) refuse("'propertyNames' must be an object");
+      const json::object& k = pn->get_object();
+      if (k.contains("enum") || k.contains("const")) {
+        key_set.emplace();
+        const auto add = [&](const json::value& v) {
+          if (v.is_string()) key_set->emplace(v.get_string());
+        };
+        if (const json::value* c = k.if_contains("const")) add(*c);
+        if (const json::value* e = k.if_contains("enum"); e && e->is_array())
+          for (const json::value& v : e->get_array()) add(v);
+      } else {
+        if (o.contains("properties"))
+          refuse("'propertyNames' other than enum or const beside 'properties' is not supported");
+        json::object as_string = k;
+        as_string["type"] = "string";
+        key_schema = named(schema(json::value(std::move(as_string)), depth + 1));
       }
     }
+    std::vector<std::pair<std::string, Expr>> props;  // (name, value)
+    std::set<std::string, std::less<>> names;
     std::set<std::string, std::less<>> required;
     if (const json::value* r = o.if_contains("required")) {
       if (!r->is_array()) refuse("'required' must be a list of names");
       for (const json::value& n : r->get_array()) {
         if (!n.is_string()) refuse("'required' must be a list of names");
-        if (!names.contains(n.get_string()))
-          refuse("required property '" + std::string(n.get_string()) + "' is not in 'properties'");
         required.emplace(n.get_string());
       }
     }
-    std::optional<Expr> extra;  // the value schema of additional properties; none: not allowed
-    if (const json::value* a = o.if_contains("additionalProperties")) {
-      if (!(a->is_bool() && !a->get_bool())) extra = schema(*a, depth + 1);
-    }
-    // rule(i, after): the members from property i on; `after`: a member was written before (a comma comes first).
-    const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
-    const auto member = [&](Expr key, Expr value) {
-      return seq({std::move(key), ref("ws"), char_of(':'), ref("ws"), std::move(value)});
-    };
-    Expr tail_first, tail_after;
-    if (extra) {
-      // Keys of `properties` are theirs: an additional member takes any other key (a name written again would be
-      // validated by additionalProperties instead of its own schema).
-      const Expr kv = named(member(names.empty() ? ref("string") : named(key_not_in(names)), *extra));
-      tail_after = repeat(seq({sep, kv}), 0, -1);
-      tail_first = optional(seq({kv, tail_after}));
-    } else {
-      tail_first = seq({});
-      tail_after = seq({});
-    }
-    Expr first = named(std::move(tail_first)), after = named(std::move(tail_after));
-    for (size_t i = props.size(); i-- > 0;) {
-      const Expr m = named(member(literal(json::serialize(json::value(props[i].first))), std::move(props[i].second)));
-      Expr with_after = seq({sep, m, after});   // from after: ", m ..."
-      Expr with_first = seq({m, after});        // first member: "m ..."
-      if (required.contains(props[i].first)) {
-        first = named(std::move(with_first));
-        after = named(std::move(with_after));
-      } else {
-        first = named(alt({std::move(with_first), first}));
-        after = named(alt({std::move(with_after), after}));
+    if (const json::value* p = o.if_contains("properties")) {
+      if (!p->is_object()) refuse("'properties' must be an object");
+      for (const auto& kv : p->get_object()) {
+        if (key_set && !key_set->contains(kv.key())) {
+          if (required.contains(kv.key()))
+            refuse("required property '" + std::string(kv.key()) + "' is not one of 'propertyNames'");
+          continue;  // a name propertyNames refuses is never written
+        }
+        names.emplace(kv.key());
+        props.emplace_back(std::string(kv.key()), schema(kv.value(), depth + 1));
       }
     }
-    return seq({char_of('{'), ref("ws"), first, ref("ws"), char_of('}')});
+    for (const std::string& r : required)
+      if (!names.contains(r)) refuse("required property '" + r + "' is not in 'properties'");
+    const std::optional<int64_t> min_count = count(o, "minProperties"), max_count = count(o, "maxProperties");
+    if (min_count && max_count && *max_count < *min_count) refuse("'maxProperties' is below 'minProperties'");
+    const int64_t least = min_count.value_or(0);
+    std::optional<Expr> extra;  // an additional member; none: not allowed
+    if (const json::value* a = o.if_contains("additionalProperties"); a && !(a->is_bool() && !a->get_bool())) {
+      // Keys of `properties` are theirs: an additional member takes any other key (a name written again would be
+      // validated by additionalProperties instead of its own schema).
+      std::optional<Expr> key;
+      if (key_schema) {
+        key = *key_schema;
+      } else if (key_set) {
+        std::vector<Expr> others;
+        for (const std::string& k : *key_set)
+          if (!names.contains(k)) others.push_back(literal(json::serialize(json::value(k))));
+        if (!others.empty()) key = named(alt(std::move(others)));
+      } else {
+        key = names.empty() ? ref("string") : named(key_not_in(names));
+      }
+      if (key) extra = named(seq({std::move(*key), ref("ws"), char_of(':'), ref("ws"), schema(*a, depth + 1)}));
+    }
+    const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
+    const int64_t n = static_cast<int64_t>(props.size());
+    // Counts above `cap` need not be told apart: the bounds' largest, at least 1 (first member or not).
+    const int64_t cap = std::max<int64_t>({1, least, max_count.value_or(0)});
+    if ((n + 1) * (cap + 1) > kMaxObjectStates)
+      refuse("'minProperties' / 'maxProperties' with these properties need more than " +
+             std::to_string(kMaxObjectStates) + " states");
+    const auto next_count = [&](int64_t c) -> std::optional<int64_t> {
+      if (max_count) return c + 1 <= *max_count ? std::optional<int64_t>(c + 1) : std::nullopt;
+      return std::min(c + 1, cap);
+    };
+    // rules[c]: rule (i, c) of the i being built (nullopt: it cannot complete), from i = n down.
+    std::vector<std::optional<Expr>> rules(static_cast<size_t>(cap + 1));
+    for (int64_t c = 0; c <= cap; ++c) {
+      const int64_t lo = std::max<int64_t>(least - c, 0);
+      const int64_t hi = max_count ? *max_count - c : -1;
+      if (hi == 0 || !extra) {
+        if (lo == 0) rules[c] = named(seq({}));
+        continue;
+      }
+      const int more_lo = static_cast<int>(std::max<int64_t>(lo - 1, 0)), more_hi = hi < 0 ? -1 : static_cast<int>(hi - 1);
+      Expr e = c > 0 ? repeat(seq({sep, *extra}), static_cast<int>(lo), hi < 0 ? -1 : static_cast<int>(hi))
+                     : seq({*extra, repeat(seq({sep, *extra}), more_lo, more_hi)});
+      rules[c] = named(c == 0 && lo == 0 ? optional(std::move(e)) : std::move(e));
+    }
+    for (int64_t i = n; i-- > 0;) {
+      const Expr m = named(seq({literal(json::serialize(json::value(props[i].first))), ref("ws"), char_of(':'),
+                                ref("ws"), std::move(props[i].second)}));
+      const bool must = required.contains(props[i].first);
+      std::vector<std::optional<Expr>> here(rules.size());
+      for (int64_t c = 0; c <= cap; ++c) {
+        std::vector<Expr> alts;
+        if (const std::optional<int64_t> c2 = next_count(c); c2 && rules[*c2])
+          alts.push_back(c > 0 ? seq({sep, m, *rules[*c2]}) : seq({m, *rules[*c2]}));
+        if (!must && rules[c]) alts.push_back(*rules[c]);
+        if (!alts.empty()) here[c] = named(alt(std::move(alts)));
+      }
+      rules = std::move(here);
+    }
+    if (!rules[0]) refuse("the object's 'properties', 'required' and 'minProperties' / 'maxProperties' admit no value");
+    return seq({char_of('{'), ref("ws"), *rules[0], ref("ws"), char_of('}')});
   }
 
   // allOf as one schema: the keywords of the object and of each branch (a branch's $ref and nested allOf read

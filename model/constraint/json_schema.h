@@ -1,6 +1,7 @@
 // JSON Schema (the subset structured outputs use) and JSON itself compiled to grammar rules: the texts the grammar
 // accepts are JSON values valid for the schema. Supported: type (one or a list), properties, required,
-// additionalProperties (absent: false, as xgrammar's strict mode), items, prefixItems (later elements: none unless
+// additionalProperties (absent: false, as xgrammar's strict mode), minProperties, maxProperties, propertyNames (a
+// list of names, or any string schema without properties), items, prefixItems (later elements: none unless
 // items says; draft 4-7's items as a list with additionalItems likewise), minItems, maxItems, enum, const, anyOf, oneOf (as anyOf: exact when its branches are disjoint),
 // allOf (and $ref beside other keywords) merged into one schema, minLength / maxLength, pattern (not with lengths),
 // format (json_formats.h), minimum / maximum / exclusiveMinimum / exclusiveMaximum of integers and numbers

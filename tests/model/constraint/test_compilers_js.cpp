@@ -137,6 +137,11 @@ TEST_CASE("Schema and regex compilers agree with ajv and RegExp on generated str
       "ab": {"type": "boolean"}}, "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 9}})";
   add("schema", extra, std::make_shared<const Grammar>(compile_json_schema(json::parse(extra))),
       {R"({"a": "x", "b": 1})", R"({"ab": true, "abc": 2, "": 3})"});
+  const std::string counted = R"({"type": "object", "properties": {"a": {"type": "integer", "maximum": 5}},
+      "additionalProperties": {"type": "boolean"}, "propertyNames": {"enum": ["a", "b", "c"]}, "minProperties": 1,
+      "maxProperties": 2})";
+  add("schema", counted, std::make_shared<const Grammar>(compile_json_schema(json::parse(counted))),
+      {R"({"a": 5})", R"({"b": true, "c": false})"});
   // Bounded numbers are written without exponents (JSON.stringify writes 1e-7): a subset too.
   const std::string bounded = R"({"type": "array", "items": {"anyOf": [{"type": "number", "exclusiveMinimum": 0,
       "maximum": 99.5}, {"type": "number", "minimum": -0.001, "exclusiveMaximum": 0}]}, "maxItems": 3})";

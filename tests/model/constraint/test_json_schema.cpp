@@ -209,6 +209,31 @@ TEST_CASE("JSON schema: additional members never take a declared property's name
     CHECK_FALSE(admits(g, bad));
 }
 
+TEST_CASE("JSON schema: minProperties / maxProperties and propertyNames", "[constraint]") {
+  const auto counted = schema(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                                  "additionalProperties": {"type": "null"}, "minProperties": 2, "maxProperties": 3})");
+  for (const char* ok : {R"({"a": 1, "b": 2})", R"({"a": 1, "x": null})", R"({"x": null, "y": null})",
+                         R"({"a": 1, "b": 2, "c": null})"})
+    CHECK(admits(counted, ok));
+  for (const char* bad : {"{}", R"({"a": 1})", R"({"x": null})", R"({"a": 1, "b": 2, "c": null, "d": null})"})
+    CHECK_FALSE(admits(counted, bad));
+  // pydantic's Dict[Literal["red", "blue"], int] = Field(min_length=1), a declared name outside the list dropped.
+  const auto keyed = schema(R"({"type": "object", "properties": {"red": {"type": "integer", "minimum": 0},
+      "green": {"type": "integer"}}, "additionalProperties": {"type": "integer"},
+      "propertyNames": {"enum": ["red", "blue"]}, "minProperties": 1})");
+  for (const char* ok : {R"({"red": 1})", R"({"blue": -1})", R"({"red": 0, "blue": 5})"}) CHECK(admits(keyed, ok));
+  for (const char* bad : {"{}", R"({"red": -1})", R"({"green": 1})", R"({"x": 1})"}) CHECK_FALSE(admits(keyed, bad));
+  const auto patterned = schema(R"({"type": "object", "additionalProperties": {"type": "boolean"},
+                                    "propertyNames": {"pattern": "^[a-z]{1,3}$"}, "maxProperties": 2})");
+  CHECK(admits(patterned, R"({"ab": true, "c": false})"));
+  for (const char* bad : {R"({"AB": true})", R"({"abcd": true})", R"({"a": true, "b": true, "c": true})"})
+    CHECK_FALSE(admits(patterned, bad));
+  // Without additional members, minProperties counts the declared ones only.
+  const auto two = schema(R"({"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 2})");
+  CHECK(admits(two, R"({"a": 1, "c": 2})"));
+  CHECK_FALSE(admits(two, R"({"b": 1})"));
+}
+
 TEST_CASE("json_object admits any object", "[constraint]") {
   const auto g = std::make_shared<const Grammar>(compile_json_object());
   CHECK(admits(g, R"({"a": [1, {"b": null}], "c": "d"})"));
@@ -241,6 +266,12 @@ TEST_CASE("JSON schema keywords that cannot be enforced are refused by name", "[
            {R"({"type": "integer", "format": "int128"})", "'int128'"},
            {R"({"type": "integer", "minimum": 1e20})", "admit no value"},
            {R"({"type": "object", "patternProperties": {}})", "'patternProperties'"},
+           {R"({"type": "object", "properties": {"a": {}}, "required": ["a"], "maxProperties": 0})", "admit no value"},
+           {R"({"type": "object", "properties": {"a": {}}, "minProperties": 2})", "admit no value"},
+           {R"({"type": "object", "properties": {"a": {}}, "required": ["a"], "propertyNames": {"enum": ["b"]}})",
+            "not one of 'propertyNames'"},
+           {R"({"type": "object", "properties": {"a": {}}, "propertyNames": {"pattern": "a"}})", "beside 'properties'"},
+           {R"({"type": "object", "additionalProperties": true, "minProperties": 100000})", "states"},
            {R"({"$ref": "http://x/y"})", "'$ref'"},
            {R"j({"type": "string", "pattern": "a(?=b)"})j", "lookaround"},
            {R"({"type": "object", "required": ["x"]})", "'x'"},
