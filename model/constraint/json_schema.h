@@ -1,19 +1,19 @@
 // JSON Schema (the subset structured outputs use) and JSON itself compiled to grammar rules: the texts the grammar
 // accepts are JSON values valid for the schema. Supported: type (one or a list), properties, required,
 // additionalProperties (absent: false, as xgrammar's strict mode), minProperties, maxProperties, propertyNames (a
-// list of names, or any string schema without properties), items, prefixItems (later elements: none unless
-// items says; draft 4-7's items as a list with additionalItems likewise), minItems, maxItems, enum, const, anyOf, oneOf (as anyOf: exact when its branches are disjoint),
-// allOf (and $ref beside other keywords) merged into one schema, minLength / maxLength, pattern (not with lengths),
-// format (json_formats.h), minimum / maximum / exclusiveMinimum / exclusiveMaximum of integers and numbers
-// (bounded numbers are written without exponent), $ref to "#..."
-// pointers ($defs, definitions, the root), and annotations (title, description, default, examples, $schema, $id,
-// $comment). Any other keyword, and a combination the grammar cannot express exactly, is refused with a
-// GrammarError naming it.
+// list of names, or any string schema without properties), items, prefixItems (later elements: none unless items
+// says; draft 4-7's items as a list with additionalItems likewise), minItems, maxItems, enum, const, anyOf, oneOf
+// (as anyOf: exact when its branches are disjoint), allOf (and $ref beside other keywords) merged into one schema,
+// minLength / maxLength, pattern (not with lengths), format (json_formats.h), minimum / maximum /
+// exclusiveMinimum / exclusiveMaximum of integers and numbers (bounded numbers are written without exponent), $ref
+// to "#..." pointers ($defs, definitions, the root), and annotations (title, description, default, examples,
+// $schema, $id, $comment). Any other keyword, and a combination the grammar cannot express exactly, is refused
+// with a GrammarError naming it.
 //
 // Whitespace: between tokens, none, one space, or a newline and up to 20 spaces or tabs (llama.cpp's policy), or
-// what a JsonWhitespace pattern says;
-// object members come in the order of `properties`. Numbers are written with at most 16 integer digits, 16
-// fraction digits and 3 exponent digits, strings with the escapes \" \\ \/ \b \f \n \r \t, so a sampled value ends.
+// what a JsonWhitespace pattern says; object members come in the order of `properties`. Numbers are written with at
+// most 16 integer digits, 16 fraction digits and 3 exponent digits, strings with the escapes \" \\ \/ \b \f \n
+// \r \t, so a sampled value ends.
 #pragma once
 
 #include <boost/json/value.hpp>
