@@ -452,9 +452,19 @@ class SchemaCompiler {
       } else {
         if (o.contains("properties"))
           refuse("'propertyNames' other than enum or const beside 'properties' is not supported");
-        json::object as_string = k;
-        as_string["type"] = "string";
-        key_schema = named(schema(json::value(std::move(as_string)), depth + 1));
+        // Keys are strings: a propertyNames whose type admits none leaves no additional member.
+        bool strings = true;
+        if (const json::value* t = k.if_contains("type")) {
+          const auto is_string = [](const json::value& x) { return x.is_string() && x.get_string() == "string"; };
+          strings = is_string(*t) || (t->is_array() && std::any_of(t->get_array().begin(), t->get_array().end(), is_string));
+        }
+        if (strings) {
+          json::object as_string = k;
+          as_string["type"] = "string";
+          key_schema = named(schema(json::value(std::move(as_string)), depth + 1));
+        } else {
+          key_set.emplace();  // no name at all
+        }
       }
     }
     std::vector<std::pair<std::string, Expr>> props;  // (name, value)

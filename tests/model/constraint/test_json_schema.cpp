@@ -228,6 +228,9 @@ TEST_CASE("JSON schema: minProperties / maxProperties and propertyNames", "[cons
   CHECK(admits(patterned, R"({"ab": true, "c": false})"));
   for (const char* bad : {R"({"AB": true})", R"({"abcd": true})", R"({"a": true, "b": true, "c": true})"})
     CHECK_FALSE(admits(patterned, bad));
+  const auto no_keys = schema(R"({"type": "object", "additionalProperties": true, "propertyNames": {"type": "integer"}})");
+  CHECK(admits(no_keys, "{}"));
+  CHECK_FALSE(admits(no_keys, R"({"1": 1})"));
   // Without additional members, minProperties counts the declared ones only.
   const auto two = schema(R"({"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 2})");
   CHECK(admits(two, R"({"a": 1, "c": 2})"));
