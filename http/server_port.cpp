@@ -5,8 +5,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <memory>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "http/openai.h"
 
@@ -48,22 +50,31 @@ struct ServerPort::Impl {
   net::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   std::thread thread;
+  std::vector<std::weak_ptr<tcp::socket>> answering;  // connections taken while loading (the ioc's thread only)
 
   void accept() {
     auto socket = std::make_shared<tcp::socket>(ioc);
     acceptor.async_accept(*socket, [this, socket](beast::error_code ec) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
-      if (!ec) answer_loading(socket);
+      if (!ec) {
+        std::erase_if(answering, [](const std::weak_ptr<tcp::socket>& s) { return s.expired(); });
+        answering.push_back(socket);
+        answer_loading(socket);
+      }
       accept();
     });
   }
 
-  // Stops the responder's thread (idempotent).
+  // Stops the responder's thread (idempotent). A connection it took and has not answered is closed (its client
+  // sees the connection end and asks again, of the server proper): left open under the stopped io_context, it
+  // would wait for an answer forever.
   void stop() {
     if (!thread.joinable()) return;
     net::post(ioc, [this] {
       beast::error_code ignored;
       acceptor.cancel(ignored);
+      for (const std::weak_ptr<tcp::socket>& s : answering)
+        if (auto socket = s.lock()) socket->close(ignored);
       ioc.stop();
     });
     thread.join();

@@ -3,7 +3,8 @@
 #   bash tests/integration/serve_startup.sh PATH/TO/paged
 # A busy port fails at once with one line naming it (no Boost internals, nothing loaded: no "loading" line); while the
 # engine is still coming up (here: its worker is stopped, so the hello waits) GET /health answers 503
-# {"status":"loading"} and a completion 503 with code model_loading. A server killed by SIGSEGV prints the signal and
+# {"status":"loading"} and a completion 503 with code model_loading, and a connection taken then is never left
+# hanging once the server proper has the port. A server killed by SIGSEGV prints the signal and
 # its stack to stderr and dies of it.
 set -u
 
@@ -26,8 +27,8 @@ kill -STOP "$worker_pid"
 head_pid=$!
 pids+=("$head_pid")
 # The window lasts until the engine gives up on the stopped worker (about a second): watch for the port closely.
-python3 - "$TMP/head.out" <<'PY' || fail "while loading: $(cat "$TMP/head.out" "$TMP/head.err")"
-import json, re, sys, time, urllib.error, urllib.request
+python3 - "$TMP/head.out" "$worker_pid" <<'PY' || fail "while loading: $(cat "$TMP/head.out" "$TMP/head.err")"
+import json, os, re, signal, socket, sys, time, urllib.error, urllib.request
 deadline, port = time.time() + 10, None
 while port is None and time.time() < deadline:
     m = re.search(r"^paged: listening on 127\.0\.0\.1:(\d+), loading ", open(sys.argv[1]).read(), re.M)
@@ -44,6 +45,21 @@ health = answer("/health")
 completion = answer("/v1/completions", b'{"prompt": "x"}')
 assert health == (503, {"status": "loading"}), health
 assert completion[0] == 503 and completion[1]["error"]["code"] == "model_loading", completion
+# A connection the loading responder took but whose request comes after the server took the port over is answered
+# or closed, never left waiting (it was, under the responder's stopped io_context).
+early = socket.create_connection(("127.0.0.1", int(port)), timeout=5)
+time.sleep(0.3)  # taken by the loading responder
+os.kill(int(sys.argv[2]), signal.SIGCONT)
+while "paged: serving" not in open(sys.argv[1]).read():
+    assert time.time() < deadline + 20, "the head never served"
+    time.sleep(0.05)
+try:
+    early.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    early.recv(1024)  # an answer, or b"" when closed
+except (ConnectionResetError, BrokenPipeError):
+    pass
+except socket.timeout:
+    raise AssertionError("a connection taken while loading was left without an answer")
 PY
 kill -CONT "$worker_pid"
 
