@@ -494,6 +494,9 @@ class SchemaCompiler {
     const std::optional<int64_t> min_count = count(o, "minProperties"), max_count = count(o, "maxProperties");
     if (min_count && max_count && *max_count < *min_count) refuse("'maxProperties' is below 'minProperties'");
     const int64_t least = min_count.value_or(0);
+    const auto member = [](Expr key, Expr value) {
+      return seq({std::move(key), ref("ws"), char_of(':'), ref("ws"), std::move(value)});
+    };
     std::optional<Expr> extra;  // an additional member; none: not allowed
     if (const json::value* a = o.if_contains("additionalProperties"); a && !(a->is_bool() && !a->get_bool())) {
       // Keys of `properties` are theirs: an additional member takes any other key (a name written again would be
@@ -509,7 +512,7 @@ class SchemaCompiler {
       } else {
         key = names.empty() ? ref("string") : named(key_not_in(names));
       }
-      if (key) extra = named(seq({std::move(*key), ref("ws"), char_of(':'), ref("ws"), schema(*a, depth + 1)}));
+      if (key) extra = named(member(std::move(*key), schema(*a, depth + 1)));
     }
     const Expr sep = seq({ref("ws"), char_of(','), ref("ws")});
     const int64_t n = static_cast<int64_t>(props.size());
@@ -537,8 +540,7 @@ class SchemaCompiler {
       rules[c] = named(c == 0 && lo == 0 ? optional(std::move(e)) : std::move(e));
     }
     for (int64_t i = n; i-- > 0;) {
-      const Expr m = named(seq({literal(json::serialize(json::value(props[i].first))), ref("ws"), char_of(':'),
-                                ref("ws"), std::move(props[i].second)}));
+      const Expr m = named(member(literal(json::serialize(json::value(props[i].first))), std::move(props[i].second)));
       const bool must = required.contains(props[i].first);
       std::vector<std::optional<Expr>> here(rules.size());
       for (int64_t c = 0; c <= cap; ++c) {
