@@ -626,31 +626,39 @@ int run_moe_gemm(std::map<std::string, std::string>& f) {
       for (int j = 0; j < k; ++j) used[all[j]] = true;
     }
     const int active = static_cast<int>(std::count(used.begin(), used.end(), true)), slots = tokens * k;
-    const int tile = slots <= 4 * E ? 16 : 64;  // as the runner picks (runner_moe.cpp)
+    // Every layout (a GEMV per slot while a grid row per slot fits, tiles of 16 and 64); '*' the runner's choice.
+    const int picked = slots <= cuda::kMaxGemvSlots ? 0 : cuda::expert_tile_rows(slots, E);
     cuda_ok(cudaMemcpyAsync(ids, chosen.data(), chosen.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s), "copy");
-    cuda_ok(cuda::group_experts(view, ids, slots, k, E, tile, s), "group_experts");
-    cuda::GroupedGemmArgs g{.y = gate_up, .x = x, .x_rows = view.sorted_token, .w = w_gate_up,
-                            .offsets = view.offsets, .tile_expert = view.tile_expert, .tile_row = view.tile_row,
-                            .max_tiles = max_expert_tiles(slots, E, tile), .n = 2 * I, .k = H, .tile_rows = tile};
-    cuda::GroupedGemmArgs d = g;
-    d.y = y;
-    d.x = gate_up;  // the down product's input: any [slots][I] rows serve for timing
-    d.x_rows = nullptr;
-    d.w = w_down;
-    d.n = H;
-    d.k = I;
-    for (const auto& [label, args] : {std::pair{"gate_up", g}, std::pair{"down", d}}) {
-      cuda_ok(cuda::grouped_linear(args, s), label);
-      const int reps = 20;
-      cuda_ok(cudaEventRecord(e0, s), "record");
-      for (int i = 0; i < reps; ++i) cuda_ok(cuda::grouped_linear(args, s), label);
-      cuda_ok(cudaEventRecord(e1, s), "record");
-      cuda_ok(cudaEventSynchronize(e1), "sync");
-      float ms = 0;
-      cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-      const double us = 1e3 * ms / reps, weights = 2.0 * active * args.n * args.k;
-      std::printf("tokens %6d %-7s: %8.1f us, %3d experts' weights at %5.2f TB/s, %6.1f TFLOP/s (tiles of %d)\n",
-                  tokens, label, us, active, weights / us / 1e6, 2.0 * slots * args.n * args.k / us / 1e6, tile);
+    for (const int layout : {0, 16, 64}) {
+      if (layout == 0 && slots > 4096) continue;
+      const int tile = layout == 0 ? 16 : layout;
+      cuda_ok(cuda::group_experts(view, ids, slots, k, E, tile, s), "group_experts");
+      cuda::GroupedGemmArgs g{.y = gate_up, .x = x, .x_rows = view.sorted_token, .w = w_gate_up,
+                              .offsets = view.offsets, .tile_expert = view.tile_expert, .tile_row = view.tile_row,
+                              .max_tiles = max_expert_tiles(slots, E, tile), .n = 2 * I, .k = H, .tile_rows = tile,
+                              .gemv_slots = layout == 0 ? slots : 0, .num_experts = E};
+      cuda::GroupedGemmArgs d = g;
+      d.y = y;
+      d.x = gate_up;  // the down product's input: any [slots][I] rows serve for timing
+      d.x_rows = nullptr;
+      d.w = w_down;
+      d.n = H;
+      d.k = I;
+      for (const auto& [label, args] : {std::pair{"gate_up", g}, std::pair{"down", d}}) {
+        cuda_ok(cuda::grouped_linear(args, s), label);
+        const int reps = 20;
+        cuda_ok(cudaEventRecord(e0, s), "record");
+        for (int i = 0; i < reps; ++i) cuda_ok(cuda::grouped_linear(args, s), label);
+        cuda_ok(cudaEventRecord(e1, s), "record");
+        cuda_ok(cudaEventSynchronize(e1), "sync");
+        float ms = 0;
+        cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+        const double us = 1e3 * ms / reps, weights = 2.0 * active * args.n * args.k;
+        std::printf("tokens %6d %-7s: %8.1f us, %3d experts' weights at %5.2f TB/s, %6.1f TFLOP/s (%s%s)\n", tokens,
+                    label, us, active, weights / us / 1e6, 2.0 * slots * args.n * args.k / us / 1e6,
+                    layout == 0 ? "GEMVs" : layout == 16 ? "tiles of 16" : "tiles of 64",
+                    layout == picked ? " *" : "");
+      }
     }
   }
   for (void* p : {static_cast<void*>(w_gate_up), static_cast<void*>(w_down), static_cast<void*>(x),

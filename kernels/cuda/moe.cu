@@ -258,6 +258,42 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_linear_kernel(GroupedGem
   }
 }
 
+constexpr int kGemvThreads = 128, kGemvRowsPerWarp = 2, kGemvRows = kGemvThreads / 32 * kGemvRowsPerWarp;
+
+// grid: (ceil(n / kGemvRows), gemv_slots); block: kGemvThreads. Block (i, p) computes columns kGemvRows i .. of
+// position p's row of y: warp w the columns of its kGemvRowsPerWarp weight rows, 8 k-elements a lane and load.
+__global__ void __launch_bounds__(kGemvThreads) grouped_gemv_kernel(GroupedGemmArgs a) {
+  const int p = blockIdx.y;
+  int lo = 0, hi = a.num_experts;  // the expert of p: the last e with offsets[e] <= p (empty experts come before)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (a.offsets[mid] <= p) lo = mid;
+    else hi = mid;
+  }
+  const bf16* x = a.x + static_cast<int64_t>(a.x_rows ? a.x_rows[p] : p) * a.k;
+  const bf16* w = a.w + static_cast<int64_t>(lo) * a.n * a.k;
+  const int lane = threadIdx.x % 32, r0 = blockIdx.x * kGemvRows + threadIdx.x / 32 * kGemvRowsPerWarp;
+  float acc[kGemvRowsPerWarp] = {};
+#pragma unroll 4
+  for (int c = lane * 8; c < a.k; c += 32 * 8) {
+    float xf[8];
+    bf16x8_to_float(load_bf16x8(x + c), xf);
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      if (r0 + r >= a.n) break;
+      float wf[8];
+      bf16x8_to_float(load_bf16x8(w + static_cast<int64_t>(r0 + r) * a.k + c), wf);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[r] += wf[i] * xf[i];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && r0 + r < a.n) a.y[static_cast<int64_t>(p) * a.n + r0 + r] = __float2bfloat16(v);
+  }
+}
+
 // ---- combination --------------------------------------------------------------------------------------------------
 
 constexpr int kCombineThreads = 128;
@@ -314,6 +350,13 @@ cudaError_t grouped_linear(const GroupedGemmArgs& a, cudaStream_t stream) {
   if (a.k <= 0 || a.k % 8 != 0 || a.n <= 0 || !aligned16(a.x) || !aligned16(a.w))
     return refuse("grouped_linear: k " + std::to_string(a.k) + " must be a positive multiple of 8, n positive, x "
                   "and w 16-byte aligned");
+  if (a.gemv_slots > 0) {
+    if (a.gemv_slots > 65535 || a.num_experts < 1)
+      return refuse("grouped_linear: " + std::to_string(a.gemv_slots) + " GEMV positions (supported: up to 65535) "
+                    "over " + std::to_string(a.num_experts) + " experts (at least 1)");
+    grouped_gemv_kernel<<<dim3((a.n + kGemvRows - 1) / kGemvRows, a.gemv_slots), kGemvThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
   if (a.max_tiles <= 0) return cudaSuccess;
   if (a.max_tiles > 65535)  // the grid's y limit
     return refuse("grouped_linear: " + std::to_string(a.max_tiles) + " row tiles exceed 65535 (use larger tiles)");

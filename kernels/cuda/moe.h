@@ -19,6 +19,11 @@ inline constexpr int kMaxExperts = 256;
 inline constexpr int kMaxTopK = 8;
 /// The row tiles of the grouped GEMM: 16 rows for decode-sized groups (few rows per expert), 64 for prefill.
 inline constexpr int kSupportedExpertTileRows[] = {16, 64};
+/// Up to this many (token, choice) slots the grouped products run as one GEMV per slot (GroupedGemmArgs::gemv_slots):
+/// one stream and small batches, where the tiles would leave most SMs idle (8 experts x 24 column tiles of 64).
+inline constexpr int kMaxGemvSlots = 32;
+/// The grouped GEMM's row tile for `slots` over num_experts: 16 while the experts average at most 16 slots, else 64.
+inline int expert_tile_rows(int slots, int num_experts) { return slots <= 16 * num_experts ? 16 : 64; }
 
 /// Each token's top_k experts from its float router logits: softmax over all experts, the top_k largest (ties: the
 /// lower id), divided by their sum when renormalize. Grid ceil(tokens / 4), 4 warps a block, one warp per token.
@@ -45,10 +50,11 @@ cudaError_t group_experts(const ExpertGroupsView& groups,
                           const int32_t* experts,  // [slots]
                           int slots, int top_k, int num_experts, int tile_rows, cudaStream_t stream);
 
-/// One grouped product: y[p] = x[x_rows ? x_rows[p] : p] * w[e]^T for the sorted positions p of every expert e, bf16
-/// tensor cores (WMMA 16x16x16), float32 accumulation. Grid (ceil(n / 64), max_tiles), 4 warps a block: block
-/// (i, t) computes columns 64 i .. of tile t (tile_expert[t] < 0: nothing). k a multiple of 8, pointers 16-byte
-/// aligned.
+/// One grouped product: y[p] = x[x_rows ? x_rows[p] : p] * w[e]^T for the sorted positions p of every expert e,
+/// float32 accumulation. gemv_slots 0: bf16 tensor cores (WMMA 16x16x16), grid (ceil(n / 64), max_tiles), 4 warps a
+/// block: block (i, t) computes columns 64 i .. of tile t (tile_expert[t] < 0: nothing). gemv_slots > 0 (the
+/// positions, offsets[num_experts]; the tiles unused): one GEMV per position, grid (ceil(n / 8), gemv_slots), each
+/// warp two output columns, the expert of a position found in offsets. k a multiple of 8, pointers 16-byte aligned.
 struct GroupedGemmArgs {
   bf16* y;                    // [slots][n]
   const bf16* x;              // [rows][k]
@@ -58,6 +64,7 @@ struct GroupedGemmArgs {
   const int32_t* tile_expert; // [max_tiles]
   const int32_t* tile_row;    // [max_tiles]
   int max_tiles, n, k, tile_rows;
+  int gemv_slots = 0, num_experts = 0;
 };
 cudaError_t grouped_linear(const GroupedGemmArgs& args, cudaStream_t stream);
 

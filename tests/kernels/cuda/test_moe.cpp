@@ -108,7 +108,7 @@ TEST_CASE("group_experts matches group_by_expert: stable order, empty experts, r
   CHECK(cuda::group_experts({}, nullptr, 4, 2, 8, 32, nullptr) == cudaErrorInvalidValue);
 }
 
-TEST_CASE("grouped_linear matches cpu::grouped_linear over ragged experts, gathered or sorted rows", "[gpu][moe]") {
+TEST_CASE("grouped_linear (tiles and GEMVs) matches cpu::grouped_linear over ragged experts, gathered or sorted rows", "[gpu][moe]") {
   require_device();
   std::mt19937 rng(23);
   struct Shape {
@@ -117,10 +117,11 @@ TEST_CASE("grouped_linear matches cpu::grouped_linear over ragged experts, gathe
   // Ragged n and k (not multiples of the 64 x 32 tiles), decode-sized and prefill-sized groups, 8 to 128 experts.
   for (const Shape& sh : {Shape{8, 2, 1, 128, 64}, Shape{8, 2, 37, 72, 40}, Shape{16, 4, 200, 96, 64},
                           Shape{128, 8, 3, 64, 128}, Shape{128, 8, 300, 136, 256}, Shape{64, 1, 90, 64, 48}})
-    for (const int tile : {16, 64})
+    for (const int layout : {0, 16, 64})  // 0: a GEMV per position, else the row tile
       for (const bool gather : {true, false}) {
+        const int tile = layout == 0 ? 16 : layout;
         INFO(sh.experts << " experts, top " << sh.top_k << ", " << sh.tokens << " tokens, n " << sh.n << ", k " << sh.k
-                        << ", tiles of " << tile << (gather ? ", gathered" : ""));
+                        << (layout == 0 ? ", GEMVs" : ", tiles of ") << layout << (gather ? ", gathered" : ""));
         const std::vector<int32_t> ids = skewed_choices(rng, sh.tokens, sh.experts, sh.top_k);
         const int slots = sh.tokens * sh.top_k, tiles = max_expert_tiles(slots, sh.experts, tile);
         const ExpertGroups groups = group_by_expert(ids, sh.experts, tile);
@@ -138,7 +139,8 @@ TEST_CASE("grouped_linear matches cpu::grouped_linear over ragged experts, gathe
         const cuda::GroupedGemmArgs args{.y = d_y.get(), .x = d_x.get(), .x_rows = gather ? d_rows.get() : nullptr,
                                          .w = d_w.get(), .offsets = d_offsets.get(),
                                          .tile_expert = d_tile_expert.get(), .tile_row = d_tile_row.get(),
-                                         .max_tiles = tiles, .n = sh.n, .k = sh.k, .tile_rows = tile};
+                                         .max_tiles = tiles, .n = sh.n, .k = sh.k, .tile_rows = tile,
+                                         .gemv_slots = layout == 0 ? slots : 0, .num_experts = sh.experts};
         CUDA_REQUIRE(cuda::grouped_linear(args, nullptr));
         check_close(to_float(d_y.download()), want, "grouped_linear");
       }
@@ -146,6 +148,8 @@ TEST_CASE("grouped_linear matches cpu::grouped_linear over ragged experts, gathe
   bad.k = 12;
   CHECK(cuda::grouped_linear(bad, nullptr) == cudaErrorInvalidValue);
   bad = {.max_tiles = 70000, .n = 64, .k = 64, .tile_rows = 64};  // beyond the grid's y limit
+  CHECK(cuda::grouped_linear(bad, nullptr) == cudaErrorInvalidValue);
+  bad = {.n = 64, .k = 64, .tile_rows = 16, .gemv_slots = 70000, .num_experts = 8};
   CHECK(cuda::grouped_linear(bad, nullptr) == cudaErrorInvalidValue);
 }
 
