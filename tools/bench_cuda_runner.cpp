@@ -627,7 +627,7 @@ int run_moe_gemm(std::map<std::string, std::string>& f) {
     }
     const int active = static_cast<int>(std::count(used.begin(), used.end(), true)), slots = tokens * k;
     // Every layout (a GEMV per slot while a grid row per slot fits, tiles of 16 and 64); '*' the runner's choice.
-    const int picked = slots <= cuda::kMaxGemvSlots ? 0 : cuda::expert_tile_rows(slots, E);
+    const int picked = cuda::expert_product_layout(slots, E);
     cuda_ok(cudaMemcpyAsync(ids, chosen.data(), chosen.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s), "copy");
     for (const int layout : {0, 16, 64}) {
       if (layout == 0 && slots > 4096) continue;

@@ -22,8 +22,11 @@ inline constexpr int kSupportedExpertTileRows[] = {16, 64};
 /// Up to this many (token, choice) slots the grouped products run as one GEMV per slot (GroupedGemmArgs::gemv_slots):
 /// one stream and small batches, where the tiles would leave most SMs idle (8 experts x 24 column tiles of 64).
 inline constexpr int kMaxGemvSlots = 32;
-/// The grouped GEMM's row tile for `slots` over num_experts: 16 while the experts average at most 16 slots, else 64.
-inline int expert_tile_rows(int slots, int num_experts) { return slots <= 16 * num_experts ? 16 : 64; }
+/// How the grouped products run for `slots` over num_experts: 0, a GEMV per slot (up to kMaxGemvSlots), else the row
+/// tile of the grouped GEMM: 16 while the experts average at most 16 slots, else 64 (bench_cuda_runner moe-gemm).
+inline int expert_product_layout(int slots, int num_experts) {
+  return slots <= kMaxGemvSlots ? 0 : slots <= 16 * num_experts ? 16 : 64;
+}
 
 /// Each token's top_k experts from its float router logits: softmax over all experts, the top_k largest (ties: the
 /// lower id), divided by their sum when renormalize. Grid ceil(tokens / 4), 4 warps a block, one warp per token.

@@ -31,7 +31,7 @@ void CudaModelRunner::Impl::allocate_moe() {
 
 void CudaModelRunner::Impl::moe_mlp(bf16* out, const bf16* x, const LayerWeights& L, int rows, bool accumulate) {
   const int E = cfg.moe.num_experts, k = cfg.moe.top_k, slots = rows * k;
-  const int tile = cuda::expert_tile_rows(slots, E);
+  const int layout = cuda::expert_product_layout(slots, E), tile = layout == 0 ? 16 : layout;  // 0: GEMVs
   cudaStream_t s = compute;
   PAGED_CUDA_CHECK(router_gemm->linear(moe_logits.get(), x, L.router, nullptr, rows, E, hidden, true, s));
   PAGED_CUDA_CHECK(cuda::route_topk(moe_experts.get(), moe_weights.get(), moe_logits.get(), rows, E, k,
@@ -41,7 +41,7 @@ void CudaModelRunner::Impl::moe_mlp(bf16* out, const bf16* x, const LayerWeights
   cuda::GroupedGemmArgs g{.y = moe_gate_up.get(), .x = x, .x_rows = moe_view.sorted_token, .w = L.w_gate_up,
                           .offsets = moe_view.offsets, .tile_expert = moe_view.tile_expert,
                           .tile_row = moe_view.tile_row, .max_tiles = tiles, .n = 2 * inter, .k = hidden,
-                          .tile_rows = tile, .gemv_slots = slots <= cuda::kMaxGemvSlots ? slots : 0,
+                          .tile_rows = tile, .gemv_slots = layout == 0 ? slots : 0,
                           .num_experts = E};
   PAGED_CUDA_CHECK(cuda::grouped_linear(g, s));
   PAGED_CUDA_CHECK(cuda::silu_and_mul(moe_act.get(), moe_gate_up.get(), slots, inter, s));

@@ -108,7 +108,8 @@ TEST_CASE("group_experts matches group_by_expert: stable order, empty experts, r
   CHECK(cuda::group_experts({}, nullptr, 4, 2, 8, 32, nullptr) == cudaErrorInvalidValue);
 }
 
-TEST_CASE("grouped_linear (tiles and GEMVs) matches cpu::grouped_linear over ragged experts, gathered or sorted rows", "[gpu][moe]") {
+TEST_CASE("grouped_linear (tiles and GEMVs) matches cpu::grouped_linear over ragged experts, gathered or sorted rows",
+          "[gpu][moe]") {
   require_device();
   std::mt19937 rng(23);
   struct Shape {
