@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/kv_fp8.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace paged::cuda {
 
@@ -19,22 +20,9 @@ constexpr int kDecodeThreads = 128;
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 constexpr float kLog2e = 1.4426950408889634f;  // scores are kept in base 2 so that softmax uses exp2f
 
-// One m16n8k16 bf16 MMA with float accumulators: d += a * b (PTX ISA fragment layouts; g = lane / 4, c = lane % 4):
-//   a (16x16, row major): a0 = A[g][2c..2c+1], a1 = A[g+8][2c..2c+1], a2 = A[g][2c+8..2c+9], a3 = A[g+8][2c+8..2c+9]
-//   b (16x8, column major): b0 = B[2c..2c+1][g], b1 = B[2c+8..2c+9][g]
-//   d (16x8): d0, d1 = D[g][2c..2c+1], d2, d3 = D[g+8][2c..2c+1]
-// Each 32-bit register holds two bf16, the lower index in the low half.
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// The same with rows 8..15 of A zero and their results dropped (groups of at most 8 query heads): the caller keeps
-// two accumulators per tile instead of four, which is what lets three thread blocks share an SM.
+// mma_bf16_16816 (kernels/cuda/mma.cuh) with rows 8..15 of A zero and their results dropped (groups of at most 8
+// query heads): the caller keeps two accumulators per tile instead of four, which is what lets three thread blocks
+// share an SM.
 __device__ __forceinline__ void mma_bf16_16816_top(float (&d)[2], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
   [[maybe_unused]] float unused0, unused1;
   asm volatile(
@@ -42,11 +30,6 @@ __device__ __forceinline__ void mma_bf16_16816_top(float (&d)[2], uint32_t a0, u
       "{%10, %11, %12, %12};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(unused0), "=f"(unused1)
       : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(d[0]), "f"(d[1]), "f"(0.f));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // Loads 8 bf16 (16 bytes) as four 32-bit words into w[0..3].

@@ -1,29 +1,43 @@
-// Paged-attention prefill: causal attention of many query tokens per sequence over the paged cache, covering a
-// cached prefix and chunked prefill. See attention.h for the contract.
+// Paged-attention prefill on tensor cores, flash-attention style: causal attention of many query tokens per sequence
+// over the paged cache, covering a cached prefix, chunked prefill and decode rows of mixed steps. See attention.h for
+// the contract.
 //
 // Work split. A thread block owns kRows (query, head) rows of one sequence and one KV head: row r is query
 // r / group, head kv_head * group + r % group, so the rows of a GQA group share every K/V tile the block loads.
-// The block walks the cache in tiles of kTile tokens up to its last query's position: the tile's K and V go to
-// shared memory, warp w scores rows w*8 .. w*8+7 against token `lane` of the tile, then lane r of every warp
-// carries row r's online softmax (the four warps compute the same m and l, each for its quarter of head_dim).
-// With a sliding window the walk starts at the tile of the block's first row's first visible position, and a row
-// skips the tiles wholly before its own window.
+// Warp w owns rows w*16 .. w*16+15 as the M dimension of m16n8k16 MMAs (kernels/cuda/mma.cuh), its queries held in
+// A registers for the whole walk. The block walks the cache in tiles of kTile tokens up to its last query's
+// position; each tile's K and V go to shared memory (cp.async, two stages: tile i+1 loads while tile i is computed;
+// the FP8 cache is dequantised to bf16 on the way). Per tile a warp computes S = Q K^T (K rows by ldmatrix), scales
+// and masks it, runs the online softmax on the accumulators (a row's 64 scores live in the four lanes of a quad), and
+// adds P V (P's A registers are the score accumulators rounded to bf16, V by transposed ldmatrix). A warp skips the
+// tiles none of its rows sees (past its last position, or before its window).
 #include "kernels/cuda/attention.h"
 
 #include <string>
 
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/kv_fp8.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace paged::cuda {
 
 namespace {
 
-constexpr int kRows = 32;  // (query, head) rows per block: one per lane in the softmax/PV phase
-constexpr int kTile = 32;  // tokens per K/V tile: one per lane in the score phase
-constexpr int kPrefillThreads = 128;
-constexpr int kPrefillWarps = kPrefillThreads / 32;
-constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kPrefillWarps = 4;
+constexpr int kPrefillThreads = kPrefillWarps * 32;
+constexpr int kRows = kPrefillWarps * 16;  // (query, head) rows per block: 16 per warp, the MMA's M
+constexpr int kTile = 64;                  // tokens per K/V tile
+constexpr float kLog2e = 1.4426950408889634f;  // scores are kept in base 2 so that softmax uses exp2f
+
+// +8 bf16 (16 bytes) per shared-memory row: ldmatrix's eight 16-byte rows then fall on distinct banks.
+template <int HEAD_DIM>
+constexpr int kPitch = HEAD_DIM + 8;
+
+// Dynamic shared memory of one block: two stages of a K tile and a V tile.
+template <int HEAD_DIM>
+constexpr int prefill_smem_bytes() {
+  return 2 * 2 * kTile * kPitch<HEAD_DIM> * static_cast<int>(sizeof(bf16));
+}
 
 // Eight e4m3 codes (8-byte aligned) times their row's scale, as bf16.
 __device__ __forceinline__ Bf16x8 fp8x8_to_bf16x8(const uint8_t* p, float scale) {
@@ -34,58 +48,64 @@ __device__ __forceinline__ Bf16x8 fp8x8_to_bf16x8(const uint8_t* p, float scale)
   return float_to_bf16x8(f);
 }
 
-// grid: (ceil(max_q_len * group / kRows), num_kv_heads, num_seqs); block: kPrefillThreads.
-template <int HEAD_DIM>
-__global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAttentionArgs a, int log2_block_size) {
-  constexpr int kVecs = HEAD_DIM / 8;
-  // +8 bf16 (16 bytes) per row: the 16-byte loads of 8 consecutive rows then fall on distinct banks.
-  constexpr int kPitch = HEAD_DIM + 8;
-  constexpr int kRowsPerWarp = kRows / kPrefillWarps;
-  constexpr int kDimsPerWarp = HEAD_DIM / kPrefillWarps;
+__device__ __forceinline__ uint32_t load_word(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-  __shared__ __align__(16) float qs[kRows][HEAD_DIM];  // queries, pre-scaled by scale * log2(e)
-  __shared__ __align__(16) bf16 ks[kTile][kPitch];
-  __shared__ __align__(16) bf16 vs[kTile][kPitch];
-  __shared__ float ss[kRows][kTile + 1];  // +1: lane r reading row r's column t hits bank (r + t) % 32
+// grid: (ceil(max_q_len * group / kRows), num_kv_heads, num_seqs); block: kPrefillThreads; dynamic shared memory:
+// prefill_smem_bytes<HEAD_DIM>(). kFp8: the cache is the FP8 one (k_fp8 / v_fp8).
+template <int HEAD_DIM, bool kFp8>
+__global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAttentionArgs a, int log2_block_size) {
+  constexpr int kPitchD = kPitch<HEAD_DIM>;
+  constexpr int kSteps = HEAD_DIM / 16;      // k-steps of S = Q K^T
+  constexpr int kDimTiles = HEAD_DIM / 8;    // n-tiles of O = P V
+  constexpr int kTokenTiles = kTile / 8;     // n-tiles of S
+  constexpr int kVecsPerRow = HEAD_DIM / 8;  // 16-byte chunks of a K or V row
+  extern __shared__ __align__(16) unsigned char prefill_smem[];
+  bf16* const tiles = reinterpret_cast<bf16*>(prefill_smem);  // [stage][K, V][kTile][kPitchD]
 
   const int kv_head = blockIdx.y, seq = blockIdx.z;
   const int q_begin = a.query_start[seq];
   const int q_len = a.query_start[seq + 1] - q_begin;
   const int group = a.num_heads / a.num_kv_heads;
   const int num_rows = q_len * group;
-  const int row0 = blockIdx.x * kRows;
+  // The last row blocks first: under the causal mask they walk the most tiles.
+  const int row0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   if (row0 >= num_rows) return;
   const int ctx = a.context_lens[seq];
   const int first_pos = ctx - q_len;  // position of the sequence's first query
+  const int W = a.window;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, c = lane % 4;
 
-  const float q_scale = a.scale * kLog2e;
-  for (int i = threadIdx.x; i < kRows * kVecs; i += kPrefillThreads) {
-    const int r = i / kVecs, c = (i % kVecs) * 8;
-    const int row = row0 + r;
-    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (row < num_rows) {
-      const int qi = row / group, head = kv_head * group + row % group;
-      bf16x8_to_float(load_bf16x8(a.q + (q_begin + qi) * a.q_stride + static_cast<int64_t>(head) * HEAD_DIM + c), v);
+  // This lane's rows g and g + 8 of the warp's 16 (position -1: padding past the last row, never written).
+  const int warp_row0 = row0 + warp * 16;
+  const int row_lo = warp_row0 + g, row_hi = warp_row0 + g + 8;
+  const int pos_lo = row_lo < num_rows ? first_pos + row_lo / group : -1;
+  const int pos_hi = row_hi < num_rows ? first_pos + row_hi / group : -1;
+  const bool warp_active = warp_row0 < num_rows;
+  const int warp_min_pos = first_pos + warp_row0 / group;
+  const int warp_max_pos = first_pos + (min(warp_row0 + 16, num_rows) - 1) / group;
+
+  // Q as A registers, k-step s: q[s] = {row g cols 16s+2c.., row g+8 cols 16s+2c.., row g cols 16s+2c+8.., ...}.
+  uint32_t q[kSteps][4];
+  {
+    const auto row_ptr = [&](int row) {
+      return a.q + static_cast<int64_t>(q_begin + row / group) * a.q_stride +
+             static_cast<int64_t>(kv_head * group + row % group) * HEAD_DIM + 2 * c;
+    };
+    const bf16* q_lo = row_ptr(row_lo);
+    const bf16* q_hi = row_ptr(row_hi);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] *= q_scale;
+    for (int s = 0; s < kSteps; ++s) {
+      q[s][0] = pos_lo >= 0 ? load_word(q_lo + 16 * s) : 0u;
+      q[s][1] = pos_hi >= 0 ? load_word(q_hi + 16 * s) : 0u;
+      q[s][2] = pos_lo >= 0 ? load_word(q_lo + 16 * s + 8) : 0u;
+      q[s][3] = pos_hi >= 0 ? load_word(q_hi + 16 * s + 8) : 0u;
     }
-    float4* dst = reinterpret_cast<float4*>(&qs[r][c]);
-    dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-    dst[1] = make_float4(v[4], v[5], v[6], v[7]);
   }
 
   const int last_row = min(row0 + kRows, num_rows) - 1;
   const int num_tiles = (first_pos + last_row / group) / kTile + 1;  // tiles up to the block's last position
-  const int W = a.window;
   const int first_tile = W > 0 ? max(0, first_pos + row0 / group - W + 1) / kTile : 0;
-
-  const int my_row = row0 + lane;  // the row whose softmax state and output slice this thread owns
-  const int my_pos = my_row < num_rows ? first_pos + my_row / group : -1;
-  float acc[kDimsPerWarp];
-#pragma unroll
-  for (int i = 0; i < kDimsPerWarp; ++i) acc[i] = 0.f;
-  float m = -INFINITY, l = 0.f;
 
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
   const int in_block_mask = (1 << log2_block_size) - 1;
@@ -93,94 +113,171 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
   const int64_t fp8_block_bytes = kv_fp8_block_bytes(a.num_kv_heads, 1 << log2_block_size, HEAD_DIM);
   const int64_t fp8_scales_at = kv_fp8_scales_offset(a.num_kv_heads, 1 << log2_block_size, HEAD_DIM);
 
-  for (int tile = first_tile; tile < num_tiles; ++tile) {
-    const int t0 = tile * kTile;
-    __syncthreads();  // the previous tile is no longer read (and the queries are in place)
-    for (int i = threadIdx.x; i < kTile * kVecs; i += kPrefillThreads) {
-      const int tt = i / kVecs, c = (i % kVecs) * 8;
-      const int t = t0 + tt;
-      Bf16x8 kv{}, vv{};
-      if (t < ctx && a.k_fp8) {
-        const int64_t block = table[t >> log2_block_size] * fp8_block_bytes;
-        const int64_t row = (static_cast<int64_t>(kv_head) << log2_block_size) + (t & in_block_mask);
-        kv = fp8x8_to_bf16x8(a.k_fp8 + block + row * HEAD_DIM + c,
-                             reinterpret_cast<const float*>(a.k_fp8 + block + fp8_scales_at)[row]);
-        vv = fp8x8_to_bf16x8(a.v_fp8 + block + row * HEAD_DIM + c,
-                             reinterpret_cast<const float*>(a.v_fp8 + block + fp8_scales_at)[row]);
-      } else if (t < ctx) {
+  // Issues the loads of tile `tile` into stage `stage`; tokens past the context become zeros (their scores are
+  // masked, and a zero V keeps P V finite).
+  const auto load_tile = [&](int tile, int stage) {
+    bf16* ks = tiles + stage * 2 * kTile * kPitchD;
+    bf16* vs = ks + kTile * kPitchD;
+    for (int i = threadIdx.x; i < kTile * kVecsPerRow; i += kPrefillThreads) {
+      const int tt = i / kVecsPerRow, col = (i % kVecsPerRow) * 8;
+      const int t = tile * kTile + tt;
+      const bool valid = t < ctx;
+      const int64_t block = valid ? table[t >> log2_block_size] : 0;
+      // This KV head's row of token t within its block.
+      const int64_t row = (static_cast<int64_t>(kv_head) << log2_block_size) + (t & in_block_mask);
+      if constexpr (kFp8) {
+        Bf16x8 kv{}, vv{};
+        if (valid) {
+          const int64_t base = block * fp8_block_bytes;
+          kv = fp8x8_to_bf16x8(a.k_fp8 + base + row * HEAD_DIM + col,
+                               reinterpret_cast<const float*>(a.k_fp8 + base + fp8_scales_at)[row]);
+          vv = fp8x8_to_bf16x8(a.v_fp8 + base + row * HEAD_DIM + col,
+                               reinterpret_cast<const float*>(a.v_fp8 + base + fp8_scales_at)[row]);
+        }
+        store_bf16x8(&ks[tt * kPitchD + col], kv);
+        store_bf16x8(&vs[tt * kPitchD + col], vv);
+      } else {
         // int64: one layer's cache can pass 2^31 elements.
-        const int64_t off =
-            (((static_cast<int64_t>(table[t >> log2_block_size]) * a.num_kv_heads + kv_head) << log2_block_size) +
-             (t & in_block_mask)) * HEAD_DIM + c;
-        kv = load_bf16x8(a.k_cache + off);
-        vv = load_bf16x8(a.v_cache + off);
+        const int64_t off = ((block * a.num_kv_heads << log2_block_size) + row) * HEAD_DIM + col;
+        cp_async_16(&ks[tt * kPitchD + col], a.k_cache + off, valid);
+        cp_async_16(&vs[tt * kPitchD + col], a.v_cache + off, valid);
       }
-      store_bf16x8(&ks[tt][c], kv);
-      store_bf16x8(&vs[tt][c], vv);
     }
-    __syncthreads();
+    cp_async_commit();  // an empty group for the FP8 cache
+  };
 
-    float s[kRowsPerWarp];
+  const float score_scale = a.scale * kLog2e;
+  float o[kDimTiles][4];
 #pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) s[rr] = 0.f;
-#pragma unroll 4
-    for (int c = 0; c < HEAD_DIM; c += 8) {
-      float kf[8];
-      bf16x8_to_float(load_bf16x8(&ks[lane][c]), kf);
-#pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-        const float4 q0 = *reinterpret_cast<const float4*>(&qs[warp * kRowsPerWarp + rr][c]);
-        const float4 q1 = *reinterpret_cast<const float4*>(&qs[warp * kRowsPerWarp + rr][c + 4]);
-        s[rr] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] + q1.y * kf[5] +
-                 q1.z * kf[6] + q1.w * kf[7];
-      }
-    }
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const int r = warp * kRowsPerWarp + rr, row = row0 + r;
-      const int pos = row < num_rows ? first_pos + row / group : -1;
-      const int t = t0 + lane;  // causal mask (pos <= ctx - 1 also masks the tail), then the window's
-      ss[r][lane] = t <= pos && (W == 0 || t > pos - W) ? s[rr] : -INFINITY;
-    }
-    __syncthreads();
+  for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m_lo = -INFINITY, m_hi = -INFINITY;  // running maxima of rows g and g + 8
+  float l_lo = 0.f, l_hi = 0.f;              // this lane's part of their running sums
 
-    // Nothing of this tile is visible to this row (or the row is padding); a tile that is not skipped holds one
-    // visible position at least, so the new maximum is finite.
-    if (t0 > my_pos || (W > 0 && t0 + kTile - 1 <= my_pos - W)) continue;
-    float tile_max = -INFINITY;
-#pragma unroll 8
-    for (int t = 0; t < kTile; ++t) tile_max = fmaxf(tile_max, ss[lane][t]);
-    const float m_new = fmaxf(m, tile_max);
-    const float alpha = exp2f(m - m_new);  // 0 on the first visible tile (m = -inf)
-    l *= alpha;
+  if (first_tile < num_tiles) load_tile(first_tile, 0);
+  for (int tile = first_tile; tile < num_tiles; ++tile) {
+    const int stage = (tile - first_tile) & 1;
+    if (tile + 1 < num_tiles) {
+      load_tile(tile + 1, stage ^ 1);  // that stage was last read before the __syncthreads ending the previous tile
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile `tile` is in shared memory for every thread
+
+    const int t0 = tile * kTile;
+    if (warp_active && t0 <= warp_max_pos && !(W > 0 && t0 + kTile - 1 <= warp_min_pos - W)) {
+      const bf16* ks = tiles + stage * 2 * kTile * kPitchD;
+      const bf16* vs = ks + kTile * kPitchD;
+      // S = Q K^T: n-tile j is tokens 8j .. 8j+7; one ldmatrix gives the B registers of two k-steps.
+      float s[kTokenTiles][4];
 #pragma unroll
-    for (int i = 0; i < kDimsPerWarp; ++i) acc[i] *= alpha;
-    for (int t = 0; t < kTile; ++t) {
-      const float p = exp2f(ss[lane][t] - m_new);
-      l += p;
-      const bf16* v_row = &vs[t][warp * kDimsPerWarp];  // the same address for the whole warp: a broadcast
+      for (int j = 0; j < kTokenTiles; ++j) {
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-      for (int c = 0; c < kDimsPerWarp; c += 8) {
-        float vf[8];
-        bf16x8_to_float(load_bf16x8(v_row + c), vf);
+        for (int k = 0; k < kSteps; k += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, &ks[(8 * j + (lane & 7)) * kPitchD + 16 * k + 8 * (lane >> 3)]);
+          mma_bf16_16816(s[j], q[k][0], q[k][1], q[k][2], q[k][3], b[0], b[1]);
+          mma_bf16_16816(s[j], q[k + 1][0], q[k + 1][1], q[k + 1][2], q[k + 1][3], b[2], b[3]);
+        }
+      }
+      // Scale; mask where a row of the warp does not see the whole tile (causal edge, window edge). Padding rows
+      // (zero queries, scores 0) need no mask: their results are never written.
+      const bool masked = t0 + kTile - 1 > warp_min_pos || (W > 0 && t0 <= warp_max_pos - W);
+      float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[c + j] += p * vf[j];
+      for (int j = 0; j < kTokenTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = s[j][e] * score_scale;
+          if (masked) {
+            const int t = t0 + 8 * j + 2 * c + (e & 1), pos = e < 2 ? pos_lo : pos_hi;
+            v = t <= pos && (W == 0 || t > pos - W) ? v : -INFINITY;
+          }
+          s[j][e] = v;
+          if (e < 2)
+            mx_lo = fmaxf(mx_lo, v);
+          else
+            mx_hi = fmaxf(mx_hi, v);
+        }
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(kFullMask, mx_lo, off));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(kFullMask, mx_hi, off));
+      }
+      // A row may see nothing of this tile yet (all -inf so far): it subtracts 0 instead, keeping p and alpha 0.
+      const float new_lo = fmaxf(m_lo, mx_lo), new_hi = fmaxf(m_hi, mx_hi);
+      const float ref_lo = new_lo == -INFINITY ? 0.f : new_lo, ref_hi = new_hi == -INFINITY ? 0.f : new_hi;
+      const float alpha_lo = exp2f(m_lo - ref_lo), alpha_hi = exp2f(m_hi - ref_hi);
+      m_lo = new_lo;
+      m_hi = new_hi;
+      float sum_lo = 0.f, sum_hi = 0.f;
+#pragma unroll
+      for (int j = 0; j < kTokenTiles; ++j) {
+        s[j][0] = exp2f(s[j][0] - ref_lo);
+        s[j][1] = exp2f(s[j][1] - ref_lo);
+        s[j][2] = exp2f(s[j][2] - ref_hi);
+        s[j][3] = exp2f(s[j][3] - ref_hi);
+        sum_lo += s[j][0] + s[j][1];
+        sum_hi += s[j][2] + s[j][3];
+      }
+      l_lo = l_lo * alpha_lo + sum_lo;
+      l_hi = l_hi * alpha_hi + sum_hi;
+#pragma unroll
+      for (int j = 0; j < kDimTiles; ++j) {
+        o[j][0] *= alpha_lo;
+        o[j][1] *= alpha_lo;
+        o[j][2] *= alpha_hi;
+        o[j][3] *= alpha_hi;
+      }
+      // O += P V: k-step k is tokens 16k .. 16k+15, whose A registers are the accumulators of S's n-tiles 2k and
+      // 2k+1; one transposed ldmatrix gives the B registers of two dimension tiles.
+#pragma unroll
+      for (int k = 0; k < kTile / 16; ++k) {
+        const uint32_t p0 = pack_bf16(s[2 * k][0], s[2 * k][1]), p1 = pack_bf16(s[2 * k][2], s[2 * k][3]);
+        const uint32_t p2 = pack_bf16(s[2 * k + 1][0], s[2 * k + 1][1]);
+        const uint32_t p3 = pack_bf16(s[2 * k + 1][2], s[2 * k + 1][3]);
+#pragma unroll
+        for (int j = 0; j < kDimTiles; j += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, &vs[(16 * k + (lane & 15)) * kPitchD + 8 * j + 8 * (lane >> 4)]);
+          mma_bf16_16816(o[j], p0, p1, p2, p3, b[0], b[1]);
+          mma_bf16_16816(o[j + 1], p0, p1, p2, p3, b[2], b[3]);
+        }
       }
     }
-    m = m_new;
+    __syncthreads();  // every warp is done with this stage before the next iteration loads into it
   }
 
-  if (my_pos < 0) return;
-  const int qi = my_row / group, head = kv_head * group + my_row % group;
-  bf16* o = a.out + (static_cast<int64_t>(q_begin + qi) * a.num_heads + head) * HEAD_DIM + warp * kDimsPerWarp;
-  const float inv = 1.0f / l;
+  // A row's sum lives in the four lanes of its quad.
 #pragma unroll
-  for (int c = 0; c < kDimsPerWarp; c += 8) {
-    float v[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = acc[c + j] * inv;
-    store_bf16x8(o + c, float_to_bf16x8(v));
+  for (int off = 1; off <= 2; off <<= 1) {
+    l_lo += __shfl_xor_sync(kFullMask, l_lo, off);
+    l_hi += __shfl_xor_sync(kFullMask, l_hi, off);
   }
+  const auto store_row = [&](int row, float l, int half) {
+    bf16* out = a.out + (static_cast<int64_t>(q_begin + row / group) * a.num_heads + kv_head * group + row % group) *
+                            HEAD_DIM + 2 * c;
+    const float inv = 1.0f / l;  // every real row sees its own position: l > 0
+#pragma unroll
+    for (int j = 0; j < kDimTiles; ++j)
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) =
+          __floats2bfloat162_rn(o[j][2 * half] * inv, o[j][2 * half + 1] * inv);
+  };
+  if (pos_lo >= 0) store_row(row_lo, l_lo, 0);
+  if (pos_hi >= 0) store_row(row_hi, l_hi, 1);
+}
+
+template <int HEAD_DIM, bool kFp8>
+cudaError_t launch_prefill(const PagedAttentionArgs& a, dim3 grid, int log2_block_size, cudaStream_t stream) {
+  constexpr int smem = prefill_smem_bytes<HEAD_DIM>();
+  // Above 48 KiB a kernel must opt in, on each device it runs on (tensor-parallel ranks share the process): set at
+  // every launch, a host-side call that is not a stream operation.
+  const cudaError_t opt_in =
+      cudaFuncSetAttribute(paged_prefill_kernel<HEAD_DIM, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (opt_in != cudaSuccess) return opt_in;
+  paged_prefill_kernel<HEAD_DIM, kFp8><<<grid, kPrefillThreads, smem, stream>>>(a, log2_block_size);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -202,8 +299,9 @@ cudaError_t paged_attention_prefill(const PagedAttentionArgs& a, int max_q_len, 
   const dim3 grid((max_q_len * group + kRows - 1) / kRows, a.num_kv_heads, a.num_seqs);
   const int log2_bs = log2_of(a.block_size);
   PAGED_DISPATCH_HEAD_DIM(name, a.head_dim,
-                          paged_prefill_kernel<HEAD_DIM><<<grid, kPrefillThreads, 0, stream>>>(a, log2_bs));
-  return cudaGetLastError();
+                          return a.k_fp8 ? launch_prefill<HEAD_DIM, true>(a, grid, log2_bs, stream)
+                                         : launch_prefill<HEAD_DIM, false>(a, grid, log2_bs, stream));
+  return cudaSuccess;
 }
 
 }  // namespace paged::cuda

@@ -9,7 +9,9 @@
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
 #   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner gemv parity throughput remote
-#            golden serve structured profile fp8 tiers families moe
+#            golden serve structured profile fp8 tiers families moe prefill
+#   BASE_BIN prefill stage: a folder with a baseline build's paged and bench_cuda_attention (e.g. main before a
+#            change), run beside BIN's in the same call; without it the stage runs BIN's alone
 #   PARITY_ONLY  parity stage: comma-separated parts of config names to run (default: all)
 #   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
 #   SANITIZER_LIMIT  seconds allowed to each compute-sanitizer run (default 420)
@@ -17,7 +19,7 @@
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe prefill"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -493,6 +495,56 @@ if wanted moe; then
   run moe_gemm 200 "$BIN/bench_cuda_runner" moe-gemm
   add_row "grouped expert GEMMs, Qwen3-30B-A3B shape" "$(status_word $?)" \
     "$(grep -E '^tokens' "$LOG_DIR/moe_gemm.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
+fi
+if wanted prefill; then
+  # Prefill attention and the prefill-heavy workloads (issues 14 and 17) on the Llama-3-8B shape, this build (BIN)
+  # beside a baseline build (BASE_BIN) in the same call: the prefill attention kernel at whole prompts and at a chunk
+  # after a cached prefix (TFLOP/s of the visible pairs), then `paged bench` on fixed lengths (PREFILL_WORKLOADS,
+  # default 512x128 2048x128; PREFILL_PROMPTS requests, default 1000) and the ShareGPT-like mix, each with the step
+  # profile, and 2048x128 with FP8 weights + FP8 KV too (TensorRT-LLM's published FP8 H200 figure: 3,538 tok/s).
+  M=$(llama3_8b_shape)
+  builds=(new)
+  declare -A build_dir=([new]=$BIN)
+  if [ -n "${BASE_BIN:-}" ]; then
+    builds+=(base)
+    build_dir[base]=$(cd "$BASE_BIN" && pwd)
+  fi
+  for shape in "8 2048 0" "32 512 0" "2 2048 6144" "64 1 2048"; do
+    declare -A attn_us=()
+    for b in "${builds[@]}"; do
+      # shellcheck disable=SC2086
+      run "prefill_attn_${b}_${shape// /_}" 120 "${build_dir[$b]}/bench_cuda_attention" prefill $shape 20
+      attn_us[$b]=$(grep RESULT "$LOG_DIR/prefill_attn_${b}_${shape// /_}.log" | sed 's/RESULT prefill_attention //')
+    done
+    read -r seqs queries prefix <<<"$shape"
+    add_row "prefill attention, $seqs seqs x $queries queries after $prefix cached" "${builds[*]}" \
+      "new: ${attn_us[new]:-?}${attn_us[base]:+; base: ${attn_us[base]}}"
+  done
+  declare -A prefill_mix=([sharegpt]="--dataset-name sharegpt-like")
+  for w in ${PREFILL_WORKLOADS:-512x128 2048x128}; do
+    prefill_mix[$w]="--dataset-name random --random-input-len ${w%x*} --random-output-len ${w#*x}"
+  done
+  for w in ${PREFILL_WORKLOADS:-512x128 2048x128} sharegpt; do
+    declare -A wl_tok=()
+    for b in "${builds[@]}"; do
+      # shellcheck disable=SC2086
+      run "prefill_${w}_$b" 400 "${build_dir[$b]}/paged" bench --model "$M" --device cuda --load-format dummy \
+        --num-prompts "${PREFILL_PROMPTS:-1000}" ${prefill_mix[$w]} --json --profile \
+        --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}"
+      wl_tok[$b]=$(tok_per_s "$(bench_json "prefill_${w}_$b")")
+      echo "step profile, $w, $b:"
+      sed -n '/^Step profile/,/^all /p' "$LOG_DIR/prefill_${w}_$b.log"
+    done
+    add_row "paged bench $w, ${PREFILL_PROMPTS:-1000} requests, bf16" \
+      "$(awk -v a="${wl_tok[new]}" -v b="${wl_tok[base]:-0}" 'BEGIN { if (b > 0) printf "%.2fx base", a / b; else print "-" }')" \
+      "new ${wl_tok[new]} tok/s${wl_tok[base]:+, base ${wl_tok[base]} tok/s}"
+  done
+  run prefill_2048x128_fp8 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy \
+    --num-prompts "${PREFILL_PROMPTS:-1000}" --dataset-name random --random-input-len 2048 --random-output-len 128 \
+    --json --quantization fp8 --kv-cache-dtype fp8 --max-num-seqs "${MAX_NUM_SEQS:-1024}" \
+    --max-num-batched-tokens "${MAX_BATCHED:-16384}"
+  add_row "paged bench 2048x128, FP8 weights + FP8 KV (new)" "$(status_word $?)" \
+    "$(tok_per_s "$(bench_json prefill_2048x128_fp8)") tok/s (TensorRT-LLM FP8 H200: 3,538)"
 fi
 echo
 echo "| check | result | figures |"
