@@ -6,8 +6,9 @@
 // r / group, head kv_head * group + r % group, so the rows of a GQA group share every K/V tile the block loads.
 // Warp w owns rows w*16 .. w*16+15 as the M dimension of m16n8k16 MMAs (kernels/cuda/mma.cuh), its queries held in
 // A registers for the whole walk. The block walks the cache in tiles of kTile tokens up to its last query's
-// position; each tile's K and V go to shared memory (cp.async, two stages: tile i+1 loads while tile i is computed;
-// the FP8 cache is dequantised to bf16 on the way). Per tile a warp computes S = Q K^T (K rows by ldmatrix), scales
+// position; each tile's K and V go to shared memory by cp.async, two stages deep (tile i+1 loads while tile i is
+// computed). The FP8 cache's codes and scales load the same way into a staging area, and are dequantised into one bf16
+// tile just before it is computed. Per tile a warp computes S = Q K^T (K rows by ldmatrix), scales
 // and masks it, runs the online softmax on the accumulators (a row's 64 scores live in the four lanes of a quad), and
 // adds P V (P's A registers are the score accumulators rounded to bf16, V by transposed ldmatrix). A warp skips the
 // tiles none of its rows sees (past its last position, or before its window).
@@ -33,13 +34,18 @@ constexpr float kLog2e = 1.4426950408889634f;  // scores are kept in base 2 so t
 template <int HEAD_DIM>
 constexpr int kPitch = HEAD_DIM + 8;
 
-// Dynamic shared memory of one block: two stages of a K tile and a V tile.
+// One stage of the FP8 cache's raw tile: K codes [kTile][HEAD_DIM], V codes, then K and V scales [kTile] each.
 template <int HEAD_DIM>
+constexpr int kFp8StageBytes = 2 * kTile * HEAD_DIM + 2 * kTile * static_cast<int>(sizeof(float));
+
+// Dynamic shared memory of one block: bf16 K and V tiles (two stages, or one beside two raw FP8 stages).
+template <int HEAD_DIM, bool kFp8>
 constexpr int prefill_smem_bytes() {
-  return 2 * 2 * kTile * kPitch<HEAD_DIM> * static_cast<int>(sizeof(bf16));
+  const int bf16_tiles = (kFp8 ? 1 : 2) * 2 * kTile * kPitch<HEAD_DIM> * static_cast<int>(sizeof(bf16));
+  return bf16_tiles + (kFp8 ? 2 * kFp8StageBytes<HEAD_DIM> : 0);
 }
 
-// Eight e4m3 codes (8-byte aligned) times their row's scale, as bf16.
+// Eight e4m3 codes (8-byte aligned, shared memory) times their row's scale, as bf16.
 __device__ __forceinline__ Bf16x8 fp8x8_to_bf16x8(const uint8_t* p, float scale) {
   float f[8];
   e4m3x8_to_float(*reinterpret_cast<const uint2*>(p), f);
@@ -51,7 +57,7 @@ __device__ __forceinline__ Bf16x8 fp8x8_to_bf16x8(const uint8_t* p, float scale)
 __device__ __forceinline__ uint32_t load_word(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // grid: (ceil(max_q_len * group / kRows), num_kv_heads, num_seqs); block: kPrefillThreads; dynamic shared memory:
-// prefill_smem_bytes<HEAD_DIM>(). kFp8: the cache is the FP8 one (k_fp8 / v_fp8).
+// prefill_smem_bytes<HEAD_DIM, kFp8>(). kFp8: the cache is the FP8 one (k_fp8 / v_fp8).
 template <int HEAD_DIM, bool kFp8>
 __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAttentionArgs a, int log2_block_size) {
   constexpr int kPitchD = kPitch<HEAD_DIM>;
@@ -59,8 +65,12 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
   constexpr int kDimTiles = HEAD_DIM / 8;    // n-tiles of O = P V
   constexpr int kTokenTiles = kTile / 8;     // n-tiles of S
   constexpr int kVecsPerRow = HEAD_DIM / 8;  // 16-byte chunks of a K or V row
+  constexpr int kTileElems = kTile * kPitchD;
+  static_assert(kPrefillThreads == 2 * kTile, "one thread per K or V scale of an FP8 tile");
   extern __shared__ __align__(16) unsigned char prefill_smem[];
-  bf16* const tiles = reinterpret_cast<bf16*>(prefill_smem);  // [stage][K, V][kTile][kPitchD]
+  bf16* const tiles = reinterpret_cast<bf16*>(prefill_smem);  // [stage][K, V][kTile][kPitchD]; FP8: one stage
+  // FP8 only: [stage][kFp8StageBytes] after the bf16 tile.
+  uint8_t* const raw = prefill_smem + 2 * kTileElems * sizeof(bf16);
 
   const int kv_head = blockIdx.y, seq = blockIdx.z;
   const int q_begin = a.query_start[seq];
@@ -113,37 +123,52 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
   const int64_t fp8_block_bytes = kv_fp8_block_bytes(a.num_kv_heads, 1 << log2_block_size, HEAD_DIM);
   const int64_t fp8_scales_at = kv_fp8_scales_offset(a.num_kv_heads, 1 << log2_block_size, HEAD_DIM);
 
-  // Issues the loads of tile `tile` into stage `stage`; tokens past the context become zeros (their scores are
-  // masked, and a zero V keeps P V finite).
+  // Issues the loads of tile `tile` into stage `stage` (bf16 tiles, or FP8 codes and scales) as one cp.async group;
+  // tokens past the context become zeros (their scores are masked, and a zero V keeps P V finite).
   const auto load_tile = [&](int tile, int stage) {
-    bf16* ks = tiles + stage * 2 * kTile * kPitchD;
-    bf16* vs = ks + kTile * kPitchD;
-    for (int i = threadIdx.x; i < kTile * kVecsPerRow; i += kPrefillThreads) {
-      const int tt = i / kVecsPerRow, col = (i % kVecsPerRow) * 8;
+    constexpr int kChunkElems = kFp8 ? 16 : 8;  // 16 bytes: 16 codes or 8 bf16
+    constexpr int kChunksPerRow = HEAD_DIM / kChunkElems;
+    bf16* ks = tiles + stage * 2 * kTileElems;
+    uint8_t* codes = raw + stage * kFp8StageBytes<HEAD_DIM>;  // FP8: K codes, V codes, K scales, V scales
+    for (int i = threadIdx.x; i < kTile * kChunksPerRow; i += kPrefillThreads) {
+      const int tt = i / kChunksPerRow, col = (i % kChunksPerRow) * kChunkElems;
       const int t = tile * kTile + tt;
       const bool valid = t < ctx;
       const int64_t block = valid ? table[t >> log2_block_size] : 0;
       // This KV head's row of token t within its block.
       const int64_t row = (static_cast<int64_t>(kv_head) << log2_block_size) + (t & in_block_mask);
       if constexpr (kFp8) {
-        Bf16x8 kv{}, vv{};
-        if (valid) {
-          const int64_t base = block * fp8_block_bytes;
-          kv = fp8x8_to_bf16x8(a.k_fp8 + base + row * HEAD_DIM + col,
-                               reinterpret_cast<const float*>(a.k_fp8 + base + fp8_scales_at)[row]);
-          vv = fp8x8_to_bf16x8(a.v_fp8 + base + row * HEAD_DIM + col,
-                               reinterpret_cast<const float*>(a.v_fp8 + base + fp8_scales_at)[row]);
-        }
-        store_bf16x8(&ks[tt * kPitchD + col], kv);
-        store_bf16x8(&vs[tt * kPitchD + col], vv);
+        const int64_t at = block * fp8_block_bytes + row * HEAD_DIM + col;
+        cp_async_16(codes + tt * HEAD_DIM + col, a.k_fp8 + at, valid);
+        cp_async_16(codes + (kTile + tt) * HEAD_DIM + col, a.v_fp8 + at, valid);
       } else {
         // int64: one layer's cache can pass 2^31 elements.
         const int64_t off = ((block * a.num_kv_heads << log2_block_size) + row) * HEAD_DIM + col;
         cp_async_16(&ks[tt * kPitchD + col], a.k_cache + off, valid);
-        cp_async_16(&vs[tt * kPitchD + col], a.v_cache + off, valid);
+        cp_async_16(&ks[kTileElems + tt * kPitchD + col], a.v_cache + off, valid);
       }
     }
-    cp_async_commit();  // an empty group for the FP8 cache
+    if constexpr (kFp8) {  // thread i: the K (i < kTile) or V scale of token i % kTile
+      const int tt = threadIdx.x % kTile, t = tile * kTile + tt;
+      const bool valid = t < ctx;
+      const int64_t block = valid ? table[t >> log2_block_size] : 0;
+      const int64_t row = (static_cast<int64_t>(kv_head) << log2_block_size) + (t & in_block_mask);
+      const uint8_t* cache = threadIdx.x < kTile ? a.k_fp8 : a.v_fp8;
+      cp_async_4(codes + 2 * kTile * HEAD_DIM + threadIdx.x * sizeof(float),
+                 cache + block * fp8_block_bytes + fp8_scales_at + row * sizeof(float), valid);
+    }
+    cp_async_commit();
+  };
+  // FP8: codes times scales of stage `stage` into the bf16 tile.
+  const auto dequantise_tile = [&](int stage) {
+    const uint8_t* codes = raw + stage * kFp8StageBytes<HEAD_DIM>;
+    const float* scales = reinterpret_cast<const float*>(codes + 2 * kTile * HEAD_DIM);
+    for (int i = threadIdx.x; i < kTile * kVecsPerRow; i += kPrefillThreads) {
+      const int tt = i / kVecsPerRow, col = (i % kVecsPerRow) * 8;
+      store_bf16x8(&tiles[tt * kPitchD + col], fp8x8_to_bf16x8(codes + tt * HEAD_DIM + col, scales[tt]));
+      store_bf16x8(&tiles[kTileElems + tt * kPitchD + col],
+                   fp8x8_to_bf16x8(codes + (kTile + tt) * HEAD_DIM + col, scales[kTile + tt]));
+    }
   };
 
   const float score_scale = a.scale * kLog2e;
@@ -163,11 +188,15 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
       cp_async_wait<0>();
     }
     __syncthreads();  // tile `tile` is in shared memory for every thread
+    if constexpr (kFp8) {
+      dequantise_tile(stage);  // the bf16 tile's last readers finished before the previous tile's last barrier
+      __syncthreads();
+    }
 
     const int t0 = tile * kTile;
     if (warp_active && t0 <= warp_max_pos && !(W > 0 && t0 + kTile - 1 <= warp_min_pos - W)) {
-      const bf16* ks = tiles + stage * 2 * kTile * kPitchD;
-      const bf16* vs = ks + kTile * kPitchD;
+      const bf16* ks = tiles + (kFp8 ? 0 : stage) * 2 * kTileElems;
+      const bf16* vs = ks + kTileElems;
       // S = Q K^T: n-tile j is tokens 8j .. 8j+7; one ldmatrix gives the B registers of two k-steps.
       float s[kTokenTiles][4];
 #pragma unroll
@@ -270,7 +299,7 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
 
 template <int HEAD_DIM, bool kFp8>
 cudaError_t launch_prefill(const PagedAttentionArgs& a, dim3 grid, int log2_block_size, cudaStream_t stream) {
-  constexpr int smem = prefill_smem_bytes<HEAD_DIM>();
+  constexpr int smem = prefill_smem_bytes<HEAD_DIM, kFp8>();
   // Above 48 KiB a kernel must opt in, on each device it runs on (tensor-parallel ranks share the process): set at
   // every launch, a host-side call that is not a stream operation.
   const cudaError_t opt_in =

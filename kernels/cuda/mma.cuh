@@ -1,5 +1,5 @@
 // Warp-level tensor-core and shared-memory primitives the attention kernels share: the m16n8k16 bf16 MMA with its
-// fragment layouts, ldmatrix (plain and transposed) and 16-byte cp.async. CUDA translation units only.
+// fragment layouts, ldmatrix (plain and transposed) and cp.async. CUDA translation units only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -52,6 +52,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
   const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "r"(valid ? 16 : 0));
+}
+
+// The same for 4 bytes (both 4-byte aligned).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(at), "l"(src), "r"(valid ? 4 : 0));
 }
 
 // Closes the group of cp.async issued since the last commit.

@@ -9,7 +9,7 @@
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
 #   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner gemv parity throughput remote
-#            golden serve structured profile fp8 tiers families moe prefill
+#            golden serve structured profile fp8 tiers families moe prefill preempt
 #   BASE_BIN prefill stage: a folder with a baseline build's paged and bench_cuda_attention (e.g. main before a
 #            change), run beside BIN's in the same call; without it the stage runs BIN's alone
 #   PARITY_ONLY  parity stage: comma-separated parts of config names to run (default: all)
@@ -19,7 +19,7 @@
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe prefill"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe prefill preempt"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -545,6 +545,23 @@ if wanted prefill; then
     --max-num-batched-tokens "${MAX_BATCHED:-16384}"
   add_row "paged bench 2048x128, FP8 weights + FP8 KV (new)" "$(status_word $?)" \
     "$(tok_per_s "$(bench_json prefill_2048x128_fp8)") tok/s (TensorRT-LLM FP8 H200: 3,538)"
+fi
+if wanted preempt; then
+  # Preemption under memory pressure (issue 14): the ShareGPT-like mix on a pool of 3,000 KV blocks (about 48k tokens
+  # for up to 1,024 sequences), swapping preempted sequences to the CPU pool against freeing and recomputing them, in
+  # the same call.
+  M=$(llama3_8b_shape)
+  declare -A preempt_tok preempt_count
+  for mode in swap recompute; do
+    run "preempt_$mode" 400 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy --num-prompts 1000 \
+      --dataset-name sharegpt-like --json --num-kv-blocks 3000 --swap-space 16 --preemption-mode "$mode" \
+      --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}"
+    preempt_tok[$mode]=$(tok_per_s "$(bench_json "preempt_$mode")")
+    preempt_count[$mode]=$(bench_json "preempt_$mode" | grep -o '"preemptions":[0-9]*' | cut -d: -f2)
+  done
+  add_row "ShareGPT-like on 3,000 KV blocks, swap vs recompute preemption" \
+    "$(awk -v a="${preempt_tok[swap]}" -v b="${preempt_tok[recompute]}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "?" }')" \
+    "swap ${preempt_tok[swap]} tok/s (${preempt_count[swap]} preemptions), recompute ${preempt_tok[recompute]} tok/s (${preempt_count[recompute]} preemptions)"
 fi
 echo
 echo "| check | result | figures |"
