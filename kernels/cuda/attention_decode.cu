@@ -50,6 +50,24 @@ __device__ __forceinline__ void codes_to_words(uint32_t* w, const uint2& codes) 
   for (int h = 0; h < 4; ++h) w[h] = pack_bf16(f[2 * h], f[2 * h + 1]);
 }
 
+// 8 * N e4m3 codes from global memory as N uint2 (zeros where !valid), in 16-byte loads where N is even: each load in
+// flight then carries twice the bytes (the FP8 loop is bound by its loads in flight, not by their bytes). `p` is
+// 16-byte aligned when N is even (a slice of a cache row), 8-byte aligned otherwise.
+template <int N>
+__device__ __forceinline__ void load_codes(uint2 (&dst)[N], const uint8_t* p, bool valid) {
+  if constexpr (N % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const uint4 v = valid ? reinterpret_cast<const uint4*>(p)[i] : make_uint4(0u, 0u, 0u, 0u);
+      dst[2 * i] = make_uint2(v.x, v.y);
+      dst[2 * i + 1] = make_uint2(v.z, v.w);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) dst[i] = valid ? reinterpret_cast<const uint2*>(p)[i] : make_uint2(0u, 0u);
+  }
+}
+
 // grid: (num_kv_heads, num_seqs, max_partitions); block: kDecodeThreads (4 warps).
 //
 // Tensor cores. The M dimension of the MMA is the group's query heads (rows 0..15; rows >= group are zero queries
@@ -278,18 +296,12 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
 #pragma unroll
         for (int tile = 0; tile < 2; ++tile) {
           const int j = base + tile * 8 + g;
-#pragma unroll
-          for (int i = 0; i < kSlice / 8; ++i)
-            k_codes[h][tile][i] = j < len ? *reinterpret_cast<const uint2*>(a.k_fp8 + code_offset(j) + c * kSlice + 8 * i)
-                                          : make_uint2(0u, 0u);
+          load_codes<kSlice / 8>(k_codes[h][tile], a.k_fp8 + code_offset(j) + c * kSlice, j < len);
         }
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int j = base + 2 * c + (r & 1) + (r >> 1) * 8;
-#pragma unroll
-          for (int i = 0; i < kVSlice / 8; ++i)
-            v_codes[h][r][i] = j < len ? *reinterpret_cast<const uint2*>(a.v_fp8 + code_offset(j) + g * kVSlice + 8 * i)
-                                       : make_uint2(0u, 0u);
+          load_codes<kVSlice / 8>(v_codes[h][r], a.v_fp8 + code_offset(j) + g * kVSlice, j < len);
         }
 #pragma unroll
         for (int tile = 0; tile < 2; ++tile)
