@@ -152,9 +152,9 @@ double positive_number(const json::object& o, std::string_view field, double fal
 // Gemma 3 text's own fields, as transformers 4 and 5 write them: GeGLU with gelu_pytorch_tanh, (1 + weight) norms,
 // four per layer, q/k norms, embeddings times sqrt(hidden_size), query_pre_attn_scalar (default 256), the final
 // logits' soft-cap (null: none) and the sliding layers' RoPE base: rope_parameters.sliding_attention (of the default
-// type only), else rope_local_base_freq, else 10^4. Bidirectional attention is refused. attn_logit_softcapping is
-// Gemma 2's: transformers' Gemma 3 attention does not apply it (5.17: with the cap, the logits of the
-// gemma3-softcap reference, whose config sets 1.5, differ by 50-100%; without, by 5e-6), and neither does this.
+// type only), else rope_local_base_freq, else 10^4. Bidirectional attention is refused, and so is a set
+// attn_logit_softcapping (Gemma 2's; null in Gemma 3's checkpoints): the attention kernels do not cap scores, and
+// transformers 5.17 itself applies the cap in its eager attention and drops it in SDPA, so no one model is meant.
 void read_gemma3(const json::object& o, const json::object* sliding_rope, ModelConfig& c) {
   const json::value* act = find(o, "hidden_activation");
   if (!act) act = find(o, "hidden_act");
@@ -169,6 +169,9 @@ void read_gemma3(const json::object& o, const json::object* sliding_rope, ModelC
   c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
   c.query_pre_attn_scalar = positive_number(o, "query_pre_attn_scalar", 256.0);
   c.final_logit_softcap = positive_number(o, "final_logit_softcapping", 0.0);
+  if (const json::value* cap = find(o, "attn_logit_softcapping"); cap && !cap->is_null())
+    throw ModelError("config.json: unsupported field 'attn_logit_softcapping' (attention scores are not soft-capped; "
+                     "Gemma 3 checkpoints leave it null)");
   c.local_rope_theta = positive_number(o, "rope_local_base_freq", 10000.0);
   if (sliding_rope) {
     const json::value* t = find(*sliding_rope, "rope_type");

@@ -110,14 +110,14 @@ def families():
                                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}),
                    gemma3_cases),
-        # Gemma 3 with final logit soft-capping (a cap small enough to bend the logits of these weights) and
-        # attn_logit_softcapping set, which transformers' Gemma 3 attention does not apply (nor does the engine),
-        # hidden 48 (sqrt(48) is not exact), MQA, head_dim 64, linear RoPE scaling (factor 4) on the full layers as
-        # Gemma 3 4B-27B have, 7 layers: sliding, sliding, full, sliding x 3, full.
+        # Gemma 3 with final logit soft-capping (a cap small enough to bend the logits of these weights; no
+        # attn_logit_softcapping, which the engine refuses), hidden 48 (sqrt(48) is not exact), MQA, head_dim 64,
+        # linear RoPE scaling (factor 4) on the full layers as Gemma 3 4B-27B have, 7 layers: sliding, sliding, full,
+        # sliding x 3, full.
         "gemma3-softcap": (Gemma3TextConfig(**gemma3_common, hidden_size=48, intermediate_size=96,
                                             num_hidden_layers=7, num_attention_heads=4, num_key_value_heads=1,
                                             head_dim=64, query_pre_attn_scalar=20,
-                                            attn_logit_softcapping=1.5, final_logit_softcapping=2.5,
+                                            attn_logit_softcapping=None, final_logit_softcapping=2.5,
                                             layer_types=["sliding_attention"] * 2 + ["full_attention"] +
                                             ["sliding_attention"] * 3 + ["full_attention"],
                                             rope_parameters={

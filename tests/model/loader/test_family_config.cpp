@@ -358,6 +358,9 @@ TEST_CASE("family config: what Gemma 3 does not support is named", "[loader][fam
   c = gemma3_config();
   c["final_logit_softcapping"] = -1.0;
   CHECK_THAT(error_of(c), Catch::Contains("final_logit_softcapping"));
+  c = gemma3_config();
+  c["attn_logit_softcapping"] = 50.0;  // Gemma 2's value
+  CHECK_THAT(error_of(c), Catch::Contains("attn_logit_softcapping"));
 }
 
 TEST_CASE("family config: linear RoPE scaling divides every frequency by its factor", "[loader][families]") {
