@@ -15,9 +15,9 @@ run() {
   return $status
 }
 status_word() { case $1 in 0) echo PASS ;; 124) echo "TIMEOUT" ;; *) echo "FAIL ($1)" ;; esac; }
-# The last JSON line a `paged bench` log holds, and its output tok/s.
+# The last JSON line a `paged bench` log holds, and its output tok/s (whole tokens).
 bench_json() { grep '^{' "$LOG_DIR/$1.log" | tail -n 1; }
-tok_per_s() { echo "$1" | grep -o '"output_tok_per_s":[0-9.Ee+-]*' | cut -d: -f2; }
+tok_per_s() { echo "$1" | grep -o '"output_tok_per_s":[0-9.Ee+-]*' | cut -d: -f2 | awk '{ printf "%.0f", $1 }'; }
 # await_health PORT: waits (up to 2 minutes) until a server on PORT answers /health.
 await_health() {
   python3 -c 'import sys, time, urllib.request
