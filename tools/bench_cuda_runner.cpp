@@ -33,10 +33,12 @@
 //       (none served from L2), bf16 and FP8, with each tile of kGemvTiles: time per projection, its weight-read
 //       bandwidth, and the four projections of all layers, what one token's layers read.
 //
-//   bench_cuda_runner gemm [--rows 16,64,160,256,512,1024,4096] [--candidates 8,32]
+//   bench_cuda_runner gemm [--rows 16,64,160,256,512,1024,4096] [--candidates 8,32] [--fp8]
 //       Each Linear of the Llama-3-8B shape (qkv, o, gate_up, down, LM head) at each m, through Gemm::linear with
 //       cuBLASLt's heuristic choice and with the fastest of its first K candidates for each K of --candidates;
 //       weights rotate over copies of >= 512 MB, so that none is served from L2 as in a real step.
+//       --fp8: the FP8 path of --quantization fp8 instead (no LM head): the activations quantised per row, then
+//       Gemm::linear_fp8 (the product of the codes and the scale pass), all three timed together.
 //
 //   bench_cuda_runner parity --model DIR --prompts FILE --steps N --out PREFIX [--group G] [--cpu]
 //       Greedy generation on a checkpoint, for the Hugging Face comparison of tools/gpu/hf_parity.py. FILE holds
@@ -532,6 +534,7 @@ int run_gemm(std::map<std::string, std::string>& f) {
   using cuda::bf16;
   const std::vector<int> rows = int_list(f, "rows", "16,64,160,256,512,1024,4096");
   const std::vector<int> candidates = int_list(f, "candidates", "8,32");
+  const bool fp8 = f.count("fp8") > 0;
   const ModelConfig cfg = llama3_8b();
   const int H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
   const int qkv_dim = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim, max_m = *std::max_element(rows.begin(), rows.end());
@@ -540,34 +543,57 @@ int run_gemm(std::map<std::string, std::string>& f) {
     int n, k;
     bool f32;
   };
-  const Shape shapes[] = {{"qkv", qkv_dim, H, false}, {"o", H, cfg.num_heads * cfg.head_dim, false},
-                          {"gate_up", 2 * I, H, false}, {"down", H, I, false}, {"lm_head", V, H, true}};
+  std::vector<Shape> shapes{{"qkv", qkv_dim, H, false}, {"o", H, cfg.num_heads * cfg.head_dim, false},
+                            {"gate_up", 2 * I, H, false}, {"down", H, I, false}};
+  if (!fp8) shapes.push_back({"lm_head", V, H, true});
   cudaStream_t s = nullptr;
   cuda_ok(cudaStreamCreate(&s), "stream");
   bf16* x = device_array<bf16>(size_t(max_m) * I);
   cuda_ok(cuda::fill_random_bf16(x, size_t(max_m) * I, size_t(max_m) * I, 1.f, 0.f, s), "fill");
   float* y = device_array<float>(size_t(max_m) * V);
+  uint8_t* x8 = fp8 ? device_array<uint8_t>(size_t(max_m) * I) : nullptr;
+  float* x_scale = fp8 ? device_array<float>(max_m) : nullptr;
   cudaEvent_t e0, e1;
   cuda_ok(cudaEventCreate(&e0), "event");
   cuda_ok(cudaEventCreate(&e1), "event");
   std::vector<std::pair<std::string, cuda::GemmTuning>> configs{{"heuristic", {.max_rows = 0, .candidates = 1}}};
   for (int c : candidates) configs.push_back({"best of " + std::to_string(c), {.max_rows = 1 << 20, .candidates = c}});
-  std::printf("%-8s %6s", "linear", "m");
+  std::printf("%s products\n%-8s %6s", fp8 ? "FP8 (quantise x, product, scales)" : "bf16", "linear", "m");
   for (const auto& [label, tuning] : configs) std::printf(" | %-22s", label.c_str());
   std::printf("\n");
+  const size_t w_bytes_per_elem = fp8 ? 1 : 2;
   for (const Shape& sh : shapes) {
     const size_t w_elems = size_t(sh.n) * sh.k;
-    const int copies = std::max<int>(2, int((size_t{512} << 20) / (w_elems * 2)) + 1);
-    std::vector<bf16*> w(copies);
-    for (bf16*& p : w) {
-      p = device_array<bf16>(w_elems);
-      cuda_ok(cuda::fill_random_bf16(p, w_elems, w_elems, 0.02f, 0.f, s), "fill");
+    const int copies = std::max<int>(2, int((size_t{512} << 20) / (w_elems * w_bytes_per_elem)) + 1);
+    std::vector<void*> w(copies);
+    std::vector<float*> w_scale(copies, nullptr);
+    bf16* staging = fp8 ? device_array<bf16>(w_elems) : nullptr;
+    for (int i = 0; i < copies; ++i) {
+      if (!fp8) {
+        w[i] = device_array<bf16>(w_elems);
+        cuda_ok(cuda::fill_random_bf16(static_cast<bf16*>(w[i]), w_elems, w_elems + i, 0.02f, 0.f, s), "fill");
+        continue;
+      }
+      w[i] = device_array<uint8_t>(w_elems);
+      w_scale[i] = device_array<float>(sh.n);
+      cuda_ok(cuda::fill_random_bf16(staging, w_elems, w_elems + i, 0.02f, 0.f, s), "fill");
+      cuda_ok(cuda::quantize_rows_fp8(staging, sh.n, sh.k, static_cast<uint8_t*>(w[i]), w_scale[i], s), "quantise");
+    }
+    if (staging) {
+      cuda_ok(cudaStreamSynchronize(s), "sync");
+      cudaFree(staging);
     }
     for (int m : rows) {
       std::printf("%-8s %6d", sh.name, m);
       for (const auto& [label, tuning] : configs) {
         cuda::Gemm gemm(size_t{32} << 20, tuning);
-        auto launch = [&](int i) { return gemm.linear(y, x, w[i % copies], nullptr, m, sh.n, sh.k, sh.f32, s); };
+        auto launch = [&](int i) -> cudaError_t {
+          const int c = i % copies;
+          if (!fp8) return gemm.linear(y, x, static_cast<const bf16*>(w[c]), nullptr, m, sh.n, sh.k, sh.f32, s);
+          if (cudaError_t e = cuda::quantize_rows_fp8(x, m, sh.k, x8, x_scale, s); e != cudaSuccess) return e;
+          return gemm.linear_fp8(reinterpret_cast<bf16*>(y), x8, x_scale, static_cast<const uint8_t*>(w[c]),
+                                 w_scale[c], nullptr, m, sh.n, sh.k, s);
+        };
         for (int i = 0; i < copies; ++i) cuda_ok(launch(i), sh.name);
         const int reps = std::max(copies, 20);
         cuda_ok(cudaEventRecord(e0, s), "record");
@@ -577,12 +603,13 @@ int run_gemm(std::map<std::string, std::string>& f) {
         float ms = 0;
         cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
         const double us = 1e3 * ms / reps;
-        const double bytes = 2.0 * w_elems + 2.0 * m * sh.k + (sh.f32 ? 4.0 : 2.0) * m * sh.n;
-        std::printf(" | %7.1f us %4.2f TB/s %3.0fT", us, bytes / us / 1e6, 2.0 * m * w_elems / us / 1e6);
+        const double bytes = double(w_bytes_per_elem) * w_elems + 2.0 * m * sh.k + (sh.f32 ? 4.0 : 2.0) * m * sh.n;
+        std::printf(" | %7.1f us %4.2f TB/s %4.0fT", us, bytes / us / 1e6, 2.0 * m * w_elems / us / 1e6);
       }
       std::printf("\n");
     }
-    for (bf16* p : w) cudaFree(p);
+    for (void* p : w) cudaFree(p);
+    for (float* p : w_scale) cudaFree(p);
   }
   return 0;
 }
@@ -626,10 +653,10 @@ int run_moe_gemm(std::map<std::string, std::string>& f) {
       for (int j = 0; j < k; ++j) used[all[j]] = true;
     }
     const int active = static_cast<int>(std::count(used.begin(), used.end(), true)), slots = tokens * k;
-    // Every layout (a GEMV per slot while a grid row per slot fits, tiles of 16 and 64); '*' the runner's choice.
+    // Every layout (a GEMV per slot while a grid row per slot fits, tiles of 16, 64 and 128); '*' the runner's choice.
     const int picked = cuda::expert_product_layout(slots, E);
     cuda_ok(cudaMemcpyAsync(ids, chosen.data(), chosen.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s), "copy");
-    for (const int layout : {0, 16, 64}) {
+    for (const int layout : {0, 16, 64, 128}) {
       if (layout == 0 && slots > 4096) continue;
       const int tile = layout == 0 ? 16 : layout;
       cuda_ok(cuda::group_experts(view, ids, slots, k, E, tile, s), "group_experts");
@@ -656,7 +683,7 @@ int run_moe_gemm(std::map<std::string, std::string>& f) {
         const double us = 1e3 * ms / reps, weights = 2.0 * active * args.n * args.k;
         std::printf("tokens %6d %-7s: %8.1f us, %3d experts' weights at %5.2f TB/s, %6.1f TFLOP/s (%s%s)\n", tokens,
                     label, us, active, weights / us / 1e6, 2.0 * slots * args.n * args.k / us / 1e6,
-                    layout == 0 ? "GEMVs" : layout == 16 ? "tiles of 16" : "tiles of 64",
+                    layout == 0 ? "GEMVs" : ("tiles of " + std::to_string(layout)).c_str(),
                     layout == picked ? " *" : "");
       }
     }

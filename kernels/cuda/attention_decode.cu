@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
   __shared__ float warp_max[kDecodeWarps][kRows], warp_sum[kDecodeWarps][kRows];
   __shared__ int blocks[kMaxBlocks];
 
-  allow_dependent_launch();  // the O projection may start streaming its weights (device_utils.cuh)
+  wait_for_previous_grid();  // launched early (launch_early): the cache write and the queries before it
+  allow_dependent_launch();  // the reduction, or the O projection, may launch now (device_utils.cuh)
   const int kv_head = blockIdx.x, seq = blockIdx.y, part = blockIdx.z;
   const int ctx = a.context_lens[seq];
   const int start = part * partition_size;
@@ -424,6 +425,7 @@ __global__ void __launch_bounds__(HEAD_DIM)
                                const float* __restrict__ part_max,  // [num_seqs][num_heads][max_partitions]
                                const float* __restrict__ part_sum)  // [num_seqs][num_heads][max_partitions]
 {
+  wait_for_previous_grid();
   allow_dependent_launch();
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int ctx = a.context_lens[seq];
@@ -452,20 +454,17 @@ template <int HEAD_DIM>
 cudaError_t launch_decode(const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream) {
   const dim3 grid(a.num_kv_heads, a.num_seqs, l.max_partitions);
   const auto launch = [&](auto kernel) {
-    kernel<<<grid, kDecodeThreads, 0, stream>>>(a, l.log2_block_size, l.partition_size, l.max_partitions, l.part_out,
-                                                l.part_max, l.part_sum);
+    return launch_early(kernel, grid, dim3(kDecodeThreads), 0, stream, a, l.log2_block_size, l.partition_size,
+                        l.max_partitions, l.part_out, l.part_max, l.part_sum);
   };
   const bool tall = a.num_heads / a.num_kv_heads > 8, fp8 = a.k_fp8 != nullptr;
-  if (tall)
-    launch(fp8 ? paged_decode_kernel<HEAD_DIM, true, true> : paged_decode_kernel<HEAD_DIM, true, false>);
-  else
-    launch(fp8 ? paged_decode_kernel<HEAD_DIM, false, true> : paged_decode_kernel<HEAD_DIM, false, false>);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  if (l.max_partitions > 1) {
-    paged_decode_reduce_kernel<HEAD_DIM><<<dim3(a.num_heads, a.num_seqs), HEAD_DIM, 0, stream>>>(
-        a, l.partition_size, l.max_partitions, l.part_out, l.part_max, l.part_sum);
-  }
-  return cudaGetLastError();
+  const cudaError_t e =
+      tall ? launch(fp8 ? paged_decode_kernel<HEAD_DIM, true, true> : paged_decode_kernel<HEAD_DIM, true, false>)
+           : launch(fp8 ? paged_decode_kernel<HEAD_DIM, false, true> : paged_decode_kernel<HEAD_DIM, false, false>);
+  if (e != cudaSuccess || l.max_partitions <= 1) return e;
+  return launch_early(paged_decode_reduce_kernel<HEAD_DIM>, dim3(a.num_heads, a.num_seqs), dim3(HEAD_DIM), 0, stream,
+                      a, l.partition_size, l.max_partitions, static_cast<const float*>(l.part_out),
+                      static_cast<const float*>(l.part_max), static_cast<const float*>(l.part_sum));
 }
 
 int partitions_for(int max_context_len, int partition_size) {

@@ -79,10 +79,36 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   return total;
 }
 
-// Lets the next kernel of the stream start now if it was launched with programmatic dependent launch (the GEMVs of
-// gemv.cu are): it prefetches its weights and waits for this grid's results itself (griddepcontrol.wait). A no-op
-// for any other successor, which still starts after this grid completes.
+// Programmatic dependent launch: a kernel started by launch_early may begin while the stream's previous kernel is
+// still running, once every block of that one has called allow_dependent_launch (or finished). It must call
+// wait_for_previous_grid before it touches anything the previous kernel reads or writes, in every block, before any
+// early return (a grid whose blocks all returned without waiting could complete before its predecessor). The GEMVs
+// (gemv.cu) stream their weights before they wait; RoPE and the decode attention wait first and gain the launch.
+
+// Lets the next kernel of the stream start now if it was launched with launch_early. A no-op for any other
+// successor, which still starts after this grid completes.
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
+
+// Waits until the previous kernel of the stream has completed and its writes are visible (at once when this kernel
+// was launched normally).
+__device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed.
+template <class... Params, class... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...);
+}
 
 inline bool is_supported_block_size(int block_size) {
   for (int b : kSupportedBlockSizes)

@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   };
   int base = c_begin + lane;
   load(base);
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  allow_dependent_launch();
+  wait_for_previous_grid();
   const bf16* x = a.x;
   if (a.norm_weight) {
     bf16* normed = reinterpret_cast<bf16*>(normed_row);
@@ -265,8 +265,8 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_mma_kernel(const GemvArgs a
       }
   };
   load(s_begin);
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  allow_dependent_launch();
+  wait_for_previous_grid();
   uint32_t* xs = reinterpret_cast<uint32_t*>(x_f16);  // f16x2 words
   for_x_chunks(a, [&](int i, const float (&v)[8]) {
     uint4 packed;
@@ -346,31 +346,14 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_mma_kernel(const GemvArgs a
   }
 }
 
-// Launches `kernel` over `blocks` blocks with `smem` bytes of dynamic shared memory and programmatic stream
-// serialization allowed, so that it may start while the previous kernel finishes (it waits for that one's results
-// itself, see gemv_kernel).
-template <class Kernel>
-cudaError_t launch_early(Kernel kernel, int blocks, size_t smem, const GemvArgs& a, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, a);
-}
-
 template <GemvOutput kOut, bool kFp8, int kSplit, int kWeightRows, int kUnroll>
 cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
   const int columns_per_group = a.output == GemvOutput::kSiluMul ? kWeightRows / 2 : kWeightRows;
   const int out_cols = a.output == GemvOutput::kSiluMul ? a.n / 2 : a.n;
   const int groups = (out_cols + columns_per_group - 1) / columns_per_group, per_block = kWarps / kSplit;
-  return launch_early(gemv_kernel<kOut, kFp8, kSplit, kWeightRows, kUnroll>, (groups + per_block - 1) / per_block,
-                      a.norm_weight ? static_cast<size_t>(a.k) * sizeof(bf16) : 0, a, stream);
+  return launch_early(gemv_kernel<kOut, kFp8, kSplit, kWeightRows, kUnroll>,
+                      dim3((groups + per_block - 1) / per_block), dim3(kThreads),
+                      a.norm_weight ? static_cast<size_t>(a.k) * sizeof(bf16) : 0, stream, a);
 }
 
 template <bool kFp8, int kSplit, int kWeightRows, int kUnroll>
@@ -388,8 +371,8 @@ template <GemvOutput kOut, int kSplit, int kUnroll>
 cudaError_t launch_mma(const GemvArgs& a, cudaStream_t stream) {
   const int out_cols = kOut == GemvOutput::kSiluMul ? a.n / 2 : a.n;
   const int tiles = kOut == GemvOutput::kSiluMul ? (out_cols + 7) / 8 : (a.n + 15) / 16, per_block = kWarps / kSplit;
-  return launch_early(gemv_fp8_mma_kernel<kOut, kSplit, kUnroll>, (tiles + per_block - 1) / per_block,
-                      static_cast<size_t>(a.k) * 2, a, stream);  // x as f16
+  return launch_early(gemv_fp8_mma_kernel<kOut, kSplit, kUnroll>, dim3((tiles + per_block - 1) / per_block),
+                      dim3(kThreads), static_cast<size_t>(a.k) * 2, stream, a);  // x as f16
 }
 
 // Tile I of kGemvTiles.

@@ -1,4 +1,4 @@
-// Warp-level tensor-core and shared-memory primitives the attention kernels share: the m16n8k16 bf16 MMA with its
+// Warp-level tensor-core and shared-memory primitives the attention kernels and the grouped GEMM (moe.cu) share: the m16n8k16 bf16 MMA with its
 // fragment layouts, ldmatrix (plain and transposed) and cp.async. CUDA translation units only.
 #pragma once
 

@@ -1,10 +1,9 @@
 #include "kernels/cuda/moe.h"
 
-#include <mma.h>
-
 #include <string>
 
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace paged::cuda {
 
@@ -156,106 +155,148 @@ __global__ void __launch_bounds__(kPlaceThreads)
 
 // ---- grouped GEMM -------------------------------------------------------------------------------------------------
 
-constexpr int kTileN = 64, kTileK = 64, kGemmThreads = 128;
-constexpr int kSmemPad = 8;  // bf16 elements after each smem row: ld 72 (144 bytes) keeps WMMA's 32-byte alignment
+constexpr int kGemmWarps = 8, kGemmThreads = 32 * kGemmWarps;
+constexpr int kTileN = 128, kTileK = 64, kStages = 3;
+// bf16 per shared-memory row: a K slice plus 16 bytes, so that ldmatrix's eight 144-byte-apart rows fall on distinct
+// banks (and every 16-byte chunk stays aligned for cp.async).
+constexpr int kPitch = kTileK + 8;
+constexpr int kChunksPerRow = kTileK / 8;                     // 16-byte chunks of a slice row
+constexpr int kRowsPerPass = kGemmThreads / kChunksPerRow;  // slice rows the block's threads load at once
 
-// grid: (ceil(n / kTileN), max_tiles); block: kGemmThreads (4 warps). Block (i, t) computes rows tile_row[t] ..
-// (at most kRows, within expert tile_expert[t]) x columns kTileN i .. of y. The A rows are gathered through x_rows.
-// Warps: kRows 64 -> 2 x 2 warps of 32 x 32; kRows 16 -> 1 x 4 warps of 16 x 16. The next K slice is loaded into
-// registers while the current one is multiplied from shared memory.
+// Dynamic shared memory of a kRows block: kStages stages of an A slice [kRows][kPitch] and a B slice [kTileN][kPitch].
 template <int kRows>
-__global__ void __launch_bounds__(kGemmThreads) grouped_linear_kernel(GroupedGemmArgs a) {
-  using namespace nvcuda;
-  constexpr int kWarpM = kRows == 64 ? 32 : 16, kWarpN = kRows == 64 ? 32 : 16;
-  constexpr int kWarpsN = kTileN / kWarpN;
-  constexpr int kFragM = kWarpM / 16, kFragN = kWarpN / 16;
-  constexpr int kLd = kTileK + kSmemPad;
-  constexpr int kVecA = kRows * kTileK / 8, kVecB = kTileN * kTileK / 8;  // 16-byte vectors per slice
-  constexpr int kPerThreadA = (kVecA + kGemmThreads - 1) / kGemmThreads, kPerThreadB = kVecB / kGemmThreads;
-  __shared__ __align__(32) bf16 As[kRows * kLd];
-  __shared__ __align__(32) bf16 Bs[kTileN * kLd];
-  __shared__ __align__(32) float Cs[kRows * (kTileN + 4)];
+constexpr int grouped_smem_bytes() {
+  return kStages * (kRows + kTileN) * kPitch * static_cast<int>(sizeof(bf16));
+}
+
+// grid: (ceil(n / kTileN), max_tiles); block: kGemmThreads (8 warps); dynamic shared memory grouped_smem_bytes.
+// Block (i, t) computes rows tile_row[t] .. (at most kRows, within expert tile_expert[t]) x columns kTileN i .. of y,
+// the A rows gathered through x_rows. The K slices of A and of the expert's weight rows (B) stream into shared memory
+// by cp.async, kStages - 1 slices ahead of the one being multiplied; a slice row is 128 bytes, whole cache lines of
+// the weights. Warps: 2 x 4 of (kRows / 2) x 32 from 64 rows, 1 x 8 of 16 x 16 for 16 rows; each computes m16n8k16
+// MMAs (kernels/cuda/mma.cuh) from ldmatrix fragments.
+template <int kRows>
+__global__ void __launch_bounds__(kGemmThreads, kRows == 16 ? 3 : 2) grouped_linear_kernel(GroupedGemmArgs a) {
+  constexpr int kWarpsM = kRows >= 64 ? 2 : 1, kWarpsN = kGemmWarps / kWarpsM;
+  constexpr int kWarpRows = kRows / kWarpsM, kWarpCols = kTileN / kWarpsN;
+  constexpr int kFragsM = kWarpRows / 16, kFragsN = kWarpCols / 8;
+  constexpr int kPassesA = (kRows + kRowsPerPass - 1) / kRowsPerPass, kPassesB = kTileN / kRowsPerPass;
+  static_assert(kWarpRows % 16 == 0 && kWarpCols % 16 == 0 && kTileK % 32 == 0 && kTileN % kRowsPerPass == 0);
+  extern __shared__ __align__(16) unsigned char grouped_smem[];
+  bf16* const sa = reinterpret_cast<bf16*>(grouped_smem);  // [stage][kRows][kPitch]
+  bf16* const sb = sa + kStages * kRows * kPitch;           // [stage][kTileN][kPitch]
 
   const int expert = a.tile_expert[blockIdx.y];
   if (expert < 0) return;
   const int row0 = a.tile_row[blockIdx.y], row_end = min(a.offsets[expert + 1], row0 + kRows);
   const int n0 = blockIdx.x * kTileN;
   const bf16* w = a.w + static_cast<int64_t>(expert) * a.n * a.k;  // int64: experts x n x k passes 2^31
-  const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
 
-  // The source of vector v of the A and B slices at k0 (null: zeros).
-  int64_t a_row[kPerThreadA];
+  // This thread loads chunk `col` of slice rows r0 + kRowsPerPass * i: their sources (rows past the tile or past n
+  // read nothing).
+  const int r0 = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
+  const bf16* src_a[kPassesA];
+  bool ok_a[kPassesA];
 #pragma unroll
-  for (int i = 0; i < kPerThreadA; ++i) {
-    const int v = threadIdx.x + i * kGemmThreads, r = v / (kTileK / 8), p = row0 + r;
-    a_row[i] = v < kVecA && p < row_end ? static_cast<int64_t>(a.x_rows ? a.x_rows[p] : p) * a.k : -1;
+  for (int i = 0; i < kPassesA; ++i) {
+    const int r = r0 + kRowsPerPass * i, p = row0 + r;
+    ok_a[i] = r < kRows && p < row_end;
+    src_a[i] = a.x + (ok_a[i] ? static_cast<int64_t>(a.x_rows ? a.x_rows[p] : p) * a.k : 0) + col;
   }
-  Bf16x8 zero;
+  const bf16* src_b = w + static_cast<int64_t>(min(n0 + r0, a.n - 1)) * a.k + col;
+  // K slice `kt` into stage `stage`, one cp.async group; chunks past k or outside the tile become zeros.
+  const auto load = [&](int kt, int stage) {
+    const int k0 = kt * kTileK;
+    const bool in_k = k0 + col < a.k;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) zero.h[i] = __floats2bfloat162_rn(0.f, 0.f);
-  Bf16x8 ra[kPerThreadA], rb[kPerThreadB];
-  const auto load = [&](int k0) {
-#pragma unroll
-    for (int i = 0; i < kPerThreadA; ++i) {
-      const int v = threadIdx.x + i * kGemmThreads, c = k0 + (v % (kTileK / 8)) * 8;
-      ra[i] = a_row[i] >= 0 && c < a.k ? load_bf16x8(a.x + a_row[i] + c) : zero;
+    for (int i = 0; i < kPassesA; ++i) {
+      const int r = r0 + kRowsPerPass * i;
+      if (r >= kRows) break;
+      const bool valid = ok_a[i] && in_k;
+      cp_async_16(&sa[(stage * kRows + r) * kPitch + col], valid ? src_a[i] + k0 : a.x, valid);
     }
 #pragma unroll
-    for (int i = 0; i < kPerThreadB; ++i) {
-      const int v = threadIdx.x + i * kGemmThreads, r = v / (kTileK / 8), c = k0 + (v % (kTileK / 8)) * 8;
-      rb[i] = n0 + r < a.n && c < a.k ? load_bf16x8(w + static_cast<int64_t>(n0 + r) * a.k + c) : zero;
+    for (int i = 0; i < kPassesB; ++i) {
+      const int r = r0 + kRowsPerPass * i;
+      const bool valid = n0 + r < a.n && in_k;
+      cp_async_16(&sb[(stage * kTileN + r) * kPitch + col],
+                  valid ? src_b + static_cast<int64_t>(kRowsPerPass * i) * a.k + k0 : a.w, valid);
     }
-  };
-  const auto store = [&] {
-#pragma unroll
-    for (int i = 0; i < kPerThreadA; ++i) {
-      const int v = threadIdx.x + i * kGemmThreads;
-      if (v < kVecA) store_bf16x8(&As[(v / (kTileK / 8)) * kLd + (v % (kTileK / 8)) * 8], ra[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < kPerThreadB; ++i) {
-      const int v = threadIdx.x + i * kGemmThreads;
-      store_bf16x8(&Bs[(v / (kTileK / 8)) * kLd + (v % (kTileK / 8)) * 8], rb[i]);
-    }
+    cp_async_commit();
   };
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFragM][kFragN];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
+  float acc[kFragsM][kFragsN][4];
 #pragma unroll
-  for (int i = 0; i < kFragM; ++i)
+  for (int i = 0; i < kFragsM; ++i)
 #pragma unroll
-    for (int j = 0; j < kFragN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
-  load(0);
-  for (int k0 = 0; k0 < a.k; k0 += kTileK) {
-    store();
-    __syncthreads();
-    if (k0 + kTileK < a.k) load(k0 + kTileK);  // in flight while this slice is multiplied
+    for (int j = 0; j < kFragsN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+
+  const int k_tiles = (a.k + kTileK - 1) / kTileK;
 #pragma unroll
-    for (int kk = 0; kk < kTileK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[kFragM];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[kFragN];
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load(s, s);
+    else cp_async_commit();  // empty groups keep the count of cp_async_wait right
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<kStages - 2>();  // slice kt has landed (this thread's part)
+    __syncthreads();               // ... every thread's; and slice kt - 1's stage is no longer read
+    if (const int next = kt + kStages - 1; next < k_tiles) load(next, next % kStages);
+    else cp_async_commit();
+    const int stage = kt % kStages;
+    const bf16* as = sa + (stage * kRows + wm * kWarpRows) * kPitch;
+    const bf16* bs = sb + (stage * kTileN + wn * kWarpCols) * kPitch;
 #pragma unroll
-      for (int i = 0; i < kFragM; ++i) wmma::load_matrix_sync(fa[i], &As[(wm * kWarpM + i * 16) * kLd + kk], kLd);
+    for (int kk = 0; kk < kTileK; kk += 32) {
+      // B: n-tile j's registers of two k-steps from one ldmatrix (rows along N, K along the row).
+      uint32_t b[kFragsN][4];
 #pragma unroll
-      for (int j = 0; j < kFragN; ++j) wmma::load_matrix_sync(fb[j], &Bs[(wn * kWarpN + j * 16) * kLd + kk], kLd);
+      for (int j = 0; j < kFragsN; ++j) ldmatrix_x4(b[j], &bs[(8 * j + (lane & 7)) * kPitch + kk + 8 * (lane >> 3)]);
 #pragma unroll
-      for (int i = 0; i < kFragM; ++i)
+      for (int h = 0; h < 2; ++h) {
+        // A: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) = a0..a3.
+        uint32_t af[kFragsM][4];
 #pragma unroll
-        for (int j = 0; j < kFragN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        for (int i = 0; i < kFragsM; ++i)
+          ldmatrix_x4(af[i],
+                      &as[(16 * i + (lane & 7) + 8 * ((lane >> 3) & 1)) * kPitch + kk + 16 * h + 8 * (lane >> 4)]);
+#pragma unroll
+        for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+          for (int j = 0; j < kFragsN; ++j)
+            mma_bf16_16816(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], b[j][2 * h], b[j][2 * h + 1]);
+      }
     }
-    __syncthreads();  // As / Bs are rewritten by the next slice
   }
+  cp_async_wait<0>();
+
+  // D fragments: rows g and g + 8 of each 16-row fragment, columns 2c, 2c + 1 of each n-tile (n is even).
+  const int g = lane / 4, c = lane % 4;
 #pragma unroll
-  for (int i = 0; i < kFragM; ++i)
+  for (int i = 0; i < kFragsM; ++i)
 #pragma unroll
-    for (int j = 0; j < kFragN; ++j)
-      wmma::store_matrix_sync(&Cs[(wm * kWarpM + i * 16) * (kTileN + 4) + wn * kWarpN + j * 16], acc[i][j],
-                              kTileN + 4, wmma::mem_row_major);
-  __syncthreads();
-  for (int i = threadIdx.x; i < kRows * kTileN; i += kGemmThreads) {
-    const int r = i / kTileN, c = i % kTileN;
-    if (row0 + r < row_end && n0 + c < a.n)
-      a.y[static_cast<int64_t>(row0 + r) * a.n + n0 + c] = __float2bfloat16(Cs[r * (kTileN + 4) + c]);
-  }
+    for (int j = 0; j < kFragsN; ++j) {
+      const int out_col = n0 + wn * kWarpCols + 8 * j + 2 * c;
+      if (out_col >= a.n) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + wm * kWarpRows + 16 * i + g + 8 * h;
+        if (row < row_end)
+          *reinterpret_cast<uint32_t*>(a.y + static_cast<int64_t>(row) * a.n + out_col) =
+              pack_bf16(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+      }
+    }
+}
+
+template <int kRows>
+cudaError_t launch_grouped_linear(const GroupedGemmArgs& a, cudaStream_t stream) {
+  constexpr int smem = grouped_smem_bytes<kRows>();
+  // Above 48 KiB a kernel must opt in, on each device it runs on: set at every launch (not a stream operation).
+  const cudaError_t opt_in =
+      cudaFuncSetAttribute(grouped_linear_kernel<kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (opt_in != cudaSuccess) return opt_in;
+  grouped_linear_kernel<kRows><<<dim3((a.n + kTileN - 1) / kTileN, a.max_tiles), kGemmThreads, smem, stream>>>(a);
+  return cudaGetLastError();
 }
 
 constexpr int kGemvThreads = 128, kGemvRowsPerWarp = 2, kGemvRows = kGemvThreads / 32 * kGemvRowsPerWarp;
@@ -337,8 +378,8 @@ cudaError_t group_experts(const ExpertGroupsView& groups, const int32_t* experts
   if (num_experts < 1 || num_experts > kMaxExperts || top_k < 1)
     return refuse("group_experts: " + std::to_string(num_experts) + " experts (supported: 1.." +
                   std::to_string(kMaxExperts) + ")");
-  if (tile_rows != 16 && tile_rows != 64)
-    return refuse("group_experts: tile_rows " + std::to_string(tile_rows) + " (supported: 16, 64)");
+  if (tile_rows != 16 && tile_rows != 64 && tile_rows != 128)
+    return refuse("group_experts: tile_rows " + std::to_string(tile_rows) + " (supported: 16, 64, 128)");
   const int max_tiles = (slots + tile_rows - 1) / tile_rows + num_experts;  // max_expert_tiles
   group_offsets_kernel<<<1, kGroupThreads, 0, stream>>>(groups, experts, slots, num_experts, tile_rows, max_tiles);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess || slots <= 0) return e;
@@ -347,9 +388,9 @@ cudaError_t group_experts(const ExpertGroupsView& groups, const int32_t* experts
 }
 
 cudaError_t grouped_linear(const GroupedGemmArgs& a, cudaStream_t stream) {
-  if (a.k <= 0 || a.k % 8 != 0 || a.n <= 0 || !aligned16(a.x) || !aligned16(a.w))
-    return refuse("grouped_linear: k " + std::to_string(a.k) + " must be a positive multiple of 8, n positive, x "
-                  "and w 16-byte aligned");
+  if (a.k <= 0 || a.k % 8 != 0 || a.n <= 0 || a.n % 8 != 0 || !aligned16(a.x) || !aligned16(a.w))
+    return refuse("grouped_linear: k " + std::to_string(a.k) + " and n " + std::to_string(a.n) +
+                  " must be positive multiples of 8, x and w 16-byte aligned");
   if (a.gemv_slots > 0) {
     if (a.gemv_slots > 65535 || a.num_experts < 1)
       return refuse("grouped_linear: " + std::to_string(a.gemv_slots) + " GEMV positions (supported: up to 65535) "
@@ -360,13 +401,12 @@ cudaError_t grouped_linear(const GroupedGemmArgs& a, cudaStream_t stream) {
   if (a.max_tiles <= 0) return cudaSuccess;
   if (a.max_tiles > 65535)  // the grid's y limit
     return refuse("grouped_linear: " + std::to_string(a.max_tiles) + " row tiles exceed 65535 (use larger tiles)");
-  const dim3 grid((a.n + kTileN - 1) / kTileN, a.max_tiles);
   switch (a.tile_rows) {
-    case 16: grouped_linear_kernel<16><<<grid, kGemmThreads, 0, stream>>>(a); break;
-    case 64: grouped_linear_kernel<64><<<grid, kGemmThreads, 0, stream>>>(a); break;
-    default: return refuse("grouped_linear: tile_rows " + std::to_string(a.tile_rows) + " (supported: 16, 64)");
+    case 16: return launch_grouped_linear<16>(a, stream);
+    case 64: return launch_grouped_linear<64>(a, stream);
+    case 128: return launch_grouped_linear<128>(a, stream);
+    default: return refuse("grouped_linear: tile_rows " + std::to_string(a.tile_rows) + " (supported: 16, 64, 128)");
   }
-  return cudaGetLastError();
 }
 
 cudaError_t combine_experts(bf16* out, const bf16* y, const int32_t* slot_position, const float* weights, int tokens,

@@ -17,15 +17,16 @@ namespace paged::cuda {
 /// The largest expert count and top-k the routing kernels take.
 inline constexpr int kMaxExperts = 256;
 inline constexpr int kMaxTopK = 8;
-/// The row tiles of the grouped GEMM: 16 rows for decode-sized groups (few rows per expert), 64 for prefill.
-inline constexpr int kSupportedExpertTileRows[] = {16, 64};
+/// The row tiles of the grouped GEMM: 16 rows for decode-sized groups (few rows per expert), 64 and 128 for prefill.
+inline constexpr int kSupportedExpertTileRows[] = {16, 64, 128};
 /// Up to this many (token, choice) slots the grouped products run as one GEMV per slot (GroupedGemmArgs::gemv_slots):
-/// one stream and small batches, where the tiles would leave most SMs idle (8 experts x 24 column tiles of 64).
+/// one stream and small batches, where the tiles would leave most SMs idle (8 experts x 12 column tiles of 128).
 inline constexpr int kMaxGemvSlots = 32;
 /// How the grouped products run for `slots` over num_experts: 0, a GEMV per slot (up to kMaxGemvSlots), else the row
-/// tile of the grouped GEMM: 16 while the experts average at most 16 slots, else 64 (bench_cuda_runner moe-gemm).
+/// tile of the grouped GEMM: 16 while the experts average at most 8 slots, 64 up to 64, else 128 (bench_cuda_runner
+/// moe-gemm).
 inline int expert_product_layout(int slots, int num_experts) {
-  return slots <= kMaxGemvSlots ? 0 : slots <= 16 * num_experts ? 16 : 64;
+  return slots <= kMaxGemvSlots ? 0 : slots <= 8 * num_experts ? 16 : slots <= 64 * num_experts ? 64 : 128;
 }
 
 /// Each token's top_k experts from its float router logits: softmax over all experts, the top_k largest (ties: the
@@ -54,10 +55,11 @@ cudaError_t group_experts(const ExpertGroupsView& groups,
                           int slots, int top_k, int num_experts, int tile_rows, cudaStream_t stream);
 
 /// One grouped product: y[p] = x[x_rows ? x_rows[p] : p] * w[e]^T for the sorted positions p of every expert e,
-/// float32 accumulation. gemv_slots 0: bf16 tensor cores (WMMA 16x16x16), grid (ceil(n / 64), max_tiles), 4 warps a
-/// block: block (i, t) computes columns 64 i .. of tile t (tile_expert[t] < 0: nothing). gemv_slots > 0 (the
-/// positions, offsets[num_experts]; the tiles unused): one GEMV per position, grid (ceil(n / 8), gemv_slots), each
-/// warp two output columns, the expert of a position found in offsets. k a multiple of 8, pointers 16-byte aligned.
+/// float32 accumulation. gemv_slots 0: bf16 tensor cores (m16n8k16 MMAs, operands streamed by cp.async three stages
+/// deep), grid (ceil(n / 128), max_tiles), 8 warps a block: block (i, t) computes columns 128 i .. of tile t
+/// (tile_expert[t] < 0: nothing). gemv_slots > 0 (the positions, offsets[num_experts]; the tiles unused): one GEMV per
+/// position, grid (ceil(n / 8), gemv_slots), each warp two output columns, the expert of a position found in offsets.
+/// n and k multiples of 8, pointers 16-byte aligned.
 struct GroupedGemmArgs {
   bf16* y;                    // [slots][n]
   const bf16* x;              // [rows][k]

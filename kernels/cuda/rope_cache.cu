@@ -19,6 +19,8 @@ __global__ void __launch_bounds__(kRopeThreads)
                           const int32_t* __restrict__ positions, const int64_t* __restrict__ slot_mapping,
                           const float* __restrict__ inv_freq, int num_heads, int num_kv_heads, int rotary_dim,
                           float attention_factor, int log2_block_size, int64_t qkv_stride) {
+  wait_for_previous_grid();  // launched early (launch_early): the QKV projection's results
+  allow_dependent_launch();  // the attention may launch now and wait for these results itself
   const int half = rotary_dim / 2;
   const int pairs2 = half / 2;  // bf16x2 rotation units per head
   const int token = blockIdx.x;
@@ -97,10 +99,9 @@ cudaError_t rope_and_cache(bf16* qkv, bf16* k_cache, bf16* v_cache, const int32_
   const int log2_bs = log2_of(block_size);
   const dim3 grid(tokens, (num_heads + 2 * num_kv_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock);
   PAGED_DISPATCH_HEAD_DIM("rope_and_cache", head_dim,
-                          rope_and_cache_kernel<HEAD_DIM><<<grid, kRopeThreads, 0, stream>>>(
-                              qkv, k_cache, v_cache, positions, slot_mapping, inv_freq, num_heads, num_kv_heads,
-                              rotary_dim, attention_factor, log2_bs, qkv_stride));
-  return cudaGetLastError();
+                          return launch_early(rope_and_cache_kernel<HEAD_DIM>, grid, dim3(kRopeThreads), 0, stream,
+                                              qkv, k_cache, v_cache, positions, slot_mapping, inv_freq, num_heads,
+                                              num_kv_heads, rotary_dim, attention_factor, log2_bs, qkv_stride));
 }
 
 }  // namespace paged::cuda

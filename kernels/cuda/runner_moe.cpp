@@ -9,8 +9,9 @@ namespace paged {
 
 void CudaModelRunner::Impl::allocate_moe() {
   const int64_t E = cfg.moe.num_experts, slots = int64_t{max_tokens} * cfg.moe.top_k;
-  const int64_t tiles = std::max(max_expert_tiles(static_cast<int>(slots), static_cast<int>(E), 16),
-                                 max_expert_tiles(static_cast<int>(slots), static_cast<int>(E), 64));
+  int64_t tiles = 0;  // the most any tile size needs
+  for (const int rows : cuda::kSupportedExpertTileRows)
+    tiles = std::max<int64_t>(tiles, max_expert_tiles(static_cast<int>(slots), static_cast<int>(E), rows));
   router_gemm = std::make_unique<cuda::Gemm>(size_t{4} << 20, cuda::GemmTuning{.candidates = 1});
   moe_logits = device_alloc<float>(int64_t{max_tokens} * E);
   moe_weights = device_alloc<float>(slots);

@@ -8,6 +8,7 @@
 // scan of the 256 bins from the top picks the bin where the target is reached.
 #include "kernels/cuda/sampling.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <string>
@@ -232,10 +233,58 @@ __device__ void block_best(float& value, int& id, float* scratch_f, int* scratch
     }
 }
 
+// One slice of a row's logits: its maximum with the lowest id holding it, and the sum of exp(logit - max) over the
+// slice (in double, of float exponentials).
+struct RowPartial {
+  float max;
+  int id;
+  double sum;
+};
+constexpr int kMaxRowSplits = 64;      // slices a row is read in, at most
+constexpr int kStatsBlocksWanted = 256;  // about two thread blocks per SM of an H100 / H200
+constexpr int kStatsThreads = 256;
+
+// grid: (rows, splits); block: kStatsThreads. Block (r, b) reads slice b of logits row r (logits_rows[r], or r) in
+// one pass: each thread keeps its running maximum, the first id holding it and its sum of exp(logit - maximum),
+// rescaled when the maximum rises; the block merges them into partials[r * kMaxRowSplits + b]. A single-stream step
+// has one row: its 128k logits are then read by `splits` blocks at once instead of one.
+__global__ void __launch_bounds__(kStatsThreads)
+    row_stats_kernel(RowPartial* __restrict__ partials, const float* __restrict__ logits,
+                     const int32_t* __restrict__ logits_rows, int vocab) {
+  __shared__ float scratch_f[kStatsThreads / 32];
+  __shared__ int scratch_i[kStatsThreads / 32];
+  __shared__ double scratch_d[kStatsThreads / 32];
+  const int row = blockIdx.x, splits = gridDim.y;
+  const float* lg = logits + static_cast<int64_t>(logits_rows ? logits_rows[row] : row) * vocab;
+  const int chunk = (vocab + splits - 1) / splits, begin = blockIdx.y * chunk, end = min(vocab, begin + chunk);
+  float best = -INFINITY;
+  int best_id = vocab;
+  double sum = 0.0;
+#pragma unroll 4
+  for (int i = begin + threadIdx.x; i < end; i += kStatsThreads) {
+    const float v = lg[i];
+    if (v > best) {  // ids increase along a thread's walk: the first maximum wins
+      sum = best == -INFINITY ? 0.0 : sum * static_cast<double>(expf(best - v));
+      best = v;
+      best_id = i;
+    }
+    if (best != -INFINITY) sum += expf(v - best);  // -inf logits (masked) add nothing, even before a finite one
+  }
+  float block_max = best;
+  int block_id = best_id;
+  block_best(block_max, block_id, scratch_f, scratch_i);
+  // This thread's sum relative to the block's maximum (nothing from a thread that saw only -inf).
+  sum = best == -INFINITY ? 0.0 : sum * static_cast<double>(expf(best - block_max));
+  sum = block_sum(sum, scratch_d);
+  if (threadIdx.x == 0) partials[row * kMaxRowSplits + blockIdx.y] = {block_max, block_id, sum};
+}
+
 // grid: (rows); block: kSampleThreads. Row r samples tokens[r] from logits[r].
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(int32_t* __restrict__ tokens, float* __restrict__ logprobs, const float* __restrict__ logits,
                   const int32_t* __restrict__ logits_rows, const SamplingRow* __restrict__ params, int vocab,
+                  const RowPartial* __restrict__ partials,  // [rows][kMaxRowSplits], `splits` used a row
+                  int splits,
                   float* __restrict__ probs_all)  // [rows][vocab] workspace
 {
   __shared__ SampleShared sh;
@@ -244,30 +293,22 @@ __global__ void __launch_bounds__(kSampleThreads)
   float* probs = probs_all + static_cast<int64_t>(row) * vocab;
   const SamplingRow prm = params[row];
 
-  // Maximum and its lowest id (the CPU's greedy pick: the first strict improvement).
+  // Maximum and its lowest id (the CPU's greedy pick: the first strict improvement) and the log-sum-exp of the raw
+  // logits (summed in double as the CPU's log_softmax), merged from row_stats_kernel's slices in slice order. The
+  // terms are float exponentials: their rounding moves the logprob by ~1e-7.
+  const RowPartial* part = partials + static_cast<int64_t>(row) * kMaxRowSplits;
   float best = -INFINITY;
   int best_id = vocab;
-  // Unrolled so that several loads are in flight per thread: a single-stream step has one block per row, and
-  // these passes are then bound by memory latency, not bandwidth.
-#pragma unroll 8
-  for (int i = threadIdx.x; i < vocab; i += kSampleThreads) {
-    const float v = lg[i];
-    if (v > best) {  // ids increase along a thread's walk: the first maximum wins
-      best = v;
-      best_id = i;
+  for (int b = 0; b < splits; ++b)
+    if (part[b].max > best) {  // slices are in id order: the first maximum wins
+      best = part[b].max;
+      best_id = part[b].id;
     }
-  }
-  block_best(best, best_id, sh.scratch_f, sh.scratch_i);
   if (best_id >= vocab) best_id = 0;  // every logit -inf (or NaN): the CPU keeps its initial pick, id 0
   const float mx = best;
-
-  // log-sum-exp of the raw logits, summed in double as the CPU's log_softmax. The terms are float exponentials:
-  // their rounding moves the logprob by ~1e-7, and a double exp per element would cost a single-stream decode
-  // step tens of microseconds on one SM.
   double sum_exp = 0.0;
-#pragma unroll 8
-  for (int i = threadIdx.x; i < vocab; i += kSampleThreads) sum_exp += expf(lg[i] - mx);
-  sum_exp = block_sum(sum_exp, sh.scratch_d);
+  for (int b = 0; b < splits; ++b)
+    if (part[b].max != -INFINITY) sum_exp += part[b].sum * static_cast<double>(expf(part[b].max - mx));
   const double lse = mx + log(sum_exp);
 
   int chosen = best_id;
@@ -439,7 +480,9 @@ cudaError_t score_tokens(float* logprobs, int32_t* ranks, int32_t* top_ids, floa
   return cudaGetLastError();
 }
 
-size_t sampling_workspace_bytes(int rows, int vocab) { return sizeof(float) * static_cast<size_t>(rows) * vocab; }
+size_t sampling_workspace_bytes(int rows, int vocab) {
+  return (sizeof(RowPartial) * kMaxRowSplits + sizeof(float) * static_cast<size_t>(vocab)) * static_cast<size_t>(rows);
+}
 
 cudaError_t sample_tokens(int32_t* tokens, float* logprobs, const float* logits, const int32_t* logits_rows,
                           const SamplingRow* params, int rows, int vocab, void* workspace, size_t workspace_bytes,
@@ -448,8 +491,14 @@ cudaError_t sample_tokens(int32_t* tokens, float* logprobs, const float* logits,
   if (rows <= 0) return cudaSuccess;
   if (workspace == nullptr || workspace_bytes < sampling_workspace_bytes(rows, vocab))
     return launch_failure(cudaErrorInvalidValue, "sample_tokens: workspace smaller than sampling_workspace_bytes");
-  sample_kernel<<<rows, kSampleThreads, 0, stream>>>(tokens, logprobs, logits, logits_rows, params, vocab,
-                                                      static_cast<float*>(workspace));
+  // The workspace: the rows' slice partials, then their probabilities.
+  auto* partials = static_cast<RowPartial*>(workspace);
+  auto* probs = reinterpret_cast<float*>(partials + static_cast<size_t>(rows) * kMaxRowSplits);
+  const int splits = std::clamp(kStatsBlocksWanted / rows, 1, std::min(kMaxRowSplits, (vocab + 1023) / 1024));
+  row_stats_kernel<<<dim3(rows, splits), kStatsThreads, 0, stream>>>(partials, logits, logits_rows, vocab);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  sample_kernel<<<rows, kSampleThreads, 0, stream>>>(tokens, logprobs, logits, logits_rows, params, vocab, partials,
+                                                      splits, probs);
   return cudaGetLastError();
 }
 

@@ -44,7 +44,9 @@ cudaError_t apply_penalties(float* logits,              // [logits rows][vocab]
 /// Workspace bytes sample_tokens needs for `rows` rows of `vocab` logits (one float32 probability per logit).
 size_t sampling_workspace_bytes(int rows, int vocab);
 
-/// Samples one token per row. grid (rows), one thread block per row. Row r reads logits row logits_rows[r]
+/// Samples one token per row. Two launches: the rows' maxima and log-sum-exps, each row read once by up to 64 thread
+/// blocks at a time (a one-stream step's single row is then not read by one SM alone), then one thread block per row,
+/// which a greedy row leaves at once. Row r reads logits row logits_rows[r]
 /// (several samples of one sequence share its logits), or row r when logits_rows is null.
 /// logprobs[r] = log-softmax of those logits at the chosen token, before temperature (as the CPU sampler reports).
 cudaError_t sample_tokens(int32_t* tokens,              // [rows]

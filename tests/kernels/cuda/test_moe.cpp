@@ -87,7 +87,7 @@ TEST_CASE("group_experts matches group_by_expert: stable order, empty experts, r
   for (const int experts : {8, 32, 128})
     for (const int top_k : {1, 2, 8})
       for (const int tokens : {1, 5, 129, 2000})
-        for (const int tile : {16, 64}) {
+        for (const int tile : {16, 64, 128}) {
           if (top_k > experts) continue;
           INFO(experts << " experts, top " << top_k << ", " << tokens << " tokens, tiles of " << tile);
           const std::vector<int32_t> ids = skewed_choices(rng, tokens, experts, top_k);
@@ -115,10 +115,11 @@ TEST_CASE("grouped_linear (tiles and GEMVs) matches cpu::grouped_linear over rag
   struct Shape {
     int experts, top_k, tokens, n, k;
   };
-  // Ragged n and k (not multiples of the 64 x 32 tiles), decode-sized and prefill-sized groups, 8 to 128 experts.
+  // Ragged n and k (not multiples of the 128 x 32 tiles), decode-sized and prefill-sized groups, 8 to 128 experts.
   for (const Shape& sh : {Shape{8, 2, 1, 128, 64}, Shape{8, 2, 37, 72, 40}, Shape{16, 4, 200, 96, 64},
-                          Shape{128, 8, 3, 64, 128}, Shape{128, 8, 300, 136, 256}, Shape{64, 1, 90, 64, 48}})
-    for (const int layout : {0, 16, 64})  // 0: a GEMV per position, else the row tile
+                          Shape{128, 8, 3, 64, 128}, Shape{128, 8, 300, 136, 256}, Shape{64, 1, 90, 64, 48},
+                          Shape{8, 2, 700, 264, 520}})
+    for (const int layout : {0, 16, 64, 128})  // 0: a GEMV per position, else the row tile
       for (const bool gather : {true, false}) {
         const int tile = layout == 0 ? 16 : layout;
         INFO(sh.experts << " experts, top " << sh.top_k << ", " << sh.tokens << " tokens, n " << sh.n << ", k " << sh.k
