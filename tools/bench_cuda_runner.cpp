@@ -18,7 +18,8 @@
 //   bench_cuda_runner moe-gemm [--tokens 1,16,64,256,1024,4096,16384]
 //       The grouped expert GEMMs (kernels/cuda/moe.h) of the Qwen3-30B-A3B shape at each token count, tokens routed
 //       to top-8 of 128 experts uniformly at random: gate/up and down each, as the active experts' weight bytes read
-//       per second and the TFLOP/s of the rows computed.
+//       per second and the TFLOP/s of the rows computed; then the rest of the MoE block at the runner's layout
+//       (router GEMM, route_topk, group_experts, silu_and_mul, combine_experts), microseconds each.
 //
 //   bench_cuda_runner fp8-error [--prompts 8] [--prompt 128] [--model DIR]
 //       The same model (random Llama-3-8B-shaped, or the checkpoint DIR) in bf16 and with FP8 weights: the relative
@@ -635,9 +636,28 @@ int run_moe_gemm(std::map<std::string, std::string>& f) {
   const cuda::ExpertGroupsView view{groups, groups + E + 1, groups + E + 1 + max_slots,
                                     groups + E + 1 + 2 * size_t(max_slots), groups + E + 1 + 3 * size_t(max_slots),
                                     groups + E + 1 + 3 * size_t(max_slots) + max_tiles};
+  // The rest of the MoE block (the router, the grouping, SiLU-and-mul, the combination), timed beside the products.
+  bf16* w_router = device_array<bf16>(size_t(E) * H);
+  cuda_ok(cuda::fill_random_bf16(w_router, size_t(E) * H, 4, 0.02f, 0.f, s), "fill");
+  float* router_logits = device_array<float>(size_t(max_t) * E);
+  float* route_weights = device_array<float>(max_slots);
+  bf16* act = device_array<bf16>(size_t(max_slots) * I);
+  bf16* out = device_array<bf16>(size_t(max_t) * H);
+  cuda::Gemm router_gemm(size_t{4} << 20, cuda::GemmTuning{.candidates = 1});
   cudaEvent_t e0, e1;
   cuda_ok(cudaEventCreate(&e0), "event");
   cuda_ok(cudaEventCreate(&e1), "event");
+  const auto time_us = [&](const char* label, auto&& launch) {
+    cuda_ok(launch(), label);
+    const int reps = 20;
+    cuda_ok(cudaEventRecord(e0, s), "record");
+    for (int i = 0; i < reps; ++i) cuda_ok(launch(), label);
+    cuda_ok(cudaEventRecord(e1, s), "record");
+    cuda_ok(cudaEventSynchronize(e1), "sync");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    return 1e3 * ms / reps;
+  };
   std::mt19937 rng(5);
   std::printf("grouped expert GEMMs, Qwen3-30B-A3B shape (%d experts, top-%d, hidden %d, intermediate %d), tokens "
               "routed uniformly:\n", E, k, H, I);
@@ -672,25 +692,33 @@ int run_moe_gemm(std::map<std::string, std::string>& f) {
       d.n = H;
       d.k = I;
       for (const auto& [label, args] : {std::pair{"gate_up", g}, std::pair{"down", d}}) {
-        cuda_ok(cuda::grouped_linear(args, s), label);
-        const int reps = 20;
-        cuda_ok(cudaEventRecord(e0, s), "record");
-        for (int i = 0; i < reps; ++i) cuda_ok(cuda::grouped_linear(args, s), label);
-        cuda_ok(cudaEventRecord(e1, s), "record");
-        cuda_ok(cudaEventSynchronize(e1), "sync");
-        float ms = 0;
-        cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-        const double us = 1e3 * ms / reps, weights = 2.0 * active * args.n * args.k;
+        const double us = time_us(label, [&] { return cuda::grouped_linear(args, s); });
+        const double weights = 2.0 * active * args.n * args.k;
         std::printf("tokens %6d %-7s: %8.1f us, %3d experts' weights at %5.2f TB/s, %6.1f TFLOP/s (%s%s)\n", tokens,
                     label, us, active, weights / us / 1e6, 2.0 * slots * args.n * args.k / us / 1e6,
                     layout == 0 ? "GEMVs" : ("tiles of " + std::to_string(layout)).c_str(),
                     layout == picked ? " *" : "");
       }
     }
+    const int tile = picked == 0 ? 16 : picked;
+    const double router = time_us("router", [&] {
+      return router_gemm.linear(router_logits, x, w_router, nullptr, tokens, E, H, true, s);
+    });
+    const double route = time_us("route_topk", [&] {
+      return cuda::route_topk(ids, route_weights, router_logits, tokens, E, k, true, s);
+    });
+    const double group = time_us("group_experts", [&] { return cuda::group_experts(view, ids, slots, k, E, tile, s); });
+    const double silu = time_us("silu_and_mul", [&] { return cuda::silu_and_mul(act, gate_up, slots, I, s); });
+    const double combine = time_us("combine_experts", [&] {
+      return cuda::combine_experts(out, y, view.slot_position, route_weights, tokens, k, H, true, s);
+    });
+    std::printf("tokens %6d rest of the block: router GEMM %.1f us, route_topk %.1f, group_experts %.1f, "
+                "silu_and_mul %.1f, combine_experts %.1f\n", tokens, router, route, group, silu, combine);
   }
   for (void* p : {static_cast<void*>(w_gate_up), static_cast<void*>(w_down), static_cast<void*>(x),
                   static_cast<void*>(gate_up), static_cast<void*>(y), static_cast<void*>(ids),
-                  static_cast<void*>(groups)})
+                  static_cast<void*>(groups), static_cast<void*>(w_router), static_cast<void*>(router_logits),
+                  static_cast<void*>(route_weights), static_cast<void*>(act), static_cast<void*>(out)})
     cudaFree(p);
   return 0;
 }

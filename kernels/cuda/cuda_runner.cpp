@@ -405,6 +405,69 @@ void CudaModelRunner::Impl::allocate_runtime() {
   logprobs.allocate(max_seqs);
 }
 
+bool CudaModelRunner::Impl::one_stream_gemvs() const {
+  return opt.tp_size == 1 && !cfg.o_bias && !cfg.sandwich_norms && cfg.activation == Activation::silu &&
+         hidden <= cuda::kMaxNormedK;
+}
+
+cuda::GemvArgs CudaModelRunner::Impl::gemv_args(GemvProjection p, const LayerWeights& L, bf16* y,
+                                                 const bf16* x) const {
+  // `norm`: x is the residual stream, normalised by the GEMV itself with this weight (kernels/cuda/gemv.h).
+  const auto args = [&](const bf16* w, const Fp8Weight& w8, const bf16* bias, int n, int k, cuda::GemvOutput output,
+                        const bf16* norm) {
+    return cuda::GemvArgs{.x = x, .w = w8.q ? nullptr : w, .w_fp8 = w8.q, .w_scale = w8.scale, .bias = bias,
+                          .y = y, .n = n, .k = k, .output = output, .norm_weight = norm, .norm_eps = eps,
+                          .norm_offset = norm_offset};
+  };
+  switch (p) {
+    case kGemvQkv: return args(L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore, L.attn_norm);
+    case kGemvO: return args(L.wo, L.o8, nullptr, hidden, heads * head_dim, cuda::GemvOutput::kAddToResidual, nullptr);
+    case kGemvGateUp:
+      return args(L.w_gate_up, L.gate_up8, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul, L.ffn_norm);
+    default: return args(L.w_down, L.down8, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual, nullptr);
+  }
+}
+
+void CudaModelRunner::Impl::tune_gemv_tiles() {
+  if (!one_stream_gemvs()) return;
+  // Eight layers' own weights a pass (none of them left in L2 by the pass before), three passes timed per tile.
+  const int tuned_layers = std::min(cfg.num_layers, 8);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  PAGED_CUDA_CHECK(cudaEventCreate(&start));
+  PAGED_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int p = 0; p < kGemvProjections; ++p) {
+    const auto proj_kind = static_cast<GemvProjection>(p);
+    if (cfg.is_moe() && (proj_kind == kGemvGateUp || proj_kind == kGemvDown)) continue;  // the MoE block's
+    // The buffers the step itself uses (x and y never alias); their contents do not matter here.
+    bf16* y = proj_kind == kGemvQkv ? qkv.get() : proj_kind == kGemvGateUp ? act.get() : proj.get();
+    const bf16* x = proj_kind == kGemvO ? attn.get() : proj_kind == kGemvDown ? act.get() : residual.get();
+    const auto pass = [&](int tile) {
+      for (int l = 0; l < tuned_layers; ++l)
+        if (cuda::gemv(gemv_args(proj_kind, layers[l], y, x), compute, tile) != cudaSuccess) return false;
+      return true;
+    };
+    float best_ms = 0.f;
+    for (int tile = 0; tile < static_cast<int>(cuda::kGemvTiles.size()); ++tile) {
+      if (!pass(tile)) {  // not a tile for these weights (the launcher refused it before launching)
+        cudaGetLastError();
+        continue;
+      }
+      PAGED_CUDA_CHECK(cudaEventRecord(start, compute));
+      for (int r = 0; r < 3; ++r) pass(tile);
+      PAGED_CUDA_CHECK(cudaEventRecord(stop, compute));
+      PAGED_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.f;
+      PAGED_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (gemv_tile[p] < 0 || ms < best_ms) {
+        best_ms = ms;
+        gemv_tile[p] = tile;
+      }
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
 void CudaModelRunner::Impl::allocate_kv() {
   // One cache's block: bf16, or FP8 codes and their scales.
   const size_t block_bytes = opt.fp8_kv ? cuda::kv_fp8_block_bytes(kv_heads, opt.block_size, head_dim)
@@ -535,25 +598,19 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   // they read themselves (no norm kernel between the sublayers, but before the LM head and a MoE block).
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
   // Not with Gemma's post norms either: a sublayer's output is normed before it joins the residual stream.
-  const bool fused = opt.tp_size == 1 && T == 1 && !cfg.o_bias && !cfg.sandwich_norms &&
-                     cfg.activation == Activation::silu && hidden <= cuda::kMaxNormedK;
+  const bool fused = T == 1 && one_stream_gemvs();
   // What the next add_rms_norm folds into the residual: `proj`, or with post norms `post_normed`.
   bf16* sublayer_out = cfg.sandwich_norms ? post_normed.get() : proj.get();
   const auto post_norm = [&](const bf16* weight) {
     if (weight) PAGED_CUDA_CHECK(cuda::rms_norm(post_normed.get(), proj.get(), weight, T, hidden, eps, norm_offset, s));
   };
-  // `norm`: x is the residual stream, normalised by the GEMV itself with this weight (kernels/cuda/gemv.h).
-  const auto gemv = [&](bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int n, int k,
-                        cuda::GemvOutput output, const bf16* norm = nullptr) {
-    const cuda::GemvArgs g{.x = x, .w = w8.q ? nullptr : w, .w_fp8 = w8.q, .w_scale = w8.scale, .bias = bias,
-                           .y = y, .n = n, .k = k, .output = output, .norm_weight = norm, .norm_eps = eps,
-                           .norm_offset = norm_offset};
-    PAGED_CUDA_CHECK(cuda::gemv(g, s));
+  const auto gemv = [&](GemvProjection p, const LayerWeights& L, bf16* y, const bf16* x) {
+    PAGED_CUDA_CHECK(cuda::gemv(gemv_args(p, L, y, x), s, gemv_tile[p]));
   };
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
     if (fused) {
-      gemv(qkv.get(), residual.get(), L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore, L.attn_norm);
+      gemv(kGemvQkv, L, qkv.get(), residual.get());
     } else {
       if (l == 0)
         PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s));
@@ -592,16 +649,14 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     else
       PAGED_CUDA_CHECK(cuda::paged_attention_prefill(a, plan.max_q, s));
     if (fused) {
-      gemv(residual.get(), attn.get(), L.wo, L.o8, nullptr, hidden, heads * head_dim,
-           cuda::GemvOutput::kAddToResidual);
+      gemv(kGemvO, L, residual.get(), attn.get());
       if (cfg.is_moe()) {
         PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.ffn_norm, T, hidden, eps, norm_offset, s));
         moe_mlp(residual.get(), normed.get(), L, T, true);
         continue;
       }
-      gemv(act.get(), residual.get(), L.w_gate_up, L.gate_up8, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul,
-           L.ffn_norm);
-      gemv(residual.get(), act.get(), L.w_down, L.down8, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual);
+      gemv(kGemvGateUp, L, act.get(), residual.get());
+      gemv(kGemvDown, L, residual.get(), act.get());
       continue;
     }
     linear(proj.get(), attn.get(), L.wo, L.o8, L.bo, T, hidden, heads * head_dim);
@@ -711,6 +766,7 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& config, const SafeTensors& w
   impl_->checkpoint = nullptr;
   impl_->allocate_runtime();
   impl_->allocate_kv();
+  impl_->tune_gemv_tiles();
 }
 
 CudaModelRunner::CudaModelRunner(const ModelConfig& config, uint64_t seed, CudaRunnerOptions options)
@@ -720,6 +776,7 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& config, uint64_t seed, CudaR
   impl_->random_weights(seed);
   impl_->allocate_runtime();
   impl_->allocate_kv();
+  impl_->tune_gemv_tiles();
 }
 
 CudaModelRunner::~CudaModelRunner() {

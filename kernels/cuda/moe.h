@@ -23,10 +23,10 @@ inline constexpr int kSupportedExpertTileRows[] = {16, 64, 128};
 /// one stream and small batches, where the tiles would leave most SMs idle (8 experts x 12 column tiles of 128).
 inline constexpr int kMaxGemvSlots = 32;
 /// How the grouped products run for `slots` over num_experts: 0, a GEMV per slot (up to kMaxGemvSlots), else the row
-/// tile of the grouped GEMM: 16 while the experts average at most 8 slots, 64 up to 64, else 128 (bench_cuda_runner
-/// moe-gemm).
+/// tile of the grouped GEMM: 16 while the experts average at most 8 slots, 64 up to 32, else 128 (bench_cuda_runner
+/// moe-gemm on the H200: at 16 slots an expert 64 beats 16, at 64 slots 128 beats 64).
 inline int expert_product_layout(int slots, int num_experts) {
-  return slots <= kMaxGemvSlots ? 0 : slots <= 8 * num_experts ? 16 : slots <= 64 * num_experts ? 64 : 128;
+  return slots <= kMaxGemvSlots ? 0 : slots <= 8 * num_experts ? 16 : slots <= 32 * num_experts ? 64 : 128;
 }
 
 /// Each token's top_k experts from its float router logits: softmax over all experts, the top_k largest (ties: the

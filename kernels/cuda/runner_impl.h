@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -153,6 +154,10 @@ struct CudaModelRunner::Impl {
   std::vector<LayerWeights> layers;
   DevicePtr<float> inv_freq, local_inv_freq;  // RoPE of every layer, and of uses_local_rope layers (or null)
   std::unique_ptr<cuda::Gemm> gemm;
+  // The one-stream GEMVs (kernels/cuda/gemv.h) of a decoder layer, and the kGemvTiles index each takes (-1: gemv's
+  // default), the fastest on this model's own weights (tune_gemv_tiles).
+  enum GemvProjection { kGemvQkv, kGemvO, kGemvGateUp, kGemvDown, kGemvProjections };
+  std::array<int, kGemvProjections> gemv_tile{-1, -1, -1, -1};
 
   // Activations, sized for max_tokens rows; with FP8 weights also the rows quantised for their products, codes
   // [max_tokens][max(hidden, inter, heads * head_dim)] and scales [max_tokens].
@@ -232,6 +237,14 @@ struct CudaModelRunner::Impl {
   void load_weights(const SafeTensors& w);
   void random_weights(uint64_t seed);
   void allocate_runtime();
+  // Whether single-token steps take the GEMVs: one GPU, and a layer whose row operations the GEMVs fuse (no O bias,
+  // no post norms, SiLU, a hidden size the GEMV normalises itself).
+  bool one_stream_gemvs() const;
+  // Projection p of layer L as a GEMV from x into y (its output operation, norm and weights).
+  cuda::GemvArgs gemv_args(GemvProjection p, const LayerWeights& L, bf16* y, const bf16* x) const;
+  // Times every tile of kGemvTiles on each projection over the first layers' weights (the activation buffers as
+  // scratch) and keeps the fastest in gemv_tile; before any step, when one_stream_gemvs().
+  void tune_gemv_tiles();
   // The MoE buffers above (runner_moe.cpp).
   void allocate_moe();
   // out (+)= the mixture-of-experts MLP of x [rows][hidden] (runner_moe.cpp): router GEMM, route_topk,
