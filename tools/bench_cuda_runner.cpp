@@ -312,6 +312,25 @@ T* device_array(size_t n) {
   return static_cast<T*>(p);
 }
 
+// Mean microseconds of one launch(i): `warmup` untimed calls (i = 0 .. warmup - 1), then `reps` calls enqueued back
+// to back on `s` (i = warmup ..) between two events.
+template <class Launch>
+double mean_launch_us(cudaStream_t s, int warmup, int reps, const char* name, Launch&& launch) {
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  cuda_ok(cudaEventCreate(&e0), "event");
+  cuda_ok(cudaEventCreate(&e1), "event");
+  for (int i = 0; i < warmup; ++i) cuda_ok(launch(i), name);
+  cuda_ok(cudaEventRecord(e0, s), "record");
+  for (int i = 0; i < reps; ++i) cuda_ok(launch(warmup + i), name);
+  cuda_ok(cudaEventRecord(e1, s), "record");
+  cuda_ok(cudaEventSynchronize(e1), "sync");
+  float ms = 0;
+  cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 1e3 * ms / reps;
+}
+
 int run_ops(std::map<std::string, std::string>& f) {
   using cuda::bf16;
   const int m = f.count("batch") ? std::stoi(f["batch"]) : 1;
@@ -365,23 +384,12 @@ int run_ops(std::map<std::string, std::string>& f) {
   const size_t attn_ws_bytes = cuda::paged_attention_decode_workspace(m, heads, D, ctx, 64);
   void* attn_ws = device_array<char>(attn_ws_bytes);
 
-  cudaEvent_t e0, e1;
-  cuda_ok(cudaEventCreate(&e0), "event");
-  cuda_ok(cudaEventCreate(&e1), "event");
   // One layer's kernel time two ways: the cuBLASLt path of batched steps and the GEMV path of single-token steps
   // (residual adds and SiLU-and-mul inside the projections). RoPE and the attention (partition 64) count in both.
   double cublas_layer_us = 0, gemv_layer_us = 0;
   enum Layer { kNone, kCublas, kGemv, kBoth };
   auto time = [&](const char* name, double bytes, Layer layer, auto&& launch) {
-    for (int i = 0; i < 3; ++i) cuda_ok(launch(), name);
-    const int reps = 50;
-    cuda_ok(cudaEventRecord(e0, s), "record");
-    for (int i = 0; i < reps; ++i) cuda_ok(launch(), name);
-    cuda_ok(cudaEventRecord(e1, s), "record");
-    cuda_ok(cudaEventSynchronize(e1), "sync");
-    float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-    const double us = 1e3 * ms / reps;
+    const double us = mean_launch_us(s, 3, 50, name, [&](int) { return launch(); });
     if (layer == kCublas || layer == kBoth) cublas_layer_us += us;
     if (layer == kGemv || layer == kBoth) gemv_layer_us += us;
     std::printf("  %-34s %8.1f us", name, us);
@@ -477,9 +485,6 @@ int run_gemv(std::map<std::string, std::string>& f) {
   bf16* y = device_array<bf16>(2 * I);
   cuda_ok(cuda::fill_random_bf16(x, I, I, 1.f, 0.f, s), "fill");
   cuda_ok(cuda::fill_random_bf16(y, 2 * I, 2 * I, 1.f, 0.f, s), "fill");
-  cudaEvent_t e0, e1;
-  cuda_ok(cudaEventCreate(&e0), "event");
-  cuda_ok(cudaEventCreate(&e1), "event");
   std::printf("one-stream GEMVs over %d layers' weights (Llama-3-8B shapes), us per launch and TB/s:\n", layers);
   std::printf("%-5s %-12s", "type", "tile");
   for (const Projection& p : projections) std::printf(" | %-16s", p.name);
@@ -496,24 +501,18 @@ int run_gemv(std::map<std::string, std::string>& f) {
       double total_us = 0, total_bytes = 0;
       for (size_t p = 0; p < std::size(projections); ++p) {
         const Projection& pr = projections[p];
-        const auto pass = [&] {
+        const auto pass = [&](int) {
           for (int l = 0; l < layers; ++l) {
             const Weights& w = weights[p][l];
             const cuda::GemvArgs g{.x = x, .w = fp8 ? nullptr : w.w, .w_fp8 = fp8 ? w.q : nullptr,
                                    .w_scale = fp8 ? w.scale : nullptr, .y = y, .n = pr.n, .k = pr.k,
                                    .output = pr.output};
-            cuda_ok(cuda::gemv(g, s, int(t)), pr.name);
+            if (const cudaError_t e = cuda::gemv(g, s, int(t)); e != cudaSuccess) return e;
           }
+          return cudaSuccess;
         };
-        pass();  // warm-up
-        const int reps = 5;
-        cuda_ok(cudaEventRecord(e0, s), "record");
-        for (int r = 0; r < reps; ++r) pass();
-        cuda_ok(cudaEventRecord(e1, s), "record");
-        cuda_ok(cudaEventSynchronize(e1), "sync");
-        float ms = 0;
-        cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-        const double us = 1e3 * ms / reps / layers, bytes = double(pr.n) * pr.k * (fp8 ? 1 : 2);
+        const double us = mean_launch_us(s, 1, 5, pr.name, pass) / layers;
+        const double bytes = double(pr.n) * pr.k * (fp8 ? 1 : 2);
         total_us += us * layers;
         total_bytes += bytes * layers;
         std::printf(" | %7.1f %5.2f TB/s", us, bytes / us / 1e6);
@@ -554,9 +553,6 @@ int run_gemm(std::map<std::string, std::string>& f) {
   float* y = device_array<float>(size_t(max_m) * V);
   uint8_t* x8 = fp8 ? device_array<uint8_t>(size_t(max_m) * I) : nullptr;
   float* x_scale = fp8 ? device_array<float>(max_m) : nullptr;
-  cudaEvent_t e0, e1;
-  cuda_ok(cudaEventCreate(&e0), "event");
-  cuda_ok(cudaEventCreate(&e1), "event");
   std::vector<std::pair<std::string, cuda::GemmTuning>> configs{{"heuristic", {.max_rows = 0, .candidates = 1}}};
   for (int c : candidates) configs.push_back({"best of " + std::to_string(c), {.max_rows = 1 << 20, .candidates = c}});
   std::printf("%s products\n%-8s %6s", fp8 ? "FP8 (quantise x, product, scales)" : "bf16", "linear", "m");
@@ -595,15 +591,7 @@ int run_gemm(std::map<std::string, std::string>& f) {
           return gemm.linear_fp8(reinterpret_cast<bf16*>(y), x8, x_scale, static_cast<const uint8_t*>(w[c]),
                                  w_scale[c], nullptr, m, sh.n, sh.k, s);
         };
-        for (int i = 0; i < copies; ++i) cuda_ok(launch(i), sh.name);
-        const int reps = std::max(copies, 20);
-        cuda_ok(cudaEventRecord(e0, s), "record");
-        for (int i = 0; i < reps; ++i) cuda_ok(launch(i), sh.name);
-        cuda_ok(cudaEventRecord(e1, s), "record");
-        cuda_ok(cudaEventSynchronize(e1), "sync");
-        float ms = 0;
-        cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-        const double us = 1e3 * ms / reps;
+        const double us = mean_launch_us(s, copies, std::max(copies, 20), sh.name, launch);
         const double bytes = double(w_bytes_per_elem) * w_elems + 2.0 * m * sh.k + (sh.f32 ? 4.0 : 2.0) * m * sh.n;
         std::printf(" | %7.1f us %4.2f TB/s %4.0fT", us, bytes / us / 1e6, 2.0 * m * w_elems / us / 1e6);
       }
@@ -644,19 +632,8 @@ int run_moe_gemm(std::map<std::string, std::string>& f) {
   bf16* act = device_array<bf16>(size_t(max_slots) * I);
   bf16* out = device_array<bf16>(size_t(max_t) * H);
   cuda::Gemm router_gemm(size_t{4} << 20, cuda::GemmTuning{.candidates = 1});
-  cudaEvent_t e0, e1;
-  cuda_ok(cudaEventCreate(&e0), "event");
-  cuda_ok(cudaEventCreate(&e1), "event");
   const auto time_us = [&](const char* label, auto&& launch) {
-    cuda_ok(launch(), label);
-    const int reps = 20;
-    cuda_ok(cudaEventRecord(e0, s), "record");
-    for (int i = 0; i < reps; ++i) cuda_ok(launch(), label);
-    cuda_ok(cudaEventRecord(e1, s), "record");
-    cuda_ok(cudaEventSynchronize(e1), "sync");
-    float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-    return 1e3 * ms / reps;
+    return mean_launch_us(s, 1, 20, label, [&](int) { return launch(); });
   };
   std::mt19937 rng(5);
   std::printf("grouped expert GEMMs, Qwen3-30B-A3B shape (%d experts, top-%d, hidden %d, intermediate %d), tokens "
