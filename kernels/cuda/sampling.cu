@@ -1,11 +1,12 @@
 // GPU sampler; see sampling.h for what it reproduces and why it never sorts.
 //
-// One thread block per row. The row's probabilities (float32, exactly as the CPU sampler rounds them) go to the
-// workspace; every question about the descending order is then a "descent": find the element at which a running
-// count or a running mass, accumulated in descending order, first reaches a target. A descent takes four passes,
-// one per 8-bit digit of the probability's bit pattern (non-negative floats order like their bits): each pass
-// histograms, per warp, the count and the double mass of the elements that share the digits chosen so far, and a
-// scan of the 256 bins from the top picks the bin where the target is reached.
+// First each row's maximum and log-sum-exp, read by up to kMaxRowSplits blocks a row (row_stats_kernel); then one
+// thread block per row, which a greedy row leaves at once. The row's probabilities (float32, exactly as the CPU
+// sampler rounds them) go to the workspace; every question about the descending order is then a "descent": find the
+// element at which a running count or a running mass, accumulated in descending order, first reaches a target. A
+// descent takes four passes, one per 8-bit digit of the probability's bit pattern (non-negative floats order like
+// their bits): each pass histograms, per warp, the count and the double mass of the elements that share the digits
+// chosen so far, and a scan of the 256 bins from the top picks the bin where the target is reached.
 #include "kernels/cuda/sampling.h"
 
 #include <algorithm>
