@@ -220,6 +220,7 @@ def main():
         fp32 = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
                                                     attn_implementation="sdpa").cuda().eval()
         hf32 = [hf_greedy(fp32, p, args.steps) for p in prompts]  # HF's own float32 run: the noise baseline
+        reloaded_cap = getattr(fp32.config, "final_logit_softcapping", None)
         del fp32, model
         torch.cuda.empty_cache()
 
@@ -251,6 +252,15 @@ def main():
             return next((k for k in range(args.steps) if a[k] != b[k]), args.steps)
 
         baseline = sum(agree(hf[i][0], hf32[i][0]) == args.steps for i in range(n))
+        cap = getattr(cfg, "final_logit_softcapping", None)
+        if cap:
+            # Diagnostic of the gemma3-softcap row (HF float32's prefill logits 1.2 from everyone else's, decode
+            # logits and greedy tokens in agreement): are HF float32's prefill logits the capped ones?
+            capped = [cap * np.tanh(hf32[i][1][0] / cap) for i in range(n)]
+            print(f"{name}: final_logit_softcapping {cap} (HF float32 reloaded it as {reloaded_cap}); HF float32 "
+                  f"prefill logits vs {cap} tanh(l / {cap}) of themselves: "
+                  f"{max(rel_l2(hf32[i][1][0], capped[i]) for i in range(n)):.1e}; CPU float32 vs those capped: "
+                  f"{max(rel_l2(cpu_logits[i], capped[i]) for i in range(n)):.1e}")
         errs, equal, notes, all_ties = [], [], [], True
         for label, prefix in runs.items():
             with open(prefix + ".tokens.json") as f:
