@@ -290,6 +290,10 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
     for (int t0 = warp * 32; t0 < len; t0 += kDecodeWarps * 32) {
       if (start + t0 + 32 <= lo) continue;  // both chunks are before the window
       uint2 k_codes[2][2][kSlice / 8], v_codes[2][4][kVSlice / 8];
+      // The 32 tokens' scales: lane i loads token t0 + i's, and the lanes that use a token's take it by shuffle (one
+      // load a lane for each cache instead of eight).
+      const float k_lane_scale = t0 + lane < len ? scale_of(a.k_fp8, t0 + lane) : 0.f;
+      const float v_lane_scale = t0 + lane < len ? scale_of(a.v_fp8, t0 + lane) : 0.f;
       float k_scale[2][2][2], v_scale[2][2][2];  // [chunk][tile][e]: tokens tile * 8 + 2c + e of the chunk
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -308,9 +312,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
         for (int tile = 0; tile < 2; ++tile)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int j = base + tile * 8 + 2 * c + e;
-            k_scale[h][tile][e] = j < len ? scale_of(a.k_fp8, j) : 0.f;
-            v_scale[h][tile][e] = j < len ? scale_of(a.v_fp8, j) : 0.f;
+            const int from = 16 * h + tile * 8 + 2 * c + e;
+            k_scale[h][tile][e] = __shfl_sync(kFullMask, k_lane_scale, from);
+            v_scale[h][tile][e] = __shfl_sync(kFullMask, v_lane_scale, from);
           }
       }
 #pragma unroll

@@ -162,7 +162,7 @@ fi
 if wanted parity; then
   run parity 400 python3 "$HERE/hf_parity.py" --bin "$BIN" --work /tmp/paged_parity --only "${PARITY_ONLY:-}"
   s=$?
-  add_row "HF parity (12 configs)" "$(status_word $s)" "see the parity table above"
+  add_row "HF parity (13 configs)" "$(status_word $s)" "see the parity table above"
   sed -n '/^HF parity/,$p' "$LOG_DIR/parity.log"
 fi
 
