@@ -24,6 +24,7 @@
 #include "actors/worker.h"
 #include "http/server.h"
 #include "model/json_file.h"
+#include "tools/bench/bench_floor.h"
 #include "tools/bench/bench_stats.h"
 #include "tools/bench/datasets.h"
 #include "tools/bench/multiturn_bench.h"
@@ -200,6 +201,24 @@ int run_bench_command(Args& args) {
   const double kv_waste = reserved > 0 ? 1.0 - static_cast<double>(m.kv_used_slots_sum.load()) / reserved : 0.0;
   const double executor_s = static_cast<double>(m.step_time_us.load()) * 1e-6;  // the rest is scheduling overhead
   const double ttft_p50 = m.ttft.snapshot().quantile(0.5), tpot_p50 = m.tpot.snapshot().quantile(0.5);
+  // On CUDA in this process, what these requests cost at the H200's ceilings (tools/bench/bench_floor.h) on the
+  // tensor-parallel devices, beside what they took.
+  std::optional<double> floor_s;
+  if (engine.config().device == "cuda" && engine.config().workers.empty() && failed == 0) {
+    const EngineConfig& ec = engine.config();
+    std::vector<std::pair<int, int>> lengths;
+    for (const bench::BenchRequest& r : requests) lengths.emplace_back(r.prompt_len, r.output_len);
+    const bench::FloorPrecision precision{
+        .fp8_weights = ec.quantization == "fp8" ||
+                       (ec.quantization == "auto" && engine.model_config().fp8_checkpoint.enabled),
+        .fp8_kv = ec.kv_cache_dtype == "fp8" || ec.kv_cache_dtype == "fp8_e4m3"};
+    const bench::Ceilings one;
+    const double devices = ec.tensor_parallel_size;
+    floor_s = bench::workload_floor(engine.model_config(), lengths, precision,
+                                    {.bytes_per_s = devices * one.bytes_per_s,
+                                     .bf16_flop_per_s = devices * one.bf16_flop_per_s})
+                  .seconds();
+  }
   if (!as_json) {
     using bench::fixed2, bench::table_row;
     std::cout << bench::table_title(" Offline Throughput Benchmark Result ", '=')
@@ -211,8 +230,11 @@ int run_bench_command(Args& args) {
               << table_row("Total generated tokens:", std::to_string(output_tokens))
               << table_row("Request throughput (req/s):", fixed2(completed / seconds))
               << table_row("Output token throughput (tok/s):", fixed2(output_tokens / seconds))
-              << table_row("Total Token throughput (tok/s):", fixed2((prompt_tokens + output_tokens) / seconds))
-              << bench::table_title("Engine", '-')
+              << table_row("Total Token throughput (tok/s):", fixed2((prompt_tokens + output_tokens) / seconds));
+    if (floor_s)
+      std::cout << table_row("H200 floor (s):", fixed2(*floor_s))
+                << table_row("Floor / duration (%):", fixed2(100 * *floor_s / seconds));
+    std::cout << bench::table_title("Engine", '-')
               << table_row("Peak running sequences:", std::to_string(m.peak_running_seqs.load()))
               << table_row("KV blocks used at peak / total:", std::to_string(m.kv_blocks_peak_used.load()) + " / " +
                                                                    std::to_string(m.kv_blocks_total.load()))
@@ -238,6 +260,10 @@ int run_bench_command(Args& args) {
   o["requests_per_s"] = completed / seconds;
   o["output_tok_per_s"] = output_tokens / seconds;
   o["total_tok_per_s"] = (prompt_tokens + output_tokens) / seconds;
+  if (floor_s) {
+    o["h200_floor_s"] = *floor_s;
+    o["fraction_of_floor"] = *floor_s / seconds;
+  }
   o["peak_running_seqs"] = m.peak_running_seqs.load();
   o["kv_blocks_total"] = m.kv_blocks_total.load();
   o["kv_blocks_peak_used"] = m.kv_blocks_peak_used.load();
