@@ -18,12 +18,15 @@
 
 #include <signal.h>
 
+#include "actors/actors.h"
 #include "actors/messages.h"
 #include "actors/tls.h"
 #include "actors/tls_certs.h"
 #include "actors/worker.h"
 #include "http/server.h"
 #include "model/json_file.h"
+#include "model/loader/config.h"
+#include "model/tokenizer/load_tokenizer.h"
 #include "tools/bench/bench_floor.h"
 #include "tools/bench/bench_stats.h"
 #include "tools/bench/datasets.h"
@@ -46,6 +49,23 @@ std::function<void(int64_t, int64_t)> load_progress() {
     }
     (*bar)->update(static_cast<int>(total > 0 ? loaded * 100 / total : 100));
   };
+}
+
+// The H200 floor (tools/bench/bench_floor.h) of `requests` under an engine configuration: FP8 weights with
+// --quantization fp8 (or a pre-quantised FP8 checkpoint left on auto), FP8 KV with --kv-cache-dtype fp8, one H200's
+// ceilings per tensor-parallel device.
+double h200_floor_s(const ModelConfig& model, const EngineConfig& c, const std::vector<bench::BenchRequest>& requests) {
+  std::vector<std::pair<int, int>> lengths;
+  for (const bench::BenchRequest& r : requests) lengths.emplace_back(r.prompt_len, r.output_len);
+  const bench::FloorPrecision precision{
+      .fp8_weights = c.quantization == "fp8" || (c.quantization == "auto" && model.fp8_checkpoint.enabled),
+      .fp8_kv = c.kv_cache_dtype == "fp8" || c.kv_cache_dtype == "fp8_e4m3"};
+  const bench::Ceilings one;
+  const double devices = c.tensor_parallel_size;
+  return bench::workload_floor(model, lengths, precision,
+                               {.bytes_per_s = devices * one.bytes_per_s,
+                                .bf16_flop_per_s = devices * one.bf16_flop_per_s})
+      .seconds();
 }
 
 }  // namespace
@@ -146,7 +166,45 @@ int run_bench_command(Args& args) {
   const std::string requests_out = args.get("requests-out").value_or("");
   const bool as_json = args.get_bool("json", false);
   const bool profile = args.get_bool("profile", false);
+  const bool floor_only = args.get_bool("floor-only", false);
   args.reject_unknown();
+
+  if (floor_only) {
+    // The floor alone, from config.json (and the tokenizer for a ShareGPT file): no weights, no device, no run.
+    const ModelConfig model = load_model_config(config.model_dir);
+    const int max_model_len = resolve_config(config, model, false);
+    std::unique_ptr<Tokenizer> tokenizer;
+    const std::vector<bench::BenchRequest> requests =
+        bench::dataset_requests(data, model.vocab_size, max_model_len, [&](const std::string& text) {
+          if (!tokenizer) tokenizer = load_tokenizer(config.model_dir);
+          return tokenizer->encode(text, true);
+        });
+    int64_t prompt_tokens = 0, output_tokens = 0;
+    for (const bench::BenchRequest& r : requests) {
+      prompt_tokens += r.prompt_len;
+      output_tokens += r.output_len;
+    }
+    const double floor_s = h200_floor_s(model, config, requests);
+    if (!as_json) {
+      using bench::fixed2, bench::table_row;
+      std::cout << bench::table_title(" H200 Floor ", '=') << table_row("Dataset:", data.name)
+                << table_row("Requests:", std::to_string(requests.size()))
+                << table_row("Total input tokens:", std::to_string(prompt_tokens))
+                << table_row("Total output tokens:", std::to_string(output_tokens))
+                << table_row("H200 floor (s):", fixed2(floor_s))
+                << table_row("Output tok/s at the floor:", fixed2(output_tokens / floor_s)) << std::string(50, '=')
+                << std::endl;
+      return 0;
+    }
+    std::cout << json::serialize(json::object{{"dataset", data.name},
+                                              {"num_prompts", requests.size()},
+                                              {"prompt_tokens", prompt_tokens},
+                                              {"output_tokens", output_tokens},
+                                              {"h200_floor_s", floor_s},
+                                              {"floor_output_tok_per_s", output_tokens / floor_s}})
+              << std::endl;
+    return 0;
+  }
 
   Engine engine(config);
   const std::vector<bench::BenchRequest> requests =
@@ -201,24 +259,10 @@ int run_bench_command(Args& args) {
   const double kv_waste = reserved > 0 ? 1.0 - static_cast<double>(m.kv_used_slots_sum.load()) / reserved : 0.0;
   const double executor_s = static_cast<double>(m.step_time_us.load()) * 1e-6;  // the rest is scheduling overhead
   const double ttft_p50 = m.ttft.snapshot().quantile(0.5), tpot_p50 = m.tpot.snapshot().quantile(0.5);
-  // On CUDA in this process, what these requests cost at the H200's ceilings (tools/bench/bench_floor.h) on the
-  // tensor-parallel devices, beside what they took.
+  // On CUDA in this process, what these requests cost at the H200's ceilings, beside what they took.
   std::optional<double> floor_s;
-  if (engine.config().device == "cuda" && engine.config().workers.empty() && failed == 0) {
-    const EngineConfig& ec = engine.config();
-    std::vector<std::pair<int, int>> lengths;
-    for (const bench::BenchRequest& r : requests) lengths.emplace_back(r.prompt_len, r.output_len);
-    const bench::FloorPrecision precision{
-        .fp8_weights = ec.quantization == "fp8" ||
-                       (ec.quantization == "auto" && engine.model_config().fp8_checkpoint.enabled),
-        .fp8_kv = ec.kv_cache_dtype == "fp8" || ec.kv_cache_dtype == "fp8_e4m3"};
-    const bench::Ceilings one;
-    const double devices = ec.tensor_parallel_size;
-    floor_s = bench::workload_floor(engine.model_config(), lengths, precision,
-                                    {.bytes_per_s = devices * one.bytes_per_s,
-                                     .bf16_flop_per_s = devices * one.bf16_flop_per_s})
-                  .seconds();
-  }
+  if (engine.config().device == "cuda" && engine.config().workers.empty() && failed == 0)
+    floor_s = h200_floor_s(engine.model_config(), engine.config(), requests);
   if (!as_json) {
     using bench::fixed2, bench::table_row;
     std::cout << bench::table_title(" Offline Throughput Benchmark Result ", '=')

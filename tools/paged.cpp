@@ -31,10 +31,10 @@ constexpr const char* kUsage = R"(usage:
               [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt] [--dataset-path FILE]
               [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--random-prefix-len 0] [--seed S]
-              [--requests-out FILE.json] [--json] [--profile] [engine flags]
+              [--requests-out FILE.json] [--json] [--profile] [--floor-only] [engine flags]
               (offline throughput through the engine: a table, or with --json one JSON line; on CUDA beside the
               H200 floor of the same requests; --profile adds the step profile: per kind of step, device busy and
-              idle time and host time, on stderr)
+              idle time and host time, on stderr; --floor-only: that floor alone, from config.json, no run)
   paged bench MODEL_DIR --dataset-name multiturn [--num-conversations 32] [--num-turns 8] [--system-prompt-len 1024]
               [--message-len 128] [--output-len 128] [--think-time 0.5] [--seed S] [--json] [engine flags]
               (conversations that send their whole history each turn: TTFT p50/p99, output tok/s, hit tokens per
@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     switches.insert(switches.end(), {"json", "stats", "force", "enable-log-requests",
                                      "trust-request-chat-template", "enable-auto-tool-choice",
                                      "structured-outputs-in-reasoning",
-                                     "profile"});
+                                     "profile", "floor-only"});
     if (cmd == "gen-certs") {
       if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0)
         throw cli::UsageError("gen-certs needs the folder to write: paged gen-certs DIR");

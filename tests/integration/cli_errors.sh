@@ -570,5 +570,28 @@ if expect_ok "multiturn, CPU tier on and off" "${MT[@]}" --kv-offloading-size 0.
   ' "$TMP/out" || fail "multiturn JSON"
 fi
 
+echo "== bench --floor-only"
+# The H200 floor from config.json alone: a folder without weights or tokenizer will do; FP8 weights and KV cost less.
+mkdir -p "$TMP/config_only"
+cp "$MODEL/config.json" "$TMP/config_only/"
+FLOOR=(bench --model "$TMP/config_only" --floor-only --json --dataset-name random --random-input-len 100
+  --random-output-len 50 --num-prompts 4)
+if expect_ok "floor, bf16" "${FLOOR[@]}"; then
+  cp "$TMP/out" "$TMP/floor_bf16.json"
+  if expect_ok "floor, FP8 weights and KV" "${FLOOR[@]}" --quantization fp8 --kv-cache-dtype fp8; then
+    node -e '
+      const [bf, f8] = process.argv.slice(1).map((p) => JSON.parse(require("fs").readFileSync(p, "utf8")));
+      const errs = [];
+      if (bf.prompt_tokens !== 400 || bf.output_tokens !== 200) errs.push("totals " + JSON.stringify(bf));
+      if (!(bf.h200_floor_s > 0) || Math.abs(bf.floor_output_tok_per_s * bf.h200_floor_s - 200) > 1e-6)
+        errs.push("floor " + JSON.stringify(bf));
+      if (!(f8.h200_floor_s < bf.h200_floor_s)) errs.push("FP8 " + f8.h200_floor_s + " vs bf16 " + bf.h200_floor_s);
+      if (errs.length) { console.error("  " + errs.join("\n  ")); process.exit(1); }
+      console.log("ok   floor-only: " + bf.h200_floor_s + " s bf16, " + f8.h200_floor_s + " s FP8");
+    ' "$TMP/floor_bf16.json" "$TMP/out" || fail "floor-only JSON"
+  fi
+fi
+expect_fail "floor-only without config.json" 1 "config.json" bench --model "$TMP" --floor-only
+
 echo "cli_errors: $checks checks, $failures failures"
 ((failures == 0))
