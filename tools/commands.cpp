@@ -54,7 +54,8 @@ std::function<void(int64_t, int64_t)> load_progress() {
 // The H200 floor (tools/bench/bench_floor.h) of `requests` under an engine configuration: FP8 weights with
 // --quantization fp8 (or a pre-quantised FP8 checkpoint left on auto), FP8 KV with --kv-cache-dtype fp8, one H200's
 // ceilings per tensor-parallel device.
-double h200_floor_s(const ModelConfig& model, const EngineConfig& c, const std::vector<bench::BenchRequest>& requests) {
+bench::WorkloadFloor h200_floor(const ModelConfig& model, const EngineConfig& c,
+                                const std::vector<bench::BenchRequest>& requests) {
   std::vector<std::pair<int, int>> lengths;
   for (const bench::BenchRequest& r : requests) lengths.emplace_back(r.prompt_len, r.output_len);
   const bench::FloorPrecision precision{
@@ -64,8 +65,20 @@ double h200_floor_s(const ModelConfig& model, const EngineConfig& c, const std::
   const double devices = c.tensor_parallel_size;
   return bench::workload_floor(model, lengths, precision,
                                {.bytes_per_s = devices * one.bytes_per_s,
-                                .bf16_flop_per_s = devices * one.bf16_flop_per_s})
-      .seconds();
+                                .bf16_flop_per_s = devices * one.bf16_flop_per_s});
+}
+
+// "16.27 (prompts 2.79, decode 13.48)": the floor and its two parts, in seconds.
+std::string floor_text(const bench::WorkloadFloor& f) {
+  return bench::fixed2(f.seconds()) + " (prompts " + bench::fixed2(f.prefill_s) + ", decode " +
+         bench::fixed2(f.decode_s) + ")";
+}
+
+// The floor's fields of a --json line.
+void add_floor(boost::json::object& o, const bench::WorkloadFloor& f) {
+  o["h200_floor_s"] = f.seconds();
+  o["h200_floor_prefill_s"] = f.prefill_s;
+  o["h200_floor_decode_s"] = f.decode_s;
 }
 
 }  // namespace
@@ -184,25 +197,26 @@ int run_bench_command(Args& args) {
       prompt_tokens += r.prompt_len;
       output_tokens += r.output_len;
     }
-    const double floor_s = h200_floor_s(model, config, requests);
+    const bench::WorkloadFloor floor = h200_floor(model, config, requests);
     if (!as_json) {
       using bench::fixed2, bench::table_row;
       std::cout << bench::table_title(" H200 Floor ", '=') << table_row("Dataset:", data.name)
                 << table_row("Requests:", std::to_string(requests.size()))
                 << table_row("Total input tokens:", std::to_string(prompt_tokens))
                 << table_row("Total output tokens:", std::to_string(output_tokens))
-                << table_row("H200 floor (s):", fixed2(floor_s))
-                << table_row("Output tok/s at the floor:", fixed2(output_tokens / floor_s)) << std::string(50, '=')
+                << table_row("H200 floor (s):", floor_text(floor))
+                << table_row("Output tok/s at the floor:", fixed2(output_tokens / floor.seconds()))
+                << std::string(50, '=')
                 << std::endl;
       return 0;
     }
-    std::cout << json::serialize(json::object{{"dataset", data.name},
-                                              {"num_prompts", requests.size()},
-                                              {"prompt_tokens", prompt_tokens},
-                                              {"output_tokens", output_tokens},
-                                              {"h200_floor_s", floor_s},
-                                              {"floor_output_tok_per_s", output_tokens / floor_s}})
-              << std::endl;
+    json::object o{{"dataset", data.name},
+                   {"num_prompts", requests.size()},
+                   {"prompt_tokens", prompt_tokens},
+                   {"output_tokens", output_tokens},
+                   {"floor_output_tok_per_s", output_tokens / floor.seconds()}};
+    add_floor(o, floor);
+    std::cout << json::serialize(o) << std::endl;
     return 0;
   }
 
@@ -260,9 +274,9 @@ int run_bench_command(Args& args) {
   const double executor_s = static_cast<double>(m.step_time_us.load()) * 1e-6;  // the rest is scheduling overhead
   const double ttft_p50 = m.ttft.snapshot().quantile(0.5), tpot_p50 = m.tpot.snapshot().quantile(0.5);
   // On CUDA in this process, what these requests cost at the H200's ceilings, beside what they took.
-  std::optional<double> floor_s;
+  std::optional<bench::WorkloadFloor> floor;
   if (engine.config().device == "cuda" && engine.config().workers.empty() && failed == 0)
-    floor_s = h200_floor_s(engine.model_config(), engine.config(), requests);
+    floor = h200_floor(engine.model_config(), engine.config(), requests);
   if (!as_json) {
     using bench::fixed2, bench::table_row;
     std::cout << bench::table_title(" Offline Throughput Benchmark Result ", '=')
@@ -275,9 +289,9 @@ int run_bench_command(Args& args) {
               << table_row("Request throughput (req/s):", fixed2(completed / seconds))
               << table_row("Output token throughput (tok/s):", fixed2(output_tokens / seconds))
               << table_row("Total Token throughput (tok/s):", fixed2((prompt_tokens + output_tokens) / seconds));
-    if (floor_s)
-      std::cout << table_row("H200 floor (s):", fixed2(*floor_s))
-                << table_row("Floor / duration (%):", fixed2(100 * *floor_s / seconds));
+    if (floor)
+      std::cout << table_row("H200 floor (s):", floor_text(*floor))
+                << table_row("Floor / duration (%):", fixed2(100 * floor->seconds() / seconds));
     std::cout << bench::table_title("Engine", '-')
               << table_row("Peak running sequences:", std::to_string(m.peak_running_seqs.load()))
               << table_row("KV blocks used at peak / total:", std::to_string(m.kv_blocks_peak_used.load()) + " / " +
@@ -304,9 +318,9 @@ int run_bench_command(Args& args) {
   o["requests_per_s"] = completed / seconds;
   o["output_tok_per_s"] = output_tokens / seconds;
   o["total_tok_per_s"] = (prompt_tokens + output_tokens) / seconds;
-  if (floor_s) {
-    o["h200_floor_s"] = *floor_s;
-    o["fraction_of_floor"] = *floor_s / seconds;
+  if (floor) {
+    add_floor(o, *floor);
+    o["fraction_of_floor"] = floor->seconds() / seconds;
   }
   o["peak_running_seqs"] = m.peak_running_seqs.load();
   o["kv_blocks_total"] = m.kv_blocks_total.load();
