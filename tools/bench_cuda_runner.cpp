@@ -27,7 +27,9 @@
 //
 //   bench_cuda_runner ops [--batch 1] [--context 576]
 //       Times each kernel of one decode step at the same shape (one layer's ops, the LM head, greedy sampling) with
-//       CUDA events, and the step they add up to: where a decode step's time goes.
+//       CUDA events, and the step they add up to: where a decode step's time goes. From batch 2, also whether two
+//       halves of the batch overlap on two streams: one half's attention beside the other's gate/up and down
+//       products, alone and together (the question before splitting decode steps into nano-batches).
 //
 //   bench_cuda_runner gemv [--layers 32]
 //       The one-stream GEMVs (kernels/cuda/gemv.h) of the Llama-3-8B projections over `layers` layers' own weights
@@ -446,6 +448,46 @@ int run_ops(std::map<std::string, std::string>& f) {
   for (const auto& [label, us] : {std::pair{"one layer", cublas_layer_us}, std::pair{"one GEMV layer", gemv_layer_us}})
     std::printf("  %s %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n", label, us,
                 (32 * us + head_us + sample_us) / 1e3);
+  if (m < 2) return 0;
+  // Whether two halves of the batch overlap on two streams: one half's attention (reads the KV cache) beside the
+  // other half's gate/up and down products (read the weights, and compute), each alone and then together.
+  const int half = m / 2, rest = m - half;
+  cudaStream_t s2 = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  cuda_ok(cudaStreamCreate(&s2), "stream");
+  cuda_ok(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "event");
+  cuda_ok(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "event");
+  cuda::PagedAttentionArgs first = a;  // sequences 0 .. half - 1
+  first.num_seqs = half;
+  const int partition = 512;
+  const auto attention = [&](cudaStream_t st) {
+    return cuda::paged_attention_decode(first, ctx, partition, attn_ws, attn_ws_bytes, st);
+  };
+  const auto mlp = [&](cudaStream_t st) {  // rows half .. m - 1
+    cudaError_t e = gemm.linear(gu + size_t(half) * 2 * I, normed + size_t(half) * H, w_gu, nullptr, rest, 2 * I, H,
+                                false, st);
+    if (e == cudaSuccess)
+      e = gemm.linear(x + size_t(half) * H, act + size_t(half) * I, w_down, nullptr, rest, H, I, false, st);
+    return e;
+  };
+  const double attention_us = mean_launch_us(s, 3, 50, "attention half", [&](int) { return attention(s); });
+  const double mlp_us = mean_launch_us(s, 3, 50, "mlp half", [&](int) { return mlp(s); });
+  const double both_us = mean_launch_us(s, 3, 50, "both halves", [&](int) {
+    cudaError_t e = cudaEventRecord(fork, s);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(s2, fork);
+    if (e == cudaSuccess) e = attention(s2);
+    if (e == cudaSuccess) e = mlp(s);
+    if (e == cudaSuccess) e = cudaEventRecord(join, s2);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(s, join);
+    return e;
+  });
+  std::printf("  two streams: attention of %d sequences (partition %d) %.1f us, gate_up + down of %d rows %.1f us; "
+              "together %.1f us against %.1f one after the other (%.0f%% of the shorter hidden)\n",
+              half, partition, attention_us, rest, mlp_us, both_us, attention_us + mlp_us,
+              100.0 * (attention_us + mlp_us - both_us) / std::min(attention_us, mlp_us));
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  cudaStreamDestroy(s2);
   return 0;
 }
 
