@@ -60,7 +60,7 @@ bench::WorkloadFloor h200_floor(const ModelConfig& model, const EngineConfig& c,
   for (const bench::BenchRequest& r : requests) lengths.emplace_back(r.prompt_len, r.output_len);
   const bench::FloorPrecision precision{
       .fp8_weights = c.quantization == "fp8" || (c.quantization == "auto" && model.fp8_checkpoint.enabled),
-      .fp8_kv = c.kv_cache_dtype == "fp8" || c.kv_cache_dtype == "fp8_e4m3"};
+      .fp8_kv = c.kv_cache_dtype == "fp8"};  // resolve_config names fp8_e4m3 fp8
   const bench::Ceilings one;
   const double devices = c.tensor_parallel_size;
   return bench::workload_floor(model, lengths, precision,
@@ -79,6 +79,45 @@ void add_floor(boost::json::object& o, const bench::WorkloadFloor& f) {
   o["h200_floor_s"] = f.seconds();
   o["h200_floor_prefill_s"] = f.prefill_s;
   o["h200_floor_decode_s"] = f.decode_s;
+}
+
+// `paged bench --floor-only`: the H200 floor of the requests alone, from config.json (and the tokenizer for a
+// ShareGPT file): no weights, no device, no run.
+int print_floor_only(EngineConfig config, const bench::DatasetOptions& data, bool as_json) {
+  namespace json = boost::json;
+  const ModelConfig model = load_model_config(config.model_dir);
+  const int max_model_len = resolve_config(config, model, false);
+  std::unique_ptr<Tokenizer> tokenizer;
+  const std::vector<bench::BenchRequest> requests =
+      bench::dataset_requests(data, model.vocab_size, max_model_len, [&](const std::string& text) {
+        if (!tokenizer) tokenizer = load_tokenizer(config.model_dir);
+        return tokenizer->encode(text, true);
+      });
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  for (const bench::BenchRequest& r : requests) {
+    prompt_tokens += r.prompt_len;
+    output_tokens += r.output_len;
+  }
+  const bench::WorkloadFloor floor = h200_floor(model, config, requests);
+  if (!as_json) {
+    using bench::fixed2, bench::table_row;
+    std::cout << bench::table_title(" H200 Floor ", '=') << table_row("Dataset:", data.name)
+              << table_row("Requests:", std::to_string(requests.size()))
+              << table_row("Total input tokens:", std::to_string(prompt_tokens))
+              << table_row("Total output tokens:", std::to_string(output_tokens))
+              << table_row("H200 floor (s):", floor_text(floor))
+              << table_row("Output tok/s at the floor:", fixed2(output_tokens / floor.seconds()))
+              << std::string(50, '=') << std::endl;
+    return 0;
+  }
+  json::object o{{"dataset", data.name},
+                 {"num_prompts", requests.size()},
+                 {"prompt_tokens", prompt_tokens},
+                 {"output_tokens", output_tokens},
+                 {"floor_output_tok_per_s", output_tokens / floor.seconds()}};
+  add_floor(o, floor);
+  std::cout << json::serialize(o) << std::endl;
+  return 0;
 }
 
 }  // namespace
@@ -182,44 +221,7 @@ int run_bench_command(Args& args) {
   const bool floor_only = args.get_bool("floor-only", false);
   args.reject_unknown();
 
-  if (floor_only) {
-    // The floor alone, from config.json (and the tokenizer for a ShareGPT file): no weights, no device, no run.
-    const ModelConfig model = load_model_config(config.model_dir);
-    const int max_model_len = resolve_config(config, model, false);
-    std::unique_ptr<Tokenizer> tokenizer;
-    const std::vector<bench::BenchRequest> requests =
-        bench::dataset_requests(data, model.vocab_size, max_model_len, [&](const std::string& text) {
-          if (!tokenizer) tokenizer = load_tokenizer(config.model_dir);
-          return tokenizer->encode(text, true);
-        });
-    int64_t prompt_tokens = 0, output_tokens = 0;
-    for (const bench::BenchRequest& r : requests) {
-      prompt_tokens += r.prompt_len;
-      output_tokens += r.output_len;
-    }
-    const bench::WorkloadFloor floor = h200_floor(model, config, requests);
-    if (!as_json) {
-      using bench::fixed2, bench::table_row;
-      std::cout << bench::table_title(" H200 Floor ", '=') << table_row("Dataset:", data.name)
-                << table_row("Requests:", std::to_string(requests.size()))
-                << table_row("Total input tokens:", std::to_string(prompt_tokens))
-                << table_row("Total output tokens:", std::to_string(output_tokens))
-                << table_row("H200 floor (s):", floor_text(floor))
-                << table_row("Output tok/s at the floor:", fixed2(output_tokens / floor.seconds()))
-                << std::string(50, '=')
-                << std::endl;
-      return 0;
-    }
-    json::object o{{"dataset", data.name},
-                   {"num_prompts", requests.size()},
-                   {"prompt_tokens", prompt_tokens},
-                   {"output_tokens", output_tokens},
-                   {"floor_output_tok_per_s", output_tokens / floor.seconds()}};
-    add_floor(o, floor);
-    std::cout << json::serialize(o) << std::endl;
-    return 0;
-  }
-
+  if (floor_only) return print_floor_only(config, data, as_json);
   Engine engine(config);
   const std::vector<bench::BenchRequest> requests =
       bench::dataset_requests(data, engine.model_config().vocab_size, engine.max_model_len(),
