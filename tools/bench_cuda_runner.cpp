@@ -41,7 +41,8 @@
 //       cuBLASLt's heuristic choice and with the fastest of its first K candidates for each K of --candidates;
 //       weights rotate over copies of >= 512 MB, so that none is served from L2 as in a real step.
 //       --fp8: the FP8 path of --quantization fp8 instead (no LM head): the activations quantised per row, then
-//       Gemm::linear_fp8 (the product of the codes and the scale pass), all three timed together.
+//       Gemm::linear_fp8 (the product of the codes and the scale pass), all three timed together, and beside them
+//       the quantisation and the scale pass each alone.
 //
 //   bench_cuda_runner parity --model DIR --prompts FILE --steps N --out PREFIX [--group G] [--cpu]
 //       Greedy generation on a checkpoint, for the Hugging Face comparison of tools/gpu/hf_parity.py. FILE holds
@@ -599,6 +600,7 @@ int run_gemm(std::map<std::string, std::string>& f) {
   for (int c : candidates) configs.push_back({"best of " + std::to_string(c), {.max_rows = 1 << 20, .candidates = c}});
   std::printf("%s products\n%-8s %6s", fp8 ? "FP8 (quantise x, product, scales)" : "bf16", "linear", "m");
   for (const auto& [label, tuning] : configs) std::printf(" | %-22s", label.c_str());
+  if (fp8) std::printf(" | of which: quantise x, scale pass");
   std::printf("\n");
   const size_t w_bytes_per_elem = fp8 ? 1 : 2;
   for (const Shape& sh : shapes) {
@@ -636,6 +638,15 @@ int run_gemm(std::map<std::string, std::string>& f) {
         const double us = mean_launch_us(s, copies, std::max(copies, 20), sh.name, launch);
         const double bytes = double(w_bytes_per_elem) * w_elems + 2.0 * m * sh.k + (sh.f32 ? 4.0 : 2.0) * m * sh.n;
         std::printf(" | %7.1f us %4.2f TB/s %4.0fT", us, bytes / us / 1e6, 2.0 * m * w_elems / us / 1e6);
+      }
+      if (fp8) {  // the two passes around the product, each alone: what a product without them would save
+        const double quantise_us = mean_launch_us(s, 3, 20, "quantise", [&](int) {
+          return cuda::quantize_rows_fp8(x, m, sh.k, x8, x_scale, s);
+        });
+        const double scale_us = mean_launch_us(s, 3, 20, "scale pass", [&](int) {
+          return cuda::scale_fp8_product(reinterpret_cast<bf16*>(y), x_scale, w_scale[0], nullptr, m, sh.n, s);
+        });
+        std::printf(" | %7.1f us, %7.1f us", quantise_us, scale_us);
       }
       std::printf("\n");
     }

@@ -29,6 +29,7 @@
 
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "model/loader/fp8_checkpoint.h"
 
@@ -304,12 +305,12 @@ void CudaModelRunner::Impl::quantize_weight(const WeightSlot& slot) {
 }
 
 void CudaModelRunner::Impl::linear(bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias,
-                                   int rows, int n, int k) {
+                                   int rows, int n, int k, bool x_quantized) {
   if (!w8.q) {
     PAGED_CUDA_CHECK(gemm->linear(y, x, w, bias, rows, n, k, false, compute));
     return;
   }
-  PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(x, rows, k, act_fp8.get(), act_scale.get(), compute));
+  if (!x_quantized) PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(x, rows, k, act_fp8.get(), act_scale.get(), compute));
   PAGED_CUDA_CHECK(gemm->linear_fp8(y, act_fp8.get(), act_scale.get(), w8.q, w8.scale, bias, rows, n, k, compute));
 }
 
@@ -607,17 +608,25 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   const auto gemv = [&](GemvProjection p, const LayerWeights& L, bf16* y, const bf16* x) {
     PAGED_CUDA_CHECK(cuda::gemv(gemv_args(p, L, y, x), s, gemv_tile[p]));
   };
+  const cuda::Fp8Rows fp8_rows{act_fp8.get(), act_scale.get()};  // the input codes of the next FP8 product
+  // On one GPU without post norms, the scale pass of the O and down projections' FP8 products is left to the
+  // add_rms_norm that reads them (with tensor parallelism the partial products are summed first, at their scales).
+  const bool defer_scales = opt.tp_size == 1 && !cfg.sandwich_norms;
+  cuda::Fp8Product pending;  // `proj` holds an FP8 product still to scale: its scales, for the next add_rms_norm
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
     if (fused) {
       gemv(kGemvQkv, L, qkv.get(), residual.get());
     } else {
+      // FP8 weights: the norm also writes its rows' codes and scales, the QKV product's input.
+      const cuda::Fp8Rows qkv_in = L.qkv8.q ? fp8_rows : cuda::Fp8Rows{};
       if (l == 0)
-        PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s));
+        PAGED_CUDA_CHECK(
+            cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s, qkv_in));
       else
         PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.attn_norm, T, hidden, eps,
-                                            norm_offset, s));
-      linear(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, T, qkv_dim, hidden);
+                                            norm_offset, s, qkv_in, std::exchange(pending, {})));
+      linear(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, T, qkv_dim, hidden, qkv_in.q != nullptr);
     }
     if (L.q_norm)
       PAGED_CUDA_CHECK(cuda::head_rms_norm(qkv.get(), L.q_norm, L.k_norm, T, heads, kv_heads, head_dim, qkv_dim, eps,
@@ -659,13 +668,35 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       gemv(kGemvDown, L, residual.get(), act.get());
       continue;
     }
-    linear(proj.get(), attn.get(), L.wo, L.o8, L.bo, T, hidden, heads * head_dim);
+    if (L.o8.q && defer_scales) {
+      PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(attn.get(), T, heads * head_dim, act_fp8.get(), act_scale.get(), s));
+      PAGED_CUDA_CHECK(gemm->product_fp8(proj.get(), act_fp8.get(), L.o8.q, T, hidden, heads * head_dim, s));
+      pending = {act_scale.get(), L.o8.scale, L.bo};
+    } else {
+      linear(proj.get(), attn.get(), L.wo, L.o8, L.bo, T, hidden, heads * head_dim);
+    }
     reduce_proj();
     post_norm(L.post_attn_norm);
-    PAGED_CUDA_CHECK(
-        cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.ffn_norm, T, hidden, eps, norm_offset, s));
+    // FP8 MLP: the norm writes the gate/up product's input codes; the gate/up product's scale pass, the activation
+    // and the quantisation of the down projection's input are one kernel (the passes around FP8 products, each a
+    // launch, took about a third of the products' time at decode batch sizes).
+    const bool fp8_mlp = !cfg.is_moe() && L.gate_up8.q && L.down8.q;
+    PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.ffn_norm, T, hidden, eps,
+                                        norm_offset, s, fp8_mlp ? fp8_rows : cuda::Fp8Rows{},
+                                        std::exchange(pending, {})));
     if (cfg.is_moe()) {
       moe_mlp(proj.get(), normed.get(), L, T, false);
+    } else if (fp8_mlp) {
+      PAGED_CUDA_CHECK(gemm->product_fp8(gate_up.get(), act_fp8.get(), L.gate_up8.q, T, 2 * inter, hidden, s));
+      PAGED_CUDA_CHECK(cuda::act_and_mul_fp8(act.get(), act_fp8.get(), act_scale.get(), gate_up.get(), act_scale.get(),
+                                             L.gate_up8.scale, T, inter, cfg.activation == Activation::gelu_tanh, s));
+      if (defer_scales) {
+        PAGED_CUDA_CHECK(gemm->product_fp8(proj.get(), act_fp8.get(), L.down8.q, T, hidden, inter, s));
+        pending = {act_scale.get(), L.down8.scale, nullptr};
+      } else {
+        PAGED_CUDA_CHECK(gemm->linear_fp8(proj.get(), act_fp8.get(), act_scale.get(), L.down8.q, L.down8.scale,
+                                          nullptr, T, hidden, inter, s));
+      }
     } else {
       linear(gate_up.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, T, 2 * inter, hidden);
       if (cfg.activation == Activation::gelu_tanh)
@@ -681,8 +712,8 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   if (fused)
     PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), final_norm, T, hidden, eps, norm_offset, s));
   else
-    PAGED_CUDA_CHECK(
-        cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, final_norm, T, hidden, eps, norm_offset, s));
+    PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, final_norm, T, hidden, eps,
+                                        norm_offset, s, {}, std::exchange(pending, {})));
   if (plan.logits_rows == 0) return;
   const bf16* rows = normed.get();
   if (!plan.decode) {

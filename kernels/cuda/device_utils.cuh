@@ -49,6 +49,9 @@ __device__ __forceinline__ void e4m3x8_to_float(const uint2& v, float (&f)[8]) {
   }
 }
 
+// v rounded to bf16 and back: the value a bf16 store of v keeps.
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
 __device__ __forceinline__ Bf16x8 load_bf16x8(const bf16* p) { return *reinterpret_cast<const Bf16x8*>(p); }
 __device__ __forceinline__ void store_bf16x8(bf16* p, const Bf16x8& v) { *reinterpret_cast<Bf16x8*>(p) = v; }
 
@@ -77,6 +80,54 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   T total = 0;
   for (int w = 0; w < warps; ++w) total += scratch[w];  // fixed order: every thread gets the same bits
   return total;
+}
+
+// Max over all threads of the block; every thread gets the result (as block_sum: two __syncthreads, every thread
+// calls it).
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = scratch[0];
+  for (int w = 1; w < warps; ++w) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
+// The arithmetic the FP8 passes share (fp8.cu), one helper each, so that a kernel fusing several passes computes the
+// bits of the passes it replaces. A row of absmax m is quantised with the multiplier 448 / m into codes and keeps
+// m / 448 as its scale (1 and 1 for a zero row); IEEE divisions, as the CPU twin's (kernels/cpu/fp8.h).
+constexpr float kFp8Max = 448.0f;
+__device__ __forceinline__ float fp8_row_multiplier(float absmax) {
+  return absmax > 0.f ? __fdiv_rn(kFp8Max, absmax) : 1.f;
+}
+__device__ __forceinline__ float fp8_row_scale(float absmax) { return absmax > 0.f ? __fdiv_rn(absmax, kFp8Max) : 1.f; }
+__device__ __forceinline__ uint8_t e4m3_code(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
+// Eight bf16 values times `inv` as eight e4m3 codes (8 bytes, 8-byte aligned).
+__device__ __forceinline__ void store_codes(uint8_t* out, const Bf16x8& v, float inv) {
+  float f[8];
+  bf16x8_to_float(v, f);
+  uint2 packed;
+  uint8_t* b = reinterpret_cast<uint8_t*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) b[i] = e4m3_code(f[i] * inv);
+  *reinterpret_cast<uint2*>(out) = packed;
+}
+// One element of a product of row-quantised codes with its scales (and bias) applied: scale_fp8_product.
+__device__ __forceinline__ float scale_fp8_element(float product, float x_scale, float w_scale, float bias) {
+  return product * x_scale * w_scale + bias;
+}
+
+// The gate's activation of a gated MLP, and act(gate) * up.
+enum class GateActivation { kSilu, kGeluTanh };
+template <GateActivation kAct>
+__device__ __forceinline__ float gate_times_up(float g, float u) {
+  if constexpr (kAct == GateActivation::kSilu) {
+    return g / (1.0f + expf(-g)) * u;
+  } else {  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+    return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+  }
 }
 
 // Programmatic dependent launch: a kernel started by launch_early may begin while the stream's previous kernel is

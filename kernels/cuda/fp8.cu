@@ -11,7 +11,6 @@ namespace paged::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kFp8Max = 448.0f;
 
 // grid: (rows); block: kThreads. A row's absmax over the block, then every element scaled and rounded.
 __global__ void __launch_bounds__(kThreads)
@@ -28,23 +27,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < 8; ++i) absmax = fmaxf(absmax, fabsf(f[i]));
   }
-  absmax = warp_max(absmax);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = absmax;
-  __syncthreads();
-  absmax = 0.f;
-  for (int w = 0; w < kThreads / 32; ++w) absmax = fmaxf(absmax, scratch[w]);
-  // IEEE divisions (not the fast reciprocal): the CPU twin computes the same two numbers.
-  const float inv = absmax > 0.f ? __fdiv_rn(kFp8Max, absmax) : 1.f;
-  if (threadIdx.x == 0) scale[row] = absmax > 0.f ? __fdiv_rn(absmax, kFp8Max) : 1.f;
-  for (int c = threadIdx.x * 8; c < cols; c += kThreads * 8) {
-    float f[8];
-    bf16x8_to_float(load_bf16x8(in + c), f);
-    uint2 packed;
-    uint8_t* b = reinterpret_cast<uint8_t*>(&packed);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) b[i] = __nv_cvt_float_to_fp8(f[i] * inv, __NV_SATFINITE, __NV_E4M3);
-    *reinterpret_cast<uint2*>(out + c) = packed;
-  }
+  absmax = block_max(absmax, scratch);
+  const float inv = fp8_row_multiplier(absmax);
+  if (threadIdx.x == 0) scale[row] = fp8_row_scale(absmax);
+  for (int c = threadIdx.x * 8; c < cols; c += kThreads * 8) store_codes(out + c, load_bf16x8(in + c), inv);
 }
 
 // grid: (ceil(n / (8 * kThreads)), m); block: kThreads; 8 columns a thread.
@@ -61,8 +47,45 @@ __global__ void __launch_bounds__(kThreads)
   float b[8] = {};
   if (bias) bf16x8_to_float(load_bf16x8(bias + c), b);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = f[i] * sx * w_scale[c + i] + b[i];
+  for (int i = 0; i < 8; ++i) f[i] = scale_fp8_element(f[i], sx, w_scale[c + i], b[i]);
   store_bf16x8(out, float_to_bf16x8(f));
+}
+
+// grid: (tokens); block: kThreads. Row t of the gated MLP's FP8 product: its gate and up halves scaled as
+// scale_fp8_product does (no bias) and rounded to bf16, act(gate) * up rounded to bf16 into `act` (as act_and_mul),
+// then that row quantised as quantize_rows_fp8 does: the three passes in one, each value the same bits. The second
+// pass re-reads what the same thread wrote. x_scale[t] is read before scale[t] is written (they may alias).
+template <GateActivation kAct>
+__global__ void __launch_bounds__(kThreads)
+    act_and_mul_fp8_kernel(bf16* __restrict__ act, uint8_t* __restrict__ q, float* scale,
+                           const bf16* __restrict__ gate_up, const float* x_scale, const float* __restrict__ w_scale,
+                           int inter) {
+  __shared__ float scratch[kThreads / 32];
+  const int64_t t = blockIdx.x;
+  const bf16* in = gate_up + t * 2 * inter;
+  bf16* out = act + t * inter;
+  const float sx = x_scale[t];
+  float absmax = 0.f;
+  for (int c = threadIdx.x * 8; c < inter; c += kThreads * 8) {
+    float g[8], u[8];
+    bf16x8_to_float(load_bf16x8(in + c), g);
+    bf16x8_to_float(load_bf16x8(in + inter + c), u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      g[i] = round_bf16(scale_fp8_element(g[i], sx, w_scale[c + i], 0.f));
+      u[i] = round_bf16(scale_fp8_element(u[i], sx, w_scale[inter + c + i], 0.f));
+      g[i] = gate_times_up<kAct>(g[i], u[i]);
+    }
+    const Bf16x8 rounded = float_to_bf16x8(g);
+    store_bf16x8(out + c, rounded);
+    bf16x8_to_float(rounded, g);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) absmax = fmaxf(absmax, fabsf(g[i]));
+  }
+  absmax = block_max(absmax, scratch);
+  const float inv = fp8_row_multiplier(absmax);
+  if (threadIdx.x == 0) scale[t] = fp8_row_scale(absmax);
+  for (int c = threadIdx.x * 8; c < inter; c += kThreads * 8) store_codes(q + t * inter + c, load_bf16x8(out + c), inv);
 }
 
 }  // namespace
@@ -76,6 +99,23 @@ cudaError_t scale_fp8_product(bf16* y, const float* x_scale, const float* w_scal
                                                      " must be a positive multiple of 8, y and bias 16-byte aligned");
   const dim3 grid((n + 8 * kThreads - 1) / (8 * kThreads), m);
   scale_fp8_product_kernel<<<grid, kThreads, 0, stream>>>(y, x_scale, w_scale, bias, n);
+  return cudaGetLastError();
+}
+
+cudaError_t act_and_mul_fp8(bf16* act, uint8_t* q, float* scale, const bf16* gate_up, const float* x_scale,
+                           const float* w_scale, int tokens, int inter, bool gelu_tanh, cudaStream_t stream) {
+  if (inter <= 0 || inter % 8 != 0 || reinterpret_cast<uintptr_t>(act) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(gate_up) % 16 != 0 || reinterpret_cast<uintptr_t>(q) % 8 != 0)
+    return launch_failure(cudaErrorInvalidValue, "act_and_mul_fp8: inter " + std::to_string(inter) +
+                                                     " must be a positive multiple of 8, act and gate_up 16- and q "
+                                                     "8-byte aligned");
+  if (tokens <= 0) return cudaSuccess;
+  if (gelu_tanh)
+    act_and_mul_fp8_kernel<GateActivation::kGeluTanh>
+        <<<tokens, kThreads, 0, stream>>>(act, q, scale, gate_up, x_scale, w_scale, inter);
+  else
+    act_and_mul_fp8_kernel<GateActivation::kSilu>
+        <<<tokens, kThreads, 0, stream>>>(act, q, scale, gate_up, x_scale, w_scale, inter);
   return cudaGetLastError();
 }
 

@@ -161,15 +161,20 @@ cudaError_t Gemm::linear(void* y, const bf16* x, const bf16* w, const bf16* bias
 
 cudaError_t Gemm::linear_fp8(bf16* y, const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale,
                              const bf16* bias, int m, int n, int k, cudaStream_t stream) {
-  if (m <= 0) return cudaSuccess;
-  if (n % 16 != 0 || k % 16 != 0 || !x_scale || !w_scale)
-    return launch_failure(cudaErrorInvalidValue, "Gemm::linear_fp8: n " + std::to_string(n) + " and k " +
-                                                     std::to_string(k) +
-                                                     " must be multiples of 16, with both scale vectors");
+  if (m > 0 && (!x_scale || !w_scale))
+    return launch_failure(cudaErrorInvalidValue, "Gemm::linear_fp8: both scale vectors are needed");
   // The product of the codes (cuBLASLt 13.1 on the H200 found no algorithm for its outer-vector scale mode with these
   // operands), then the scales and the bias in one pass over y.
-  if (cudaError_t e = run({m, n, k, false, false, true}, y, x, w, {}, stream); e != cudaSuccess) return e;
+  if (cudaError_t e = product_fp8(y, x, w, m, n, k, stream); e != cudaSuccess || m <= 0) return e;
   return scale_fp8_product(y, x_scale, w_scale, bias, m, n, stream);
+}
+
+cudaError_t Gemm::product_fp8(bf16* y, const uint8_t* x, const uint8_t* w, int m, int n, int k, cudaStream_t stream) {
+  if (m <= 0) return cudaSuccess;
+  if (n % 16 != 0 || k % 16 != 0)
+    return launch_failure(cudaErrorInvalidValue, "Gemm::product_fp8: n " + std::to_string(n) + " and k " +
+                                                     std::to_string(k) + " must be multiples of 16");
+  return run({m, n, k, false, false, true}, y, x, w, {}, stream);
 }
 
 }  // namespace paged::cuda

@@ -45,8 +45,8 @@ class Gemm {
                      int m, int n, int k, bool y_f32, cudaStream_t stream);
 
   /// y = (x * x_scale) (w * w_scale)^T (+ bias) from e4m3 operands quantised per row (cuda::quantize_rows_fp8): the
-  /// FP8 tensor-core product of the codes, rounded to bf16, then scaled per row of x and of w (scale_fp8_product).
-  /// n and k multiples of 16; x, w 16-byte aligned. CPU twin: cpu::linear_fp8 (kernels/cpu/fp8.h).
+  /// FP8 tensor-core product of the codes, rounded to bf16 (product_fp8), then scaled per row of x and of w
+  /// (scale_fp8_product). n and k multiples of 16; x, w 16-byte aligned. CPU twin: cpu::linear_fp8 (kernels/cpu/fp8.h).
   cudaError_t linear_fp8(bf16* y,                // [m][n]
                          const uint8_t* x,       // [m][k] e4m3
                          const float* x_scale,   // [m]
@@ -54,6 +54,13 @@ class Gemm {
                          const float* w_scale,   // [n]
                          const bf16* bias,       // [n] or nullptr
                          int m, int n, int k, cudaStream_t stream);
+
+  /// y = x * w^T of the e4m3 codes alone, rounded to bf16: linear_fp8 without its scale pass, for a consumer that
+  /// applies the scales itself (cuda::act_and_mul_fp8). Same requirements.
+  cudaError_t product_fp8(bf16* y,           // [m][n]
+                          const uint8_t* x,  // [m][k] e4m3
+                          const uint8_t* w,  // [n][k] e4m3
+                          int m, int n, int k, cudaStream_t stream);
 
  private:
   struct Key {

@@ -23,8 +23,6 @@ __device__ __forceinline__ uint4 load_streaming(const void* p) {
   return __ldcs(reinterpret_cast<const uint4*>(p));  // read once: evict first, keep L2 for activations
 }
 
-__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
 // The x elements one chunk of weights meets (8, or 16 with kFp8), as floats: converted once for all the chunk's rows.
 template <bool kFp8>
 __device__ __forceinline__ void load_x(const bf16* x, float (&xf)[kFp8 ? 16 : 8]) {
@@ -187,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
     for (int c = 0; c < kColumns; ++c) {
       if (!valid[c]) continue;
       const float g = round_bf16(p[c]), u = round_bf16(p[c + kColumns]);
-      a.y[first + c] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+      a.y[first + c] = __float2bfloat16_rn(gate_times_up<GateActivation::kSilu>(g, u));
     }
   } else {
 #pragma unroll
@@ -328,7 +326,7 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_mma_kernel(const GemvArgs a
   if constexpr (kSilu) {
     if (!valid_lo) return;
     const float gate = round_bf16(p_lo * a.w_scale[row_lo]), up = round_bf16(p_hi * a.w_scale[row_hi]);
-    a.y[row_lo] = __float2bfloat16_rn(gate / (1.0f + expf(-gate)) * up);
+    a.y[row_lo] = __float2bfloat16_rn(gate_times_up<GateActivation::kSilu>(gate, up));
   } else {
     const int rows[2] = {row_lo, row_hi};
     const bool valid[2] = {valid_lo, valid_hi};

@@ -43,14 +43,19 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // grid: (rows); block: kRowThreads. Block r normalises row r. With kAdd, residual[r] += x[r] first and the rounded
 // sum is normalised; the second pass re-reads the row the same thread wrote, so no barrier is needed between them.
+// With fp8.q, the normalised row is also quantised as quantize_rows_fp8 does (a third pass over what the thread
+// wrote): the input of an FP8 product, without a launch of its own. With product.x_scale (kAdd), x is a product of
+// FP8 codes that gets its scales (scale_fp8_product's pass) as it is read.
 template <bool kAdd>
 __global__ void __launch_bounds__(kRowThreads)
     rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ residual, const bf16* __restrict__ x,
-                    const bf16* __restrict__ weight, int hidden, float eps, float weight_offset) {
+                    const bf16* __restrict__ weight, int hidden, float eps, float weight_offset, Fp8Rows fp8,
+                    Fp8Product product) {
   allow_dependent_launch();  // the projection after the norm may start streaming its weights
   __shared__ float scratch[kRowThreads / 32];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * hidden;
   const bf16* src = kAdd ? residual + row : x + row;
+  const float sx = product.x_scale ? product.x_scale[blockIdx.x] : 1.f;  // before fp8.scale[row] is written
   float sum_sq = 0.f;
   for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
     float v[8];
@@ -58,6 +63,12 @@ __global__ void __launch_bounds__(kRowThreads)
     if constexpr (kAdd) {
       float a[8];
       bf16x8_to_float(load_bf16x8(x + row + i), a);
+      if (product.x_scale) {
+        float b[8] = {};
+        if (product.bias) bf16x8_to_float(load_bf16x8(product.bias + i), b);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) a[j] = round_bf16(scale_fp8_element(a[j], sx, product.w_scale[i + j], b[j]));
+      }
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] += a[j];
       const Bf16x8 rounded = float_to_bf16x8(v);
@@ -69,14 +80,27 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   sum_sq = block_sum(sum_sq, scratch);
   const float inv = 1.0f / sqrtf(sum_sq / hidden + eps);
+  float absmax = 0.f;
   for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
     float v[8], w[8];
     bf16x8_to_float(load_bf16x8(src + i), v);
     bf16x8_to_float(load_bf16x8(weight + i), w);
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = (w[j] + weight_offset) * (v[j] * inv);
-    store_bf16x8(out + row + i, float_to_bf16x8(v));
+    const Bf16x8 rounded = float_to_bf16x8(v);
+    store_bf16x8(out + row + i, rounded);
+    if (fp8.q) {
+      bf16x8_to_float(rounded, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) absmax = fmaxf(absmax, fabsf(v[j]));
+    }
   }
+  if (!fp8.q) return;
+  absmax = block_max(absmax, scratch);
+  const float multiplier = fp8_row_multiplier(absmax);
+  if (threadIdx.x == 0) fp8.scale[blockIdx.x] = fp8_row_scale(absmax);
+  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8)
+    store_codes(fp8.q + row + i, load_bf16x8(out + row + i), multiplier);
 }
 
 constexpr int kHeadsPerBlock = 8;  // head_rms_norm: one warp per head
@@ -107,9 +131,6 @@ __global__ void __launch_bounds__(32 * kHeadsPerBlock)
   }
 }
 
-// The gate's activation of a gated MLP.
-enum class GateActivation { kSilu, kGeluTanh };
-
 // grid: (ceil(tokens * inter / 8 / kRowThreads)); block: kRowThreads. One thread per 8 outputs.
 template <GateActivation kAct>
 __global__ void __launch_bounds__(kRowThreads)
@@ -123,14 +144,7 @@ __global__ void __launch_bounds__(kRowThreads)
   bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + c), g);
   bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + inter + c), u);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    if constexpr (kAct == GateActivation::kSilu) {
-      g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-    } else {
-      const float x = g[j];  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-      g[j] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[j];
-    }
-  }
+  for (int j = 0; j < 8; ++j) g[j] = gate_times_up<kAct>(g[j], u[j]);
   store_bf16x8(out + t * inter + c, float_to_bf16x8(g));
 }
 
@@ -162,21 +176,25 @@ cudaError_t gather_rows(bf16* out, const bf16* table, const int32_t* rows, int n
 }
 
 cudaError_t rms_norm(bf16* out, const bf16* x, const bf16* weight, int rows, int hidden, float eps,
-                     float weight_offset, cudaStream_t stream) {
-  if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(weight))
+                     float weight_offset, cudaStream_t stream, Fp8Rows fp8) {
+  if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(weight) ||
+      reinterpret_cast<uintptr_t>(fp8.q) % 8 != 0 || (fp8.q && !fp8.scale))
     return bad_width("rms_norm", "hidden", hidden);
   if (rows <= 0) return cudaSuccess;
-  rms_norm_kernel<false><<<rows, kRowThreads, 0, stream>>>(out, nullptr, x, weight, hidden, eps, weight_offset);
+  rms_norm_kernel<false>
+      <<<rows, kRowThreads, 0, stream>>>(out, nullptr, x, weight, hidden, eps, weight_offset, fp8, Fp8Product{});
   return cudaGetLastError();
 }
 
 cudaError_t add_rms_norm(bf16* out, bf16* residual, const bf16* x, const bf16* weight, int rows, int hidden,
-                         float eps, float weight_offset, cudaStream_t stream) {
+                         float eps, float weight_offset, cudaStream_t stream, Fp8Rows fp8, Fp8Product x_product) {
   if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(residual) || !aligned16(x) ||
-      !aligned16(weight))
+      !aligned16(weight) || reinterpret_cast<uintptr_t>(fp8.q) % 8 != 0 || (fp8.q && !fp8.scale) ||
+      (x_product.x_scale && !x_product.w_scale) || !aligned16(x_product.bias))
     return bad_width("add_rms_norm", "hidden", hidden);
   if (rows <= 0) return cudaSuccess;
-  rms_norm_kernel<true><<<rows, kRowThreads, 0, stream>>>(out, residual, x, weight, hidden, eps, weight_offset);
+  rms_norm_kernel<true>
+      <<<rows, kRowThreads, 0, stream>>>(out, residual, x, weight, hidden, eps, weight_offset, fp8, x_product);
   return cudaGetLastError();
 }
 

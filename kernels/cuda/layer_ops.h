@@ -1,7 +1,8 @@
 // Row-wise kernels of the Llama layer on bf16 activations: embedding lookup / row gather (scaled: Gemma's
 // embeddings), RMSNorm (alone, fused with the residual add, and per attention head: Qwen3's and Gemma 3's q/k
-// norms; Gemma's (1 + weight) through weight_offset 1), SiLU-and-mul and GeGLU (tanh GELU-and-mul), and the soft-cap
-// of float32 logits. Arithmetic in float32, results rounded to bf16 once.
+// norms; Gemma's (1 + weight) through weight_offset 1; the first two can also quantise their rows for an FP8
+// product), SiLU-and-mul and GeGLU (tanh GELU-and-mul), and the soft-cap of float32 logits. Arithmetic in float32,
+// results rounded to bf16 once.
 // CPU twins: kernels/cpu/ops.h (rms_norm, add_rms_norm with the weights plus weight_offset, silu_and_mul,
 // gelu_tanh_and_mul, soft_cap; head_rms_norm is rms_norm over rows of head_dim); gather_rows is a row copy times
 // scale.
@@ -23,11 +24,28 @@ cudaError_t gather_rows(bf16* out,            // [n][width]
                         const int32_t* rows,  // [n]
                         int n, int width, int table_rows, float scale, cudaStream_t stream);
 
+/// Where a norm also puts its output as the FP8 input of a product (q null: nowhere): each row's e4m3 codes and
+/// scale, the bits quantize_rows_fp8 (kernels/cuda/fp8.h) gives for `out`. q 8-byte aligned.
+struct Fp8Rows {
+  uint8_t* q = nullptr;     // [rows][hidden]
+  float* scale = nullptr;  // [rows]
+};
+
+/// What add_rms_norm's x is when it is a product of FP8 codes not yet scaled (Gemm::product_fp8; x_scale null: a
+/// plain x): each element becomes x * x_scale[row] * w_scale[col] + bias[col], rounded to bf16, the bits
+/// scale_fp8_product (kernels/cuda/fp8.h) would have left. x_scale may be the Fp8Rows' scale of the same call (a
+/// row's is read before it is written).
+struct Fp8Product {
+  const float* x_scale = nullptr;  // [rows]
+  const float* w_scale = nullptr;  // [hidden]
+  const bf16* bias = nullptr;      // [hidden] or nullptr
+};
+
 /// out = x / sqrt(mean(x^2) + eps) * (weight + weight_offset), per row (weight_offset: 0, or Gemma's 1).
 cudaError_t rms_norm(bf16* out,           // [rows][hidden], may not alias x
                      const bf16* x,       // [rows][hidden]
                      const bf16* weight,  // [hidden]
-                     int rows, int hidden, float eps, float weight_offset, cudaStream_t stream);
+                     int rows, int hidden, float eps, float weight_offset, cudaStream_t stream, Fp8Rows fp8 = {});
 
 /// residual += x, rounded to bf16 (the residual stream is bf16, as in HF), then
 /// out = rms_norm(residual) * (weight + weight_offset). out may not alias residual or x.
@@ -35,7 +53,8 @@ cudaError_t add_rms_norm(bf16* out,           // [rows][hidden]
                          bf16* residual,      // [rows][hidden], updated in place
                          const bf16* x,       // [rows][hidden]
                          const bf16* weight,  // [hidden]
-                         int rows, int hidden, float eps, float weight_offset, cudaStream_t stream);
+                         int rows, int hidden, float eps, float weight_offset, cudaStream_t stream,
+                         Fp8Rows fp8 = {}, Fp8Product x_product = {});
 
 /// Qwen3's and Gemma 3's q_norm / k_norm, in place on the fused QKV rows: every query head x of a token becomes
 /// x / sqrt(mean(x^2) + eps) * (q_weight + weight_offset), every key head likewise with k_weight; value heads are

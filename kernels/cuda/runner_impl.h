@@ -232,7 +232,9 @@ struct CudaModelRunner::Impl {
   void quantize_weight(const WeightSlot& slot);
   // y = x w^T (+ bias) on the compute stream for `rows` rows: the bf16 GEMM, or with FP8 weights x quantised per
   // row and the FP8 GEMM.
-  void linear(bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int rows, int n, int k);
+  // x_quantized: with FP8 weights, x's codes and scales are already in act_fp8 / act_scale (a norm wrote them).
+  void linear(bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int rows, int n, int k,
+              bool x_quantized = false);
   void allocate_weights();
   void load_weights(const SafeTensors& w);
   void random_weights(uint64_t seed);

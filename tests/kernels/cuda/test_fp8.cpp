@@ -4,10 +4,12 @@
 // checkpoint against the CPU runner's emulation of the same FP8 rounding.
 #include "kernels/cpu/cpu_runner.h"
 #include "kernels/cpu/fp8.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cuda/cuda_runner.h"
 #include "kernels/cuda/fp8.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/layer_ops.h"
 #include "model/loader/config.h"
 #include "model/loader/safetensors.h"
 #include "tests/kernels/cuda/gpu_test_util.h"
@@ -59,6 +61,119 @@ TEST_CASE("quantize_rows_fp8 gives the CPU twin's codes and scales bit for bit",
   DeviceArray<uint8_t> q(12);
   DeviceArray<float> s(1);
   CHECK(cuda::quantize_rows_fp8(x.get(), 1, 12, q.get(), s.get(), nullptr) == cudaErrorInvalidValue);
+}
+
+TEST_CASE("act_and_mul_fp8 is scale_fp8_product, the gated activation and quantize_rows_fp8 in one pass",
+          "[gpu][fp8]") {
+  require_device();
+  std::mt19937 rng(34);
+  std::uniform_real_distribution<float> scales(0.01f, 2.0f);
+  // e4m3's -0 (0x80) and +0 are one value; the products are the same either way.
+  const auto values = [](std::vector<uint8_t> q) {
+    for (uint8_t& c : q) c = c == 0x80 ? 0 : c;
+    return q;
+  };
+  for (const auto& [tokens, inter] : std::vector<std::pair<int, int>>{{1, 8}, {3, 296}, {17, 2048}, {5, 14336}}) {
+    for (const bool gelu : {false, true}) {
+      INFO(tokens << " tokens, inter " << inter << (gelu ? ", GELU-tanh" : ", SiLU"));
+      // A product of codes as Gemm::product_fp8 leaves it (bf16, unscaled, large), and the scales of its operands.
+      std::vector<float> product = random_bf16_values(rng, size_t(tokens) * 2 * inter);
+      for (float& v : product) v = round_bf16(v * 300.0f);
+      std::vector<float> x_scale(tokens), w_scale(2 * size_t(inter));
+      for (float& v : x_scale) v = scales(rng);
+      for (float& v : w_scale) v = scales(rng) * 0.01f;
+      DeviceArray<bf16> d_product(to_bf16(product)), d_scaled(to_bf16(product));
+      DeviceArray<float> d_sx(x_scale), d_sw(w_scale);
+      // The three passes, each checked against its CPU twin elsewhere.
+      DeviceArray<bf16> want_act(size_t(tokens) * inter);
+      DeviceArray<uint8_t> want_q(size_t(tokens) * inter);
+      DeviceArray<float> want_scale(tokens);
+      CUDA_REQUIRE(cuda::scale_fp8_product(d_scaled.get(), d_sx.get(), d_sw.get(), nullptr, tokens, 2 * inter, nullptr));
+      CUDA_REQUIRE(gelu ? cuda::gelu_tanh_and_mul(want_act.get(), d_scaled.get(), tokens, inter, nullptr)
+                        : cuda::silu_and_mul(want_act.get(), d_scaled.get(), tokens, inter, nullptr));
+      CUDA_REQUIRE(cuda::quantize_rows_fp8(want_act.get(), tokens, inter, want_q.get(), want_scale.get(), nullptr));
+      // Fused, once with its own scale output and once writing the scales over x_scale.
+      for (const bool alias : {false, true}) {
+        INFO((alias ? "scale over x_scale" : "scale apart"));
+        DeviceArray<bf16> act(size_t(tokens) * inter);
+        DeviceArray<uint8_t> q(size_t(tokens) * inter);
+        DeviceArray<float> scale(tokens), sx(x_scale);
+        CUDA_REQUIRE(cuda::act_and_mul_fp8(act.get(), q.get(), alias ? sx.get() : scale.get(), d_product.get(),
+                                           sx.get(), d_sw.get(), tokens, inter, gelu, nullptr));
+        CHECK(to_float(act.download()) == to_float(want_act.download()));
+        CHECK(values(q.download()) == values(want_q.download()));
+        CHECK((alias ? sx : scale).download() == want_scale.download());
+      }
+      // And against the CPU twins of the activation and the quantisation, on the same scaled product.
+      std::vector<float> scaled = to_float(d_scaled.download()), cpu_act(size_t(tokens) * inter);
+      (gelu ? cpu::gelu_tanh_and_mul : cpu::silu_and_mul)(cpu_act.data(), scaled.data(), tokens, inter);
+      check_close(to_float(want_act.download()), cpu_act, "act");
+    }
+  }
+  DeviceArray<bf16> a(16), gu(32);
+  DeviceArray<uint8_t> q(16);
+  DeviceArray<float> s(1), ws(32);
+  CHECK(cuda::act_and_mul_fp8(a.get(), q.get(), s.get(), gu.get(), s.get(), ws.get(), 1, 12, false, nullptr) ==
+        cudaErrorInvalidValue);
+}
+
+TEST_CASE("rms_norm and add_rms_norm with FP8 rows write quantize_rows_fp8's codes; add_rms_norm scales an FP8 product",
+          "[gpu][fp8]") {
+  require_device();
+  std::mt19937 rng(35);
+  for (const auto& [rows, hidden] : std::vector<std::pair<int, int>>{{1, 8}, {5, 264}, {33, 4096}}) {
+    for (const bool add : {false, true}) {
+      INFO(rows << " x " << hidden << (add ? ", add_rms_norm" : ", rms_norm"));
+      const std::vector<float> x = random_bf16_values(rng, size_t(rows) * hidden);
+      const std::vector<float> residual = random_bf16_values(rng, x.size());
+      const std::vector<float> weight = random_bf16_values(rng, hidden);
+      DeviceArray<bf16> d_x(to_bf16(x)), d_w(to_bf16(weight));
+      const auto norm = [&](DeviceArray<bf16>& out, DeviceArray<bf16>& res, cuda::Fp8Rows fp8) {
+        return add ? cuda::add_rms_norm(out.get(), res.get(), d_x.get(), d_w.get(), rows, hidden, 1e-5f, 0.f, nullptr,
+                                        fp8)
+                   : cuda::rms_norm(out.get(), d_x.get(), d_w.get(), rows, hidden, 1e-5f, 0.f, nullptr, fp8);
+      };
+      DeviceArray<bf16> want(x.size()), want_res(to_bf16(residual)), got(x.size()), got_res(to_bf16(residual));
+      CUDA_REQUIRE(norm(want, want_res, {}));
+      DeviceArray<uint8_t> want_q(x.size()), q(x.size());
+      DeviceArray<float> want_s(rows), scale(rows);
+      CUDA_REQUIRE(cuda::quantize_rows_fp8(want.get(), rows, hidden, want_q.get(), want_s.get(), nullptr));
+      CUDA_REQUIRE(norm(got, got_res, {q.get(), scale.get()}));
+      CHECK(to_float(got.download()) == to_float(want.download()));
+      CHECK(to_float(got_res.download()) == to_float(want_res.download()));
+      CHECK(q.download() == want_q.download());
+      CHECK(scale.download() == want_s.download());
+    }
+    // x as an FP8 product still to scale: the scale pass, then the norm; the row scales written over x_scale.
+    for (const bool with_bias : {false, true}) {
+      INFO(rows << " x " << hidden << ", add_rms_norm of a product" << (with_bias ? " with bias" : ""));
+      std::uniform_real_distribution<float> scales(0.01f, 2.0f);
+      std::vector<float> product = random_bf16_values(rng, size_t(rows) * hidden), x_scale(rows), w_scale(hidden);
+      for (float& v : product) v = round_bf16(v * 300.0f);
+      for (float& v : x_scale) v = scales(rng);
+      for (float& v : w_scale) v = scales(rng) * 0.01f;
+      const std::vector<float> residual = random_bf16_values(rng, product.size());
+      const std::vector<float> weight = random_bf16_values(rng, hidden), bias = random_bf16_values(rng, hidden);
+      DeviceArray<bf16> d_product(to_bf16(product)), d_w(to_bf16(weight)), d_b(to_bf16(bias));
+      DeviceArray<float> d_sw(w_scale);
+      DeviceArray<bf16> scaled(to_bf16(product)), want(product.size()), want_res(to_bf16(residual));
+      DeviceArray<float> sx(x_scale), want_s(rows);
+      DeviceArray<uint8_t> want_q(product.size()), q(product.size());
+      CUDA_REQUIRE(cuda::scale_fp8_product(scaled.get(), sx.get(), d_sw.get(), with_bias ? d_b.get() : nullptr, rows,
+                                           hidden, nullptr));
+      CUDA_REQUIRE(cuda::add_rms_norm(want.get(), want_res.get(), scaled.get(), d_w.get(), rows, hidden, 1e-5f, 0.f,
+                                      nullptr));
+      CUDA_REQUIRE(cuda::quantize_rows_fp8(want.get(), rows, hidden, want_q.get(), want_s.get(), nullptr));
+      DeviceArray<bf16> got(product.size()), got_res(to_bf16(residual));
+      CUDA_REQUIRE(cuda::add_rms_norm(got.get(), got_res.get(), d_product.get(), d_w.get(), rows, hidden, 1e-5f, 0.f,
+                                      nullptr, {q.get(), sx.get()},
+                                      {sx.get(), d_sw.get(), with_bias ? d_b.get() : nullptr}));
+      CHECK(to_float(got.download()) == to_float(want.download()));
+      CHECK(to_float(got_res.download()) == to_float(want_res.download()));
+      CHECK(q.download() == want_q.download());
+      CHECK(sx.download() == want_s.download());
+    }
+  }
 }
 
 TEST_CASE("Gemm::linear_fp8 is the CPU's product of the same codes, scaled per row of x and of w", "[gpu][fp8]") {
