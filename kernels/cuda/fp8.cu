@@ -109,6 +109,8 @@ cudaError_t act_and_mul_fp8(bf16* act, uint8_t* q, float* scale, const bf16* gat
     return launch_failure(cudaErrorInvalidValue, "act_and_mul_fp8: inter " + std::to_string(inter) +
                                                      " must be a positive multiple of 8, act and gate_up 16- and q "
                                                      "8-byte aligned");
+  if (!scale || !x_scale || !w_scale)
+    return launch_failure(cudaErrorInvalidValue, "act_and_mul_fp8: the scale vectors are needed");
   if (tokens <= 0) return cudaSuccess;
   if (gelu_tanh)
     act_and_mul_fp8_kernel<GateActivation::kGeluTanh>

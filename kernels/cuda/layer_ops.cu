@@ -175,11 +175,25 @@ cudaError_t gather_rows(bf16* out, const bf16* table, const int32_t* rows, int n
   return cudaGetLastError();
 }
 
+namespace {
+
+// Why a norm's FP8 arguments cannot be taken, or "" when they can.
+std::string fp8_arguments_error(const Fp8Rows& fp8, const Fp8Product& product) {
+  if (reinterpret_cast<uintptr_t>(fp8.q) % 8 != 0 || (fp8.q && !fp8.scale))
+    return "FP8 rows need q 8-byte aligned and their scales";
+  if (product.x_scale && (!product.w_scale || !aligned16(product.bias)))
+    return "an FP8 product needs both scale vectors and a 16-byte aligned bias";
+  return "";
+}
+
+}  // namespace
+
 cudaError_t rms_norm(bf16* out, const bf16* x, const bf16* weight, int rows, int hidden, float eps,
                      float weight_offset, cudaStream_t stream, Fp8Rows fp8) {
-  if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(weight) ||
-      reinterpret_cast<uintptr_t>(fp8.q) % 8 != 0 || (fp8.q && !fp8.scale))
+  if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(weight))
     return bad_width("rms_norm", "hidden", hidden);
+  if (const std::string why = fp8_arguments_error(fp8, {}); !why.empty())
+    return launch_failure(cudaErrorInvalidValue, "rms_norm: " + why);
   if (rows <= 0) return cudaSuccess;
   rms_norm_kernel<false>
       <<<rows, kRowThreads, 0, stream>>>(out, nullptr, x, weight, hidden, eps, weight_offset, fp8, Fp8Product{});
@@ -189,9 +203,10 @@ cudaError_t rms_norm(bf16* out, const bf16* x, const bf16* weight, int rows, int
 cudaError_t add_rms_norm(bf16* out, bf16* residual, const bf16* x, const bf16* weight, int rows, int hidden,
                          float eps, float weight_offset, cudaStream_t stream, Fp8Rows fp8, Fp8Product x_product) {
   if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(residual) || !aligned16(x) ||
-      !aligned16(weight) || reinterpret_cast<uintptr_t>(fp8.q) % 8 != 0 || (fp8.q && !fp8.scale) ||
-      (x_product.x_scale && !x_product.w_scale) || !aligned16(x_product.bias))
+      !aligned16(weight))
     return bad_width("add_rms_norm", "hidden", hidden);
+  if (const std::string why = fp8_arguments_error(fp8, x_product); !why.empty())
+    return launch_failure(cudaErrorInvalidValue, "add_rms_norm: " + why);
   if (rows <= 0) return cudaSuccess;
   rms_norm_kernel<true>
       <<<rows, kRowThreads, 0, stream>>>(out, residual, x, weight, hidden, eps, weight_offset, fp8, x_product);

@@ -115,6 +115,8 @@ TEST_CASE("act_and_mul_fp8 is scale_fp8_product, the gated activation and quanti
   DeviceArray<float> s(1), ws(32);
   CHECK(cuda::act_and_mul_fp8(a.get(), q.get(), s.get(), gu.get(), s.get(), ws.get(), 1, 12, false, nullptr) ==
         cudaErrorInvalidValue);
+  CHECK(cuda::act_and_mul_fp8(a.get(), q.get(), s.get(), gu.get(), s.get(), nullptr, 1, 16, false, nullptr) ==
+        cudaErrorInvalidValue);
 }
 
 TEST_CASE("rms_norm and add_rms_norm with FP8 rows write quantize_rows_fp8's codes; add_rms_norm scales an FP8 product",
@@ -174,6 +176,18 @@ TEST_CASE("rms_norm and add_rms_norm with FP8 rows write quantize_rows_fp8's cod
       CHECK(sx.download() == want_s.download());
     }
   }
+  // Refused: FP8 rows without scales or with q misaligned; a product without its weight scales.
+  DeviceArray<bf16> out(16), res(16), x(16), w(16);
+  DeviceArray<uint8_t> q(24);
+  DeviceArray<float> sc(2);
+  const auto add = [&](cuda::Fp8Rows fp8, cuda::Fp8Product product) {
+    return cuda::add_rms_norm(out.get(), res.get(), x.get(), w.get(), 1, 16, 1e-5f, 0.f, nullptr, fp8, product);
+  };
+  CHECK(add({q.get(), nullptr}, {}) == cudaErrorInvalidValue);
+  CHECK(add({q.get() + 4, sc.get()}, {}) == cudaErrorInvalidValue);
+  CHECK(add({}, {sc.get(), nullptr, nullptr}) == cudaErrorInvalidValue);
+  CHECK(cuda::rms_norm(out.get(), x.get(), w.get(), 1, 16, 1e-5f, 0.f, nullptr, {q.get(), nullptr}) ==
+        cudaErrorInvalidValue);
 }
 
 TEST_CASE("Gemm::linear_fp8 is the CPU's product of the same codes, scaled per row of x and of w", "[gpu][fp8]") {
