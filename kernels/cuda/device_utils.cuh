@@ -104,15 +104,24 @@ __device__ __forceinline__ float fp8_row_multiplier(float absmax) {
 }
 __device__ __forceinline__ float fp8_row_scale(float absmax) { return absmax > 0.f ? __fdiv_rn(absmax, kFp8Max) : 1.f; }
 __device__ __forceinline__ uint8_t e4m3_code(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
-// Eight bf16 values times `inv` as eight e4m3 codes (8 bytes, 8-byte aligned).
-__device__ __forceinline__ void store_codes(uint8_t* out, const Bf16x8& v, float inv) {
-  float f[8];
-  bf16x8_to_float(v, f);
-  uint2 packed;
-  uint8_t* b = reinterpret_cast<uint8_t*>(&packed);
+// The end of quantising one bf16 row per block (quantize_rows_fp8 and the kernels that fuse it), called by every
+// thread: `absmax` is this thread's part of the row's absmax, over the chunks it owns (elements i..i+7 for i =
+// threadIdx.x * 8, stepping by blockDim.x * 8), which it then reads back from `row` (written by this same thread, or
+// never written in this kernel) as codes into q; thread 0 writes the row's scale. Two __syncthreads (block_max).
+__device__ __forceinline__ void quantize_own_chunks(float absmax, float* scratch, const bf16* row, int cols,
+                                                    uint8_t* q, float* scale) {
+  absmax = block_max(absmax, scratch);
+  const float multiplier = fp8_row_multiplier(absmax);
+  if (threadIdx.x == 0) *scale = fp8_row_scale(absmax);
+  for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
+    float f[8];
+    bf16x8_to_float(load_bf16x8(row + c), f);
+    uint2 packed;
+    uint8_t* b = reinterpret_cast<uint8_t*>(&packed);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) b[i] = e4m3_code(f[i] * inv);
-  *reinterpret_cast<uint2*>(out) = packed;
+    for (int i = 0; i < 8; ++i) b[i] = e4m3_code(f[i] * multiplier);
+    *reinterpret_cast<uint2*>(q + c) = packed;
+  }
 }
 // One element of a product of row-quantised codes with its scales (and bias) applied: scale_fp8_product.
 __device__ __forceinline__ float scale_fp8_element(float product, float x_scale, float w_scale, float bias) {

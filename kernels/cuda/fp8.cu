@@ -27,10 +27,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < 8; ++i) absmax = fmaxf(absmax, fabsf(f[i]));
   }
-  absmax = block_max(absmax, scratch);
-  const float inv = fp8_row_multiplier(absmax);
-  if (threadIdx.x == 0) scale[row] = fp8_row_scale(absmax);
-  for (int c = threadIdx.x * 8; c < cols; c += kThreads * 8) store_codes(out + c, load_bf16x8(in + c), inv);
+  quantize_own_chunks(absmax, scratch, in, cols, out, scale + row);
 }
 
 // grid: (ceil(n / (8 * kThreads)), m); block: kThreads; 8 columns a thread.
@@ -82,10 +79,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < 8; ++i) absmax = fmaxf(absmax, fabsf(g[i]));
   }
-  absmax = block_max(absmax, scratch);
-  const float inv = fp8_row_multiplier(absmax);
-  if (threadIdx.x == 0) scale[t] = fp8_row_scale(absmax);
-  for (int c = threadIdx.x * 8; c < inter; c += kThreads * 8) store_codes(q + t * inter + c, load_bf16x8(out + c), inv);
+  quantize_own_chunks(absmax, scratch, out, inter, q + t * inter, scale + t);
 }
 
 }  // namespace

@@ -95,12 +95,7 @@ __global__ void __launch_bounds__(kRowThreads)
       for (int j = 0; j < 8; ++j) absmax = fmaxf(absmax, fabsf(v[j]));
     }
   }
-  if (!fp8.q) return;
-  absmax = block_max(absmax, scratch);
-  const float multiplier = fp8_row_multiplier(absmax);
-  if (threadIdx.x == 0) fp8.scale[blockIdx.x] = fp8_row_scale(absmax);
-  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8)
-    store_codes(fp8.q + row + i, load_bf16x8(out + row + i), multiplier);
+  if (fp8.q) quantize_own_chunks(absmax, scratch, out + row, hidden, fp8.q + row, fp8.scale + blockIdx.x);
 }
 
 constexpr int kHeadsPerBlock = 8;  // head_rms_norm: one warp per head
