@@ -261,6 +261,9 @@ std::string Engine::Impl::misfit(const WorkerInfo& info) const {
       info.num_kv_heads != mc.num_kv_heads || info.head_dim != mc.head_dim || info.vocab_size != mc.vocab_size)
     return "the worker runs a different model (" + std::to_string(info.num_layers) + " layers, hidden " +
            std::to_string(info.hidden_size) + ", vocab " + std::to_string(info.vocab_size) + ")";
+  if (info.kv_window != mc.kv_release_window())
+    return "the worker's model slides over " + std::to_string(info.kv_window) + " tokens, this engine's over " +
+           std::to_string(mc.kv_release_window()) + " (config.json sliding_window)";
   if (info.block_size != config.block_size)
     return "the worker's KV blocks hold " + std::to_string(info.block_size) + " tokens, this engine's " +
            std::to_string(config.block_size) + " (--block-size)";
@@ -313,7 +316,8 @@ void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks
                      .num_disk_blocks = disk_blocks,
                      .disk_keys = kv_identity ? KvDiskStore::list_keys(config.kv_disk_dir, kv_identity)
                                               : std::vector<uint64_t>{},
-                     .enable_prefix_caching = config.enable_prefix_caching},
+                     .enable_prefix_caching = config.enable_prefix_caching,
+                     .sliding_window = model.kv_release_window()},
       writer);
   SchedulerSetup setup;
   setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode};

@@ -123,6 +123,7 @@ struct WorkerInfo {
   int block_size = 0;
   int max_model_len = 0, max_num_seqs = 0, max_num_batched_tokens = 0;  // the largest step its runner takes
   int num_blocks = 0, num_swap_blocks = 0;
+  int kv_window = 0;  // ModelConfig::kv_release_window: steps may carry released table entries before it
 };
 
 // CAF's inspect overloads (serialisation across the network layer, to_string) of the message types and what they
@@ -157,7 +158,7 @@ PAGED_INSPECT(PackedStep, x.bytes)
 PAGED_INSPECT(PackedResult, x.bytes)
 PAGED_INSPECT(WorkerInfo, x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads, x.head_dim,
               x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens, x.num_blocks,
-              x.num_swap_blocks)
+              x.num_swap_blocks, x.kv_window)
 
 #undef PAGED_INSPECT
 

@@ -49,7 +49,8 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
                       .max_num_seqs = c.max_num_seqs,
                       .max_num_batched_tokens = c.max_num_batched_tokens,
                       .num_blocks = built.num_blocks,
-                      .num_swap_blocks = built.num_swap_blocks};
+                      .num_swap_blocks = built.num_swap_blocks,
+                      .kv_window = model.kv_release_window()};
   m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
   // Not detached, although a step blocks its thread: the worker runs no other actor of its own, and a detached
   // actor would make the system's shutdown wait for the last reference to it, which a connection's teardown in

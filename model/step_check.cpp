@@ -54,6 +54,21 @@ std::optional<FieldError> check_sample(const SampleSpec& s, const StepLimits& li
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<FieldError> check_table_entries(const SeqChunk& c, int num_blocks, int block_size, int kv_window) {
+  const auto first_read = static_cast<size_t>(first_window_block(c.start_pos, kv_window, block_size));
+  for (size_t b = 0; b < c.block_table.size(); ++b) {
+    if (b < first_read && c.block_table[b] == kReleasedBlock) continue;  // before every layer's window
+    if (c.block_table[b] < 0 || c.block_table[b] >= num_blocks)
+      return FieldError{"[" + std::to_string(b) + "]",
+                        "block " + std::to_string(c.block_table[b]) + " is outside the device pool " + range(num_blocks)};
+  }
+  return std::nullopt;
+}
+
+namespace {
+
 // Fields as ".tokens[3]", ".block_table", ...
 std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limits, HistoryCheck history) {
   if (c.tokens.empty()) return bad(".tokens", "a chunk computes at least one token");
@@ -74,10 +89,8 @@ std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limit
   if (blocks > most)
     return bad(".block_table", std::to_string(blocks) + " blocks, more than the " + std::to_string(most) +
                                    " of a sequence of max_model_len tokens");
-  for (size_t b = 0; b < c.block_table.size(); ++b)
-    if (c.block_table[b] < 0 || c.block_table[b] >= limits.num_blocks)
-      return bad(indexed(".block_table", b), "block " + std::to_string(c.block_table[b]) +
-                                                 " is outside the device pool " + range(limits.num_blocks));
+  if (auto e = check_table_entries(c, limits.num_blocks, limits.block_size, limits.kv_window))
+    return under(".block_table", std::move(e));
   if (c.samples.size() > static_cast<size_t>(kMaxSamplesPerChunk))
     return bad(".samples", std::to_string(c.samples.size()) + " samples, more than the " +
                                std::to_string(kMaxSamplesPerChunk) + " a chunk draws at most");

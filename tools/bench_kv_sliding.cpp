@@ -1,6 +1,8 @@
-// KV bytes per token of a sequence at a given context for Gemma 3's shapes (five sliding layers to one full) against
-// models without sliding layers: what every layer keeping every block costs today, and what releasing a sliding
-// layer's blocks behind its window (model/kv/kv_footprint.h) would leave. bf16 KV, blocks of 16 tokens.
+// KV bytes per token of a sequence at a given context for Gemma 3's shapes (five sliding layers to one full), a
+// model whose every layer slides (Mistral 7B v0.1) and models without sliding layers: what every layer keeping every
+// block costs, what releasing a sliding layer's blocks behind its window (model/kv/kv_footprint.h) leaves, and what
+// the cache manager holds (a KvCacheManager decoding one sequence to that context, one token a step: it releases
+// the blocks before the window when every layer slides). bf16 KV, blocks of 16 tokens.
 // The shapes are those of the published config.json files (layers, KV heads, head_dim, sliding_window, and
 // Gemma 3's layer_types: every sixth layer full); MODEL_DIR arguments add their own config.json.
 //
@@ -8,24 +10,50 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/kv/kv_cache_manager.h"
 #include "model/kv/kv_footprint.h"
 
 namespace {
 
 using paged::ModelConfig;
 
-// A shape of `layers` layers of kv_heads x head_dim, every sixth full and the others sliding by `window` (0: none).
-ModelConfig shape(int layers, int kv_heads, int head_dim, int window) {
+constexpr int kBlock = 16;
+
+// A shape of `layers` layers of kv_heads x head_dim, every sixth full (unless `every_layer`) and the others sliding
+// by `window` (0: none).
+ModelConfig shape(int layers, int kv_heads, int head_dim, int window, bool every_layer = false) {
   ModelConfig c;
   c.num_layers = layers;
   c.num_kv_heads = kv_heads;
   c.head_dim = head_dim;
-  for (int l = 0; l < layers; ++l) c.sliding_windows.push_back((l + 1) % 6 != 0 ? window : 0);
+  for (int l = 0; l < layers; ++l) c.sliding_windows.push_back(every_layer || (l + 1) % 6 != 0 ? window : 0);
   return c;
+}
+
+// The most device blocks a KvCacheManager holds for one sequence of `context` tokens computed one token a step
+// (the prompt's first token, then decode), with the model's release window.
+int64_t peak_blocks(const ModelConfig& config, int64_t context) {
+  const int64_t blocks = (context + kBlock - 1) / kBlock;
+  paged::KvCacheManager kv({.block_size = kBlock, .num_device_blocks = static_cast<int>(blocks + 1),
+                            .enable_prefix_caching = false, .sliding_window = config.kv_release_window(),
+                            .watermark = 0.0});
+  const std::vector<paged::TokenId> tokens(context, 0);
+  kv.allocate(1, tokens, 1);
+  kv.mark_computed(1, tokens, 1);
+  std::vector<paged::BlockPair> copies;
+  int64_t peak = 1;
+  for (int p = 1; p < context; ++p) {
+    kv.reserve(1, p, p + 1, copies);
+    kv.mark_computed(1, tokens, p + 1);
+    const paged::KvMetrics m = kv.metrics();
+    peak = std::max(peak, m.device_total - m.device_free);
+  }
+  return peak;
 }
 
 }  // namespace
@@ -37,6 +65,7 @@ int main(int argc, char** argv) {
       {"gemma-3-4b (34 layers, 4 x 256, window 1024)", shape(34, 4, 256, 1024)},
       {"gemma-3-12b (48 layers, 8 x 256, window 1024)", shape(48, 8, 256, 1024)},
       {"gemma-3-27b (62 layers, 16 x 128, window 1024)", shape(62, 16, 128, 1024)},
+      {"mistral-7b-v0.1 (32 layers, 8 x 128, window 4096 on all)", shape(32, 8, 128, 4096, true)},
       {"llama-3-8b (32 layers, 8 x 128, no sliding)", shape(32, 8, 128, 0)},
       {"qwen3-8b (36 layers, 8 x 128, no sliding)", shape(36, 8, 128, 0)}};
   for (int i = 1; i < argc; ++i) {
@@ -57,11 +86,15 @@ int main(int argc, char** argv) {
   }
   std::printf("KV bytes per token at context %lld (bf16, blocks of 16), per sequence:\n",
               static_cast<long long>(context));
-  std::printf("%-50s %14s %22s %8s\n", "model", "every block", "sliding: window only", "saving");
+  std::printf("%-58s %14s %22s %8s %18s\n", "model", "every block", "sliding: window only", "saving",
+              "manager holds");
   for (const auto& [name, config] : models) {
-    const paged::KvFootprint f = paged::sequence_kv_bytes(config, context, 16, 2);
+    const paged::KvFootprint f = paged::sequence_kv_bytes(config, context, kBlock, 2);
     const double all = double(f.every_block) / context, window = double(f.window_blocks) / context;
-    std::printf("%-50s %11.1f KiB %19.1f KiB %7.2fx\n", name.c_str(), all / 1024, window / 1024, all / window);
+    const double block_bytes = 2.0 * config.num_layers * config.num_kv_heads * config.head_dim * kBlock * 2;
+    const double held = peak_blocks(config, context) * block_bytes / context;
+    std::printf("%-58s %11.1f KiB %19.1f KiB %7.2fx %14.1f KiB\n", name.c_str(), all / 1024, window / 1024,
+                all / window, held / 1024);
   }
   return 0;
 }

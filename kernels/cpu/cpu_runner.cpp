@@ -121,7 +121,7 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
   // Bounds first, before anything is written: the KV a chunk writes and reads stays in the pool (every block of its
-  // table is in the pool, and kv_slot below checks that the table reaches every position written, so every one
+  // table is in the pool but released ones before every window, which no layer reads, and kv_slot below checks that the table reaches every position written, so every one
   // read), and so do the copies.
   require_pairs_in_pools(batch.copies, PairOrder::copy_on_write, opt_);
   for (const SeqChunk& c : batch.seqs) {
@@ -130,8 +130,8 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
       throw ModelError("a chunk needs a token and positions in [0, 2^31)");
     for (TokenId t : c.tokens)
       if (t < 0 || t >= cfg_.vocab_size) throw ModelError("token id out of range");
-    for (int32_t b : c.block_table)
-      if (b < 0 || b >= opt_.num_blocks) throw ModelError("block id out of range");
+    if (auto bad = check_table_entries(c, opt_.num_blocks, B, cfg_.kv_release_window()))
+      throw ModelError("block table" + bad->describe());
   }
 
   // Flatten the ragged batch: tokens, positions, slots, per-sequence query ranges and block tables.

@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "model/loader/fp8_checkpoint.h"
+#include "model/step_check.h"
 
 namespace paged {
 
@@ -79,6 +80,7 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   opt = options;
   heads = cfg.num_heads;
   kv_heads = cfg.num_kv_heads;
+  kv_window = cfg.kv_release_window();
   head_dim = cfg.head_dim;
   hidden = cfg.hidden_size;
   inter = cfg.intermediate_size;
@@ -490,6 +492,9 @@ void CudaModelRunner::Impl::allocate_kv() {
                    "); raise gpu_memory_utilization or lower max_model_len");
   blocks = std::min<int64_t>(blocks, INT32_MAX);
   kv_memory = device_alloc<char>(blocks * all_layers);
+  // Zeros, so that every block holds finite values: the kernels load (and mask) positions before a sliding window
+  // from released table entries, staged as block 0, as the padding rows of a decode step read block 0.
+  PAGED_CUDA_CHECK(cudaMemset(kv_memory.get(), 0, blocks * all_layers));
   kv = cuda::BlockPool{kv_memory.get(), 2 * cfg.num_layers, static_cast<int>(blocks), block_bytes};
   const auto swap_blocks = static_cast<int64_t>(opt.swap_space_gib * double(int64_t{1} << 30) / double(all_layers));
   swap_memory = pinned_alloc<char>(std::max<int64_t>(swap_blocks, 0) * all_layers);
@@ -524,10 +529,9 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
       throw ModelError("context of " + std::to_string(ctx) + " tokens exceeds max_model_len " +
                        std::to_string(opt.max_model_len));
     if (static_cast<int>(c.block_table.size()) < needed) throw ModelError("block table shorter than the context");
-    for (int b = 0; b < needed; ++b) {
-      if (c.block_table[b] < 0 || c.block_table[b] >= kv.num_blocks) throw ModelError("block id out of range");
-      block_tables.host[int64_t{s} * table_stride + b] = c.block_table[b];
-    }
+    if (auto bad = check_table_entries(c, kv.num_blocks, B, kv_window)) throw ModelError("block table" + bad->describe());
+    for (int b = 0; b < needed; ++b)  // a released block (before every window) is read as block 0, and masked
+      block_tables.host[int64_t{s} * table_stride + b] = std::max(c.block_table[b], 0);
     max_table = std::max(max_table, needed);
     for (size_t i = 0; i < c.tokens.size(); ++i, ++t) {
       if (c.tokens[i] < 0 || c.tokens[i] >= vocab) throw ModelError("token id out of range");

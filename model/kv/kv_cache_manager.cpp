@@ -22,6 +22,7 @@ double KvMetrics::kv_waste() const {
 KvCacheManager::KvCacheManager(KvCacheOptions options)
     : block_size_(options.block_size),
       prefix_caching_(options.enable_prefix_caching),
+      window_(options.sliding_window),
       watermark_blocks_(static_cast<int>(options.watermark * options.num_device_blocks)),
       device_(options.num_device_blocks, "device"),
       cpu_(options.num_cpu_blocks, "cpu"),
@@ -30,6 +31,7 @@ KvCacheManager::KvCacheManager(KvCacheOptions options)
       filled_(std::max(options.num_device_blocks, 0), 0) {
   if (options.block_size <= 0) throw std::invalid_argument("block_size must be positive");
   if (options.watermark < 0.0 || options.watermark >= 1.0) throw std::invalid_argument("watermark must be in [0, 1)");
+  if (options.sliding_window < 0) throw std::invalid_argument("sliding_window must be >= 0");
   if (options.num_disk_blocks > 0 && options.num_offload_blocks <= 0)
     throw std::invalid_argument("the disk tier keeps what the CPU tier drops: it needs the CPU tier");
   for (uint64_t key : disk_.take_initial_deletions())
@@ -305,7 +307,17 @@ bool KvCacheManager::reserve(SeqId seq, int first_write_pos, int num_tokens_to_h
     s.blocks[i] = own;
   }
   while (static_cast<int>(s.blocks.size()) < blocks_for(num_tokens_to_hold)) s.blocks.push_back(take_new(0));
+  release_before_window(s, first_write_pos);
   return true;
+}
+
+void KvCacheManager::release_before_window(Sequence& s, int first_write_pos) {
+  // Computed blocks only: a pending one (register_planned) may still be unregistered by forget_pending.
+  const int end = std::min(first_window_block(first_write_pos, window_, block_size_), s.num_computed / block_size_);
+  for (; s.released < end; ++s.released) {
+    drop(s.blocks[s.released]);  // ref -= 1; at 0 -> cached (registered) or free
+    s.blocks[s.released] = kReleasedBlock;
+  }
 }
 
 void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed, int tokens_offset) {
@@ -378,33 +390,34 @@ void KvCacheManager::forget_pending(Sequence& s) {
 void KvCacheManager::fork(SeqId parent, SeqId child) {
   Sequence copy = device_seq(parent);
   if (seqs_.contains(child)) throw std::logic_error("fork(): sequence " + std::to_string(child) + " already exists");
-  for (int32_t block : copy.blocks) take_shared(block, 0);  // in use -> in use (ref += 1)
+  for (size_t i = copy.released; i < copy.blocks.size(); ++i) take_shared(copy.blocks[i], 0);  // ref += 1
   seqs_.emplace(child, std::move(copy));
 }
 
 void KvCacheManager::free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  const std::vector<int32_t>& blocks = it->second.blocks;
-  if (it->second.swapped) {
-    for (int32_t block : blocks) cpu_.release(block);  // in use -> free
+  Sequence& s = it->second;
+  if (s.swapped) {
+    for (size_t i = s.released; i < s.blocks.size(); ++i) cpu_.release(s.blocks[i]);  // in use -> free
   } else {
-    forget_pending(it->second);
+    forget_pending(s);
     // Last block first: the LRU head is evicted first, so a prefix outlives its tail in the cache.
-    for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) drop(*b);  // ref -= 1; at 0 -> cached or free
+    for (size_t i = s.blocks.size(); i-- > static_cast<size_t>(s.released);) drop(s.blocks[i]);  // ref -= 1
   }
   seqs_.erase(it);
 }
 
 std::optional<std::vector<BlockPair>> KvCacheManager::swap_out(SeqId seq) {
   Sequence& s = device_seq(seq);
-  if (static_cast<int>(s.blocks.size()) > cpu_.num_free()) return std::nullopt;
+  if (held_blocks(s) > cpu_.num_free()) return std::nullopt;
   forget_pending(s);
   std::vector<BlockPair> pairs;
-  pairs.reserve(s.blocks.size());
-  for (int32_t block : s.blocks) pairs.emplace_back(block, cpu_.allocate());  // cpu: free -> in use (ref 1)
-  for (auto b = s.blocks.rbegin(); b != s.blocks.rend(); ++b) drop(*b);      // device: ref -= 1
-  for (size_t i = 0; i < pairs.size(); ++i) s.blocks[i] = pairs[i].second;
+  pairs.reserve(held_blocks(s));
+  for (size_t i = s.released; i < s.blocks.size(); ++i)
+    pairs.emplace_back(s.blocks[i], cpu_.allocate());  // cpu: free -> in use (ref 1)
+  for (auto p = pairs.rbegin(); p != pairs.rend(); ++p) drop(p->first);  // device: ref -= 1
+  for (size_t i = 0; i < pairs.size(); ++i) s.blocks[s.released + i] = pairs[i].second;
   s.swapped = true;
   swapped_out_blocks_ += static_cast<int64_t>(pairs.size());
   return pairs;
@@ -412,16 +425,16 @@ std::optional<std::vector<BlockPair>> KvCacheManager::swap_out(SeqId seq) {
 
 bool KvCacheManager::can_swap_in(SeqId seq) const {
   const Sequence& s = seqs_.at(seq);
-  return s.swapped && above_watermark(static_cast<int>(s.blocks.size()));
+  return s.swapped && above_watermark(held_blocks(s));
 }
 
 std::optional<std::vector<BlockPair>> KvCacheManager::swap_in(SeqId seq) {
   Sequence& s = seqs_.at(seq);
   if (!s.swapped) throw std::logic_error("swap_in(): sequence " + std::to_string(seq) + " is not swapped out");
-  if (static_cast<int>(s.blocks.size()) > device_.num_free()) return std::nullopt;
+  if (held_blocks(s) > device_.num_free()) return std::nullopt;
   std::vector<BlockPair> pairs;
-  pairs.reserve(s.blocks.size());
-  for (size_t i = 0; i < s.blocks.size(); ++i) {
+  pairs.reserve(held_blocks(s));
+  for (size_t i = s.released; i < s.blocks.size(); ++i) {
     int32_t cpu_block = s.blocks[i];
     s.blocks[i] = take_new(computed_in(s, i));  // device: free -> in use (ref 1)
     pairs.emplace_back(cpu_block, s.blocks[i]);
@@ -471,9 +484,9 @@ KvSnapshot KvCacheManager::snapshot() const {
   std::vector<uint8_t> device_owner(device_.num_blocks(), kCellBusy);
   std::vector<uint8_t> swap_owner(cpu_.num_blocks(), kCellBusy);
   for (const auto& [id, s] : seqs_) {
-    snap.seqs.push_back({id, s.swapped, static_cast<int32_t>(s.blocks.size()), s.num_computed});
+    snap.seqs.push_back({id, s.swapped, held_blocks(s), s.num_computed});
     std::vector<uint8_t>& owner = s.swapped ? swap_owner : device_owner;
-    for (int32_t block : s.blocks) owner[block] = seq_cell(id);
+    for (size_t i = s.released; i < s.blocks.size(); ++i) owner[s.blocks[i]] = seq_cell(id);
   }
   std::sort(snap.seqs.begin(), snap.seqs.end(),
             [](const SeqSnapshot& a, const SeqSnapshot& b) { return a.seq < b.seq; });
@@ -528,10 +541,14 @@ void KvCacheManager::check_invariants() const {
     if (s.num_computed < 0 || s.num_computed > static_cast<int>(s.blocks.size()) * block_size_) {
       fail(who + " computed " + std::to_string(s.num_computed) + " tokens beyond its table");
     }
-    std::vector<int32_t> sorted = s.blocks;
+    if (s.released < 0 || s.released > s.num_computed / block_size_ || (window_ == 0 && s.released > 0))
+      fail(who + " released " + std::to_string(s.released) + " blocks");
+    for (int i = 0; i < s.released; ++i)
+      if (s.blocks[i] != kReleasedBlock) fail(who + " holds block " + std::to_string(i) + " counted as released");
+    std::vector<int32_t> sorted(s.blocks.begin() + s.released, s.blocks.end());
     std::sort(sorted.begin(), sorted.end());
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) fail(who + " holds a block twice");
-    for (size_t i = 0; i < s.blocks.size(); ++i) {
+    for (size_t i = s.released; i < s.blocks.size(); ++i) {
       int32_t b = s.blocks[i];
       if (b < 0 || b >= static_cast<int32_t>(refs.size())) fail(who + " holds block id " + std::to_string(b));
       ++refs[b];

@@ -21,6 +21,13 @@
 // at a time. take_tier_copies() hands the orders over; the executors must run the demotions before the promotions
 // and both before the next step (the scheduler sends them with the plan's swap-outs and swap-ins).
 //
+// Sliding windows (sliding_window > 0, ModelConfig::kv_release_window: every layer slides): reserve() releases the
+// blocks that no query of the sequence will read again, those wholly before first_write_pos - window + 1 that a
+// returned step computed (ref -= 1, as free() does: a registered block stays in the prefix cache); their table
+// entries become kReleasedBlock, always a prefix of the table. A sequence then holds about window + chunk tokens of
+// blocks however long it grows. allocate() releases nothing (a chunk admitted beside a sequence whose planned step is
+// dropped may restart earlier, drop_ended_chunks); swaps, forks and free() skip the released entries.
+//
 // The disk tier (num_disk_blocks > 0, model/kv/disk_tier.h) keeps what the CPU tier drops: a save order writes the
 // dropped host block to the file of its chain key before anything overwrites it. A waiting sequence whose prefix
 // continues on disk is not admitted: load_from_disk orders loads into CPU-tier blocks (staged), and once the
@@ -50,6 +57,7 @@ struct KvCacheOptions {
   int64_t num_disk_blocks = 0;         // disk tier of blocks the CPU tier drops (needs the CPU tier)
   std::vector<uint64_t> disk_keys;     // the disk tier's files found at start, least recently written first
   bool enable_prefix_caching = true;
+  int sliding_window = 0;              // > 0: release the blocks before the window (see above); 0 keeps every block
   double watermark = 0.01;             // fraction of device blocks kept free when admitting (allocate, swap-in)
 };
 
@@ -103,6 +111,7 @@ class KvCacheManager {
   /// write range [first_write_pos, num_tokens_to_hold): each gets a new block, and the one holding first_write_pos
   /// gets a copy order (src, dst) appended to `copies` when it has slots before first_write_pos to keep. Returns
   /// false and changes nothing if blocks run out. Call with first_write_pos >= num_computed(seq), on a device seq.
+  /// With a sliding window it then releases the computed blocks wholly before first_write_pos - window + 1.
   bool reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold, std::vector<BlockPair>& copies);
   /// True if reserve() with these arguments would succeed.
   bool can_reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold) const;
@@ -161,7 +170,7 @@ class KvCacheManager {
   /// memory tier meanwhile); else the file is bad: a miss, removed. Throws std::logic_error for a key not loading.
   void finish_load(uint64_t key, bool ok);
 
-  /// Device block ids of a sequence that is not swapped. Throws std::out_of_range / std::logic_error otherwise.
+  /// Device block ids of a sequence that is not swapped (kReleasedBlock for the released ones). Throws std::out_of_range / std::logic_error otherwise.
   const std::vector<int32_t>& block_table(SeqId seq) const;
   int num_computed(SeqId seq) const;
   KvMetrics metrics() const;
@@ -183,11 +192,16 @@ class KvCacheManager {
                                        // those from num_computed / block_size on are pending (register_planned)
     std::vector<uint64_t> chains;      // BlockContent::chain of each of them
     int num_computed = 0;              // tokens whose KV a returned step wrote (the scheduler plans ahead of it)
+    int released = 0;                  // blocks[0, released) are kReleasedBlock (sliding window)
     uint64_t salt = 0;
     bool swapped = false;
   };
 
   int blocks_for(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+  // Blocks the sequence holds (its table without the released entries).
+  static int held_blocks(const Sequence& s) { return static_cast<int>(s.blocks.size()) - s.released; }
+  // Releases the device sequence's computed blocks wholly before the window of queries from `first_write_pos` on.
+  void release_before_window(Sequence& s, int first_write_pos);
   int computed_in(const Sequence& s, size_t index) const;
   // Slots of the sequence's block `index` that hold KV or that a planned step fills: full for a block with a content
   // id, else computed_in.
@@ -234,6 +248,7 @@ class KvCacheManager {
 
   int block_size_;
   bool prefix_caching_;
+  int window_;                         // sliding_window
   int watermark_blocks_;
   BlockPool device_;
   BlockPool cpu_;

@@ -1,7 +1,9 @@
-// The KV memory one sequence holds, by layer kind: today every layer keeps every block of its sequence (one block
-// table for all layers), while a sliding-window layer (Gemma 3's five of six, Mistral's every one) reads only the
-// blocks that overlap its window. Pure arithmetic over a ModelConfig: what releasing a sliding layer's older blocks
-// (a KV group per window size, as vLLM does) would save; tools/bench_kv_sliding prints it for Gemma 3's shapes.
+// The KV memory one sequence holds, by layer kind: every layer keeps the blocks of one block table, while a
+// sliding-window layer (Gemma 3's five of six, Mistral's every one) reads only the blocks that overlap its window.
+// When every layer slides the cache manager releases the others (KvCacheOptions::sliding_window: window_blocks is
+// then what it holds); where only some do, it keeps every block. Pure arithmetic over a ModelConfig: what releasing a
+// sliding layer's older blocks (a KV group per window size, as vLLM does) saves; tools/bench_kv_sliding prints it
+// for Gemma 3's shapes.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +14,7 @@ namespace paged {
 
 /// Bytes of K and V one sequence holds over all layers.
 struct KvFootprint {
-  int64_t every_block = 0;    // every layer holds ceil(context / block_size) blocks (the cache manager today)
+  int64_t every_block = 0;    // every layer holds ceil(context / block_size) blocks (the cache manager, unless every layer slides)
   int64_t window_blocks = 0;  // a sliding layer holds only the blocks overlapping its window, the others all
 };
 

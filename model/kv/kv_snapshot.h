@@ -49,7 +49,7 @@ struct TierSnapshot {
 struct SeqSnapshot {
   SeqId seq = 0;
   bool swapped = false;          // its blocks are in the swap tier, else on the device
-  int32_t num_blocks = 0;
+  int32_t num_blocks = 0;        // blocks it holds (not those a sliding window released)
   int32_t num_computed = 0;      // tokens whose KV a returned step wrote
 };
 

@@ -799,6 +799,64 @@ TEST_CASE("a sequence that could outgrow the KV pool is refused; one that fits i
   CHECK(engine.metrics().kv_blocks_free == engine.metrics().kv_blocks_total);
 }
 
+TEST_CASE("every layer sliding: a sequence holds its window's blocks, so a pool of a third of the need runs all at "
+          "once, with the tokens of a runner that keeps every block", "[engine][sliding]") {
+  // stories260K as a Mistral whose every layer sees the last 32 positions (its weights, another attention mask).
+  TempDir dir("paged_sliding_");
+  for (const char* f : {"model.safetensors", "tokenizer.model", "tokenizer_config.json", "generation_config.json"})
+    std::filesystem::copy_file(std::filesystem::path(kModel) / f, dir.path() / f);
+  boost::json::object config = read_json(std::string(kModel) + "/config.json").as_object();
+  config["model_type"] = "mistral";
+  config["architectures"] = boost::json::array{"MistralForCausalLM"};
+  config["sliding_window"] = 32;
+  std::ofstream(dir.path() / "config.json") << boost::json::serialize(config);
+  const ModelConfig cfg = load_model_config(dir.path().string());
+  REQUIRE(cfg.kv_release_window() == 32);
+
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(text_prompt(37 * i, 20 + 4 * i));
+  SamplingParams params = greedy(150);
+  params.ignore_eos = true;
+  int need = 0;  // blocks of every sequence's whole length
+  for (const auto& p : prompts) need += (static_cast<int>(p.size()) + 150 + 15) / 16;
+
+  // The reference: the CPU runner alone, every block of the sequence in its table, one prompt.
+  const SafeTensors weights(dir.path().string());
+  CpuModelRunner runner(cfg, weights, CpuRunnerOptions{.block_size = 16, .num_blocks = 16});
+  std::vector<int32_t> table(16);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<TokenId> expected, seq = prompts[0];
+  for (int start = 0; expected.size() < 150; start = static_cast<int>(seq.size()) - 1) {
+    SeqChunk c{.tokens = std::vector<TokenId>(seq.begin() + start, seq.end()), .start_pos = start, .block_table = table};
+    c.samples = {SampleSpec{.params = &params}};
+    StepBatch batch;
+    batch.seqs = {c};
+    const std::vector<float> logits = runner.forward(batch).at(0);
+    expected.push_back(static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    seq.push_back(expected.back());
+  }
+
+  EngineConfig big = base_config();
+  big.model_dir = dir.path().string();
+  Engine roomy(big);
+  const auto reference = run_all(roomy, prompts, params);
+  CHECK(reference[0][0].tokens == expected);
+
+  EngineConfig small = big;
+  small.num_kv_blocks = 40;  // 8 sequences of ceil(32 / 16) + 1 blocks, one more while growing, one planned ahead
+  small.max_num_batched_tokens = 64;
+  INFO(*small.num_kv_blocks << " blocks of the " << need << " the sequences' lengths take");
+  REQUIRE(need > 2 * *small.num_kv_blocks);
+  Engine tight(small);
+  const auto got = run_all(tight, prompts, params);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("request " << i);
+    CHECK(got[i][0].tokens == reference[i][0].tokens);
+  }
+  CHECK(tight.metrics().preemptions == 0);
+  require_pool_drained(tight);
+}
+
 TEST_CASE("prompt logprobs through the engine: chunked, batched and preempted prefills score every token",
           "[engine][prompt_logprobs]") {
   std::mt19937_64 rng(5);

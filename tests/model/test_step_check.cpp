@@ -129,6 +129,28 @@ TEST_CASE("a block table must reach every position written, be no longer than ma
   CHECK(failing_field(g.step) == "seqs[1].block_table[2]");
 }
 
+TEST_CASE("released table entries pass only before every layer's window (kv_window), never without one",
+          "[step_check]") {
+  GoodStep g;
+  StepLimits windowed = kLimits;
+  windowed.kv_window = 20;
+  g.decode().start_pos = 40;  // queries from 40 see 21 on: block 0 (0..15) is before the window, block 1 is not
+  g.decode().block_table = {kReleasedBlock, 2, 3};
+  CHECK(failing_field(g.step, windowed).empty());
+  CHECK(failing_field(g.step) == "seqs[1].block_table[0]");  // no window: every block is read
+  g.decode().block_table = {kReleasedBlock, kReleasedBlock, 3};  // block 1 holds 21..31, inside the window
+  CHECK(failing_field(g.step, windowed) == "seqs[1].block_table[1]");
+  g.decode().block_table = {-2, 2, 3};  // released is -1 only
+  CHECK(failing_field(g.step, windowed) == "seqs[1].block_table[0]");
+  g.decode().start_pos = 36;  // queries from 36 see 17 on: still block 1
+  g.decode().block_table = {kReleasedBlock, 2, 3};
+  CHECK(failing_field(g.step, windowed).empty());
+  g.decode().start_pos = 35;  // 16 on: block 1 from its first position
+  CHECK(failing_field(g.step, windowed).empty());
+  g.decode().start_pos = 34;  // 15 on: block 0 is read
+  CHECK(failing_field(g.step, windowed) == "seqs[1].block_table[0]");
+}
+
 TEST_CASE("a chunk draws at most kMaxSamplesPerChunk samples", "[step_check]") {
   GoodStep g;
   const SampleSpec spec = g.sample();

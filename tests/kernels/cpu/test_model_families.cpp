@@ -83,8 +83,11 @@ struct Run {
 };
 
 // Greedy decoding of `c` on tp_size CPU ranks (threads, LocalAllReduce), block size 16: the prompt in chunks of
-// `chunk` tokens (a chunk boundary inside the sliding window and one crossing it), then one token a step.
-Run run_case(const ModelConfig& cfg, const SafeTensors& weights, const RefCase& c, int tp_size, int chunk) {
+// `chunk` tokens (a chunk boundary inside the sliding window and one crossing it), then one token a step. With
+// `release`, each step's table marks the blocks before its window released (kReleasedBlock), as the cache manager
+// does when every layer slides: the runner must not read them.
+Run run_case(const ModelConfig& cfg, const SafeTensors& weights, const RefCase& c, int tp_size, int chunk,
+             bool release = false) {
   const int B = 16;
   const int blocks = (c.max_model_len + B - 1) / B + 1;
   LocalAllReduce reduce(tp_size);
@@ -101,6 +104,8 @@ Run run_case(const ModelConfig& cfg, const SafeTensors& weights, const RefCase& 
   std::vector<TokenId> output;
   // The logits after `tokens` at start_pos (rank 0's; the other ranks run the same step beside it).
   auto step = [&](const std::vector<TokenId>& tokens, int start_pos, bool sample) {
+    if (release)
+      for (int b = 0; b < first_window_block(start_pos, cfg.kv_release_window(), B); ++b) table[b] = kReleasedBlock;
     StepBatch batch;
     SeqChunk s{.seq = 0, .tokens = tokens, .start_pos = start_pos, .block_table = table};
     if (sample) s.samples = {SampleSpec{.params = &greedy, .prompt = &c.prompt, .output = &output}};
@@ -159,6 +164,10 @@ TEST_CASE("model families: CPU float32 equals Hugging Face float32", "[model][fa
       for (const int chunk : {1 << 20, 21}) {  // the prompt whole, and in chunks of 21
         INFO("chunk " << chunk);
         check_against_hf(run_case(cfg, weights, c, 1, chunk), c);
+      }
+      if (cfg.kv_release_window() > 0) {  // every layer slides: the blocks before the window released
+        INFO("released blocks, chunks of 21");
+        check_against_hf(run_case(cfg, weights, c, 1, 21, true), c);
       }
       // Two tensor-parallel ranks: q_norm / k_norm replicated, o_proj's bias added once.
       if (cfg.num_kv_heads % 2 == 0) {

@@ -435,6 +435,94 @@ TEST_CASE("allocation failures change nothing", "[kv]") {
   kv.check_invariants();
 }
 
+TEST_CASE("sliding window: reserve releases the computed blocks before the window; they stay cached", "[kv]") {
+  const int B = 4, W = 6;  // a query at p sees p - 5 .. p
+  KvCacheOptions o = options(B, 12, 8);
+  o.sliding_window = W;
+  KvCacheManager kv(o);
+  const auto tokens = iota_tokens(40, 1);
+  REQUIRE(kv.allocate(1, tokens, 8) == 0);  // positions 0..7: two blocks
+  kv.mark_computed(1, tokens, 8);
+  std::vector<BlockPair> copies;
+  const int32_t first = kv.block_table(1)[0];
+  // The query at 8 sees 3..8: block 0 (0..3) is still read.
+  REQUIRE(kv.reserve(1, 8, 9, copies));
+  CHECK(kv.block_table(1)[0] == first);
+  kv.mark_computed(1, tokens, 9);
+  // At 9 the window starts at 4: block 0 goes (to the cached queue, its content registered).
+  const int64_t free_before = kv.metrics().device_free;
+  REQUIRE(kv.reserve(1, 9, 10, copies));
+  CHECK(kv.block_table(1) == std::vector<int32_t>{kReleasedBlock, kv.block_table(1)[1], kv.block_table(1)[2]});
+  CHECK(kv.metrics().device_free == free_before + 1);
+  CHECK(kv.metrics().device_cached == 1);
+  kv.check_invariants();
+  // A chunk of several tokens from 10 to 24: its first query (10) sees 5 on, so block 1 (4..7) stays.
+  kv.mark_computed(1, tokens, 10);
+  REQUIRE(kv.reserve(1, 10, 24, copies));
+  CHECK(kv.block_table(1)[1] != kReleasedBlock);
+  kv.mark_computed(1, tokens, 24);
+  // Computed blocks only: planning ahead of the returned steps (first_write_pos 34, 24 computed) releases the
+  // blocks before 24 / 4 = 6, not those before the window of 34 ((34 - 5) / 4 = 7).
+  REQUIRE(kv.reserve(1, 34, 35, copies));
+  const auto& table = kv.block_table(1);
+  CHECK(std::count(table.begin(), table.end(), kReleasedBlock) == 6);
+  CHECK(copies.empty());
+  kv.check_invariants();
+  CHECK(kv.metrics().device_total - kv.metrics().device_free == 3);  // blocks 6, 7 and 8
+  // The released blocks stay in the prefix cache: a new sequence with the same start finds them.
+  CHECK(kv.cached_prefix_tokens(iota_tokens(13, 1)) == 3 * B);
+  // A fork shares what is held and keeps the released entries; a swap moves the held blocks only.
+  kv.fork(1, 2);
+  CHECK(kv.block_table(2) == kv.block_table(1));
+  kv.free(1);
+  const auto out = kv.swap_out(2);
+  REQUIRE(out);
+  CHECK(out->size() == 3);
+  CHECK(kv.metrics().cpu_free == 5);
+  kv.check_invariants();
+  const auto in = kv.swap_in(2);
+  REQUIRE(in);
+  CHECK(in->size() == 3);
+  CHECK(std::count(kv.block_table(2).begin(), kv.block_table(2).end(), kReleasedBlock) == 6);
+  kv.check_invariants();
+  kv.free(2);
+  kv.check_invariants();
+  CHECK(kv.metrics().device_free == kv.metrics().device_total);
+  CHECK(kv.metrics().cpu_free == kv.metrics().cpu_total);
+}
+
+TEST_CASE("sliding window: a long sequence holds the window's blocks, not its length's", "[kv]") {
+  const int B = 4, W = 10;
+  KvCacheOptions o = options(B, 6, 0);  // 24 slots; the sequence grows to 200 tokens
+  o.sliding_window = W;
+  KvCacheManager kv(o);
+  const auto tokens = iota_tokens(200, 1);
+  REQUIRE(kv.allocate(1, tokens, 1) == 0);
+  kv.mark_computed(1, tokens, 1);
+  std::vector<BlockPair> copies;
+  int most = 0;
+  for (int p = 1; p < 200; ++p) {
+    REQUIRE(kv.reserve(1, p, p + 1, copies));
+    kv.mark_computed(1, tokens, p + 1);
+    const auto m = kv.metrics();
+    most = std::max<int>(most, static_cast<int>(m.device_total - m.device_free));
+  }
+  kv.check_invariants();
+  CHECK(most == (W + B - 1) / B + 1);  // the blocks overlapping a window p - W + 1 .. p: ceil(W / B) + 1 at most
+  KvCacheManager all(options(B, 6, 0));     // without the window the same sequence runs out at 24 tokens
+  REQUIRE(all.allocate(1, tokens, 1) == 0);
+  all.mark_computed(1, tokens, 1);
+  int p = 1;
+  while (all.reserve(1, p, p + 1, copies)) all.mark_computed(1, tokens, ++p);
+  CHECK(p == 6 * B);
+  CHECK_THROWS_AS(KvCacheManager([] {
+                    KvCacheOptions bad;
+                    bad.sliding_window = -1;
+                    return bad;
+                  }()),
+                  std::invalid_argument);
+}
+
 TEST_CASE("48 sequences allocated in one step share the planned blocks of their common prefix", "[kv][share]") {
   const int B = 4;
   KvCacheManager kv(options(B, 64, 8));
@@ -567,8 +655,10 @@ class Simulation {
   static constexpr int B = 4;
   static constexpr int kMaxTokens = 72;
 
-  Simulation(uint64_t seed, bool caching)
-      : rng_(seed), kv_(options(B, kDevice, kCpu, 0.05, caching)), device_(kDevice * B), cpu_(kCpu * B) {
+  // window > 0: the manager releases the blocks before each sequence's window (KvCacheOptions::sliding_window).
+  Simulation(uint64_t seed, bool caching, int window = 0)
+      : rng_(seed), kv_(windowed(options(B, kDevice, kCpu, 0.05, caching), window)), window_(window),
+        device_(kDevice * B), cpu_(kCpu * B) {
     for (int t = 0; t < 4; ++t) {  // shared system prompts of 2..11 blocks
       std::vector<TokenId> p;
       for (int i = 0, n = 2 * B + rng_.below(10 * B); i < n; ++i) p.push_back(100 + rng_.below(50));
@@ -612,13 +702,25 @@ class Simulation {
 
   void count(const std::string& what, int64_t n = 1) { counts_[what] += n; }
 
-  // Every computed position of a device sequence holds its own KV value.
+  static KvCacheOptions windowed(KvCacheOptions o, int window) {
+    o.sliding_window = window;
+    return o;
+  }
+
+  // Every computed position of a device sequence holds its own KV value, but those of blocks released before the
+  // window of its next query (position computed), which no layer reads again.
   void verify(SeqId id) {
     const Model& m = live_.at(id);
     REQUIRE(kv_.num_computed(id) == m.computed);
     if (m.swapped) return;
+    const std::vector<int32_t>& table = kv_.block_table(id);
     for (int p = 0; p < m.computed; ++p) {
-      if (device_[kv_slot(kv_.block_table(id), p, B)] != m.kv[p]) {
+      if (table[p / B] == kReleasedBlock) {
+        if (p / B >= first_window_block(m.computed, window_, B))
+          FAIL("sequence " << id << " released block " << p / B << " inside its window after " << performed_);
+        continue;
+      }
+      if (device_[kv_slot(table, p, B)] != m.kv[p]) {
         FAIL("sequence " << id << " position " << p << " holds foreign KV after " << performed_ << " operations");
       }
     }
@@ -768,6 +870,10 @@ class Simulation {
     }
     REQUIRE(possible);
     const auto& now = kv_.block_table(*id);
+    // The computed blocks wholly before the window of the queries from `from` on are released; the others held.
+    const int released = static_cast<int>(std::count(now.begin(), now.end(), kReleasedBlock));
+    REQUIRE(released == std::min(first_window_block(from, window_, B), m.computed / B));
+    if (std::count(table.begin(), table.end(), kReleasedBlock) < released) count("release");
     for (const auto& [src, dst] : copies) {  // each copy replaces a table entry, at the block holding `from`
       REQUIRE(static_cast<size_t>(from / B) < table.size());
       REQUIRE(table[from / B] == src);
@@ -849,6 +955,7 @@ class Simulation {
 
   Rng rng_;
   KvCacheManager kv_;
+  int window_;
   std::vector<uint64_t> device_;  // shadow KV, one value per device slot
   std::vector<uint64_t> cpu_;     // shadow KV, one value per CPU slot
   std::map<SeqId, Model> live_;
@@ -863,7 +970,9 @@ class Simulation {
 
 TEST_CASE("property: 100,000 random operations keep every invariant and every sequence's KV", "[kv]") {
   const bool caching = GENERATE(true, false);
-  Simulation sim(caching ? 20240601 : 7, caching);
+  const int window = GENERATE(0, 9);  // 9: a sliding window of two blocks and a token (every layer slides)
+  INFO("window " << window);
+  Simulation sim(caching ? 20240601 : 7 + window, caching, window);
   while (sim.performed() < 100000) sim.step();
   sim.drain();
   const auto& c = sim.counts();
@@ -884,10 +993,11 @@ TEST_CASE("property: 100,000 random operations keep every invariant and every se
   at_least("swap-in", 1000);
   at_least("planned step", 1000);
   at_least("planned then freed", 300);
+  if (window > 0) at_least("release", 3000);
   if (caching) {
     at_least("planned hit", 500);
     at_least("reader computes a dropped writer's blocks", 20);
-    at_least("prefix hit", 2000);
+    at_least("prefix hit", window > 0 ? 1000 : 2000);  // released blocks outlive their sequence less often
     at_least("allocate evicted", 500);
   }
 }
