@@ -102,4 +102,16 @@ inline std::vector<std::vector<TokenId>> greedy_on_runner(CpuModelRunner& runner
   return outputs;
 }
 
+/// Writes into `dir` stories260K as a Mistral whose every layer sees the last `window` positions (its weights and
+/// tokenizer under another attention mask): a model whose KV the cache manager releases behind the window.
+inline void write_sliding_stories(const std::filesystem::path& dir, int window) {
+  for (const char* f : {"model.safetensors", "tokenizer.model", "tokenizer_config.json", "generation_config.json"})
+    std::filesystem::copy_file(std::filesystem::path(kModel) / f, dir / f);
+  boost::json::object config = read_json(kModel + "/config.json").as_object();
+  config["model_type"] = "mistral";
+  config["architectures"] = boost::json::array{"MistralForCausalLM"};
+  config["sliding_window"] = window;
+  std::ofstream(dir / "config.json") << boost::json::serialize(config);
+}
+
 }  // namespace paged::test

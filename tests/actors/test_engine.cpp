@@ -801,15 +801,8 @@ TEST_CASE("a sequence that could outgrow the KV pool is refused; one that fits i
 
 TEST_CASE("every layer sliding: a sequence holds its window's blocks, so a pool of a third of the need runs all at "
           "once, with the tokens of a runner that keeps every block", "[engine][sliding]") {
-  // stories260K as a Mistral whose every layer sees the last 32 positions (its weights, another attention mask).
   TempDir dir("paged_sliding_");
-  for (const char* f : {"model.safetensors", "tokenizer.model", "tokenizer_config.json", "generation_config.json"})
-    std::filesystem::copy_file(std::filesystem::path(kModel) / f, dir.path() / f);
-  boost::json::object config = read_json(std::string(kModel) + "/config.json").as_object();
-  config["model_type"] = "mistral";
-  config["architectures"] = boost::json::array{"MistralForCausalLM"};
-  config["sliding_window"] = 32;
-  std::ofstream(dir.path() / "config.json") << boost::json::serialize(config);
+  write_sliding_stories(dir.path(), 32);
   const ModelConfig cfg = load_model_config(dir.path().string());
   REQUIRE(cfg.kv_release_window() == 32);
 
@@ -825,16 +818,7 @@ TEST_CASE("every layer sliding: a sequence holds its window's blocks, so a pool 
   CpuModelRunner runner(cfg, weights, CpuRunnerOptions{.block_size = 16, .num_blocks = 16});
   std::vector<int32_t> table(16);
   std::iota(table.begin(), table.end(), 0);
-  std::vector<TokenId> expected, seq = prompts[0];
-  for (int start = 0; expected.size() < 150; start = static_cast<int>(seq.size()) - 1) {
-    SeqChunk c{.tokens = std::vector<TokenId>(seq.begin() + start, seq.end()), .start_pos = start, .block_table = table};
-    c.samples = {SampleSpec{.params = &params}};
-    StepBatch batch;
-    batch.seqs = {c};
-    const std::vector<float> logits = runner.forward(batch).at(0);
-    expected.push_back(static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    seq.push_back(expected.back());
-  }
+  const std::vector<TokenId> expected = greedy_on_runner(runner, {prompts[0]}, 150, {table})[0];
 
   EngineConfig big = base_config();
   big.model_dir = dir.path().string();

@@ -323,6 +323,40 @@ TEST_CASE("an engine whose executor is a worker on loopback generates what an in
   CHECK(remote.metrics().kv_blocks_free.load() == remote.metrics().kv_blocks_total.load());
 }
 
+TEST_CASE("released table entries of a model whose every layer slides cross the wire: a worker generates what an "
+          "in-process engine does", "[remote][sliding]") {
+  TempDir dir("paged_sliding_");
+  write_sliding_stories(dir.path(), 32);
+  EngineConfig c = cpu_config();
+  c.model_dir = dir.path().string();
+  Worker worker(c, "127.0.0.1", 0);
+  CHECK(worker.info().kv_window == 32);
+  EngineConfig remote_config = c;
+  remote_config.workers = {"127.0.0.1:" + std::to_string(worker.port())};
+  {
+    Engine remote(remote_config);
+    Engine local(c);
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    greedy.max_tokens = 120;  // far past the window: the steps carry released entries
+    greedy.ignore_eos = true;
+    const auto ps = prompts(local.model_config().vocab_size);
+    CHECK(completions(remote.generate(ps, greedy)) == completions(local.generate(ps, greedy)));
+    remote.wait_idle();
+    CHECK(remote.metrics().kv_blocks_free.load() == remote.metrics().kv_blocks_total.load());
+  }
+  // An engine whose model keeps every block (it would not expect released entries) is refused this worker.
+  EngineConfig full = cpu_config();
+  full.workers = remote_config.workers;
+  try {
+    Engine refused(full);
+    FAIL("the engine started");
+  } catch (const ModelError& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("slides over 32 tokens") != std::string::npos);
+  }
+}
+
 TEST_CASE("an engine refuses a worker it cannot use, naming why", "[remote]") {
   const auto refused = [](const EngineConfig& c, const std::string& why) {
     try {
