@@ -422,10 +422,16 @@ caf::behavior Engine::Impl::reconnector(caf::event_based_actor* self) {
   };
 }
 
+int64_t EngineSummary::blocks_per_sequence() const {
+  if (block_size <= 0) return 0;
+  const int64_t all = (int64_t{max_model_len} + block_size - 1) / block_size;
+  return kv_window > 0 ? std::min<int64_t>(all, (kv_window + block_size - 1) / block_size + 1) : all;
+}
+
 double EngineSummary::max_concurrency() const {
   int64_t blocks = 0;
   for (const Pool& p : replicas) blocks += p.kv_blocks;
-  return max_model_len > 0 ? double(blocks * block_size) / max_model_len : 0.0;
+  return blocks_per_sequence() > 0 ? double(blocks) / double(blocks_per_sequence()) : 0.0;
 }
 
 Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
@@ -594,6 +600,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   s.kv_cache_dtype = c.kv_cache_dtype == "fp8" ? "fp8_e4m3" : s.compute_dtype;
   s.max_model_len = m.max_model_len;
   s.block_size = c.block_size;
+  s.kv_window = m.model.kv_release_window();
   s.tensor_parallel_size = c.tensor_parallel_size;
   s.weight_bytes = weight_bytes;
   // A block of every layer's K and V: per token and KV head, head_dim elements (FP8: bytes and a float32 scale).

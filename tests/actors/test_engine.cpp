@@ -839,6 +839,10 @@ TEST_CASE("every layer sliding: a sequence holds its window's blocks, so a pool 
   }
   CHECK(tight.metrics().preemptions == 0);
   require_pool_drained(tight);
+  // The startup log's concurrency counts a sequence at the blocks its window overlaps: ceil(32 / 16) + 1.
+  CHECK(tight.summary().blocks_per_sequence() == 3);
+  CHECK(tight.summary().max_concurrency() == Approx(40.0 / 3));
+  CHECK(Engine(base_config()).summary().blocks_per_sequence() == 512 / 16);  // stories260K keeps every block
 }
 
 TEST_CASE("prompt logprobs through the engine: chunked, batched and preempted prefills score every token",
