@@ -61,8 +61,8 @@ std::optional<FieldError> check_table_entries(const SeqChunk& c, int num_blocks,
   for (size_t b = 0; b < c.block_table.size(); ++b) {
     if (b < first_read && c.block_table[b] == kReleasedBlock) continue;  // before every layer's window
     if (c.block_table[b] < 0 || c.block_table[b] >= num_blocks)
-      return FieldError{"[" + std::to_string(b) + "]",
-                        "block " + std::to_string(c.block_table[b]) + " is outside the device pool " + range(num_blocks)};
+      return FieldError{indexed("", b), "block " + std::to_string(c.block_table[b]) +
+                                            " is outside the device pool " + range(num_blocks)};
   }
   return std::nullopt;
 }

@@ -121,8 +121,8 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
   // Bounds first, before anything is written: the KV a chunk writes and reads stays in the pool (every block of its
-  // table is in the pool but released ones before every window, which no layer reads, and kv_slot below checks that the table reaches every position written, so every one
-  // read), and so do the copies.
+  // table is in the pool, but for released ones before every window, which no layer reads, and kv_slot below checks
+  // that the table reaches every position written, so every one read), and so do the copies.
   require_pairs_in_pools(batch.copies, PairOrder::copy_on_write, opt_);
   for (const SeqChunk& c : batch.seqs) {
     if (c.start_pos < 0 || c.tokens.empty() ||

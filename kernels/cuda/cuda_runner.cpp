@@ -529,7 +529,8 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
       throw ModelError("context of " + std::to_string(ctx) + " tokens exceeds max_model_len " +
                        std::to_string(opt.max_model_len));
     if (static_cast<int>(c.block_table.size()) < needed) throw ModelError("block table shorter than the context");
-    if (auto bad = check_table_entries(c, kv.num_blocks, B, kv_window)) throw ModelError("block table" + bad->describe());
+    if (auto bad = check_table_entries(c, kv.num_blocks, B, kv_window))
+      throw ModelError("block table" + bad->describe());
     for (int b = 0; b < needed; ++b)  // a released block (before every window) is read as block 0, and masked
       block_tables.host[int64_t{s} * table_stride + b] = std::max(c.block_table[b], 0);
     max_table = std::max(max_table, needed);

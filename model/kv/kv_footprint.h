@@ -14,7 +14,8 @@ namespace paged {
 
 /// Bytes of K and V one sequence holds over all layers.
 struct KvFootprint {
-  int64_t every_block = 0;    // every layer holds ceil(context / block_size) blocks (the cache manager, unless every layer slides)
+  int64_t every_block = 0;    // every layer holds ceil(context / block_size) blocks (the cache manager, unless every
+                              // layer slides)
   int64_t window_blocks = 0;  // a sliding layer holds only the blocks overlapping its window, the others all
 };
 

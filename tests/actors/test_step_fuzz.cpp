@@ -143,6 +143,10 @@ class StepSource {
     }
     s.computed += n;
     while (static_cast<int>(s.table.size()) * limits_.block_size < s.computed) s.table.push_back(block());
+    // A model whose every layer slides (kv_window): the blocks before the chunk's window are released, as the cache
+    // manager releases them.
+    for (int b = 0; b < first_window_block(c.start_pos, limits_.kv_window, limits_.block_size); ++b)
+      s.table[b] = kReleasedBlock;
     c.block_table = s.table;
     if (s.computed == length(s)) {
       const int samples = s.output.empty() ? s.width : 1;
@@ -365,9 +369,22 @@ Taken decode_and_execute(WireDecoder& decoder, DeferredTokens& deferred, const W
 
 TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and what it takes is safe to run",
           "[remote][fuzz]") {
-  const ModelConfig cfg = load_model_config(kModel);
-  const SafeTensors weights(kModel);
-  const StepLimits limits = fuzz_limits(cfg.vocab_size);
+  // stories260K, and the same with every layer sliding over 24 positions: its steps carry released table entries
+  // (kReleasedBlock) before their window, which the decoder takes only there and the runner must never read.
+  const int window = GENERATE(0, 24);
+  INFO("kv_window " << window);
+  std::optional<TempDir> sliding;
+  std::string model = kModel;
+  if (window > 0) {
+    sliding.emplace("paged_fuzz_sliding_");
+    write_sliding_stories(sliding->path(), window);
+    model = sliding->path().string();
+  }
+  const ModelConfig cfg = load_model_config(model);
+  REQUIRE(cfg.kv_release_window() == window);
+  const SafeTensors weights(model);
+  StepLimits limits = fuzz_limits(cfg.vocab_size);
+  limits.kv_window = window;
   CpuModelRunner runner(cfg, weights,
                         {.block_size = limits.block_size, .num_blocks = limits.num_blocks,
                          .num_swap_blocks = limits.num_swap_blocks});
@@ -386,7 +403,7 @@ TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and w
   // byte (in turn). When the decoder refuses it, nothing may have changed: the step as sent must decode to the step
   // the source made. When it takes it, the decoder holds what the mutation made of those sequences, and the encoder
   // starts afresh, so that its next steps send every sequence whole.
-  Draw d(20240611);
+  Draw d(20240611 + window);
   StepSource source(limits);
   WireEncoder encoder;
   WireDecoder decoder(limits);
