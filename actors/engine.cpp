@@ -70,7 +70,8 @@ struct Engine::Impl {
   std::mutex seed_mu;
   int max_model_len = 0;
   EngineSummary summary;
-  int64_t max_seq_tokens = 0;  // tokens one sequence can hold in every replica's KV pool (admission keeps 1% free)
+  int64_t max_seq_blocks = 0;  // blocks one sequence can hold in every replica's KV pool (admission keeps 1% free)
+  int64_t max_seq_tokens = 0;  // as tokens
   uint64_t kv_identity = 0;    // what makes this engine's KV (the disk tier's files carry it); 0: no disk tier
   int64_t disk_blocks = 0;     // the disk tier's size in blocks
   mutable std::mutex state_mu;  // guards state, failure, stopping and the replicas' serving, reason, generation
@@ -574,7 +575,8 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   int smallest = std::numeric_limits<int>::max();
   for (const auto& [num_blocks, num_swap_blocks] : pools) smallest = std::min(smallest, num_blocks);
   if (smallest < 1) throw ModelError("the KV cache has no blocks (--num-kv-blocks)");
-  m.max_seq_tokens = int64_t{smallest - smallest / 100} * c.block_size;
+  m.max_seq_blocks = smallest - smallest / 100;
+  m.max_seq_tokens = m.max_seq_blocks * c.block_size;
 
   m.reconnect_actor =
       m.system->spawn<caf::detached>([&m](caf::event_based_actor* self) { return m.reconnector(self); });
@@ -652,8 +654,10 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
                              " tokens; the prompt has " + std::to_string(prompt_len) + " and max_tokens asks for " +
                              std::to_string(p.max_tokens),
                          prompt_len >= static_cast<size_t>(m.max_model_len) ? "prompt" : "max_tokens");
-  // A sequence that could outgrow the whole KV pool would be preempted forever: refuse it up front.
-  if (static_cast<int64_t>(prompt_len) + p.max_tokens > m.max_seq_tokens)
+  // A sequence that could outgrow the whole KV pool would be preempted forever: refuse it up front. When every layer
+  // slides it holds its window's blocks and its chunks' only (most_blocks_held), however long it grows.
+  if (most_blocks_held(static_cast<int64_t>(prompt_len) + p.max_tokens, m.config.block_size,
+                       m.model.kv_release_window(), m.config.max_num_batched_tokens) > m.max_seq_blocks)
     throw InvalidRequest("the prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" +
                              std::to_string(p.max_tokens) + ") exceeds what one sequence can hold in the KV cache (" +
                              std::to_string(m.max_seq_tokens) + " tokens; see --num-kv-blocks)",

@@ -28,7 +28,8 @@ KvCacheManager::KvCacheManager(KvCacheOptions options)
       cpu_(options.num_cpu_blocks, "cpu"),
       offload_(options.num_offload_blocks, options.num_cpu_blocks),
       disk_(options.num_offload_blocks > 0 ? options.num_disk_blocks : 0, options.disk_keys),
-      filled_(std::max(options.num_device_blocks, 0), 0) {
+      filled_(std::max(options.num_device_blocks, 0), 0),
+      pending_(std::max(options.num_device_blocks, 0), 0) {
   if (options.block_size <= 0) throw std::invalid_argument("block_size must be positive");
   if (options.watermark < 0.0 || options.watermark >= 1.0) throw std::invalid_argument("watermark must be in [0, 1)");
   if (options.sliding_window < 0) throw std::invalid_argument("sliding_window must be >= 0");
@@ -210,11 +211,19 @@ int KvCacheManager::cached_prefix_tokens(std::span<const TokenId> tokens, uint64
   return static_cast<int>(cached_prefix(tokens, salt).size()) * block_size_;
 }
 
+size_t KvCacheManager::released_in(const std::vector<PrefixBlock>& prefix) const {
+  if (window_ == 0) return 0;
+  size_t pending = 0;  // the first pending block, or the prefix's end
+  while (pending < prefix.size() && (prefix[pending].offloaded || !pending_[prefix[pending].block])) ++pending;
+  return static_cast<size_t>(first_window_block(static_cast<int>(pending) * block_size_, window_, block_size_));
+}
+
 int KvCacheManager::blocks_needed(const std::vector<PrefixBlock>& prefix, int num_tokens_to_hold) const {
   // A device block at ref 0 is revived from the cached queue; a tier block needs a new device block.
-  int revived = static_cast<int>(std::count_if(prefix.begin(), prefix.end(), [&](const PrefixBlock& p) {
-    return p.offloaded || device_.ref_count(p.block) == 0;
-  }));
+  int revived = static_cast<int>(std::count_if(prefix.begin() + released_in(prefix), prefix.end(),
+                                               [&](const PrefixBlock& p) {
+                                                 return p.offloaded || device_.ref_count(p.block) == 0;
+                                               }));
   return revived + std::max(0, blocks_for(num_tokens_to_hold) - static_cast<int>(prefix.size()));
 }
 
@@ -222,8 +231,15 @@ bool KvCacheManager::can_allocate(std::span<const TokenId> tokens, int num_token
   return above_watermark(blocks_needed(cached_prefix(tokens, salt), num_tokens_to_hold));
 }
 
-bool KvCacheManager::could_ever_allocate(int num_tokens_to_hold) const {
-  return blocks_for(num_tokens_to_hold) <= device_.num_blocks() - watermark_blocks_;
+int64_t most_blocks_held(int64_t num_tokens, int block_size, int window, int max_chunk) {
+  const int64_t all = (num_tokens + block_size - 1) / block_size;
+  if (window <= 0 || max_chunk <= 0) return all;
+  return std::min(all, (int64_t{window} + 3 * int64_t{max_chunk} + block_size - 1) / block_size + 2);
+}
+
+bool KvCacheManager::could_ever_allocate(int num_tokens_to_hold, int max_chunk) const {
+  return most_blocks_held(num_tokens_to_hold, block_size_, window_, max_chunk) <=
+         device_.num_blocks() - watermark_blocks_;
 }
 
 std::optional<int> KvCacheManager::allocate(SeqId seq, std::span<const TokenId> tokens, int num_tokens_to_hold,
@@ -237,10 +253,17 @@ std::optional<int> KvCacheManager::allocate(SeqId seq, std::span<const TokenId> 
   s.blocks.resize(prefix.size());
   s.content_ids.resize(prefix.size());
   s.chains = chains_of(tokens, salt, prefix.size());
+  // The blocks before the window are not taken (sliding_window): only their content ids, the chain's links.
+  const size_t released = released_in(prefix);
+  for (size_t i = 0; i < released; ++i) {
+    s.content_ids[i] = prefix[i].offloaded ? offload_.content_id(prefix[i].block) : device_.content_id(prefix[i].block);
+    s.blocks[i] = kReleasedBlock;
+  }
+  s.released = static_cast<int>(released);
   // Device prefix blocks first: once in use they cannot be evicted by the new blocks taken below. Then the tier's
   // are held, so that no demotion below overwrites them.
   int promoted = 0;
-  for (size_t i = 0; i < prefix.size(); ++i) {
+  for (size_t i = released; i < prefix.size(); ++i) {
     const int32_t block = prefix[i].block;
     if (prefix[i].offloaded) {
       s.content_ids[i] = offload_.content_id(block);
@@ -252,7 +275,7 @@ std::optional<int> KvCacheManager::allocate(SeqId seq, std::span<const TokenId> 
     s.blocks[i] = block;
     s.content_ids[i] = device_.content_id(block);
   }
-  for (size_t i = 0; i < prefix.size(); ++i) {
+  for (size_t i = released; i < prefix.size(); ++i) {
     if (!prefix[i].offloaded) continue;
     s.blocks[i] = take_new(block_size_);  // free/cached -> in use (ref 1); an eviction may demote another block
     device_.adopt(s.blocks[i], {i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? salt : 0,
@@ -334,6 +357,7 @@ void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, i
   s.num_computed = num_computed;
   for (int i = first; i < blocks_for(num_computed); ++i) {
     int32_t block = s.blocks[i];
+    if (i < num_computed / block_size_) pending_[block] = 0;  // its writer returned
     int now = computed_in(s, i);
     if (now > filled_[block]) {
       used_slots_ += now - filled_[block];
@@ -374,6 +398,7 @@ void KvCacheManager::register_planned(SeqId seq, std::span<const TokenId> tokens
   for (size_t i = s.content_ids.size(); i < full; ++i) {
     register_next(s, tokens.subspan(i * block_size_, block_size_));
     const int32_t block = s.blocks[i];
+    if (device_.content_id(block) == s.content_ids[i]) pending_[block] = 1;  // registered here, not a duplicate
     used_slots_ += block_size_ - filled_[block];  // the planned step fills it
     filled_[block] = block_size_;
   }
@@ -381,8 +406,11 @@ void KvCacheManager::register_planned(SeqId seq, std::span<const TokenId> tokens
 
 void KvCacheManager::forget_pending(Sequence& s) {
   const size_t confirmed = std::min(s.content_ids.size(), static_cast<size_t>(s.num_computed / block_size_));
-  for (size_t i = confirmed; i < s.content_ids.size(); ++i)
-    if (device_.content_id(s.blocks[i]) == s.content_ids[i]) device_.forget(s.blocks[i]);  // not a duplicate
+  for (size_t i = confirmed; i < s.content_ids.size(); ++i) {
+    if (device_.content_id(s.blocks[i]) != s.content_ids[i]) continue;  // a duplicate
+    device_.forget(s.blocks[i]);
+    pending_[s.blocks[i]] = 0;
+  }
   s.content_ids.resize(confirmed);
   s.chains.resize(confirmed);
 }
@@ -535,6 +563,7 @@ void KvCacheManager::check_invariants() const {
   std::vector<int32_t> device_refs(device_.num_blocks(), 0);
   std::vector<int32_t> cpu_refs(cpu_.num_blocks(), 0);
   std::vector<int32_t> expected_filled(device_.num_blocks(), 0);
+  std::vector<uint8_t> expected_pending(device_.num_blocks(), 0);
   for (const auto& [id, s] : seqs_) {
     const std::string who = "sequence " + std::to_string(id);
     std::vector<int32_t>& refs = s.swapped ? cpu_refs : device_refs;
@@ -562,6 +591,10 @@ void KvCacheManager::check_invariants() const {
     }
     // Computed full blocks have content ids; pending ones may follow (register_planned).
     if (s.chains.size() != s.content_ids.size()) fail(who + " has a chain key per content id missing");
+    if (!s.swapped)
+      for (size_t i = std::min(s.content_ids.size(), static_cast<size_t>(s.num_computed / block_size_));
+           i < s.content_ids.size(); ++i)
+        if (device_.content_id(s.blocks[i]) == s.content_ids[i]) expected_pending[s.blocks[i]] = 1;
     const size_t least_ids = prefix_caching_ ? static_cast<size_t>(s.num_computed / block_size_) : 0;
     const size_t most_ids = prefix_caching_ ? s.blocks.size() : 0;
     if (s.content_ids.size() < least_ids || s.content_ids.size() > most_ids) {
@@ -580,6 +613,8 @@ void KvCacheManager::check_invariants() const {
   compare(device_, device_refs, "device");
   compare(cpu_, cpu_refs, "cpu");
 
+  for (int32_t b = 0; b < device_.num_blocks(); ++b)
+    if (pending_[b] != expected_pending[b]) fail("device block " + std::to_string(b) + " pending flag is wrong");
   int64_t used = 0;
   for (int32_t b = 0; b < device_.num_blocks(); ++b) {
     if (filled_[b] != expected_filled[b]) {

@@ -25,8 +25,10 @@
 // blocks that no query of the sequence will read again, those wholly before first_write_pos - window + 1 that a
 // returned step computed (ref -= 1, as free() does: a registered block stays in the prefix cache); their table
 // entries become kReleasedBlock, always a prefix of the table. A sequence then holds about window + chunk tokens of
-// blocks however long it grows. allocate() releases nothing (a chunk admitted beside a sequence whose planned step is
-// dropped may restart earlier, drop_ended_chunks); swaps, forks and free() skip the released entries.
+// blocks however long it grows. allocate() does not take the cached prefix blocks before the window of its first
+// query either, but only up to the window of the first pending block it shares: if that block's writer is dropped
+// from the step, the new sequence's chunk restarts there (drop_ended_chunks) and reads from that window on. Swaps,
+// forks and free() skip the released entries.
 //
 // The disk tier (num_disk_blocks > 0, model/kv/disk_tier.h) keeps what the CPU tier drops: a save order writes the
 // dropped host block to the file of its chain key before anything overwrites it. A waiting sequence whose prefix
@@ -88,6 +90,11 @@ struct KvMetrics {
   double kv_waste() const;
 };
 
+/// The most device blocks one sequence of `num_tokens` tokens holds at once: all of its blocks, or, with a sliding
+/// window (> 0) and chunks of at most `max_chunk` tokens (> 0), at most those of window + 3 chunks (the chunk, and
+/// those of the two steps in flight that reserve's release lags behind) and two more, whatever its length.
+int64_t most_blocks_held(int64_t num_tokens, int block_size, int window, int max_chunk);
+
 class KvCacheManager {
  public:
   /// Throws std::invalid_argument for a non-positive block size, negative pool sizes or a watermark outside [0, 1).
@@ -100,8 +107,9 @@ class KvCacheManager {
   /// True if allocate() with these arguments would succeed and leave the watermark free.
   bool can_allocate(std::span<const TokenId> tokens, int num_tokens_to_hold, uint64_t salt = 0) const;
   /// False if a sequence holding `num_tokens_to_hold` tokens does not fit even in an empty device pool above the
-  /// watermark: it would wait forever, so the scheduler should reject it.
-  bool could_ever_allocate(int num_tokens_to_hold) const;
+  /// watermark: it would wait forever, so the scheduler should reject it. With a sliding window, what it holds at
+  /// most in chunks of at most `max_chunk` tokens (most_blocks_held).
+  bool could_ever_allocate(int num_tokens_to_hold, int max_chunk = 0) const;
   /// First allocation of a new sequence: takes the cached prefix blocks (ref += 1, or revived from the cached queue),
   /// then new blocks so that the table holds max(num_tokens_to_hold, cached prefix) tokens. Returns the cached prefix
   /// tokens (they need no computation; num_computed starts there); nullopt and no change if blocks run out. Does not
@@ -219,8 +227,11 @@ class KvCacheManager {
   // The cached blocks of the longest verified prefix of `tokens`, at most (tokens.size() - 1) / B of them, each
   // looked up on the device first, then in the CPU tier.
   std::vector<PrefixBlock> cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const;
+  // The leading blocks of a cached prefix that allocate() leaves released: those before the window of the prefix's
+  // end, and of its first block still pending (register_planned).
+  size_t released_in(const std::vector<PrefixBlock>& prefix) const;
   // Device blocks allocate() would take from the free queues: cached prefix blocks to revive, CPU-tier blocks to
-  // promote, plus new blocks.
+  // promote (but for the released ones), plus new blocks.
   int blocks_needed(const std::vector<PrefixBlock>& prefix, int num_tokens_to_hold) const;
   // Stores the content a device block lost to eviction in the CPU tier, with its copy order.
   void demote(int32_t device_block, const EvictedContent& content);
@@ -257,6 +268,7 @@ class KvCacheManager {
   TierCopies tier_copies_;             // orders of the plan being made (take_tier_copies)
   std::unordered_map<uint64_t, PendingLoad> pending_loads_;  // by chain key
   std::vector<int32_t> filled_;        // per device block: computed slots while in use, else 0
+  std::vector<uint8_t> pending_;       // per device block: registered by register_planned, its writer not returned
   std::unordered_map<SeqId, Sequence> seqs_;
   int64_t used_slots_ = 0;
   int64_t prefix_hit_tokens_ = 0;

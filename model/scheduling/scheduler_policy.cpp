@@ -76,7 +76,7 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
   // 3. Waiting sequences, FCFS.
   for (const PlanSeq* s : waiting) {
     if (active >= limits.max_num_seqs || budget <= 0) break;
-    if (!kv.could_ever_allocate(s->num_tokens)) {
+    if (!kv.could_ever_allocate(s->num_tokens, limits.max_num_batched_tokens)) {
       plan.rejected.push_back(s->id);
       continue;
     }

@@ -845,6 +845,41 @@ TEST_CASE("every layer sliding: a sequence holds its window's blocks, so a pool 
   CHECK(Engine(base_config()).summary().blocks_per_sequence() == 512 / 16);  // stories260K keeps every block
 }
 
+TEST_CASE("every layer sliding: sequences longer than the whole KV pool complete, preempted by swap or recompute, "
+          "with the tokens of a roomy pool", "[engine][sliding]") {
+  TempDir dir("paged_sliding_");
+  write_sliding_stories(dir.path(), 96);  // a sequence keeps ceil(96 / 16) + 1 = 7 blocks, 8 while it grows
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(text_prompt(53 * i, 30 + 5 * i));
+  SamplingParams params = greedy(400);
+  params.ignore_eos = true;
+  EngineConfig roomy = base_config();
+  roomy.model_dir = dir.path().string();
+  Engine reference_engine(roomy);
+  const auto reference = run_all(reference_engine, prompts, params);
+  for (PreemptionMode mode : {PreemptionMode::swap, PreemptionMode::recompute}) {
+    INFO((mode == PreemptionMode::swap ? "swap" : "recompute"));
+    EngineConfig small = roomy;
+    small.num_kv_blocks = 16;  // 256 tokens: each sequence grows to 430-465, two at most run side by side
+    small.max_num_batched_tokens = 32;
+    small.preemption_mode = mode;
+    Engine tight(small);
+    const auto got = run_all(tight, prompts, params);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i);
+      CHECK(got[i][0].tokens == reference[i][0].tokens);
+    }
+    CHECK(tight.metrics().preemptions > 0);
+    require_pool_drained(tight);
+    // A model that keeps every block refuses the same request up front.
+    EngineConfig full = base_config();
+    full.num_kv_blocks = 16;
+    full.max_num_batched_tokens = 32;
+    Engine keeps(full);
+    CHECK_THROWS_AS(keeps.submit(prompts[0], params, [](RequestEvent) {}), InvalidRequest);
+  }
+}
+
 TEST_CASE("prompt logprobs through the engine: chunked, batched and preempted prefills score every token",
           "[engine][prompt_logprobs]") {
   std::mt19937_64 rng(5);

@@ -515,12 +515,56 @@ TEST_CASE("sliding window: a long sequence holds the window's blocks, not its le
   int p = 1;
   while (all.reserve(1, p, p + 1, copies)) all.mark_computed(1, tokens, ++p);
   CHECK(p == 6 * B);
+  // What admission asks: a sequence of any length holds window + 3 chunks' blocks and two more, at most.
+  CHECK(most_blocks_held(1000, B, W, 1) == 6);
+  CHECK(most_blocks_held(1000, B, 0, 1) == 250);
+  CHECK(most_blocks_held(9, B, W, 64) == 3);
+  CHECK(kv.could_ever_allocate(1000, 1));
+  CHECK_FALSE(kv.could_ever_allocate(1000, 4));
+  CHECK_FALSE(kv.could_ever_allocate(1000));
+  CHECK_FALSE(all.could_ever_allocate(1000, 1));
   CHECK_THROWS_AS(KvCacheManager([] {
                     KvCacheOptions bad;
                     bad.sliding_window = -1;
                     return bad;
                   }()),
                   std::invalid_argument);
+}
+
+TEST_CASE("sliding window: admission leaves a cached prefix's blocks before the window, but not those a pending "
+          "block's restart would read", "[kv]") {
+  const int B = 4, W = 6;
+  KvCacheOptions o = options(B, 16, 0);
+  o.sliding_window = W;
+  KvCacheManager kv(o);
+  const auto tokens = iota_tokens(33, 1);  // 8 full blocks and a token
+  admit(kv, 1, tokens);
+  kv.free(1);  // 9 blocks cached (8 registered)
+  const int64_t free_before = kv.metrics().device_free;
+  // A hit of 8 blocks: the first query (32) sees 27 on, so blocks 0..5 are not taken.
+  REQUIRE(kv.allocate(2, tokens, 33) == 8 * B);
+  const auto& table = kv.block_table(2);
+  CHECK(std::count(table.begin(), table.end(), kReleasedBlock) == 6);
+  CHECK(kv.metrics().device_free == free_before - 3);  // blocks 6, 7 revived and one new
+  kv.check_invariants();
+  kv.free(2);
+  // Pending blocks: sequence 3 plans blocks 4..7 (registered, not computed); sequence 4 admitted in the same step
+  // hits them. If 3's chunk is dropped, 4 restarts at block 4 and reads from (16 - 5) / 4 = 2: blocks 0 and 1 only
+  // may stay released.
+  KvCacheManager fresh(o);
+  const auto head = std::vector<TokenId>(tokens.begin(), tokens.begin() + 16);
+  admit(fresh, 5, head);  // blocks 0..3 computed and registered
+  REQUIRE(fresh.allocate(3, tokens, 33) == 4 * B);
+  fresh.register_planned(3, tokens, 33);
+  REQUIRE(fresh.allocate(4, tokens, 33) == 8 * B);
+  const auto& shared = fresh.block_table(4);
+  CHECK(std::count(shared.begin(), shared.end(), kReleasedBlock) == 2);
+  fresh.check_invariants();
+  fresh.free(3);  // the writer goes: its pending blocks are forgotten
+  fresh.check_invariants();
+  for (SeqId id : {4, 5}) fresh.free(id);
+  fresh.check_invariants();
+  CHECK(fresh.metrics().device_free == fresh.metrics().device_total);
 }
 
 TEST_CASE("48 sequences allocated in one step share the planned blocks of their common prefix", "[kv][share]") {
@@ -803,6 +847,11 @@ class Simulation {
     for (const PlannedChunk& c : kept) {  // all writes of the step, then the reads (verify)
       const Model& m = live_.at(c.id);
       if (c.start_pos < m.computed) count("reader computes a dropped writer's blocks");
+      // What the chunk reads (its window on) and writes was not released, even when it restarted earlier.
+      for (size_t b = first_window_block(c.start_pos, window_, B); b < c.block_table.size(); ++b)
+        if (c.block_table[b] == kReleasedBlock)
+          FAIL("a chunk from " << c.start_pos << " reads released block " << b << " after " << performed_);
+      if (!c.block_table.empty() && c.block_table[0] == kReleasedBlock) count("admitted with released blocks");
       for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p) device_[kv_slot(c.block_table, p, B)] = m.kv[p];
     }
     for (const PlannedChunk& c : kept) {
@@ -994,6 +1043,7 @@ TEST_CASE("property: 100,000 random operations keep every invariant and every se
   at_least("planned step", 1000);
   at_least("planned then freed", 300);
   if (window > 0) at_least("release", 3000);
+  if (window > 0 && caching) at_least("admitted with released blocks", 50);
   if (caching) {
     at_least("planned hit", 500);
     at_least("reader computes a dropped writer's blocks", 20);
