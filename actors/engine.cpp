@@ -657,7 +657,7 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
   // A sequence that could outgrow the whole KV pool would be preempted forever: refuse it up front. When every layer
   // slides it holds its window's blocks and its chunks' only (most_blocks_held), however long it grows.
   if (most_blocks_held(static_cast<int64_t>(prompt_len) + p.max_tokens, m.config.block_size,
-                       m.model.kv_release_window(), m.config.max_num_batched_tokens) > m.max_seq_blocks)
+                       m.summary.kv_window, m.config.max_num_batched_tokens) > m.max_seq_blocks)
     throw InvalidRequest("the prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" +
                              std::to_string(p.max_tokens) + ") exceeds what one sequence can hold in the KV cache (" +
                              std::to_string(m.max_seq_tokens) + " tokens; see --num-kv-blocks)",

@@ -43,7 +43,7 @@ void copy_pool_blocks(std::vector<std::unique_ptr<float[]>>& to, const std::vect
 }  // namespace
 
 CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, CpuRunnerOptions options)
-    : cfg_(with_expert_layout(config, w)), opt_(options) {
+    : cfg_(with_expert_layout(config, w)), opt_(options), kv_window_(cfg_.kv_release_window()) {
   if (opt_.fp8_weights && cfg_.is_moe()) throw ModelError("FP8 emulation does not cover mixtures of experts");
   const WeightMap map = rank_weight_map(cfg_, opt_.tp_rank, opt_.tp_size);
   if (opt_.tp_size > 1 && !opt_.all_reduce) throw ModelError("tensor parallelism needs an all-reduce");
@@ -130,7 +130,7 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
       throw ModelError("a chunk needs a token and positions in [0, 2^31)");
     for (TokenId t : c.tokens)
       if (t < 0 || t >= cfg_.vocab_size) throw ModelError("token id out of range");
-    if (auto bad = check_table_entries(c, opt_.num_blocks, B, cfg_.kv_release_window()))
+    if (auto bad = check_table_entries(c, opt_.num_blocks, B, kv_window_))
       throw ModelError("block table" + bad->describe());
   }
 

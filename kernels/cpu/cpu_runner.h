@@ -99,6 +99,7 @@ class CpuModelRunner final : public ModelRunner {
   ModelConfig cfg_;
   CpuRunnerOptions opt_;
   int local_heads_, local_kv_heads_, local_inter_;
+  int kv_window_;  // cfg_.kv_release_window(): tables may hold released entries before it
   std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<CpuLayerWeights> layers_;
   std::vector<float> inv_freq_, local_inv_freq_;  // RoPE of every layer, and of uses_local_rope layers (or empty)

@@ -37,6 +37,18 @@ EngineConfig cpu_config() {
   return c;
 }
 
+// An engine of config `c` fails to start with a ModelError naming --workers and `why`.
+void expect_refused(const EngineConfig& c, const std::string& why) {
+  try {
+    Engine engine(c);
+    FAIL("the engine started");
+  } catch (const ModelError& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("--workers") != std::string::npos);
+    CHECK(std::string(e.what()).find(why) != std::string::npos);
+  }
+}
+
 // Mixed prompts: golden ones and random ids of varied lengths.
 std::vector<std::vector<TokenId>> prompts(int vocab) {
   std::vector<std::vector<TokenId>> out;
@@ -348,26 +360,10 @@ TEST_CASE("released table entries of a model whose every layer slides cross the 
   // An engine whose model keeps every block (it would not expect released entries) is refused this worker.
   EngineConfig full = cpu_config();
   full.workers = remote_config.workers;
-  try {
-    Engine refused(full);
-    FAIL("the engine started");
-  } catch (const ModelError& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).find("slides over 32 tokens") != std::string::npos);
-  }
+  expect_refused(full, "slides over 32 tokens");
 }
 
 TEST_CASE("an engine refuses a worker it cannot use, naming why", "[remote]") {
-  const auto refused = [](const EngineConfig& c, const std::string& why) {
-    try {
-      Engine engine(c);
-      FAIL("the engine started");
-    } catch (const ModelError& e) {
-      INFO(e.what());
-      CHECK(std::string(e.what()).find("--workers") != std::string::npos);
-      CHECK(std::string(e.what()).find(why) != std::string::npos);
-    }
-  };
   EngineConfig c = cpu_config();
   uint16_t closed = 0;
   {
@@ -375,19 +371,19 @@ TEST_CASE("an engine refuses a worker it cannot use, naming why", "[remote]") {
     closed = gone.port();
   }
   c.workers = {"127.0.0.1:" + std::to_string(closed)};
-  refused(c, "127.0.0.1");
+  expect_refused(c, "127.0.0.1");
   c.workers = {"localhost"};
-  refused(c, "HOST:PORT");
+  expect_refused(c, "HOST:PORT");
   Worker worker(cpu_config(), "127.0.0.1", 0);
   c.workers = {"127.0.0.1:" + std::to_string(worker.port())};
   c.block_size = 32;
-  refused(c, "--block-size");
+  expect_refused(c, "--block-size");
   c.block_size = 16;
   c.max_num_seqs = 64;
-  refused(c, "--max-num-seqs");
+  expect_refused(c, "--max-num-seqs");
   c.max_num_seqs = 8;
   c.tensor_parallel_size = 2;
-  refused(c, "--tensor-parallel-size");
+  expect_refused(c, "--tensor-parallel-size");
 }
 
 
