@@ -54,6 +54,7 @@ struct JoinedWorker {
 struct Engine::Impl {
   EngineConfig config;
   ModelConfig model;
+  KvGroups kv_groups;  // kv_groups_of(model): how its layers share the KV blocks
   std::unique_ptr<Tokenizer> tokenizer;
   /// Structured outputs: the automata live requests use, over the tokenizer's vocabulary (a worker keeps its own).
   std::unique_ptr<constraint::ConstraintCache> constraints;
@@ -161,12 +162,17 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
 
 namespace {
 
+// Bytes of one KV block: K and V of a block's layer slots, per token and KV head `per_head` bytes.
+int64_t kv_block_bytes(const ModelConfig& model, const KvGroups& groups, int block_size, int64_t per_head) {
+  return int64_t{2} * groups.layers_per_block * model.num_kv_heads * block_size * per_head;
+}
+
 // KV pools of CPU runners: at most 4 GiB of float32 K and V over all ranks unless --num-kv-blocks says otherwise,
 // and the host pool from --swap-space plus --kv-offloading-size.
 std::pair<int, int> cpu_pools(const EngineConfig& c, const ModelConfig& model, int max_model_len) {
-  const int64_t block_bytes = int64_t{2} * model.num_layers * model.num_kv_heads * c.block_size * model.head_dim *
-                              static_cast<int64_t>(sizeof(float));
-  const int64_t blocks_per_seq = (max_model_len + c.block_size - 1) / c.block_size;
+  const KvGroups groups = kv_groups_of(model);
+  const int64_t block_bytes = kv_block_bytes(model, groups, c.block_size, model.head_dim * int64_t{sizeof(float)});
+  const int64_t blocks_per_seq = most_blocks_held(groups.windows, max_model_len, c.block_size, c.max_num_batched_tokens);
   const int64_t cap = (int64_t{4} << 30) / block_bytes;
   const int num_blocks =
       c.num_kv_blocks.value_or(static_cast<int>(std::min<int64_t>(c.max_num_seqs * blocks_per_seq, cap)));
@@ -262,9 +268,15 @@ std::string Engine::Impl::misfit(const WorkerInfo& info) const {
       info.num_kv_heads != mc.num_kv_heads || info.head_dim != mc.head_dim || info.vocab_size != mc.vocab_size)
     return "the worker runs a different model (" + std::to_string(info.num_layers) + " layers, hidden " +
            std::to_string(info.hidden_size) + ", vocab " + std::to_string(info.vocab_size) + ")";
-  if (info.kv_window != mc.kv_release_window())
-    return "the worker's model slides over " + std::to_string(info.kv_window) + " tokens, this engine's over " +
-           std::to_string(mc.kv_release_window()) + " (config.json sliding_window)";
+  if (info.kv_windows != kv_groups.windows || info.layers_per_block != kv_groups.layers_per_block) {
+    const auto groups = [](const std::vector<int>& windows, int layers) {
+      std::string s = "KV groups of windows [";
+      for (size_t g = 0; g < windows.size(); ++g) s += (g ? ", " : "") + std::to_string(windows[g]);
+      return s + "], " + std::to_string(layers) + " layers a block";
+    };
+    return "the worker's model has " + groups(info.kv_windows, info.layers_per_block) + ", this engine's " +
+           groups(kv_groups.windows, kv_groups.layers_per_block) + " (config.json sliding_window, layer_types)";
+  }
   if (info.block_size != config.block_size)
     return "the worker's KV blocks hold " + std::to_string(info.block_size) + " tokens, this engine's " +
            std::to_string(config.block_size) + " (--block-size)";
@@ -318,7 +330,7 @@ void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks
                      .disk_keys = kv_identity ? KvDiskStore::list_keys(config.kv_disk_dir, kv_identity)
                                               : std::vector<uint64_t>{},
                      .enable_prefix_caching = config.enable_prefix_caching,
-                     .sliding_window = model.kv_release_window()},
+                     .group_windows = kv_groups.windows},
       writer);
   SchedulerSetup setup;
   setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode};
@@ -424,9 +436,7 @@ caf::behavior Engine::Impl::reconnector(caf::event_based_actor* self) {
 }
 
 int64_t EngineSummary::blocks_per_sequence() const {
-  if (block_size <= 0) return 0;
-  const int64_t all = (int64_t{max_model_len} + block_size - 1) / block_size;
-  return kv_window > 0 ? std::min<int64_t>(all, (kv_window + block_size - 1) / block_size + 1) : all;
+  return block_size > 0 && kv_groups.num_groups() > 0 ? blocks_kept(kv_groups, max_model_len, block_size) : 0;
 }
 
 double EngineSummary::max_concurrency() const {
@@ -441,6 +451,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.config = std::move(config);
   EngineConfig& c = m.config;
   m.model = load_model_config(c.model_dir);
+  m.kv_groups = kv_groups_of(m.model);
   m.tokenizer = load_tokenizer(c.model_dir);
   m.constraints =
       std::make_unique<constraint::ConstraintCache>(std::make_shared<const constraint::TokenTrie>(*m.tokenizer));
@@ -458,8 +469,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     if (ec || !std::filesystem::is_directory(c.kv_disk_dir))
       throw ModelError("--kv-disk-dir " + c.kv_disk_dir + ": not a folder that can be created");
     const int64_t element = c.device == "cuda" ? 2 : 4;
-    const int64_t block_bytes =
-        int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size * m.model.head_dim * element;
+    const int64_t block_bytes = kv_block_bytes(m.model, m.kv_groups, c.block_size, m.model.head_dim * element);
     m.kv_identity = kv_identity(c);
     m.disk_blocks = static_cast<int64_t>(c.kv_disk_gib * double(int64_t{1} << 30) / double(block_bytes));
   }
@@ -602,13 +612,13 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   s.kv_cache_dtype = c.kv_cache_dtype == "fp8" ? "fp8_e4m3" : s.compute_dtype;
   s.max_model_len = m.max_model_len;
   s.block_size = c.block_size;
-  s.kv_window = m.model.kv_release_window();
+  s.kv_groups = m.kv_groups;
   s.tensor_parallel_size = c.tensor_parallel_size;
   s.weight_bytes = weight_bytes;
   // A block of every layer's K and V: per token and KV head, head_dim elements (FP8: bytes and a float32 scale).
   const int64_t element = c.device == "cuda" ? 2 : 4;
   const int64_t per_head = c.kv_cache_dtype == "fp8" ? m.model.head_dim + 4 : m.model.head_dim * element;
-  const int64_t block_bytes = int64_t{2} * m.model.num_layers * m.model.num_kv_heads * c.block_size * per_head;
+  const int64_t block_bytes = kv_block_bytes(m.model, m.kv_groups, c.block_size, per_head);
   for (size_t i = 0; i < m.replicas.size(); ++i) {
     const auto [swap_blocks, offload_blocks] = split_host_pool(pools[i].second, c);
     s.replicas.push_back({m.replicas[i]->address, pools[i].first, pools[i].first * block_bytes, swap_blocks,
@@ -654,10 +664,10 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
                              " tokens; the prompt has " + std::to_string(prompt_len) + " and max_tokens asks for " +
                              std::to_string(p.max_tokens),
                          prompt_len >= static_cast<size_t>(m.max_model_len) ? "prompt" : "max_tokens");
-  // A sequence that could outgrow the whole KV pool would be preempted forever: refuse it up front. When every layer
-  // slides it holds its window's blocks and its chunks' only (most_blocks_held), however long it grows.
-  if (most_blocks_held(static_cast<int64_t>(prompt_len) + p.max_tokens, m.config.block_size,
-                       m.summary.kv_window, m.config.max_num_batched_tokens) > m.max_seq_blocks)
+  // A sequence that could outgrow the whole KV pool would be preempted forever: refuse it up front. Its sliding
+  // groups hold their window's blocks and its chunks' only (most_blocks_held), however long it grows.
+  if (most_blocks_held(m.kv_groups.windows, static_cast<int64_t>(prompt_len) + p.max_tokens, m.config.block_size,
+                       m.config.max_num_batched_tokens) > m.max_seq_blocks)
     throw InvalidRequest("the prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" +
                              std::to_string(p.max_tokens) + ") exceeds what one sequence can hold in the KV cache (" +
                              std::to_string(m.max_seq_tokens) + " tokens; see --num-kv-blocks)",

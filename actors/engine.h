@@ -13,6 +13,7 @@
 
 #include "actors/engine_types.h"
 #include "actors/metrics.h"
+#include "model/kv/kv_groups.h"
 #include "model/kv/kv_snapshot.h"
 #include "model/loader/config.h"
 #include "model/tokenizer/tokenizer.h"
@@ -42,7 +43,7 @@ struct EngineSummary {
   int64_t weight_bytes = 0;      // the checkpoint's tensors as loaded here (0: on workers, or random weights)
   double load_seconds = 0.0;     // building the engine (weights, runners, workers' hellos)
   int max_model_len = 0, block_size = 0, tensor_parallel_size = 1;
-  int kv_window = 0;             // ModelConfig::kv_release_window: a sequence keeps only its window's blocks
+  KvGroups kv_groups;            // how the layers share the KV blocks: a sliding group keeps its window's only
   struct Pool {
     std::string address;         // the replica's worker; empty: this process
     int64_t kv_blocks = 0, kv_bytes = 0, swap_blocks = 0, swap_bytes = 0;
@@ -50,8 +51,8 @@ struct EngineSummary {
     int64_t disk_blocks = 0, disk_bytes = 0;        // its disk tier (--kv-disk-dir, --kv-disk-size)
   };
   std::vector<Pool> replicas;
-  /// Blocks one sequence of max_model_len tokens holds: all of them, or with kv_window those overlapping its window
-  /// (ceil(window / block_size) + 1 at most).
+  /// Blocks one sequence of max_model_len tokens keeps over its KV groups (blocks_kept): a sliding group those
+  /// overlapping its window, the others all.
   int64_t blocks_per_sequence() const;
   /// Sequences of max_model_len tokens that fit the KV pools at once (summed over the replicas).
   double max_concurrency() const;

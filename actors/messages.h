@@ -123,7 +123,9 @@ struct WorkerInfo {
   int block_size = 0;
   int max_model_len = 0, max_num_seqs = 0, max_num_batched_tokens = 0;  // the largest step its runner takes
   int num_blocks = 0, num_swap_blocks = 0;
-  int kv_window = 0;  // ModelConfig::kv_release_window: steps may carry released table entries before it
+  // kv_groups_of(its model): a step carries a table per group, with released entries before each group's window
+  std::vector<int> kv_windows = {0};
+  int layers_per_block = 0;
 };
 
 // CAF's inspect overloads (serialisation across the network layer, to_string) of the message types and what they
@@ -143,7 +145,7 @@ PAGED_INSPECT(SeqOutput, x.index, x.tokens, x.finish, x.cumulative_logprob, x.re
 PAGED_INSPECT(ComputedKv, x.seq, x.tokens_offset, x.tokens, x.num_computed)
 PAGED_INSPECT(PlanSeq, x.id, x.arrival, x.phase, x.num_computed, x.num_tokens, x.last_token_in_flight, x.tokens, x.salt)
 PAGED_INSPECT(PlanLimits, x.max_num_seqs, x.max_num_batched_tokens, x.preemption)
-PAGED_INSPECT(PlannedChunk, x.id, x.start_pos, x.num_tokens, x.sample, x.block_table)
+PAGED_INSPECT(PlannedChunk, x.id, x.start_pos, x.num_tokens, x.sample, x.block_table, x.group_tables)
 PAGED_INSPECT(DiskOrder, x.kind, x.key, x.host_block, x.salt, x.tokens)
 PAGED_INSPECT(StepPlan, x.chunks, x.copies, x.swap_out, x.swap_in, x.preempted_recompute, x.preempted_swap,
               x.swapping_in, x.admitted, x.rejected, x.disk_writes, x.disk_loads)
@@ -158,7 +160,7 @@ PAGED_INSPECT(PackedStep, x.bytes)
 PAGED_INSPECT(PackedResult, x.bytes)
 PAGED_INSPECT(WorkerInfo, x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads, x.head_dim,
               x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens, x.num_blocks,
-              x.num_swap_blocks, x.kv_window)
+              x.num_swap_blocks, x.kv_windows, x.layers_per_block)
 
 #undef PAGED_INSPECT
 

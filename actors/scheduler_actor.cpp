@@ -408,6 +408,7 @@ void dispatch(Self* self, StepPlan plan) {
     chunk.last_token_deferred = c.start_pos + c.num_tokens > known;
     deferred = deferred || chunk.last_token_deferred;
     chunk.block_table = std::move(c.block_table);
+    chunk.group_tables = std::move(c.group_tables);
     if (r.scoring_prompt() && c.start_pos < r.prompt_scored_until) {
       // The chunk's positions below the prompt's last score the prompt token after each: from its first (a chunk
       // recomputed after a preemption scores some again; the request actor keeps the first score of each).

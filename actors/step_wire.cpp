@@ -92,6 +92,11 @@ WireStep WireEncoder::encode(const StepBatch& batch) {
     wc.last_token_deferred = c.last_token_deferred;
     wc.start_pos = c.start_pos;
     send_delta(sent.table, c.block_table, wc.table_keep, wc.table_tail);
+    sent.group_tables.resize(c.group_tables.size());
+    wc.group_keeps.resize(c.group_tables.size());
+    wc.group_tails.resize(c.group_tables.size());
+    for (size_t g = 0; g < c.group_tables.size(); ++g)
+      send_delta(sent.group_tables[g], c.group_tables[g], wc.group_keeps[g], wc.group_tails[g]);
     wc.prompt_logprobs = c.prompt_logprobs;
     if (c.samples.empty()) continue;
     const SampleSpec& first = c.samples.front();
@@ -141,6 +146,8 @@ void restore(std::vector<int32_t>& held, ListBefore& before) {
 struct WireDecoder::Change {
   SeqState* state = nullptr;
   ListBefore table, output;
+  std::vector<ListBefore> group_tables;  // of the group tables held before the step
+  size_t num_group_tables = 0;           // held before the step
   std::optional<std::shared_ptr<const WireContext>> context;  // set when the step replaced it
 };
 
@@ -157,6 +164,16 @@ std::optional<FieldError> WireDecoder::check_chunk(size_t i, const WireChunk& wc
   if (auto e = check_delta(i, "table_keep", "table_tail", wc.table_keep, wc.table_tail.size(),
                            old ? old->table.size() : 0, max_blocks, "blocks", wc.seq))
     return e;
+  if (wc.group_keeps.size() != wc.group_tails.size() || wc.group_keeps.size() + 1 != limits_.kv_windows.size())
+    return FieldError{seq_field(i, "group_keeps"), std::to_string(wc.group_keeps.size() + 1) + " block tables for a " +
+                                                       "model of " + std::to_string(limits_.kv_windows.size()) +
+                                                       " KV groups"};
+  for (size_t g = 0; g < wc.group_keeps.size(); ++g) {
+    const size_t held = old && g < old->group_tables.size() ? old->group_tables[g].size() : 0;
+    if (auto e = check_delta(i, "group_keeps", "group_tails", wc.group_keeps[g], wc.group_tails[g].size(), held,
+                             max_blocks, "blocks", wc.seq))
+      return e;
+  }
   const WireContext* context = wc.context ? &*wc.context : old ? old->context.get() : nullptr;
   size_t output = old ? old->output.size() : 0;
   if (wc.samples.empty()) {
@@ -192,6 +209,11 @@ std::optional<FieldError> WireDecoder::check_chunk(size_t i, const WireChunk& wc
 void WireDecoder::apply(WireChunk& wc, SeqState& state, Change& before) {
   before.state = &state;
   splice(state.table, wc.table_keep, wc.table_tail, before.table);
+  before.num_group_tables = state.group_tables.size();
+  state.group_tables.resize(std::max(state.group_tables.size(), wc.group_keeps.size()));
+  before.group_tables.resize(wc.group_keeps.size());
+  for (size_t g = 0; g < wc.group_keeps.size(); ++g)
+    splice(state.group_tables[g], wc.group_keeps[g], wc.group_tails[g], before.group_tables[g]);
   before.output.size = state.output.size();
   if (wc.samples.empty()) return;
   if (wc.context) {
@@ -204,6 +226,8 @@ void WireDecoder::apply(WireChunk& wc, SeqState& state, Change& before) {
 void WireDecoder::undo(Change& change) {
   SeqState& state = *change.state;
   restore(state.table, change.table);
+  for (size_t g = 0; g < change.group_tables.size(); ++g) restore(state.group_tables[g], change.group_tables[g]);
+  state.group_tables.resize(change.num_group_tables);
   restore(state.output, change.output);
   if (change.context) state.context = std::move(*change.context);
 }
@@ -263,6 +287,7 @@ std::variant<StepBatch, FieldError> WireDecoder::decode(WireStep wire) {
     c.last_token_deferred = wc.last_token_deferred;
     c.start_pos = wc.start_pos;
     c.block_table = state->table;
+    c.group_tables = state->group_tables;
     c.prompt_logprobs = wc.prompt_logprobs;
     c.samples.reserve(wc.samples.size());
     for (const WireSample& s : wc.samples)
@@ -406,7 +431,7 @@ class Unpacker {
 };
 
 // Fewest bytes of a packed chunk (every list empty, no context, no prompt logprobs) and of a sample.
-constexpr size_t kChunkBytes = 8 + 4 + 1 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 1;
+constexpr size_t kChunkBytes = 8 + 4 + 1 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 1;
 constexpr size_t kSampleBytes = 8 + 4 + 4;
 // Fewest bytes of a packed candidate (no alternatives), of a chunk's prompt logprobs (no tokens) and of a scored
 // prompt token (no alternatives).
@@ -520,6 +545,13 @@ void pack_chunk(Packer& out, const WireChunk& c) {
   out.put<int32_t>(c.start_pos);
   out.put<int32_t>(c.table_keep);
   out.run(c.table_tail);
+  if (c.group_keeps.size() != c.group_tails.size())
+    throw std::logic_error("a chunk's group tables differ in number of keeps and tails");
+  out.count(c.group_keeps.size());
+  for (size_t g = 0; g < c.group_keeps.size(); ++g) {
+    out.put<int32_t>(c.group_keeps[g]);
+    out.run(c.group_tails[g]);
+  }
   out.flag(c.context.has_value());
   if (c.context) {
     pack_params(out, c.context->params);
@@ -550,6 +582,13 @@ void unpack_chunk(Unpacker& in, size_t i, WireChunk& c) {
   c.start_pos = in.get<int32_t>(at("start_pos"));
   c.table_keep = in.get<int32_t>(at("table_keep"));
   in.run(c.table_tail, at("table_tail"));
+  const size_t groups = in.count(8, at("group_keeps"));  // a keep and a tail's count each
+  c.group_keeps.resize(groups);
+  c.group_tails.resize(groups);
+  for (size_t g = 0; g < groups; ++g) {
+    c.group_keeps[g] = in.get<int32_t>(at("group_keeps"));
+    in.run(c.group_tails[g], at("group_tails"));
+  }
   if (in.flag(at("context"))) {
     const auto param = [i](const char* member) {
       return [i, member] { return seq_field(i, "context.params.") + member; };
@@ -583,7 +622,7 @@ std::string pack_step(const WireStep& step) {
   size_t expected = 12 + 8 * (step.copies.size() + step.finished.size());
   for (const WireChunk& c : step.seqs)
     expected += kChunkBytes + 4 * (c.tokens.size() + c.table_tail.size() + c.output_tail.size()) +
-                kSampleBytes * c.samples.size() + 12 +
+                kSampleBytes * c.samples.size() + 12 + 8 * c.group_tails.size() +
                 (c.context ? 128 + 4 * (c.context->prompt.size() + c.context->stop_ids.size()) : 0);
   Packer out(expected);
   out.count(step.seqs.size());

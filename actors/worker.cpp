@@ -5,6 +5,7 @@
 #include "actors/actors.h"
 #include "actors/tls.h"
 #include "model/constraint/sequence_constraints.h"
+#include "model/kv/kv_groups.h"
 #include "model/loader/config.h"
 #include "model/tokenizer/load_tokenizer.h"
 
@@ -37,6 +38,7 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
   std::shared_ptr<const Tokenizer> tokenizer = load_tokenizer(c.model_dir);
   auto constraints = std::make_shared<constraint::SequenceConstraints>(
       std::make_shared<const constraint::TokenTrie>(*tokenizer), tokenizer);
+  const KvGroups groups = kv_groups_of(model);
   m.info = WorkerInfo{.device = c.device,
                       .num_layers = model.num_layers,
                       .hidden_size = model.hidden_size,
@@ -50,7 +52,8 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
                       .max_num_batched_tokens = c.max_num_batched_tokens,
                       .num_blocks = built.num_blocks,
                       .num_swap_blocks = built.num_swap_blocks,
-                      .kv_window = model.kv_release_window()};
+                      .kv_windows = groups.windows,
+                      .layers_per_block = groups.layers_per_block};
   m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
   // Not detached, although a step blocks its thread: the worker runs no other actor of its own, and a detached
   // actor would make the system's shutdown wait for the last reference to it, which a connection's teardown in

@@ -52,9 +52,11 @@ void log_startup(const EngineSummary& s, const std::string& served_name) {
               << (s.kv_disk_dir.empty() ? std::string() : " in " + s.kv_disk_dir) << std::endl;
   std::cout << "paged: maximum concurrency at max_model_len " << s.max_model_len << ": " << std::setprecision(1)
             << s.max_concurrency() << " sequences"
-            << (s.kv_window > 0 ? " (every layer slides over " + std::to_string(s.kv_window) + " tokens: a sequence " +
-                                      "keeps " + std::to_string(s.blocks_per_sequence()) + " blocks)"
-                                : std::string())
+            << (s.kv_groups.num_sliding() > 0
+                    ? " (" + std::to_string(s.kv_groups.num_sliding()) + " of " +
+                          std::to_string(s.kv_groups.num_groups()) + " KV groups slide: a sequence keeps " +
+                          std::to_string(s.blocks_per_sequence()) + " blocks)"
+                    : std::string())
             << std::endl;
   if (s.device == "cuda")
     std::cout << "paged: CUDA graphs: one per decode (batch, context) bucket, captured on its first step (no capture "

@@ -27,7 +27,10 @@ struct SeqChunk {
   SeqId seq = 0;
   std::vector<TokenId> tokens;       // the tokens whose K/V this step computes
   int32_t start_pos = 0;             // position of tokens[0] (= tokens already in the cache)
-  std::vector<int32_t> block_table;  // physical blocks of positions 0 .. start_pos + tokens.size() - 1
+  std::vector<int32_t> block_table;  // physical blocks of positions 0 .. start_pos + tokens.size() - 1 (KV group 0)
+  /// The tables of KV groups 1.. (model/kv/kv_groups.h: a model whose layers slide only partly), over the same
+  /// positions; empty with one group.
+  std::vector<std::vector<int32_t>> group_tables;
   /// Samples to draw from the logits of the last token (empty: none). Usually one; a parallel-sampling group
   /// draws one per completion at its first token, from the same logits.
   std::vector<SampleSpec> samples;
@@ -37,6 +40,11 @@ struct SeqChunk {
   /// sample's pending_output (DeferredTokens, model/deferred_tokens.h).
   bool last_token_deferred = false;
 };
+
+/// The block table of KV group `group` of a chunk (block_table for group 0).
+inline const std::vector<int32_t>& table_of(const SeqChunk& c, int group) {
+  return group == 0 ? c.block_table : c.group_tables.at(static_cast<size_t>(group) - 1);
+}
 
 /// Cache slot of position `pos` in a sequence's `block_table`: block_table[pos / block_size] * block_size +
 /// pos % block_size. Throws std::out_of_range when the table does not reach pos (pos >= 0).

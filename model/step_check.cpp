@@ -56,13 +56,14 @@ std::optional<FieldError> check_sample(const SampleSpec& s, const StepLimits& li
 
 }  // namespace
 
-std::optional<FieldError> check_table_entries(const SeqChunk& c, int num_blocks, int block_size, int kv_window) {
-  const auto first_read = static_cast<size_t>(first_window_block(c.start_pos, kv_window, block_size));
-  for (size_t b = 0; b < c.block_table.size(); ++b) {
-    if (b < first_read && c.block_table[b] == kReleasedBlock) continue;  // before every layer's window
-    if (c.block_table[b] < 0 || c.block_table[b] >= num_blocks)
-      return FieldError{indexed("", b), "block " + std::to_string(c.block_table[b]) +
-                                            " is outside the device pool " + range(num_blocks)};
+std::optional<FieldError> check_table_entries(const std::vector<int32_t>& table, int start_pos, int num_blocks,
+                                              int block_size, int window) {
+  const auto first_read = static_cast<size_t>(first_window_block(start_pos, window, block_size));
+  for (size_t b = 0; b < table.size(); ++b) {
+    if (b < first_read && table[b] == kReleasedBlock) continue;  // before every window of the group's layers
+    if (table[b] < 0 || table[b] >= num_blocks)
+      return FieldError{indexed("", b), "block " + std::to_string(table[b]) + " is outside the device pool " +
+                                            range(num_blocks)};
   }
   return std::nullopt;
 }
@@ -82,15 +83,22 @@ std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limit
                                  ", beyond max_model_len " + std::to_string(limits.max_model_len));
   const int64_t needed = (end + limits.block_size - 1) / limits.block_size;
   const int64_t most = (int64_t{limits.max_model_len} + limits.block_size - 1) / limits.block_size;
-  const auto blocks = static_cast<int64_t>(c.block_table.size());
-  if (blocks < needed)
-    return bad(".block_table", std::to_string(blocks) + " blocks do not reach position " + std::to_string(end - 1) +
-                                   " (" + std::to_string(needed) + " needed)");
-  if (blocks > most)
-    return bad(".block_table", std::to_string(blocks) + " blocks, more than the " + std::to_string(most) +
-                                   " of a sequence of max_model_len tokens");
-  if (auto e = check_table_entries(c, limits.num_blocks, limits.block_size, limits.kv_window))
-    return under(".block_table", std::move(e));
+  if (c.group_tables.size() + 1 != limits.kv_windows.size())
+    return bad(".group_tables", std::to_string(c.group_tables.size() + 1) + " block tables for a model of " +
+                                    std::to_string(limits.kv_windows.size()) + " KV groups");
+  for (size_t g = 0; g < limits.kv_windows.size(); ++g) {
+    const std::string field = g == 0 ? ".block_table" : indexed(".group_tables", g - 1);
+    const std::vector<int32_t>& table = table_of(c, static_cast<int>(g));
+    const auto blocks = static_cast<int64_t>(table.size());
+    if (blocks < needed)
+      return bad(field, std::to_string(blocks) + " blocks do not reach position " + std::to_string(end - 1) + " (" +
+                            std::to_string(needed) + " needed)");
+    if (blocks > most)
+      return bad(field, std::to_string(blocks) + " blocks, more than the " + std::to_string(most) +
+                            " of a sequence of max_model_len tokens");
+    if (auto e = check_table_entries(table, c.start_pos, limits.num_blocks, limits.block_size, limits.kv_windows[g]))
+      return under(field, std::move(e));
+  }
   if (c.samples.size() > static_cast<size_t>(kMaxSamplesPerChunk))
     return bad(".samples", std::to_string(c.samples.size()) + " samples, more than the " +
                                std::to_string(kMaxSamplesPerChunk) + " a chunk draws at most");

@@ -22,8 +22,9 @@ struct StepLimits {
   int num_swap_blocks = 0;         // the CPU swap pool: swap block ids in [0, num_swap_blocks)
   int max_model_len = 0;           // positions in [0, max_model_len)
   int max_num_batched_tokens = 0;  // tokens per step, over all chunks (and so chunks: each has a token)
-  int kv_window = 0;               // ModelConfig::kv_release_window: table entries before the chunk's
-                                   // first_window_block may be kReleasedBlock (read by no layer); 0: none may
+  std::vector<int> kv_windows = {0};  // per KV group (KvGroups::windows): a chunk has a table per group, whose entries
+                                      // before the chunk's first_window_block with its window may be kReleasedBlock
+                                      // (read by no layer); 0: none may
 };
 
 /// Most samples one chunk draws: a parallel-sampling group draws one per completion at its first token.
@@ -45,10 +46,12 @@ enum class PairOrder {
 std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs, PairOrder order, int num_blocks,
                                             int num_swap_blocks);
 
-/// The first entry of `c`'s block table outside the device pool [0, num_blocks), named "[b]", but for
-/// kReleasedBlock entries before first_window_block(c.start_pos, kv_window, block_size) (no layer reads them);
-/// nullopt when all are good. Runners check the tables they are given with it.
-std::optional<FieldError> check_table_entries(const SeqChunk& c, int num_blocks, int block_size, int kv_window);
+/// The first entry of `table`, a block table of a chunk starting at `start_pos`, outside the device pool
+/// [0, num_blocks), named "[b]", but for kReleasedBlock entries before first_window_block(start_pos, window,
+/// block_size) (no layer of its group reads them); nullopt when all are good. Runners check the tables they are given
+/// with it.
+std::optional<FieldError> check_table_entries(const std::vector<int32_t>& table, int start_pos, int num_blocks,
+                                              int block_size, int window);
 
 /// The first id of `ids` outside the vocabulary [0, vocab_size), named "[i]"; nullopt when all are in it.
 std::optional<FieldError> check_token_ids(std::span<const TokenId> ids, int vocab_size);
@@ -63,15 +66,16 @@ enum class HistoryCheck {
 /// most max_num_batched_tokens tokens in all, in chunks of distinct sequences (not bounded by max_num_seqs, which
 /// bounds admissions: the forks of parallel sampling and beam search run beside the sequences admitted); its copies
 /// as check_block_pairs says. A chunk: at least one token, each in the vocabulary; start_pos >= 0 and start_pos +
-/// tokens <= max_model_len; a block table that covers every position written (and so every one read before them),
-/// of at most ceil(max_model_len / block_size) blocks of the device pool, but for kReleasedBlock entries before the
-/// first block the chunk's queries see (first_window_block with kv_window); at most kMaxSamplesPerChunk samples. A
+/// tokens <= max_model_len; a block table per KV group (block_table, then group_tables), each covering every position
+/// written (and so every one read before them), of at most ceil(max_model_len / block_size) blocks of the device
+/// pool, but for kReleasedBlock entries before the first block the chunk's queries see (first_window_block with the
+/// group's window); at most kMaxSamplesPerChunk samples. A
 /// sample: parameters, in range (check_sampling_params); num_logprobs in [0, kMaxLogprobs]; num_candidates in
 /// [1, kMaxCandidates]; prompt, output and stop ids (each may be null) in the vocabulary, unless `history` is
 /// lengths_only; a history (prompt and output) of at most max_model_len tokens. Prompt logprobs: count in [0, the
 /// chunk's tokens], num_top in [0, kMaxLogprobs], next_token in the vocabulary when count reaches the chunk's end
 /// (".prompt_logprobs.count"). Fields are named by path:
-/// "seqs[2].block_table[0]", "seqs[0].samples[1].params.top_p".
+/// "seqs[2].block_table[0]", "seqs[1].group_tables[0][3]", "seqs[0].samples[1].params.top_p".
 std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& limits,
                                      HistoryCheck history = HistoryCheck::full);
 

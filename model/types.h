@@ -10,8 +10,8 @@ using TokenId = int32_t;
 using SeqId = uint64_t;
 using BlockPair = std::pair<int32_t, int32_t>;  // (src block, dst block)
 
-/// A block table entry of a block its sequence released: when every layer slides (ModelConfig::kv_release_window),
-/// the blocks wholly before the window of the sequence's next queries are read by no layer again.
+/// A block table entry of a block its sequence released: in a KV group of sliding layers (model/kv/kv_groups.h), the
+/// blocks wholly before the window of the sequence's next queries are read by no layer of the group again.
 inline constexpr int32_t kReleasedBlock = -1;
 
 /// The first block of a sequence's table that a step computing from position `start_pos` on may read, when no

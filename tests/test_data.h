@@ -73,7 +73,9 @@ inline std::vector<std::vector<TokenId>> greedy_on_runner(CpuModelRunner& runner
                                                           const std::vector<std::vector<TokenId>>& prompts,
                                                           int max_tokens,
                                                           const std::vector<std::vector<int32_t>>& tables,
-                                                          std::vector<std::vector<float>>* prefill_logits = nullptr) {
+                                                          std::vector<std::vector<float>>* prefill_logits = nullptr,
+                                                          const std::vector<std::vector<std::vector<int32_t>>>&
+                                                              group_tables = {}) {
   SamplingParams greedy;
   greedy.temperature = 0;
   std::vector<std::vector<TokenId>> outputs(prompts.size());
@@ -86,6 +88,7 @@ inline std::vector<std::vector<TokenId>> greedy_on_runner(CpuModelRunner& runner
       c.start_pos = computed[s];
       c.tokens = step == 0 ? prompts[s] : std::vector<TokenId>{outputs[s].back()};
       c.block_table = tables[s];
+      if (!group_tables.empty()) c.group_tables = group_tables[s];  // a model of several KV groups: groups 1..
       SampleSpec spec;
       spec.params = &greedy;
       spec.prompt = &prompts[s];
@@ -103,14 +106,18 @@ inline std::vector<std::vector<TokenId>> greedy_on_runner(CpuModelRunner& runner
 }
 
 /// Writes into `dir` stories260K as a Mistral whose every layer sees the last `window` positions (its weights and
-/// tokenizer under another attention mask): a model whose KV the cache manager releases behind the window.
-inline void write_sliding_stories(const std::filesystem::path& dir, int window) {
+/// tokenizer under another attention mask): a model whose KV the cache manager releases behind the window. With
+/// `layer_types` ("sliding_attention" / "full_attention" for each of its 5 layers), only those layers slide: a model
+/// of several KV groups (model/kv/kv_groups.h).
+inline void write_sliding_stories(const std::filesystem::path& dir, int window,
+                                  const std::vector<std::string>& layer_types = {}) {
   for (const char* f : {"model.safetensors", "tokenizer.model", "tokenizer_config.json", "generation_config.json"})
     std::filesystem::copy_file(std::filesystem::path(kModel) / f, dir / f);
   boost::json::object config = read_json(kModel + "/config.json").as_object();
   config["model_type"] = "mistral";
   config["architectures"] = boost::json::array{"MistralForCausalLM"};
   config["sliding_window"] = window;
+  if (!layer_types.empty()) config["layer_types"] = boost::json::value_from(layer_types);
   std::ofstream(dir / "config.json") << boost::json::serialize(config);
 }
 

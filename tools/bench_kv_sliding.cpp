@@ -1,8 +1,9 @@
 // KV bytes per token of a sequence at a given context for Gemma 3's shapes (five sliding layers to one full), a
 // model whose every layer slides (Mistral 7B v0.1) and models without sliding layers: what every layer keeping every
 // block costs, what releasing a sliding layer's blocks behind its window (model/kv/kv_footprint.h) leaves, and what
-// the cache manager holds (a KvCacheManager decoding one sequence to that context, one token a step: it releases
-// the blocks before the window when every layer slides). bf16 KV, blocks of 16 tokens.
+// the cache manager holds (a KvCacheManager over the model's KV groups, model/kv/kv_groups.h, decoding one sequence
+// to that context, one token a step: each sliding group releases the blocks before its window). bf16 KV, blocks of
+// 16 tokens.
 // The shapes are those of the published config.json files (layers, KV heads, head_dim, sliding_window, and
 // Gemma 3's layer_types: every sixth layer full); MODEL_DIR arguments add their own config.json.
 //
@@ -36,12 +37,11 @@ ModelConfig shape(int layers, int kv_heads, int head_dim, int window, bool every
 }
 
 // The most device blocks a KvCacheManager holds for one sequence of `context` tokens computed one token a step
-// (the prompt's first token, then decode), with the model's release window.
-int64_t peak_blocks(const ModelConfig& config, int64_t context) {
+// (the prompt's first token, then decode), over the model's KV groups.
+int64_t peak_blocks(const paged::KvGroups& groups, int64_t context) {
   const int64_t blocks = (context + kBlock - 1) / kBlock;
-  paged::KvCacheManager kv({.block_size = kBlock, .num_device_blocks = static_cast<int>(blocks + 1),
-                            .enable_prefix_caching = false, .sliding_window = config.kv_release_window(),
-                            .watermark = 0.0});
+  paged::KvCacheManager kv({.block_size = kBlock, .num_device_blocks = static_cast<int>(groups.num_groups() * (blocks + 1)),
+                            .enable_prefix_caching = false, .group_windows = groups.windows, .watermark = 0.0});
   const std::vector<paged::TokenId> tokens(context, 0);
   kv.allocate(1, tokens, 1);
   kv.mark_computed(1, tokens, 1);
@@ -91,8 +91,9 @@ int main(int argc, char** argv) {
   for (const auto& [name, config] : models) {
     const paged::KvFootprint f = paged::sequence_kv_bytes(config, context, kBlock, 2);
     const double all = double(f.every_block) / context, window = double(f.window_blocks) / context;
-    const double block_bytes = 2.0 * config.num_layers * config.num_kv_heads * config.head_dim * kBlock * 2;
-    const double held = peak_blocks(config, context) * block_bytes / context;
+    const paged::KvGroups groups = paged::kv_groups_of(config);
+    const double block_bytes = 2.0 * groups.layers_per_block * config.num_kv_heads * config.head_dim * kBlock * 2;
+    const double held = peak_blocks(groups, context) * block_bytes / context;
     std::printf("%-58s %11.1f KiB %19.1f KiB %7.2fx %14.1f KiB\n", name.c_str(), all / 1024, window / 1024,
                 all / window, held / 1024);
   }

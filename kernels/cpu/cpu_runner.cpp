@@ -43,7 +43,7 @@ void copy_pool_blocks(std::vector<std::unique_ptr<float[]>>& to, const std::vect
 }  // namespace
 
 CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, CpuRunnerOptions options)
-    : cfg_(with_expert_layout(config, w)), opt_(options), kv_window_(cfg_.kv_release_window()) {
+    : cfg_(with_expert_layout(config, w)), opt_(options), kv_groups_(kv_groups_of(cfg_)) {
   if (opt_.fp8_weights && cfg_.is_moe()) throw ModelError("FP8 emulation does not cover mixtures of experts");
   const WeightMap map = rank_weight_map(cfg_, opt_.tp_rank, opt_.tp_size);
   if (opt_.tp_size > 1 && !opt_.all_reduce) throw ModelError("tensor parallelism needs an all-reduce");
@@ -104,7 +104,7 @@ CpuModelRunner::CpuModelRunner(const ModelConfig& config, const SafeTensors& w, 
   }
 
   const int64_t per_layer = block_elems() * opt_.num_blocks, per_layer_swap = block_elems() * opt_.num_swap_blocks;
-  for (int l = 0; l < cfg_.num_layers; ++l) {
+  for (int slot = 0; slot < kv_groups_.layers_per_block; ++slot) {
     k_cache_.push_back(std::make_unique_for_overwrite<float[]>(per_layer));
     v_cache_.push_back(std::make_unique_for_overwrite<float[]>(per_layer));
     k_swap_.push_back(std::make_unique_for_overwrite<float[]>(per_layer_swap));
@@ -121,8 +121,9 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
   // Bounds first, before anything is written: the KV a chunk writes and reads stays in the pool (every block of its
-  // table is in the pool, but for released ones before every window, which no layer reads, and kv_slot below checks
-  // that the table reaches every position written, so every one read), and so do the copies.
+  // table is in the pool, but for released ones before every window of its group's layers, which no layer reads,
+  // and kv_slot below checks that each table reaches every position written, so every one read), and so do the copies.
+  const int G = kv_groups_.num_groups();
   require_pairs_in_pools(batch.copies, PairOrder::copy_on_write, opt_);
   for (const SeqChunk& c : batch.seqs) {
     if (c.start_pos < 0 || c.tokens.empty() ||
@@ -130,33 +131,42 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
       throw ModelError("a chunk needs a token and positions in [0, 2^31)");
     for (TokenId t : c.tokens)
       if (t < 0 || t >= cfg_.vocab_size) throw ModelError("token id out of range");
-    if (auto bad = check_table_entries(c, opt_.num_blocks, B, kv_window_))
-      throw ModelError("block table" + bad->describe());
+    if (c.group_tables.size() + 1 != static_cast<size_t>(G))
+      throw ModelError(std::to_string(c.group_tables.size() + 1) + " block tables for a model of " + std::to_string(G) +
+                       " KV groups");
+    for (int g = 0; g < G; ++g)
+      if (auto bad = check_table_entries(table_of(c, g), c.start_pos, opt_.num_blocks, B, kv_groups_.windows[g]))
+        throw ModelError("block table" + bad->describe());
   }
 
-  // Flatten the ragged batch: tokens, positions, slots, per-sequence query ranges and block tables.
+  // Flatten the ragged batch: tokens, positions, per-sequence query ranges; per KV group the tokens' slots and the
+  // block tables.
   std::vector<TokenId> tokens;
   std::vector<int32_t> positions, query_start{0}, context_lens;
-  std::vector<int64_t> slots;
+  std::vector<std::vector<int64_t>> slots(G);
   size_t max_blocks = 1;
-  for (const SeqChunk& c : batch.seqs) max_blocks = std::max(max_blocks, c.block_table.size());
-  std::vector<int32_t> tables(batch.seqs.size() * max_blocks, 0);
+  for (const SeqChunk& c : batch.seqs)
+    for (int g = 0; g < G; ++g) max_blocks = std::max(max_blocks, table_of(c, g).size());
+  std::vector<std::vector<int32_t>> tables(G, std::vector<int32_t>(batch.seqs.size() * max_blocks, 0));
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const SeqChunk& c = batch.seqs[s];
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       const int32_t pos = c.start_pos + static_cast<int32_t>(i);
       tokens.push_back(c.tokens[i]);
       positions.push_back(pos);
-      slots.push_back(kv_slot(c.block_table, pos, B));
+      for (int g = 0; g < G; ++g) slots[g].push_back(kv_slot(table_of(c, g), pos, B));
     }
     query_start.push_back(static_cast<int32_t>(tokens.size()));
     context_lens.push_back(c.start_pos + static_cast<int32_t>(c.tokens.size()));
-    std::copy(c.block_table.begin(), c.block_table.end(), tables.begin() + s * max_blocks);
+    for (int g = 0; g < G; ++g) {
+      const std::vector<int32_t>& t = table_of(c, g);
+      std::copy(t.begin(), t.end(), tables[g].begin() + s * max_blocks);
+    }
   }
   const int T = static_cast<int>(tokens.size());
-  for (int l = 0; l < cfg_.num_layers; ++l) {  // copy-on-write, before this step's attention
-    cpu::copy_blocks(k_cache_[l].get(), batch.copies, block_elems());
-    cpu::copy_blocks(v_cache_[l].get(), batch.copies, block_elems());
+  for (size_t slot = 0; slot < k_cache_.size(); ++slot) {  // copy-on-write, before this step's attention
+    cpu::copy_blocks(k_cache_[slot].get(), batch.copies, block_elems());
+    cpu::copy_blocks(v_cache_[slot].get(), batch.copies, block_elems());
   }
 
   std::vector<float> residual(int64_t{T} * H), h(int64_t{T} * H), qkv(int64_t{T} * qkv_dim);
@@ -205,8 +215,12 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
       cpu::fake_quantize_rows_fp8(k.data(), int64_t{T} * nkv, D);
       cpu::fake_quantize_rows_fp8(v.data(), int64_t{T} * nkv, D);
     }
-    cpu::reshape_and_cache(k.data(), v.data(), k_cache_[l].get(), v_cache_[l].get(), slots.data(), T, nkv, D, B);
-    cpu::paged_attention(attn.data(), q.data(), k_cache_[l].get(), v_cache_[l].get(), tables.data(),
+    // The layer's KV: its slot of its group's blocks.
+    const int group = kv_groups_.group_of[l];
+    float* const k_cache = k_cache_[kv_groups_.slot_of[l]].get();
+    float* const v_cache = v_cache_[kv_groups_.slot_of[l]].get();
+    cpu::reshape_and_cache(k.data(), v.data(), k_cache, v_cache, slots[group].data(), T, nkv, D, B);
+    cpu::paged_attention(attn.data(), q.data(), k_cache, v_cache, tables[group].data(),
                          query_start.data(), context_lens.data(), static_cast<int>(batch.seqs.size()),
                          static_cast<int>(max_blocks), nh, nkv, D, B, scale, cfg_.sliding_window(l));
     linear(proj.data(), attn.data(), L.wo, L.fp8.wo, L.bo, H, nh * D);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/kv/kv_groups.h"
 #include "model/loader/config.h"
 #include "model/loader/safetensors.h"
 #include "model/step.h"
@@ -84,9 +85,10 @@ class CpuModelRunner final : public ModelRunner {
   /// (rank 0; others: empty).
   std::vector<std::vector<float>> forward(const StepBatch& batch);
 
-  /// Raw KV storage [num_blocks][block_elems()] of a layer, for tests that check copy and swap orders move real data.
-  float* k_cache(int layer) { return k_cache_[layer].get(); }
-  float* v_cache(int layer) { return v_cache_[layer].get(); }
+  /// Raw KV storage [num_blocks][block_elems()] of a layer (its slot of the blocks), for tests that check copy and
+  /// swap orders move real data.
+  float* k_cache(int layer) { return k_cache_[kv_groups_.slot_of.at(layer)].get(); }
+  float* v_cache(int layer) { return v_cache_[kv_groups_.slot_of.at(layer)].get(); }
   int64_t block_elems() const;
 
  private:
@@ -99,7 +101,7 @@ class CpuModelRunner final : public ModelRunner {
   ModelConfig cfg_;
   CpuRunnerOptions opt_;
   int local_heads_, local_kv_heads_, local_inter_;
-  int kv_window_;  // cfg_.kv_release_window(): tables may hold released entries before it
+  KvGroups kv_groups_;  // kv_groups_of(cfg_): a chunk's table per group, a cache per slot of a block
   std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<CpuLayerWeights> layers_;
   std::vector<float> inv_freq_, local_inv_freq_;  // RoPE of every layer, and of uses_local_rope layers (or empty)

@@ -80,7 +80,7 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   opt = options;
   heads = cfg.num_heads;
   kv_heads = cfg.num_kv_heads;
-  kv_window = cfg.kv_release_window();
+  kv_groups = kv_groups_of(cfg);
   head_dim = cfg.head_dim;
   hidden = cfg.hidden_size;
   inter = cfg.intermediate_size;
@@ -397,10 +397,10 @@ void CudaModelRunner::Impl::allocate_runtime() {
 
   token_ids.allocate(T);
   positions.allocate(T);
-  slots.allocate(T);
+  slots.allocate(int64_t{kv_groups.num_groups()} * T);
   query_start.allocate(max_seqs + 1);
   context_lens.allocate(max_seqs);
-  block_tables.allocate(int64_t{max_seqs} * table_stride);
+  block_tables.allocate(int64_t{kv_groups.num_groups()} * max_seqs * table_stride);
   last_rows.allocate(max_seqs);
   sample_rows.allocate(max_seqs);
   logits_row_ids.allocate(max_seqs);
@@ -475,7 +475,7 @@ void CudaModelRunner::Impl::allocate_kv() {
   // One cache's block: bf16, or FP8 codes and their scales.
   const size_t block_bytes = opt.fp8_kv ? cuda::kv_fp8_block_bytes(kv_heads, opt.block_size, head_dim)
                                         : size_t{2} * kv_heads * opt.block_size * head_dim;
-  const size_t all_layers = 2 * size_t(cfg.num_layers) * block_bytes;          // K and V of every layer
+  const size_t all_layers = 2 * size_t(kv_groups.layers_per_block) * block_bytes;  // K and V of a block's layers
   int64_t blocks = opt.num_blocks;
   if (blocks <= 0) {
     // vLLM's rule: the process may use gpu_memory_utilization of the device; what weights, activations and
@@ -485,7 +485,7 @@ void CudaModelRunner::Impl::allocate_kv() {
     const double budget = total * opt.gpu_memory_utilization - double(total - free) - double(size_t{512} << 20);
     blocks = budget > 0 ? static_cast<int64_t>(budget / all_layers) : 0;
   }
-  const int64_t one_sequence = (opt.max_model_len + opt.block_size - 1) / opt.block_size;
+  const int64_t one_sequence = most_blocks_held(kv_groups.windows, opt.max_model_len, opt.block_size, max_tokens);
   if (blocks < one_sequence)
     throw GpuError("KV cache: room for " + std::to_string(blocks) + " blocks, fewer than one sequence of max_model_len " +
                    std::to_string(opt.max_model_len) + " needs (" + std::to_string(one_sequence) +
@@ -495,10 +495,11 @@ void CudaModelRunner::Impl::allocate_kv() {
   // Zeros, so that every block holds finite values: the kernels load (and mask) positions before a sliding window
   // from released table entries, staged as block 0, as the padding rows of a decode step read block 0.
   PAGED_CUDA_CHECK(cudaMemset(kv_memory.get(), 0, blocks * all_layers));
-  kv = cuda::BlockPool{kv_memory.get(), 2 * cfg.num_layers, static_cast<int>(blocks), block_bytes};
+  kv = cuda::BlockPool{kv_memory.get(), 2 * kv_groups.layers_per_block, static_cast<int>(blocks), block_bytes};
   const auto swap_blocks = static_cast<int64_t>(opt.swap_space_gib * double(int64_t{1} << 30) / double(all_layers));
   swap_memory = pinned_alloc<char>(std::max<int64_t>(swap_blocks, 0) * all_layers);
-  host = cuda::BlockPool{swap_memory.get(), 2 * cfg.num_layers, static_cast<int>(std::max<int64_t>(swap_blocks, 0)),
+  host = cuda::BlockPool{swap_memory.get(), 2 * kv_groups.layers_per_block,
+                         static_cast<int>(std::max<int64_t>(swap_blocks, 0)),
                          block_bytes};
 }
 
@@ -510,6 +511,7 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     throw ModelError("step of " + std::to_string(n) + " sequences exceeds max_num_seqs " + std::to_string(max_seqs));
   bool decode = n > 0;
   int max_table = 1, tokens = 0;
+  const int G = kv_groups.num_groups();
   for (const SeqChunk& c : batch.seqs) {
     decode = decode && c.tokens.size() == 1;
     tokens += static_cast<int>(c.tokens.size());
@@ -528,18 +530,25 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     if (ctx > opt.max_model_len)
       throw ModelError("context of " + std::to_string(ctx) + " tokens exceeds max_model_len " +
                        std::to_string(opt.max_model_len));
-    if (static_cast<int>(c.block_table.size()) < needed) throw ModelError("block table shorter than the context");
-    if (auto bad = check_table_entries(c, kv.num_blocks, B, kv_window))
-      throw ModelError("block table" + bad->describe());
-    for (int b = 0; b < needed; ++b)  // a released block (before every window) is read as block 0, and masked
-      block_tables.host[int64_t{s} * table_stride + b] = std::max(c.block_table[b], 0);
+    if (c.group_tables.size() + 1 != static_cast<size_t>(G))
+      throw ModelError(std::to_string(c.group_tables.size() + 1) + " block tables for a model of " + std::to_string(G) +
+                       " KV groups");
+    for (int g = 0; g < G; ++g) {
+      const std::vector<int32_t>& table = table_of(c, g);
+      if (static_cast<int>(table.size()) < needed) throw ModelError("block table shorter than the context");
+      if (auto bad = check_table_entries(table, c.start_pos, kv.num_blocks, B, kv_groups.windows[g]))
+        throw ModelError("block table" + bad->describe());
+      int32_t* const row = block_tables.host.get() + (int64_t{g} * max_seqs + s) * table_stride;
+      for (int b = 0; b < needed; ++b) row[b] = std::max(table[b], 0);  // a released block (before every window of
+                                                                         // the group) is read as block 0, and masked
+    }
     max_table = std::max(max_table, needed);
     for (size_t i = 0; i < c.tokens.size(); ++i, ++t) {
       if (c.tokens[i] < 0 || c.tokens[i] >= vocab) throw ModelError("token id out of range");
       const int pos = c.start_pos + static_cast<int>(i);
       token_ids.host[t] = c.tokens[i];
       positions.host[t] = pos;
-      slots.host[t] = kv_slot(c.block_table, pos, B);
+      for (int g = 0; g < G; ++g) slots.host[int64_t{g} * max_tokens + t] = kv_slot(table_of(c, g), pos, B);
     }
     query_start.host[s + 1] = t;
     context_lens.host[s] = ctx;
@@ -560,10 +569,12 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     for (int s = n; s < rows; ++s) {
       token_ids.host[s] = 0;
       positions.host[s] = 0;
-      slots.host[s] = -1;
       query_start.host[s + 1] = s + 1;
       context_lens.host[s] = 1;
-      block_tables.host[int64_t{s} * table_stride] = 0;
+      for (int g = 0; g < G; ++g) {
+        slots.host[int64_t{g} * max_tokens + s] = -1;
+        block_tables.host[(int64_t{g} * max_seqs + s) * table_stride] = 0;
+      }
     }
     plan.tokens = plan.seqs = rows;
     plan.grid_ctx = *std::lower_bound(ctx_buckets.begin(), ctx_buckets.end(), plan.max_ctx);
@@ -573,14 +584,19 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
   // Uploads on the compute stream: ordered before the kernels that read them, after the previous step's.
   PAGED_CUDA_CHECK(token_ids.upload(plan.tokens, compute));
   PAGED_CUDA_CHECK(positions.upload(plan.tokens, compute));
-  PAGED_CUDA_CHECK(slots.upload(plan.tokens, compute));
+  for (int g = 0; g < G; ++g)
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(slots.device.get() + int64_t{g} * max_tokens, slots.host.get() + int64_t{g} * max_tokens,
+                                     plan.tokens * sizeof(int64_t), cudaMemcpyHostToDevice, compute));
   PAGED_CUDA_CHECK(query_start.upload(plan.seqs + 1, compute));
   PAGED_CUDA_CHECK(context_lens.upload(plan.seqs, compute));
   if (!decode) PAGED_CUDA_CHECK(last_rows.upload(plan.logits_rows, compute));
   // Only the used columns of each table row travel.
-  PAGED_CUDA_CHECK(cudaMemcpy2DAsync(block_tables.device.get(), table_stride * sizeof(int32_t), block_tables.host.get(),
-                                     table_stride * sizeof(int32_t), max_table * sizeof(int32_t), plan.seqs,
-                                     cudaMemcpyHostToDevice, compute));
+  for (int g = 0; g < G; ++g) {
+    const int64_t group = int64_t{g} * max_seqs * table_stride;
+    PAGED_CUDA_CHECK(cudaMemcpy2DAsync(block_tables.device.get() + group, table_stride * sizeof(int32_t),
+                                       block_tables.host.get() + group, table_stride * sizeof(int32_t),
+                                       max_table * sizeof(int32_t), plan.seqs, cudaMemcpyHostToDevice, compute));
+  }
   return plan;
 }
 
@@ -595,7 +611,8 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       cuda::gather_rows(residual.get(), embed, token_ids.device.get(), T, hidden, vocab, embedding_scale, s));
   cuda::PagedAttentionArgs a{.out = attn.get(), .q = qkv.get(), .q_stride = qkv_dim,
                              .k_cache = nullptr, .v_cache = nullptr,  // set per layer
-                             .block_tables = block_tables.device.get(), .query_start = query_start.device.get(),
+                             .block_tables = nullptr,  // set per layer
+                             .query_start = query_start.device.get(),
                              .context_lens = context_lens.device.get(), .num_seqs = plan.seqs,
                              .max_blocks_per_seq = table_stride, .num_heads = heads, .num_kv_heads = kv_heads,
                              .head_dim = head_dim, .block_size = opt.block_size, .scale = scale};
@@ -639,17 +656,17 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     // Gemma 3's sliding layers: their own RoPE base, no scaling. The FP8 cache: RoPE in place, then the keys and
     // values quantised into it.
     const bool local_rope = cfg.uses_local_rope(l);
-    bf16* const k_bf16 = opt.fp8_kv ? nullptr : k_cache(l);
-    bf16* const v_bf16 = opt.fp8_kv ? nullptr : v_cache(l);
-    PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_bf16, v_bf16, positions.device.get(), slots.device.get(),
+    bf16* const k_bf16 = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(k_cache(l));
+    bf16* const v_bf16 = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(v_cache(l));
+    PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_bf16, v_bf16, positions.device.get(), layer_slots(l),
                                           local_rope ? local_inv_freq.get() : inv_freq.get(), T, heads, kv_heads,
                                           head_dim, cfg.rotary_dims(),
                                           local_rope ? 1.0f : static_cast<float>(cfg.rope_scaling.attention_factor),
                                           opt.block_size, qkv_dim, s));
     if (opt.fp8_kv) {
-      auto* const k8 = reinterpret_cast<uint8_t*>(kv.block(2 * l, 0));
-      auto* const v8 = reinterpret_cast<uint8_t*>(kv.block(2 * l + 1, 0));
-      PAGED_CUDA_CHECK(cuda::cache_kv_fp8(qkv.get(), k8, v8, slots.device.get(), T, heads, kv_heads, head_dim,
+      auto* const k8 = reinterpret_cast<uint8_t*>(k_cache(l));
+      auto* const v8 = reinterpret_cast<uint8_t*>(v_cache(l));
+      PAGED_CUDA_CHECK(cuda::cache_kv_fp8(qkv.get(), k8, v8, layer_slots(l), T, heads, kv_heads, head_dim,
                                           opt.block_size, qkv_dim, s));
       a.k_fp8 = k8;
       a.v_fp8 = v8;
@@ -657,6 +674,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     a.k_cache = k_bf16;
     a.v_cache = v_bf16;
     a.window = cfg.sliding_window(l);
+    a.block_tables = layer_tables(l);
     if (plan.decode)
       PAGED_CUDA_CHECK(cuda::paged_attention_decode(a, plan.grid_ctx, plan.partition, decode_ws.get(),
                                                     decode_ws_bytes, s));

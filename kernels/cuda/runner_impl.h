@@ -29,6 +29,7 @@
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
+#include "model/kv/kv_groups.h"
 #include "model/loader/weight_map.h"
 #include "model/sampling/params_check.h"
 #include "model/sampling/sampler.h"
@@ -133,7 +134,7 @@ struct CudaModelRunner::Impl {
   // This rank's shapes: heads, kv_heads and inter are the model's divided by tp_size.
   int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
   int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;
-  int kv_window = 0;           // cfg.kv_release_window(): tables may hold released entries before it
+  KvGroups kv_groups;          // kv_groups_of(cfg): a chunk's table per group, a layer's KV in its slot of a block
   float eps = 0.f, scale = 0.f;
   float norm_offset = 0.f;     // added to every norm weight: Gemma's 1 (the norms scale by 1 + weight)
   float embedding_scale = 1.f; // Gemma's sqrt(hidden), rounded to bf16 as HF rounds it to the model's dtype
@@ -181,8 +182,9 @@ struct CudaModelRunner::Impl {
   DevicePtr<char> sample_ws, decode_ws;
   size_t decode_ws_bytes = 0;
 
-  // Step metadata, staged: token ids, positions and slots [max_tokens]; query starts [max_seqs + 1]; context
-  // lengths and the rows that sample [max_seqs]; block tables [max_seqs][table_stride]; copy-on-write pairs.
+  // Step metadata, staged: token ids and positions [max_tokens]; per KV group slots [groups][max_tokens] and block
+  // tables [groups][max_seqs][table_stride] (a layer reads its group's, at fixed addresses for the decode graphs);
+  // query starts [max_seqs + 1]; context lengths and the rows that sample [max_seqs]; copy-on-write pairs.
   Staged<int32_t> token_ids, positions, query_start, context_lens, block_tables, last_rows, copy_pairs;
   Staged<int64_t> slots;
   size_t pairs_capacity = 0;
@@ -206,7 +208,7 @@ struct CudaModelRunner::Impl {
   Staged<int32_t> mask_rows;
   Staged<uint32_t> mask_bits;
 
-  // KV cache: device pool [2 * layers][num_blocks][block], pinned host pool likewise.
+  // KV cache: device pool [2 * layers_per_block][num_blocks][block], pinned host pool likewise.
   DevicePtr<char> kv_memory;
   PinnedPtr<char> swap_memory;
   cuda::BlockPool kv, host;
@@ -255,8 +257,13 @@ struct CudaModelRunner::Impl {
   void moe_mlp(bf16* out, const bf16* x, const LayerWeights& L, int rows, bool accumulate);
   void allocate_kv();
 
-  bf16* k_cache(int layer) const { return reinterpret_cast<bf16*>(kv.block(2 * layer, 0)); }
-  bf16* v_cache(int layer) const { return reinterpret_cast<bf16*>(kv.block(2 * layer + 1, 0)); }
+  // Layer `layer`'s K and V caches (its slot of the blocks), and its group's slots and block tables.
+  char* k_cache(int layer) const { return kv.block(2 * kv_groups.slot_of[layer], 0); }
+  char* v_cache(int layer) const { return kv.block(2 * kv_groups.slot_of[layer] + 1, 0); }
+  int64_t* layer_slots(int layer) const { return slots.device.get() + int64_t{kv_groups.group_of[layer]} * max_tokens; }
+  int32_t* layer_tables(int layer) const {
+    return block_tables.device.get() + int64_t{kv_groups.group_of[layer]} * max_seqs * table_stride;
+  }
 
   struct Plan {
     int tokens = 0, seqs = 0;  // rows run (decode graphs: the bucket, padding included)

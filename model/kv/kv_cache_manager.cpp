@@ -1,5 +1,7 @@
 #include "model/kv/kv_cache_manager.h"
 
+#include "model/hash_mix.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -11,6 +13,7 @@ namespace paged {
 namespace {
 
 constexpr uint64_t kChainSeed = 0x70616765644b5631ULL;  // the first link of every chain key
+constexpr uint64_t kGroupSeed = 0x6b7667726f757073ULL;  // mixed into the salt of a KV group's chain keys
 
 }  // namespace
 
@@ -22,7 +25,7 @@ double KvMetrics::kv_waste() const {
 KvCacheManager::KvCacheManager(KvCacheOptions options)
     : block_size_(options.block_size),
       prefix_caching_(options.enable_prefix_caching),
-      window_(options.sliding_window),
+      windows_(options.group_windows),
       watermark_blocks_(static_cast<int>(options.watermark * options.num_device_blocks)),
       device_(options.num_device_blocks, "device"),
       cpu_(options.num_cpu_blocks, "cpu"),
@@ -32,7 +35,9 @@ KvCacheManager::KvCacheManager(KvCacheOptions options)
       pending_(std::max(options.num_device_blocks, 0), 0) {
   if (options.block_size <= 0) throw std::invalid_argument("block_size must be positive");
   if (options.watermark < 0.0 || options.watermark >= 1.0) throw std::invalid_argument("watermark must be in [0, 1)");
-  if (options.sliding_window < 0) throw std::invalid_argument("sliding_window must be >= 0");
+  if (windows_.empty()) throw std::invalid_argument("a KV cache needs a group");
+  if (std::any_of(windows_.begin(), windows_.end(), [](int w) { return w < 0; }))
+    throw std::invalid_argument("a KV group's window must be >= 0");
   if (options.num_disk_blocks > 0 && options.num_offload_blocks <= 0)
     throw std::invalid_argument("the disk tier keeps what the CPU tier drops: it needs the CPU tier");
   for (uint64_t key : disk_.take_initial_deletions())
@@ -59,15 +64,25 @@ int KvCacheManager::held_in(const Sequence& s, size_t index) const {
   return index < s.content_ids.size() ? block_size_ : computed_in(s, index);
 }
 
-const KvCacheManager::Sequence& KvCacheManager::device_seq(SeqId seq) const {
-  auto it = seqs_.find(seq);
+uint64_t KvCacheManager::group_salt(uint64_t salt, int group) {
+  // Mixed twice: hash_mix(salt, group) alone collides across neighbouring salts (hash_mix(0, 2) == hash_mix(1, 1)).
+  return group == 0 ? salt : hash_mix(hash_mix(salt, kGroupSeed), static_cast<uint64_t>(group));
+}
+
+const KvCacheManager::Sequence& KvCacheManager::group_seq(SeqId seq, int group) const {
+  auto it = seqs_.find({seq, group});
   if (it == seqs_.end()) throw std::out_of_range("unknown sequence " + std::to_string(seq));
-  if (it->second.swapped) throw std::logic_error("sequence " + std::to_string(seq) + " is swapped out");
   return it->second;
 }
 
-KvCacheManager::Sequence& KvCacheManager::device_seq(SeqId seq) {
-  return const_cast<Sequence&>(std::as_const(*this).device_seq(seq));
+const KvCacheManager::Sequence& KvCacheManager::device_seq(SeqId seq, int group) const {
+  const Sequence& s = group_seq(seq, group);
+  if (s.swapped) throw std::logic_error("sequence " + std::to_string(seq) + " is swapped out");
+  return s;
+}
+
+KvCacheManager::Sequence& KvCacheManager::device_seq(SeqId seq, int group) {
+  return const_cast<Sequence&>(std::as_const(*this).device_seq(seq, group));
 }
 
 bool KvCacheManager::above_watermark(int blocks_needed) const {
@@ -104,8 +119,14 @@ void KvCacheManager::save_to_disk(int32_t tier_block, const EvictedContent& cont
     tier_copies_.disk_writes.push_back({DiskOrder::Kind::remove, gone, -1, 0, {}});
 }
 
-bool KvCacheManager::load_from_disk(std::span<const TokenId> tokens, uint64_t salt) {
+bool KvCacheManager::load_from_disk(std::span<const TokenId> tokens, uint64_t sequence_salt) {
   if (!prefix_caching_ || disk_.capacity() == 0 || tokens.empty()) return false;
+  bool wait = false;
+  for (int g = 0; g < num_groups(); ++g) wait = load_group_from_disk(tokens, group_salt(sequence_salt, g)) || wait;
+  return wait;
+}
+
+bool KvCacheManager::load_group_from_disk(std::span<const TokenId> tokens, uint64_t salt) {
   const std::vector<PrefixBlock> prefix = cached_prefix(tokens, salt);
   const size_t max_blocks = (tokens.size() - 1) / block_size_;
   if (prefix.size() >= max_blocks) return false;
@@ -207,93 +228,123 @@ std::vector<KvCacheManager::PrefixBlock> KvCacheManager::cached_prefix(std::span
   return prefix;
 }
 
+std::vector<std::vector<KvCacheManager::PrefixBlock>> KvCacheManager::group_prefixes(std::span<const TokenId> tokens,
+                                                                                     uint64_t salt) const {
+  std::vector<std::vector<PrefixBlock>> prefixes;
+  size_t shortest = SIZE_MAX;
+  for (int g = 0; g < num_groups(); ++g) {
+    prefixes.push_back(cached_prefix(tokens, group_salt(salt, g)));
+    shortest = std::min(shortest, prefixes.back().size());
+  }
+  for (auto& p : prefixes) p.resize(shortest);
+  return prefixes;
+}
+
 int KvCacheManager::cached_prefix_tokens(std::span<const TokenId> tokens, uint64_t salt) const {
-  return static_cast<int>(cached_prefix(tokens, salt).size()) * block_size_;
+  return static_cast<int>(group_prefixes(tokens, salt).front().size()) * block_size_;
 }
 
-size_t KvCacheManager::released_in(const std::vector<PrefixBlock>& prefix) const {
-  if (window_ == 0) return 0;
-  size_t pending = 0;  // the first pending block, or the prefix's end
-  while (pending < prefix.size() && (prefix[pending].offloaded || !pending_[prefix[pending].block])) ++pending;
-  return static_cast<size_t>(first_window_block(static_cast<int>(pending) * block_size_, window_, block_size_));
+size_t KvCacheManager::first_pending(const std::vector<std::vector<PrefixBlock>>& prefixes) const {
+  size_t first = prefixes.front().size();
+  for (const std::vector<PrefixBlock>& prefix : prefixes)
+    for (size_t i = 0; i < first; ++i)
+      if (!prefix[i].offloaded && pending_[prefix[i].block]) first = i;
+  return first;
 }
 
-int KvCacheManager::blocks_needed(const std::vector<PrefixBlock>& prefix, int num_tokens_to_hold) const {
-  // A device block at ref 0 is revived from the cached queue; a tier block needs a new device block.
-  int revived = static_cast<int>(std::count_if(prefix.begin() + released_in(prefix), prefix.end(),
-                                               [&](const PrefixBlock& p) {
-                                                 return p.offloaded || device_.ref_count(p.block) == 0;
-                                               }));
-  return revived + std::max(0, blocks_for(num_tokens_to_hold) - static_cast<int>(prefix.size()));
+size_t KvCacheManager::released_in(size_t first_pending, int window) const {
+  return static_cast<size_t>(first_window_block(static_cast<int>(first_pending) * block_size_, window, block_size_));
+}
+
+int KvCacheManager::blocks_needed(const std::vector<std::vector<PrefixBlock>>& prefixes, int num_tokens_to_hold) const {
+  const size_t pending = first_pending(prefixes);
+  int needed = 0;
+  for (int g = 0; g < num_groups(); ++g) {
+    const std::vector<PrefixBlock>& prefix = prefixes[g];
+    // A device block at ref 0 is revived from the cached queue; a tier block needs a new device block.
+    needed += static_cast<int>(std::count_if(prefix.begin() + released_in(pending, windows_[g]), prefix.end(),
+                                             [&](const PrefixBlock& p) {
+                                               return p.offloaded || device_.ref_count(p.block) == 0;
+                                             }));
+    needed += std::max(0, blocks_for(num_tokens_to_hold) - static_cast<int>(prefix.size()));
+  }
+  return needed;
 }
 
 bool KvCacheManager::can_allocate(std::span<const TokenId> tokens, int num_tokens_to_hold, uint64_t salt) const {
-  return above_watermark(blocks_needed(cached_prefix(tokens, salt), num_tokens_to_hold));
-}
-
-int64_t most_blocks_held(int64_t num_tokens, int block_size, int window, int max_chunk) {
-  const int64_t all = (num_tokens + block_size - 1) / block_size;
-  if (window <= 0 || max_chunk <= 0) return all;
-  return std::min(all, (int64_t{window} + 3 * int64_t{max_chunk} + block_size - 1) / block_size + 2);
+  return above_watermark(blocks_needed(group_prefixes(tokens, salt), num_tokens_to_hold));
 }
 
 bool KvCacheManager::could_ever_allocate(int num_tokens_to_hold, int max_chunk) const {
-  return most_blocks_held(num_tokens_to_hold, block_size_, window_, max_chunk) <=
+  return most_blocks_held(windows_, num_tokens_to_hold, block_size_, max_chunk) <=
          device_.num_blocks() - watermark_blocks_;
 }
 
 std::optional<int> KvCacheManager::allocate(SeqId seq, std::span<const TokenId> tokens, int num_tokens_to_hold,
                                             uint64_t salt) {
-  if (seqs_.contains(seq)) throw std::logic_error("allocate(): sequence " + std::to_string(seq) + " already exists");
-  const std::vector<PrefixBlock> prefix = cached_prefix(tokens, salt);
-  if (blocks_needed(prefix, num_tokens_to_hold) > device_.num_free()) return std::nullopt;
+  if (contains(seq)) throw std::logic_error("allocate(): sequence " + std::to_string(seq) + " already exists");
+  const std::vector<std::vector<PrefixBlock>> prefixes = group_prefixes(tokens, salt);
+  if (blocks_needed(prefixes, num_tokens_to_hold) > device_.num_free()) return std::nullopt;
+  // Every group's prefix blocks first, then the new blocks: a new block's eviction never takes a prefix block.
+  std::vector<Sequence> groups;
+  const size_t pending = first_pending(prefixes);
+  for (int g = 0; g < num_groups(); ++g)
+    groups.push_back(take_prefix(prefixes[g], released_in(pending, windows_[g]), tokens, g, salt));
+  for (int g = 0; g < num_groups(); ++g) take_rest(groups[g], prefixes[g], tokens, num_tokens_to_hold);
+  const int hit = static_cast<int>(prefixes.front().size()) * block_size_;
+  prefix_hit_tokens_ += hit;
+  if (offload_.num_blocks() > 0) {
+    // Each block the device missed was looked up in the tier: the promoted ones and the one the chain stopped at.
+    const std::vector<PrefixBlock>& prefix = prefixes.front();
+    const auto promoted = std::count_if(prefix.begin(), prefix.end(), [](const PrefixBlock& p) { return p.offloaded; });
+    const size_t looked_up_max = (tokens.size() - 1) / block_size_;
+    offload_query_tokens_ += int64_t{promoted + (prefix.size() < looked_up_max ? 1 : 0)} * block_size_;
+    offload_hit_tokens_ += int64_t{promoted} * block_size_;
+  }
+  for (int g = 0; g < num_groups(); ++g) seqs_.emplace(GroupKey{seq, g}, std::move(groups[g]));
+  return hit;
+}
 
+KvCacheManager::Sequence KvCacheManager::take_prefix(const std::vector<PrefixBlock>& prefix, size_t released,
+                                                     std::span<const TokenId> tokens, int group, uint64_t salt) {
   Sequence s;
-  s.salt = salt;
+  s.salt = group_salt(salt, group);
+  s.window = windows_[group];
   s.blocks.resize(prefix.size());
   s.content_ids.resize(prefix.size());
-  s.chains = chains_of(tokens, salt, prefix.size());
-  // The blocks before the window are not taken (sliding_window): only their content ids, the chain's links.
-  const size_t released = released_in(prefix);
+  s.chains = chains_of(tokens, s.salt, prefix.size());
+  s.num_computed = static_cast<int>(prefix.size()) * block_size_;
+  // The blocks before the window are not taken (sliding window): only their content ids, the chain's links.
   for (size_t i = 0; i < released; ++i) {
     s.content_ids[i] = prefix[i].offloaded ? offload_.content_id(prefix[i].block) : device_.content_id(prefix[i].block);
     s.blocks[i] = kReleasedBlock;
   }
   s.released = static_cast<int>(released);
-  // Device prefix blocks first: once in use they cannot be evicted by the new blocks taken below. Then the tier's
-  // are held, so that no demotion below overwrites them.
-  int promoted = 0;
   for (size_t i = released; i < prefix.size(); ++i) {
     const int32_t block = prefix[i].block;
     if (prefix[i].offloaded) {
       s.content_ids[i] = offload_.content_id(block);
       offload_.take(block);  // tier: cached -> held
-      ++promoted;
       continue;
     }
     take_shared(block, block_size_);  // cached -> in use (ref 1), or in use -> ref += 1
     s.blocks[i] = block;
     s.content_ids[i] = device_.content_id(block);
   }
-  for (size_t i = released; i < prefix.size(); ++i) {
+  return s;
+}
+
+void KvCacheManager::take_rest(Sequence& s, const std::vector<PrefixBlock>& prefix, std::span<const TokenId> tokens,
+                               int num_tokens_to_hold) {
+  for (size_t i = s.released; i < prefix.size(); ++i) {
     if (!prefix[i].offloaded) continue;
     s.blocks[i] = take_new(block_size_);  // free/cached -> in use (ref 1); an eviction may demote another block
-    device_.adopt(s.blocks[i], {i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? salt : 0,
+    device_.adopt(s.blocks[i], {i == 0 ? 0 : s.content_ids[i - 1], i == 0 ? s.salt : 0,
                                 tokens.subspan(i * block_size_, block_size_), s.chains[i]},
                   s.content_ids[i]);  // the content id moves from the tier to the device
     tier_copies_.promotions.emplace_back(offload_.host_block(prefix[i].block), s.blocks[i]);
   }
   while (static_cast<int>(s.blocks.size()) < blocks_for(num_tokens_to_hold)) s.blocks.push_back(take_new(0));
-  s.num_computed = static_cast<int>(prefix.size()) * block_size_;
-  prefix_hit_tokens_ += s.num_computed;
-  if (offload_.num_blocks() > 0) {
-    // Each block the device missed was looked up in the tier: the promoted ones and the one the chain stopped at.
-    const size_t looked_up_max = (tokens.size() - 1) / block_size_;
-    offload_query_tokens_ += int64_t{promoted + (prefix.size() < looked_up_max ? 1 : 0)} * block_size_;
-    offload_hit_tokens_ += int64_t{promoted} * block_size_;
-  }
-  seqs_.emplace(seq, std::move(s));
-  return static_cast<int>(prefix.size()) * block_size_;
 }
 
 int KvCacheManager::cow_blocks(const Sequence& s, int first_write_pos, int num_tokens_to_hold) const {
@@ -308,15 +359,24 @@ int KvCacheManager::cow_blocks(const Sequence& s, int first_write_pos, int num_t
 }
 
 bool KvCacheManager::can_reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold) const {
-  const Sequence& s = device_seq(seq);
-  int grow = std::max(0, blocks_for(num_tokens_to_hold) - static_cast<int>(s.blocks.size()));
-  return grow + cow_blocks(s, first_write_pos, num_tokens_to_hold) <= device_.num_free();
+  int needed = 0;
+  for (int g = 0; g < num_groups(); ++g) {
+    const Sequence& s = device_seq(seq, g);
+    needed += std::max(0, blocks_for(num_tokens_to_hold) - static_cast<int>(s.blocks.size()));
+    needed += cow_blocks(s, first_write_pos, num_tokens_to_hold);
+  }
+  return needed <= device_.num_free();
 }
 
 bool KvCacheManager::reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold,
                              std::vector<BlockPair>& copies) {
   if (!can_reserve(seq, first_write_pos, num_tokens_to_hold)) return false;
-  Sequence& s = device_seq(seq);
+  for (int g = 0; g < num_groups(); ++g) reserve_group(device_seq(seq, g), first_write_pos, num_tokens_to_hold, copies);
+  return true;
+}
+
+void KvCacheManager::reserve_group(Sequence& s, int first_write_pos, int num_tokens_to_hold,
+                                   std::vector<BlockPair>& copies) {
   // Copy-on-write: a shared block about to be written becomes private. Only the block holding computed KV (the
   // partly filled one at num_computed) has slots to keep; later blocks in the range get a fresh block, no copy.
   const int end = std::min(static_cast<int>(s.blocks.size()), blocks_for(num_tokens_to_hold));
@@ -331,12 +391,11 @@ bool KvCacheManager::reserve(SeqId seq, int first_write_pos, int num_tokens_to_h
   }
   while (static_cast<int>(s.blocks.size()) < blocks_for(num_tokens_to_hold)) s.blocks.push_back(take_new(0));
   release_before_window(s, first_write_pos);
-  return true;
 }
 
 void KvCacheManager::release_before_window(Sequence& s, int first_write_pos) {
   // Computed blocks only: a pending one (register_planned) may still be unregistered by forget_pending.
-  const int end = std::min(first_window_block(first_write_pos, window_, block_size_), s.num_computed / block_size_);
+  const int end = std::min(first_window_block(first_write_pos, s.window, block_size_), s.num_computed / block_size_);
   for (; s.released < end; ++s.released) {
     drop(s.blocks[s.released]);  // ref -= 1; at 0 -> cached (registered) or free
     s.blocks[s.released] = kReleasedBlock;
@@ -344,7 +403,11 @@ void KvCacheManager::release_before_window(Sequence& s, int first_write_pos) {
 }
 
 void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed, int tokens_offset) {
-  Sequence& s = device_seq(seq);
+  for (int g = 0; g < num_groups(); ++g) mark_group_computed(seq, device_seq(seq, g), tokens, num_computed, tokens_offset);
+}
+
+void KvCacheManager::mark_group_computed(SeqId seq, Sequence& s, std::span<const TokenId> tokens, int num_computed,
+                                         int tokens_offset) {
   if (num_computed < s.num_computed || num_computed > static_cast<int>(s.blocks.size()) * block_size_ ||
       static_cast<size_t>(num_computed) > tokens.size() + tokens_offset || tokens_offset % block_size_ != 0 ||
       (prefix_caching_ && tokens_offset > static_cast<int>(s.content_ids.size()) * block_size_)) {
@@ -388,19 +451,22 @@ void KvCacheManager::register_next(Sequence& s, std::span<const TokenId> block_t
 }
 
 void KvCacheManager::register_planned(SeqId seq, std::span<const TokenId> tokens, int planned_end) {
-  Sequence& s = device_seq(seq);
-  if (planned_end < 0 || planned_end > static_cast<int>(s.blocks.size()) * block_size_) {
+  const size_t table = device_seq(seq).blocks.size();  // the same in every group
+  if (planned_end < 0 || planned_end > static_cast<int>(table) * block_size_) {
     throw std::invalid_argument("register_planned(): " + std::to_string(planned_end) + " tokens for sequence " +
-                                std::to_string(seq) + " (table " + std::to_string(s.blocks.size()) + " blocks)");
+                                std::to_string(seq) + " (table " + std::to_string(table) + " blocks)");
   }
   if (!prefix_caching_) return;
   const size_t full = std::min(static_cast<size_t>(planned_end), tokens.size()) / block_size_;
-  for (size_t i = s.content_ids.size(); i < full; ++i) {
-    register_next(s, tokens.subspan(i * block_size_, block_size_));
-    const int32_t block = s.blocks[i];
-    if (device_.content_id(block) == s.content_ids[i]) pending_[block] = 1;  // registered here, not a duplicate
-    used_slots_ += block_size_ - filled_[block];  // the planned step fills it
-    filled_[block] = block_size_;
+  for (int g = 0; g < num_groups(); ++g) {
+    Sequence& s = device_seq(seq, g);
+    for (size_t i = s.content_ids.size(); i < full; ++i) {
+      register_next(s, tokens.subspan(i * block_size_, block_size_));
+      const int32_t block = s.blocks[i];
+      if (device_.content_id(block) == s.content_ids[i]) pending_[block] = 1;  // registered here, not a duplicate
+      used_slots_ += block_size_ - filled_[block];  // the planned step fills it
+      filled_[block] = block_size_;
+    }
   }
 }
 
@@ -416,68 +482,85 @@ void KvCacheManager::forget_pending(Sequence& s) {
 }
 
 void KvCacheManager::fork(SeqId parent, SeqId child) {
-  Sequence copy = device_seq(parent);
-  if (seqs_.contains(child)) throw std::logic_error("fork(): sequence " + std::to_string(child) + " already exists");
-  for (size_t i = copy.released; i < copy.blocks.size(); ++i) take_shared(copy.blocks[i], 0);  // ref += 1
-  seqs_.emplace(child, std::move(copy));
+  device_seq(parent);
+  if (contains(child)) throw std::logic_error("fork(): sequence " + std::to_string(child) + " already exists");
+  for (int g = 0; g < num_groups(); ++g) {
+    Sequence copy = device_seq(parent, g);
+    for (size_t i = copy.released; i < copy.blocks.size(); ++i) take_shared(copy.blocks[i], 0);  // ref += 1
+    seqs_.emplace(GroupKey{child, g}, std::move(copy));
+  }
 }
 
 void KvCacheManager::free(SeqId seq) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return;
-  Sequence& s = it->second;
-  if (s.swapped) {
-    for (size_t i = s.released; i < s.blocks.size(); ++i) cpu_.release(s.blocks[i]);  // in use -> free
-  } else {
-    forget_pending(s);
-    // Last block first: the LRU head is evicted first, so a prefix outlives its tail in the cache.
-    for (size_t i = s.blocks.size(); i-- > static_cast<size_t>(s.released);) drop(s.blocks[i]);  // ref -= 1
+  if (!contains(seq)) return;
+  for (int g = num_groups(); g-- > 0;) {
+    auto it = seqs_.find({seq, g});
+    Sequence& s = it->second;
+    if (s.swapped) {
+      for (size_t i = s.released; i < s.blocks.size(); ++i) cpu_.release(s.blocks[i]);  // in use -> free
+    } else {
+      forget_pending(s);
+      // Last block first: the LRU head is evicted first, so a prefix outlives its tail in the cache.
+      for (size_t i = s.blocks.size(); i-- > static_cast<size_t>(s.released);) drop(s.blocks[i]);  // ref -= 1
+    }
+    seqs_.erase(it);
   }
-  seqs_.erase(it);
+}
+
+int KvCacheManager::held_blocks(SeqId seq) const {
+  int held = 0;
+  for (int g = 0; g < num_groups(); ++g) held += held_blocks(group_seq(seq, g));
+  return held;
 }
 
 std::optional<std::vector<BlockPair>> KvCacheManager::swap_out(SeqId seq) {
-  Sequence& s = device_seq(seq);
-  if (held_blocks(s) > cpu_.num_free()) return std::nullopt;
-  forget_pending(s);
+  device_seq(seq);
+  if (held_blocks(seq) > cpu_.num_free()) return std::nullopt;
   std::vector<BlockPair> pairs;
-  pairs.reserve(held_blocks(s));
-  for (size_t i = s.released; i < s.blocks.size(); ++i)
-    pairs.emplace_back(s.blocks[i], cpu_.allocate());  // cpu: free -> in use (ref 1)
-  for (auto p = pairs.rbegin(); p != pairs.rend(); ++p) drop(p->first);  // device: ref -= 1
-  for (size_t i = 0; i < pairs.size(); ++i) s.blocks[s.released + i] = pairs[i].second;
-  s.swapped = true;
+  for (int g = 0; g < num_groups(); ++g) {
+    Sequence& s = device_seq(seq, g);
+    forget_pending(s);
+    const size_t first = pairs.size();
+    for (size_t i = s.released; i < s.blocks.size(); ++i)
+      pairs.emplace_back(s.blocks[i], cpu_.allocate());  // cpu: free -> in use (ref 1)
+    for (size_t p = pairs.size(); p-- > first;) drop(pairs[p].first);  // device: ref -= 1
+    for (size_t i = first; i < pairs.size(); ++i) s.blocks[s.released + (i - first)] = pairs[i].second;
+    s.swapped = true;
+  }
   swapped_out_blocks_ += static_cast<int64_t>(pairs.size());
   return pairs;
 }
 
 bool KvCacheManager::can_swap_in(SeqId seq) const {
-  const Sequence& s = seqs_.at(seq);
-  return s.swapped && above_watermark(held_blocks(s));
+  return is_swapped(seq) && above_watermark(held_blocks(seq));
 }
 
 std::optional<std::vector<BlockPair>> KvCacheManager::swap_in(SeqId seq) {
-  Sequence& s = seqs_.at(seq);
-  if (!s.swapped) throw std::logic_error("swap_in(): sequence " + std::to_string(seq) + " is not swapped out");
-  if (held_blocks(s) > device_.num_free()) return std::nullopt;
+  if (!is_swapped(seq)) throw std::logic_error("swap_in(): sequence " + std::to_string(seq) + " is not swapped out");
+  if (held_blocks(seq) > device_.num_free()) return std::nullopt;
   std::vector<BlockPair> pairs;
-  pairs.reserve(held_blocks(s));
-  for (size_t i = s.released; i < s.blocks.size(); ++i) {
-    int32_t cpu_block = s.blocks[i];
-    s.blocks[i] = take_new(computed_in(s, i));  // device: free -> in use (ref 1)
-    pairs.emplace_back(cpu_block, s.blocks[i]);
-    cpu_.release(cpu_block);                    // cpu: in use -> free
+  for (int g = 0; g < num_groups(); ++g) {
+    Sequence& s = seqs_.at({seq, g});
+    for (size_t i = s.released; i < s.blocks.size(); ++i) {
+      int32_t cpu_block = s.blocks[i];
+      s.blocks[i] = take_new(computed_in(s, i));  // device: free -> in use (ref 1)
+      pairs.emplace_back(cpu_block, s.blocks[i]);
+      cpu_.release(cpu_block);                    // cpu: in use -> free
+    }
+    s.swapped = false;
   }
-  s.swapped = false;
   swapped_in_blocks_ += static_cast<int64_t>(pairs.size());
   return pairs;
 }
 
-bool KvCacheManager::is_swapped(SeqId seq) const { return seqs_.at(seq).swapped; }
+bool KvCacheManager::is_swapped(SeqId seq) const { return group_seq(seq, 0).swapped; }
 
-const std::vector<int32_t>& KvCacheManager::block_table(SeqId seq) const { return device_seq(seq).blocks; }
+const std::vector<int32_t>& KvCacheManager::block_table(SeqId seq, int group) const {
+  if (group < 0 || group >= num_groups()) throw std::out_of_range("KV group " + std::to_string(group));
+  return device_seq(seq, group).blocks;
+}
 
-int KvCacheManager::num_computed(SeqId seq) const { return seqs_.at(seq).num_computed; }
+int KvCacheManager::num_computed(SeqId seq) const { return group_seq(seq, 0).num_computed; }
 
 KvMetrics KvCacheManager::metrics() const {
   KvMetrics m;
@@ -511,10 +594,10 @@ KvSnapshot KvCacheManager::snapshot() const {
   // The cell of each block that one sequence holds (a block of several is told by its ref count), per tier.
   std::vector<uint8_t> device_owner(device_.num_blocks(), kCellBusy);
   std::vector<uint8_t> swap_owner(cpu_.num_blocks(), kCellBusy);
-  for (const auto& [id, s] : seqs_) {
-    snap.seqs.push_back({id, s.swapped, held_blocks(s), s.num_computed});
+  for (const auto& [key, s] : seqs_) {
+    if (key.group == 0) snap.seqs.push_back({key.seq, s.swapped, held_blocks(key.seq), s.num_computed});
     std::vector<uint8_t>& owner = s.swapped ? swap_owner : device_owner;
-    for (size_t i = s.released; i < s.blocks.size(); ++i) owner[s.blocks[i]] = seq_cell(id);
+    for (size_t i = s.released; i < s.blocks.size(); ++i) owner[s.blocks[i]] = seq_cell(key.seq);
   }
   std::sort(snap.seqs.begin(), snap.seqs.end(),
             [](const SeqSnapshot& a, const SeqSnapshot& b) { return a.seq < b.seq; });
@@ -564,13 +647,19 @@ void KvCacheManager::check_invariants() const {
   std::vector<int32_t> cpu_refs(cpu_.num_blocks(), 0);
   std::vector<int32_t> expected_filled(device_.num_blocks(), 0);
   std::vector<uint8_t> expected_pending(device_.num_blocks(), 0);
-  for (const auto& [id, s] : seqs_) {
-    const std::string who = "sequence " + std::to_string(id);
+  for (const auto& [key, s] : seqs_) {
+    const std::string who = "sequence " + std::to_string(key.seq) + " group " + std::to_string(key.group);
+    auto first = seqs_.find({key.seq, 0});
+    if (key.group < 0 || key.group >= num_groups() || first == seqs_.end() || s.window != windows_[key.group])
+      fail(who + " is not a group of its window");
+    if (s.num_computed != first->second.num_computed || s.swapped != first->second.swapped ||
+        s.blocks.size() != first->second.blocks.size())
+      fail(who + " differs from its group 0 in computed tokens, tier or table length");
     std::vector<int32_t>& refs = s.swapped ? cpu_refs : device_refs;
     if (s.num_computed < 0 || s.num_computed > static_cast<int>(s.blocks.size()) * block_size_) {
       fail(who + " computed " + std::to_string(s.num_computed) + " tokens beyond its table");
     }
-    if (s.released < 0 || s.released > s.num_computed / block_size_ || (window_ == 0 && s.released > 0))
+    if (s.released < 0 || s.released > s.num_computed / block_size_ || (s.window == 0 && s.released > 0))
       fail(who + " released " + std::to_string(s.released) + " blocks");
     for (int i = 0; i < s.released; ++i)
       if (s.blocks[i] != kReleasedBlock) fail(who + " holds block " + std::to_string(i) + " counted as released");

@@ -21,14 +21,20 @@
 // at a time. take_tier_copies() hands the orders over; the executors must run the demotions before the promotions
 // and both before the next step (the scheduler sends them with the plan's swap-outs and swap-ins).
 //
-// Sliding windows (sliding_window > 0, ModelConfig::kv_release_window: every layer slides): reserve() releases the
-// blocks that no query of the sequence will read again, those wholly before first_write_pos - window + 1 that a
-// returned step computed (ref -= 1, as free() does: a registered block stays in the prefix cache); their table
-// entries become kReleasedBlock, always a prefix of the table. A sequence then holds about window + chunk tokens of
-// blocks however long it grows. allocate() does not take the cached prefix blocks before the window of its first
-// query either, but only up to the window of the first pending block it shares: if that block's writer is dropped
-// from the step, the new sequence's chunk restarts there (drop_ended_chunks) and reads from that window on. Swaps,
-// forks and free() skip the released entries.
+// KV groups (group_windows, model/kv/kv_groups.h): a sequence has a block table per group, over the same positions,
+// all taken from the one device pool; every operation on a sequence (allocate, reserve, mark_computed, fork, free,
+// swap) applies to all of its groups at once, and what it needs is their sum. A group's blocks hold other layers' KV
+// than another's for the same tokens, so the group's index is mixed into the prefix-cache salt, and a prefix hit is
+// the shortest of the groups' hits. block_table(seq) is group 0's.
+//
+// Sliding windows (a group's window > 0: its layers slide): reserve() releases the group's blocks that no query of
+// the sequence will read again, those wholly before first_write_pos - window + 1 that a returned step computed
+// (ref -= 1, as free() does: a registered block stays in the prefix cache); their table entries become
+// kReleasedBlock, always a prefix of the table. Such a group then holds about window + chunk tokens of blocks however
+// long the sequence grows. allocate() does not take the cached prefix blocks before the window of its first query
+// either, but only up to the window of the first pending block it shares: if that block's writer is dropped from the
+// step, the new sequence's chunk restarts there (drop_ended_chunks) and reads from that window on. Swaps, forks and
+// free() skip the released entries.
 //
 // The disk tier (num_disk_blocks > 0, model/kv/disk_tier.h) keeps what the CPU tier drops: a save order writes the
 // dropped host block to the file of its chain key before anything overwrites it. A waiting sequence whose prefix
@@ -38,6 +44,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -45,6 +52,7 @@
 
 #include "model/kv/block_pool.h"
 #include "model/kv/disk_tier.h"
+#include "model/kv/kv_groups.h"
 #include "model/kv/kv_snapshot.h"
 #include "model/kv/offload_tier.h"
 #include "model/types.h"
@@ -59,7 +67,8 @@ struct KvCacheOptions {
   int64_t num_disk_blocks = 0;         // disk tier of blocks the CPU tier drops (needs the CPU tier)
   std::vector<uint64_t> disk_keys;     // the disk tier's files found at start, least recently written first
   bool enable_prefix_caching = true;
-  int sliding_window = 0;              // > 0: release the blocks before the window (see above); 0 keeps every block
+  std::vector<int> group_windows = {0};  // one per KV group (KvGroups::windows): > 0 releases the group's blocks
+                                       // before the window (see above); 0 keeps every block
   double watermark = 0.01;             // fraction of device blocks kept free when admitting (allocate, swap-in)
 };
 
@@ -90,24 +99,20 @@ struct KvMetrics {
   double kv_waste() const;
 };
 
-/// The most device blocks one sequence of `num_tokens` tokens holds at once: all of its blocks, or, with a sliding
-/// window (> 0) and chunks of at most `max_chunk` tokens (> 0), at most those of window + 3 chunks (the chunk, and
-/// those of the two steps in flight that reserve's release lags behind) and two more, whatever its length.
-int64_t most_blocks_held(int64_t num_tokens, int block_size, int window, int max_chunk);
-
 class KvCacheManager {
  public:
-  /// Throws std::invalid_argument for a non-positive block size, negative pool sizes or a watermark outside [0, 1).
+  /// Throws std::invalid_argument for a non-positive block size, negative pool sizes, a watermark outside [0, 1), no
+  /// group or a negative window.
   explicit KvCacheManager(KvCacheOptions options);
 
-  /// Leading tokens of `tokens` whose KV sits in cached full blocks: a multiple of block_size, always
+  /// Leading tokens of `tokens` whose KV sits in cached full blocks of every group: a multiple of block_size, always
   /// < tokens.size() so that at least one token is computed (0 for empty tokens or caching off). `salt` is mixed
   /// into the first block's key (cache_salt / LoRA id). Pure query.
   int cached_prefix_tokens(std::span<const TokenId> tokens, uint64_t salt = 0) const;
   /// True if allocate() with these arguments would succeed and leave the watermark free.
   bool can_allocate(std::span<const TokenId> tokens, int num_tokens_to_hold, uint64_t salt = 0) const;
   /// False if a sequence holding `num_tokens_to_hold` tokens does not fit even in an empty device pool above the
-  /// watermark: it would wait forever, so the scheduler should reject it. With a sliding window, what it holds at
+  /// watermark: it would wait forever, so the scheduler should reject it. With sliding windows, what it holds at
   /// most in chunks of at most `max_chunk` tokens (most_blocks_held).
   bool could_ever_allocate(int num_tokens_to_hold, int max_chunk = 0) const;
   /// First allocation of a new sequence: takes the cached prefix blocks (ref += 1, or revived from the cached queue),
@@ -156,7 +161,7 @@ class KvCacheManager {
   std::optional<std::vector<BlockPair>> swap_in(SeqId seq);
   bool is_swapped(SeqId seq) const;
   /// True while the sequence holds blocks (on either tier).
-  bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
+  bool contains(SeqId seq) const { return seqs_.count({seq, 0}) != 0; }
 
   /// The CPU tier's copy orders since the last call, in host block ids: demotions (device -> host, to run before
   /// the next step overwrites the device blocks) and promotions (host -> device, before the next step reads them).
@@ -178,8 +183,10 @@ class KvCacheManager {
   /// memory tier meanwhile); else the file is bad: a miss, removed. Throws std::logic_error for a key not loading.
   void finish_load(uint64_t key, bool ok);
 
-  /// Device block ids of a sequence that is not swapped (kReleasedBlock for the released ones). Throws std::out_of_range / std::logic_error otherwise.
-  const std::vector<int32_t>& block_table(SeqId seq) const;
+  /// Device block ids of a sequence that is not swapped (kReleasedBlock for the released ones), in KV group `group`.
+  /// Throws std::out_of_range / std::logic_error otherwise.
+  const std::vector<int32_t>& block_table(SeqId seq, int group = 0) const;
+  int num_groups() const { return static_cast<int>(windows_.size()); }
   int num_computed(SeqId seq) const;
   KvMetrics metrics() const;
   /// Every block of every tier as a cell (model/kv/kv_snapshot.h) and the sequences holding blocks: the device pool,
@@ -194,6 +201,7 @@ class KvCacheManager {
   void check_invariants() const;
 
  private:
+  // One KV group of a sequence.
   struct Sequence {
     std::vector<int32_t> blocks;       // device block ids, or CPU block ids while swapped
     std::vector<uint64_t> content_ids; // content id of each registered-or-duplicate full block, a prefix of blocks;
@@ -201,13 +209,31 @@ class KvCacheManager {
     std::vector<uint64_t> chains;      // BlockContent::chain of each of them
     int num_computed = 0;              // tokens whose KV a returned step wrote (the scheduler plans ahead of it)
     int released = 0;                  // blocks[0, released) are kReleasedBlock (sliding window)
-    uint64_t salt = 0;
+    uint64_t salt = 0;                 // the sequence's salt mixed with the group
+    int window = 0;                    // the group's
     bool swapped = false;
+  };
+  struct GroupKey {
+    SeqId seq = 0;
+    int group = 0;
+    bool operator==(const GroupKey&) const = default;
+  };
+  struct GroupKeyHash {
+    size_t operator()(const GroupKey& k) const { return std::hash<uint64_t>{}(k.seq * 31 + static_cast<uint64_t>(k.group)); }
   };
 
   int blocks_for(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
-  // Blocks the sequence holds (its table without the released entries).
+  // Blocks the group holds (its table without the released entries), and all groups of a sequence.
   static int held_blocks(const Sequence& s) { return static_cast<int>(s.blocks.size()) - s.released; }
+  int held_blocks(SeqId seq) const;
+  // reserve() and mark_computed() of one group.
+  void reserve_group(Sequence& s, int first_write_pos, int num_tokens_to_hold, std::vector<BlockPair>& copies);
+  void mark_group_computed(SeqId seq, Sequence& s, std::span<const TokenId> tokens, int num_computed,
+                           int tokens_offset);
+  // load_from_disk() of one group, salted with it.
+  bool load_group_from_disk(std::span<const TokenId> tokens, uint64_t salt);
+  // The prefix-cache salt of group `group` of a sequence salted `salt`.
+  static uint64_t group_salt(uint64_t salt, int group);
   // Releases the device sequence's computed blocks wholly before the window of queries from `first_write_pos` on.
   void release_before_window(Sequence& s, int first_write_pos);
   int computed_in(const Sequence& s, size_t index) const;
@@ -227,12 +253,24 @@ class KvCacheManager {
   // The cached blocks of the longest verified prefix of `tokens`, at most (tokens.size() - 1) / B of them, each
   // looked up on the device first, then in the CPU tier.
   std::vector<PrefixBlock> cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const;
-  // The leading blocks of a cached prefix that allocate() leaves released: those before the window of the prefix's
-  // end, and of its first block still pending (register_planned).
-  size_t released_in(const std::vector<PrefixBlock>& prefix) const;
-  // Device blocks allocate() would take from the free queues: cached prefix blocks to revive, CPU-tier blocks to
-  // promote (but for the released ones), plus new blocks.
-  int blocks_needed(const std::vector<PrefixBlock>& prefix, int num_tokens_to_hold) const;
+  // Each group's cached prefix of `tokens`, cut to the shortest.
+  std::vector<std::vector<PrefixBlock>> group_prefixes(std::span<const TokenId> tokens, uint64_t salt) const;
+  // Where the groups' cached prefixes (cut to one length) have their first block still pending (register_planned)
+  // in any group, or their end: a chunk of the sequence may restart there (drop_ended_chunks).
+  size_t first_pending(const std::vector<std::vector<PrefixBlock>>& prefixes) const;
+  // The leading blocks of a cached prefix that allocate() leaves released in a group of window `window`: those before
+  // the window of `first_pending`'s block.
+  size_t released_in(size_t first_pending, int window) const;
+  // Device blocks allocate() would take from the free queues for all groups: cached prefix blocks to revive, CPU-tier
+  // blocks to promote (but for the released ones), plus new blocks.
+  int blocks_needed(const std::vector<std::vector<PrefixBlock>>& prefixes, int num_tokens_to_hold) const;
+  // allocate()'s first part for one group: the released entries, the device prefix blocks taken (so that no new
+  // block taken after can evict them) and the tier's held (so that no demotion overwrites them).
+  Sequence take_prefix(const std::vector<PrefixBlock>& prefix, size_t released, std::span<const TokenId> tokens,
+                       int group, uint64_t salt);
+  // Its second part: the tier's blocks promoted into new device blocks, then the new blocks up to the hold.
+  void take_rest(Sequence& s, const std::vector<PrefixBlock>& prefix, std::span<const TokenId> tokens,
+                 int num_tokens_to_hold);
   // Stores the content a device block lost to eviction in the CPU tier, with its copy order.
   void demote(int32_t device_block, const EvictedContent& content);
   // Orders the save of the content the CPU tier dropped from `tier_block` (its KV still there), and the removals
@@ -248,9 +286,12 @@ class KvCacheManager {
     EvictedContent content;
   };
   int cow_blocks(const Sequence& s, int first_write_pos, int num_tokens_to_hold) const;
-  // The sequence, which must be known and on the device: throws std::out_of_range / std::logic_error otherwise.
-  const Sequence& device_seq(SeqId seq) const;
-  Sequence& device_seq(SeqId seq);
+  // Group `group` of the sequence, which must be known and on the device: throws std::out_of_range /
+  // std::logic_error otherwise.
+  const Sequence& device_seq(SeqId seq, int group = 0) const;
+  Sequence& device_seq(SeqId seq, int group = 0);
+  // Group `group` of a known sequence (std::out_of_range otherwise).
+  const Sequence& group_seq(SeqId seq, int group) const;
   bool above_watermark(int blocks_needed) const;
   // Device-block references with used-slot accounting; `filled` = slots of the block holding computed KV.
   int32_t take_new(int filled);                  // free/cached -> in use (ref 1)
@@ -259,7 +300,7 @@ class KvCacheManager {
 
   int block_size_;
   bool prefix_caching_;
-  int window_;                         // sliding_window
+  std::vector<int> windows_;           // group_windows
   int watermark_blocks_;
   BlockPool device_;
   BlockPool cpu_;
@@ -269,7 +310,7 @@ class KvCacheManager {
   std::unordered_map<uint64_t, PendingLoad> pending_loads_;  // by chain key
   std::vector<int32_t> filled_;        // per device block: computed slots while in use, else 0
   std::vector<uint8_t> pending_;       // per device block: registered by register_planned, its writer not returned
-  std::unordered_map<SeqId, Sequence> seqs_;
+  std::unordered_map<GroupKey, Sequence, GroupKeyHash> seqs_;  // every group of every sequence
   int64_t used_slots_ = 0;
   int64_t prefix_hit_tokens_ = 0;
   int64_t swapped_out_blocks_ = 0;

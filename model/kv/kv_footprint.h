@@ -1,9 +1,8 @@
 // The KV memory one sequence holds, by layer kind: every layer keeps the blocks of one block table, while a
 // sliding-window layer (Gemma 3's five of six, Mistral's every one) reads only the blocks that overlap its window.
-// When every layer slides the cache manager releases the others (KvCacheOptions::sliding_window: window_blocks is
-// then what it holds); where only some do, it keeps every block. Pure arithmetic over a ModelConfig: what releasing a
-// sliding layer's older blocks (a KV group per window size, as vLLM does) saves; tools/bench_kv_sliding prints it
-// for Gemma 3's shapes.
+// The cache manager releases the others, a KV group at a time (model/kv/kv_groups.h: window_blocks is what it holds
+// then, but for a group's unused slots). Pure arithmetic over a ModelConfig; tools/bench_kv_sliding prints it beside
+// what the manager holds for Gemma 3's shapes.
 #pragma once
 
 #include <cstdint>

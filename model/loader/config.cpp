@@ -402,11 +402,4 @@ bool ModelConfig::has_sliding_window() const {
   return std::any_of(sliding_windows.begin(), sliding_windows.end(), [](int w) { return w > 0; });
 }
 
-int ModelConfig::kv_release_window() const {
-  if (num_layers <= 0 || sliding_windows.size() != static_cast<size_t>(num_layers) ||
-      std::any_of(sliding_windows.begin(), sliding_windows.end(), [](int w) { return w <= 0; }))
-    return 0;
-  return *std::max_element(sliding_windows.begin(), sliding_windows.end());
-}
-
 }  // namespace paged

@@ -131,10 +131,6 @@ struct ModelConfig {
   }
   /// Whether some layer attends through a sliding window.
   bool has_sliding_window() const;
-  /// The window of the KV cache as a whole: when every layer slides, the largest window (a sequence's blocks wholly
-  /// before its newest queries' position - window + 1 are read by no layer and can be released); else 0 (some
-  /// layer reads every position, so every block is kept).
-  int kv_release_window() const;
   /// Whether the MLPs are mixtures of experts.
   bool is_moe() const { return moe.num_experts > 0; }
 };

@@ -21,7 +21,8 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
 
   int budget = limits.max_num_batched_tokens;
   auto schedule = [&](const PlanSeq& s, int start, int n) {
-    plan.chunks.push_back({s.id, start, n, start + n == s.num_tokens, kv.block_table(s.id)});
+    PlannedChunk& c = plan.chunks.emplace_back(PlannedChunk{s.id, start, n, start + n == s.num_tokens, kv.block_table(s.id), {}});
+    for (int g = 1; g < kv.num_groups(); ++g) c.group_tables.push_back(kv.block_table(s.id, g));
     budget -= n;
   };
 
@@ -111,28 +112,40 @@ StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const P
 std::vector<PlannedChunk> drop_ended_chunks(std::vector<PlannedChunk> chunks, const std::unordered_set<SeqId>& ended,
                                             int block_size) {
   const auto blocks_for = [&](int tokens) { return (tokens + block_size - 1) / block_size; };
-  const auto table_part = [](const PlannedChunk& c, int end_block) {
-    return std::min(end_block, static_cast<int>(c.block_table.size()));
+  // Calls f(table) for each of the chunk's KV groups' tables.
+  const auto each_table = [](PlannedChunk& c, auto&& f) {
+    f(c.block_table);
+    for (auto& t : c.group_tables) f(t);
   };
   std::unordered_set<int32_t> unwritten;  // blocks that a dropped chunk would have written and no kept one writes
-  for (const PlannedChunk& c : chunks) {
+  // Blocks [first, end) of `table`, clamped to it: those a chunk from `start` writes (end: blocks_for(its end)).
+  const auto writes = [&](const std::vector<int32_t>& table, int first, int end, auto&& f) {
+    for (int i = first; i < std::min(end, static_cast<int>(table.size())); ++i) f(table[i]);
+  };
+  for (PlannedChunk& c : chunks) {
     if (!ended.contains(c.id)) continue;
-    for (int i = c.start_pos / block_size; i < table_part(c, blocks_for(c.start_pos + c.num_tokens)); ++i)
-      unwritten.insert(c.block_table[i]);
+    each_table(c, [&](const std::vector<int32_t>& t) {
+      writes(t, c.start_pos / block_size, blocks_for(c.start_pos + c.num_tokens), [&](int32_t b) { unwritten.insert(b); });
+    });
   }
   std::vector<PlannedChunk> kept;
   kept.reserve(chunks.size());
   for (PlannedChunk& c : chunks) {
     if (ended.contains(c.id)) continue;
     if (!unwritten.empty()) {
-      for (int i = 0; i < table_part(c, blocks_for(c.start_pos)); ++i) {
-        if (!unwritten.contains(c.block_table[i])) continue;
-        c.num_tokens += c.start_pos - i * block_size;  // it reads block i as computed: it computes it
-        c.start_pos = i * block_size;
-        break;
+      int restart = c.start_pos / block_size;  // the first block before its start that it reads as computed and no
+                                               // kept chunk writes: it computes from there
+      each_table(c, [&](const std::vector<int32_t>& t) {
+        for (int i = 0; i < std::min(restart, static_cast<int>(t.size())); ++i)
+          if (unwritten.contains(t[i])) restart = i;
+      });
+      if (restart < c.start_pos / block_size) {
+        c.num_tokens += c.start_pos - restart * block_size;
+        c.start_pos = restart * block_size;
       }
-      for (int i = c.start_pos / block_size; i < table_part(c, blocks_for(c.start_pos + c.num_tokens)); ++i)
-        unwritten.erase(c.block_table[i]);
+      each_table(c, [&](const std::vector<int32_t>& t) {
+        writes(t, c.start_pos / block_size, blocks_for(c.start_pos + c.num_tokens), [&](int32_t b) { unwritten.erase(b); });
+      });
     }
     kept.push_back(std::move(c));
   }

@@ -41,7 +41,8 @@ struct PlannedChunk {
   int start_pos = 0;
   int num_tokens = 0;
   bool sample = false;               // the chunk reaches the last known token: sample the next one
-  std::vector<int32_t> block_table;
+  std::vector<int32_t> block_table;                // KV group 0's
+  std::vector<std::vector<int32_t>> group_tables;  // KV groups 1.. (SeqChunk::group_tables)
 };
 
 struct StepPlan {
@@ -73,7 +74,7 @@ struct StepPlan {
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
 
 /// The chunks of a plan that still run once the sequences in `ended` ended after planning (aborted, stopped), in
-/// plan order. A kept chunk whose table holds, before its start, a block that a dropped chunk would have written (a
+/// plan order. A kept chunk whose tables hold, before its start, a block that a dropped chunk would have written (a
 /// prefix shared within the step) starts at that block instead and computes it; later readers read it as planned.
 std::vector<PlannedChunk> drop_ended_chunks(std::vector<PlannedChunk> chunks, const std::unordered_set<SeqId>& ended,
                                             int block_size);

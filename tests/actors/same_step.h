@@ -29,6 +29,7 @@ inline void require_same_step(const StepBatch& got, const StepBatch& want) {
     CHECK(g.tokens == w.tokens);
     CHECK(g.start_pos == w.start_pos);
     CHECK(g.block_table == w.block_table);
+    CHECK(g.group_tables == w.group_tables);
     REQUIRE(g.samples.size() == w.samples.size());
     for (size_t k = 0; k < w.samples.size(); ++k) {
       INFO("sample " << k);

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "actors/engine.h"
+#include "model/kv/kv_groups.h"
 #include "tests/test_data.h"
 #include "model/loader/config.h"
 #include "kernels/cpu/cpu_runner.h"
@@ -804,7 +805,7 @@ TEST_CASE("every layer sliding: a sequence holds its window's blocks, so a pool 
   TempDir dir("paged_sliding_");
   write_sliding_stories(dir.path(), 32);
   const ModelConfig cfg = load_model_config(dir.path().string());
-  REQUIRE(cfg.kv_release_window() == 32);
+  REQUIRE(kv_groups_of(cfg).windows == std::vector<int>{32});
 
   std::vector<std::vector<TokenId>> prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(text_prompt(37 * i, 20 + 4 * i));
@@ -877,6 +878,60 @@ TEST_CASE("every layer sliding: sequences longer than the whole KV pool complete
     full.max_num_batched_tokens = 32;
     Engine keeps(full);
     CHECK_THROWS_AS(keeps.submit(prompts[0], params, [](RequestEvent) {}), InvalidRequest);
+  }
+}
+
+TEST_CASE("some layers sliding: a KV group per window, each sliding group keeps its window's blocks; tokens of the "
+          "runner keeping every block, in a tight pool, swapped and recomputed", "[engine][sliding][groups]") {
+  TempDir dir("paged_hybrid_");
+  // Layers 0, 1 and 3 slide over 32 positions, 2 and 4 attend to all: groups of 2 layers, the full one and two
+  // sliding (the second of one layer).
+  write_sliding_stories(dir.path(), 32,
+                        {"sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                         "full_attention"});
+  const ModelConfig cfg = load_model_config(dir.path().string());
+  const KvGroups groups = kv_groups_of(cfg);
+  REQUIRE(groups.windows == std::vector<int>{0, 32, 32});
+  REQUIRE(groups.layers_per_block == 2);
+
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(text_prompt(41 * i, 24 + 5 * i));
+  SamplingParams params = greedy(120);
+  params.ignore_eos = true;
+
+  // The reference: the CPU runner alone, one prompt, every block of every group in its tables.
+  const SafeTensors weights(dir.path().string());
+  CpuModelRunner runner(cfg, weights, CpuRunnerOptions{.block_size = 16, .num_blocks = 48});
+  std::vector<std::vector<int32_t>> tables(3, std::vector<int32_t>(16));
+  for (int g = 0; g < 3; ++g) std::iota(tables[g].begin(), tables[g].end(), 16 * g);
+  const std::vector<TokenId> expected =
+      greedy_on_runner(runner, {prompts[0]}, 120, {tables[0]}, nullptr, {{tables[1], tables[2]}})[0];
+
+  EngineConfig big = base_config();
+  big.model_dir = dir.path().string();
+  Engine roomy(big);
+  const auto reference = run_all(roomy, prompts, params);
+  CHECK(reference[0][0].tokens == expected);
+  // A sequence of max_model_len keeps every block of the full group and ceil(32 / 16) + 1 of each sliding one.
+  CHECK(roomy.summary().blocks_per_sequence() == 512 / 16 + 2 * 3);
+
+  int need = 0;  // blocks of every sequence's whole length, in all three groups
+  for (const auto& p : prompts) need += 3 * ((static_cast<int>(p.size()) + 120 + 15) / 16);
+  for (PreemptionMode mode : {PreemptionMode::swap, PreemptionMode::recompute}) {
+    INFO((mode == PreemptionMode::swap ? "swap" : "recompute"));
+    EngineConfig small = big;
+    small.num_kv_blocks = 60;
+    small.max_num_batched_tokens = 64;
+    small.preemption_mode = mode;
+    REQUIRE(need > 2 * *small.num_kv_blocks);
+    Engine tight(small);
+    const auto got = run_all(tight, prompts, params);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i);
+      CHECK(got[i][0].tokens == reference[i][0].tokens);
+    }
+    CHECK(tight.metrics().preemptions > 0);  // the full group alone needs more than the pool
+    require_pool_drained(tight);
   }
 }
 

@@ -342,7 +342,7 @@ TEST_CASE("released table entries of a model whose every layer slides cross the 
   EngineConfig c = cpu_config();
   c.model_dir = dir.path().string();
   Worker worker(c, "127.0.0.1", 0);
-  CHECK(worker.info().kv_window == 32);
+  CHECK(worker.info().kv_windows == std::vector<int>{32});
   EngineConfig remote_config = c;
   remote_config.workers = {"127.0.0.1:" + std::to_string(worker.port())};
   {
@@ -360,7 +360,8 @@ TEST_CASE("released table entries of a model whose every layer slides cross the 
   // An engine whose model keeps every block (it would not expect released entries) is refused this worker.
   EngineConfig full = cpu_config();
   full.workers = remote_config.workers;
-  expect_refused(full, "slides over 32 tokens");
+  expect_refused(full, "the worker's model has KV groups of windows [32], 5 layers a block, this engine's KV groups "
+                       "of windows [0], 5 layers a block");
 }
 
 TEST_CASE("an engine refuses a worker it cannot use, naming why", "[remote]") {

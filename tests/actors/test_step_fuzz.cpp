@@ -21,6 +21,7 @@
 #include "model/step_check.h"
 #include "tests/actors/same_step.h"
 #include "tests/draw.h"
+#include "model/kv/kv_groups.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -143,9 +144,9 @@ class StepSource {
     }
     s.computed += n;
     while (static_cast<int>(s.table.size()) * limits_.block_size < s.computed) s.table.push_back(block());
-    // A model whose every layer slides (kv_window): the blocks before the chunk's window are released, as the cache
-    // manager releases them.
-    for (int b = 0; b < first_window_block(c.start_pos, limits_.kv_window, limits_.block_size); ++b)
+    // A model whose every layer slides (one KV group with a window): the blocks before the chunk's window are
+    // released, as the cache manager releases them.
+    for (int b = 0; b < first_window_block(c.start_pos, limits_.kv_windows.at(0), limits_.block_size); ++b)
       s.table[b] = kReleasedBlock;
     c.block_table = s.table;
     if (s.computed == length(s)) {
@@ -372,7 +373,7 @@ TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and w
   // stories260K, and the same with every layer sliding over 24 positions: its steps carry released table entries
   // (kReleasedBlock) before their window, which the decoder takes only there and the runner must never read.
   const int window = GENERATE(0, 24);
-  INFO("kv_window " << window);
+  INFO("window " << window);
   std::optional<TempDir> sliding;
   std::string model = kModel;
   if (window > 0) {
@@ -381,10 +382,10 @@ TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and w
     model = sliding->path().string();
   }
   const ModelConfig cfg = load_model_config(model);
-  REQUIRE(cfg.kv_release_window() == window);
+  REQUIRE(kv_groups_of(cfg).windows == std::vector<int>{window});
   const SafeTensors weights(model);
   StepLimits limits = fuzz_limits(cfg.vocab_size);
-  limits.kv_window = window;
+  limits.kv_windows = {window};
   CpuModelRunner runner(cfg, weights,
                         {.block_size = limits.block_size, .num_blocks = limits.num_blocks,
                          .num_swap_blocks = limits.num_swap_blocks});

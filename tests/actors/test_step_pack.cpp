@@ -51,6 +51,8 @@ WireStep varied_step() {
   a.start_pos = kMinInt;
   a.table_keep = 3;
   a.table_tail = {kMinInt, 5};
+  a.group_keeps = {kMaxInt, 0, -1};  // KV groups 1..3
+  a.group_tails = {{}, {7, kMinInt}, {2}};
   a.context->prompt = {1, 2, 3, kMaxInt};
   a.output_keep = -2;
   a.output_tail = {9, 10};
@@ -59,7 +61,8 @@ WireStep varied_step() {
   WireChunk b = sampling_chunk(2, SamplingParams{});  // no seed, no logprobs
   b.context->prompt.clear();
   b.context->stop_ids.clear();
-  WireChunk c{.seq = 3, .tokens = {4, 4}, .start_pos = 16, .table_keep = 1, .table_tail = {}, .context = {},
+  WireChunk c{.seq = 3, .tokens = {4, 4}, .start_pos = 16, .table_keep = 1, .table_tail = {}, .group_keeps = {},
+              .group_tails = {}, .context = {},
               .output_keep = 0, .output_tail = {}, .samples = {}};
   a.prompt_logprobs = {.count = 2, .num_top = 20, .next_token = kMaxInt};
   c.prompt_logprobs = {.count = kMaxInt, .num_top = kMinInt, .next_token = -1};
@@ -83,6 +86,8 @@ void require_same_wire(const WireStep& got, const WireStep& want) {
     CHECK(g.start_pos == w.start_pos);
     CHECK(g.table_keep == w.table_keep);
     CHECK(g.table_tail == w.table_tail);
+    CHECK(g.group_keeps == w.group_keeps);
+    CHECK(g.group_tails == w.group_tails);
     CHECK(g.output_keep == w.output_keep);
     CHECK(g.output_tail == w.output_tail);
     REQUIRE(g.context.has_value() == w.context.has_value());
@@ -317,7 +322,7 @@ TEST_CASE("a packed result unpacks to the result, -inf and NaN logprobs as they 
 TEST_CASE("a count beyond the bytes left is refused before anything is allocated", "[wire][pack]") {
   // 2^32 - 1 chunks (over a TiB of WireChunks: allocating them would throw std::bad_alloc, not refuse).
   CHECK(step_refusal(le<uint32_t>(0xffffffff) + std::string(64, '\0')) ==
-        "seqs: a count of 4294967295 entries of 39 bytes or more at byte 0, where 64 bytes are left");
+        "seqs: a count of 4294967295 entries of 43 bytes or more at byte 0, where 64 bytes are left");
   // One chunk whose tokens claim 3 GiB.
   const std::string huge_tokens = le<uint32_t>(1) + le<uint64_t>(9) + le<uint32_t>(0xc0000000) + std::string(40, '\0');
   CHECK(step_refusal(huge_tokens) ==
@@ -335,31 +340,31 @@ TEST_CASE("a packed step is refused for a flag that is neither 0 nor 1, logit_bi
           "stop strings over the bound",
           "[wire][pack]") {
   // One chunk: count (4), seq (8), tokens {5} (4 + 4), last_token_deferred (1), start_pos (4), table_keep (4),
-  // table_tail {} (4): the context's flag at byte 33, then its parameters: n, best_of (4 each), use_beam_search (1),
-  // max_tokens, min_tokens, temperature, top_p, top_k, min_p (4 each), seed's flag (1; unset), repetition, presence
-  // and frequency penalties (4 each): logit_bias's count at byte 34 + 46 = 80, its first token at 84, the second at
-  // 92.
+  // table_tail {} (4), group tables {} (4): the context's flag at byte 37, then its parameters: n, best_of (4 each),
+  // use_beam_search (1), max_tokens, min_tokens, temperature, top_p, top_k, min_p (4 each), seed's flag (1; unset),
+  // repetition, presence and frequency penalties (4 each): logit_bias's count at byte 38 + 46 = 84, its first token
+  // at 88, the second at 96.
   SamplingParams p;
   p.logit_bias = {{3, 1.0f}, {9, 2.0f}};
   WireStep w;
   w.seqs = {sampling_chunk(1, p)};
   const std::string bytes = pack_step(w);
-  REQUIRE(bytes.substr(80, 4) == le<uint32_t>(2));
-  REQUIRE(bytes.substr(84, 4) == le<int32_t>(3));
-  REQUIRE(bytes.substr(92, 4) == le<int32_t>(9));
+  REQUIRE(bytes.substr(84, 4) == le<uint32_t>(2));
+  REQUIRE(bytes.substr(88, 4) == le<int32_t>(3));
+  REQUIRE(bytes.substr(96, 4) == le<int32_t>(9));
 
   std::string spoilt = bytes;
   spoilt[20] = 2;
   CHECK(step_refusal(spoilt) == "seqs[0].last_token_deferred: byte 2 at 20 is no flag (0 or 1)");
   spoilt = bytes;
-  spoilt[33] = 2;
-  CHECK(step_refusal(spoilt) == "seqs[0].context: byte 2 at 33 is no flag (0 or 1)");
+  spoilt[37] = 2;
+  CHECK(step_refusal(spoilt) == "seqs[0].context: byte 2 at 37 is no flag (0 or 1)");
   spoilt = bytes;
-  spoilt.replace(84, 4, le<int32_t>(9));
-  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 92 does not follow token 9 "
+  spoilt.replace(88, 4, le<int32_t>(9));
+  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 96 does not follow token 9 "
                                 "(the tokens come in ascending order, once each)");
-  spoilt.replace(84, 4, le<int32_t>(10));
-  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 92 does not follow token 10 "
+  spoilt.replace(88, 4, le<int32_t>(10));
+  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 96 does not follow token 10 "
                                 "(the tokens come in ascending order, once each)");
 
   p.logit_bias.clear();

@@ -479,3 +479,50 @@ TEST_CASE("an encoder refuses the samples of a chunk that read different inputs,
   CHECK(w.seqs[0].context);  // nothing of the refused steps was remembered
   CHECK(w.seqs[0].table_keep == 0);
 }
+
+TEST_CASE("a model of several KV groups: each group's table travels as its own delta, is checked against the held "
+          "one, and a refused step puts every table back",
+          "[wire]") {
+  StepLimits limits = kLimits;
+  limits.kv_windows = {0, 32, 32};  // a full group, two sliding ones
+  WireDecoder decoder(limits);
+  WireEncoder encoder;
+  Sequence s{.id = 7, .prompt = run_of(100, 60)};
+  StepBatch prefill;
+  prefill.seqs = {chunk_of(s, s.prompt, 0, {1, 2, 3, 4}, samples_of(s))};
+  prefill.seqs[0].group_tables = {{5, 6, 7, 8}, {9, 10, 11, 12}};
+  const WireStep first = encoder.encode(prefill);
+  REQUIRE(first.seqs[0].group_tails == std::vector<std::vector<int32_t>>{{5, 6, 7, 8}, {9, 10, 11, 12}});
+  require_same_step(decoded(decoder, through_bytes(first)), prefill);
+
+  // The first decode step's queries (position 60) see 29 on: the sliding groups' block 0 is released.
+  s.output = {11};
+  StepBatch decode;
+  decode.seqs = {chunk_of(s, {11}, 60, {1, 2, 3, 4}, samples_of(s))};
+  decode.seqs[0].group_tables = {{kReleasedBlock, 6, 7, 8}, {kReleasedBlock, 10, 11, 12}};
+  const WireStep second = encoder.encode(decode);
+  CHECK(second.seqs[0].table_keep == 4);
+  CHECK(second.seqs[0].group_keeps == std::vector<int32_t>{0, 0});  // the first entry changed in place
+  require_same_step(decoded(decoder, through_bytes(second)), decode);
+
+  WireStep w = second;
+  w.seqs[0].group_keeps = {9, 0};
+  CHECK(refusal(decoder, w) == "seqs[0].group_keeps: 9 exceeds the 4 blocks known for sequence 7");
+  w.seqs[0].group_keeps = {0};
+  w.seqs[0].group_tails = {{}};
+  CHECK(refusal(decoder, w) == "seqs[0].group_keeps: 2 block tables for a model of 3 KV groups");
+  // From position 20 every block is inside the window: group 2's released entry is refused (by check_step), after
+  // group 1's table changed.
+  w = second;
+  w.seqs[0].start_pos = 20;
+  w.seqs[0].group_tails = {{20, 6, 7, 8}, {kReleasedBlock, 10, 11, 12}};
+  CHECK(refusal(decoder, w).starts_with("seqs[0].group_tables[1][0]: block -1 is outside the device pool"));
+  // Nothing of the refused steps stayed: the next step's deltas apply to the tables of the second step.
+  s.output = {11, 12};
+  StepBatch next;
+  next.seqs = {chunk_of(s, {12}, 61, {1, 2, 3, 4}, samples_of(s))};
+  next.seqs[0].group_tables = {{kReleasedBlock, 6, 7, 8}, {kReleasedBlock, 10, 11, 12}};
+  const WireStep third = encoder.encode(next);
+  CHECK(third.seqs[0].group_keeps == std::vector<int32_t>{4, 4});
+  require_same_step(decoded(decoder, through_bytes(third)), next);
+}

@@ -129,11 +129,11 @@ TEST_CASE("a block table must reach every position written, be no longer than ma
   CHECK(failing_field(g.step) == "seqs[1].block_table[2]");
 }
 
-TEST_CASE("released table entries pass only before every layer's window (kv_window), never without one",
+TEST_CASE("released table entries pass only before every layer's window (kv_windows), never without one",
           "[step_check]") {
   GoodStep g;
   StepLimits windowed = kLimits;
-  windowed.kv_window = 20;
+  windowed.kv_windows = {20};
   g.decode().start_pos = 40;  // queries from 40 see 21 on: block 0 (0..15) is before the window, block 1 is not
   g.decode().block_table = {kReleasedBlock, 2, 3};
   CHECK(failing_field(g.step, windowed).empty());

@@ -17,6 +17,7 @@
 #include "model/loader/config.h"
 #include "model/loader/safetensors.h"
 #include "model/loader/weight_map.h"
+#include "model/kv/kv_groups.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -83,13 +84,17 @@ struct Run {
 };
 
 // Greedy decoding of `c` on tp_size CPU ranks (threads, LocalAllReduce), block size 16: the prompt in chunks of
-// `chunk` tokens (a chunk boundary inside the sliding window and one crossing it), then one token a step. With
-// `release`, each step's table marks the blocks before its window released (kReleasedBlock), as the cache manager
-// does when every layer slides: the runner must not read them.
+// `chunk` tokens (a chunk boundary inside the sliding window and one crossing it), then one token a step. Each KV
+// group of the model (model/kv/kv_groups.h) has its own blocks, the groups' tables interleaved in the pool. With
+// `release`, each step's tables mark the blocks before their group's window released (kReleasedBlock), as the cache
+// manager does: the runner must not read them.
 Run run_case(const ModelConfig& cfg, const SafeTensors& weights, const RefCase& c, int tp_size, int chunk,
              bool release = false) {
   const int B = 16;
-  const int blocks = (c.max_model_len + B - 1) / B + 1;
+  const KvGroups groups = kv_groups_of(cfg);
+  const int G = groups.num_groups();
+  const int per_group = (c.max_model_len + B - 1) / B + 1;
+  const int blocks = G * per_group;
   LocalAllReduce reduce(tp_size);
   std::vector<std::unique_ptr<CpuModelRunner>> ranks;
   for (int r = 0; r < tp_size; ++r)
@@ -97,17 +102,20 @@ Run run_case(const ModelConfig& cfg, const SafeTensors& weights, const RefCase& 
         cfg, weights,
         CpuRunnerOptions{.block_size = B, .num_blocks = blocks, .tp_rank = r, .tp_size = tp_size,
                          .all_reduce = tp_size > 1 ? &reduce : nullptr, .max_model_len = c.max_model_len}));
-  std::vector<int32_t> table(blocks);
-  for (int b = 0; b < blocks; ++b) table[b] = b;
+  std::vector<std::vector<int32_t>> tables(G, std::vector<int32_t>(per_group));
+  for (int g = 0; g < G; ++g)
+    for (int b = 0; b < per_group; ++b) tables[g][b] = b * G + (G - 1 - g);  // group 0 last: no group reads another's
   SamplingParams greedy;
   greedy.temperature = 0;
   std::vector<TokenId> output;
   // The logits after `tokens` at start_pos (rank 0's; the other ranks run the same step beside it).
   auto step = [&](const std::vector<TokenId>& tokens, int start_pos, bool sample) {
     if (release)
-      for (int b = 0; b < first_window_block(start_pos, cfg.kv_release_window(), B); ++b) table[b] = kReleasedBlock;
+      for (int g = 0; g < G; ++g)
+        for (int b = 0; b < first_window_block(start_pos, groups.windows[g], B); ++b) tables[g][b] = kReleasedBlock;
     StepBatch batch;
-    SeqChunk s{.seq = 0, .tokens = tokens, .start_pos = start_pos, .block_table = table};
+    SeqChunk s{.seq = 0, .tokens = tokens, .start_pos = start_pos, .block_table = tables[0],
+               .group_tables = {tables.begin() + 1, tables.end()}};
     if (sample) s.samples = {SampleSpec{.params = &greedy, .prompt = &c.prompt, .output = &output}};
     batch.seqs.push_back(std::move(s));
     std::vector<std::vector<float>> logits;
@@ -165,7 +173,7 @@ TEST_CASE("model families: CPU float32 equals Hugging Face float32", "[model][fa
         INFO("chunk " << chunk);
         check_against_hf(run_case(cfg, weights, c, 1, chunk), c);
       }
-      if (cfg.kv_release_window() > 0) {  // every layer slides: the blocks before the window released
+      if (kv_groups_of(cfg).num_sliding() > 0) {  // the sliding groups' blocks before their window released
         INFO("released blocks, chunks of 21");
         check_against_hf(run_case(cfg, weights, c, 1, 21, true), c);
       }

@@ -438,7 +438,7 @@ TEST_CASE("allocation failures change nothing", "[kv]") {
 TEST_CASE("sliding window: reserve releases the computed blocks before the window; they stay cached", "[kv]") {
   const int B = 4, W = 6;  // a query at p sees p - 5 .. p
   KvCacheOptions o = options(B, 12, 8);
-  o.sliding_window = W;
+  o.group_windows = {W};
   KvCacheManager kv(o);
   const auto tokens = iota_tokens(40, 1);
   REQUIRE(kv.allocate(1, tokens, 8) == 0);  // positions 0..7: two blocks
@@ -494,7 +494,7 @@ TEST_CASE("sliding window: reserve releases the computed blocks before the windo
 TEST_CASE("sliding window: a long sequence holds the window's blocks, not its length's", "[kv]") {
   const int B = 4, W = 10;
   KvCacheOptions o = options(B, 6, 0);  // 24 slots; the sequence grows to 200 tokens
-  o.sliding_window = W;
+  o.group_windows = {W};
   KvCacheManager kv(o);
   const auto tokens = iota_tokens(200, 1);
   REQUIRE(kv.allocate(1, tokens, 1) == 0);
@@ -525,7 +525,7 @@ TEST_CASE("sliding window: a long sequence holds the window's blocks, not its le
   CHECK_FALSE(all.could_ever_allocate(1000, 1));
   CHECK_THROWS_AS(KvCacheManager([] {
                     KvCacheOptions bad;
-                    bad.sliding_window = -1;
+                    bad.group_windows = {-1};
                     return bad;
                   }()),
                   std::invalid_argument);
@@ -535,7 +535,7 @@ TEST_CASE("sliding window: admission leaves a cached prefix's blocks before the 
           "block's restart would read", "[kv]") {
   const int B = 4, W = 6;
   KvCacheOptions o = options(B, 16, 0);
-  o.sliding_window = W;
+  o.group_windows = {W};
   KvCacheManager kv(o);
   const auto tokens = iota_tokens(33, 1);  // 8 full blocks and a token
   admit(kv, 1, tokens);
@@ -565,6 +565,113 @@ TEST_CASE("sliding window: admission leaves a cached prefix's blocks before the 
   for (SeqId id : {4, 5}) fresh.free(id);
   fresh.check_invariants();
   CHECK(fresh.metrics().device_free == fresh.metrics().device_total);
+}
+
+TEST_CASE("KV groups: a sequence's groups are allocated, grown, released, shared, forked, swapped and freed "
+          "together, each over blocks of its own",
+          "[kv][groups]") {
+  const int B = 4;
+  KvCacheOptions o = options(B, 40, 40);
+  o.group_windows = {0, 8};  // full layers; layers sliding over two blocks
+  KvCacheManager kv(o);
+  REQUIRE(kv.num_groups() == 2);
+  const std::vector<TokenId> prompt = iota_tokens(18, 0);  // 5 blocks a group
+  CHECK(kv.could_ever_allocate(18 + 60, 4));             // 20 blocks + ceil((8 + 12) / 4) + 2 = 27
+  CHECK_FALSE(kv.could_ever_allocate(200, 4));           // 50 blocks for the full group alone
+  REQUIRE(admit(kv, 1, prompt) == 0);
+  const std::vector<int32_t> full = kv.block_table(1, 0), sliding = kv.block_table(1, 1);
+  CHECK(full.size() == 5);
+  CHECK(sliding.size() == 5);
+  for (int32_t b : full) CHECK(std::find(sliding.begin(), sliding.end(), b) == sliding.end());
+  CHECK(kv.block_table(1) == full);
+  CHECK(kv.metrics().device_free == 30);
+
+  // The prefix cache keeps each group's blocks apart: the same prompt shares the full blocks of both groups, but
+  // for those before the sliding group's window of its first query (16: positions 9 on), left released.
+  REQUIRE(admit(kv, 2, prompt) == 16);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(kv.block_table(2, 0)[i] == full[i]);
+    CHECK(kv.block_table(2, 1)[i] == (i < first_window_block(16, 8, B) ? kReleasedBlock : sliding[i]));
+  }
+  kv.free(2);
+
+  // Decoding: the sliding group releases the blocks before its window, the full group keeps every block.
+  std::vector<TokenId> tokens = prompt;
+  std::vector<BlockPair> copies;
+  for (int p = 18; p < 30; ++p) {
+    tokens.push_back(p);
+    REQUIRE(kv.reserve(1, p, p + 1, copies));
+    kv.mark_computed(1, tokens, p + 1);
+    kv.check_invariants();
+  }
+  CHECK(copies.empty());
+  const std::vector<int32_t>& slid = kv.block_table(1, 1);
+  CHECK(std::count(kv.block_table(1, 0).begin(), kv.block_table(1, 0).end(), kReleasedBlock) == 0);
+  // The last query (29) saw 22 on: blocks 0-4 (positions 0..19) released.
+  CHECK(std::count(slid.begin(), slid.end(), kReleasedBlock) == std::min(first_window_block(29, 8, B), 29 / B));
+  CHECK(slid[0] == kReleasedBlock);
+
+  // Fork: both groups shared; swap-out and in move both groups' held blocks; free returns every block.
+  kv.fork(1, 3);
+  CHECK(kv.block_table(3, 1) == kv.block_table(1, 1));
+  const auto held = [&](SeqId id) {
+    int n = 0;
+    for (int g = 0; g < 2; ++g)
+      for (int32_t b : kv.block_table(id, g)) n += b != kReleasedBlock;
+    return n;
+  };
+  const int blocks = held(3);
+  auto out = kv.swap_out(3);
+  REQUIRE(out.has_value());
+  CHECK(static_cast<int>(out->size()) == blocks);
+  CHECK(kv.is_swapped(3));
+  CHECK_THROWS_AS(kv.block_table(3, 1), std::logic_error);
+  auto in = kv.swap_in(3);
+  REQUIRE(in.has_value());
+  CHECK(static_cast<int>(in->size()) == blocks);
+  CHECK(held(3) == blocks);
+  kv.check_invariants();
+  CHECK_THROWS_AS(kv.block_table(1, 2), std::out_of_range);
+  kv.free(1);
+  kv.free(3);
+  kv.check_invariants();
+  CHECK(kv.metrics().device_free == 40);
+  CHECK(kv.metrics().cpu_free == 40);
+}
+
+TEST_CASE("KV groups: a prefix hit is the shortest of the groups' hits, and admission takes no group's prefix "
+          "blocks for another's new ones",
+          "[kv][groups]") {
+  const int B = 4;
+  KvCacheOptions o = options(B, 20, 0);
+  o.group_windows = {0, 8};
+  KvCacheManager kv(o);
+  const std::vector<TokenId> prompt = iota_tokens(17, 0);  // 4 full blocks and a token: 5 blocks a group
+  REQUIRE(admit(kv, 1, prompt) == 0);
+  // Decoding releases the sliding group's first blocks, which stay cached (ref 0).
+  std::vector<TokenId> tokens = prompt;
+  std::vector<BlockPair> copies;
+  for (int p = 17; p < 20; ++p) {
+    tokens.push_back(p);
+    REQUIRE(kv.reserve(1, p, p + 1, copies));
+    kv.mark_computed(1, tokens, p + 1);
+  }
+  kv.free(1);
+  CHECK(kv.cached_prefix_tokens(prompt) == 16);
+  // A sequence that takes all but two blocks evicts cached blocks (the LRU: the sliding group's released ones went
+  // first): the hit is what both groups still hold.
+  REQUIRE(admit(kv, 2, iota_tokens(30, 1000)) == 0);  // 8 blocks a group: 16 of 20
+  const int hit = kv.cached_prefix_tokens(prompt);
+  CHECK(hit < 16);
+  const KvMetrics before = kv.metrics();
+  if (kv.can_allocate(prompt, 17)) {
+    REQUIRE(kv.allocate(3, prompt, 17) == hit);
+    kv.check_invariants();
+    for (int g = 0; g < 2; ++g) CHECK(kv.block_table(3, g).size() == 5);
+  } else {
+    CHECK_FALSE(kv.allocate(3, prompt, 17).has_value());
+    CHECK(same_metrics(kv.metrics(), before));
+  }
 }
 
 TEST_CASE("48 sequences allocated in one step share the planned blocks of their common prefix", "[kv][share]") {
@@ -699,10 +806,16 @@ class Simulation {
   static constexpr int B = 4;
   static constexpr int kMaxTokens = 72;
 
-  // window > 0: the manager releases the blocks before each sequence's window (KvCacheOptions::sliding_window).
-  Simulation(uint64_t seed, bool caching, int window = 0)
-      : rng_(seed), kv_(windowed(options(B, kDevice, kCpu, 0.05, caching), window)), window_(window),
-        device_(kDevice * B), cpu_(kCpu * B) {
+  // One KV group per window (KvCacheOptions::group_windows); a window > 0: the manager releases that group's blocks
+  // before each sequence's window. The pools grow with the groups.
+  Simulation(uint64_t seed, bool caching, std::vector<int> windows = {0})
+      : rng_(seed),
+        kv_(windowed(options(B, kDevice * static_cast<int>(windows.size()), kCpu * static_cast<int>(windows.size()),
+                             0.05, caching),
+                     windows)),
+        windows_(std::move(windows)),
+        device_(kDevice * windows_.size() * B),
+        cpu_(kCpu * windows_.size() * B) {
     for (int t = 0; t < 4; ++t) {  // shared system prompts of 2..11 blocks
       std::vector<TokenId> p;
       for (int i = 0, n = 2 * B + rng_.below(10 * B); i < n; ++i) p.push_back(100 + rng_.below(50));
@@ -746,26 +859,37 @@ class Simulation {
 
   void count(const std::string& what, int64_t n = 1) { counts_[what] += n; }
 
-  static KvCacheOptions windowed(KvCacheOptions o, int window) {
-    o.sliding_window = window;
+  static KvCacheOptions windowed(KvCacheOptions o, std::vector<int> windows) {
+    o.group_windows = std::move(windows);
     return o;
   }
 
-  // Every computed position of a device sequence holds its own KV value, but those of blocks released before the
-  // window of its next query (position computed), which no layer reads again.
+  int groups() const { return static_cast<int>(windows_.size()); }
+  // The sequence's table of each group.
+  std::vector<std::vector<int32_t>> tables(SeqId id) const {
+    std::vector<std::vector<int32_t>> t;
+    for (int g = 0; g < groups(); ++g) t.push_back(kv_.block_table(id, g));
+    return t;
+  }
+
+  // In every group, every computed position of a device sequence holds its own KV value, but those of blocks
+  // released before the group's window of its next query (position computed), which no layer reads again.
   void verify(SeqId id) {
     const Model& m = live_.at(id);
     REQUIRE(kv_.num_computed(id) == m.computed);
     if (m.swapped) return;
-    const std::vector<int32_t>& table = kv_.block_table(id);
-    for (int p = 0; p < m.computed; ++p) {
-      if (table[p / B] == kReleasedBlock) {
-        if (p / B >= first_window_block(m.computed, window_, B))
-          FAIL("sequence " << id << " released block " << p / B << " inside its window after " << performed_);
-        continue;
-      }
-      if (device_[kv_slot(table, p, B)] != m.kv[p]) {
-        FAIL("sequence " << id << " position " << p << " holds foreign KV after " << performed_ << " operations");
+    for (int g = 0; g < groups(); ++g) {
+      const std::vector<int32_t>& table = kv_.block_table(id, g);
+      for (int p = 0; p < m.computed; ++p) {
+        if (table[p / B] == kReleasedBlock) {
+          if (p / B >= first_window_block(m.computed, windows_[g], B))
+            FAIL("sequence " << id << " released block " << p / B << " of group " << g << " inside its window after "
+                             << performed_);
+          continue;
+        }
+        if (device_[kv_slot(table, p, B)] != m.kv[p])
+          FAIL("sequence " << id << " position " << p << " of group " << g << " holds foreign KV after " << performed_
+                           << " operations");
       }
     }
   }
@@ -789,7 +913,8 @@ class Simulation {
   // Executor stand-in: computes positions [from, to) of a device sequence into the shadow cache.
   void compute(SeqId id, int to) {
     Model& m = live_.at(id);
-    for (int p = m.computed; p < to; ++p) device_[kv_slot(kv_.block_table(id), p, B)] = m.kv[p];
+    for (int g = 0; g < groups(); ++g)
+      for (int p = m.computed; p < to; ++p) device_[kv_slot(kv_.block_table(id, g), p, B)] = m.kv[p];
     kv_.mark_computed(id, m.tokens, to);
     m.computed = to;
   }
@@ -830,7 +955,8 @@ class Simulation {
       REQUIRE(cached.has_value());
       kv_.register_planned(id, m.tokens, size);
       if (*cached > 0) count("planned hit");
-      chunks.push_back({id, *cached, size - *cached, true, kv_.block_table(id)});
+      std::vector<std::vector<int32_t>> t = tables(id);
+      chunks.push_back({id, *cached, size - *cached, true, t[0], {t.begin() + 1, t.end()}});
       m.computed = *cached;
       live_.emplace(id, std::move(m));
     }
@@ -847,12 +973,15 @@ class Simulation {
     for (const PlannedChunk& c : kept) {  // all writes of the step, then the reads (verify)
       const Model& m = live_.at(c.id);
       if (c.start_pos < m.computed) count("reader computes a dropped writer's blocks");
-      // What the chunk reads (its window on) and writes was not released, even when it restarted earlier.
-      for (size_t b = first_window_block(c.start_pos, window_, B); b < c.block_table.size(); ++b)
-        if (c.block_table[b] == kReleasedBlock)
-          FAIL("a chunk from " << c.start_pos << " reads released block " << b << " after " << performed_);
-      if (!c.block_table.empty() && c.block_table[0] == kReleasedBlock) count("admitted with released blocks");
-      for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p) device_[kv_slot(c.block_table, p, B)] = m.kv[p];
+      for (int g = 0; g < groups(); ++g) {
+        const std::vector<int32_t>& table = g == 0 ? c.block_table : c.group_tables[g - 1];
+        // What the chunk reads (its window on) and writes was not released, even when it restarted earlier.
+        for (size_t b = first_window_block(c.start_pos, windows_[g], B); b < table.size(); ++b)
+          if (table[b] == kReleasedBlock)
+            FAIL("a chunk from " << c.start_pos << " reads released block " << b << " after " << performed_);
+        if (!table.empty() && table[0] == kReleasedBlock) count("admitted with released blocks");
+        for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p) device_[kv_slot(table, p, B)] = m.kv[p];
+      }
     }
     for (const PlannedChunk& c : kept) {
       Model& m = live_.at(c.id);
@@ -904,7 +1033,7 @@ class Simulation {
     }
     const int from = m.computed;
     const int to = std::min(static_cast<int>(m.tokens.size()), from + 1 + rng_.below(2 * B));
-    const auto table = kv_.block_table(*id);
+    const auto before_tables = tables(*id);
     const bool possible = kv_.can_reserve(*id, from, to);
     const KvMetrics before = kv_.metrics();
     std::vector<BlockPair> copies;
@@ -912,21 +1041,27 @@ class Simulation {
     if (!kv_.reserve(*id, from, to, copies)) {
       REQUIRE_FALSE(possible);
       REQUIRE(copies.empty());
-      REQUIRE(kv_.block_table(*id) == table);
+      REQUIRE(tables(*id) == before_tables);
       REQUIRE(same_metrics(kv_.metrics(), before));
       count("reserve failed");
       return;
     }
     REQUIRE(possible);
-    const auto& now = kv_.block_table(*id);
-    // The computed blocks wholly before the window of the queries from `from` on are released; the others held.
-    const int released = static_cast<int>(std::count(now.begin(), now.end(), kReleasedBlock));
-    REQUIRE(released == std::min(first_window_block(from, window_, B), m.computed / B));
-    if (std::count(table.begin(), table.end(), kReleasedBlock) < released) count("release");
-    for (const auto& [src, dst] : copies) {  // each copy replaces a table entry, at the block holding `from`
-      REQUIRE(static_cast<size_t>(from / B) < table.size());
-      REQUIRE(table[from / B] == src);
-      REQUIRE(now[from / B] == dst);
+    const auto now_tables = tables(*id);
+    for (int g = 0; g < groups(); ++g) {
+      const std::vector<int32_t>&table = before_tables[g], &now = now_tables[g];
+      // The computed blocks wholly before the group's window of the queries from `from` on are released; the
+      // others held.
+      const int released = static_cast<int>(std::count(now.begin(), now.end(), kReleasedBlock));
+      REQUIRE(released == std::min(first_window_block(from, windows_[g], B), m.computed / B));
+      if (std::count(table.begin(), table.end(), kReleasedBlock) < released) count("release");
+    }
+    for (const auto& [src, dst] : copies) {  // each copy replaces a group's table entry, at the block holding `from`
+      bool replaced = false;
+      for (int g = 0; g < groups(); ++g)
+        replaced = replaced || (static_cast<size_t>(from / B) < before_tables[g].size() &&
+                                before_tables[g][from / B] == src && now_tables[g][from / B] == dst);
+      REQUIRE(replaced);
       std::copy_n(device_.begin() + src * B, B, device_.begin() + dst * B);
     }
     count("append");
@@ -1004,7 +1139,7 @@ class Simulation {
 
   Rng rng_;
   KvCacheManager kv_;
-  int window_;
+  std::vector<int> windows_;
   std::vector<uint64_t> device_;  // shadow KV, one value per device slot
   std::vector<uint64_t> cpu_;     // shadow KV, one value per CPU slot
   std::map<SeqId, Model> live_;
@@ -1019,9 +1154,11 @@ class Simulation {
 
 TEST_CASE("property: 100,000 random operations keep every invariant and every sequence's KV", "[kv]") {
   const bool caching = GENERATE(true, false);
-  const int window = GENERATE(0, 9);  // 9: a sliding window of two blocks and a token (every layer slides)
-  INFO("window " << window);
-  Simulation sim(caching ? 20240601 : 7 + window, caching, window);
+  // {9}: every layer slides over two blocks and a token; {0, 9, 6}: a group of full layers and two sliding groups.
+  const std::vector<int> windows = GENERATE(std::vector<int>{0}, std::vector<int>{9}, std::vector<int>{0, 9, 6});
+  const int window = *std::max_element(windows.begin(), windows.end());
+  INFO("windows " << windows.size() << ", largest " << window);
+  Simulation sim(caching ? 20240601 : 7 + window + static_cast<int>(windows.size()), caching, windows);
   while (sim.performed() < 100000) sim.step();
   sim.drain();
   const auto& c = sim.counts();

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "model/loader/config.h"
+#include "model/kv/kv_groups.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -86,14 +87,14 @@ TEST_CASE("family config: which layers slide, and by how much", "[loader][famili
     json::object c = base_config("mistral");
     c["sliding_window"] = 32;
     CHECK(load(c).sliding_windows == std::vector<int>(4, 32));
-    CHECK(load(c).kv_release_window() == 32);  // every layer slides: the KV before the window can go
+    CHECK(kv_groups_of(load(c)).windows == std::vector<int>{32});  // every layer slides: one group, released
     c["layer_types"] = json::array{"full_attention", "sliding_attention", "full_attention", "sliding_attention"};
     CHECK(load(c).sliding_windows == std::vector<int>{0, 32, 0, 32});  // where layer_types is written, it decides
-    CHECK(load(c).kv_release_window() == 0);   // a full layer reads every position
+    CHECK(kv_groups_of(load(c)).windows == std::vector<int>{0, 32});  // a group of the full layers, one of the sliding
     c.erase("layer_types");
     c["sliding_window"] = 256;
     CHECK_FALSE(load(c).has_sliding_window());
-    CHECK(load(c).kv_release_window() == 0);
+    CHECK(kv_groups_of(load(c)).windows == std::vector<int>{0});
     c["sliding_window"] = nullptr;
     CHECK_FALSE(load(c).has_sliding_window());
   }
@@ -119,7 +120,7 @@ TEST_CASE("family config: which layers slide, and by how much", "[loader][famili
     json::object c = base_config("phi3");
     c["sliding_window"] = 40;
     CHECK(load(c).sliding_windows == std::vector<int>(4, 40));
-    CHECK(load(c).kv_release_window() == 40);
+    CHECK(kv_groups_of(load(c)).windows == std::vector<int>{40});
   }
   SECTION("what is not supported is named") {
     json::object c = base_config("qwen3");
