@@ -196,11 +196,13 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
 }
 #endif
 
-// What makes this engine's KV, for the disk tier's files: the compute dtype, block size and tensor parallelism,
-// config.json, and each checkpoint file's name, size and modification time (a rewritten checkpoint changes it).
-uint64_t kv_identity(const EngineConfig& c) {
+// What makes this engine's KV, for the disk tier's files: the compute dtype, block size, the layers a block holds
+// (KvGroups) and tensor parallelism, config.json, and each checkpoint file's name, size and modification time (a
+// rewritten checkpoint changes it).
+uint64_t kv_identity(const EngineConfig& c, const KvGroups& groups) {
   namespace fs = std::filesystem;
   uint64_t h = hash_mix(0x6b762d6964ULL, c.device == "cuda" ? 2 : 4);
+  h = hash_mix(h, static_cast<uint64_t>(groups.layers_per_block));  // the layers a block holds
   h = hash_mix(hash_mix(h, c.quantization == "fp8"), c.kv_cache_dtype == "fp8");  // FP8 weights, the FP8 layout
   h = hash_mix(hash_mix(h, static_cast<uint64_t>(c.block_size)), static_cast<uint64_t>(c.tensor_parallel_size));
   const auto mix_text = [&](const std::string& text) {
@@ -470,7 +472,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
       throw ModelError("--kv-disk-dir " + c.kv_disk_dir + ": not a folder that can be created");
     const int64_t element = c.device == "cuda" ? 2 : 4;
     const int64_t block_bytes = kv_block_bytes(m.model, m.kv_groups, c.block_size, m.model.head_dim * element);
-    m.kv_identity = kv_identity(c);
+    m.kv_identity = kv_identity(c, m.kv_groups);
     m.disk_blocks = static_cast<int64_t>(c.kv_disk_gib * double(int64_t{1} << 30) / double(block_bytes));
   }
   // This rank's files of the disk tier; null without one.
