@@ -90,18 +90,25 @@ int main() {
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cpu/cpu_runner.h"
+#include "model/kv/kv_groups.h"
 #include "model/moe/expert_routing.h"
 
 namespace {
 
 using namespace paged;
 
-// A sequence of the driver: its ids and its blocks (contiguous ranges handed out in order; the runner does not care
-// where blocks are).
+// A sequence of the driver: its ids and its blocks, a table per KV group of the model (contiguous ranges handed out
+// in order; the runner does not care where blocks are).
 struct Sequence {
   std::vector<TokenId> prompt, output;
-  std::vector<int32_t> blocks;
+  std::vector<std::vector<int32_t>> tables;
 };
+
+// `c` reading the sequence's tables: the first as its block_table, the others as its group_tables.
+void set_tables(SeqChunk& c, const Sequence& s) {
+  c.block_table = s.tables.at(0);
+  c.group_tables.assign(s.tables.begin() + 1, s.tables.end());
+}
 
 SamplingParams greedy_params() {
   SamplingParams p;
@@ -132,7 +139,7 @@ std::vector<StepBatch> prefill_steps(const std::vector<Sequence>& seqs, int budg
     c.seq = i;
     c.tokens = seqs[i].prompt;
     c.start_pos = 0;
-    c.block_table = seqs[i].blocks;
+    set_tables(c, seqs[i]);
     if (sample) c.samples.push_back(greedy_spec(seqs[i]));
     steps.back().seqs.push_back(std::move(c));
     used += n;
@@ -156,7 +163,7 @@ StepBatch decode_step(const std::vector<Sequence>& seqs, size_t logprobs_rows = 
     c.seq = i;
     c.tokens = {seqs[i].output.back()};
     c.start_pos = static_cast<int32_t>(seqs[i].prompt.size() + seqs[i].output.size() - 1);
-    c.block_table = seqs[i].blocks;
+    set_tables(c, seqs[i]);
     c.samples.push_back(greedy_spec(seqs[i]));
     if (i < logprobs_rows) c.samples.back().num_logprobs = 5;
     if (i < penalty_rows) c.samples.back().params = &kPenalised;
@@ -165,12 +172,15 @@ StepBatch decode_step(const std::vector<Sequence>& seqs, size_t logprobs_rows = 
   return b;
 }
 
-void assign_blocks(std::vector<Sequence>& seqs, int tokens_each, int block_size, int available) {
+// Blocks for `tokens_each` tokens of every sequence in each of the model's `groups` KV groups.
+void assign_blocks(std::vector<Sequence>& seqs, int tokens_each, int block_size, int available, int groups) {
   int next = 0;
   for (Sequence& s : seqs) {
     const int n = (tokens_each + block_size - 1) / block_size;
-    if (next + n > available) throw std::runtime_error("the KV pool is too small for this run");
-    for (int b = 0; b < n; ++b) s.blocks.push_back(next++);
+    if (next + groups * n > available) throw std::runtime_error("the KV pool is too small for this run");
+    s.tables.assign(groups, {});
+    for (auto& table : s.tables)
+      for (int b = 0; b < n; ++b) table.push_back(next++);
   }
 }
 
@@ -273,7 +283,7 @@ int run_decode(std::map<std::string, std::string>& f) {
     std::vector<Sequence> seqs(batch);
     for (Sequence& s : seqs)
       for (int i = 0; i < prompt; ++i) s.prompt.push_back(token(rng));
-    assign_blocks(seqs, prompt + steps + 2, opt.block_size, runner.num_blocks());
+    assign_blocks(seqs, prompt + steps + 2, opt.block_size, runner.num_blocks(), kv_groups_of(cfg).num_groups());
     const auto t0 = std::chrono::steady_clock::now();
     for (const StepBatch& step : prefill_steps(seqs, opt.max_num_batched_tokens, true)) {
       const StepResult r = runner.execute(step);
@@ -771,7 +781,7 @@ int run_fp8_error(std::map<std::string, std::string>& f) {
   std::vector<Sequence> seqs(n);
   for (Sequence& s : seqs)
     for (int i = 0; i < prompt; ++i) s.prompt.push_back(token(rng));
-  assign_blocks(seqs, prompt, opt.block_size, opt.num_blocks);
+  assign_blocks(seqs, prompt, opt.block_size, opt.num_blocks, kv_groups_of(cfg).num_groups());
   const StepBatch step = prefill_steps(seqs, opt.max_num_batched_tokens, true).at(0);
   std::vector<std::vector<float>> logits[2];
   for (int fp8 = 0; fp8 < 2; ++fp8) {
@@ -829,10 +839,11 @@ int run_parity(std::map<std::string, std::string>& f) {
   opt.max_num_seqs = static_cast<int>(seqs.size());
   opt.max_num_batched_tokens = 8192;
   opt.max_model_len = static_cast<int>(longest) + steps + 16;
-  opt.num_blocks = static_cast<int>(seqs.size()) * ((opt.max_model_len + opt.block_size - 1) / opt.block_size);
+  const int groups = kv_groups_of(cfg).num_groups();
+  opt.num_blocks = static_cast<int>(seqs.size()) * groups * ((opt.max_model_len + opt.block_size - 1) / opt.block_size);
   opt.swap_space_gib = 0;
   CudaModelRunner runner(cfg, weights, opt);
-  assign_blocks(seqs, opt.max_model_len, opt.block_size, runner.num_blocks());
+  assign_blocks(seqs, opt.max_model_len, opt.block_size, runner.num_blocks(), groups);
 
   // Groups of at most --group sequences run one after the other (default: all at once). Each group's first two
   // steps go through forward(): the logits after the prompt (a prefill) and after the first generated token (a
@@ -875,7 +886,7 @@ int run_parity(std::map<std::string, std::string>& f) {
   if (f.count("cpu")) {
     CpuRunnerOptions copt;
     copt.block_size = opt.block_size;
-    copt.num_blocks = static_cast<int>(seqs.size() * seqs[0].blocks.size());
+    copt.num_blocks = opt.num_blocks;
     copt.max_model_len = opt.max_model_len;  // the same LongRoPE factors as the CUDA runner
     CpuModelRunner cpu(cfg, weights, copt);
     std::vector<std::vector<float>> cpu_first;

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "model/kv/kv_groups.h"
 #include "model/step.h"
 
 namespace paged::test {
@@ -14,6 +15,31 @@ inline SeqChunk chunk_of(SeqId seq, const std::vector<TokenId>& tokens, int from
   c.tokens.assign(tokens.begin() + from, tokens.begin() + to);
   c.start_pos = from;
   c.block_table = std::move(table);
+  return c;
+}
+
+/// A table of `per_group` blocks for each KV group of `groups`, the groups' blocks interleaved in the pool (block b of
+/// group g is b * groups + groups - 1 - g), so that a layer reading another group's table reads other KV: a pool of
+/// per_group * groups blocks.
+inline std::vector<std::vector<int32_t>> group_tables_for(const KvGroups& groups, int per_group) {
+  const int G = groups.num_groups();
+  std::vector<std::vector<int32_t>> tables(G, std::vector<int32_t>(per_group));
+  for (int g = 0; g < G; ++g)
+    for (int b = 0; b < per_group; ++b) tables[g][b] = b * G + G - 1 - g;
+  return tables;
+}
+
+/// `c` reading `tables` (group_tables_for): the first as its block_table, the others as its group_tables. With
+/// `release`, each sliding group's entries before its window of c.start_pos are kReleasedBlock in `tables` (they
+/// stay so for the later chunks), as the cache manager releases them.
+inline SeqChunk with_tables(SeqChunk c, std::vector<std::vector<int32_t>>& tables, const KvGroups& groups,
+                            int block_size, bool release) {
+  if (release)
+    for (int g = 0; g < groups.num_groups(); ++g)
+      for (int b = 0; b < first_window_block(c.start_pos, groups.windows[g], block_size); ++b)
+        tables[g][b] = kReleasedBlock;
+  c.block_table = tables[0];
+  c.group_tables.assign(tables.begin() + 1, tables.end());
   return c;
 }
 

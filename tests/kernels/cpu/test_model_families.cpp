@@ -18,6 +18,7 @@
 #include "model/loader/safetensors.h"
 #include "model/loader/weight_map.h"
 #include "model/kv/kv_groups.h"
+#include "tests/kernels/step_chunks.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -92,9 +93,8 @@ Run run_case(const ModelConfig& cfg, const SafeTensors& weights, const RefCase& 
              bool release = false) {
   const int B = 16;
   const KvGroups groups = kv_groups_of(cfg);
-  const int G = groups.num_groups();
   const int per_group = (c.max_model_len + B - 1) / B + 1;
-  const int blocks = G * per_group;
+  const int blocks = groups.num_groups() * per_group;
   LocalAllReduce reduce(tp_size);
   std::vector<std::unique_ptr<CpuModelRunner>> ranks;
   for (int r = 0; r < tp_size; ++r)
@@ -102,20 +102,14 @@ Run run_case(const ModelConfig& cfg, const SafeTensors& weights, const RefCase& 
         cfg, weights,
         CpuRunnerOptions{.block_size = B, .num_blocks = blocks, .tp_rank = r, .tp_size = tp_size,
                          .all_reduce = tp_size > 1 ? &reduce : nullptr, .max_model_len = c.max_model_len}));
-  std::vector<std::vector<int32_t>> tables(G, std::vector<int32_t>(per_group));
-  for (int g = 0; g < G; ++g)
-    for (int b = 0; b < per_group; ++b) tables[g][b] = b * G + (G - 1 - g);  // group 0 last: no group reads another's
+  std::vector<std::vector<int32_t>> tables = test::group_tables_for(groups, per_group);
   SamplingParams greedy;
   greedy.temperature = 0;
   std::vector<TokenId> output;
   // The logits after `tokens` at start_pos (rank 0's; the other ranks run the same step beside it).
   auto step = [&](const std::vector<TokenId>& tokens, int start_pos, bool sample) {
-    if (release)
-      for (int g = 0; g < G; ++g)
-        for (int b = 0; b < first_window_block(start_pos, groups.windows[g], B); ++b) tables[g][b] = kReleasedBlock;
     StepBatch batch;
-    SeqChunk s{.seq = 0, .tokens = tokens, .start_pos = start_pos, .block_table = tables[0],
-               .group_tables = {tables.begin() + 1, tables.end()}};
+    SeqChunk s = test::with_tables({.seq = 0, .tokens = tokens, .start_pos = start_pos}, tables, groups, B, release);
     if (sample) s.samples = {SampleSpec{.params = &greedy, .prompt = &c.prompt, .output = &output}};
     batch.seqs.push_back(std::move(s));
     std::vector<std::vector<float>> logits;

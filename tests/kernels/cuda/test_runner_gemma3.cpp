@@ -16,6 +16,8 @@
 
 using namespace paged;
 using namespace paged::gpu_test;
+using paged::test::group_tables_for;
+using paged::test::with_tables;
 using paged::test::chunk_of;
 
 TEST_CASE("the CUDA runner (bf16) follows the CPU runner (float32) on the tiny Gemma 3 checkpoints",
@@ -30,18 +32,21 @@ TEST_CASE("the CUDA runner (bf16) follows the CPU runner (float32) on the tiny G
     const ModelConfig cfg = load_model_config(dir);
     REQUIRE(cfg.sandwich_norms);
     const SafeTensors weights(dir);
-    const int blocks = 16;  // 256 positions of 16
+    // 256 positions of 16 in each KV group (a table per group: the sliding layers' and the full ones'), the sliding
+    // groups' blocks before their window released as the steps go.
+    const KvGroups groups = kv_groups_of(cfg);
+    REQUIRE(groups.num_groups() > 1);
+    const int blocks = 16 * groups.num_groups();
     CpuModelRunner cpu(cfg, weights, {.block_size = 16, .num_blocks = blocks, .max_model_len = 256});
     CudaModelRunner gpu(cfg, weights, small_runner_options(blocks, 4, 256));
-    std::vector<int32_t> table(blocks);
-    for (int b = 0; b < blocks; ++b) table[b] = b;
+    std::vector<std::vector<int32_t>> tables = group_tables_for(groups, 16);
     std::mt19937 rng(16);
     std::vector<TokenId> tokens(150);
     for (auto& t : tokens) t = static_cast<TokenId>(3 + rng() % (cfg.vocab_size - 3));
     // One step of both runners over tokens[from, to); the logits of its last token, compared.
     const auto step = [&](int from, int to, bool sample) {
       StepBatch batch;
-      batch.seqs.push_back(chunk_of(0, tokens, from, to, table));
+      batch.seqs.push_back(with_tables(chunk_of(0, tokens, from, to, {}), tables, groups, 16, true));
       if (sample) batch.seqs.back().samples.push_back({});
       const auto want = cpu.forward(batch), got = gpu.forward(batch);
       if (!sample) return TokenId{-1};
