@@ -142,6 +142,16 @@ std::vector<std::vector<Completion>> run_all(Engine& engine, const std::vector<s
   return run_all(engine, prompts, std::vector<SamplingParams>(prompts.size(), params));
 }
 
+/// Each request's first completion in `got` has the tokens of the one in `reference`.
+void check_same_tokens(const std::vector<std::vector<Completion>>& got,
+                       const std::vector<std::vector<Completion>>& reference) {
+  REQUIRE(got.size() == reference.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("request " << i);
+    CHECK(got[i][0].tokens == reference[i][0].tokens);
+  }
+}
+
 void require_pool_drained(Engine& engine) {
   engine.wait_idle();
   Metrics& m = engine.metrics();
@@ -833,11 +843,7 @@ TEST_CASE("every layer sliding: a sequence holds its window's blocks, so a pool 
   INFO(*small.num_kv_blocks << " blocks of the " << need << " the sequences' lengths take");
   REQUIRE(need > 2 * *small.num_kv_blocks);
   Engine tight(small);
-  const auto got = run_all(tight, prompts, params);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    INFO("request " << i);
-    CHECK(got[i][0].tokens == reference[i][0].tokens);
-  }
+  check_same_tokens(run_all(tight, prompts, params), reference);
   CHECK(tight.metrics().preemptions == 0);
   require_pool_drained(tight);
   // The startup log's concurrency counts a sequence at the blocks its window overlaps: ceil(32 / 16) + 1.
@@ -865,11 +871,7 @@ TEST_CASE("every layer sliding: sequences longer than the whole KV pool complete
     small.max_num_batched_tokens = 32;
     small.preemption_mode = mode;
     Engine tight(small);
-    const auto got = run_all(tight, prompts, params);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      INFO("request " << i);
-      CHECK(got[i][0].tokens == reference[i][0].tokens);
-    }
+    check_same_tokens(run_all(tight, prompts, params), reference);
     CHECK(tight.metrics().preemptions > 0);
     require_pool_drained(tight);
     // A model that keeps every block refuses the same request up front.
@@ -925,11 +927,7 @@ TEST_CASE("some layers sliding: a KV group per window, each sliding group keeps 
     small.preemption_mode = mode;
     REQUIRE(need > 2 * *small.num_kv_blocks);
     Engine tight(small);
-    const auto got = run_all(tight, prompts, params);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      INFO("request " << i);
-      CHECK(got[i][0].tokens == reference[i][0].tokens);
-    }
+    check_same_tokens(run_all(tight, prompts, params), reference);
     CHECK(tight.metrics().preemptions > 0);  // the full group alone needs more than the pool
     require_pool_drained(tight);
   }

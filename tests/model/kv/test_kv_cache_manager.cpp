@@ -44,6 +44,19 @@ int admit(KvCacheManager& kv, SeqId id, const std::vector<TokenId>& tokens, uint
   return *cached;
 }
 
+// Decodes sequence `id` from position `from` to `to`, one token a step (reserve, then mark computed), appending
+// the tokens to `tokens`.
+void decode(KvCacheManager& kv, SeqId id, std::vector<TokenId>& tokens, int from, int to) {
+  std::vector<BlockPair> copies;
+  for (int p = from; p < to; ++p) {
+    tokens.push_back(p);
+    REQUIRE(kv.reserve(id, p, p + 1, copies));
+    kv.mark_computed(id, tokens, p + 1);
+    kv.check_invariants();
+  }
+  CHECK(copies.empty());
+}
+
 bool same_metrics(const KvMetrics& a, const KvMetrics& b) {
   return a.device_free == b.device_free && a.device_cached == b.device_cached && a.cpu_free == b.cpu_free &&
          a.prefix_hit_tokens == b.prefix_hit_tokens && a.swapped_out_blocks == b.swapped_out_blocks &&
@@ -597,14 +610,7 @@ TEST_CASE("KV groups: a sequence's groups are allocated, grown, released, shared
 
   // Decoding: the sliding group releases the blocks before its window, the full group keeps every block.
   std::vector<TokenId> tokens = prompt;
-  std::vector<BlockPair> copies;
-  for (int p = 18; p < 30; ++p) {
-    tokens.push_back(p);
-    REQUIRE(kv.reserve(1, p, p + 1, copies));
-    kv.mark_computed(1, tokens, p + 1);
-    kv.check_invariants();
-  }
-  CHECK(copies.empty());
+  decode(kv, 1, tokens, 18, 30);
   const std::vector<int32_t>& slid = kv.block_table(1, 1);
   CHECK(std::count(kv.block_table(1, 0).begin(), kv.block_table(1, 0).end(), kReleasedBlock) == 0);
   // The last query (29) saw 22 on: blocks 0-4 (positions 0..19) released.
@@ -650,12 +656,7 @@ TEST_CASE("KV groups: a prefix hit is the shortest of the groups' hits, and admi
   REQUIRE(admit(kv, 1, prompt) == 0);
   // Decoding releases the sliding group's first blocks, which stay cached (ref 0).
   std::vector<TokenId> tokens = prompt;
-  std::vector<BlockPair> copies;
-  for (int p = 17; p < 20; ++p) {
-    tokens.push_back(p);
-    REQUIRE(kv.reserve(1, p, p + 1, copies));
-    kv.mark_computed(1, tokens, p + 1);
-  }
+  decode(kv, 1, tokens, 17, 20);
   kv.free(1);
   CHECK(kv.cached_prefix_tokens(prompt) == 16);
   // A sequence that takes all but two blocks evicts cached blocks (the LRU: the sliding group's released ones went
