@@ -72,7 +72,7 @@ struct Engine::Impl {
   int max_model_len = 0;
   EngineSummary summary;
   int64_t max_seq_blocks = 0;  // blocks one sequence can hold in every replica's KV pool (admission keeps 1% free)
-  int64_t max_seq_tokens = 0;  // as tokens
+  int64_t max_seq_tokens = 0;  // the longest sequence those blocks hold (longest_sequence)
   uint64_t kv_identity = 0;    // what makes this engine's KV (the disk tier's files carry it); 0: no disk tier
   int64_t disk_blocks = 0;     // the disk tier's size in blocks
   mutable std::mutex state_mu;  // guards state, failure, stopping and the replicas' serving, reason, generation
@@ -172,7 +172,8 @@ int64_t kv_block_bytes(const ModelConfig& model, const KvGroups& groups, int blo
 std::pair<int, int> cpu_pools(const EngineConfig& c, const ModelConfig& model, int max_model_len) {
   const KvGroups groups = kv_groups_of(model);
   const int64_t block_bytes = kv_block_bytes(model, groups, c.block_size, model.head_dim * int64_t{sizeof(float)});
-  const int64_t blocks_per_seq = most_blocks_held(groups.windows, max_model_len, c.block_size, c.max_num_batched_tokens);
+  const int64_t blocks_per_seq =
+      most_blocks_held(groups.windows, max_model_len, c.block_size, c.max_num_batched_tokens);
   const int64_t cap = (int64_t{4} << 30) / block_bytes;
   const int num_blocks =
       c.num_kv_blocks.value_or(static_cast<int>(std::min<int64_t>(c.max_num_seqs * blocks_per_seq, cap)));
@@ -290,9 +291,9 @@ std::string Engine::Impl::misfit(const WorkerInfo& info) const {
            std::to_string(info.max_num_batched_tokens) + " tokens; pass --max-num-seqs and " +
            "--max-num-batched-tokens no larger";
   if (info.num_blocks < 1) return "the worker's KV cache has no blocks";
-  if (max_seq_tokens > int64_t{info.num_blocks - info.num_blocks / 100} * info.block_size)
-    return "the worker's KV cache holds fewer tokens per sequence than this engine admits (" +
-           std::to_string(max_seq_tokens) + ")";
+  if (max_seq_blocks > info.num_blocks - info.num_blocks / 100)
+    return "the worker's KV cache holds fewer blocks per sequence than this engine admits (" +
+           std::to_string(max_seq_blocks) + ")";
   return "";
 }
 
@@ -588,7 +589,8 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   for (const auto& [num_blocks, num_swap_blocks] : pools) smallest = std::min(smallest, num_blocks);
   if (smallest < 1) throw ModelError("the KV cache has no blocks (--num-kv-blocks)");
   m.max_seq_blocks = smallest - smallest / 100;
-  m.max_seq_tokens = m.max_seq_blocks * c.block_size;
+  m.max_seq_tokens =
+      longest_sequence(m.kv_groups.windows, m.max_seq_blocks, c.block_size, c.max_num_batched_tokens);
 
   m.reconnect_actor =
       m.system->spawn<caf::detached>([&m](caf::event_based_actor* self) { return m.reconnector(self); });

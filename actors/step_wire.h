@@ -154,7 +154,8 @@ struct PackedResult {
 // list is a u32 count, then its entries; a flag one byte, 0 or 1; an optional a flag, then its value when set.
 //   step:    chunks, copies (i32 source, i32 destination), finished (u64)
 //   chunk:   u64 seq, tokens (i32), flag last_token_deferred, i32 start_pos, i32 table_keep, table_tail (i32), group
-//            tables (i32 keep, tail (i32)), optional context, i32 output_keep, output_tail (i32), samples (u64 seed, i32 num_logprobs, i32 num_candidates), optional prompt logprobs
+//            tables (i32 keep, tail (i32)), optional context, i32 output_keep, output_tail (i32), samples (u64 seed,
+//            i32 num_logprobs, i32 num_candidates), optional prompt logprobs
 //            (i32 count, i32 num_top, i32 next_token), set when count > 0
 //   context: parameters, prompt (i32), stop_ids (i32)
 //   parameters: the fields of SamplingParams in declaration order; int as i32, bool as a flag; logit_bias as

@@ -40,7 +40,8 @@ ModelConfig shape(int layers, int kv_heads, int head_dim, int window, bool every
 // (the prompt's first token, then decode), over the model's KV groups.
 int64_t peak_blocks(const paged::KvGroups& groups, int64_t context) {
   const int64_t blocks = (context + kBlock - 1) / kBlock;
-  paged::KvCacheManager kv({.block_size = kBlock, .num_device_blocks = static_cast<int>(groups.num_groups() * (blocks + 1)),
+  const int pool = static_cast<int>(groups.num_groups() * (blocks + 1));
+  paged::KvCacheManager kv({.block_size = kBlock, .num_device_blocks = pool,
                             .enable_prefix_caching = false, .group_windows = groups.windows, .watermark = 0.0});
   const std::vector<paged::TokenId> tokens(context, 0);
   kv.allocate(1, tokens, 1);

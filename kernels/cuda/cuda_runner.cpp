@@ -584,9 +584,11 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
   // Uploads on the compute stream: ordered before the kernels that read them, after the previous step's.
   PAGED_CUDA_CHECK(token_ids.upload(plan.tokens, compute));
   PAGED_CUDA_CHECK(positions.upload(plan.tokens, compute));
-  for (int g = 0; g < G; ++g)
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(slots.device.get() + int64_t{g} * max_tokens, slots.host.get() + int64_t{g} * max_tokens,
+  for (int g = 0; g < G; ++g) {
+    const int64_t group = int64_t{g} * max_tokens;
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(slots.device.get() + group, slots.host.get() + group,
                                      plan.tokens * sizeof(int64_t), cudaMemcpyHostToDevice, compute));
+  }
   PAGED_CUDA_CHECK(query_start.upload(plan.seqs + 1, compute));
   PAGED_CUDA_CHECK(context_lens.upload(plan.seqs, compute));
   if (!decode) PAGED_CUDA_CHECK(last_rows.upload(plan.logits_rows, compute));

@@ -403,7 +403,8 @@ void KvCacheManager::release_before_window(Sequence& s, int first_write_pos) {
 }
 
 void KvCacheManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int num_computed, int tokens_offset) {
-  for (int g = 0; g < num_groups(); ++g) mark_group_computed(seq, device_seq(seq, g), tokens, num_computed, tokens_offset);
+  for (int g = 0; g < num_groups(); ++g)
+    mark_group_computed(seq, device_seq(seq, g), tokens, num_computed, tokens_offset);
 }
 
 void KvCacheManager::mark_group_computed(SeqId seq, Sequence& s, std::span<const TokenId> tokens, int num_computed,

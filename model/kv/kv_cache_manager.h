@@ -219,7 +219,9 @@ class KvCacheManager {
     bool operator==(const GroupKey&) const = default;
   };
   struct GroupKeyHash {
-    size_t operator()(const GroupKey& k) const { return std::hash<uint64_t>{}(k.seq * 31 + static_cast<uint64_t>(k.group)); }
+    size_t operator()(const GroupKey& k) const {
+      return std::hash<uint64_t>{}(k.seq * 31 + static_cast<uint64_t>(k.group));
+    }
   };
 
   int blocks_for(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }

@@ -1,6 +1,7 @@
 #include "model/kv/kv_groups.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -61,6 +62,17 @@ int64_t most_blocks_held(std::span<const int> windows, int64_t num_tokens, int b
   int64_t blocks = 0;
   for (int w : windows) blocks += most_blocks_held(num_tokens, block_size, w, max_chunk);
   return blocks;
+}
+
+int64_t longest_sequence(std::span<const int> windows, int64_t blocks, int block_size, int max_chunk) {
+  const auto fits = [&](int64_t n) { return most_blocks_held(windows, n, block_size, max_chunk) <= blocks; };
+  int64_t lo = 0, hi = int64_t{1} << 40;  // fits(lo); past hi, what a sliding group holds no longer grows
+  if (fits(hi)) return std::numeric_limits<int64_t>::max();
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return fits(lo) ? lo : 0;
 }
 
 int64_t blocks_kept(const KvGroups& groups, int64_t num_tokens, int block_size) {

@@ -48,6 +48,10 @@ KvGroups kv_groups_of(const ModelConfig& config);
 int64_t most_blocks_held(int64_t num_tokens, int block_size, int window, int max_chunk);
 /// The same over groups of these windows (KvGroups::windows).
 int64_t most_blocks_held(std::span<const int> windows, int64_t num_tokens, int block_size, int max_chunk);
+/// The most tokens a sequence may reach holding at most `blocks` device blocks over groups of these windows
+/// (most_blocks_held, chunks of at most `max_chunk` tokens); INT64_MAX when every group slides and the windows fit:
+/// any length.
+int64_t longest_sequence(std::span<const int> windows, int64_t blocks, int block_size, int max_chunk);
 /// Blocks one sequence of `num_tokens` tokens keeps once its last token is computed, over all groups: a sliding
 /// group those overlapping its window (ceil(window / block_size) + 1 at most), the others all of its blocks.
 int64_t blocks_kept(const KvGroups& groups, int64_t num_tokens, int block_size);

@@ -21,7 +21,8 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
 
   int budget = limits.max_num_batched_tokens;
   auto schedule = [&](const PlanSeq& s, int start, int n) {
-    PlannedChunk& c = plan.chunks.emplace_back(PlannedChunk{s.id, start, n, start + n == s.num_tokens, kv.block_table(s.id), {}});
+    PlannedChunk& c =
+        plan.chunks.emplace_back(PlannedChunk{s.id, start, n, start + n == s.num_tokens, kv.block_table(s.id), {}});
     for (int g = 1; g < kv.num_groups(); ++g) c.group_tables.push_back(kv.block_table(s.id, g));
     budget -= n;
   };
@@ -118,15 +119,14 @@ std::vector<PlannedChunk> drop_ended_chunks(std::vector<PlannedChunk> chunks, co
     for (auto& t : c.group_tables) f(t);
   };
   std::unordered_set<int32_t> unwritten;  // blocks that a dropped chunk would have written and no kept one writes
-  // Blocks [first, end) of `table`, clamped to it: those a chunk from `start` writes (end: blocks_for(its end)).
+  // Calls f(block) for the entries [first, end) that `table` has: those a chunk writes.
   const auto writes = [&](const std::vector<int32_t>& table, int first, int end, auto&& f) {
     for (int i = first; i < std::min(end, static_cast<int>(table.size())); ++i) f(table[i]);
   };
   for (PlannedChunk& c : chunks) {
     if (!ended.contains(c.id)) continue;
-    each_table(c, [&](const std::vector<int32_t>& t) {
-      writes(t, c.start_pos / block_size, blocks_for(c.start_pos + c.num_tokens), [&](int32_t b) { unwritten.insert(b); });
-    });
+    const int first = c.start_pos / block_size, end = blocks_for(c.start_pos + c.num_tokens);
+    each_table(c, [&](const std::vector<int32_t>& t) { writes(t, first, end, [&](int32_t b) { unwritten.insert(b); }); });
   }
   std::vector<PlannedChunk> kept;
   kept.reserve(chunks.size());
@@ -143,9 +143,8 @@ std::vector<PlannedChunk> drop_ended_chunks(std::vector<PlannedChunk> chunks, co
         c.num_tokens += c.start_pos - restart * block_size;
         c.start_pos = restart * block_size;
       }
-      each_table(c, [&](const std::vector<int32_t>& t) {
-        writes(t, c.start_pos / block_size, blocks_for(c.start_pos + c.num_tokens), [&](int32_t b) { unwritten.erase(b); });
-      });
+      const int first = c.start_pos / block_size, end = blocks_for(c.start_pos + c.num_tokens);
+      each_table(c, [&](const std::vector<int32_t>& t) { writes(t, first, end, [&](int32_t b) { unwritten.erase(b); }); });
     }
     kept.push_back(std::move(c));
   }

@@ -335,14 +335,21 @@ TEST_CASE("an engine whose executor is a worker on loopback generates what an in
   CHECK(remote.metrics().kv_blocks_free.load() == remote.metrics().kv_blocks_total.load());
 }
 
-TEST_CASE("released table entries of a model whose every layer slides cross the wire: a worker generates what an "
-          "in-process engine does", "[remote][sliding]") {
+TEST_CASE("released table entries of a sliding model cross the wire, a table per KV group: a worker generates what "
+          "an in-process engine does", "[remote][sliding]") {
+  // Every layer sliding (one group), or layers 0, 1 and 3 (three groups of two layers: the full ones, two sliding).
+  const bool hybrid = GENERATE(false, true);
+  INFO((hybrid ? "layers 0, 1, 3 sliding" : "every layer sliding"));
   TempDir dir("paged_sliding_");
-  write_sliding_stories(dir.path(), 32);
+  write_sliding_stories(dir.path(), 32,
+                        hybrid ? std::vector<std::string>{"sliding_attention", "sliding_attention", "full_attention",
+                                                          "sliding_attention", "full_attention"}
+                               : std::vector<std::string>{});
   EngineConfig c = cpu_config();
   c.model_dir = dir.path().string();
   Worker worker(c, "127.0.0.1", 0);
-  CHECK(worker.info().kv_windows == std::vector<int>{32});
+  CHECK(worker.info().kv_windows == (hybrid ? std::vector<int>{0, 32, 32} : std::vector<int>{32}));
+  CHECK(worker.info().layers_per_block == (hybrid ? 2 : 5));
   EngineConfig remote_config = c;
   remote_config.workers = {"127.0.0.1:" + std::to_string(worker.port())};
   {
@@ -360,8 +367,10 @@ TEST_CASE("released table entries of a model whose every layer slides cross the 
   // An engine whose model keeps every block (it would not expect released entries) is refused this worker.
   EngineConfig full = cpu_config();
   full.workers = remote_config.workers;
-  expect_refused(full, "the worker's model has KV groups of windows [32], 5 layers a block, this engine's KV groups "
-                       "of windows [0], 5 layers a block");
+  expect_refused(full, hybrid ? "the worker's model has KV groups of windows [0, 32, 32], 2 layers a block, this "
+                                "engine's KV groups of windows [0], 5 layers a block"
+                              : "the worker's model has KV groups of windows [32], 5 layers a block, this engine's KV "
+                                "groups of windows [0], 5 layers a block");
 }
 
 TEST_CASE("an engine refuses a worker it cannot use, naming why", "[remote]") {

@@ -95,7 +95,7 @@ class StepSource {
     int computed = 0;       // tokens whose K/V is cached
     int width = 1;          // samples at its first token
     bool sampled = false;   // its last chunk sampled: a token comes before the next step
-    std::vector<int32_t> table;
+    std::vector<std::vector<int32_t>> tables;  // one per KV group (limits.kv_windows)
   };
 
   static int length(const Seq& s) { return static_cast<int>(s.prompt.size() + s.output.size()); }
@@ -112,18 +112,24 @@ class StepSource {
     s->params = valid_params(d, limits_);
     for (int i = d.in(1, 40); i > 0; --i) s->prompt.push_back(d.in(0, limits_.vocab_size - 1));
     s->width = d.in(0, 3) == 0 ? d.in(2, 3) : 1;
+    s->tables.resize(limits_.kv_windows.size());
     return s;
   }
 
   // The next chunk of `s`, of at most `budget` tokens (taken from it), on blocks below 20.
   SeqChunk chunk_of(Draw& d, Seq& s, int& budget) {
     const auto block = [&] { return d.in(0, 19); };
+    std::vector<int32_t>& one = s.tables[d.index(s.tables.size())];
     switch (d.in(0, 19)) {
-      case 0: std::generate(s.table.begin(), s.table.end(), block); break;  // swapped in
-      case 1: if (!s.table.empty()) s.table.back() = block(); break;       // copy-on-write
-      case 2:                                                               // recomputed
+      case 0:  // swapped in
+        for (auto& table : s.tables)
+          for (int32_t& b : table)
+            if (b != kReleasedBlock) b = block();
+        break;
+      case 1: if (!one.empty()) one.back() = block(); break;  // copy-on-write in one group
+      case 2:                                                 // recomputed
         s.computed = 0;
-        s.table.clear();
+        for (auto& table : s.tables) table.clear();
         break;
     }
     const int remaining = length(s) - s.computed;
@@ -143,12 +149,16 @@ class StepSource {
       if (c.start_pos + n <= prompt_end) c.prompt_logprobs.next_token = s.prompt[c.start_pos + n];
     }
     s.computed += n;
-    while (static_cast<int>(s.table.size()) * limits_.block_size < s.computed) s.table.push_back(block());
-    // A model whose every layer slides (one KV group with a window): the blocks before the chunk's window are
-    // released, as the cache manager releases them.
-    for (int b = 0; b < first_window_block(c.start_pos, limits_.kv_windows.at(0), limits_.block_size); ++b)
-      s.table[b] = kReleasedBlock;
-    c.block_table = s.table;
+    // Each KV group's table grows; a sliding group's blocks before the chunk's window are released, as the cache
+    // manager releases them.
+    for (size_t g = 0; g < s.tables.size(); ++g) {
+      std::vector<int32_t>& table = s.tables[g];
+      while (static_cast<int>(table.size()) * limits_.block_size < s.computed) table.push_back(block());
+      for (int b = 0; b < first_window_block(c.start_pos, limits_.kv_windows[g], limits_.block_size); ++b)
+        table[b] = kReleasedBlock;
+    }
+    c.block_table = s.tables[0];
+    c.group_tables.assign(s.tables.begin() + 1, s.tables.end());
     if (s.computed == length(s)) {
       const int samples = s.output.empty() ? s.width : 1;
       for (int k = 0; k < samples; ++k)
@@ -193,7 +203,15 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
   };
   WireSample* s = c.samples.empty() ? nullptr : &c.samples[d.index(c.samples.size())];
   SamplingParams* p = c.context ? &c.context->params : nullptr;
-  switch (d.in(0, 24)) {
+  // A KV group's table delta, for a model of several (else one that the decoder must refuse).
+  const auto group = [&]() -> size_t {
+    if (c.group_keeps.empty()) {
+      c.group_keeps.push_back(0);
+      c.group_tails.emplace_back();
+    }
+    return d.index(c.group_keeps.size());
+  };
+  switch (d.in(0, 27)) {
     case 0: any_of(c.tokens); break;
     case 1: c.start_pos = edge_int(d, limits); break;
     case 2: any_of(c.table_tail); break;
@@ -271,6 +289,21 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
       *fields[d.in(0, 2)] = d.coin() ? edge_int(d, limits) : d.in(-2, 30);
       break;
     }
+    case 25: any_of(c.group_tails[group()]); break;
+    case 26: {
+      const size_t g = group();
+      c.group_keeps[g] = d.coin() ? edge_int(d, limits) : c.group_keeps[g] + d.in(-2, 2);
+      break;
+    }
+    case 27:  // a group's delta more or fewer
+      if (d.coin() && !c.group_keeps.empty()) {
+        c.group_keeps.pop_back();
+        c.group_tails.pop_back();
+      } else {
+        c.group_keeps.push_back(d.in(0, 3));
+        c.group_tails.push_back({d.in(-1, limits.num_blocks)});
+      }
+      break;
   }
 }
 
@@ -370,22 +403,28 @@ Taken decode_and_execute(WireDecoder& decoder, DeferredTokens& deferred, const W
 
 TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and what it takes is safe to run",
           "[remote][fuzz]") {
-  // stories260K, and the same with every layer sliding over 24 positions: its steps carry released table entries
-  // (kReleasedBlock) before their window, which the decoder takes only there and the runner must never read.
-  const int window = GENERATE(0, 24);
-  INFO("window " << window);
+  // stories260K; the same with every layer sliding over 24 positions: its steps carry released table entries
+  // (kReleasedBlock) before their window, which the decoder takes only there and the runner must never read; and
+  // with layers 0, 1 and 3 sliding: three KV groups, a table each (the full layers' and two sliding ones).
+  const std::vector<int> windows = GENERATE(std::vector<int>{0}, std::vector<int>{24}, std::vector<int>{0, 24, 24});
+  const int window = windows.back();
+  INFO("KV groups " << windows.size() << ", window " << window);
   std::optional<TempDir> sliding;
   std::string model = kModel;
   if (window > 0) {
     sliding.emplace("paged_fuzz_sliding_");
-    write_sliding_stories(sliding->path(), window);
+    std::vector<std::string> layer_types;
+    if (windows.size() > 1)
+      layer_types = {"sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                     "full_attention"};
+    write_sliding_stories(sliding->path(), window, layer_types);
     model = sliding->path().string();
   }
   const ModelConfig cfg = load_model_config(model);
-  REQUIRE(kv_groups_of(cfg).windows == std::vector<int>{window});
+  REQUIRE(kv_groups_of(cfg).windows == windows);
   const SafeTensors weights(model);
   StepLimits limits = fuzz_limits(cfg.vocab_size);
-  limits.kv_windows = {window};
+  limits.kv_windows = windows;
   CpuModelRunner runner(cfg, weights,
                         {.block_size = limits.block_size, .num_blocks = limits.num_blocks,
                          .num_swap_blocks = limits.num_swap_blocks});
@@ -394,6 +433,7 @@ TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and w
     SeqChunk& c = fill.seqs.emplace_back();
     c.tokens.assign(static_cast<size_t>(limits.num_blocks * limits.block_size), 7);
     for (int b = 0; b < limits.num_blocks; ++b) c.block_table.push_back(b);
+    c.group_tables.assign(windows.size() - 1, c.block_table);
     runner.execute(fill);
     std::vector<BlockPair> all;
     for (int b = 0; b < limits.num_swap_blocks; ++b) all.emplace_back(b, b);
@@ -404,7 +444,7 @@ TEST_CASE("mutated delta steps and swap orders: the decoder never crashes, and w
   // byte (in turn). When the decoder refuses it, nothing may have changed: the step as sent must decode to the step
   // the source made. When it takes it, the decoder holds what the mutation made of those sequences, and the encoder
   // starts afresh, so that its next steps send every sequence whole.
-  Draw d(20240611 + window);
+  Draw d(20240611 + window + windows.size());
   StepSource source(limits);
   WireEncoder encoder;
   WireDecoder decoder(limits);

@@ -2,6 +2,7 @@
 // what a sequence holds over its groups.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -88,6 +89,13 @@ TEST_CASE("KV groups: what a sequence holds at most and keeps, over its groups",
   CHECK(most_blocks_held(1000, 16, 64, 16) == 9);
   CHECK(most_blocks_held(windows, 1000, 16, 16) == 63 + 9 + 9);
   CHECK(most_blocks_held(windows, 20, 16, 16) == 6);  // a short sequence: all of its blocks in each group
+  // The longest sequence a number of blocks holds: 100 blocks take the sliding groups' 9 each and the full group's
+  // ceil(n / 16) <= 82; a sliding group alone holds any length once its window and chunks fit.
+  CHECK(longest_sequence(windows, 100, 16, 16) == 82 * 16);
+  CHECK(longest_sequence(std::vector<int>{0}, 10, 16, 16) == 160);
+  CHECK(longest_sequence(std::vector<int>{64}, 9, 16, 16) == std::numeric_limits<int64_t>::max());
+  CHECK(longest_sequence(std::vector<int>{64}, 8, 16, 16) == 128);
+  CHECK(longest_sequence(windows, 0, 16, 16) == 0);
   KvGroups g;
   g.windows = windows;
   CHECK(blocks_kept(g, 1000, 16) == 63 + 5 + 5);
