@@ -87,6 +87,12 @@ void BlockPool::release(int32_t block) {
   if (--b.ref == 0) push_back(b.content_id != 0 ? cached_ : uncached_, block);
 }
 
+void BlockPool::touch(int32_t block) {
+  if (blocks_.at(block).ref != 0 || blocks_[block].content_id == 0) return;
+  unlink(cached_, block);
+  push_back(cached_, block);
+}
+
 bool BlockPool::matches(const Block& b, const BlockContent& content) const {
   return b.parent == content.parent && b.salt == content.salt &&
          std::equal(b.tokens.begin(), b.tokens.end(), content.tokens.begin(), content.tokens.end());

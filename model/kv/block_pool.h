@@ -80,6 +80,8 @@ class BlockPool {
                                                         // left: cached -> evicted -> in use (ref 1)
   /// Adds a reference to an in-use or cached block (a prefix hit or a fork).
   void retain(int32_t block);  // in use -> in use (ref += 1); cached -> in use (ref 1), O(1) revival
+  /// A cached block becomes the most recently used (the LRU tail); an in-use block is left as it is.
+  void touch(int32_t block);  // cached -> cached (LRU tail)
   /// Drops a reference. Call only for an in-use block.
   void release(int32_t block);  // in use -> in use (ref -= 1); at ref 0: registered -> cached (LRU tail), else -> free
 

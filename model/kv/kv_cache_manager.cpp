@@ -314,10 +314,12 @@ KvCacheManager::Sequence KvCacheManager::take_prefix(const std::vector<PrefixBlo
   s.content_ids.resize(prefix.size());
   s.chains = chains_of(tokens, s.salt, prefix.size());
   s.num_computed = static_cast<int>(prefix.size()) * block_size_;
-  // The blocks before the window are not taken (sliding window): only their content ids, the chain's links.
-  for (size_t i = 0; i < released; ++i) {
+  // The blocks before the window are not taken (sliding window): only their content ids, the chain's links. Cached
+  // device ones become the most recently used, the first block last, so that a prefix in use stays findable.
+  for (size_t i = released; i-- > 0;) {
     s.content_ids[i] = prefix[i].offloaded ? offload_.content_id(prefix[i].block) : device_.content_id(prefix[i].block);
     s.blocks[i] = kReleasedBlock;
+    if (!prefix[i].offloaded) device_.touch(prefix[i].block);
   }
   s.released = static_cast<int>(released);
   for (size_t i = released; i < prefix.size(); ++i) {

@@ -675,6 +675,44 @@ TEST_CASE("KV groups: a prefix hit is the shortest of the groups' hits, and admi
   }
 }
 
+TEST_CASE("BlockPool: touch makes a cached block the most recently used", "[kv]") {
+  BlockPool pool(2, "test");
+  std::vector<TokenId> ta{1, 2}, tb{3, 4};
+  const int32_t a = pool.allocate(), b = pool.allocate();
+  pool.register_content(a, {0, 0, ta});
+  pool.register_content(b, {0, 0, tb});
+  pool.touch(a);    // in use: nothing changes
+  pool.release(a);  // LRU head
+  pool.release(b);
+  pool.touch(a);    // now the tail
+  pool.check_invariants();
+  CHECK(pool.allocate() == b);  // the head is evicted first
+  CHECK(pool.find({0, 0, ta}) == a);
+}
+
+TEST_CASE("sliding window: a prefix hit keeps the cached blocks it leaves released, so a prefix in use stays "
+          "findable while other requests churn the cache", "[kv][groups]") {
+  const int B = 4;
+  KvCacheOptions o = options(B, 16, 0);
+  o.group_windows = {8};
+  KvCacheManager kv(o);
+  const std::vector<TokenId> prompt = iota_tokens(17, 0);  // 4 full blocks and a token
+  REQUIRE(admit(kv, 1, prompt) == 0);
+  kv.free(1);
+  SeqId id = 2;
+  for (int round = 0; round < 8; ++round) {
+    INFO("round " << round);
+    // The prompt again: blocks 0 and 1 lie before its first query's window (16 - 8 + 1), left released.
+    CHECK(admit(kv, id, prompt) == 16);
+    CHECK(kv.block_table(id)[0] == kReleasedBlock);
+    kv.free(id++);
+    // Another request of 10 new blocks evicts 8 of the cached ones, the least recently used first.
+    REQUIRE(admit(kv, id, iota_tokens(40, 1000 + 100 * round)) == 0);
+    kv.free(id++);
+  }
+  CHECK(kv.metrics().evicted_blocks > 0);
+}
+
 TEST_CASE("48 sequences allocated in one step share the planned blocks of their common prefix", "[kv][share]") {
   const int B = 4;
   KvCacheManager kv(options(B, 64, 8));
