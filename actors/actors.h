@@ -70,9 +70,10 @@ int resolve_config(EngineConfig& config, const ModelConfig& model, bool local_de
 
 /// The runner of one whole model on this process (tensor_parallel_size 1) on config.device, with its KV pools:
 /// CPU pools from max_num_seqs (at most 4 GiB) or num_kv_blocks, CUDA pools from gpu_memory_utilization.
-/// `weights` null: random weights (load_format dummy, CUDA only).
-RankRunner make_local_runner(const EngineConfig& config, const ModelConfig& model, int max_model_len,
-                             const SafeTensors* weights);
+/// `groups`: kv_groups_of(model), which sizes the CPU pools' blocks. `weights` null: random weights (load_format
+/// dummy, CUDA only).
+RankRunner make_local_runner(const EngineConfig& config, const ModelConfig& model, const KvGroups& groups,
+                             int max_model_len, const SafeTensors* weights);
 
 /// How an executor builds its rank on its own thread. `join` sets up the rank's share of the group's communication
 /// (NCCL: blocks until every rank has joined); `build` makes the runner over it. The share is kept apart from the

@@ -76,6 +76,10 @@ struct Engine::Impl {
   uint64_t kv_identity = 0;    // what makes this engine's KV (the disk tier's files carry it); 0: no disk tier
   int64_t disk_blocks = 0;     // the disk tier's size in blocks
   mutable std::mutex state_mu;  // guards state, failure, stopping and the replicas' serving, reason, generation
+  // Held by the reconnector while it joins a worker and starts its replica (both use `system`), and by ~Engine to set
+  // stopping: the engine is not torn down in the middle of a join (a lost worker's reconnection racing the end of the
+  // engine used the system as it was being destroyed).
+  std::mutex join_mu;
   EngineState state = EngineState::ready;
   std::string failure;    // why the engine failed; empty while ready
   bool stopping = false;  // the engine is being destroyed: its actors' ends are no failure
@@ -169,8 +173,8 @@ int64_t kv_block_bytes(const ModelConfig& model, const KvGroups& groups, int blo
 
 // KV pools of CPU runners: at most 4 GiB of float32 K and V over all ranks unless --num-kv-blocks says otherwise,
 // and the host pool from --swap-space plus --kv-offloading-size.
-std::pair<int, int> cpu_pools(const EngineConfig& c, const ModelConfig& model, int max_model_len) {
-  const KvGroups groups = kv_groups_of(model);
+std::pair<int, int> cpu_pools(const EngineConfig& c, const ModelConfig& model, const KvGroups& groups,
+                              int max_model_len) {
   const int64_t block_bytes = kv_block_bytes(model, groups, c.block_size, model.head_dim * int64_t{sizeof(float)});
   const int64_t blocks_per_seq =
       most_blocks_held(groups.windows, max_model_len, c.block_size, c.max_num_batched_tokens);
@@ -244,10 +248,10 @@ std::pair<int, int> split_host_pool(int host_blocks, const EngineConfig& c) {
   return {host_blocks - offload, offload};
 }
 
-RankRunner make_local_runner(const EngineConfig& c, const ModelConfig& model, int max_model_len,
-                             const SafeTensors* weights) {
+RankRunner make_local_runner(const EngineConfig& c, const ModelConfig& model, const KvGroups& groups,
+                             int max_model_len, const SafeTensors* weights) {
   if (c.device == "cpu") {
-    const auto [num_blocks, num_swap_blocks] = cpu_pools(c, model, max_model_len);
+    const auto [num_blocks, num_swap_blocks] = cpu_pools(c, model, groups, max_model_len);
     auto runner = std::make_shared<CpuModelRunner>(
         model, *weights,
         CpuRunnerOptions{.block_size = c.block_size, .num_blocks = num_blocks, .num_swap_blocks = num_swap_blocks,
@@ -421,6 +425,7 @@ constexpr auto kLongestRetry = std::chrono::seconds(5);
 caf::behavior Engine::Impl::reconnector(caf::event_based_actor* self) {
   return {
       [this, self](reconnect_atom a, size_t index, int attempt) {
+        std::lock_guard joining(join_mu);
         {
           std::lock_guard lock(state_mu);
           if (stopping || replicas[index]->serving) return;
@@ -511,12 +516,12 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     auto& replica = m.replicas.emplace_back(std::make_unique<Replica>());
     std::vector<caf::actor>& executors = replica->executors;
     if (tp == 1) {
-      RankRunner built = make_local_runner(c, m.model, m.max_model_len, weights.get());
+      RankRunner built = make_local_runner(c, m.model, m.kv_groups, m.max_model_len, weights.get());
       num_blocks = built.num_blocks;
       num_swap_blocks = built.num_swap_blocks;
       runners.push_back(std::move(built.runner));
   } else if (c.device == "cpu") {
-    std::tie(num_blocks, num_swap_blocks) = cpu_pools(c, m.model, m.max_model_len);
+    std::tie(num_blocks, num_swap_blocks) = cpu_pools(c, m.model, m.kv_groups, m.max_model_len);
     m.all_reduce = std::make_shared<LocalAllReduce>(tp);
     for (int rank = 0; rank < tp; ++rank)
       runners.push_back(std::make_shared<CpuModelRunner>(
@@ -636,7 +641,7 @@ Engine::~Engine() {
   if (!impl_ || !impl_->system) return;
   Impl& m = *impl_;
   {
-    std::lock_guard lock(m.state_mu);
+    std::scoped_lock lock(m.join_mu, m.state_mu);  // after a join in progress: its replica is shut down below
     m.stopping = true;
   }
   caf::anon_send_exit(m.router, caf::exit_reason::user_shutdown);

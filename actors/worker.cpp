@@ -33,12 +33,12 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
   const int max_model_len = resolve_config(c, model, true);
   std::unique_ptr<const SafeTensors> weights =
       c.load_format == "dummy" ? nullptr : std::make_unique<const SafeTensors>(c.model_dir, c.on_load_progress);
-  RankRunner built = make_local_runner(c, model, max_model_len, weights.get());
+  const KvGroups groups = kv_groups_of(model);
+  RankRunner built = make_local_runner(c, model, groups, max_model_len, weights.get());
   // Structured outputs: the masks are made here, from the tokenizer's vocabulary, while each step runs.
   std::shared_ptr<const Tokenizer> tokenizer = load_tokenizer(c.model_dir);
   auto constraints = std::make_shared<constraint::SequenceConstraints>(
       std::make_shared<const constraint::TokenTrie>(*tokenizer), tokenizer);
-  const KvGroups groups = kv_groups_of(model);
   m.info = WorkerInfo{.device = c.device,
                       .num_layers = model.num_layers,
                       .hidden_size = model.hidden_size,
