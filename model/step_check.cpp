@@ -68,6 +68,29 @@ std::optional<FieldError> check_table_entries(const std::vector<int32_t>& table,
   return std::nullopt;
 }
 
+std::optional<FieldError> check_chunk_tables(const SeqChunk& c, std::span<const int> windows, int num_blocks,
+                                             int block_size, int64_t max_blocks) {
+  if (c.group_tables.size() + 1 != windows.size())
+    return bad(".group_tables", std::to_string(c.group_tables.size() + 1) + " block tables for a model of " +
+                                    std::to_string(windows.size()) + " KV groups");
+  const int64_t end = int64_t{c.start_pos} + static_cast<int64_t>(c.tokens.size());
+  const int64_t needed = (end + block_size - 1) / block_size;
+  for (size_t g = 0; g < windows.size(); ++g) {
+    const std::string field = g == 0 ? ".block_table" : indexed(".group_tables", g - 1);
+    const std::vector<int32_t>& table = table_of(c, static_cast<int>(g));
+    const auto blocks = static_cast<int64_t>(table.size());
+    if (blocks < needed)
+      return bad(field, std::to_string(blocks) + " blocks do not reach position " + std::to_string(end - 1) + " (" +
+                            std::to_string(needed) + " needed)");
+    if (max_blocks > 0 && blocks > max_blocks)
+      return bad(field, std::to_string(blocks) + " blocks, more than the " + std::to_string(max_blocks) +
+                            " of a sequence of max_model_len tokens");
+    if (auto e = check_table_entries(table, c.start_pos, num_blocks, block_size, windows[g]))
+      return under(field, std::move(e));
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 // Fields as ".tokens[3]", ".block_table", ...
@@ -81,24 +104,8 @@ std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limit
   if (end > limits.max_model_len)
     return bad(".start_pos", "the chunk writes up to position " + std::to_string(end - 1) +
                                  ", beyond max_model_len " + std::to_string(limits.max_model_len));
-  const int64_t needed = (end + limits.block_size - 1) / limits.block_size;
   const int64_t most = (int64_t{limits.max_model_len} + limits.block_size - 1) / limits.block_size;
-  if (c.group_tables.size() + 1 != limits.kv_windows.size())
-    return bad(".group_tables", std::to_string(c.group_tables.size() + 1) + " block tables for a model of " +
-                                    std::to_string(limits.kv_windows.size()) + " KV groups");
-  for (size_t g = 0; g < limits.kv_windows.size(); ++g) {
-    const std::string field = g == 0 ? ".block_table" : indexed(".group_tables", g - 1);
-    const std::vector<int32_t>& table = table_of(c, static_cast<int>(g));
-    const auto blocks = static_cast<int64_t>(table.size());
-    if (blocks < needed)
-      return bad(field, std::to_string(blocks) + " blocks do not reach position " + std::to_string(end - 1) + " (" +
-                            std::to_string(needed) + " needed)");
-    if (blocks > most)
-      return bad(field, std::to_string(blocks) + " blocks, more than the " + std::to_string(most) +
-                            " of a sequence of max_model_len tokens");
-    if (auto e = check_table_entries(table, c.start_pos, limits.num_blocks, limits.block_size, limits.kv_windows[g]))
-      return under(field, std::move(e));
-  }
+  if (auto e = check_chunk_tables(c, limits.kv_windows, limits.num_blocks, limits.block_size, most)) return e;
   if (c.samples.size() > static_cast<size_t>(kMaxSamplesPerChunk))
     return bad(".samples", std::to_string(c.samples.size()) + " samples, more than the " +
                                std::to_string(kMaxSamplesPerChunk) + " a chunk draws at most");

@@ -53,6 +53,13 @@ std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs,
 std::optional<FieldError> check_table_entries(const std::vector<int32_t>& table, int start_pos, int num_blocks,
                                               int block_size, int window);
 
+/// The first bad block table of chunk `c` for KV groups of these windows (KvGroups::windows): a table per group
+/// (".group_tables" names a wrong count), each reaching the chunk's last position and, with max_blocks > 0, no longer
+/// than max_blocks (".block_table" for group 0, ".group_tables[g - 1]" for group g), its entries as
+/// check_table_entries wants them; nullopt when all are good. check_step and the runners check tables with it.
+std::optional<FieldError> check_chunk_tables(const SeqChunk& c, std::span<const int> windows, int num_blocks,
+                                             int block_size, int64_t max_blocks = 0);
+
 /// The first id of `ids` outside the vocabulary [0, vocab_size), named "[i]"; nullopt when all are in it.
 std::optional<FieldError> check_token_ids(std::span<const TokenId> ids, int vocab_size);
 

@@ -120,9 +120,9 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
   const int qkv_dim = (nh + 2 * nkv) * D;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
-  // Bounds first, before anything is written: the KV a chunk writes and reads stays in the pool (every block of its
-  // table is in the pool, but for released ones before every window of its group's layers, which no layer reads,
-  // and kv_slot below checks that each table reaches every position written, so every one read), and so do the copies.
+  // Bounds first, before anything is written: the KV a chunk writes and reads stays in the pool (each of its tables
+  // reaches its last position and every block of it is in the pool, but for released ones before every window of its
+  // group's layers, which no layer reads), and so do the copies.
   const int G = kv_groups_.num_groups();
   require_pairs_in_pools(batch.copies, PairOrder::copy_on_write, opt_);
   for (const SeqChunk& c : batch.seqs) {
@@ -131,12 +131,8 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
       throw ModelError("a chunk needs a token and positions in [0, 2^31)");
     for (TokenId t : c.tokens)
       if (t < 0 || t >= cfg_.vocab_size) throw ModelError("token id out of range");
-    if (c.group_tables.size() + 1 != static_cast<size_t>(G))
-      throw ModelError(std::to_string(c.group_tables.size() + 1) + " block tables for a model of " + std::to_string(G) +
-                       " KV groups");
-    for (int g = 0; g < G; ++g)
-      if (auto bad = check_table_entries(table_of(c, g), c.start_pos, opt_.num_blocks, B, kv_groups_.windows[g]))
-        throw ModelError("block table" + bad->describe());
+    if (auto bad = check_chunk_tables(c, kv_groups_.windows, opt_.num_blocks, B))
+      throw ModelError("chunk" + bad->describe());
   }
 
   // Flatten the ragged batch: tokens, positions, per-sequence query ranges; per KV group the tokens' slots and the

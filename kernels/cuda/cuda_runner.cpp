@@ -530,14 +530,10 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     if (ctx > opt.max_model_len)
       throw ModelError("context of " + std::to_string(ctx) + " tokens exceeds max_model_len " +
                        std::to_string(opt.max_model_len));
-    if (c.group_tables.size() + 1 != static_cast<size_t>(G))
-      throw ModelError(std::to_string(c.group_tables.size() + 1) + " block tables for a model of " + std::to_string(G) +
-                       " KV groups");
+    if (auto bad = check_chunk_tables(c, kv_groups.windows, kv.num_blocks, B))
+      throw ModelError("chunk" + bad->describe());
     for (int g = 0; g < G; ++g) {
       const std::vector<int32_t>& table = table_of(c, g);
-      if (static_cast<int>(table.size()) < needed) throw ModelError("block table shorter than the context");
-      if (auto bad = check_table_entries(table, c.start_pos, kv.num_blocks, B, kv_groups.windows[g]))
-        throw ModelError("block table" + bad->describe());
       int32_t* const row = block_tables.host.get() + (int64_t{g} * max_seqs + s) * table_stride;
       for (int b = 0; b < needed; ++b) row[b] = std::max(table[b], 0);  // a released block (before every window of
                                                                          // the group) is read as block 0, and masked

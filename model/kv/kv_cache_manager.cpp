@@ -283,7 +283,24 @@ bool KvCacheManager::could_ever_allocate(int num_tokens_to_hold, int max_chunk) 
 std::optional<int> KvCacheManager::allocate(SeqId seq, std::span<const TokenId> tokens, int num_tokens_to_hold,
                                             uint64_t salt) {
   if (contains(seq)) throw std::logic_error("allocate(): sequence " + std::to_string(seq) + " already exists");
+  return allocate_prefixes(seq, tokens, group_prefixes(tokens, salt), num_tokens_to_hold, salt);
+}
+
+std::optional<KvCacheManager::Admission> KvCacheManager::admit(SeqId seq, std::span<const TokenId> tokens,
+                                                               int num_tokens, int budget, uint64_t salt) {
+  if (contains(seq)) throw std::logic_error("admit(): sequence " + std::to_string(seq) + " already exists");
   const std::vector<std::vector<PrefixBlock>> prefixes = group_prefixes(tokens, salt);
+  const int cached = static_cast<int>(prefixes.front().size()) * block_size_;
+  const int held = cached + std::min(num_tokens - cached, budget);
+  if (!above_watermark(blocks_needed(prefixes, held))) return std::nullopt;
+  const std::optional<int> hit = allocate_prefixes(seq, tokens, prefixes, held, salt);
+  if (!hit) return std::nullopt;
+  return Admission{*hit, held};
+}
+
+std::optional<int> KvCacheManager::allocate_prefixes(SeqId seq, std::span<const TokenId> tokens,
+                                                     const std::vector<std::vector<PrefixBlock>>& prefixes,
+                                                     int num_tokens_to_hold, uint64_t salt) {
   if (blocks_needed(prefixes, num_tokens_to_hold) > device_.num_free()) return std::nullopt;
   // Every group's prefix blocks first, then the new blocks: a new block's eviction never takes a prefix block.
   std::vector<Sequence> groups;

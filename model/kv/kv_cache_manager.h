@@ -120,6 +120,16 @@ class KvCacheManager {
   /// tokens (they need no computation; num_computed starts there); nullopt and no change if blocks run out. Does not
   /// enforce the watermark (can_allocate does). Throws std::logic_error if the id is already known.
   std::optional<int> allocate(SeqId seq, std::span<const TokenId> tokens, int num_tokens_to_hold, uint64_t salt = 0);
+  /// What admit() did: the cached prefix tokens (allocate()'s result) and the tokens the tables now hold.
+  struct Admission {
+    int cached = 0;
+    int held = 0;
+  };
+  /// A waiting sequence's admission with one lookup of its prefix: cached_prefix_tokens, then can_allocate and
+  /// allocate for that prefix plus min(num_tokens - cached, budget) tokens, as those three calls would do in turn.
+  /// nullopt and no change when it would cross the watermark.
+  std::optional<Admission> admit(SeqId seq, std::span<const TokenId> tokens, int num_tokens, int budget,
+                                 uint64_t salt = 0);
   /// Grows the table to hold `num_tokens_to_hold` tokens and copy-on-writes every shared (ref > 1) block in the
   /// write range [first_write_pos, num_tokens_to_hold): each gets a new block, and the one holding first_write_pos
   /// gets a copy order (src, dst) appended to `copies` when it has slots before first_write_pos to keep. Returns
@@ -266,6 +276,10 @@ class KvCacheManager {
   // Device blocks allocate() would take from the free queues for all groups: cached prefix blocks to revive, CPU-tier
   // blocks to promote (but for the released ones), plus new blocks.
   int blocks_needed(const std::vector<std::vector<PrefixBlock>>& prefixes, int num_tokens_to_hold) const;
+  // allocate() with the groups' prefixes already looked up.
+  std::optional<int> allocate_prefixes(SeqId seq, std::span<const TokenId> tokens,
+                                       const std::vector<std::vector<PrefixBlock>>& prefixes, int num_tokens_to_hold,
+                                       uint64_t salt);
   // allocate()'s first part for one group: the released entries, the device prefix blocks taken (so that no new
   // block taken after can evict them) and the tier's held (so that no demotion overwrites them).
   Sequence take_prefix(const std::vector<PrefixBlock>& prefix, size_t released, std::span<const TokenId> tokens,

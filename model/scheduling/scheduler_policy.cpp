@@ -83,14 +83,12 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
       continue;
     }
     if (kv.load_from_disk(s->tokens, s->salt)) break;  // FCFS: it waits for its blocks from disk
-    const int cached = kv.cached_prefix_tokens(s->tokens, s->salt);
-    const int n = std::min(s->num_tokens - cached, budget);
-    if (!kv.can_allocate(s->tokens, cached + n, s->salt)) break;
-    auto hit = kv.allocate(s->id, s->tokens, cached + n, s->salt);
-    if (!hit) break;
-    kv.register_planned(s->id, s->tokens, cached + n);  // the sequences admitted after it share its full blocks
-    plan.admitted.emplace_back(s->id, *hit);
-    schedule(*s, *hit, cached + n - *hit);  // allocate() sized the table for cached + n tokens
+    const std::optional<KvCacheManager::Admission> admitted =
+        kv.admit(s->id, s->tokens, s->num_tokens, budget, s->salt);
+    if (!admitted) break;
+    kv.register_planned(s->id, s->tokens, admitted->held);  // the sequences admitted after it share its full blocks
+    plan.admitted.emplace_back(s->id, admitted->cached);
+    schedule(*s, admitted->cached, admitted->held - admitted->cached);  // the tables hold `held` tokens
     ++active;
   }
   return plan;

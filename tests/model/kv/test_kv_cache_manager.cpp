@@ -675,6 +675,50 @@ TEST_CASE("KV groups: a prefix hit is the shortest of the groups' hits, and admi
   }
 }
 
+TEST_CASE("admit is cached_prefix_tokens, can_allocate and allocate with one lookup of the prefix", "[kv][groups]") {
+  // Two managers through the same seeded admissions, frees and completions: one admits with admit(), the other with
+  // the three calls the scheduler made before; every answer, table and metric agrees, watermark refusals included.
+  const int B = 4;
+  KvCacheOptions o = options(B, 48, 0, /*watermark=*/0.1);
+  o.group_windows = {0, 8};
+  KvCacheManager one(o), three(o);
+  std::mt19937 rng(7);
+  const std::vector<TokenId> base = iota_tokens(40, 0);
+  std::vector<SeqId> live;
+  int admitted = 0, refused = 0;
+  for (SeqId id = 1; id <= 300; ++id) {
+    // A prompt sharing 0-40 tokens with the others, then its own.
+    std::vector<TokenId> prompt(base.begin(), base.begin() + std::uniform_int_distribution<int>(0, 40)(rng));
+    prompt = concat(prompt, iota_tokens(std::uniform_int_distribution<int>(1, 20)(rng), 1000 * id));
+    const int num_tokens = static_cast<int>(prompt.size()), budget = std::uniform_int_distribution<int>(1, 64)(rng);
+    const auto got = one.admit(id, prompt, num_tokens, budget);
+    std::optional<KvCacheManager::Admission> want;
+    const int cached = three.cached_prefix_tokens(prompt);
+    const int held = cached + std::min(num_tokens - cached, budget);
+    if (three.can_allocate(prompt, held))
+      if (const auto hit = three.allocate(id, prompt, held)) want = KvCacheManager::Admission{*hit, held};
+    REQUIRE(got.has_value() == want.has_value());
+    if (got) {
+      CHECK(got->cached == want->cached);
+      CHECK(got->held == want->held);
+      for (int g = 0; g < 2; ++g) CHECK(one.block_table(id, g) == three.block_table(id, g));
+      for (KvCacheManager* kv : {&one, &three}) kv->mark_computed(id, prompt, got->held);
+      live.push_back(id);
+      ++admitted;
+    } else {
+      ++refused;
+    }
+    CHECK(same_metrics(one.metrics(), three.metrics()));
+    while (live.size() > 4 || (!live.empty() && rng() % 3 == 0)) {  // the oldest finish
+      for (KvCacheManager* kv : {&one, &three}) kv->free(live.front());
+      live.erase(live.begin());
+    }
+    one.check_invariants();
+  }
+  CHECK(admitted > 100);
+  CHECK(refused > 10);  // the watermark refused some: both ways alike
+}
+
 TEST_CASE("BlockPool: touch makes a cached block the most recently used", "[kv]") {
   BlockPool pool(2, "test");
   std::vector<TokenId> ta{1, 2}, tb{3, 4};
