@@ -116,7 +116,7 @@ rc=$?
 # A worker lost mid-generation: the engine ends the running requests with the reason (exit 1), it does not hang.
 start_worker || exit 1
 start_long_generation "$TMP/lost.err"
-sleep 0.5
+await_engine "$worker_port" 20 || fail "no engine joined the worker within 20 s"
 kill -KILL "$worker_pid"
 wait "$worker_pid" 2>/dev/null
 await_exit "$client" 10

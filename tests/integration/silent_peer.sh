@@ -12,7 +12,7 @@ NAME=silent_peer
 # A frozen worker: the engine's generation fails within the heartbeat timeout, it does not wait for ever.
 start_worker || exit 1
 start_long_generation "$TMP/frozen.err"
-sleep 0.5
+await_engine "$worker_port" 20 || fail "no engine joined the worker within 20 s"
 kill -STOP "$worker_pid"
 stopped=$SECONDS
 await_exit "$client" 9

@@ -2,7 +2,7 @@
 # itself (ctest runs tests/integration/*.sh). The script sets NAME and sources it with its arguments:
 #   NAME=tls_worker; . "$(dirname "$0")/worker_common.bash" "$@"
 # It gives PAGED, MODEL, GOLDEN, a scratch folder $TMP removed at exit, the processes in $pids killed at exit, and
-# fail, start_worker, start_server, start_long_generation, await_exit, install_node_clients and finish.
+# fail, start_worker, start_server, start_long_generation, await_engine, await_exit, install_node_clients and finish.
 
 PAGED=${1:?usage: $NAME.sh PATH/TO/paged}
 SRC=${PAGED_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -77,6 +77,22 @@ start_long_generation() {
     --max-tokens 400 --ignore-eos --temperature 0.7 --seed 1 >/dev/null 2>"$1" &
   client=$!
   pids+=("$client")
+}
+
+# await_engine PORT SECONDS: waits until a TCP connection to the worker on PORT is established (an engine has
+# joined it; /proc/net/tcp), then half a second for its first steps; returns 1 if none came within SECONDS. A fixed
+# sleep was not enough on a loaded machine: the worker was killed before the engine had joined it.
+await_engine() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  for _ in $(seq 1 $(($2 * 10))); do
+    if grep -Eq "^ *[0-9]+: [0-9A-F]{8}:$hex [0-9A-F]{8}:[0-9A-F]{4} 01 " /proc/net/tcp; then
+      sleep 0.5
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
 }
 
 # await_exit PID SECONDS: waits for the process to end; sets $rc to its status, or to "hung".
