@@ -30,8 +30,6 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<SeqOutput>>("paged.SeqOutputs");
   cfg.add_message_type<ComputedKv>("paged.ComputedKv");
   cfg.add_message_type<std::vector<ComputedKv>>("paged.ComputedKvs");
-  cfg.add_message_type<PlanSeq>("paged.PlanSeq");
-  cfg.add_message_type<std::vector<PlanSeq>>("paged.PlanSeqs");
   cfg.add_message_type<PlanLimits>("paged.PlanLimits");
   cfg.add_message_type<StepPlan>("paged.StepPlan");
   cfg.add_message_type<StepResult>("paged.StepResult");

@@ -143,7 +143,6 @@ PAGED_INSPECT(PromptLogprob, x.token, x.logprob, x.rank, x.top_logprobs)
 PAGED_INSPECT(ChunkPromptLogprobs, x.seq, x.first_pos, x.tokens)
 PAGED_INSPECT(SeqOutput, x.index, x.tokens, x.finish, x.cumulative_logprob, x.replace)
 PAGED_INSPECT(ComputedKv, x.seq, x.tokens_offset, x.tokens, x.num_computed)
-PAGED_INSPECT(PlanSeq, x.id, x.arrival, x.phase, x.num_computed, x.num_tokens, x.last_token_in_flight, x.tokens, x.salt)
 PAGED_INSPECT(PlanLimits, x.max_num_seqs, x.max_num_batched_tokens, x.preemption)
 PAGED_INSPECT(PlannedChunk, x.id, x.start_pos, x.num_tokens, x.sample, x.block_table, x.group_tables)
 PAGED_INSPECT(DiskOrder, x.kind, x.key, x.host_block, x.salt, x.tokens)
@@ -172,3 +171,4 @@ void register_message_types(caf::actor_system_config& cfg);
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(paged::StepMsg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(paged::RequestSpec)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<paged::PlanSeq>)

@@ -650,7 +650,9 @@ void request_plan(Self* self) {
     p.last_token_in_flight = s.pending > 0 && reaches_length_limit(st, r, s.output->size() + s.pending);
     if (s.phase == PlanSeq::Phase::waiting) {
       if (s.pending) continue;  // preempted while its last token is in flight: admit it next time
-      if (!r.scoring_prompt()) p.tokens = st.all_tokens(s);  // none: no prefix-cache lookup
+      if (!r.scoring_prompt())  // else none: no prefix-cache lookup
+        p.tokens =
+            s.output->empty() ? r.spec.prompt : std::make_shared<const std::vector<TokenId>>(st.all_tokens(s));
     }
     view.push_back(std::move(p));
   }

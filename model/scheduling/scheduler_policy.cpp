@@ -82,11 +82,12 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
       plan.rejected.push_back(s->id);
       continue;
     }
-    if (kv.load_from_disk(s->tokens, s->salt)) break;  // FCFS: it waits for its blocks from disk
+    const std::span<const TokenId> tokens = s->token_span();
+    if (kv.load_from_disk(tokens, s->salt)) break;  // FCFS: it waits for its blocks from disk
     const std::optional<KvCacheManager::Admission> admitted =
-        kv.admit(s->id, s->tokens, s->num_tokens, budget, s->salt);
+        kv.admit(s->id, tokens, s->num_tokens, budget, s->salt);
     if (!admitted) break;
-    kv.register_planned(s->id, s->tokens, admitted->held);  // the sequences admitted after it share its full blocks
+    kv.register_planned(s->id, tokens, admitted->held);  // the sequences admitted after it share its full blocks
     plan.admitted.emplace_back(s->id, admitted->cached);
     schedule(*s, admitted->cached, admitted->held - admitted->cached);  // the tables hold `held` tokens
     ++active;

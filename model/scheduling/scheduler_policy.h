@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <unordered_set>
 #include <vector>
 
@@ -25,8 +27,14 @@ struct PlanSeq {
   int num_computed = 0;      // tokens whose KV is (or, in flight, will be) in the cache
   int num_tokens = 0;        // tokens known so far plus one being sampled in flight (pending)
   bool last_token_in_flight = false;  // the token in flight ends the sequence (max_tokens, model length)
-  std::vector<TokenId> tokens;  // waiting only: every token (prompt + output so far), for the prefix cache
+  // Waiting only: every token (prompt + output so far), for the prefix cache, shared with the scheduler (a request's
+  // prompt is not copied for each plan); null: no prefix-cache lookup (a scored prompt).
+  std::shared_ptr<const std::vector<TokenId>> tokens;
   uint64_t salt = 0;         // prefix-cache salt
+
+  std::span<const TokenId> token_span() const {
+    return tokens ? std::span<const TokenId>(*tokens) : std::span<const TokenId>();
+  }
 };
 
 struct PlanLimits {

@@ -189,7 +189,7 @@ TEST_CASE("plan_step: a waiting sequence whose prefix is on disk waits for the l
   for (SeqId id = 1; id <= 4; ++id) pass(kv, id, prompt(static_cast<TokenId>(10 * id)));
   PlanSeq s;
   s.id = 9;
-  s.tokens = prompt(10);
+  s.tokens = std::make_shared<const std::vector<TokenId>>(prompt(10));
   s.num_tokens = 3;
   const StepPlan waiting = plan_step(kv, {s}, PlanLimits{});
   CHECK(waiting.admitted.empty());

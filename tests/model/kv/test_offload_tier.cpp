@@ -222,7 +222,7 @@ TEST_CASE("plan_step sends demotions with the swap-outs and promotions with the 
   PlanSeq s;
   s.id = 3;
   s.num_tokens = static_cast<int>(a.size());
-  s.tokens = a;
+  s.tokens = std::make_shared<const std::vector<TokenId>>(a);
   const StepPlan plan = plan_step(kv, {s}, PlanLimits{});
   REQUIRE(plan.admitted.size() == 1);
   CHECK(plan.admitted[0].second == 2 * B);

@@ -27,7 +27,7 @@ PlanSeq waiting(SeqId id, uint64_t arrival, int num_tokens) {
   s.arrival = arrival;
   s.phase = Phase::waiting;
   s.num_tokens = num_tokens;
-  s.tokens = tokens_for(id, num_tokens);
+  s.tokens = std::make_shared<const std::vector<TokenId>>(tokens_for(id, num_tokens));
   return s;
 }
 
@@ -338,7 +338,7 @@ TEST_CASE("admission starts after the cached prefix, and the chunk covers only t
   second.resize(8);
   second.insert(second.end(), {7, 7, 7, 7, 7});
   PlanSeq w = waiting(2, 0, 13);
-  w.tokens = second;
+  w.tokens = std::make_shared<const std::vector<TokenId>>(second);
   const StepPlan plan = plan_step(kv, {w}, limits(8, 100));
   CHECK(plan.admitted == std::vector<std::pair<SeqId, int>>{{2, 8}});
   REQUIRE(plan.chunks.size() == 1);
@@ -356,9 +356,10 @@ std::vector<PlanSeq> shared_prefix_requests(int count) {
   std::vector<PlanSeq> seqs;
   for (int i = 0; i < count; ++i) {
     PlanSeq s = waiting(i + 1, i, 0);
-    s.tokens = tokens_for(99, 12);
-    for (int k = 0; k <= i % 4; ++k) s.tokens.push_back(static_cast<TokenId>(5000 + 10 * i + k));
-    s.num_tokens = static_cast<int>(s.tokens.size());
+    std::vector<TokenId> tokens = tokens_for(99, 12);
+    for (int k = 0; k <= i % 4; ++k) tokens.push_back(static_cast<TokenId>(5000 + 10 * i + k));
+    s.num_tokens = static_cast<int>(tokens.size());
+    s.tokens = std::make_shared<const std::vector<TokenId>>(std::move(tokens));
     seqs.push_back(std::move(s));
   }
   return seqs;
@@ -398,7 +399,7 @@ TEST_CASE("48 prompts with a common prefix admitted in one step compute it once 
   CHECK(kv.metrics().prefix_hit_tokens == 47 * 12);
   CHECK(kv.metrics().device_free == 128 - 3 - 48);
   kv.check_invariants();
-  for (const auto& s : seqs) kv.mark_computed(s.id, s.tokens, s.num_tokens);  // the step returned
+  for (const auto& s : seqs) kv.mark_computed(s.id, *s.tokens, s.num_tokens);  // the step returned
   for (const auto& s : seqs) kv.free(s.id);
   kv.check_invariants();
   CHECK(kv.metrics().device_free == 128);
@@ -458,7 +459,7 @@ TEST_CASE("swapping out the readers of a planned prefix keeps it registered for 
   const StepPlan second = plan_step(kv, now, limits(8, 100, PreemptionMode::swap));
   CHECK(second.preempted_swap == std::vector<SeqId>{3, 2});
   CHECK(chunk_ids(second) == std::vector<SeqId>{1});
-  CHECK(kv.cached_prefix_tokens(seqs[2].tokens) == 12);
+  CHECK(kv.cached_prefix_tokens(*seqs[2].tokens) == 12);
   kv.check_invariants();
   for (SeqId id : {1, 2, 3}) kv.free(id);
   kv.check_invariants();
