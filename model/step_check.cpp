@@ -54,8 +54,7 @@ std::optional<FieldError> check_sample(const SampleSpec& s, const StepLimits& li
   return std::nullopt;
 }
 
-}  // namespace
-
+// The first entry of a group's table outside the device pool, but for released entries before the group's window.
 std::optional<FieldError> check_table_entries(const std::vector<int32_t>& table, int start_pos, int num_blocks,
                                               int block_size, int window) {
   const auto first_read = static_cast<size_t>(first_window_block(start_pos, window, block_size));
@@ -67,6 +66,8 @@ std::optional<FieldError> check_table_entries(const std::vector<int32_t>& table,
   }
   return std::nullopt;
 }
+
+}  // namespace
 
 std::optional<FieldError> check_chunk_tables(const SeqChunk& c, std::span<const int> windows, int num_blocks,
                                              int block_size, int64_t max_blocks) {

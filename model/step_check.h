@@ -46,17 +46,12 @@ enum class PairOrder {
 std::optional<FieldError> check_block_pairs(const std::vector<BlockPair>& pairs, PairOrder order, int num_blocks,
                                             int num_swap_blocks);
 
-/// The first entry of `table`, a block table of a chunk starting at `start_pos`, outside the device pool
-/// [0, num_blocks), named "[b]", but for kReleasedBlock entries before first_window_block(start_pos, window,
-/// block_size) (no layer of its group reads them); nullopt when all are good. Runners check the tables they are given
-/// with it.
-std::optional<FieldError> check_table_entries(const std::vector<int32_t>& table, int start_pos, int num_blocks,
-                                              int block_size, int window);
-
 /// The first bad block table of chunk `c` for KV groups of these windows (KvGroups::windows): a table per group
 /// (".group_tables" names a wrong count), each reaching the chunk's last position and, with max_blocks > 0, no longer
-/// than max_blocks (".block_table" for group 0, ".group_tables[g - 1]" for group g), its entries as
-/// check_table_entries wants them; nullopt when all are good. check_step and the runners check tables with it.
+/// than max_blocks (".block_table" for group 0, ".group_tables[g - 1]" for group g), every entry in the device pool
+/// [0, num_blocks) ("[b]") but for kReleasedBlock entries before first_window_block(start_pos, window, block_size) of
+/// its group (no layer of the group reads them); nullopt when all are good. check_step and the runners check tables
+/// with it.
 std::optional<FieldError> check_chunk_tables(const SeqChunk& c, std::span<const int> windows, int num_blocks,
                                              int block_size, int64_t max_blocks = 0);
 
