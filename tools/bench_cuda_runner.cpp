@@ -398,7 +398,8 @@ int run_ops(std::map<std::string, std::string>& f) {
   void* attn_ws = device_array<char>(attn_ws_bytes);
 
   // One layer's kernel time two ways: the cuBLASLt path of batched steps and the GEMV path of single-token steps
-  // (residual adds and SiLU-and-mul inside the projections). RoPE and the attention (partition 64) count in both.
+  // (RoPE and the cache write, residual adds and SiLU-and-mul inside the projections). The attention (partition 64)
+  // counts in both.
   double cublas_layer_us = 0, gemv_layer_us = 0;
   enum Layer { kNone, kCublas, kGemv, kBoth };
   auto time = [&](const char* name, double bytes, Layer layer, auto&& launch) {
@@ -413,10 +414,14 @@ int run_ops(std::map<std::string, std::string>& f) {
   // The GEMV path at any batch runs the single-row kernel once per row: where cuBLASLt overtakes it.
   auto gemv = [&](bf16* y, const bf16* in, const bf16* w, int n, int k, cuda::GemvOutput out) {
     cuda::GemvArgs g{.w = w, .n = n, .k = k, .output = out};
+    g.rope = {.k_cache = kc, .v_cache = vc, .inv_freq = d_freq, .num_heads = heads, .num_kv_heads = kvh,
+              .head_dim = D, .rotary_dim = D, .block_size = bs};
     const int y_width = out == cuda::GemvOutput::kSiluMul ? n / 2 : n;
     for (int row = 0; row < m; ++row) {
       g.x = in + int64_t{row} * k;
       g.y = y + int64_t{row} * y_width;
+      g.rope.position = d_pos + row;
+      g.rope.slot = d_slots + row;
       if (const cudaError_t e = cuda::gemv(g, s); e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -425,7 +430,7 @@ int run_ops(std::map<std::string, std::string>& f) {
   time("add_rms_norm", 0, kCublas, [&] { return cuda::add_rms_norm(normed, res, x, norm_w, m, H, 1e-5f, 0.0f, s); });
   time("gemm qkv", 2.0 * qkv_dim * H, kCublas,
        [&] { return gemm.linear(qkv, normed, w_qkv, nullptr, m, qkv_dim, H, false, s); });
-  time("rope_and_cache", 0, kBoth, [&] {
+  time("rope_and_cache", 0, kCublas, [&] {
     return cuda::rope_and_cache(qkv, kc, vc, d_pos, d_slots, d_freq, m, heads, kvh, D, D, 1.0f, bs, qkv_dim, s);
   });
   for (int partition : {64, 128, 512}) {
@@ -443,8 +448,8 @@ int run_ops(std::map<std::string, std::string>& f) {
   time("gemm down", 2.0 * H * I, kCublas, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
   gemv_layer_us += time("rms_norm (twice a GEMV layer)", 0, kGemv,
                         [&] { return cuda::rms_norm(normed, res, norm_w, m, H, 1e-5f, 0.0f, s); });
-  time("gemv qkv", 2.0 * qkv_dim * H, kGemv,
-       [&] { return gemv(qkv, normed, w_qkv, qkv_dim, H, cuda::GemvOutput::kStore); });
+  time("gemv qkv (+rope, cache)", 2.0 * qkv_dim * H, kGemv,
+       [&] { return gemv(qkv, normed, w_qkv, qkv_dim, H, cuda::GemvOutput::kRope); });
   time("gemv o (+residual)", 2.0 * H * heads * D, kGemv,
        [&] { return gemv(res, attn, w_o, H, heads * D, cuda::GemvOutput::kAddToResidual); });
   time("gemv gate_up (+silu_and_mul)", 4.0 * I * H, kGemv,

@@ -420,7 +420,7 @@ cuda::GemvArgs CudaModelRunner::Impl::gemv_args(GemvProjection p, const LayerWei
                         const bf16* norm) {
     return cuda::GemvArgs{.x = x, .w = w8.q ? nullptr : w, .w_fp8 = w8.q, .w_scale = w8.scale, .bias = bias,
                           .y = y, .n = n, .k = k, .output = output, .norm_weight = norm, .norm_eps = eps,
-                          .norm_offset = norm_offset};
+                          .norm_offset = norm_offset, .rope = {}};
   };
   switch (p) {
     case kGemvQkv: return args(L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore, L.attn_norm);
@@ -635,8 +635,25 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   cuda::Fp8Product pending;  // `proj` holds an FP8 product still to scale: its scales, for the next add_rms_norm
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
+    // Gemma 3's sliding layers: their own RoPE base, no scaling. The FP8 cache: RoPE in place (no caches here),
+    // then the keys and values quantised into it.
+    const bool local_rope = cfg.uses_local_rope(l);
+    const cuda::GemvRope rope{
+        .k_cache = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(k_cache(l)),
+        .v_cache = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(v_cache(l)),
+        .position = positions.device.get(), .slot = layer_slots(l),
+        .inv_freq = local_rope ? local_inv_freq.get() : inv_freq.get(), .num_heads = heads,
+        .num_kv_heads = kv_heads, .head_dim = head_dim, .rotary_dim = cfg.rotary_dims(), .block_size = opt.block_size,
+        .attention_factor = local_rope ? 1.0f : static_cast<float>(cfg.rope_scaling.attention_factor)};
+    // One stream: the QKV GEMV applies RoPE and writes the cache itself, unless per-head norms come between.
+    const bool rope_in_gemv = fused && !L.q_norm;
     if (fused) {
-      gemv(kGemvQkv, L, qkv.get(), residual.get());
+      cuda::GemvArgs args = gemv_args(kGemvQkv, L, qkv.get(), residual.get());
+      if (rope_in_gemv) {
+        args.output = cuda::GemvOutput::kRope;
+        args.rope = rope;
+      }
+      PAGED_CUDA_CHECK(cuda::gemv(args, s, gemv_tile[kGemvQkv]));
     } else {
       // FP8 weights: the norm also writes its rows' codes and scales, the QKV product's input.
       const cuda::Fp8Rows qkv_in = L.qkv8.q ? fp8_rows : cuda::Fp8Rows{};
@@ -651,16 +668,10 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     if (L.q_norm)
       PAGED_CUDA_CHECK(cuda::head_rms_norm(qkv.get(), L.q_norm, L.k_norm, T, heads, kv_heads, head_dim, qkv_dim, eps,
                                            norm_offset, s));
-    // Gemma 3's sliding layers: their own RoPE base, no scaling. The FP8 cache: RoPE in place, then the keys and
-    // values quantised into it.
-    const bool local_rope = cfg.uses_local_rope(l);
-    bf16* const k_bf16 = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(k_cache(l));
-    bf16* const v_bf16 = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(v_cache(l));
-    PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), k_bf16, v_bf16, positions.device.get(), layer_slots(l),
-                                          local_rope ? local_inv_freq.get() : inv_freq.get(), T, heads, kv_heads,
-                                          head_dim, cfg.rotary_dims(),
-                                          local_rope ? 1.0f : static_cast<float>(cfg.rope_scaling.attention_factor),
-                                          opt.block_size, qkv_dim, s));
+    if (!rope_in_gemv)
+      PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), rope.k_cache, rope.v_cache, rope.position, rope.slot,
+                                            rope.inv_freq, T, heads, kv_heads, head_dim, rope.rotary_dim,
+                                            rope.attention_factor, opt.block_size, qkv_dim, s));
     if (opt.fp8_kv) {
       auto* const k8 = reinterpret_cast<uint8_t*>(k_cache(l));
       auto* const v8 = reinterpret_cast<uint8_t*>(v_cache(l));
@@ -669,8 +680,8 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       a.k_fp8 = k8;
       a.v_fp8 = v8;
     }
-    a.k_cache = k_bf16;
-    a.v_cache = v_bf16;
+    a.k_cache = rope.k_cache;
+    a.v_cache = rope.v_cache;
     a.window = cfg.sliding_window(l);
     a.block_tables = layer_tables(l);
     if (plan.decode)

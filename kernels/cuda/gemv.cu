@@ -57,6 +57,57 @@ __device__ __forceinline__ void accumulate(float& acc, const uint4& wv, const fl
   }
 }
 
+// kRope: the product's columns in rotation order, so that each pair of columns (2j, 2j + 1) a thread finishes is one
+// rotation pair. Column c of a query or key head (head_dim wide) below rotary_dim is row i + (c % 2) * rotary_dim / 2
+// of that head, i = (c % head_dim) / 2; every other column is its own row.
+__device__ __forceinline__ int rope_row(const GemvRope& r, int column) {
+  const int head = column / r.head_dim, t = column - head * r.head_dim;
+  if (head >= r.num_heads + r.num_kv_heads || t >= r.rotary_dim) return column;
+  return head * r.head_dim + t / 2 + (t % 2) * (r.rotary_dim / 2);
+}
+
+// kRope: stores columns c and c + 1 (c even; rope_row's order) with values v0 and v1 (bias added, rounded to bf16)
+// as rope_and_cache_kernel leaves them: query heads rotated in y, key heads rotated into the cache with y's copy as
+// it was (without caches: rotated in y), value heads and a key's elements past rotary_dim copied to the cache.
+__device__ __forceinline__ void store_rope_pair(const GemvArgs& a, int column, float v0, float v1) {
+  const GemvRope& r = a.rope;
+  const int head = column / r.head_dim, t = column - head * r.head_dim;
+  const int rotated_heads = r.num_heads + r.num_kv_heads;
+  const int64_t slot = *r.slot;
+  bf16* cache = nullptr;  // this head's row of the token's cache block, if it goes to a cache
+  if (head >= r.num_heads && r.k_cache && slot >= 0) {
+    const int log2_bs = __ffs(r.block_size) - 1;
+    const int64_t block = slot >> log2_bs, offset = slot & (r.block_size - 1);
+    const int kv_head = head < rotated_heads ? head - r.num_heads : head - rotated_heads;
+    cache = (head < rotated_heads ? r.k_cache : r.v_cache) +
+            ((block * r.num_kv_heads + kv_head) * r.block_size + offset) * r.head_dim;
+  }
+  if (head < rotated_heads && t < r.rotary_dim) {
+    const int i = t / 2, half = r.rotary_dim / 2;
+    // Full-precision sincosf: positions reach 10^5, where the fast intrinsics lose the angle.
+    float s, c;
+    sincosf(static_cast<float>(*r.position) * r.inv_freq[i], &s, &c);
+    s *= r.attention_factor;
+    c *= r.attention_factor;
+    const bf16 lo = __float2bfloat16_rn(v0 * c - v1 * s), hi = __float2bfloat16_rn(v1 * c + v0 * s);
+    bf16* row = a.y + head * r.head_dim;
+    if (cache) {
+      cache[i] = lo;
+      cache[i + half] = hi;
+    }
+    const bool keep = head >= r.num_heads && r.k_cache;  // rope_and_cache leaves keys unrotated in y with a cache
+    row[i] = keep ? __float2bfloat16_rn(v0) : lo;
+    row[i + half] = keep ? __float2bfloat16_rn(v1) : hi;
+    return;
+  }
+  a.y[column] = __float2bfloat16_rn(v0);
+  a.y[column + 1] = __float2bfloat16_rn(v1);
+  if (cache) {
+    cache[t] = __float2bfloat16_rn(v0);
+    cache[t + 1] = __float2bfloat16_rn(v1);
+  }
+}
+
 // The product's x, 8 elements at a time: store(i, v) gets elements i..i+7 as floats, for every i of the row between
 // the block's threads (each thread its own i). With a norm weight they are RMSNorm(x) * (weight + offset) rounded to
 // bf16, in rms_norm_kernel's order of operations (the same bits: every thread sums its chunks strided by the
@@ -118,7 +169,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   for (int r = 0; r < kWeightRows; ++r) {
     // With kSiluMul, rows r and r + kColumns are the gate and up rows of output column first + r % kColumns.
     const int column = first + r % kColumns;
-    const int row = kSilu ? column + (r / kColumns) * out_cols : column;
+    const int row = kSilu ? column + (r / kColumns) * out_cols : kOut == GemvOutput::kRope ? rope_row(a.rope, column) : column;
     valid[r] = column < out_cols;
     rows[r] = valid[r] ? row : 0;
     w_row[r] = w + static_cast<int64_t>(rows[r]) * chunks * 16;
@@ -187,6 +238,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
       const float g = round_bf16(p[c]), u = round_bf16(p[c + kColumns]);
       a.y[first + c] = __float2bfloat16_rn(gate_times_up<GateActivation::kSilu>(g, u));
     }
+  } else if constexpr (kOut == GemvOutput::kRope) {
+#pragma unroll
+    for (int r = 0; r < kWeightRows; r += 2) {  // n is even and so is first: both columns of a pair or neither
+      if (!valid[r]) continue;
+      const auto value = [&](int q) { return round_bf16(p[q] + (a.bias ? __bfloat162float(a.bias[rows[q]]) : 0.f)); };
+      store_rope_pair(a, first + r, value(r), value(r + 1));
+    }
   } else {
 #pragma unroll
     for (int r = 0; r < kWeightRows; ++r) {
@@ -242,6 +300,11 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_mma_kernel(const GemvArgs a
     row_lo = tile * 8 + g;  // gate row of output column row_lo
     valid_lo = valid_hi = row_lo < out_cols;
     row_hi = row_lo + out_cols;  // its up row
+  } else if constexpr (kOut == GemvOutput::kRope) {  // rows g and g + 8: columns 2g and 2g + 1 of the tile
+    const int column = tile * 16 + 2 * g;
+    row_lo = rope_row(a.rope, column);
+    row_hi = rope_row(a.rope, column + 1);
+    valid_lo = valid_hi = column < a.n;
   } else {
     row_lo = tile * 16 + g;
     row_hi = row_lo + 8;
@@ -327,6 +390,12 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_mma_kernel(const GemvArgs a
     if (!valid_lo) return;
     const float gate = round_bf16(p_lo * a.w_scale[row_lo]), up = round_bf16(p_hi * a.w_scale[row_hi]);
     a.y[row_lo] = __float2bfloat16_rn(gate_times_up<GateActivation::kSilu>(gate, up));
+  } else if constexpr (kOut == GemvOutput::kRope) {
+    if (!valid_lo) return;
+    const auto value = [&](float p, int row) {
+      return round_bf16(p * a.w_scale[row] + (a.bias ? __bfloat162float(a.bias[row]) : 0.f));
+    };
+    store_rope_pair(a, tile * 16 + 2 * g, value(p_lo, row_lo), value(p_hi, row_hi));
   } else {
     const int rows[2] = {row_lo, row_hi};
     const bool valid[2] = {valid_lo, valid_hi};
@@ -361,6 +430,7 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
     case GemvOutput::kAddToResidual:
       return launch<GemvOutput::kAddToResidual, kFp8, kSplit, kWeightRows, kUnroll>(a, stream);
     case GemvOutput::kSiluMul: return launch<GemvOutput::kSiluMul, kFp8, kSplit, kWeightRows, kUnroll>(a, stream);
+    case GemvOutput::kRope: return launch<GemvOutput::kRope, kFp8, kSplit, kWeightRows, kUnroll>(a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -383,6 +453,7 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
       case GemvOutput::kAddToResidual:
         return launch_mma<GemvOutput::kAddToResidual, kTile.split, kTile.unroll>(a, stream);
       case GemvOutput::kSiluMul: return launch_mma<GemvOutput::kSiluMul, kTile.split, kTile.unroll>(a, stream);
+      case GemvOutput::kRope: return launch_mma<GemvOutput::kRope, kTile.split, kTile.unroll>(a, stream);
     }
     return cudaErrorInvalidValue;
   } else {
@@ -401,6 +472,21 @@ cudaError_t launch_tile(const GemvArgs& a, size_t tile, cudaStream_t stream, std
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// What is wrong with a kRope product of n columns (empty: nothing).
+std::string rope_problem(const GemvRope& r, int n) {
+  if (!r.position || !r.slot || !r.inv_freq) return "the RoPE output needs position, slot and inv_freq";
+  if (r.head_dim <= 0 || r.head_dim % 2 != 0 || r.num_heads <= 0 || r.num_kv_heads <= 0 ||
+      int64_t{r.num_heads + 2 * r.num_kv_heads} * r.head_dim != n)
+    return "the RoPE output needs an even head_dim and n = (num_heads + 2 * num_kv_heads) * head_dim (n " +
+           std::to_string(n) + ")";
+  if (r.rotary_dim < 4 || r.rotary_dim > r.head_dim || r.rotary_dim % 4 != 0)
+    return "rotary_dim " + std::to_string(r.rotary_dim) + " must be a multiple of 4 in [4, head_dim]";
+  if ((r.k_cache == nullptr) != (r.v_cache == nullptr)) return "both caches or neither";
+  if (r.k_cache && !is_supported_block_size(r.block_size))
+    return "block_size " + std::to_string(r.block_size) + " is not supported (8, 16, 32)";
+  return {};
+}
+
 }  // namespace
 
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream, int tile) {
@@ -413,14 +499,16 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream, int tile) {
     why = "exactly one of w and w_fp8 (with w_scale, k a multiple of 16)";
   else if (!aligned16(a.x) || !aligned16(a.w ? static_cast<const void*>(a.w) : a.w_fp8))
     why = "x and w must be 16-byte aligned";
-  else if (a.bias && a.output != GemvOutput::kStore)
-    why = "a bias needs the plain store output";
+  else if (a.bias && a.output != GemvOutput::kStore && a.output != GemvOutput::kRope)
+    why = "a bias needs the store or RoPE output";
   else if (!a.y)
     why = "missing y";
   else if (a.norm_weight && (a.k > kMaxNormedK || !aligned16(a.norm_weight)))
     why = "a norm weight needs k at most " + std::to_string(kMaxNormedK) + " and 16-byte alignment";
   else if (tile < -1 || tile >= static_cast<int>(kGemvTiles.size()))
     why = "no tile " + std::to_string(tile);
+  else if (a.output == GemvOutput::kRope)
+    why = rope_problem(a.rope, a.n);
   const bool mma_fits = a.w_fp8 && a.k % 64 == 0 && a.k <= kMaxNormedK;
   if (tile < 0) tile = !a.w_fp8 ? kGemvTileBf16 : mma_fits ? kGemvTileFp8 : kGemvTileFp8Cores;
   if (why.empty() && kGemvTiles[tile].tensor_cores && !mma_fits)

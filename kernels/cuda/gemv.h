@@ -7,7 +7,10 @@
 // while the previous kernel finishes.
 // The rounding points are those of the unfused sequence (bf16 product, bf16 sum), so only the float32 summation
 // order differs from Gemm::linear followed by add_rms_norm's add or silu_and_mul.
-// CPU twins: cpu::linear followed by the add or cpu::silu_and_mul (tests/kernels/cuda/test_gemv.cpp, test_fp8.cpp).
+// The QKV projection can also rotate its query and key heads and write the key and value into the paged cache
+// (kRope: rope_and_cache's work in the product's epilogue, one launch fewer between the projection and attention).
+// CPU twins: cpu::linear followed by the add or cpu::silu_and_mul, and for kRope the same bits as kStore followed by
+// rope_and_cache (tests/kernels/cuda/test_gemv.cpp, test_fp8.cpp).
 #pragma once
 
 #include <array>
@@ -21,6 +24,24 @@ enum class GemvOutput {
   kStore,          // y[c] = p[c] + bias[c]
   kAddToResidual,  // y[c] = y[c] + bf16(p[c]): y is the residual stream, updated in place
   kSiluMul,        // y[c] = silu(bf16(p[c])) * bf16(p[c + n/2]) for c < n/2: W holds gate rows, then up rows
+  kRope,           // as kStore, then rope_and_cache (rope_cache.h) on y, a QKV row of one token (GemvRope)
+};
+
+/// kRope: what rope_and_cache takes besides the row, for the one token whose QKV row the product is: y holds the
+/// query heads, then the key heads, then the value heads (n = (num_heads + 2 * num_kv_heads) * head_dim). The query
+/// and key heads of y are rotated by *position (HF layout: of a head's first rotary_dim elements, i pairs with
+/// i + rotary_dim / 2; angle position * inv_freq[i] in float32, cos and sin times attention_factor); with caches,
+/// the rotated key and the value also go to the cache at *slot (block * block_size + offset; -1: nowhere). Without
+/// (the FP8 cache, written by cache_kv_fp8 next) y alone is written. head_dim even, rotary_dim a multiple of 4 in
+/// [4, head_dim], block_size in kSupportedBlockSizes.
+struct GemvRope {
+  bf16* k_cache = nullptr;  // [num_blocks][num_kv_heads][block_size][head_dim], or null with v_cache
+  bf16* v_cache = nullptr;
+  const int32_t* position = nullptr;  // [1], on the device
+  const int64_t* slot = nullptr;      // [1], on the device
+  const float* inv_freq = nullptr;    // [rotary_dim / 2]
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0, rotary_dim = 0, block_size = 0;
+  float attention_factor = 1.0f;
 };
 
 struct GemvArgs {
@@ -28,7 +49,7 @@ struct GemvArgs {
   const bf16* w = nullptr;            // [n][k], or null with w_fp8
   const uint8_t* w_fp8 = nullptr;     // [n][k] e4m3 (--quantization fp8): row c's products scaled by w_scale[c]
   const float* w_scale = nullptr;     // [n] with w_fp8
-  const bf16* bias = nullptr;         // [n] or nullptr; kStore only
+  const bf16* bias = nullptr;         // [n] or nullptr; kStore and kRope only
   bf16* y = nullptr;                  // [n], or [n/2] with kSiluMul; may not alias x
   int n = 0, k = 0;
   GemvOutput output = GemvOutput::kStore;
@@ -37,6 +58,7 @@ struct GemvArgs {
   // one-stream step launches no norm kernel before the projections that read a norm.
   const bf16* norm_weight = nullptr;  // [k]
   float norm_eps = 0.0f, norm_offset = 0.0f;
+  GemvRope rope;  // kRope only
 };
 
 /// The widest x a gemv normalises itself (its block keeps the normed row in shared memory).

@@ -1,4 +1,5 @@
-// RoPE fused with the write of K and V into the paged cache: the step between the QKV projection and attention.
+// RoPE fused with the write of K and V into the paged cache: the step between the QKV projection and attention
+// (one-stream steps do the same in the QKV projection's epilogue: GemvOutput::kRope, kernels/cuda/gemv.h).
 // CPU twins: paged::cpu::rope followed by paged::cpu::reshape_and_cache (kernels/cpu/ops.h).
 #pragma once
 

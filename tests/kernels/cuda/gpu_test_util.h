@@ -107,6 +107,17 @@ inline std::vector<float> random_bf16_values(std::mt19937& rng, size_t n, float 
   return out;
 }
 
+/// RoPE frequencies of Llama-3's style: base^(-2i/d), the low frequencies divided by 8 (any float32 table would do:
+/// the kernels take inv_freq as given).
+inline std::vector<float> test_inv_freq(int rotary_dim) {
+  std::vector<float> f(rotary_dim / 2);
+  for (int i = 0; i < rotary_dim / 2; ++i) {
+    const double base = std::pow(500000.0, -2.0 * i / rotary_dim);
+    f[i] = static_cast<float>(i >= rotary_dim / 4 ? base / 8.0 : base);
+  }
+  return f;
+}
+
 /// sqrt(sum (a - b)^2 / sum b^2): the relative L2 error of `got` against the reference.
 inline double relative_l2(const std::vector<float>& got, const std::vector<float>& ref) {
   double num = 0.0, den = 0.0;

@@ -9,21 +9,6 @@
 using namespace paged;
 using namespace paged::gpu_test;
 
-namespace {
-
-// Llama-3 style frequencies: base^(-2i/d), the low frequencies divided by 8 (any float32 table would do: the kernel
-// takes inv_freq as given).
-std::vector<float> test_inv_freq(int rotary_dim) {
-  std::vector<float> f(rotary_dim / 2);
-  for (int i = 0; i < rotary_dim / 2; ++i) {
-    const double base = std::pow(500000.0, -2.0 * i / rotary_dim);
-    f[i] = static_cast<float>(i >= rotary_dim / 4 ? base / 8.0 : base);
-  }
-  return f;
-}
-
-}  // namespace
-
 TEST_CASE("rope_and_cache matches rope + reshape_and_cache", "[gpu][rope]") {
   require_device();
   std::mt19937 rng(4);
