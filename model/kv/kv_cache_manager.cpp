@@ -31,6 +31,12 @@ KvCacheManager::KvCacheManager(KvCacheOptions options)
       cpu_(options.num_cpu_blocks, "cpu"),
       offload_(options.num_offload_blocks, options.num_cpu_blocks),
       disk_(options.num_offload_blocks > 0 ? options.num_disk_blocks : 0, options.disk_keys),
+      // As many lost registrations as the memory tiers hold blocks, where a group slides (elsewhere a lost block
+      // ends every prefix through it anyway).
+      lost_(options.enable_prefix_caching &&
+                    std::any_of(options.group_windows.begin(), options.group_windows.end(), [](int w) { return w > 0; })
+                ? static_cast<size_t>(std::max(options.num_device_blocks, 0) + std::max(options.num_offload_blocks, 0))
+                : 0),
       filled_(std::max(options.num_device_blocks, 0), 0),
       pending_(std::max(options.num_device_blocks, 0), 0) {
   if (options.block_size <= 0) throw std::invalid_argument("block_size must be positive");
@@ -91,8 +97,13 @@ bool KvCacheManager::above_watermark(int blocks_needed) const {
 
 int32_t KvCacheManager::take_new(int filled) {
   EvictedContent evicted;
-  int32_t block = device_.allocate(offload_.num_blocks() > 0 ? &evicted : nullptr);
-  if (evicted.content_id != 0) demote(block, evicted);
+  int32_t block = device_.allocate(offload_.num_blocks() > 0 || lost_.capacity() > 0 ? &evicted : nullptr);
+  if (evicted.content_id != 0) {
+    if (offload_.num_blocks() > 0)
+      demote(block, evicted);
+    else
+      lost_.add(evicted);
+  }
   filled_[block] = filled;
   used_slots_ += filled;
   return block;
@@ -101,11 +112,18 @@ int32_t KvCacheManager::take_new(int filled) {
 void KvCacheManager::demote(int32_t device_block, const EvictedContent& content) {
   EvictedContent dropped;
   // nullopt: every tier block is held or staged, the content is lost
-  if (auto tier_block = offload_.store(content, disk_.capacity() > 0 ? &dropped : nullptr)) {
-    if (dropped.content_id != 0) save_to_disk(*tier_block, dropped);  // before the demotion overwrites it
+  if (auto tier_block = offload_.store(content, disk_.capacity() > 0 || lost_.capacity() > 0 ? &dropped : nullptr)) {
+    if (dropped.content_id != 0) drop_from_tier(*tier_block, dropped);  // before the demotion overwrites it
     tier_copies_.demotions.emplace_back(device_block, offload_.host_block(*tier_block));
     ++offloaded_blocks_;
+  } else {
+    lost_.add(content);
   }
+}
+
+void KvCacheManager::drop_from_tier(int32_t tier_block, const EvictedContent& content) {
+  lost_.add(content);
+  if (disk_.capacity() > 0) save_to_disk(tier_block, content);
 }
 
 void KvCacheManager::save_to_disk(int32_t tier_block, const EvictedContent& content) {
@@ -156,7 +174,7 @@ bool KvCacheManager::load_group_from_disk(std::span<const TokenId> tokens, uint6
       disk_.end_load(chains[i], true);  // not loaded after all: stored as before
       break;
     }
-    if (dropped.content_id != 0) save_to_disk(*staged, dropped);  // before the load overwrites it
+    if (dropped.content_id != 0) drop_from_tier(*staged, dropped);  // before the load overwrites it
     const std::span<const TokenId> block_tokens = tokens.subspan(i * block_size_, block_size_);
     const uint64_t block_salt = i == 0 ? salt : 0;
     const uint64_t id = device_.issue_content_id();
@@ -208,7 +226,7 @@ void KvCacheManager::drop(int32_t block) {
 }
 
 std::vector<KvCacheManager::PrefixBlock> KvCacheManager::cached_prefix(std::span<const TokenId> tokens,
-                                                                       uint64_t salt) const {
+                                                                       uint64_t salt, bool through_lost) const {
   std::vector<PrefixBlock> prefix;
   if (!prefix_caching_ || tokens.empty()) return prefix;
   const size_t max_blocks = (tokens.size() - 1) / block_size_;
@@ -221,22 +239,42 @@ std::vector<KvCacheManager::PrefixBlock> KvCacheManager::cached_prefix(std::span
     } else if (auto tier_block = offload_.find(content)) {
       prefix.push_back({*tier_block, true});
       parent = offload_.content_id(*tier_block);
+    } else if (auto lost_id = through_lost ? lost_.find(content) : std::nullopt) {
+      prefix.push_back({-1, false, *lost_id});
+      parent = *lost_id;
     } else {
       break;  // the chain stops at the first miss
     }
   }
+  while (!prefix.empty() && prefix.back().lost_id != 0) prefix.pop_back();
   return prefix;
 }
 
 std::vector<std::vector<KvCacheManager::PrefixBlock>> KvCacheManager::group_prefixes(std::span<const TokenId> tokens,
                                                                                      uint64_t salt) const {
   std::vector<std::vector<PrefixBlock>> prefixes;
-  size_t shortest = SIZE_MAX;
+  size_t hit = SIZE_MAX;
   for (int g = 0; g < num_groups(); ++g) {
-    prefixes.push_back(cached_prefix(tokens, group_salt(salt, g)));
-    shortest = std::min(shortest, prefixes.back().size());
+    prefixes.push_back(cached_prefix(tokens, group_salt(salt, g), windows_[g] > 0));
+    hit = std::min(hit, prefixes.back().size());
   }
-  for (auto& p : prefixes) p.resize(shortest);
+  for (auto& p : prefixes) p.resize(hit);
+  // A sliding group's lost blocks must lie before the blocks it takes (released_in): a hit ends before any lost block
+  // it would take, which may move the first pending block and so the released ones; each round shortens it.
+  const size_t pending = first_pending(prefixes);
+  for (bool shortened = true; shortened;) {
+    shortened = false;
+    for (int g = 0; g < num_groups() && !shortened; ++g) {
+      const size_t from = released_in(std::min(pending, hit), windows_[g]);
+      for (size_t i = hit; i-- > from;)
+        if (prefixes[g][i].lost_id != 0) {
+          hit = i;
+          shortened = true;
+          break;
+        }
+    }
+  }
+  for (auto& p : prefixes) p.resize(hit);
   return prefixes;
 }
 
@@ -248,7 +286,7 @@ size_t KvCacheManager::first_pending(const std::vector<std::vector<PrefixBlock>>
   size_t first = prefixes.front().size();
   for (const std::vector<PrefixBlock>& prefix : prefixes)
     for (size_t i = 0; i < first; ++i)
-      if (!prefix[i].offloaded && pending_[prefix[i].block]) first = i;
+      if (!prefix[i].offloaded && prefix[i].lost_id == 0 && pending_[prefix[i].block]) first = i;
   return first;
 }
 
@@ -334,9 +372,15 @@ KvCacheManager::Sequence KvCacheManager::take_prefix(const std::vector<PrefixBlo
   // The blocks before the window are not taken (sliding window): only their content ids, the chain's links. Cached
   // device ones become the most recently used, the first block last, so that a prefix in use stays findable.
   for (size_t i = released; i-- > 0;) {
-    s.content_ids[i] = prefix[i].offloaded ? offload_.content_id(prefix[i].block) : device_.content_id(prefix[i].block);
     s.blocks[i] = kReleasedBlock;
-    if (!prefix[i].offloaded) device_.touch(prefix[i].block);
+    if (prefix[i].lost_id != 0) {
+      s.content_ids[i] = prefix[i].lost_id;
+    } else if (prefix[i].offloaded) {
+      s.content_ids[i] = offload_.content_id(prefix[i].block);
+    } else {
+      s.content_ids[i] = device_.content_id(prefix[i].block);
+      device_.touch(prefix[i].block);
+    }
   }
   s.released = static_cast<int>(released);
   for (size_t i = released; i < prefix.size(); ++i) {
@@ -464,6 +508,13 @@ void KvCacheManager::register_next(Sequence& s, std::span<const TokenId> block_t
       offload_.discard(*tier_block);                   // tier: cached -> free
       device_.adopt(s.blocks[i], content, id);         // in use -> in use (registered)
       s.content_ids.push_back(id);
+      return;
+    }
+    if (auto id = lost_.take(content)) {
+      // Lost, and computed again: it takes its old content id back, so that the cached blocks registered after it
+      // (their parent) are found again.
+      device_.adopt(s.blocks[i], content, *id);  // in use -> in use (registered)
+      s.content_ids.push_back(*id);
       return;
     }
   }
@@ -661,7 +712,11 @@ void KvCacheManager::check_invariants() const {
   for (int32_t b = 0; b < offload_.num_blocks(); ++b) {
     if (offload_.content_id(b) != 0 && device_ids.contains(offload_.content_id(b)))
       fail("content id " + std::to_string(offload_.content_id(b)) + " is registered on the device and in the CPU tier");
+    device_ids.insert(offload_.content_id(b));
   }
+  for (const EvictedContent& lost : lost_.entries())
+    if (device_ids.contains(lost.content_id))
+      fail("content id " + std::to_string(lost.content_id) + " is registered in a tier and kept as lost");
 
   std::vector<int32_t> device_refs(device_.num_blocks(), 0);
   std::vector<int32_t> cpu_refs(cpu_.num_blocks(), 0);

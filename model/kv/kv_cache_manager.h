@@ -34,7 +34,9 @@
 // long the sequence grows. allocate() does not take the cached prefix blocks before the window of its first query
 // either, but only up to the window of the first pending block it shares: if that block's writer is dropped from the
 // step, the new sequence's chunk restarts there (drop_ended_chunks) and reads from that window on. Swaps, forks and
-// free() skip the released entries.
+// free() skip the released entries. Nor does a prefix hit need those blocks' KV: released blocks are the first that
+// eviction takes, so the registrations that every tier has dropped are kept without KV (model/kv/lost_content.h), and a
+// sliding group's prefix runs through them to the blocks of its window.
 //
 // The disk tier (num_disk_blocks > 0, model/kv/disk_tier.h) keeps what the CPU tier drops: a save order writes the
 // dropped host block to the file of its chain key before anything overwrites it. A waiting sequence whose prefix
@@ -54,6 +56,7 @@
 #include "model/kv/disk_tier.h"
 #include "model/kv/kv_groups.h"
 #include "model/kv/kv_snapshot.h"
+#include "model/kv/lost_content.h"
 #include "model/kv/offload_tier.h"
 #include "model/types.h"
 
@@ -257,15 +260,20 @@ class KvCacheManager {
   // Registers the sequence's next full block (index content_ids.size()), holding `block_tokens`, or records the
   // content id of the block already holding that content.
   void register_next(Sequence& s, std::span<const TokenId> block_tokens);
-  // A block of a cached prefix: a device block, or a CPU-tier block to promote.
+  // A block of a cached prefix: a device block, a CPU-tier block to promote, or (lost_id != 0) a lost block, a link of
+  // the chain whose KV no tier holds (a sliding group's, before the window).
   struct PrefixBlock {
     int32_t block = 0;
     bool offloaded = false;
+    uint64_t lost_id = 0;  // its content id in lost_
   };
   // The cached blocks of the longest verified prefix of `tokens`, at most (tokens.size() - 1) / B of them, each
-  // looked up on the device first, then in the CPU tier.
-  std::vector<PrefixBlock> cached_prefix(std::span<const TokenId> tokens, uint64_t salt) const;
-  // Each group's cached prefix of `tokens`, cut to the shortest.
+  // looked up on the device first, then in the CPU tier; with `through_lost`, then in lost_ (the prefix never ends
+  // with a lost block).
+  std::vector<PrefixBlock> cached_prefix(std::span<const TokenId> tokens, uint64_t salt,
+                                         bool through_lost = false) const;
+  // Each group's cached prefix of `tokens`, cut to one length: the longest at which every group holds every block
+  // from its first unreleased one (released_in) on - all of them in a group without a window.
   std::vector<std::vector<PrefixBlock>> group_prefixes(std::span<const TokenId> tokens, uint64_t salt) const;
   // Where the groups' cached prefixes (cut to one length) have their first block still pending (register_planned)
   // in any group, or their end: a chunk of the sequence may restart there (drop_ended_chunks).
@@ -289,6 +297,8 @@ class KvCacheManager {
                  int num_tokens_to_hold);
   // Stores the content a device block lost to eviction in the CPU tier, with its copy order.
   void demote(int32_t device_block, const EvictedContent& content);
+  // What the CPU tier dropped from `tier_block` (its KV still there): kept as lost, and saved to the disk tier.
+  void drop_from_tier(int32_t tier_block, const EvictedContent& content);
   // Orders the save of the content the CPU tier dropped from `tier_block` (its KV still there), and the removals
   // of the files that no longer fit.
   void save_to_disk(int32_t tier_block, const EvictedContent& content);
@@ -322,6 +332,7 @@ class KvCacheManager {
   BlockPool cpu_;
   OffloadTier offload_;
   DiskTier disk_;
+  LostContent lost_;                   // with a sliding group: registrations no tier holds, the chains' links
   TierCopies tier_copies_;             // orders of the plan being made (take_tier_copies)
   std::unordered_map<uint64_t, PendingLoad> pending_loads_;  // by chain key
   std::vector<int32_t> filled_;        // per device block: computed slots while in use, else 0

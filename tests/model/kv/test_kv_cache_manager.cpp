@@ -757,6 +757,67 @@ TEST_CASE("sliding window: a prefix hit keeps the cached blocks it leaves releas
   CHECK(kv.metrics().evicted_blocks > 0);
 }
 
+TEST_CASE("sliding window: a prefix runs through its evicted blocks before the window to the cached blocks of the "
+          "window, and a lost block computed again takes its old id back", "[kv][lost]") {
+  const int B = 4;
+  KvCacheOptions o = options(B, 24, 0);
+  o.group_windows = {8};  // every layer slides (Mistral): a query at p reads p - 7 .. p
+  KvCacheManager kv(o);
+  std::vector<TokenId> tokens = iota_tokens(33, 0);
+  REQUIRE(admit(kv, 1, tokens) == 0);
+  decode(kv, 1, tokens, 33, 36);  // the query at 35 reads 28 on: blocks 0..6 released (cached), 7 and 8 held
+  kv.free(1);
+  // A request of 22 blocks takes the 15 uncached ones and evicts the 7 least recently used: the released ones.
+  REQUIRE(admit(kv, 2, iota_tokens(88, 1000)) == 0);
+  CHECK(kv.metrics().evicted_blocks == 7);
+  // The conversation goes on: its next prompt's first query (36) reads 29 on, blocks 7 and 8, both cached. Without
+  // the lost blocks' ids the chain would stop at block 0 and the hit be 0.
+  const std::vector<TokenId> next = concat(tokens, iota_tokens(5, 500));
+  CHECK(kv.cached_prefix_tokens(next) == 36);
+  kv.free(2);
+  REQUIRE(admit(kv, 3, next) == 36);
+  for (int i = 0; i < 7; ++i) CHECK(kv.block_table(3)[i] == kReleasedBlock);
+  // A request with the conversation's first 29 tokens finds nothing it could read (a hit never ends on a lost
+  // block), computes blocks 0..6 again and registers them under their old ids: the chain through them leads to
+  // blocks 7..9 again (with fresh ids it would stop at 7: 28 tokens).
+  REQUIRE(admit(kv, 4, std::vector<TokenId>(tokens.begin(), tokens.begin() + 29)) == 0);
+  CHECK(kv.cached_prefix_tokens(next) == 40);
+  kv.free(3);
+  kv.free(4);
+  kv.check_invariants();
+  CHECK(kv.metrics().device_free == kv.metrics().device_total);
+}
+
+TEST_CASE("KV groups: a sliding group's prefix runs through its lost blocks, a full group's does not, and a lost "
+          "block in a window ends the hit", "[kv][groups][lost]") {
+  const int B = 4;
+  KvCacheOptions o = options(B, 47, 0);
+  o.group_windows = {0, 8};  // Gemma 3: full layers and sliding ones
+  KvCacheManager kv(o);
+  std::vector<TokenId> tokens = iota_tokens(33, 0);
+  REQUIRE(admit(kv, 1, tokens) == 0);  // 9 blocks a group
+  decode(kv, 1, tokens, 33, 36);       // the sliding group releases its blocks 0..6
+  kv.free(1);
+  // 18 blocks a group: the 29 uncached ones and the 7 least recently used, the sliding group's released blocks.
+  REQUIRE(admit(kv, 2, iota_tokens(72, 1000)) == 0);
+  CHECK(kv.metrics().evicted_blocks == 7);
+  const std::vector<TokenId> next = concat(tokens, iota_tokens(5, 500));
+  CHECK(kv.cached_prefix_tokens(next) == 36);  // the full group holds all 9 blocks, the sliding one its window's
+  // Two more evictions (a block a group) take blocks the hit needs (a full group's, or of the sliding group's window):
+  // the hit ends before them, and then before the lost blocks that the shorter hit's window would read.
+  REQUIRE(admit(kv, 3, iota_tokens(1, 5000)) == 0);
+  CHECK(kv.metrics().evicted_blocks == 9);
+  const int hit = kv.cached_prefix_tokens(next);
+  CHECK(hit < 36);
+  kv.free(2);
+  REQUIRE(kv.allocate(4, next, static_cast<int>(next.size())) == hit);
+  kv.check_invariants();
+  kv.free(3);
+  kv.free(4);
+  kv.check_invariants();
+  CHECK(kv.metrics().device_free == kv.metrics().device_total);
+}
+
 TEST_CASE("48 sequences allocated in one step share the planned blocks of their common prefix", "[kv][share]") {
   const int B = 4;
   KvCacheManager kv(options(B, 64, 8));
