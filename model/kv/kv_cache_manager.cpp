@@ -37,6 +37,7 @@ KvCacheManager::KvCacheManager(KvCacheOptions options)
                     std::any_of(options.group_windows.begin(), options.group_windows.end(), [](int w) { return w > 0; })
                 ? static_cast<size_t>(std::max(options.num_device_blocks, 0) + std::max(options.num_offload_blocks, 0))
                 : 0),
+      demotion_of_(std::max(options.num_offload_blocks, 0), -1),
       filled_(std::max(options.num_device_blocks, 0), 0),
       pending_(std::max(options.num_device_blocks, 0), 0) {
   if (options.block_size <= 0) throw std::invalid_argument("block_size must be positive");
@@ -114,11 +115,19 @@ void KvCacheManager::demote(int32_t device_block, const EvictedContent& content)
   // nullopt: every tier block is held or staged, the content is lost
   if (auto tier_block = offload_.store(content, disk_.capacity() > 0 || lost_.capacity() > 0 ? &dropped : nullptr)) {
     if (dropped.content_id != 0) drop_from_tier(*tier_block, dropped);  // before the demotion overwrites it
+    cancel_demotion(*tier_block);
+    demotion_of_[*tier_block] = static_cast<int32_t>(tier_copies_.demotions.size());
     tier_copies_.demotions.emplace_back(device_block, offload_.host_block(*tier_block));
     ++offloaded_blocks_;
   } else {
     lost_.add(content);
   }
+}
+
+void KvCacheManager::cancel_demotion(int32_t tier_block) {
+  int32_t& order = demotion_of_[tier_block];
+  if (order >= 0) tier_copies_.demotions[order].first = -1;  // removed by take_tier_copies
+  order = -1;
 }
 
 void KvCacheManager::drop_from_tier(int32_t tier_block, const EvictedContent& content) {
@@ -175,6 +184,7 @@ bool KvCacheManager::load_group_from_disk(std::span<const TokenId> tokens, uint6
       break;
     }
     if (dropped.content_id != 0) drop_from_tier(*staged, dropped);  // before the load overwrites it
+    cancel_demotion(*staged);
     const std::span<const TokenId> block_tokens = tokens.subspan(i * block_size_, block_size_);
     const uint64_t block_salt = i == 0 ? salt : 0;
     const uint64_t id = device_.issue_content_id();
@@ -206,6 +216,8 @@ void KvCacheManager::finish_load(uint64_t key, bool ok) {
 
 KvCacheManager::TierCopies KvCacheManager::take_tier_copies() {
   offload_.settle();
+  std::erase_if(tier_copies_.demotions, [](const BlockPair& p) { return p.first < 0; });
+  std::fill(demotion_of_.begin(), demotion_of_.end(), -1);
   return std::exchange(tier_copies_, TierCopies{});
 }
 

@@ -297,6 +297,9 @@ class KvCacheManager {
                  int num_tokens_to_hold);
   // Stores the content a device block lost to eviction in the CPU tier, with its copy order.
   void demote(int32_t device_block, const EvictedContent& content);
+  // Drops the demotion ordered into `tier_block` in the plan being made, if any: the tier gave the block again (its
+  // content dropped before the copy ran; two copies may not fill one block).
+  void cancel_demotion(int32_t tier_block);
   // What the CPU tier dropped from `tier_block` (its KV still there): kept as lost, and saved to the disk tier.
   void drop_from_tier(int32_t tier_block, const EvictedContent& content);
   // Orders the save of the content the CPU tier dropped from `tier_block` (its KV still there), and the removals
@@ -334,6 +337,7 @@ class KvCacheManager {
   DiskTier disk_;
   LostContent lost_;                   // with a sliding group: registrations no tier holds, the chains' links
   TierCopies tier_copies_;             // orders of the plan being made (take_tier_copies)
+  std::vector<int32_t> demotion_of_;   // per CPU-tier block: its demotion in tier_copies_, or -1
   std::unordered_map<uint64_t, PendingLoad> pending_loads_;  // by chain key
   std::vector<int32_t> filled_;        // per device block: computed slots while in use, else 0
   std::vector<uint8_t> pending_;       // per device block: registered by register_planned, its writer not returned

@@ -13,6 +13,7 @@
 #include "model/kv/offload_tier.h"
 #include "model/scheduling/scheduler_policy.h"
 #include "model/step.h"
+#include "model/step_check.h"
 #include "tests/model/kv/iota_tokens.h"
 
 namespace paged {
@@ -188,6 +189,22 @@ TEST_CASE("a promotion's tier block is not overwritten by a demotion of the same
   kv.check_invariants();
 }
 
+TEST_CASE("a plan that demotes more blocks than the tier holds orders one copy into each tier block", "[kv][tier]") {
+  const int B = 2;
+  KvCacheManager kv(tier_options(B, 8, 0, 2));
+  admit(kv, 1, iota_tokens(8 * B, 10));
+  kv.free(1);  // eight cached blocks
+  kv.take_tier_copies();
+  admit(kv, 2, iota_tokens(8 * B, 100));  // evicts all eight into a tier of two: the last two stored stay
+  const auto copies = kv.take_tier_copies();
+  CHECK(copies.demotions.size() == 2);
+  CHECK_FALSE(check_block_pairs(copies.demotions, PairOrder::swap_out, 8, 2));
+  CHECK(kv.metrics().offloaded_blocks == 8);
+  kv.check_invariants();
+  // free() put the last block first in the LRU queue, so the tier keeps sequence 1's first two blocks: a hit.
+  CHECK(kv.cached_prefix_tokens(iota_tokens(8 * B + 1, 10)) == 2 * B);
+}
+
 TEST_CASE("swapped-out sequences keep their host blocks while the tier fills", "[kv][tier]") {
   const int B = 2, kSwap = 2;
   KvCacheManager kv(tier_options(B, 4, kSwap, 2));
@@ -227,7 +244,10 @@ TEST_CASE("plan_step sends demotions with the swap-outs and promotions with the 
   REQUIRE(plan.admitted.size() == 1);
   CHECK(plan.admitted[0].second == 2 * B);
   CHECK(plan.swap_in.size() == 2);       // the promotions
-  CHECK(plan.swap_out.size() == 3);      // the blocks of 50 it evicted (its three blocks need three)
+  // Its three blocks evict three blocks of 50, demoted into the two tier blocks the promotions leave: the third
+  // takes the first's block again, whose copy is dropped (one copy into each block).
+  CHECK(plan.swap_out.size() == 2);
+  CHECK_FALSE(check_block_pairs(plan.swap_out, PairOrder::swap_out, 4, 4));
   CHECK(plan.swapping_in.empty());       // the executors copy before the step: the reader runs in this step
   REQUIRE(plan.chunks.size() == 1);
   CHECK(plan.chunks[0].start_pos == 2 * B);
@@ -336,6 +356,18 @@ class TierSimulation {
                                                             host_.begin() + (o.host_block + 1) * B)};
       count("disk save");
     }
+    // What the executors check before copying (check_block_pairs): each list with its tier orders, no destination
+    // twice.
+    const auto joined = [](std::vector<BlockPair> a, const std::vector<BlockPair>& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    const auto bad_out = check_block_pairs(joined(swap_out, tier.demotions), PairOrder::swap_out, kDevice,
+                                           kSwap + kOffload);
+    const auto bad_in = check_block_pairs(joined(swap_in, tier.promotions), PairOrder::swap_in, kDevice,
+                                          kSwap + kOffload);
+    if (bad_out || bad_in)
+      FAIL("copy orders after " << performed_ << " operations: " << (bad_out ? *bad_out : *bad_in).describe());
     copy_blocks(host_, device_, swap_out, true);
     copy_blocks(host_, device_, tier.demotions, true);
     copy_blocks(device_, host_, swap_in, false);
