@@ -753,50 +753,64 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenI
     validate(params, p.size());
     check_prompt_ids(p);
   }
-  std::vector<RequestOutput> outputs(prompts.size());
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t remaining = prompts.size();
-  int64_t generated = 0;
-  std::optional<std::string> failure;
+  // What the sinks update, shared with them: if start() throws for a later prompt, the requests already started
+  // still send their last events after this call has returned.
+  struct Run {
+    std::vector<RequestOutput> outputs;
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t remaining = 0;
+    int64_t generated = 0;
+    std::optional<std::string> failure;
+  };
+  const auto run = std::make_shared<Run>();
+  run->outputs.resize(prompts.size());
+  run->remaining = prompts.size();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    outputs[i].prompt_token_ids = prompts[i];
-    outputs[i].outputs.resize(std::max(1, params.n));
-    for (size_t k = 0; k < outputs[i].outputs.size(); ++k) outputs[i].outputs[k].index = static_cast<int>(k);
-    outputs[i].id = start(prompts[i], params, [&, i](RequestEvent ev) {
-      std::lock_guard lock(mu);
-      for (auto& d : ev.deltas) {
-        if (d.index >= static_cast<int>(outputs[i].outputs.size())) continue;
-        CompletionOutput& o = outputs[i].outputs[d.index];
-        o.text += d.text;
-        generated += static_cast<int64_t>(d.token_ids.size());
-        o.token_ids.insert(o.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
-        o.logprobs.insert(o.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-        for (const auto& t : d.logprobs) o.cumulative_logprob += t.logprob;
-        if (d.finish_reason) o.finish_reason = *d.finish_reason;
-      }
-      if (!ev.prompt_logprobs.empty()) outputs[i].prompt_logprobs = std::move(ev.prompt_logprobs);
-      if (ev.error) failure = *ev.error;
-      if (ev.done && --remaining == 0) cv.notify_all();
-    }, false);
+    RequestOutput& out = run->outputs[i];
+    out.prompt_token_ids = prompts[i];
+    out.outputs.resize(std::max(1, params.n));
+    for (size_t k = 0; k < out.outputs.size(); ++k) out.outputs[k].index = static_cast<int>(k);
+    try {
+      out.id = start(prompts[i], params, [run, i](RequestEvent ev) {
+        std::lock_guard lock(run->mu);
+        RequestOutput& out = run->outputs[i];
+        for (auto& d : ev.deltas) {
+          if (d.index >= static_cast<int>(out.outputs.size())) continue;
+          CompletionOutput& o = out.outputs[d.index];
+          o.text += d.text;
+          run->generated += static_cast<int64_t>(d.token_ids.size());
+          o.token_ids.insert(o.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+          o.logprobs.insert(o.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+          for (const auto& t : d.logprobs) o.cumulative_logprob += t.logprob;
+          if (d.finish_reason) o.finish_reason = *d.finish_reason;
+        }
+        if (!ev.prompt_logprobs.empty()) out.prompt_logprobs = std::move(ev.prompt_logprobs);
+        if (ev.error) run->failure = *ev.error;
+        if (ev.done && --run->remaining == 0) run->cv.notify_all();
+      }, false);
+    } catch (...) {
+      for (size_t j = 0; j < i; ++j) abort(run->outputs[j].id);  // nothing of a failed call keeps running
+      throw;
+    }
   }
-  std::unique_lock lock(mu);
+  std::unique_lock lock(run->mu);
   bool cancelled = false;
   for (;;) {
-    const bool all_done = cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return remaining == 0; });
+    const bool all_done = run->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return run->remaining == 0; });
     if (watch && !cancelled) {  // every 100 ms, and once at the end
-      const GenerateProgress progress{prompts.size() - remaining, prompts.size(), generated};
+      const GenerateProgress progress{prompts.size() - run->remaining, prompts.size(), run->generated};
       lock.unlock();  // the watch may take its time (Python waits for its GIL)
       cancelled = !watch(progress);
       if (cancelled)
-        for (const RequestOutput& o : outputs) abort(o.id);  // each ends with one last event: remaining reaches 0
+        for (const RequestOutput& o : run->outputs) abort(o.id);  // each ends with one last event: remaining reaches 0
       lock.lock();
     }
     if (all_done) break;
   }
   if (cancelled) throw GenerationCancelled("generation cancelled");
-  if (failure) throw std::runtime_error(*failure);
-  return outputs;
+  if (run->failure) throw std::runtime_error(*run->failure);
+  return std::move(run->outputs);
 }
 
 std::vector<RequestOutput> Engine::generate(const std::vector<std::string>& prompts, const SamplingParams& params,

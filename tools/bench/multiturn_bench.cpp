@@ -37,56 +37,67 @@ MultiturnResult run_dataset(Engine& engine, const MultiturnDataset& data, const 
   params.temperature = 0;
   params.ignore_eos = true;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::vector<std::vector<TokenId>>> replies(conversations);  // [conversation][turn]
+  // What the sinks update, shared with them: a request's last events may come after a failed submit() ended the run.
   using Due = std::pair<double, int>;  // (seconds from the start, conversation)
-  std::priority_queue<Due, std::vector<Due>, std::greater<>> due;
-  for (int c = 0; c < conversations; ++c) due.push({o.think_time_s * c / conversations, c});
-  std::vector<double> ttfts;
-  MultiturnResult r;
-  int finished = 0;
+  struct Run {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::vector<std::vector<TokenId>>> replies;  // [conversation][turn]
+    std::priority_queue<Due, std::vector<Due>, std::greater<>> due;
+    std::vector<double> ttfts;
+    MultiturnResult r;
+    int finished = 0;
+  };
+  const auto run = std::make_shared<Run>();
+  run->replies.resize(conversations);
+  for (int c = 0; c < conversations; ++c) run->due.push({o.think_time_s * c / conversations, c});
   const Clock::time_point t0 = Clock::now();
-  const auto since_start = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const auto since_start = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const int turns = o.turns;
+  const double think_time_s = o.think_time_s;
 
-  std::unique_lock lock(mu);
-  while (finished < conversations) {
-    if (due.empty()) {
-      cv.wait(lock);
+  std::unique_lock lock(run->mu);
+  while (run->finished < conversations) {
+    if (run->due.empty()) {
+      run->cv.wait(lock);
       continue;
     }
-    const auto [at, c] = due.top();
+    const auto [at, c] = run->due.top();
     if (since_start() < at) {
-      cv.wait_until(lock, t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
+      run->cv.wait_until(lock, t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
       continue;
     }
-    due.pop();
-    const std::vector<TokenId> prompt = turn_prompt(data, c, replies[c]);
-    r.prompt_tokens += static_cast<int64_t>(prompt.size());
-    ++r.requests;
+    run->due.pop();
+    const std::vector<TokenId> prompt = turn_prompt(data, c, run->replies[c]);
+    run->r.prompt_tokens += static_cast<int64_t>(prompt.size());
+    ++run->r.requests;
     auto reply = std::make_shared<std::vector<TokenId>>();
     auto first_token = std::make_shared<bool>(false);
     const Clock::time_point sent = Clock::now();
     lock.unlock();  // the sink takes the lock, maybe before submit returns
-    engine.submit(prompt, params, [&, c, reply, first_token, sent](const RequestEvent& ev) {
+    engine.submit(prompt, params, [run, c, reply, first_token, sent, since_start, turns, think_time_s](
+                                      const RequestEvent& ev) {
       for (const CompletionDelta& d : ev.deltas) reply->insert(reply->end(), d.token_ids.begin(), d.token_ids.end());
-      std::lock_guard guard(mu);
+      std::lock_guard guard(run->mu);
       if (!*first_token && !reply->empty()) {
         *first_token = true;
-        ttfts.push_back(std::chrono::duration<double>(Clock::now() - sent).count());
+        run->ttfts.push_back(std::chrono::duration<double>(Clock::now() - sent).count());
       }
       if (!ev.done) return;
-      if (ev.error) ++r.failed;
-      r.output_tokens += static_cast<int64_t>(reply->size());
-      replies[c].push_back(std::move(*reply));
-      if (static_cast<int>(replies[c].size()) == o.turns) ++finished;
-      else due.push({since_start() + o.think_time_s, c});
-      cv.notify_all();
+      if (ev.error) ++run->r.failed;
+      run->r.output_tokens += static_cast<int64_t>(reply->size());
+      run->replies[c].push_back(std::move(*reply));
+      if (static_cast<int>(run->replies[c].size()) == turns) ++run->finished;
+      else run->due.push({since_start() + think_time_s, c});
+      run->cv.notify_all();
     });
     lock.lock();
   }
+  MultiturnResult r = run->r;
   r.seconds = since_start();
-  lock.unlock();
+  lock.unlock();  // every conversation is done: no sink runs any more
+  const std::vector<double>& ttfts = run->ttfts;
+  const std::vector<std::vector<std::vector<TokenId>>>& replies = run->replies;
   engine.wait_idle();
   const Metrics& m = engine.metrics();
   r.prompt_tokens_computed = m.prompt_tokens_computed;
