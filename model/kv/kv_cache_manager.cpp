@@ -112,9 +112,10 @@ int32_t KvCacheManager::take_new(int filled) {
 
 void KvCacheManager::demote(int32_t device_block, const EvictedContent& content) {
   EvictedContent dropped;
+  bool on_host = false;
   // nullopt: every tier block is held or staged, the content is lost
-  if (auto tier_block = offload_.store(content, disk_.capacity() > 0 || lost_.capacity() > 0 ? &dropped : nullptr)) {
-    if (dropped.content_id != 0) drop_from_tier(*tier_block, dropped);  // before the demotion overwrites it
+  if (auto tier_block = offload_.store(content, &dropped, &on_host)) {
+    if (dropped.content_id != 0) drop_from_tier(*tier_block, dropped, on_host);  // before the demotion overwrites it
     cancel_demotion(*tier_block);
     demotion_of_[*tier_block] = static_cast<int32_t>(tier_copies_.demotions.size());
     tier_copies_.demotions.emplace_back(device_block, offload_.host_block(*tier_block));
@@ -130,9 +131,9 @@ void KvCacheManager::cancel_demotion(int32_t tier_block) {
   order = -1;
 }
 
-void KvCacheManager::drop_from_tier(int32_t tier_block, const EvictedContent& content) {
+void KvCacheManager::drop_from_tier(int32_t tier_block, const EvictedContent& content, bool on_host) {
   lost_.add(content);
-  if (disk_.capacity() > 0) save_to_disk(tier_block, content);
+  if (on_host && disk_.capacity() > 0) save_to_disk(tier_block, content);
 }
 
 void KvCacheManager::save_to_disk(int32_t tier_block, const EvictedContent& content) {
@@ -149,12 +150,15 @@ void KvCacheManager::save_to_disk(int32_t tier_block, const EvictedContent& cont
 bool KvCacheManager::load_from_disk(std::span<const TokenId> tokens, uint64_t sequence_salt) {
   if (!prefix_caching_ || disk_.capacity() == 0 || tokens.empty()) return false;
   bool wait = false;
-  for (int g = 0; g < num_groups(); ++g) wait = load_group_from_disk(tokens, group_salt(sequence_salt, g)) || wait;
+  for (int g = 0; g < num_groups(); ++g)
+    wait = load_group_from_disk(tokens, group_salt(sequence_salt, g), windows_[g] > 0) || wait;
   return wait;
 }
 
-bool KvCacheManager::load_group_from_disk(std::span<const TokenId> tokens, uint64_t salt) {
-  const std::vector<PrefixBlock> prefix = cached_prefix(tokens, salt);
+bool KvCacheManager::load_group_from_disk(std::span<const TokenId> tokens, uint64_t salt, bool sliding) {
+  // A sliding group needs no KV of its lost blocks (those before the window): loads start after the last block a
+  // memory tier holds.
+  const std::vector<PrefixBlock> prefix = cached_prefix(tokens, salt, sliding);
   const size_t max_blocks = (tokens.size() - 1) / block_size_;
   if (prefix.size() >= max_blocks) return false;
   const std::vector<uint64_t> chains = chains_of(tokens, salt, max_blocks);
@@ -178,16 +182,19 @@ bool KvCacheManager::load_group_from_disk(std::span<const TokenId> tokens, uint6
     if (!disk_.contains(chains[i])) break;
     disk_.begin_load(chains[i]);  // first: the save below may make room on disk, never by removing this file
     EvictedContent dropped;
-    const std::optional<int32_t> staged = offload_.stage(&dropped);  // free or cached -> staged
+    bool on_host = false;
+    const std::optional<int32_t> staged = offload_.stage(&dropped, &on_host);  // free or cached -> staged
     if (!staged) {
       disk_.end_load(chains[i], true);  // not loaded after all: stored as before
       break;
     }
-    if (dropped.content_id != 0) drop_from_tier(*staged, dropped);  // before the load overwrites it
+    if (dropped.content_id != 0) drop_from_tier(*staged, dropped, on_host);  // before the load overwrites it
     cancel_demotion(*staged);
     const std::span<const TokenId> block_tokens = tokens.subspan(i * block_size_, block_size_);
     const uint64_t block_salt = i == 0 ? salt : 0;
-    const uint64_t id = device_.issue_content_id();
+    // Lost content loaded back takes its old id, as content computed again does (register_next).
+    const std::optional<uint64_t> lost_id = lost_.take({parent, block_salt, block_tokens});
+    const uint64_t id = lost_id ? *lost_id : device_.issue_content_id();
     pending_loads_[chains[i]] = {
         *staged, {id, parent, block_salt, std::vector<TokenId>(block_tokens.begin(), block_tokens.end()), chains[i]}};
     tier_copies_.disk_loads.push_back({DiskOrder::Kind::load, chains[i], offload_.host_block(*staged), block_salt,

@@ -245,8 +245,8 @@ class KvCacheManager {
   void reserve_group(Sequence& s, int first_write_pos, int num_tokens_to_hold, std::vector<BlockPair>& copies);
   void mark_group_computed(SeqId seq, Sequence& s, std::span<const TokenId> tokens, int num_computed,
                            int tokens_offset);
-  // load_from_disk() of one group, salted with it.
-  bool load_group_from_disk(std::span<const TokenId> tokens, uint64_t salt);
+  // load_from_disk() of one group, salted with it; `sliding`: the group has a window (no load of its lost blocks).
+  bool load_group_from_disk(std::span<const TokenId> tokens, uint64_t salt, bool sliding);
   // The prefix-cache salt of group `group` of a sequence salted `salt`.
   static uint64_t group_salt(uint64_t salt, int group);
   // Releases the device sequence's computed blocks wholly before the window of queries from `first_write_pos` on.
@@ -300,8 +300,8 @@ class KvCacheManager {
   // Drops the demotion ordered into `tier_block` in the plan being made, if any: the tier gave the block again (its
   // content dropped before the copy ran; two copies may not fill one block).
   void cancel_demotion(int32_t tier_block);
-  // What the CPU tier dropped from `tier_block` (its KV still there): kept as lost, and saved to the disk tier.
-  void drop_from_tier(int32_t tier_block, const EvictedContent& content);
+  // What the CPU tier dropped from `tier_block`: kept as lost, and saved to the disk tier if its KV is `on_host`.
+  void drop_from_tier(int32_t tier_block, const EvictedContent& content, bool on_host);
   // Orders the save of the content the CPU tier dropped from `tier_block` (its KV still there), and the removals
   // of the files that no longer fit.
   void save_to_disk(int32_t tier_block, const EvictedContent& content);

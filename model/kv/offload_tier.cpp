@@ -11,17 +11,20 @@ OffloadTier::OffloadTier(int32_t num_blocks, int32_t first_host_block)
   if (first_host_block < 0) throw std::invalid_argument("cpu tier: negative first host block");
 }
 
-std::optional<int32_t> OffloadTier::take_block(EvictedContent* dropped) {
+std::optional<int32_t> OffloadTier::take_block(EvictedContent* dropped, bool* on_host) {
   if (pool_.num_free() == 0) return std::nullopt;
   EvictedContent lost;
   const int32_t block = pool_.allocate(&lost);  // free -> in use; or LRU cached -> dropped -> in use
-  if (dropped && lost.content_id != 0 && !fresh_[block]) *dropped = std::move(lost);
+  if (lost.content_id != 0) {
+    if (on_host) *on_host = !fresh_[block];
+    if (dropped) *dropped = std::move(lost);
+  }
   return block;
 }
 
-std::optional<int32_t> OffloadTier::store(const EvictedContent& content, EvictedContent* dropped) {
+std::optional<int32_t> OffloadTier::store(const EvictedContent& content, EvictedContent* dropped, bool* on_host) {
   if (pool_.find(content.view())) throw std::logic_error("cpu tier: store() of content it holds already");
-  const std::optional<int32_t> block = take_block(dropped);
+  const std::optional<int32_t> block = take_block(dropped, on_host);
   if (!block) return std::nullopt;
   pool_.adopt(*block, content.view(), content.content_id);
   pool_.release(*block);  // in use (registered) -> cached, LRU tail
@@ -29,8 +32,8 @@ std::optional<int32_t> OffloadTier::store(const EvictedContent& content, Evicted
   return block;
 }
 
-std::optional<int32_t> OffloadTier::stage(EvictedContent* dropped) {
-  const std::optional<int32_t> block = take_block(dropped);
+std::optional<int32_t> OffloadTier::stage(EvictedContent* dropped, bool* on_host) {
+  const std::optional<int32_t> block = take_block(dropped, on_host);
   if (block) staged_.push_back(*block);
   return block;
 }

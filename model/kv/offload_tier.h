@@ -43,15 +43,16 @@ class OffloadTier {
   /// The cached tier block holding exactly `content`, verified token by token. Pure query.
   std::optional<int32_t> find(const BlockContent& content) const { return pool_.find(content); }
   /// Stores evicted device content under its content id in a free tier block, or else in the least recently stored
-  /// one, whose content is then dropped: written to `dropped` when given and its KV reached host memory in an
-  /// earlier plan (stored before the last settle(), or filled), so that it can be saved before this plan's copies
-  /// overwrite it. nullopt and no change when every block is held or staged (or the tier has none). Throws
-  /// std::logic_error if the content is here already.
-  std::optional<int32_t> store(const EvictedContent& content, EvictedContent* dropped = nullptr);
+  /// one, whose content is then dropped: written to `dropped` when given, and `*on_host` (when given) says whether
+  /// its KV reached host memory in an earlier plan (stored before the last settle(), or filled), so that it can be
+  /// saved before this plan's copies overwrite it (else its copy was never sent). nullopt and no change when every
+  /// block is held or staged (or the tier has none). Throws std::logic_error if the content is here already.
+  std::optional<int32_t> store(const EvictedContent& content, EvictedContent* dropped = nullptr,
+                               bool* on_host = nullptr);
   // free -> cached (LRU tail); or cached (LRU head) -> dropped -> cached (LRU tail)
-  /// A block for a load from the disk tier, taken as store() takes one (`dropped` likewise). nullopt when every
-  /// block is held or staged.
-  std::optional<int32_t> stage(EvictedContent* dropped = nullptr);  // free or cached -> staged
+  /// A block for a load from the disk tier, taken as store() takes one (`dropped` and `on_host` likewise). nullopt
+  /// when every block is held or staged.
+  std::optional<int32_t> stage(EvictedContent* dropped = nullptr, bool* on_host = nullptr);  // free or cached -> staged
   /// The load into a staged block succeeded: it holds `content` under `content_id`, the most recently stored.
   void fill(int32_t block, const BlockContent& content, uint64_t content_id);  // staged -> cached (LRU tail)
   /// The load into a staged block failed.
@@ -77,7 +78,7 @@ class OffloadTier {
   BlockPool pool_;
   int32_t first_host_block_;
   // A block for new content, its dropped content reported as store() says.
-  std::optional<int32_t> take_block(EvictedContent* dropped);
+  std::optional<int32_t> take_block(EvictedContent* dropped, bool* on_host);
 
   std::vector<int32_t> held_;
   std::vector<int32_t> staged_;

@@ -68,13 +68,16 @@ TEST_CASE("OffloadTier: stores into free blocks, then drops the least recently s
   CHECK(tier.find(y.view()) == by);
   CHECK(tier.num_dropped() == 1);
   CHECK(tier.num_cached() == 2);
-  // Dropping a block stored by the plan being made reports nothing: its KV is not in host memory yet, nothing to save.
+  // A block stored by the plan being made has no KV in host memory yet: dropped, it is reported, not on the host.
   EvictedContent reported;
-  CHECK(tier.store(x, &reported) == by);  // drops y, stored before the last settle: reported
+  bool on_host = false;
+  CHECK(tier.store(x, &reported, &on_host) == by);  // drops y, stored before the last settle
   CHECK(reported.content_id == 6);
+  CHECK(on_host);
   EvictedContent unsent;
-  CHECK(tier.store(content(8, 0, {7, 7}), &unsent) == bz);  // drops z, stored in this plan
-  CHECK(unsent.content_id == 0);
+  CHECK(tier.store(content(8, 0, {7, 7}), &unsent, &on_host) == bz);  // drops z, stored in this plan
+  CHECK(unsent.content_id == 7);
+  CHECK_FALSE(on_host);
   CHECK_FALSE(tier.find(z.view()).has_value());
   tier.check_invariants();
 }
