@@ -248,24 +248,17 @@ TEST_CASE("gemv's RoPE output is its store output followed by rope_and_cache, bi
             .inv_freq = freq.get(), .num_heads = 1, .num_kv_heads = 1, .head_dim = 16, .rotary_dim = 16,
             .block_size = 16};
   CUDA_REQUIRE(cuda::gemv(a, nullptr));
-  const auto refused = [&](const cuda::GemvArgs& bad, const char* words) {
+  // Each change of the good arguments, and the words its refusal names.
+  const auto refused = [&](void (*change)(cuda::GemvArgs&), const char* words) {
+    cuda::GemvArgs bad = a;
+    change(bad);
     const cudaError_t e = cuda::gemv(bad, nullptr);
     CHECK(e == cudaErrorInvalidValue);
     CHECK(cuda::describe_launch_error(e).find(words) != std::string::npos);
   };
-  auto bad = a;
-  bad.n = 64;
-  refused(bad, "n 64");
-  bad = a;
-  bad.rope.rotary_dim = 6;
-  refused(bad, "rotary_dim 6");
-  bad = a;
-  bad.rope.v_cache = nullptr;
-  refused(bad, "both caches or neither");
-  bad = a;
-  bad.rope.block_size = 12;
-  refused(bad, "block_size 12");
-  bad = a;
-  bad.rope.slot = nullptr;
-  refused(bad, "position, slot and inv_freq");
+  refused([](cuda::GemvArgs& b) { b.n = 64; }, "n 64");
+  refused([](cuda::GemvArgs& b) { b.rope.rotary_dim = 6; }, "rotary_dim 6");
+  refused([](cuda::GemvArgs& b) { b.rope.v_cache = nullptr; }, "both caches or neither");
+  refused([](cuda::GemvArgs& b) { b.rope.block_size = 12; }, "block_size 12");
+  refused([](cuda::GemvArgs& b) { b.rope.slot = nullptr; }, "position, slot and inv_freq");
 }
