@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "actors/actors.h"
 #include "model/scheduling/beam_search.h"
@@ -78,6 +79,7 @@ struct SchedulerState {
   uint64_t steps_sent = 0, steps_done = 0;            // ids of the newest step sent and handled
   std::chrono::steady_clock::time_point last_result;  // when the previous step's results came
   bool plan_requested = false;
+  bool plan_stale = false;  // kick() came while a plan was being made: a swap-in, disk load or request it did not see
   std::optional<StepPlan> next_plan;
   std::vector<caf::response_promise> drain_waiters;
   std::vector<SeqId> finished_since_step;           // freed since the last dispatch: StepBatch::finished
@@ -662,6 +664,7 @@ void request_plan(Self* self) {
       .then([self](StepPlan& plan) {
         auto& s = self->state;
         s.plan_requested = false;
+        const bool stale = std::exchange(s.plan_stale, false);
         apply_plan(self, plan);
         publish_queue_metrics(self);
         const bool defer = s.setup.async_scheduling && s.setup.executors.size() == 1 && s.in_flight.size() == 1 &&
@@ -670,16 +673,23 @@ void request_plan(Self* self) {
           s.next_plan = std::move(plan);
         } else if (!plan.chunks.empty()) {
           dispatch(self, std::move(plan));
-        } else if (!plan.preempted_swap.empty() || !plan.preempted_recompute.empty() || !plan.rejected.empty()) {
-          request_plan(self);  // the plan only freed memory: plan again at once, it can run something now
+        } else if (!plan.preempted_swap.empty() || !plan.preempted_recompute.empty() || !plan.rejected.empty() ||
+                   stale) {
+          // The plan only freed memory, or came from a view older than a swap-in, disk load or request that
+          // finished meanwhile: plan again at once, it can run something now.
+          request_plan(self);
         }
-        // Otherwise nothing can run: wait for a swap-in to finish, a new request or an abort.
+        // Otherwise nothing can run: wait for a swap-in to finish, a new request or an abort (each kicks).
       });
 }
 
 void kick(Self* self) {
   auto& st = self->state;
-  if (!st.in_flight.empty() || st.plan_requested || st.next_plan) return;
+  if (!st.in_flight.empty() || st.next_plan) return;  // a step's results plan the next
+  if (st.plan_requested) {
+    st.plan_stale = true;  // the plan on its way may find nothing to run: its reply plans again
+    return;
+  }
   request_plan(self);
 }
 
