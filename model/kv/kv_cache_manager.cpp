@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -450,6 +451,41 @@ bool KvCacheManager::can_reserve(SeqId seq, int first_write_pos, int num_tokens_
   return needed <= device_.num_free();
 }
 
+bool KvCacheManager::can_reserve_all(std::span<const Reservation> reservations) const {
+  std::unordered_map<int32_t, int32_t> refs;  // device blocks whose count an earlier reservation changes
+  const auto ref = [&](int32_t b) {
+    auto it = refs.find(b);
+    return it != refs.end() ? it->second : device_.ref_count(b);
+  };
+  int free = device_.num_free();
+  for (const Reservation& r : reservations) {
+    const int hold = blocks_for(r.num_tokens_to_hold);
+    int needed = 0;  // as can_reserve counts
+    for (int g = 0; g < num_groups(); ++g) {
+      const Sequence& s = device_seq(r.seq, g);
+      needed += std::max(0, hold - static_cast<int>(s.blocks.size()));
+      for (int i = r.first_write_pos / block_size_; i < std::min(static_cast<int>(s.blocks.size()), hold); ++i)
+        needed += ref(s.blocks[i]) > 1;
+    }
+    if (needed > free) return false;
+    free -= needed;
+    // What reserve_group leaves: each shared block written loses this writer, the window's blocks are released.
+    for (int g = 0; g < num_groups(); ++g) {
+      const Sequence& s = device_seq(r.seq, g);
+      for (int i = r.first_write_pos / block_size_; i < std::min(static_cast<int>(s.blocks.size()), hold); ++i)
+        if (const int32_t n = ref(s.blocks[i]); n > 1) refs[s.blocks[i]] = n - 1;
+      const int released_end =
+          std::min(first_window_block(r.first_write_pos, s.window, block_size_), s.num_computed / block_size_);
+      for (int i = s.released; i < released_end; ++i) {
+        const int32_t n = ref(s.blocks[i]) - 1;
+        refs[s.blocks[i]] = n;
+        free += n == 0;
+      }
+    }
+  }
+  return true;
+}
+
 bool KvCacheManager::reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold,
                              std::vector<BlockPair>& copies) {
   if (!can_reserve(seq, first_write_pos, num_tokens_to_hold)) return false;
@@ -603,42 +639,80 @@ int KvCacheManager::held_blocks(SeqId seq) const {
   return held;
 }
 
-std::optional<std::vector<BlockPair>> KvCacheManager::swap_out(SeqId seq) {
-  device_seq(seq);
-  if (held_blocks(seq) > cpu_.num_free()) return std::nullopt;
+int KvCacheManager::distinct_blocks(std::span<const SeqId> seqs) const {
+  std::unordered_set<int32_t> blocks;
+  for (SeqId id : seqs)
+    for (int g = 0; g < num_groups(); ++g) {
+      const Sequence& s = group_seq(id, g);
+      blocks.insert(s.blocks.begin() + s.released, s.blocks.end());
+    }
+  return static_cast<int>(blocks.size());
+}
+
+std::optional<std::vector<BlockPair>> KvCacheManager::swap_out(std::span<const SeqId> seqs) {
+  for (SeqId id : seqs) device_seq(id);
+  if (distinct_blocks(seqs) > cpu_.num_free()) return std::nullopt;
+  std::unordered_map<int32_t, int32_t> copy_of;  // device block -> its CPU block
   std::vector<BlockPair> pairs;
-  for (int g = 0; g < num_groups(); ++g) {
-    Sequence& s = device_seq(seq, g);
-    forget_pending(s);
-    const size_t first = pairs.size();
-    for (size_t i = s.released; i < s.blocks.size(); ++i)
-      pairs.emplace_back(s.blocks[i], cpu_.allocate());  // cpu: free -> in use (ref 1)
-    for (size_t p = pairs.size(); p-- > first;) drop(pairs[p].first);  // device: ref -= 1
-    for (size_t i = first; i < pairs.size(); ++i) s.blocks[s.released + (i - first)] = pairs[i].second;
-    s.swapped = true;
-  }
+  for (SeqId id : seqs)
+    for (int g = 0; g < num_groups(); ++g) {
+      Sequence& s = device_seq(id, g);
+      forget_pending(s);
+      for (size_t i = s.released; i < s.blocks.size(); ++i) {
+        const auto [it, first] = copy_of.try_emplace(s.blocks[i], -1);
+        if (first) {
+          it->second = cpu_.allocate();  // cpu: free -> in use (ref 1)
+          pairs.emplace_back(s.blocks[i], it->second);
+        } else {
+          cpu_.retain(it->second);       // ref += 1
+        }
+      }
+      // Last block first, as free() drops them.
+      for (size_t i = s.blocks.size(); i-- > static_cast<size_t>(s.released);) {
+        drop(s.blocks[i]);  // device: ref -= 1
+        s.blocks[i] = copy_of.at(s.blocks[i]);
+      }
+      s.swapped = true;
+    }
   swapped_out_blocks_ += static_cast<int64_t>(pairs.size());
   return pairs;
 }
 
-bool KvCacheManager::can_swap_in(SeqId seq) const {
-  return is_swapped(seq) && above_watermark(held_blocks(seq));
+bool KvCacheManager::can_swap_in(std::span<const SeqId> seqs) const {
+  return std::all_of(seqs.begin(), seqs.end(), [&](SeqId id) { return is_swapped(id); }) &&
+         above_watermark(distinct_blocks(seqs));
 }
 
-std::optional<std::vector<BlockPair>> KvCacheManager::swap_in(SeqId seq) {
-  if (!is_swapped(seq)) throw std::logic_error("swap_in(): sequence " + std::to_string(seq) + " is not swapped out");
-  if (held_blocks(seq) > device_.num_free()) return std::nullopt;
-  std::vector<BlockPair> pairs;
-  for (int g = 0; g < num_groups(); ++g) {
-    Sequence& s = seqs_.at({seq, g});
-    for (size_t i = s.released; i < s.blocks.size(); ++i) {
-      int32_t cpu_block = s.blocks[i];
-      s.blocks[i] = take_new(computed_in(s, i));  // device: free -> in use (ref 1)
-      pairs.emplace_back(cpu_block, s.blocks[i]);
-      cpu_.release(cpu_block);                    // cpu: in use -> free
+std::optional<std::vector<BlockPair>> KvCacheManager::swap_in(std::span<const SeqId> seqs) {
+  for (SeqId id : seqs)
+    if (!is_swapped(id)) throw std::logic_error("swap_in(): sequence " + std::to_string(id) + " is not swapped out");
+  if (distinct_blocks(seqs) > device_.num_free()) return std::nullopt;
+  std::unordered_map<int32_t, int> filled;  // CPU block -> the most computed slots a table entry holding it has
+  for (SeqId id : seqs)
+    for (int g = 0; g < num_groups(); ++g) {
+      const Sequence& s = group_seq(id, g);
+      for (size_t i = s.released; i < s.blocks.size(); ++i)
+        filled[s.blocks[i]] = std::max(filled[s.blocks[i]], computed_in(s, i));
     }
-    s.swapped = false;
-  }
+  std::unordered_map<int32_t, int32_t> copy_of;  // CPU block -> its new device block
+  std::vector<BlockPair> pairs;
+  for (SeqId id : seqs)
+    for (int g = 0; g < num_groups(); ++g) {
+      Sequence& s = seqs_.at({id, g});
+      for (size_t i = s.released; i < s.blocks.size(); ++i) {
+        const int32_t cpu_block = s.blocks[i];
+        const auto [it, first] = copy_of.try_emplace(cpu_block, -1);
+        if (first) {
+          it->second = take_new(filled.at(cpu_block));  // device: free -> in use (ref 1)
+          pairs.emplace_back(cpu_block, it->second);
+        } else {
+          take_shared(it->second, 0);  // in use: ref += 1
+        }
+        s.blocks[i] = it->second;
+        cpu_.release(cpu_block);  // cpu: ref -= 1; at 0 in use -> free
+      }
+      s.swapped = false;
+    }
   swapped_in_blocks_ += static_cast<int64_t>(pairs.size());
   return pairs;
 }

@@ -141,6 +141,15 @@ class KvCacheManager {
   bool reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold, std::vector<BlockPair>& copies);
   /// True if reserve() with these arguments would succeed.
   bool can_reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold) const;
+  /// One reserve() call's arguments.
+  struct Reservation {
+    SeqId seq = 0;
+    int first_write_pos = 0;
+    int num_tokens_to_hold = 0;
+  };
+  /// True if reserve() would succeed for each of `reservations` made in turn: a block they share is copied by each of
+  /// its writers but the last one left holding it, and a sliding window's releases free blocks for the later ones.
+  bool can_reserve_all(std::span<const Reservation> reservations) const;
   /// The sequence's KV now holds tokens[0, num_computed) (num_computed never decreases and fits the table): every
   /// block that became full is registered for prefix caching (when enabled and its content is not cached yet), and
   /// the used-slot accounting follows.
@@ -161,17 +170,22 @@ class KvCacheManager {
   /// block first so that prefixes outlive their tails, others to the free queue), its pending blocks unregistered
   /// first (see register_planned). Unknown ids are ignored.
   void free(SeqId seq);
-  /// Moves a device sequence to the CPU tier: returns (device block, cpu block) pairs for the executor to copy, and
-  /// releases the device blocks. Shared blocks are not shared on the CPU: every swapped sequence gets its own CPU
-  /// copy of each block (simple and correct; a block shared by two swapped sequences costs two CPU blocks).
-  /// Its pending blocks are unregistered (see register_planned). nullopt and no change if the CPU pool lacks room.
-  std::optional<std::vector<BlockPair>> swap_out(SeqId seq);
+  /// Moves device sequences to the CPU tier together: returns (device block, cpu block) pairs for the executor to
+  /// copy, one per distinct block, and releases the device blocks. A block that several of `seqs` share (forks: beams,
+  /// n > 1) gets one CPU block, shared as it was; a block they share with a sequence not swapped is copied and stays
+  /// on the device with it. Their pending blocks are unregistered (see register_planned). nullopt and no change if
+  /// the CPU pool lacks room.
+  std::optional<std::vector<BlockPair>> swap_out(std::span<const SeqId> seqs);
+  std::optional<std::vector<BlockPair>> swap_out(SeqId seq) { return swap_out(std::span(&seq, 1)); }
   /// True if swap_in() would succeed and leave the watermark free.
-  bool can_swap_in(SeqId seq) const;
-  /// Moves a swapped sequence back: returns (cpu block, device block) pairs to copy, and releases its CPU blocks.
-  /// The new device blocks are private to the sequence. nullopt and no change if device blocks run out (the
+  bool can_swap_in(std::span<const SeqId> seqs) const;
+  bool can_swap_in(SeqId seq) const { return can_swap_in(std::span(&seq, 1)); }
+  /// Moves swapped sequences back together: returns (cpu block, device block) pairs to copy, one per distinct CPU
+  /// block, and releases their CPU blocks. The sequences that shared a CPU block share its new device block; the
+  /// new blocks are not registered in the prefix cache. nullopt and no change if device blocks run out (the
   /// watermark is can_swap_in's business).
-  std::optional<std::vector<BlockPair>> swap_in(SeqId seq);
+  std::optional<std::vector<BlockPair>> swap_in(std::span<const SeqId> seqs);
+  std::optional<std::vector<BlockPair>> swap_in(SeqId seq) { return swap_in(std::span(&seq, 1)); }
   bool is_swapped(SeqId seq) const;
   /// True while the sequence holds blocks (on either tier).
   bool contains(SeqId seq) const { return seqs_.count({seq, 0}) != 0; }
@@ -241,6 +255,8 @@ class KvCacheManager {
   // Blocks the group holds (its table without the released entries), and all groups of a sequence.
   static int held_blocks(const Sequence& s) { return static_cast<int>(s.blocks.size()) - s.released; }
   int held_blocks(SeqId seq) const;
+  // Distinct blocks the sequences' tables hold (every group; the sequences are on one tier).
+  int distinct_blocks(std::span<const SeqId> seqs) const;
   // reserve() and mark_computed() of one group.
   void reserve_group(Sequence& s, int first_write_pos, int num_tokens_to_hold, std::vector<BlockPair>& copies);
   void mark_group_computed(SeqId seq, Sequence& s, std::span<const TokenId> tokens, int num_computed,

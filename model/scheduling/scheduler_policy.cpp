@@ -27,51 +27,81 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
     budget -= n;
   };
 
-  // 1. Running sequences, oldest first; victims are taken from the newest end.
+  // A unit: the sequences that go as one. running[i, unit_end(running, i, n)) (sorted, so a request's are adjacent).
+  const auto unit_end = [](const std::vector<const PlanSeq*>& q, size_t i, size_t n) {
+    size_t e = i + 1;
+    while (e < n && q[i]->whole_request && q[e]->arrival == q[i]->arrival) ++e;
+    return e;
+  };
+
+  // 1. Running units, oldest first; victims are taken from the newest end.
   size_t end = running.size();  // running[end..] were preempted
   bool preempted = false;
-  auto preempt = [&](const PlanSeq& victim) {
+  const auto preempt_newest = [&] {
+    size_t first = end - 1;
+    while (first > 0 && unit_end(running, first - 1, end) == end) --first;
     preempted = true;
-    // A victim whose token in flight ends it is freed: a swap-out would copy blocks that are never swapped back in.
-    if (limits.preemption == PreemptionMode::swap && !victim.last_token_in_flight) {
-      if (auto pairs = kv.swap_out(victim.id)) {
-        plan.swap_out.insert(plan.swap_out.end(), pairs->begin(), pairs->end());
-        plan.preempted_swap.push_back(victim.id);
-        return;
+    std::vector<SeqId> swap;
+    for (size_t v = first; v < end; ++v) {
+      // A victim whose token in flight ends it is freed: a swap-out would copy blocks that are never swapped back in.
+      if (limits.preemption == PreemptionMode::swap && !running[v]->last_token_in_flight) {
+        swap.push_back(running[v]->id);
+      } else {
+        kv.free(running[v]->id);
+        plan.preempted_recompute.push_back(running[v]->id);
       }
     }
-    kv.free(victim.id);
-    plan.preempted_recompute.push_back(victim.id);
+    end = first;
+    if (swap.empty()) return;
+    if (auto pairs = kv.swap_out(swap)) {
+      plan.swap_out.insert(plan.swap_out.end(), pairs->begin(), pairs->end());
+      plan.preempted_swap.insert(plan.preempted_swap.end(), swap.begin(), swap.end());
+      return;
+    }
+    for (SeqId id : swap) kv.free(id);
+    plan.preempted_recompute.insert(plan.preempted_recompute.end(), swap.begin(), swap.end());
   };
-  for (size_t i = 0; i < end; ++i) {
+  for (size_t i = 0; i < end;) {
     // Forks (n > 1, beam search) can run more sequences than max_num_seqs: a step takes the oldest that many, the
     // others keep their blocks and run in a later step.
     if (static_cast<int>(plan.chunks.size()) >= limits.max_num_seqs) break;
-    const PlanSeq& s = *running[i];
-    const int remaining = s.num_tokens - s.num_computed;
-    const int n = std::min(remaining, budget);
-    if (n <= 0) continue;  // out of budget this step (or nothing to do)
-    while (!kv.can_reserve(s.id, s.num_computed, s.num_computed + n)) {
-      preempt(*running[--end]);
-      if (end == i) break;  // s itself was the newest: it is preempted
+    const size_t next = unit_end(running, i, end);
+    std::vector<KvCacheManager::Reservation> work;
+    std::vector<const PlanSeq*> workers;
+    int left = budget;
+    for (size_t k = i; k < next && static_cast<int>(plan.chunks.size() + work.size()) < limits.max_num_seqs; ++k) {
+      const PlanSeq& s = *running[k];
+      const int n = std::min(s.num_tokens - s.num_computed, left);
+      if (n <= 0) continue;  // out of budget this step (or nothing to do)
+      work.push_back({s.id, s.num_computed, s.num_computed + n});
+      workers.push_back(&s);
+      left -= n;
     }
-    if (end == i) break;
-    std::vector<BlockPair> copies;
-    kv.reserve(s.id, s.num_computed, s.num_computed + n, copies);
-    plan.copies.insert(plan.copies.end(), copies.begin(), copies.end());
-    schedule(s, s.num_computed, n);
+    while (end > i && !kv.can_reserve_all(work)) preempt_newest();  // possibly this unit: then end == i
+    if (end <= i) break;
+    for (size_t w = 0; w < work.size(); ++w) {
+      std::vector<BlockPair> copies;
+      kv.reserve(work[w].seq, work[w].first_write_pos, work[w].num_tokens_to_hold, copies);
+      plan.copies.insert(plan.copies.end(), copies.begin(), copies.end());
+      schedule(*workers[w], work[w].first_write_pos, work[w].num_tokens_to_hold - work[w].first_write_pos);
+    }
+    i = next;
   }
   int active = static_cast<int>(end);
   if (preempted) return plan;
 
-  // 2. Swapped sequences come back before any new admission.
-  for (const PlanSeq* s : swapped) {
-    if (active >= limits.max_num_seqs || !kv.can_swap_in(s->id)) return plan;
-    auto pairs = kv.swap_in(s->id);
+  // 2. Swapped units come back before any new admission.
+  for (size_t i = 0; i < swapped.size();) {
+    const size_t next = unit_end(swapped, i, swapped.size());
+    std::vector<SeqId> ids;
+    for (size_t k = i; k < next; ++k) ids.push_back(swapped[k]->id);
+    if (active >= limits.max_num_seqs || !kv.can_swap_in(ids)) return plan;
+    auto pairs = kv.swap_in(ids);
     if (!pairs) return plan;
     plan.swap_in.insert(plan.swap_in.end(), pairs->begin(), pairs->end());
-    plan.swapping_in.push_back(s->id);
-    ++active;
+    plan.swapping_in.insert(plan.swapping_in.end(), ids.begin(), ids.end());
+    active += static_cast<int>(ids.size());
+    i = next;
   }
   if (!swapped.empty()) return plan;
 
@@ -83,7 +113,7 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
       continue;
     }
     const std::span<const TokenId> tokens = s->token_span();
-    if (kv.load_from_disk(tokens, s->salt)) break;  // FCFS: it waits for its blocks from disk
+    if (kv.load_from_disk(tokens, s->salt)) return plan;  // FCFS: it waits for its blocks from disk
     const std::optional<KvCacheManager::Admission> admitted =
         kv.admit(s->id, tokens, s->num_tokens, budget, s->salt);
     if (!admitted) break;
@@ -91,6 +121,20 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
     plan.admitted.emplace_back(s->id, admitted->cached);
     schedule(*s, admitted->cached, admitted->held - admitted->cached);  // the tables hold `held` tokens
     ++active;
+  }
+
+  // 4. Nothing moves: a whole request split between running and waiting waits for itself.
+  if (!plan.chunks.empty() || !plan.admitted.empty() || !plan.rejected.empty()) return plan;
+  for (size_t i = end; i-- > 0;) {
+    const uint64_t arrival = running[i]->arrival;
+    if (!running[i]->whole_request ||
+        std::none_of(waiting.begin(), waiting.end(), [&](const PlanSeq* w) { return w->arrival == arrival; }))
+      continue;
+    for (size_t k = i + 1; k-- > 0 && running[k]->arrival == arrival;) {
+      kv.free(running[k]->id);
+      plan.preempted_recompute.push_back(running[k]->id);
+    }
+    break;
   }
   return plan;
 }

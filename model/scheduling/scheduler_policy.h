@@ -23,6 +23,9 @@ struct PlanSeq {
   enum class Phase { waiting, running, swapped };
   SeqId id = 0;
   uint64_t arrival = 0;      // request order: lower is older, served first, preempted last
+  // Beam search: the request's sequences (those of its arrival) make progress only together, as a step needs every
+  // beam's offers: they are preempted together and swapped in together.
+  bool whole_request = false;
   Phase phase = Phase::waiting;
   int num_computed = 0;      // tokens whose KV is (or, in flight, will be) in the cache
   int num_tokens = 0;        // tokens known so far plus one being sampled in flight (pending)
@@ -74,7 +77,11 @@ struct StepPlan {
 /// room and its token in flight does not end it; else recompute: freed), possibly itself. Then, if nothing was
 /// preempted, swapped sequences oldest first while they fit above the watermark; then, if no sequence is swapped,
 /// waiting sequences FCFS while blocks, budget and max_num_seqs allow (a waiting head that does not fit blocks those
-/// behind it). An admitted sequence's full blocks enter the prefix cache as planned (KvCacheManager::register_planned),
+/// behind it). The running and swapped sequences of a whole_request request go as one: they grow only if all of them
+/// can, are preempted together (swapped out together, their shared blocks shared on the CPU) and swapped in together.
+/// When such a request has sequences running and others waiting or swapped, and the plan runs, admits, swaps in and
+/// loads nothing, the newest such request's running sequences are preempted (recompute): they wait for the others,
+/// which wait for blocks, and without this the engine would wait for ever. An admitted sequence's full blocks enter the prefix cache as planned (KvCacheManager::register_planned),
 /// so those admitted after it in the same step share its prefix: their chunks start after the shared blocks.
 /// A waiting sequence whose prefix continues on disk waits (and those behind it) while its blocks load into the CPU
 /// tier (KvCacheManager::load_from_disk). Last, the tiers' orders (KvCacheManager::take_tier_copies) join swap_out

@@ -465,6 +465,55 @@ TEST_CASE("beam search of width 4 equals a plain reference beam search", "[engin
   require_pool_drained(tight);
 }
 
+TEST_CASE("beam searches whose beams overflow a small pool together finish with a large pool's results; beams that "
+          "can never fit together are refused", "[engine][beam]") {
+  // Four searches of width 3, each fitting 24 blocks alone (at most 2 shared prompt blocks + 3 x 5) but not
+  // together: preemption takes whole searches (a step needs every beam), a swapped search keeps its beams' shared
+  // blocks shared and comes back whole. Before, a beam swapped out alone could never come back while its siblings
+  // held the blocks, and the engine waited for ever.
+  std::vector<std::vector<TokenId>> prompts;
+  for (size_t i = 0; i < 4; ++i) prompts.push_back(text_prompt(97 * i, 20 + 8 * i));
+  SamplingParams p = greedy(60);
+  p.ignore_eos = true;
+  p.use_beam_search = true;
+  p.n = 3;
+  Engine large(base_config());
+  const auto expected = run_all(large, prompts, p);
+  for (const PreemptionMode mode : {PreemptionMode::swap, PreemptionMode::recompute}) {
+    for (const bool async : {true, false}) {
+      INFO((mode == PreemptionMode::swap ? "swap" : "recompute") << (async ? ", async" : ""));
+      EngineConfig config = base_config();
+      config.num_kv_blocks = 24;
+      config.preemption_mode = mode;
+      config.async_scheduling = async;
+      Engine engine(config);
+      const auto got = run_all(engine, prompts, p);
+      for (size_t i = 0; i < prompts.size(); ++i)
+        for (int b = 0; b < 3; ++b) {
+          INFO("request " << i << ", beam " << b);
+          CHECK(got[i][b].tokens == expected[i][b].tokens);
+        }
+      CHECK(engine.metrics().preemptions > 0);
+      require_pool_drained(engine);
+
+      // 1 + 3 x 10 blocks at most: refused, though one sequence of that length fits (11 blocks).
+      SamplingParams wide = p;
+      wide.max_tokens = 150;
+      try {
+        engine.submit(text_prompt(0, 20), wide, [](RequestEvent) {});
+        FAIL("a search whose beams cannot fit the pool together was accepted");
+      } catch (const InvalidRequest& e) {
+        CHECK(e.param == "max_tokens");
+        CHECK_THAT(e.what(), Catch::Contains("3 beams"));
+      }
+      wide.use_beam_search = false;
+      wide.n = 1;
+      CHECK(engine.generate({text_prompt(0, 20)}, wide)[0].outputs[0].token_ids.size() == 150u);
+      require_pool_drained(engine);
+    }
+  }
+}
+
 TEST_CASE("aborting mid-generation ends with 'cancelled', delivers no more tokens and frees the blocks at once",
           "[engine][abort]") {
   // What the sink touches is declared before the engine, so it outlives the engine's threads even on a failure.

@@ -382,6 +382,62 @@ TEST_CASE("swap: shared blocks get a CPU copy per sequence; no room means no cha
   CHECK(kv.metrics().device_free == 16);
 }
 
+TEST_CASE("swap: forks swapped together share their CPU blocks and their device blocks again once back", "[kv]") {
+  const int B = 4;
+  KvCacheManager kv(options(B, 16, 8));
+  admit(kv, 1, iota_tokens(10, 1));  // 2 full blocks and a partial one
+  kv.fork(1, 2);
+  kv.fork(1, 3);
+  admit(kv, 4, iota_tokens(6, 1));   // shares the first block with the three (a prefix hit)
+  const std::vector<SeqId> beams{1, 2, 3};
+  const auto out = kv.swap_out(beams);
+  REQUIRE(out.has_value());
+  CHECK(out->size() == 3);           // one copy per distinct block
+  CHECK(kv.metrics().cpu_free == 5);
+  CHECK(kv.metrics().device_total - kv.metrics().device_free == 2);  // sequence 4 keeps its blocks
+  kv.check_invariants();
+  CHECK_FALSE(kv.can_swap_in(std::vector<SeqId>{1, 4}));  // 4 is not swapped out
+  REQUIRE(kv.can_swap_in(beams));
+  const auto in = kv.swap_in(beams);
+  REQUIRE(in.has_value());
+  CHECK(in->size() == 3);
+  CHECK(kv.block_table(1) == kv.block_table(2));
+  CHECK(kv.block_table(1) == kv.block_table(3));
+  CHECK(kv.block_table(1)[0] != kv.block_table(4)[0]);  // the swap-in's blocks are the beams' own
+  CHECK(kv.metrics().device_total - kv.metrics().device_free == 5);
+  CHECK(kv.metrics().cpu_free == 8);
+  kv.check_invariants();
+  // A fork's write copies its shared block as before the swap.
+  std::vector<BlockPair> copies;
+  REQUIRE(kv.reserve(2, 10, 11, copies));
+  CHECK(copies == std::vector<BlockPair>{{kv.block_table(1)[2], kv.block_table(2)[2]}});
+  for (SeqId id : {1, 2, 3, 4}) kv.free(id);
+  kv.check_invariants();
+  CHECK(kv.metrics().device_free == 16);
+}
+
+TEST_CASE("can_reserve_all counts the copies of a shared block as its writers leave it", "[kv]") {
+  const int B = 4;
+  for (const int spare : {2, 1}) {
+    INFO(spare << " free blocks");
+    KvCacheManager kv(options(B, 16, 0));
+    admit(kv, 1, iota_tokens(10, 1));  // 3 blocks, the last partly filled
+    kv.fork(1, 2);
+    kv.fork(1, 3);
+    admit(kv, 9, iota_tokens(4 * (13 - spare), 500));  // leaves `spare` blocks free
+    REQUIRE(kv.metrics().device_free == spare);
+    // Each writes position 10 of the shared partial block: the first two writers copy it, the last keeps it.
+    const std::vector<KvCacheManager::Reservation> step{{1, 10, 11}, {2, 10, 11}, {3, 10, 11}};
+    for (const auto& r : step) CHECK(kv.can_reserve(r.seq, r.first_write_pos, r.num_tokens_to_hold));
+    CHECK(kv.can_reserve_all(step) == (spare == 2));
+    std::vector<BlockPair> copies;
+    bool all = true;
+    for (const auto& r : step) all = kv.reserve(r.seq, r.first_write_pos, r.num_tokens_to_hold, copies) && all;
+    CHECK(all == (spare == 2));
+    kv.check_invariants();
+  }
+}
+
 TEST_CASE("the salt separates prefix caches", "[kv]") {
   KvCacheManager kv(options(4, 16, 0));
   auto tokens = iota_tokens(9, 1);
@@ -974,7 +1030,8 @@ class Simulation {
     int op = rng_.below(100);
     bool crowded = live_.size() > 14;
     if (op < (crowded ? 8 : 22)) rng_.chance(30) ? plan_admissions() : admit();
-    else if (op < 62) append();
+    else if (op < 56) append();
+    else if (op < 62) append_together();
     else if (op < 69) fork();
     else if (op < (crowded ? 86 : 78)) finish();
     else if (op < 91) swap_out();
@@ -1167,31 +1224,35 @@ class Simulation {
     compute(id, std::min(size, std::max(hold, *cached)));
   }
 
-  void append() {
-    auto id = pick(false);
-    if (!id) return;
-    Model& m = live_.at(*id);
+  // The tokens [from, to) that the next step computes for a device sequence, new tokens appended when it has
+  // computed them all; nullopt when it is done instead.
+  std::optional<std::pair<int, int>> next_chunk(SeqId id) {
+    Model& m = live_.at(id);
     if (m.computed == static_cast<int>(m.tokens.size())) {
-      if (m.computed >= kMaxTokens) return finish_seq(*id);
+      if (m.computed >= kMaxTokens) return std::nullopt;
       for (int i = 0, n = rng_.chance(90) ? 1 : 1 + rng_.below(2 * B); i < n; ++i) m.push(random_token());
     }
     const int from = m.computed;
-    const int to = std::min(static_cast<int>(m.tokens.size()), from + 1 + rng_.below(2 * B));
-    const auto before_tables = tables(*id);
-    const bool possible = kv_.can_reserve(*id, from, to);
+    return std::pair{from, std::min(static_cast<int>(m.tokens.size()), from + 1 + rng_.below(2 * B))};
+  }
+
+  // reserve() for [from, to), checked against can_reserve's answer; then the chunk is computed.
+  bool reserve_and_compute(SeqId id, int from, int to) {
+    const Model& m = live_.at(id);
+    const auto before_tables = tables(id);
+    const bool possible = kv_.can_reserve(id, from, to);
     const KvMetrics before = kv_.metrics();
     std::vector<BlockPair> copies;
-    ++performed_;
-    if (!kv_.reserve(*id, from, to, copies)) {
+    if (!kv_.reserve(id, from, to, copies)) {
       REQUIRE_FALSE(possible);
       REQUIRE(copies.empty());
-      REQUIRE(tables(*id) == before_tables);
+      REQUIRE(tables(id) == before_tables);
       REQUIRE(same_metrics(kv_.metrics(), before));
       count("reserve failed");
-      return;
+      return false;
     }
     REQUIRE(possible);
-    const auto now_tables = tables(*id);
+    const auto now_tables = tables(id);
     for (int g = 0; g < groups(); ++g) {
       const std::vector<int32_t>&table = before_tables[g], &now = now_tables[g];
       // The computed blocks wholly before the group's window of the queries from `from` on are released; the
@@ -1210,8 +1271,33 @@ class Simulation {
     }
     count("append");
     count("cow copy", static_cast<int64_t>(copies.size()));
-    compute(*id, to);
-    verify(*id);
+    compute(id, to);
+    verify(id);
+    return true;
+  }
+
+  void append() {
+    auto id = pick(false);
+    if (!id) return;
+    const auto chunk = next_chunk(*id);
+    if (!chunk) return finish_seq(*id);
+    ++performed_;
+    reserve_and_compute(*id, chunk->first, chunk->second);
+  }
+
+  // Several sequences' chunks of one step (a beam-search request's beams): can_reserve_all says whether every
+  // reserve() in turn succeeds.
+  void append_together() {
+    std::vector<KvCacheManager::Reservation> step;
+    for (SeqId id : pick_some(false))
+      if (const auto chunk = next_chunk(id)) step.push_back({id, chunk->first, chunk->second});
+    if (step.empty()) return;
+    ++performed_;
+    const bool possible = kv_.can_reserve_all(step);
+    bool all = true;
+    for (const auto& r : step) all = reserve_and_compute(r.seq, r.first_write_pos, r.num_tokens_to_hold) && all;
+    REQUIRE(all == possible);
+    count(possible ? "reserve together" : "reserve together failed");
   }
 
   void fork() {
@@ -1245,30 +1331,45 @@ class Simulation {
     count("free");
   }
 
+  // One to three distinct sequences of one tier.
+  std::vector<SeqId> pick_some(bool swapped) {
+    std::vector<SeqId> ids = pick_ids(swapped), some;
+    for (int k = 0, n = 1 + rng_.below(3); k < n && !ids.empty(); ++k) {
+      const auto it = ids.begin() + rng_.below(static_cast<int>(ids.size()));
+      some.push_back(*it);
+      ids.erase(it);
+    }
+    return some;
+  }
+
   void swap_out() {
-    auto id = pick(false);
-    if (!id) return;
+    const std::vector<SeqId> ids = pick_some(false);
+    if (ids.empty()) return;
+    size_t held = 0;  // table entries holding a block
+    for (SeqId id : ids)
+      for (const auto& t : tables(id)) held += t.size() - std::count(t.begin(), t.end(), kReleasedBlock);
     const KvMetrics before = kv_.metrics();
     ++performed_;
-    auto pairs = kv_.swap_out(*id);
+    auto pairs = kv_.swap_out(ids);
     if (!pairs) {
       REQUIRE(same_metrics(kv_.metrics(), before));
       count("swap-out failed");
       return;
     }
     for (const auto& [dev, host] : *pairs) std::copy_n(device_.begin() + dev * B, B, cpu_.begin() + host * B);
-    live_.at(*id).swapped = true;
+    for (SeqId id : ids) live_.at(id).swapped = true;
     count("swap-out");
+    if (pairs->size() < held) count("swap-out shared");  // forks swapped together: one CPU block for a shared one
   }
 
   void swap_in() {
-    auto id = pick(true);
-    if (!id) return;
-    const bool admissible = kv_.can_swap_in(*id);
+    const std::vector<SeqId> ids = pick_some(true);
+    if (ids.empty()) return;
+    const bool admissible = kv_.can_swap_in(ids);
     if (!admissible && rng_.chance(75)) return;
     const KvMetrics before = kv_.metrics();
     ++performed_;
-    auto pairs = kv_.swap_in(*id);
+    auto pairs = kv_.swap_in(ids);
     if (!pairs) {
       REQUIRE_FALSE(admissible);
       REQUIRE(same_metrics(kv_.metrics(), before));
@@ -1276,8 +1377,10 @@ class Simulation {
       return;
     }
     for (const auto& [host, dev] : *pairs) std::copy_n(cpu_.begin() + host * B, B, device_.begin() + dev * B);
-    live_.at(*id).swapped = false;
-    verify(*id);
+    for (SeqId id : ids) {
+      live_.at(id).swapped = false;
+      verify(id);
+    }
     count("swap-in");
   }
 
@@ -1321,6 +1424,9 @@ TEST_CASE("property: 100,000 random operations keep every invariant and every se
   at_least("free", 5000);
   at_least("swap-out", 2000);
   at_least("swap-in", 1000);
+  at_least("swap-out shared", 100);
+  at_least("reserve together", 1000);
+  at_least("reserve together failed", 20);
   at_least("planned step", 1000);
   at_least("planned then freed", 300);
   if (window > 0) at_least("release", 3000);

@@ -320,6 +320,70 @@ TEST_CASE("swap-in respects max_num_seqs", "[policy]") {
   CHECK(kv.is_swapped(2));
 }
 
+PlanSeq whole(PlanSeq s) {
+  s.whole_request = true;
+  return s;
+}
+
+TEST_CASE("a beam-search request's sequences grow together, are preempted together and come back together",
+          "[policy]") {
+  auto kv = make_kv(8, 16);
+  place(kv, 10, 16);  // an older request: 4 blocks, a fifth for its next token
+  place(kv, 1, 8);    // the beams 1, 2, 3 share 2 blocks; each needs a third of its own
+  kv.fork(1, 2);
+  kv.fork(1, 3);
+  const auto beam = [](SeqId id) { return whole(running(id, 1, 8, 9)); };
+  // 10 takes one of the two free blocks: one is left, for one beam of three. No beam grows alone; the request's
+  // three go out together, their two shared blocks as two CPU blocks.
+  StepPlan plan = plan_step(kv, {beam(3), running(10, 0, 16, 17), beam(1), beam(2)},
+                            limits(8, 100, PreemptionMode::swap));
+  CHECK(chunk_ids(plan) == std::vector<SeqId>{10});
+  CHECK(plan.preempted_swap == std::vector<SeqId>{1, 2, 3});
+  CHECK(plan.swap_out.size() == 2);
+  CHECK(kv.metrics().cpu_free == 14);
+  kv.check_invariants();
+
+  // They come back together once they fit: two blocks, shared again.
+  const auto out = [](SeqId id) { return whole(swapped(id, 1, 8)); };
+  plan = plan_step(kv, {running(10, 0, 17, 18), out(2), out(1), out(3)}, limits(8, 100, PreemptionMode::swap));
+  CHECK(plan.swapping_in == std::vector<SeqId>{1, 2, 3});
+  CHECK(plan.swap_in.size() == 2);
+  CHECK(kv.block_table(1) == kv.block_table(3));
+  kv.check_invariants();
+
+  // In recompute mode they are freed together.
+  kv.free(10);
+  place(kv, 10, 24);  // 6 blocks: 6 + 2 in use, none free
+  plan = plan_step(kv, {running(10, 0, 24, 25), beam(1), beam(2), beam(3)}, limits(8, 100));
+  CHECK(chunk_ids(plan) == std::vector<SeqId>{10});
+  CHECK(plan.preempted_recompute == std::vector<SeqId>{1, 2, 3});
+  kv.check_invariants();
+}
+
+TEST_CASE("when nothing can move, the newest beam-search request split between running and waiting is freed",
+          "[policy]") {
+  auto kv = make_kv(6);
+  place(kv, 1, 12);  // request 0: beam 1 holds 3 blocks, its sibling 2 waits for 3 more
+  place(kv, 5, 12);  // request 1: beam 5 the same, its sibling 6 waits
+  const auto stalled = [](SeqId id, uint64_t arrival) { return whole(running(id, arrival, 12, 12)); };
+  StepPlan plan = plan_step(kv, {stalled(1, 0), stalled(5, 1), waiting(2, 0, 12), waiting(6, 1, 12)}, limits(8, 100));
+  CHECK(plan.chunks.empty());
+  CHECK(plan.preempted_recompute == std::vector<SeqId>{5});
+  CHECK_FALSE(kv.contains(5));
+  // The older request's sibling is admitted next.
+  plan = plan_step(kv, {stalled(1, 0), waiting(2, 0, 12), waiting(5, 1, 12), waiting(6, 1, 12)}, limits(8, 100));
+  CHECK(plan.admitted == std::vector<std::pair<SeqId, int>>{{2, 0}});
+  kv.check_invariants();
+
+  // Sequences that are not a beam search's wait for blocks as before: nothing is preempted.
+  auto other = make_kv(6);
+  place(other, 1, 12);
+  place(other, 5, 12);
+  plan = plan_step(other, {running(1, 0, 12, 12), running(5, 1, 12, 12), waiting(2, 0, 12)}, limits(8, 100));
+  CHECK(plan.preempted_recompute.empty());
+  CHECK(plan.admitted.empty());
+}
+
 TEST_CASE("a request that can never fit the pool is rejected and does not block the queue", "[policy]") {
   auto kv = make_kv(4);  // 16 tokens at most
   const StepPlan plan = plan_step(kv, {waiting(1, 0, 17), waiting(2, 1, 8)}, limits(8, 100));
