@@ -681,21 +681,18 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
                              std::to_string(p.max_tokens) + ") exceeds what one sequence can hold in the KV cache (" +
                              std::to_string(m.max_seq_tokens) + " tokens; see --num-kv-blocks)",
                          "max_tokens");
-  // A beam-search step needs every beam: they must fit the pool together. They share the prompt's full blocks in
-  // full-attention groups (forks, swaps; after a recompute preemption through the prefix cache only).
+  // A beam-search step needs every beam: they must fit the pool together. They share the prompt's full blocks
+  // (forks, swaps; after a recompute preemption through the prefix cache only).
   if (p.use_beam_search) {
-    const int64_t beams = std::max({1, p.n, p.best_of});
-    int64_t shared = 0;
-    for (int w : m.kv_groups.windows)
-      if (w == 0 && m.config.enable_prefix_caching) shared += static_cast<int64_t>(prompt_len) / m.config.block_size;
-    const int64_t each = most_blocks_held(m.kv_groups.windows, static_cast<int64_t>(prompt_len) + p.max_tokens,
-                                          m.config.block_size, m.config.max_num_batched_tokens);
-    if (beams * each - (beams - 1) * shared > m.max_seq_blocks)
+    const int beams = std::max({1, p.n, p.best_of});
+    const int64_t needed = most_blocks_held_by_forks(
+        m.kv_groups.windows, static_cast<int64_t>(prompt_len), static_cast<int64_t>(prompt_len) + p.max_tokens, beams,
+        m.config.block_size, m.config.max_num_batched_tokens, m.config.enable_prefix_caching);
+    if (needed > m.max_seq_blocks)
       throw InvalidRequest(std::to_string(beams) + " beams of the prompt (" + std::to_string(prompt_len) +
                                " tokens) plus max_tokens (" + std::to_string(p.max_tokens) + ") need " +
-                               std::to_string(beams * each - (beams - 1) * shared) +
-                               " KV-cache blocks at once; the pool holds " + std::to_string(m.max_seq_blocks) +
-                               " (see --num-kv-blocks)",
+                               std::to_string(needed) + " KV-cache blocks at once; the pool holds " +
+                               std::to_string(m.max_seq_blocks) + " (see --num-kv-blocks)",
                            "max_tokens");
   }
 }

@@ -64,6 +64,23 @@ int64_t most_blocks_held(std::span<const int> windows, int64_t num_tokens, int b
   return blocks;
 }
 
+int64_t most_blocks_held_by_forks(std::span<const int> windows, int64_t prompt_len, int64_t num_tokens, int width,
+                                  int block_size, int max_chunk, bool share_prompt) {
+  const int64_t prompt_blocks = share_prompt ? prompt_len / block_size : 0;  // full ones: a fork shares them
+  int64_t most = 0;
+  // What a group holds depends on the length through its block count only.
+  for (int64_t b = (prompt_len + block_size - 1) / block_size; b <= (num_tokens + block_size - 1) / block_size; ++b) {
+    int64_t blocks = 0;
+    for (int w : windows) {
+      const int64_t held = most_blocks_held(b * block_size, block_size, w, max_chunk);
+      const int64_t shared = std::max<int64_t>(0, prompt_blocks - (b - held));  // the first b - held are released
+      blocks += shared + width * (held - shared);
+    }
+    most = std::max(most, blocks);
+  }
+  return most;
+}
+
 int64_t longest_sequence(std::span<const int> windows, int64_t blocks, int block_size, int max_chunk) {
   const auto fits = [&](int64_t n) { return most_blocks_held(windows, n, block_size, max_chunk) <= blocks; };
   int64_t lo = 0, hi = int64_t{1} << 40;  // fits(lo); past hi, what a sliding group holds no longer grows

@@ -48,6 +48,12 @@ KvGroups kv_groups_of(const ModelConfig& config);
 int64_t most_blocks_held(int64_t num_tokens, int block_size, int window, int max_chunk);
 /// The same over groups of these windows (KvGroups::windows).
 int64_t most_blocks_held(std::span<const int> windows, int64_t num_tokens, int block_size, int max_chunk);
+/// The most device blocks `width` sequences forked from one prompt of `prompt_len` tokens hold together while each
+/// grows to `num_tokens` (a beam search, whose every beam is resident at each step), over groups of these windows:
+/// at each length, the prompt's full blocks a group still holds (a sliding group releases the first ones) are shared
+/// when `share_prompt`, and the rest of what it holds (most_blocks_held) is each sequence's own.
+int64_t most_blocks_held_by_forks(std::span<const int> windows, int64_t prompt_len, int64_t num_tokens, int width,
+                                  int block_size, int max_chunk, bool share_prompt);
 /// The most tokens a sequence may reach holding at most `blocks` device blocks over groups of these windows
 /// (most_blocks_held, chunks of at most `max_chunk` tokens); INT64_MAX when every group slides and the windows fit:
 /// any length.

@@ -102,4 +102,22 @@ if "$PAGED" --help 2>&1 | grep -q -- "--max-waiting-requests"; then
 else
   echo "NOTE: paged has no --max-waiting-requests flag; the 503 check did not run"
 fi
+# Mixed requests at once into small pools, a fifth aborted: swap preemption with a tiny swap pool; recompute with a
+# tiny CPU tier and a disk tier; and a sliding-window model (stories260K as Mistral) with all of them.
+start_server "$WORK/serve-stress-swap.log" --num-kv-blocks 40 --preemption-mode swap --swap-space 0.002
+run_check check_stress.mjs --base "http://127.0.0.1:$PORT" --seed 1 || fail "check_stress swap"
+kill -TERM "${PIDS[-1]}"
+mkdir -p "$WORK/disk" "$WORK/disk-sliding"
+start_server "$WORK/serve-stress-tiers.log" --num-kv-blocks 60 --kv-offloading-size 0.0005 --kv-disk-dir "$WORK/disk" \
+  --kv-disk-size 0.01
+run_check check_stress.mjs --base "http://127.0.0.1:$PORT" --seed 2 || fail "check_stress tiers"
+kill -TERM "${PIDS[-1]}"
+cp -r "$MODEL" "$WORK/sliding"
+node -e 'const fs = require("fs"), f = process.argv[1], c = JSON.parse(fs.readFileSync(f));
+         Object.assign(c, {model_type: "mistral", architectures: ["MistralForCausalLM"], sliding_window: 128});
+         fs.writeFileSync(f, JSON.stringify(c))' "$WORK/sliding/config.json"
+MODEL="$WORK/sliding" start_server "$WORK/serve-stress-sliding.log" --num-kv-blocks 40 --preemption-mode swap \
+  --swap-space 0.003 --kv-offloading-size 0.0005 --kv-disk-dir "$WORK/disk-sliding" --kv-disk-size 0.01
+run_check check_stress.mjs --base "http://127.0.0.1:$PORT" --seed 3 || fail "check_stress sliding"
+kill -TERM "${PIDS[-1]}"
 echo "http_openai: all passed"

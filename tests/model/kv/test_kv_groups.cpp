@@ -96,6 +96,18 @@ TEST_CASE("KV groups: what a sequence holds at most and keeps, over its groups",
   CHECK(longest_sequence(std::vector<int>{64}, 9, 16, 16) == std::numeric_limits<int64_t>::max());
   CHECK(longest_sequence(std::vector<int>{64}, 8, 16, 16) == 128);
   CHECK(longest_sequence(windows, 0, 16, 16) == 0);
+  // Three beams from a 100-token prompt (6 full blocks) grown to 1,000 tokens. Full group: the 6 shared, 57 each.
+  const std::vector<int> full{0};
+  CHECK(most_blocks_held_by_forks(full, 100, 1000, 3, 16, 16, true) == 6 + 3 * 57);
+  CHECK(most_blocks_held_by_forks(full, 100, 1000, 3, 16, 16, false) == 3 * 63);
+  CHECK(most_blocks_held_by_forks(full, 100, 1000, 1, 16, 16, true) == most_blocks_held(1000, 16, 0, 16));
+  // A sliding group holds 9 blocks at most. At 9 blocks none is released and the 6 are shared: 6 + 3 x 3 = 15; at
+  // 12, 3 are released: 3 + 3 x 6 = 21; from 15 on the prompt's blocks are all released: 3 x 9 = 27, the most.
+  const std::vector<int> sliding{64};
+  CHECK(most_blocks_held_by_forks(sliding, 100, 1000, 3, 16, 16, true) == 27);
+  CHECK(most_blocks_held_by_forks(sliding, 100, 12 * 16, 3, 16, 16, true) == 21);
+  CHECK(most_blocks_held_by_forks(sliding, 100, 130, 3, 16, 16, true) == 6 + 3 * 3);  // 9 blocks, none released
+  CHECK(most_blocks_held_by_forks(windows, 100, 130, 3, 16, 16, true) == 3 * (6 + 3 * 3));
   KvGroups g;
   g.windows = windows;
   CHECK(blocks_kept(g, 1000, 16) == 63 + 5 + 5);
