@@ -522,13 +522,15 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   } else {
     if (auto lp = f.integer("logprobs", 0, kMaxLogprobs)) p.logprobs = static_cast<int>(*lp);
     req.echo = f.boolean("echo").value_or(false);
-    if (req.echo && p.logprobs) invalid("'echo' together with 'logprobs' is not supported", "echo");
     if (f.get("suffix")) invalid("'suffix' is not supported", "suffix");
   }
   if (auto k = f.integer("prompt_logprobs", 0, kMaxLogprobs)) {
     if (req.stream) invalid("'prompt_logprobs' is not available when 'stream' is true", "prompt_logprobs");
     p.prompt_logprobs = static_cast<int>(*k);
+    req.show_prompt_logprobs = true;
   }
+  // vLLM's echo with logprobs: the prompt's tokens are scored too, with as many alternatives (unless asked apart).
+  if (req.echo && p.logprobs && !p.prompt_logprobs) p.prompt_logprobs = p.logprobs;
   p.ignore_eos = f.boolean("ignore_eos").value_or(false);
   p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
   // Special tokens are written without spaces around them (what Hugging Face's fast tokenizers, and so vLLM with
@@ -590,7 +592,12 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   }
   const char* max_key = chat && f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (chat) f.get("max_tokens");  // the older name; max_completion_tokens wins when both are given
-  auto max_tokens = f.integer(max_key, 1, std::numeric_limits<int32_t>::max());
+  // max_tokens 0 asks for the echoed prompt alone (vLLM's); the engine generates one token, dropped.
+  auto max_tokens = f.integer(max_key, req.echo ? 0 : 1, std::numeric_limits<int32_t>::max());
+  if (max_tokens == 0) {
+    req.echo_only = true;
+    max_tokens = 1;
+  }
   if (max_tokens) {
     if (static_cast<int64_t>(longest) + *max_tokens > model.max_model_len) {
       invalid("This model's maximum context length is " + std::to_string(model.max_model_len) +
@@ -605,7 +612,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     p.max_tokens = chat ? model.max_model_len - static_cast<int>(longest)
                         : std::min(16, model.max_model_len - static_cast<int>(longest));
   }
-  p.min_tokens = static_cast<int>(f.integer("min_tokens", 0, p.max_tokens).value_or(0));
+  p.min_tokens = static_cast<int>(f.integer("min_tokens", 0, req.echo_only ? 0 : p.max_tokens).value_or(0));
   f.refuse_unread();
   return req;
 }
@@ -639,7 +646,9 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       include_usage_(request.include_usage),
       echo_(request.echo),
       want_logprobs_(request.params.logprobs.has_value()),
-      want_prompt_logprobs_(request.params.prompt_logprobs.has_value()),
+      want_prompt_logprobs_(request.show_prompt_logprobs),
+      echo_logprobs_(request.echo && request.params.logprobs.has_value()),
+      echo_only_(request.echo_only),
       tools_(request.tools),
       reasoning_(request.reasoning),
       n_(request.params.n),
@@ -651,6 +660,8 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       choices_(request.prompts.size() * request.params.n),
       done_(request.prompts.size(), false),
       prompt_logprobs_(request.prompts.size()),
+      prompt_ids_(echo_logprobs_ ? request.prompts : std::vector<std::vector<TokenId>>{}),
+      prompt_scores_(echo_logprobs_ ? request.prompts.size() : 0),
       prompt_tokens_(request.prompts.size(), 0),
       completion_tokens_(request.prompts.size(), 0) {
   for (size_t p = 0; p < request.prompts.size(); ++p) {
@@ -735,6 +746,42 @@ json::value ResponseBuilder::logprobs_json(const std::vector<TokenId>& ids, cons
                       {"text_offset", std::move(offsets)}};
 }
 
+json::value ResponseBuilder::echoed_logprobs_json(size_t prompt, json::value generated) const {
+  json::array tokens, token_logprobs, top_logprobs, offsets;
+  const std::vector<TokenId>& ids = prompt_ids_[prompt];
+  const std::vector<PromptLogprob>& scored = prompt_scores_[prompt];
+  size_t offset = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string text = token_text(*tokenizer_, ids[i]);
+    tokens.push_back(json::string(text));
+    offsets.push_back(static_cast<int64_t>(offset));
+    offset += tokenizer_->token_bytes(ids[i], false).size();
+    if (i == 0 || i > scored.size()) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      continue;
+    }
+    const PromptLogprob& t = scored[i - 1];
+    token_logprobs.push_back(finite_logprob(t.logprob));
+    json::object top{{text, finite_logprob(t.logprob)}};  // the prompt's token, then the most likely ones
+    for (const auto& [alt, lp] : t.top_logprobs) top.emplace(token_text(*tokenizer_, alt), finite_logprob(lp));
+    top_logprobs.push_back(std::move(top));
+  }
+  if (generated.is_object()) {
+    const auto append = [&](json::array& to, const char* key) {
+      for (const json::value& v : generated.as_object().at(key).as_array()) to.push_back(v);
+    };
+    append(tokens, "tokens");
+    append(token_logprobs, "token_logprobs");
+    append(top_logprobs, "top_logprobs");
+    append(offsets, "text_offset");
+  }
+  return json::object{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_logprobs)},
+                      {"top_logprobs", std::move(top_logprobs)},
+                      {"text_offset", std::move(offsets)}};
+}
+
 json::value ResponseBuilder::prompt_logprobs_json(const std::vector<PromptLogprob>& scored) const {
   // vLLM's form: one entry per prompt token, null for the first; each maps token ids to {logprob, rank,
   // decoded_token}: the prompt's token first, then the most likely ones.
@@ -758,17 +805,22 @@ json::value ResponseBuilder::prompt_logprobs_json(const std::vector<PromptLogpro
 std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event) {
   if (want_prompt_logprobs_ && !event.prompt_logprobs.empty())
     prompt_logprobs_[prompt_index] = prompt_logprobs_json(event.prompt_logprobs);
+  if (echo_logprobs_ && !event.prompt_logprobs.empty()) prompt_scores_[prompt_index] = event.prompt_logprobs;
   if (event.error && !error_) {
     error_ = *event.error;
     unavailable_ = event.unavailable;
   }
   prompt_tokens_[prompt_index] = event.prompt_tokens > 0 ? event.prompt_tokens : prompt_tokens_[prompt_index];
-  completion_tokens_[prompt_index] = event.completion_tokens;
+  completion_tokens_[prompt_index] = echo_only_ ? 0 : event.completion_tokens;
   std::string frames;
-  for (const CompletionDelta& d : event.deltas) {
+  for (CompletionDelta d : event.deltas) {
     const size_t index = prompt_index * n_ + static_cast<size_t>(d.index);
     if (index >= choices_.size()) continue;
     Choice& c = choices_[index];
+    if (echo_only_) {  // the prompt is the answer: the generated token is dropped, the choice ends with it
+      if (c.started || !d.finish_reason) continue;
+      d = CompletionDelta{.index = d.index, .finish_reason = d.finish_reason == "cancelled" ? "cancelled" : "length"};
+    }
     if (!stream_) {
       c.text += d.text;
       c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
@@ -808,6 +860,7 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
     }
     choice["logprobs"] = want_logprobs_ && !d.token_ids.empty() ? logprobs_json(d.token_ids, d.logprobs, c.text_offset)
                                                                  : json::value(nullptr);
+    if (echo_logprobs_ && !c.started) choice["logprobs"] = echoed_logprobs_json(prompt_index, choice["logprobs"]);
     choice["finish_reason"] = finish ? json::value(*finish) : json::value(nullptr);
     c.started = true;
     json::object chunk = chunk_header();
@@ -853,7 +906,7 @@ std::string ResponseBuilder::body() const {
       choice["logprobs"] = logprobs;
     } else {
       choice["text"] = echo_ ? prompt_texts_[i / n_] + c.text : c.text;
-      choice["logprobs"] = logprobs;
+      choice["logprobs"] = echo_logprobs_ ? echoed_logprobs_json(i / n_, logprobs) : logprobs;
     }
     choice["finish_reason"] = finish ? json::value(*finish) : json::value(nullptr);
     // vLLM's places: each completion choice carries its prompt's, a chat response carries them at the top level.

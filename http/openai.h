@@ -52,7 +52,11 @@ struct Request {
   SamplingParams params;
   bool stream = false;
   bool include_usage = false;             // stream_options.include_usage
-  bool echo = false;                      // completions: prepend the prompt to the text
+  bool echo = false;                      // completions: prepend the prompt to the text (and with logprobs, the
+                                          // prompt's tokens to the logprobs: vLLM's prompt_logprobs = logprobs)
+  bool echo_only = false;                 // completions: echo with max_tokens 0, the answer is the prompt alone (one
+                                          // token is generated and dropped)
+  bool show_prompt_logprobs = false;      // the response has "prompt_logprobs" (asked for by that name)
   ToolRequest tools;                      // chat: tools and tool_choice
   ReasoningFormat reasoning = ReasoningFormat::none;  // chat: how the answers' reasoning is split off their content
 };
@@ -128,6 +132,9 @@ class ResponseBuilder {
                                    size_t& text_offset) const;
   boost::json::object usage_json() const;
   boost::json::value prompt_logprobs_json(const std::vector<PromptLogprob>& scored) const;
+  /// Completions' logprobs of an echoed prompt `prompt` followed by `generated` (logprobs_json's, or null): its
+  /// tokens from text offset 0, null for the first (nothing scores it), each other's top alternatives with it.
+  boost::json::value echoed_logprobs_json(size_t prompt, boost::json::value generated) const;
 
   Endpoint endpoint_;
   bool stream_;
@@ -135,6 +142,8 @@ class ResponseBuilder {
   bool echo_;
   bool want_logprobs_;
   bool want_prompt_logprobs_;
+  bool echo_logprobs_;  // echo with logprobs: the prompts' scores start each choice's logprobs
+  bool echo_only_;
   ToolRequest tools_;  // tools: the answers' tool calls become tool_calls
   ReasoningFormat reasoning_;  // chat: the answers' reasoning becomes reasoning_content / reasoning
   int n_;
@@ -146,6 +155,8 @@ class ResponseBuilder {
   std::vector<Choice> choices_;
   std::vector<bool> done_;
   std::vector<boost::json::value> prompt_logprobs_;  // per prompt, in vLLM's form once they came; null before
+  std::vector<std::vector<TokenId>> prompt_ids_;     // echo_logprobs_: per prompt, its tokens
+  std::vector<std::vector<PromptLogprob>> prompt_scores_;  // echo_logprobs_: per prompt, its scores once they came
   std::vector<int> prompt_tokens_;
   std::vector<int> completion_tokens_;
   size_t prompts_done_ = 0;

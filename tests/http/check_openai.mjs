@@ -77,6 +77,32 @@ for (const g of golden) {
   checkEqual(ids.choices[0].text, golden[2].text, "token-id prompt gives the golden continuation");
   const echo = await client.completions.create({ model, prompt: golden[0].prompt, max_tokens: 64, temperature: 0, echo: true });
   checkEqual(echo.choices[0].text, golden[0].prompt + golden[0].text, "echo prepends the prompt");
+  // lm-evaluation-harness's loglikelihood request: context + continuation echoed with logprobs, nothing generated.
+  // The continuation is Hugging Face's greedy one, so each of its tokens is the likeliest where it stands.
+  const g = golden[1];
+  const scored = await client.completions.create({ model, prompt: [...g.prompt_ids, ...g.greedy_ids], max_tokens: 0,
+                                                   echo: true, logprobs: 1, temperature: 0 });
+  const c = scored.choices[0];
+  const lp = c.logprobs;
+  const all = g.prompt_ids.length + g.greedy_ids.length;
+  checkEqual([lp.tokens.length, lp.token_logprobs.length, lp.top_logprobs.length, lp.text_offset.length],
+             [all, all, all, all], "echo + logprobs: one entry per prompt token");
+  checkEqual([lp.token_logprobs[0], lp.top_logprobs[0]], [null, null], "nothing scores the first token");
+  checkEqual(c.finish_reason, "length", "max_tokens 0 ends at once");
+  checkEqual(scored.usage.completion_tokens, 0, "max_tokens 0 generates nothing");
+  let greedy = 0;
+  for (let i = g.prompt_ids.length; i < all; i++) {
+    const top = lp.top_logprobs[i];
+    const best = Object.keys(top).reduce((a, b) => (top[a] >= top[b] ? a : b));
+    greedy += best === lp.tokens[i] && lp.token_logprobs[i] === top[best];
+  }
+  checkEqual(greedy, g.greedy_ids.length, "every token of the greedy continuation is the likeliest");
+  const both = await client.completions.create({ model, prompt: g.prompt, max_tokens: 4, echo: true, logprobs: 2,
+                                                 prompt_logprobs: 2, temperature: 0 });
+  const plp = both.choices[0].prompt_logprobs;
+  checkEqual(both.choices[0].logprobs.token_logprobs.slice(1, plp.length),
+             plp.slice(1).map((entry, i) => entry[String(g.prompt_ids[i + 1])].logprob),
+             "echoed logprobs are the prompt_logprobs of the same tokens");
 }
 
 // n = 2: greedy twice is the golden text twice; sampled with a seed, two streams.

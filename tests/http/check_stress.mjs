@@ -1,6 +1,7 @@
 // Many mixed requests at once against a server with a small KV pool, through the official openai client: plain,
-// n > 1, best_of, beam search, JSON schema and regex (checked with ajv / the regex), logprobs, streams of one and of
-// three completions, a fifth of them aborted at a random moment. Every request that is not aborted must answer 200
+// n > 1, best_of, beam search, JSON schema and regex (checked with ajv / the regex), logprobs, penalties, prompt
+// logprobs with echo, stop strings, streams of one and of three completions, a fifth of them aborted at a random
+// moment. Every request that is not aborted must answer 200
 // with its choices, each finished; afterwards nothing runs and the KV pool is whole again. Seeded: a failure
 // reproduces with the same --seed.
 // Usage: node check_stress.mjs --base http://127.0.0.1:PORT [--requests 300] [--seed 1]
@@ -35,7 +36,8 @@ const text = (n) => Array.from({ length: n }, () => pick(words)).join(" ");
 const prefixes = Array.from({ length: 4 }, () => text(40 + Math.floor(rnd() * 60)));
 const prompt = () => (rnd() < 0.6 ? pick(prefixes) + " " : "") + text(3 + Math.floor(rnd() * 60));
 
-const kinds = ["plain", "n", "best_of", "beam", "schema", "regex", "logprobs", "stream", "stream_n"];
+const kinds = ["plain", "n", "best_of", "beam", "schema", "regex", "logprobs", "stream", "stream_n", "penalties",
+               "prompt_logprobs", "stop"];
 const outcome = { ok: 0, aborted: 0, failed: {} };
 async function one(i) {
   const kind = pick(kinds);
@@ -49,6 +51,10 @@ async function one(i) {
   if (kind === "schema") body.guided_json = schema;
   if (kind === "regex") body.guided_regex = regex;
   if (kind === "logprobs") body.logprobs = 3;
+  if (kind === "penalties") Object.assign(body, { repetition_penalty: 1.3, presence_penalty: 0.5,
+                                                  frequency_penalty: 0.4, min_tokens: Math.min(body.max_tokens, 5) });
+  if (kind === "prompt_logprobs") Object.assign(body, { prompt_logprobs: 2, echo: true, logprobs: 1 });
+  if (kind === "stop") body.stop = [pick(words), "."];
   if (kind.startsWith("stream")) body.stream = true;
   if (kind === "stream_n") body.n = 3;
   const width = body.n ?? 1;
@@ -67,6 +73,7 @@ async function one(i) {
     check(r.choices.length === width, `request ${i} (${kind}): ${width} choices`, r.choices.length);
     for (const c of r.choices) {
       check(["stop", "length"].includes(c.finish_reason), `request ${i} (${kind}): a finish reason`, c.finish_reason);
+      if (kind === "prompt_logprobs") check(c.prompt_logprobs?.length > 1, `request ${i}: prompt logprobs`, c);
       if (c.finish_reason !== "stop") continue;
       if (kind === "schema") check(validate(JSON.parse(c.text)), `request ${i}: the schema holds`, c.text);
       if (kind === "regex") check(new RegExp(`^${regex}$`).test(c.text), `request ${i}: the regex holds`, c.text);

@@ -388,6 +388,74 @@ TEST_CASE("prompt_logprobs in vLLM's form: per completions choice, at the top of
   CHECK(json::parse(one.body()).at("choices").at(0).at("prompt_logprobs") == json::array{nullptr});
 }
 
+TEST_CASE("echo with logprobs: the prompt's tokens scored first (vLLM's), and max_tokens 0 answers the prompt alone",
+          "[openai]") {
+  const Tokenizer& tok = *fixture().tok;
+  // Prompt [1, 403, 407]: token 403 scored rank 2 (432 was likelier), 407 rank 1.
+  const std::vector<PromptLogprob> scored = {{403, -1.25f, 2, {{432, -0.5f}}}, {407, -0.125f, 1, {{407, -0.125f}}}};
+  auto req = parse(Endpoint::completions, R"({"prompt": [1, 403, 407], "echo": true, "logprobs": 1, "max_tokens": 1})");
+  CHECK(req.params.prompt_logprobs == 1);  // the engine scores the prompt with as many alternatives
+  CHECK_FALSE(req.show_prompt_logprobs);
+  CHECK_FALSE(req.echo_only);
+  const std::string prompt_text = req.prompt_texts[0];
+  CompletionDelta d = delta(0, tok.decode(std::vector<TokenId>{383}), {383}, "length");
+  d.logprobs = {SampledToken{383, -0.75f, {{383, -0.75f}}}};
+  RequestEvent ev = event({d}, true, 3, 1);
+  ev.prompt_logprobs = scored;
+  const auto check_echoed = [&](const json::object& lp, size_t generated) {
+    const auto& tokens = lp.at("tokens").as_array();
+    REQUIRE(tokens.size() == 3 + generated);
+    CHECK(tokens[1] == json::value(openai::token_text(tok, 403)));
+    const auto& values = lp.at("token_logprobs").as_array();
+    CHECK(values[0].is_null());
+    CHECK(values[1].as_double() == Approx(-1.25));
+    CHECK(values[2].as_double() == Approx(-0.125));
+    const auto& top = lp.at("top_logprobs").as_array();
+    CHECK(top[0].is_null());
+    CHECK(top[1].as_object().size() == 2);  // the prompt's token and the likeliest
+    CHECK(top[1].at(openai::token_text(tok, 432)).as_double() == Approx(-0.5));
+    CHECK(top[2].as_object().size() == 1);
+    const auto& offsets = lp.at("text_offset").as_array();
+    CHECK(offsets[0] == 0);
+    CHECK(offsets[2] == static_cast<int64_t>(tok.token_bytes(1, false).size() + tok.token_bytes(403, false).size()));
+    if (generated) {
+      CHECK(tokens[3] == json::value(openai::token_text(tok, 383)));
+      CHECK(values[3].as_double() == Approx(-0.75));
+      CHECK(offsets[3] == static_cast<int64_t>(prompt_text.size()));  // after the echoed text, as before
+    }
+  };
+  openai::ResponseBuilder rb(req, tok, "m", "cmpl-7", 1);
+  rb.add(0, ev);
+  const auto body = json::parse(rb.body());
+  const auto& choice = body.at("choices").at(0).as_object();
+  CHECK(choice.at("text") == json::value(prompt_text + d.text));
+  check_echoed(choice.at("logprobs").as_object(), 1);
+  CHECK_FALSE(choice.contains("prompt_logprobs"));  // not asked by that name
+
+  // Streamed: the first chunk of the choice carries the prompt's logprobs before its token's.
+  auto sreq = parse(Endpoint::completions, R"({"prompt": [1, 403, 407], "echo": true, "logprobs": 1, "stream": true})");
+  openai::ResponseBuilder srb(sreq, tok, "m", "cmpl-8", 1);
+  const auto chunks = sse_objects(srb.add(0, ev));
+  REQUIRE(chunks.size() == 1);
+  check_echoed(chunks[0].at("choices").at(0).at("logprobs").as_object(), 1);
+
+  // max_tokens 0: the prompt is the answer; one token is generated (the engine's least) and dropped.
+  auto oreq = parse(Endpoint::completions, R"({"prompt": [1, 403, 407], "echo": true, "logprobs": 1, "max_tokens": 0})");
+  CHECK(oreq.echo_only);
+  CHECK(oreq.params.max_tokens == 1);
+  for (const bool stream : {false, true}) {
+    oreq.stream = stream;
+    openai::ResponseBuilder orb(oreq, tok, "m", "cmpl-9", 1);
+    const std::string frames = orb.add(0, ev);
+    const json::object only = stream ? sse_objects(frames).at(0).at("choices").at(0).as_object()
+                                     : json::parse(orb.body()).at("choices").at(0).as_object();
+    CHECK(only.at("text") == json::value(prompt_text));
+    CHECK(only.at("finish_reason") == "length");
+    check_echoed(only.at("logprobs").as_object(), 0);
+    CHECK(orb.completion_tokens() == 0);
+  }
+}
+
 TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
   const auto C = Endpoint::completions;
   const auto K = Endpoint::chat;
@@ -445,7 +513,7 @@ TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
       {C, R"({"prompt": "x", "logprobs": 21})", "logprobs"},
       {C, R"({"prompt": "x", "logprobs": true})", "logprobs"},
       {C, R"({"prompt": "x", "echo": "yes"})", "echo"},
-      {C, R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo"},
+      {C, R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},  // 0 only with echo
       {C, R"({"prompt": "x", "stream": "true"})", "stream"},
       {C, R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
       {C, R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})", "include_usage"},
