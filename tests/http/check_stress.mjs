@@ -73,7 +73,14 @@ async function one(i) {
     check(r.choices.length === width, `request ${i} (${kind}): ${width} choices`, r.choices.length);
     for (const c of r.choices) {
       check(["stop", "length"].includes(c.finish_reason), `request ${i} (${kind}): a finish reason`, c.finish_reason);
-      if (kind === "prompt_logprobs") check(c.prompt_logprobs?.length > 1, `request ${i}: prompt logprobs`, c);
+      if (kind === "prompt_logprobs") {
+        // One entry per prompt token, whatever preemption did to the scoring; the echo's logprobs the prompt's and
+        // then the answer's tokens.
+        check(c.prompt_logprobs?.length === r.usage.prompt_tokens, `request ${i}: prompt logprobs of every token`,
+              [c.prompt_logprobs?.length, r.usage.prompt_tokens]);
+        check(c.logprobs?.tokens.length === r.usage.prompt_tokens + r.usage.completion_tokens,
+              `request ${i}: echoed logprobs of every token`, [c.logprobs?.tokens.length, r.usage]);
+      }
       if (c.finish_reason !== "stop") continue;
       if (kind === "schema") check(validate(JSON.parse(c.text)), `request ${i}: the schema holds`, c.text);
       if (kind === "regex") check(new RegExp(`^${regex}$`).test(c.text), `request ${i}: the regex holds`, c.text);
