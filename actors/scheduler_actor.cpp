@@ -647,6 +647,7 @@ void request_plan(Self* self) {
     p.id = id;
     p.arrival = r.arrival;
     p.whole_request = r.beam;
+    p.salt = r.spec.params->cache_salt;
     p.phase = s.phase;
     p.num_computed = s.num_planned;
     p.num_tokens = static_cast<int>(r.spec.prompt->size() + s.output->size()) + s.pending;

@@ -1,5 +1,7 @@
 #include "http/openai.h"
+
 #include "http/strict_json.h"
+#include "model/hash_mix.h"
 #include "model/sampling/params_check.h"
 #include "model/unicode/utf8.h"
 
@@ -540,6 +542,10 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
             "are written without spaces around them",
             "spaces_between_special_tokens");
   p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
+  if (auto salt = f.string("cache_salt")) {
+    if (salt->empty()) invalid("'cache_salt' must be a non-empty string", "cache_salt");
+    p.cache_salt = std::max<uint64_t>(1, hash_bytes(*salt));  // 0 is no salt
+  }
   f.string("user");  // accepted, only type-checked
   p.structured = parse_structured_output(f);
 

@@ -56,6 +56,9 @@ struct SamplingParams {
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;  // the stop string that ended a completion stays in its text
   StructuredOutput structured;              // none: free text
+  // vLLM's cache_salt, hashed (0: none): a request finds in the prefix cache only the blocks of requests with the
+  // same salt, so that tenants cannot learn each other's prompts from time to first token.
+  uint64_t cache_salt = 0;
 
   bool greedy() const { return temperature == 0.0f; }
   bool operator==(const SamplingParams&) const = default;  // every field equal

@@ -31,7 +31,8 @@ SamplingParams every_field_set() {
           .stop_token_ids = {7, 8}, .stop = {"\n\n", "The end"}, .ignore_eos = true, .logprobs = 6,
           .prompt_logprobs = 3, .skip_special_tokens = false, .include_stop_str_in_output = true,
           .structured = {.kind = StructuredOutput::Kind::json_schema, .spec = "{}", .field = "structured_outputs",
-                         .after = "</think>", .whitespace = " ?"}};
+                         .after = "</think>", .whitespace = " ?"},
+          .cache_salt = 0x0123456789abcdefULL};
 }
 
 // One chunk that samples, with `params` in its context.
@@ -226,6 +227,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
   CHECK(set.skip_special_tokens != d.skip_special_tokens);
   CHECK(set.include_stop_str_in_output != d.include_stop_str_in_output);
   CHECK(set.structured != d.structured);
+  CHECK(set.cache_salt != d.cache_salt);
 
   const auto round_trip = [](const SamplingParams& p) {
     WireStep w;
@@ -261,6 +263,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
       [&](SamplingParams& p) { p.skip_special_tokens = set.skip_special_tokens; },
       [&](SamplingParams& p) { p.include_stop_str_in_output = set.include_stop_str_in_output; },
       [&](SamplingParams& p) { p.structured = set.structured; },
+      [&](SamplingParams& p) { p.cache_salt = set.cache_salt; },
   };
   for (size_t f = 0; f < one_field.size(); ++f) {
     INFO("field " << f);

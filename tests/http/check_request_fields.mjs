@@ -1,11 +1,12 @@
 // vLLM's request fields beyond OpenAI's, through the official openai client against `paged serve` on stories260K
 // (with the Llama 2 chat template): prompt_logprobs (completions and chat; checked against Hugging Face's logits and
 // against the logprob the sampler reports for the same token), continue_final_message, a request's own
-// chat_template (a hostile one refused quickly, the server serving on), spaces_between_special_tokens.
+// chat_template (a hostile one refused quickly, the server serving on), spaces_between_special_tokens, cache_salt
+// (prefix-cache hits within one salt only, seen in /metrics).
 // Usage: node check_request_fields.mjs --base http://127.0.0.1:PORT --golden .../stories260K-greedy.json --model DIR
 import OpenAI from "openai";
 import { goldenContinuations } from "./golden_text.mjs";
-import { check, checkEqual, finish, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
+import { check, checkEqual, finish, metrics, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
 
 const args = parseArgs();
 const base = args.base;
@@ -133,6 +134,27 @@ for (const g of golden.slice(0, 3)) {
                                               spaces_between_special_tokens: true });
   checkEqual([bad.status, bad.body.error?.param], [400, "spaces_between_special_tokens"],
              "spaces_between_special_tokens true with special tokens written is refused");
+}
+
+// ---- cache_salt: the prefix cache is shared only between requests of one salt -----------------------------------
+{
+  const hits = async () => (await metrics(base)).paged_prefix_cache_hit_tokens_total;
+  // A prompt of its own (5 full blocks), so that nothing earlier cached it.
+  const prompt = Array.from({ length: 90 }, (_, i) => 300 + ((i * 37) % 200));
+  const run = async (salt) => {
+    const before = await hits();
+    const r = await post("/v1/completions", { model, prompt, max_tokens: 1, temperature: 0,
+                                              ...(salt === undefined ? {} : { cache_salt: salt }) });
+    checkEqual(r.status, 200, `a request with cache_salt ${salt}`);
+    return (await hits()) - before;
+  };
+  checkEqual(await run("tenant-a-7f3b9c1e"), 0, "the first of salt a computes its prompt");
+  check(await run("tenant-a-7f3b9c1e") >= 80, "the second of salt a finds it cached");
+  checkEqual(await run("tenant-b-2d8e4a60"), 0, "salt b does not find salt a's blocks");
+  checkEqual(await run(undefined), 0, "no salt does not find them either");
+  check(await run(undefined) >= 80, "and unsalted requests share among themselves");
+  const empty = await post("/v1/completions", { model, prompt: "Once", max_tokens: 1, cache_salt: "" });
+  checkEqual([empty.status, empty.body.error?.param], [400, "cache_salt"], "an empty cache_salt is refused");
 }
 
 const drained = await waitForDrained(base);

@@ -456,6 +456,20 @@ TEST_CASE("echo with logprobs: the prompt's tokens scored first (vLLM's), and ma
   }
 }
 
+TEST_CASE("cache_salt: one salt, one hash; another salt or none, another", "[openai]") {
+  const auto salt = [](const char* body) { return parse(Endpoint::completions, body).params.cache_salt; };
+  CHECK(salt(R"({"prompt": "x"})") == 0);
+  const uint64_t a = salt(R"({"prompt": "x", "cache_salt": "tenant-a"})");
+  CHECK(a != 0);
+  CHECK(salt(R"({"prompt": "y", "cache_salt": "tenant-a"})") == a);
+  CHECK(salt(R"({"prompt": "x", "cache_salt": "tenant-b"})") != a);
+  CHECK(salt(R"({"prompt": "x", "cache_salt": "tenant-a "})") != a);
+  CHECK(parse(Endpoint::chat, R"({"messages": [{"role": "user", "content": "a"}], "cache_salt": "tenant-a"})")
+            .params.cache_salt == a);
+  CHECK(refused_param(Endpoint::completions, R"({"prompt": "x", "cache_salt": ""})") == "cache_salt");
+  CHECK(refused_param(Endpoint::completions, R"({"prompt": "x", "cache_salt": 5})") == "cache_salt");
+}
+
 TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
   const auto C = Endpoint::completions;
   const auto K = Endpoint::chat;
