@@ -800,6 +800,7 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<TokenI
           if (d.finish_reason) o.finish_reason = *d.finish_reason;
         }
         if (!ev.prompt_logprobs.empty()) out.prompt_logprobs = std::move(ev.prompt_logprobs);
+        out.num_cached_tokens = ev.cached_tokens;
         if (ev.error) run->failure = *ev.error;
         if (ev.done && --run->remaining == 0) run->cv.notify_all();
       }, false);

@@ -92,6 +92,7 @@ struct RequestEvent {
   std::vector<CompletionDelta> deltas;
   bool done = false;
   int prompt_tokens = 0;
+  int cached_tokens = 0;                  // prompt tokens found in the prefix cache at its first admission
   int completion_tokens = 0;              // so far, over all completions
   std::optional<std::string> error;       // the request failed inside the engine
   bool unavailable = false;               // with error: no replica of the model can serve it (HTTP 503)
@@ -114,6 +115,7 @@ struct RequestOutput {
   std::string prompt;
   std::vector<TokenId> prompt_token_ids;
   std::vector<PromptLogprob> prompt_logprobs;  // prompt_logprobs asked: entry i for prompt token i + 1
+  int num_cached_tokens = 0;                   // prompt tokens found in the prefix cache (vLLM's)
   std::vector<CompletionOutput> outputs;
 };
 

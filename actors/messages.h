@@ -25,7 +25,8 @@ using stop_atom = caf::atom_constant<caf::atom("stopseq")>;     // request -> sc
 using output_atom = caf::atom_constant<caf::atom("output")>;    // scheduler -> request: new tokens
 using prompt_lp_atom = caf::atom_constant<caf::atom("promptlp")>;  // scheduler -> request: prompt tokens scored
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;    // scheduler -> request: aborted
-using scheduled_atom = caf::atom_constant<caf::atom("sched")>;  // scheduler -> request: first admitted to a step
+using scheduled_atom = caf::atom_constant<caf::atom("sched")>;  // scheduler -> request: first admitted to a step,
+                                                                // with the prompt tokens its prefix-cache hit holds
 using plan_atom = caf::atom_constant<caf::atom("plan")>;        // scheduler -> memory manager
 using free_atom = caf::atom_constant<caf::atom("free")>;
 using fork_atom = caf::atom_constant<caf::atom("fork")>;

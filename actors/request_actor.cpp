@@ -34,6 +34,7 @@ struct RequestState {
   int completion_tokens = 0;
   Clock::time_point start = Clock::now();
   std::optional<Clock::time_point> scheduled;      // first admitted to a step (queue time, prefill time)
+  int cached_tokens = 0;                           // prompt tokens its prefix-cache hit held then
   std::optional<Clock::time_point> first_token;
   std::optional<Clock::time_point> last_output;    // the previous step that gave it output (inter-token latency)
   std::vector<PromptLogprob> prompt_logprobs;      // prompt_logprobs: entry i scores prompt token i + 1, in order
@@ -134,6 +135,7 @@ void emit_final(Self* self, bool cancelled, std::optional<std::string> error = s
   ev.done = true;
   ev.unavailable = error && unavailable;
   ev.prompt_tokens = static_cast<int>(st.spec.prompt->size());
+  ev.cached_tokens = st.cached_tokens;
   ev.error = std::move(error);
   const auto& p = *st.spec.params;
   std::vector<int> order(st.completions.size());
@@ -215,6 +217,7 @@ bool take_output(Self* self, const SeqOutput& out) {
     RequestEvent ev;
     ev.id = st.spec.id;
     ev.prompt_tokens = static_cast<int>(st.spec.prompt->size());
+    ev.cached_tokens = st.cached_tokens;
     ev.completion_tokens = st.completion_tokens;
     ev.deltas.push_back(std::move(d));
     if (all_done) {
@@ -321,10 +324,11 @@ caf::behavior request_actor(Self* self, RequestSpec spec, const Tokenizer* token
           if (take_output(self, out)) return;  // the request ended
       },
       [self](prompt_lp_atom, const ChunkPromptLogprobs& scored) { take_prompt_logprobs(self->state, scored); },
-      [self](scheduled_atom) {
+      [self](scheduled_atom, int cached) {
         auto& st = self->state;
         if (st.scheduled) return;  // a moved request is admitted again: its queue time was taken
         st.scheduled = Clock::now();
+        st.cached_tokens = cached;
         st.metrics->queue_time.observe(std::chrono::duration<double>(*st.scheduled - st.start).count());
       },
       [self](cancel_atom, const std::string& reason, bool unavailable) {

@@ -568,7 +568,7 @@ void apply_plan(Self* self, StepPlan& plan) {
     RequestData& r = st.requests.at(it->second.request);
     if (!r.scheduled) {
       r.scheduled = true;
-      self->send(r.spec.client, scheduled_atom::value);
+      self->send(r.spec.client, scheduled_atom::value, cached);
     }
     it->second.phase = PlanSeq::Phase::running;
     it->second.num_planned = cached;

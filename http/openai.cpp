@@ -669,6 +669,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       prompt_ids_(echo_logprobs_ ? request.prompts : std::vector<std::vector<TokenId>>{}),
       prompt_scores_(echo_logprobs_ ? request.prompts.size() : 0),
       prompt_tokens_(request.prompts.size(), 0),
+      cached_tokens_(request.prompts.size(), 0),
       completion_tokens_(request.prompts.size(), 0) {
   for (size_t p = 0; p < request.prompts.size(); ++p) {
     prompt_tokens_[p] = static_cast<int>(request.prompts[p].size());
@@ -700,7 +701,13 @@ int ResponseBuilder::completion_tokens() const {
 
 json::object ResponseBuilder::usage_json() const {
   const int p = prompt_tokens(), c = completion_tokens();
-  return json::object{{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+  int cached = 0;
+  for (int t : cached_tokens_) cached += t;
+  // OpenAI's prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache held.
+  return json::object{{"prompt_tokens", p},
+                      {"completion_tokens", c},
+                      {"total_tokens", p + c},
+                      {"prompt_tokens_details", json::object{{"cached_tokens", cached}}}};
 }
 
 json::object ResponseBuilder::chunk_header() const {
@@ -817,6 +824,7 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
     unavailable_ = event.unavailable;
   }
   prompt_tokens_[prompt_index] = event.prompt_tokens > 0 ? event.prompt_tokens : prompt_tokens_[prompt_index];
+  cached_tokens_[prompt_index] = std::max(cached_tokens_[prompt_index], event.cached_tokens);
   completion_tokens_[prompt_index] = echo_only_ ? 0 : event.completion_tokens;
   std::string frames;
   for (CompletionDelta d : event.deltas) {

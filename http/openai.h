@@ -158,6 +158,7 @@ class ResponseBuilder {
   std::vector<std::vector<TokenId>> prompt_ids_;     // echo_logprobs_: per prompt, its tokens
   std::vector<std::vector<PromptLogprob>> prompt_scores_;  // echo_logprobs_: per prompt, its scores once they came
   std::vector<int> prompt_tokens_;
+  std::vector<int> cached_tokens_;  // per prompt: its tokens found in the prefix cache
   std::vector<int> completion_tokens_;
   size_t prompts_done_ = 0;
   std::optional<std::string> error_;

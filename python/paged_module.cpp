@@ -45,8 +45,8 @@ SamplingParams sampling_from_flags(const std::vector<std::string>& flags) {
 using PyLogprob = std::tuple<TokenId, float, std::string>;
 using PyCompletion =
     std::tuple<int, std::string, std::vector<TokenId>, double, std::string, std::vector<std::vector<PyLogprob>>>;
-/// One request: (prompt, prompt_token_ids, completions).
-using PyRequestOutput = std::tuple<std::string, std::vector<TokenId>, std::vector<PyCompletion>>;
+/// One request: (prompt, prompt_token_ids, completions, num_cached_tokens).
+using PyRequestOutput = std::tuple<std::string, std::vector<TokenId>, std::vector<PyCompletion>, int>;
 
 /// The engine with the model's chat template (loaded on first chat()).
 class PyEngine {
@@ -136,7 +136,7 @@ class PyEngine {
         completions.emplace_back(c.index, c.text, c.token_ids, c.cumulative_logprob, c.finish_reason,
                                  std::move(logprobs));
       }
-      result.emplace_back(out.prompt, out.prompt_token_ids, std::move(completions));
+      result.emplace_back(out.prompt, out.prompt_token_ids, std::move(completions), out.num_cached_tokens);
     }
     return result;
   }

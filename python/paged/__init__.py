@@ -142,10 +142,12 @@ class CompletionOutput:
 
 
 class RequestOutput:
-    """One prompt's outputs: prompt, prompt_token_ids, outputs (CompletionOutput, n of them), finished."""
+    """One prompt's outputs: prompt, prompt_token_ids, outputs (CompletionOutput, n of them), num_cached_tokens (its
+    prompt tokens found in the prefix cache), finished."""
 
-    def __init__(self, prompt, prompt_token_ids, outputs):
+    def __init__(self, prompt, prompt_token_ids, outputs, num_cached_tokens=0):
         self.prompt, self.prompt_token_ids, self.outputs = prompt, list(prompt_token_ids), outputs
+        self.num_cached_tokens = num_cached_tokens
         self.finished = True
 
     def __repr__(self):
@@ -227,7 +229,7 @@ class LLM:
         progress = None if bar is None else bar.update
         raw = self._engine.generate(inputs, params._flags, progress)
         if bar is not None:
-            bar.update(len(inputs), len(inputs), sum(len(c[2]) for _, _, cs in raw for c in cs), final=True)
+            bar.update(len(inputs), len(inputs), sum(len(c[2]) for _, _, cs, _ in raw for c in cs), final=True)
         return self._outputs(raw, params)
 
     def chat(self, messages, sampling_params=None, use_tqdm=True, chat_template=None, add_generation_prompt=True):
@@ -246,5 +248,5 @@ class LLM:
         asked = params._kwargs.get("logprobs") is not None
         return [RequestOutput(prompt, prompt_ids,
                               [CompletionOutput(i, text, ids, cum, reason, _logprobs(lps, asked))
-                               for i, text, ids, cum, reason, lps in completions])
-                for prompt, prompt_ids, completions in raw]
+                               for i, text, ids, cum, reason, lps in completions], cached)
+                for prompt, prompt_ids, completions, cached in raw]

@@ -192,7 +192,12 @@ for (const g of golden) {
   );
   checkEqual(s.text[0], msg.content, "chat stream concatenates to the non-streamed content");
   checkEqual(s.finish[0], r.choices[0].finish_reason, "chat stream: finish_reason");
-  checkEqual(s.usage, r.usage, "chat stream: usage chunk equals the non-streamed usage");
+  const counts = (u) => [u.prompt_tokens, u.completion_tokens, u.total_tokens];
+  checkEqual(counts(s.usage), counts(r.usage), "chat stream: usage chunk equals the non-streamed usage");
+  // The same prompt again: its whole blocks come from the prefix cache (OpenAI's prompt_tokens_details).
+  checkEqual(r.usage.prompt_tokens_details.cached_tokens % 16, 0, "cached tokens are whole blocks");
+  checkEqual(s.usage.prompt_tokens_details.cached_tokens, Math.floor((r.usage.prompt_tokens - 1) / 16) * 16,
+             "the repeated prompt's whole blocks are cached (the last token is computed)");
 
   const two = await client.chat.completions.create({ model, messages, max_tokens: 24, temperature: 0, n: 2 });
   checkEqual(two.choices.map((c) => c.message.content), [msg.content, msg.content], "chat n=2 greedy choices");

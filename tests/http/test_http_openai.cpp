@@ -617,7 +617,9 @@ TEST_CASE("completions response: n=2 over two prompts, usage summed", "[openai]"
   openai::ResponseBuilder rb(req, *fixture().tok, "stories260K", "cmpl-1", 1700000000);
   CHECK(rb.add(0, event({delta(0, "Hello", {10}), delta(1, "Hi", {11})}, false, 5, 2)).empty());
   CHECK_FALSE(rb.finished());
-  rb.add(1, event({delta(0, "a", {12}, "length"), delta(1, "b", {13}, "stop")}, true, 6, 2));
+  RequestEvent second = event({delta(0, "a", {12}, "length"), delta(1, "b", {13}, "stop")}, true, 6, 2);
+  second.cached_tokens = 4;  // its prefix-cache hit
+  rb.add(1, second);
   rb.add(0, event({delta(0, " there", {14}, "stop"), delta(1, "!", {15}, "length")}, true, 5, 4));
   REQUIRE(rb.finished());
   const auto body = json::parse(rb.body()).as_object();
@@ -637,6 +639,7 @@ TEST_CASE("completions response: n=2 over two prompts, usage summed", "[openai]"
   CHECK(usage.at("prompt_tokens") == 11);
   CHECK(usage.at("completion_tokens") == 6);
   CHECK(usage.at("total_tokens") == 17);
+  CHECK(usage.at("prompt_tokens_details").at("cached_tokens") == 4);
 }
 
 TEST_CASE("chat stream: role first, deltas concatenate to the text, usage chunk, [DONE]", "[openai]") {

@@ -49,6 +49,16 @@ def test_token_prompts(llm):
     assert out.outputs[0].finish_reason == "length"
 
 
+def test_num_cached_tokens_counts_the_prefix_cache_hit(llm):
+    # A prompt no other test sends, twice: the second finds its whole blocks (16 tokens each) cached, bar the last
+    # token, which is computed.
+    ids = [1] + [300 + (i * 37) % 200 for i in range(57)]
+    first, = llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, temperature=0))
+    second, = llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, temperature=0))
+    assert first.num_cached_tokens == 0
+    assert second.num_cached_tokens == (len(ids) - 1) // 16 * 16
+
+
 def test_stop_string_cuts_the_text(llm):
     case = GOLDEN[0]
     cut = case["greedy_text"].index("Lily")
