@@ -666,6 +666,9 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
   const Impl& m = *impl_;
   const int vocab = m.model.vocab_size;
   if (prompt_len == 0) throw InvalidRequest("the prompt is empty", "prompt");
+  if (p.priority != 0 && !m.config.priority_scheduling)
+    throw InvalidRequest("'priority' needs the server's priority scheduling (--scheduling-policy priority)",
+                         "priority");
   if (std::optional<FieldError> bad = check_sampling_params(p, vocab))
     throw InvalidRequest(bad->message, bad->field);
   if (static_cast<int64_t>(prompt_len) + p.max_tokens > m.max_model_len)

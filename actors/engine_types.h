@@ -59,6 +59,9 @@ struct EngineConfig {
   /// before N returned, so the host work between steps overlaps the device's.
   bool async_scheduling = true;
   PreemptionMode preemption_mode = PreemptionMode::recompute;
+  /// vLLM's --scheduling-policy priority: requests are admitted by SamplingParams::priority (lower first), then
+  /// arrival, and preempted lowest priority first. Off (fcfs): a request with a priority other than 0 is refused.
+  bool priority_scheduling = false;
   int tensor_parallel_size = 1;
   int max_waiting_requests = 4096;      // submit() beyond this throws EngineOverloaded (generate() is not limited)
   /// "host:port" of each `paged worker` (actors/worker.h), one replica of the model each, reached through CAF's

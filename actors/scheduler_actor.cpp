@@ -648,6 +648,7 @@ void request_plan(Self* self) {
     p.arrival = r.arrival;
     p.whole_request = r.beam;
     p.salt = r.spec.params->cache_salt;
+    p.priority = r.spec.params->priority;
     p.phase = s.phase;
     p.num_computed = s.num_planned;
     p.num_tokens = static_cast<int>(r.spec.prompt->size() + s.output->size()) + s.pending;

@@ -446,7 +446,7 @@ void pack_params(Packer& out, const SamplingParams& p) {
   [[maybe_unused]] const auto& [n, best_of, use_beam_search, max_tokens, min_tokens, temperature, top_p, top_k, min_p,
                                 seed, repetition_penalty, presence_penalty, frequency_penalty, logit_bias,
                                 stop_token_ids, stop, ignore_eos, logprobs, prompt_logprobs,
-                                skip_special_tokens, include_stop_str_in_output, structured, cache_salt] = p;
+                                skip_special_tokens, include_stop_str_in_output, structured, cache_salt, priority] = p;
   out.put<int32_t>(p.n);
   out.put<int32_t>(p.best_of);
   out.flag(p.use_beam_search);
@@ -483,6 +483,7 @@ void pack_params(Packer& out, const SamplingParams& p) {
   out.flag(p.structured.whitespace.has_value());
   if (p.structured.whitespace) out.text(*p.structured.whitespace);
   out.put<uint64_t>(p.cache_salt);
+  out.put<int32_t>(p.priority);
 }
 
 // `at(member)` names a field of the parameters (a callable that makes the name).
@@ -537,6 +538,7 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
   p.structured.after = in.text(at("structured.after"));
   if (in.flag(at("structured.whitespace"))) p.structured.whitespace = in.text(at("structured.whitespace"));
   p.cache_salt = in.get<uint64_t>(at("cache_salt"));
+  p.priority = in.get<int32_t>(at("priority"));
   return p;
 }
 

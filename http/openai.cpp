@@ -542,6 +542,8 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
             "are written without spaces around them",
             "spaces_between_special_tokens");
   p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
+  p.priority = static_cast<int>(f.integer("priority", std::numeric_limits<int32_t>::min(),
+                                          std::numeric_limits<int32_t>::max()).value_or(0));
   if (auto salt = f.string("cache_salt")) {
     if (salt->empty()) invalid("'cache_salt' must be a non-empty string", "cache_salt");
     p.cache_salt = std::max<uint64_t>(1, hash_bytes(*salt));  // 0 is no salt

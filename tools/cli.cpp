@@ -164,6 +164,10 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   if (args.has("max-model-len")) c.max_model_len = args.get_int("max-model-len", 0);
   c.enable_prefix_caching = args.get_bool("enable-prefix-caching", c.enable_prefix_caching);
   c.async_scheduling = args.get_bool("async-scheduling", c.async_scheduling);
+  if (auto policy = args.get("scheduling-policy")) {
+    if (*policy != "fcfs" && *policy != "priority") throw UsageError("--scheduling-policy must be fcfs or priority");
+    c.priority_scheduling = *policy == "priority";
+  }
   if (auto mode = args.get("preemption-mode")) {
     if (*mode == "swap") c.preemption_mode = PreemptionMode::swap;
     else if (*mode == "recompute") c.preemption_mode = PreemptionMode::recompute;

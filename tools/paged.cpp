@@ -61,6 +61,7 @@ engine flags:
   --kv-offloading-size GiB (the prefix cache's CPU tier)  --kv-disk-dir DIR --kv-disk-size GiB (its disk tier)
   --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --[no-]enable-prefix-caching
   --preemption-mode swap|recompute  --tensor-parallel-size N  --[no-]async-scheduling
+  --scheduling-policy fcfs|priority (priority: a request's `priority`, lower first, then arrival)
   --max-waiting-requests N  --load-format auto|dummy  --quantization auto|fp8|none (FP8 weights, CUDA;
     auto: a pre-quantised FP8 checkpoint's own, none: it dequantised)
   --kv-cache-dtype auto|fp8 (fp8: e4m3 KV with per-token scales, about twice the blocks; CUDA)

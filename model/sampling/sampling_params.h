@@ -59,6 +59,8 @@ struct SamplingParams {
   // vLLM's cache_salt, hashed (0: none): a request finds in the prefix cache only the blocks of requests with the
   // same salt, so that tenants cannot learn each other's prompts from time to first token.
   uint64_t cache_salt = 0;
+  // vLLM's priority (with --scheduling-policy priority; else 0): lower values are admitted first and preempted last.
+  int priority = 0;
 
   bool greedy() const { return temperature == 0.0f; }
   bool operator==(const SamplingParams&) const = default;  // every field equal

@@ -1,6 +1,7 @@
 #include "model/scheduling/scheduler_policy.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace paged {
 
@@ -14,7 +15,9 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
     auto& q = s.phase == PlanSeq::Phase::running ? running : s.phase == PlanSeq::Phase::swapped ? swapped : waiting;
     q.push_back(&s);
   }
-  auto older = [](const PlanSeq* a, const PlanSeq* b) { return a->arrival < b->arrival || (a->arrival == b->arrival && a->id < b->id); };
+  auto older = [](const PlanSeq* a, const PlanSeq* b) {
+    return std::tie(a->priority, a->arrival, a->id) < std::tie(b->priority, b->arrival, b->id);
+  };
   std::sort(running.begin(), running.end(), older);
   std::sort(swapped.begin(), swapped.end(), older);
   std::sort(waiting.begin(), waiting.end(), older);

@@ -22,6 +22,8 @@ enum class PreemptionMode { recompute, swap };
 struct PlanSeq {
   enum class Phase { waiting, running, swapped };
   SeqId id = 0;
+  int priority = 0;          // lower is served first and preempted last (--scheduling-policy priority; else 0);
+                             // arrival decides between equals
   uint64_t arrival = 0;      // request order: lower is older, served first, preempted last
   // Beam search: the request's sequences (those of its arrival) make progress only together, as a step needs every
   // beam's offers: they are preempted together and swapped in together.
@@ -72,7 +74,8 @@ struct StepPlan {
   std::vector<DiskOrder> disk_loads;      // the disk tier's loads, after swap_in: answered to the memory manager
 };
 
-/// Plans one step. Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is
+/// Plans one step. "Oldest" and "newest" below order by (priority, arrival): with priorities, the most urgent first.
+/// Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is
 /// left of it); when one cannot grow, the newest running sequence is preempted (swap when asked, the CPU pool has
 /// room and its token in flight does not end it; else recompute: freed), possibly itself. Then, if nothing was
 /// preempted, swapped sequences oldest first while they fit above the watermark; then, if no sequence is swapped,

@@ -514,6 +514,50 @@ TEST_CASE("beam searches whose beams overflow a small pool together finish with 
   }
 }
 
+TEST_CASE("priority scheduling: the most urgent waiting request runs next; without it a priority is refused",
+          "[engine][priority]") {
+  EngineConfig config = base_config();
+  config.priority_scheduling = true;
+  config.max_num_seqs = 1;  // one at a time: the order of the ends is the order of admission
+  Engine engine(config);
+  std::mutex mu;
+  std::vector<int> ended;  // the requests' priorities, in the order they ended
+  bool first_started = false;
+  std::condition_variable cv;
+  SamplingParams p = greedy(24);
+  p.ignore_eos = true;
+  const std::vector<int> priorities{0, 9, 4, -3, 4, 1};  // the first is admitted before the others arrive
+  for (size_t i = 0; i < priorities.size(); ++i) {
+    p.priority = priorities[i];
+    engine.submit(text_prompt(31 * i, 12), p, [&, prio = priorities[i]](RequestEvent ev) {
+      std::lock_guard lock(mu);
+      first_started = true;
+      if (ev.done) ended.push_back(prio);
+      cv.notify_all();
+    });
+    if (i == 0) {  // it runs before the others arrive
+      std::unique_lock lock(mu);
+      REQUIRE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return first_started; }));
+    }
+  }
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return ended.size() == priorities.size(); }));
+  }
+  CHECK(ended == std::vector<int>{0, -3, 1, 4, 4, 9});
+  require_pool_drained(engine);
+
+  Engine fcfs(base_config());
+  SamplingParams urgent = greedy(4);
+  urgent.priority = -1;
+  try {
+    fcfs.submit(text_prompt(0, 12), urgent, [](RequestEvent) {});
+    FAIL("a priority was taken without priority scheduling");
+  } catch (const InvalidRequest& e) {
+    CHECK(e.param == "priority");
+  }
+}
+
 TEST_CASE("aborting mid-generation ends with 'cancelled', delivers no more tokens and frees the blocks at once",
           "[engine][abort]") {
   // What the sink touches is declared before the engine, so it outlives the engine's threads even on a failure.

@@ -32,7 +32,7 @@ SamplingParams every_field_set() {
           .prompt_logprobs = 3, .skip_special_tokens = false, .include_stop_str_in_output = true,
           .structured = {.kind = StructuredOutput::Kind::json_schema, .spec = "{}", .field = "structured_outputs",
                          .after = "</think>", .whitespace = " ?"},
-          .cache_salt = 0x0123456789abcdefULL};
+          .cache_salt = 0x0123456789abcdefULL, .priority = -7};
 }
 
 // One chunk that samples, with `params` in its context.
@@ -228,6 +228,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
   CHECK(set.include_stop_str_in_output != d.include_stop_str_in_output);
   CHECK(set.structured != d.structured);
   CHECK(set.cache_salt != d.cache_salt);
+  CHECK(set.priority != d.priority);
 
   const auto round_trip = [](const SamplingParams& p) {
     WireStep w;
@@ -264,6 +265,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
       [&](SamplingParams& p) { p.include_stop_str_in_output = set.include_stop_str_in_output; },
       [&](SamplingParams& p) { p.structured = set.structured; },
       [&](SamplingParams& p) { p.cache_salt = set.cache_salt; },
+      [&](SamplingParams& p) { p.priority = set.priority; },
   };
   for (size_t f = 0; f < one_field.size(); ++f) {
     INFO("field " << f);

@@ -384,6 +384,37 @@ TEST_CASE("when nothing can move, the newest beam-search request split between r
   CHECK(plan.admitted.empty());
 }
 
+PlanSeq with_priority(PlanSeq s, int priority) {
+  s.priority = priority;
+  return s;
+}
+
+TEST_CASE("priorities: lower values are admitted first and preempted last; arrival decides between equals",
+          "[policy]") {
+  SECTION("admission") {
+    auto kv = make_kv(16);
+    // Room for all three prompts; max_num_seqs 2 takes the two most urgent, the earlier of the equal ones first.
+    const StepPlan plan = plan_step(kv,
+                                    {with_priority(waiting(1, 0, 12), 5), with_priority(waiting(2, 1, 12), -1),
+                                     with_priority(waiting(3, 2, 12), 5)},
+                                    limits(2, 100));
+    CHECK(plan.admitted == std::vector<std::pair<SeqId, int>>{{2, 0}, {1, 0}});
+  }
+  SECTION("preemption takes the least urgent, though it arrived first") {
+    auto kv = make_kv(6);
+    place(kv, 10, 8);
+    place(kv, 11, 8);
+    place(kv, 12, 8);
+    const StepPlan plan = plan_step(kv,
+                                    {with_priority(running(10, 0, 8, 9), 3), with_priority(running(11, 1, 8, 9), 0),
+                                     with_priority(running(12, 2, 8, 9), 0)},
+                                    limits(8, 100));
+    CHECK(plan.preempted_recompute == std::vector<SeqId>{10});
+    CHECK(chunk_ids(plan) == std::vector<SeqId>{11, 12});
+    kv.check_invariants();
+  }
+}
+
 TEST_CASE("a request that can never fit the pool is rejected and does not block the queue", "[policy]") {
   auto kv = make_kv(4);  // 16 tokens at most
   const StepPlan plan = plan_step(kv, {waiting(1, 0, 17), waiting(2, 1, 8)}, limits(8, 100));
