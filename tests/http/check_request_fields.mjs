@@ -2,7 +2,7 @@
 // (with the Llama 2 chat template): prompt_logprobs (completions and chat; checked against Hugging Face's logits and
 // against the logprob the sampler reports for the same token), continue_final_message, a request's own
 // chat_template (a hostile one refused quickly, the server serving on), spaces_between_special_tokens, cache_salt
-// (prefix-cache hits within one salt only, seen in /metrics).
+// (prefix-cache hits within one salt only, seen in /metrics), priority (refused without priority scheduling).
 // Usage: node check_request_fields.mjs --base http://127.0.0.1:PORT --golden .../stories260K-greedy.json --model DIR
 import OpenAI from "openai";
 import { goldenContinuations } from "./golden_text.mjs";
@@ -155,6 +155,14 @@ for (const g of golden.slice(0, 3)) {
   check(await run(undefined) >= 80, "and unsalted requests share among themselves");
   const empty = await post("/v1/completions", { model, prompt: "Once", max_tokens: 1, cache_salt: "" });
   checkEqual([empty.status, empty.body.error?.param], [400, "cache_salt"], "an empty cache_salt is refused");
+}
+
+// ---- priority: this server schedules first come, first served ---------------------------------------------------
+{
+  const zero = await post("/v1/completions", { model, prompt: "Once", max_tokens: 1, priority: 0 });
+  checkEqual(zero.status, 200, "priority 0 is every request's under fcfs");
+  const urgent = await post("/v1/completions", { model, prompt: "Once", max_tokens: 1, priority: -5 });
+  checkEqual([urgent.status, urgent.body.error?.param], [400, "priority"], "another priority needs priority scheduling");
 }
 
 const drained = await waitForDrained(base);
