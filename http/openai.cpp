@@ -469,6 +469,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     if (!req.stream) invalid("'stream_options' is only allowed when 'stream' is true", "stream_options");
     const Fields options(so->get_object());
     req.include_usage = options.boolean("include_usage").value_or(false);
+    req.continuous_usage = options.boolean("continuous_usage_stats").value_or(false);
     options.refuse_unread("stream_options.");
   }
   p.n = static_cast<int>(f.integer("n", 1, kMaxCompletions).value_or(1));
@@ -652,6 +653,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
     : endpoint_(request.endpoint),
       stream_(request.stream),
       include_usage_(request.include_usage),
+      continuous_usage_(request.continuous_usage),
       echo_(request.echo),
       want_logprobs_(request.params.logprobs.has_value()),
       want_prompt_logprobs_(request.show_prompt_logprobs),
@@ -881,7 +883,9 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
     c.started = true;
     json::object chunk = chunk_header();
     chunk["choices"] = json::array{std::move(choice)};
-    if (include_usage_) chunk["usage"] = nullptr;
+    // vLLM's continuous_usage_stats: every chunk carries the usage so far; else include_usage's null.
+    if (continuous_usage_) chunk["usage"] = usage_json();
+    else if (include_usage_) chunk["usage"] = nullptr;
     frames += "data: " + json::serialize(chunk) + "\n\n";
   }
   if (event.done && !done_[prompt_index]) {

@@ -52,6 +52,7 @@ struct Request {
   SamplingParams params;
   bool stream = false;
   bool include_usage = false;             // stream_options.include_usage
+  bool continuous_usage = false;          // stream_options.continuous_usage_stats (vLLM's): usage in every chunk
   bool echo = false;                      // completions: prepend the prompt to the text (and with logprobs, the
                                           // prompt's tokens to the logprobs: vLLM's prompt_logprobs = logprobs)
   bool echo_only = false;                 // completions: echo with max_tokens 0, the answer is the prompt alone (one
@@ -139,6 +140,7 @@ class ResponseBuilder {
   Endpoint endpoint_;
   bool stream_;
   bool include_usage_;
+  bool continuous_usage_;
   bool echo_;
   bool want_logprobs_;
   bool want_prompt_logprobs_;

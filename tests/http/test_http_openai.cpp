@@ -590,8 +590,10 @@ TEST_CASE("bad requests are refused with the parameter named", "[openai]") {
       {K, R"({"messages": [{"role": "user", "content": "a"}], "chat_template": "{{ raise_exception('no') }}"})",
        "chat_template"},
       {K, R"({"messages": [{"role": "user", "content": "a"}], "echo": true})", "echo"},
-      {C, R"({"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": true}})",
-       "stream_options.continuous_usage_stats"},
+      {C, R"({"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": 1}})",
+       "continuous_usage_stats"},
+      {C, R"({"prompt": "x", "stream": true, "stream_options": {"no_such_option": true}})",
+       "stream_options.no_such_option"},
       {C, R"({"prompt": "x", "no_such_field": 1})", "no_such_field"},
       {C, R"({"prompt": "x", "truncate_prompt_tokens": 0})", "truncate_prompt_tokens"},
       {C, R"({"prompt": "x", "add_special_tokens": "yes"})", "add_special_tokens"},
@@ -686,6 +688,23 @@ TEST_CASE("completions stream with echo prepends the prompt once", "[openai]") {
   CHECK(chunks[0].at("choices").at(0).at("text") == "Once upon a time,");
   CHECK(chunks[1].at("choices").at(0).at("text") == " there");
   CHECK_FALSE(chunks[0].contains("usage"));
+}
+
+TEST_CASE("stream_options.continuous_usage_stats: every chunk carries the usage so far", "[openai]") {
+  const auto req = parse(Endpoint::completions, R"({"prompt": "Once upon a time", "stream": true,
+                                                    "stream_options": {"continuous_usage_stats": true}})");
+  CHECK(req.continuous_usage);
+  CHECK_FALSE(req.include_usage);
+  openai::ResponseBuilder rb(req, *fixture().tok, "m", "cmpl-10", 1);
+  std::string frames = rb.add(0, event({delta(0, ",", {432})}, false, 5, 1));
+  frames += rb.add(0, event({delta(0, " there", {383}, "length")}, true, 5, 2));
+  frames += rb.stream_end();
+  const auto chunks = sse_objects(frames);
+  REQUIRE(chunks.size() == 2);  // no usage chunk of its own (include_usage is off)
+  for (int i = 0; i < 2; ++i) {
+    CHECK(chunks[i].at("usage").at("completion_tokens") == i + 1);
+    CHECK(chunks[i].at("usage").at("prompt_tokens") == 5);
+  }
 }
 
 TEST_CASE("logprobs in the completions and the chat formats", "[openai]") {
