@@ -480,16 +480,21 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   }
   p.use_beam_search = f.boolean("use_beam_search").value_or(false);
   if (p.use_beam_search && req.stream) invalid("beam search cannot be streamed", "use_beam_search");
-  p.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(1.0));
-  p.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, true).value_or(1.0));
-  p.top_k = static_cast<int>(f.integer("top_k", -1, std::numeric_limits<int32_t>::max()).value_or(-1));
-  p.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0).value_or(0.0));
+  // A field left out takes the model's default (--generation-config), else the API's.
+  const SamplingDefaults& model_default = model.sampling_defaults;
+  p.temperature =
+      static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(model_default.temperature.value_or(1.0f)));
+  p.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, true).value_or(model_default.top_p.value_or(1.0f)));
+  p.top_k = static_cast<int>(
+      f.integer("top_k", -1, std::numeric_limits<int32_t>::max()).value_or(model_default.top_k.value_or(-1)));
+  p.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0).value_or(model_default.min_p.value_or(0.0f)));
   if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
     p.seed = static_cast<uint64_t>(*seed);
   }
   p.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0).value_or(0.0));
   p.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0).value_or(0.0));
-  p.repetition_penalty = static_cast<float>(f.number("repetition_penalty", 0.0, 2.0, true).value_or(1.0));
+  p.repetition_penalty = static_cast<float>(
+      f.number("repetition_penalty", 0.0, 2.0, true).value_or(model_default.repetition_penalty.value_or(1.0f)));
   p.stop = parse_stop(f.get("stop"));
   if (const json::value* ids = f.get("stop_token_ids")) {
     if (!ids->is_array()) invalid("'stop_token_ids' must be a list of token ids", "stop_token_ids");
@@ -621,6 +626,8 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     p.max_tokens = chat ? model.max_model_len - static_cast<int>(longest)
                         : std::min(16, model.max_model_len - static_cast<int>(longest));
   }
+  // The model's max_new_tokens caps what a request asks, as vLLM's generation config does.
+  if (model.sampling_defaults.max_tokens) p.max_tokens = std::min(p.max_tokens, *model.sampling_defaults.max_tokens);
   p.min_tokens = static_cast<int>(f.integer("min_tokens", 0, req.echo_only ? 0 : p.max_tokens).value_or(0));
   f.refuse_unread();
   return req;

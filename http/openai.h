@@ -35,6 +35,7 @@ struct ModelInfo {
   ReasoningFormat reasoning_parser = ReasoningFormat::none;  // splits chat answers' reasoning off (--reasoning-parser)
   bool structured_in_reasoning = false;  // with reasoning_parser, constraints cover the think block too; else they
                                          // start after its end (StructuredOutput::after), as vLLM's
+  SamplingDefaults sampling_defaults;    // what a request leaves out (--generation-config); max_tokens caps it too
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).

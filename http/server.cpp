@@ -18,6 +18,7 @@
 #include "http/listener.h"
 #include "http/server_port.h"
 #include "http/server_context.h"
+#include "model/loader/generation_config.h"
 
 namespace paged {
 namespace net = boost::asio;
@@ -164,6 +165,11 @@ int run_server(Engine& engine, const ServerOptions& options, server::ServerPort&
   if (options.stats_interval_s > 0) stats();
 
   log_startup(engine.summary(), ctx->model_name);
+  if (const std::string set = describe(ctx->model_info().sampling_defaults); !set.empty())
+    std::cout << "paged: default sampling parameters of requests that leave them out: " << set
+              << " (--generation-config " << options.generation_config
+              << (options.override_generation_config.empty() ? "" : " and --override-generation-config")
+              << "; --generation-config vllm: none)" << std::endl;
   const auto bound = listener->local_endpoint();
   std::cout << "paged: serving " << ctx->model_name << " on http://" << options.host << ":" << bound.port()
             << (ctx->model_info().chat_template ? "" : " (no chat template: /v1/chat/completions answers 400)")

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "model/json_file.h"
+#include "model/loader/generation_config.h"
 
 namespace paged {
 namespace json = boost::json;
@@ -91,6 +92,12 @@ ServerOptions load_server_options(const std::string& json_file) {
     } else if (key == "structured_outputs_in_reasoning") {
       if (!v.is_bool()) throw bad("true or false");
       o.structured_outputs_in_reasoning = v.get_bool();
+    } else if (key == "generation_config") {
+      if (!v.is_string()) throw bad("\"auto\", \"vllm\" or a folder");
+      o.generation_config = std::string(v.get_string());
+    } else if (key == "override_generation_config") {
+      if (!v.is_object()) throw bad("an object of sampling defaults");
+      o.override_generation_config = v.get_object().empty() ? "" : json::serialize(v);
     } else if (key == "shutdown_timeout_s") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 86400) throw bad("an integer in [0, 86400]");
       o.shutdown_timeout_s = static_cast<int>(v.get_int64());
@@ -99,6 +106,20 @@ ServerOptions load_server_options(const std::string& json_file) {
     }
   }
   return o;
+}
+
+SamplingDefaults sampling_defaults(const ServerOptions& options, const std::string& model_dir) {
+  SamplingDefaults defaults;
+  if (options.generation_config == "auto")
+    defaults = read_sampling_defaults(model_dir);
+  else if (options.generation_config != "vllm")
+    defaults = read_sampling_defaults(options.generation_config);
+  if (options.override_generation_config.empty()) return defaults;
+  boost::system::error_code ec;
+  const json::value over = json::parse(options.override_generation_config, ec);
+  if (ec || !over.is_object())
+    throw std::invalid_argument("--override-generation-config: a JSON object, got " + options.override_generation_config);
+  return overridden(defaults, sampling_defaults_of(over.get_object(), "--override-generation-config"));
 }
 
 openai::ToolCallFormat auto_tool_call_format(const ServerOptions& options) {

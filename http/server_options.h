@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "http/reasoning_parser.h"
+#include "model/sampling/sampling_params.h"
 #include "http/tool_call_parser.h"
 
 namespace paged {
@@ -38,6 +39,10 @@ struct ServerOptions {
   // With a reasoning parser, structured outputs cover the think block too (vLLM's enable_in_reasoning); else they
   // start after its "</think>".
   bool structured_outputs_in_reasoning = false;
+  // vLLM's --generation-config: "auto" (the model folder's generation_config.json sets the defaults of the sampling
+  // fields a request leaves out), "vllm" (none: the API's own defaults) or a folder holding a generation_config.json.
+  std::string generation_config = "auto";
+  std::string override_generation_config;  // vLLM's --override-generation-config: a JSON object over those defaults
 };
 
 /// The format tool_choice "auto"'s answers are read in: none unless enable_auto_tool_choice. Throws
@@ -47,6 +52,10 @@ openai::ToolCallFormat auto_tool_call_format(const ServerOptions& options);
 /// The format chat answers' reasoning is split off in (none for an empty reasoning_parser). Throws
 /// std::invalid_argument for an unknown name.
 openai::ReasoningFormat reasoning_format(const ServerOptions& options);
+
+/// The sampling defaults the options give a model in `model_dir` (generation_config, then
+/// override_generation_config). Throws std::invalid_argument naming the flag, file and field at fault.
+SamplingDefaults sampling_defaults(const ServerOptions& options, const std::string& model_dir);
 
 /// Reads server options from the "server" object of a JSON file (conf/serve.json), and "model" (a path relative to
 /// the file's folder, unless absolute); keys absent keep their defaults; "engine" is left to the engine flags

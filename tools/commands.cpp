@@ -197,8 +197,15 @@ int run_serve_command(Args& args) {
     if (seconds < 0) throw UsageError("--shutdown-timeout must be 0 or more seconds");
     options.shutdown_timeout_s = seconds;
   }
+  if (auto v = args.get("generation-config")) options.generation_config = *v;
+  if (auto v = args.get("override-generation-config")) options.override_generation_config = *v;
   EngineConfig config = engine_config(args, options.model);
   args.reject_unknown();
+  try {  // a bad generation config fails before the model loads
+    sampling_defaults(options, config.model_dir);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   // The port first: a busy one fails before the model loads, and while it loads requests get 503.
   server::ServerPort port(options);
   std::cout << "paged: listening on " << options.host << ":" << port.port() << ", loading " << config.model_dir

@@ -66,4 +66,16 @@ struct SamplingParams {
   bool operator==(const SamplingParams&) const = default;  // every field equal
 };
 
+/// A model's defaults for what a request leaves out (vLLM's --generation-config: the model's generation_config.json,
+/// or overrides); nullopt: the API's own default. max_tokens also caps what a request asks (max_new_tokens).
+struct SamplingDefaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+  std::optional<int> max_tokens;
+  bool operator==(const SamplingDefaults&) const = default;
+};
+
 }  // namespace paged

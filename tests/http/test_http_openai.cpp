@@ -456,6 +456,31 @@ TEST_CASE("echo with logprobs: the prompt's tokens scored first (vLLM's), and ma
   }
 }
 
+TEST_CASE("the model's sampling defaults fill what a request leaves out; max_new_tokens caps max_tokens", "[openai]") {
+  openai::ModelInfo info = fixture().info();
+  info.sampling_defaults = {.temperature = 0.6f, .top_p = 0.9f, .top_k = 20, .min_p = 0.05f,
+                            .repetition_penalty = 1.1f, .max_tokens = 8};
+  const auto left_out = openai::parse_request(Endpoint::completions, R"({"prompt": "x", "max_tokens": 64})", info);
+  CHECK(left_out.params.temperature == 0.6f);
+  CHECK(left_out.params.top_p == 0.9f);
+  CHECK(left_out.params.top_k == 20);
+  CHECK(left_out.params.min_p == 0.05f);
+  CHECK(left_out.params.repetition_penalty == 1.1f);
+  CHECK(left_out.params.max_tokens == 8);
+  const auto asked = openai::parse_request(Endpoint::chat, R"({"messages": [{"role": "user", "content": "a"}],
+      "temperature": 1.0, "top_p": 1, "top_k": -1, "min_p": 0, "repetition_penalty": 1, "max_tokens": 4})", info);
+  CHECK(asked.params.temperature == 1.0f);
+  CHECK(asked.params.top_p == 1.0f);
+  CHECK(asked.params.top_k == -1);
+  CHECK(asked.params.min_p == 0.0f);
+  CHECK(asked.params.repetition_penalty == 1.0f);
+  CHECK(asked.params.max_tokens == 4);
+  // Without defaults: the API's.
+  const auto plain = parse(Endpoint::completions, R"({"prompt": "x"})");
+  CHECK(plain.params.temperature == 1.0f);
+  CHECK(plain.params.max_tokens == 16);
+}
+
 TEST_CASE("cache_salt: one salt, one hash; another salt or none, another", "[openai]") {
   const auto salt = [](const char* body) { return parse(Endpoint::completions, body).params.cache_salt; };
   CHECK(salt(R"({"prompt": "x"})") == 0);

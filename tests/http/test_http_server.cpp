@@ -35,6 +35,30 @@ TEST_CASE("conf/serve.json holds the built-in server defaults", "[http]") {
   CHECK(conf.pipeline_limit == defaults.pipeline_limit);
   CHECK(conf.io_threads == defaults.io_threads);
   CHECK(conf.ws_max_generations == defaults.ws_max_generations);
+  CHECK(conf.generation_config == defaults.generation_config);
+  CHECK(conf.override_generation_config == defaults.override_generation_config);
+}
+
+TEST_CASE("sampling defaults: the model's generation config, none with vllm, overrides over either", "[http]") {
+  ServerOptions o = paged::load_server_options(
+      write_temp(R"({"server": {"override_generation_config": {"temperature": 0.25, "max_new_tokens": 9}}})"));
+  CHECK(o.generation_config == "auto");
+  const std::string model = std::string(PAGED_SOURCE_DIR) + "/models/stories260K";  // its file sets none
+  CHECK(paged::sampling_defaults(o, model) == paged::SamplingDefaults{.temperature = 0.25f, .max_tokens = 9});
+  o.override_generation_config.clear();
+  CHECK(paged::sampling_defaults(o, model) == paged::SamplingDefaults{});
+  o.generation_config = "vllm";
+  o.override_generation_config = R"({"top_k": 5})";
+  CHECK(paged::sampling_defaults(o, "/nonexistent") == paged::SamplingDefaults{.top_k = 5});  // vllm reads no folder
+  o.override_generation_config = "[1]";
+  CHECK_THROWS_WITH(paged::sampling_defaults(o, model), Catch::Contains("--override-generation-config"));
+  o.override_generation_config = R"({"temperature": 9})";
+  CHECK_THROWS_WITH(paged::sampling_defaults(o, model), Catch::Contains("temperature 9 is outside [0, 2]"));
+  o.override_generation_config.clear();
+  o.generation_config = std::string(PAGED_SOURCE_DIR) + "/conf";  // a folder without the file: none
+  CHECK(paged::sampling_defaults(o, model) == paged::SamplingDefaults{});
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"generation_config": 1}})")),
+                  std::runtime_error);
 }
 
 TEST_CASE("server options: keys override defaults, unknown keys and bad values are refused", "[http]") {

@@ -102,6 +102,22 @@ if "$PAGED" --help 2>&1 | grep -q -- "--max-waiting-requests"; then
 else
   echo "NOTE: paged has no --max-waiting-requests flag; the 503 check did not run"
 fi
+# --generation-config: a model whose generation_config.json sets greedy decoding and 12 new tokens at most; then the
+# same model with --generation-config vllm (the file unread).
+cp -r "$MODEL" "$WORK/genconfig"
+echo '{"bos_token_id": 1, "eos_token_id": 2, "temperature": 0.0, "max_new_tokens": 12}' \
+  > "$WORK/genconfig/generation_config.json"
+MODEL="$WORK/genconfig" start_server "$WORK/serve-genconfig.log"
+run_check check_generation_config.mjs --base "http://127.0.0.1:$PORT" --golden "$GOLDEN" --model "$MODEL" \
+  || fail "check_generation_config"
+grep -q "default sampling parameters of requests that leave them out: temperature 0, max_tokens 12" \
+  "$WORK/serve-genconfig.log" || fail "the defaults are not in the startup log"
+kill -TERM "${PIDS[-1]}"
+MODEL="$WORK/genconfig" start_server "$WORK/serve-genconfig-vllm.log" --generation-config vllm
+run_check check_generation_config.mjs --base "http://127.0.0.1:$PORT" --golden "$GOLDEN" --model "$MODEL" --vllm 1 \
+  || fail "check_generation_config --generation-config vllm"
+kill -TERM "${PIDS[-1]}"
+
 # Mixed requests at once into small pools, a fifth aborted: swap preemption with a tiny swap pool; recompute with a
 # tiny CPU tier and a disk tier; and a sliding-window model (stories260K as Mistral) with all of them.
 start_server "$WORK/serve-stress-swap.log" --num-kv-blocks 40 --preemption-mode swap --swap-space 0.002
