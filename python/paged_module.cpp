@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actors/engine.h"
+#include "model/loader/generation_config.h"
 #include "model/template/chat_template.h"
 #include "tools/cli.h"
 
@@ -114,6 +115,23 @@ class PyEngine {
     return chat_template.apply(messages.as_array(), add_generation_prompt);
   }
 
+  /// The model's generation_config.json sampling defaults (vLLM's get_diff_sampling_param): the fields it sets, by
+  /// SamplingParams' names (max_new_tokens as max_tokens).
+  py::dict sampling_defaults() const {
+    const SamplingDefaults d = read_sampling_defaults(engine_->config().model_dir);
+    py::dict out;
+    const auto put = [&](const char* name, const auto& value) {
+      if (value) out[name] = *value;
+    };
+    put("temperature", d.temperature);
+    put("top_p", d.top_p);
+    put("top_k", d.top_k);
+    put("min_p", d.min_p);
+    put("repetition_penalty", d.repetition_penalty);
+    put("max_tokens", d.max_tokens);
+    return out;
+  }
+
   /// Token ids of `text` (`add_special`: BOS and the like, as the tokenizer's config asks).
   std::vector<TokenId> encode(const std::string& text, bool add_special) const {
     return engine_->tokenizer().encode(text, add_special);
@@ -165,7 +183,8 @@ PYBIND11_MODULE(_paged, m) {
            py::arg("progress") = py::none())
       .def("render_chat", &PyEngine::render_chat, py::arg("messages_json"), py::arg("template_source"),
            py::arg("add_generation_prompt"))
-      .def("encode", &PyEngine::encode, py::arg("text"), py::arg("add_special"));
+      .def("encode", &PyEngine::encode, py::arg("text"), py::arg("add_special"))
+      .def("sampling_defaults", &PyEngine::sampling_defaults);
   m.def("check_sampling_flags", [](const std::vector<std::string>& flags) { sampling_from_flags(flags); },
         py::arg("flags"), "Raises ValueError naming a sampling flag that is unknown or has a bad value.");
 }

@@ -200,17 +200,28 @@ class LLM:
     """vLLM's offline LLM: LLM(model=DIR, **engine_args) with vLLM's engine argument names (device, block_size,
     num_gpu_blocks_override, swap_space, gpu_memory_utilization, max_num_seqs, max_num_batched_tokens,
     max_model_len, enable_prefix_caching, preemption_mode, tensor_parallel_size, quantization, load_format, ...;
-    the `paged` CLI's engine flags). Raises ValueError for an unknown argument, RuntimeError for a bad model."""
+    the `paged` CLI's engine flags). Raises ValueError for an unknown argument, RuntimeError for a bad model.
+    `generation_config`: "auto" (vLLM's default: without sampling_params, generate and chat sample with the model's
+    generation_config.json defaults, get_default_sampling_params) or "vllm" (SamplingParams()'s own)."""
 
-    def __init__(self, model, **engine_args):
+    def __init__(self, model, generation_config="auto", **engine_args):
+        if generation_config not in ("auto", "vllm"):
+            raise ValueError(f"generation_config must be 'auto' or 'vllm', got {generation_config!r}")
         self._engine = _paged.Engine(_flags({"model": model, **engine_args}, _ENGINE_ALIASES))
+        self._generation_config = generation_config
+
+    def get_default_sampling_params(self):
+        """The SamplingParams of a call without any: the model's generation_config.json temperature, top_p, top_k,
+        min_p, repetition_penalty and max_new_tokens (as max_tokens) over SamplingParams()'s (vLLM's)."""
+        defaults = self._engine.sampling_defaults() if self._generation_config == "auto" else {}
+        return SamplingParams(**defaults)
 
     def generate(self, prompts, sampling_params=None, use_tqdm=True):
         """RequestOutput for each prompt, in order. `prompts`: a string, a list of strings, or of vLLM's token
         prompts ({"prompt_token_ids": [...]}). The engine runs them as one batch, the GIL released. `use_tqdm`: a
         progress bar on stderr while it runs, when stderr is a terminal. Ctrl-C cancels the batch (its requests end,
         their KV blocks are freed) and raises KeyboardInterrupt; the engine stays usable."""
-        params = sampling_params if sampling_params is not None else SamplingParams()
+        params = sampling_params if sampling_params is not None else self.get_default_sampling_params()
         if not isinstance(params, SamplingParams):
             raise TypeError("sampling_params must be one SamplingParams (one for every prompt)")
         if isinstance(prompts, (str, dict)):

@@ -59,6 +59,25 @@ def test_num_cached_tokens_counts_the_prefix_cache_hit(llm):
     assert second.num_cached_tokens == (len(ids) - 1) // 16 * 16
 
 
+def test_default_sampling_params_come_from_the_generation_config(tmp_path):
+    # A copy of stories260K whose generation_config.json asks greedy decoding and 7 new tokens at most.
+    import shutil
+    model = tmp_path / "model"
+    shutil.copytree(MODEL, model)
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": 2, "temperature": 0.0,
+                                                              "max_new_tokens": 7}))
+    llm = LLM(model=str(model), device="cpu", max_num_seqs=4)
+    params = llm.get_default_sampling_params()
+    assert (params.temperature, params.max_tokens) == (0.0, 7)
+    case = GOLDEN[0]
+    out = llm.generate(case["prompt"])[0].outputs[0]
+    assert out.token_ids == case["greedy_ids"][:7]  # greedy, and cut at 7
+    vllm = LLM(model=str(model), device="cpu", max_num_seqs=4, generation_config="vllm")
+    assert not hasattr(vllm.get_default_sampling_params(), "temperature")  # SamplingParams()'s own: nothing set
+    with pytest.raises(ValueError):
+        LLM(model=str(model), generation_config="mine")
+
+
 def test_stop_string_cuts_the_text(llm):
     case = GOLDEN[0]
     cut = case["greedy_text"].index("Lily")
