@@ -548,6 +548,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
             "are written without spaces around them",
             "spaces_between_special_tokens");
   p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
+  req.tokens_as_ids = f.boolean("return_tokens_as_token_ids").value_or(model.return_tokens_as_token_ids);
   p.priority = static_cast<int>(f.integer("priority", std::numeric_limits<int32_t>::min(),
                                           std::numeric_limits<int32_t>::max()).value_or(0));
   if (auto salt = f.string("cache_salt")) {
@@ -666,6 +667,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       want_prompt_logprobs_(request.show_prompt_logprobs),
       echo_logprobs_(request.echo && request.params.logprobs.has_value()),
       echo_only_(request.echo_only),
+      tokens_as_ids_(request.tokens_as_ids),
       tools_(request.tools),
       reasoning_(request.reasoning),
       n_(request.params.n),
@@ -730,6 +732,10 @@ json::object ResponseBuilder::chunk_header() const {
   return o;
 }
 
+std::string ResponseBuilder::shown(TokenId id) const {
+  return tokens_as_ids_ ? "token_id:" + std::to_string(id) : token_text(*tokenizer_, id);
+}
+
 json::value ResponseBuilder::logprobs_json(const std::vector<TokenId>& ids, const std::vector<SampledToken>& lps,
                                            size_t& text_offset) const {
   const size_t count = std::min(ids.size(), lps.size());
@@ -740,11 +746,13 @@ json::value ResponseBuilder::logprobs_json(const std::vector<TokenId>& ids, cons
       return b;
     };
     json::array content;
+    // A token's bytes are its own, or with token ids shown those of "token_id:ID" (vLLM's).
+    const auto raw_of = [&](TokenId id) { return tokens_as_ids_ ? shown(id) : tokenizer_->token_bytes(id, false); };
     for (size_t i = 0; i < count; ++i) {
-      const std::string raw = tokenizer_->token_bytes(ids[i], false);
+      const std::string raw = raw_of(ids[i]);
       json::array top;
       for (const auto& [alt, lp] : lps[i].top_logprobs) {
-        const std::string alt_raw = tokenizer_->token_bytes(alt, false);
+        const std::string alt_raw = raw_of(alt);
         top.push_back(json::object{{"token", valid_utf8_or_bytes(alt_raw)}, {"logprob", finite_logprob(lp)},
                                    {"bytes", bytes_of(alt_raw)}});
       }
@@ -755,11 +763,10 @@ json::value ResponseBuilder::logprobs_json(const std::vector<TokenId>& ids, cons
   }
   json::array tokens, token_logprobs, top_logprobs, offsets;
   for (size_t i = 0; i < count; ++i) {
-    const std::string text = token_text(*tokenizer_, ids[i]);
-    tokens.push_back(json::string(text));
+    tokens.push_back(json::string(shown(ids[i])));
     token_logprobs.push_back(finite_logprob(lps[i].logprob));
     json::object top;
-    for (const auto& [alt, lp] : lps[i].top_logprobs) top[token_text(*tokenizer_, alt)] = finite_logprob(lp);
+    for (const auto& [alt, lp] : lps[i].top_logprobs) top[shown(alt)] = finite_logprob(lp);
     top_logprobs.push_back(std::move(top));
     offsets.push_back(static_cast<int64_t>(text_offset));
     text_offset += tokenizer_->token_bytes(ids[i], false).size();
@@ -776,7 +783,7 @@ json::value ResponseBuilder::echoed_logprobs_json(size_t prompt, json::value gen
   const std::vector<PromptLogprob>& scored = prompt_scores_[prompt];
   size_t offset = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const std::string text = token_text(*tokenizer_, ids[i]);
+    const std::string text = shown(ids[i]);
     tokens.push_back(json::string(text));
     offsets.push_back(static_cast<int64_t>(offset));
     offset += tokenizer_->token_bytes(ids[i], false).size();
@@ -788,7 +795,7 @@ json::value ResponseBuilder::echoed_logprobs_json(size_t prompt, json::value gen
     const PromptLogprob& t = scored[i - 1];
     token_logprobs.push_back(finite_logprob(t.logprob));
     json::object top{{text, finite_logprob(t.logprob)}};  // the prompt's token, then the most likely ones
-    for (const auto& [alt, lp] : t.top_logprobs) top.emplace(token_text(*tokenizer_, alt), finite_logprob(lp));
+    for (const auto& [alt, lp] : t.top_logprobs) top.emplace(shown(alt), finite_logprob(lp));
     top_logprobs.push_back(std::move(top));
   }
   if (generated.is_object()) {

@@ -36,6 +36,7 @@ struct ModelInfo {
   bool structured_in_reasoning = false;  // with reasoning_parser, constraints cover the think block too; else they
                                          // start after its end (StructuredOutput::after), as vLLM's
   SamplingDefaults sampling_defaults;    // what a request leaves out (--generation-config); max_tokens caps it too
+  bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:ID" unless a request says otherwise
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).
@@ -59,6 +60,7 @@ struct Request {
   bool echo_only = false;                 // completions: echo with max_tokens 0, the answer is the prompt alone (one
                                           // token is generated and dropped)
   bool show_prompt_logprobs = false;      // the response has "prompt_logprobs" (asked for by that name)
+  bool tokens_as_ids = false;             // logprobs name tokens "token_id:ID" (vLLM's return_tokens_as_token_ids)
   ToolRequest tools;                      // chat: tools and tool_choice
   ReasoningFormat reasoning = ReasoningFormat::none;  // chat: how the answers' reasoning is split off their content
 };
@@ -147,6 +149,9 @@ class ResponseBuilder {
   bool want_prompt_logprobs_;
   bool echo_logprobs_;  // echo with logprobs: the prompts' scores start each choice's logprobs
   bool echo_only_;
+  bool tokens_as_ids_;
+  /// A token as the logprobs name it: its text (token_text) or "token_id:ID".
+  std::string shown(TokenId id) const;
   ToolRequest tools_;  // tools: the answers' tool calls become tool_calls
   ReasoningFormat reasoning_;  // chat: the answers' reasoning becomes reasoning_content / reasoning
   int n_;

@@ -74,6 +74,7 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts)
   model_info_.reasoning_parser = reasoning_format(options);
   model_info_.structured_in_reasoning = options.structured_outputs_in_reasoning;
   model_info_.sampling_defaults = sampling_defaults(options, eng.config().model_dir);
+  model_info_.return_tokens_as_token_ids = options.return_tokens_as_token_ids;
   model_info_.chat_template = chat_template_ ? &*chat_template_ : nullptr;
 }
 

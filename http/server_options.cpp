@@ -92,6 +92,9 @@ ServerOptions load_server_options(const std::string& json_file) {
     } else if (key == "structured_outputs_in_reasoning") {
       if (!v.is_bool()) throw bad("true or false");
       o.structured_outputs_in_reasoning = v.get_bool();
+    } else if (key == "return_tokens_as_token_ids") {
+      if (!v.is_bool()) throw bad("true or false");
+      o.return_tokens_as_token_ids = v.get_bool();
     } else if (key == "generation_config") {
       if (!v.is_string()) throw bad("\"auto\", \"vllm\" or a folder");
       o.generation_config = std::string(v.get_string());

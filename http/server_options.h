@@ -43,6 +43,7 @@ struct ServerOptions {
   // fields a request leaves out), "vllm" (none: the API's own defaults) or a folder holding a generation_config.json.
   std::string generation_config = "auto";
   std::string override_generation_config;  // vLLM's --override-generation-config: a JSON object over those defaults
+  bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:ID" unless a request says otherwise
 };
 
 /// The format tool_choice "auto"'s answers are read in: none unless enable_auto_tool_choice. Throws

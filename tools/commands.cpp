@@ -198,6 +198,7 @@ int run_serve_command(Args& args) {
     options.shutdown_timeout_s = seconds;
   }
   if (auto v = args.get("generation-config")) options.generation_config = *v;
+  options.return_tokens_as_token_ids = args.get_bool("return-tokens-as-token-ids", options.return_tokens_as_token_ids);
   if (auto v = args.get("override-generation-config")) options.override_generation_config = *v;
   EngineConfig config = engine_config(args, options.model);
   args.reject_unknown();

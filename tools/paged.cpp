@@ -27,7 +27,7 @@ constexpr const char* kUsage = R"(usage:
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
               [--allowed-origins '["*"]' | ORIGIN,ORIGIN] [--trust-request-chat-template]
               [--enable-auto-tool-choice --tool-call-parser llama3_json|hermes] [--reasoning-parser deepseek_r1|qwen3]
-              [--structured-outputs-in-reasoning] [--generation-config auto|vllm|DIR]
+              [--structured-outputs-in-reasoning] [--return-tokens-as-token-ids] [--generation-config auto|vllm|DIR]
               [--override-generation-config '{"temperature": 0.7}'] [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt] [--dataset-path FILE]
               [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--random-prefix-len 0] [--seed S]

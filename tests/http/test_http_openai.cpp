@@ -715,6 +715,40 @@ TEST_CASE("completions stream with echo prepends the prompt once", "[openai]") {
   CHECK_FALSE(chunks[0].contains("usage"));
 }
 
+TEST_CASE("return_tokens_as_token_ids: logprobs name tokens token_id:ID, by the request or the server's default",
+          "[openai]") {
+  const Tokenizer& tok = *fixture().tok;
+  CompletionDelta d = delta(0, tok.decode(std::vector<TokenId>{432}), {432}, "length");
+  d.logprobs = {SampledToken{432, -0.25f, {{432, -0.25f}, {383, -2.0f}}}};
+  const auto completions = [&](const openai::Request& req) {
+    openai::ResponseBuilder rb(req, tok, "m", "cmpl-11", 1);
+    rb.add(0, event({d}, true, 5, 1));
+    return json::parse(rb.body()).at("choices").at(0).at("logprobs").as_object();
+  };
+  const auto ids = completions(parse(Endpoint::completions, R"({"prompt": "Once upon a time", "logprobs": 1,
+                                                               "return_tokens_as_token_ids": true})"));
+  CHECK(ids.at("tokens").at(0) == "token_id:432");
+  CHECK(ids.at("top_logprobs").at(0).as_object().contains("token_id:383"));
+  CHECK(ids.at("text_offset").at(0) == 0);
+  const auto text = completions(parse(Endpoint::completions, R"({"prompt": "Once upon a time", "logprobs": 1})"));
+  CHECK(text.at("tokens").at(0) == json::value(openai::token_text(tok, 432)));
+
+  openai::ModelInfo info = fixture().info();
+  info.return_tokens_as_token_ids = true;  // the server's --return-tokens-as-token-ids
+  const auto chat = openai::parse_request(Endpoint::chat, R"({"messages": [{"role": "user", "content": "a"}],
+                                                              "logprobs": true, "top_logprobs": 1})", info);
+  CHECK(chat.tokens_as_ids);
+  openai::ResponseBuilder krb(chat, tok, "m", "chatcmpl-11", 1);
+  krb.add(0, event({d}, true, 9, 1));
+  const auto content = json::parse(krb.body()).at("choices").at(0).at("logprobs").at("content").as_array();
+  CHECK(content.at(0).at("token") == "token_id:432");
+  CHECK(content.at(0).at("bytes").as_array().size() == std::string("token_id:432").size());
+  CHECK(content.at(0).at("top_logprobs").at(0).at("token") == "token_id:432");
+  const auto off = openai::parse_request(Endpoint::chat, R"({"messages": [{"role": "user", "content": "a"}],
+                                                             "return_tokens_as_token_ids": false})", info);
+  CHECK_FALSE(off.tokens_as_ids);  // the request wins
+}
+
 TEST_CASE("stream_options.continuous_usage_stats: every chunk carries the usage so far", "[openai]") {
   const auto req = parse(Endpoint::completions, R"({"prompt": "Once upon a time", "stream": true,
                                                     "stream_options": {"continuous_usage_stats": true}})");

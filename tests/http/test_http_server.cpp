@@ -37,6 +37,7 @@ TEST_CASE("conf/serve.json holds the built-in server defaults", "[http]") {
   CHECK(conf.ws_max_generations == defaults.ws_max_generations);
   CHECK(conf.generation_config == defaults.generation_config);
   CHECK(conf.override_generation_config == defaults.override_generation_config);
+  CHECK(conf.return_tokens_as_token_ids == defaults.return_tokens_as_token_ids);
 }
 
 TEST_CASE("sampling defaults: the model's generation config, none with vllm, overrides over either", "[http]") {

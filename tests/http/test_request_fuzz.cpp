@@ -147,7 +147,7 @@ const std::vector<std::string> kFields = {
     "use_beam_search", "truncate_prompt_tokens", "response_format", "structured_outputs", "guided_json",
     "guided_regex", "guided_choice", "guided_grammar", "tools", "tool_choice", "parallel_tool_calls",
     "chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "suffix", "user",
-    "cache_salt", "priority",
+    "cache_salt", "priority", "return_tokens_as_token_ids",
     "unknown_field"};
 
 const std::vector<std::string> kCompletionBodies = {
