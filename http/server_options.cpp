@@ -121,7 +121,8 @@ SamplingDefaults sampling_defaults(const ServerOptions& options, const std::stri
   boost::system::error_code ec;
   const json::value over = json::parse(options.override_generation_config, ec);
   if (ec || !over.is_object())
-    throw std::invalid_argument("--override-generation-config: a JSON object, got " + options.override_generation_config);
+    throw std::invalid_argument("--override-generation-config: a JSON object, got " +
+                                options.override_generation_config);
   return overridden(defaults, sampling_defaults_of(over.get_object(), "--override-generation-config"));
 }
 

@@ -52,7 +52,9 @@ std::optional<int> integer_in(const json::object& o, const char* key, int lo, st
 
 SamplingDefaults sampling_defaults_of(const json::object& config, std::string_view where) {
   SamplingDefaults d;
-  const auto as_float = [](std::optional<double> x) { return x ? std::optional<float>(static_cast<float>(*x)) : std::nullopt; };
+  const auto as_float = [](std::optional<double> x) {
+    return x ? std::optional<float>(static_cast<float>(*x)) : std::nullopt;
+  };
   d.temperature = as_float(number_in(config, "temperature", 0.0, 2.0, false, where));
   d.top_p = as_float(number_in(config, "top_p", 0.0, 1.0, true, where));
   d.top_k = integer_in(config, "top_k", -1, where);

@@ -75,20 +75,20 @@ struct StepPlan {
 };
 
 /// Plans one step. "Oldest" and "newest" below order by (priority, arrival): with priorities, the most urgent first.
-/// Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is
-/// left of it); when one cannot grow, the newest running sequence is preempted (swap when asked, the CPU pool has
-/// room and its token in flight does not end it; else recompute: freed), possibly itself. Then, if nothing was
-/// preempted, swapped sequences oldest first while they fit above the watermark; then, if no sequence is swapped,
-/// waiting sequences FCFS while blocks, budget and max_num_seqs allow (a waiting head that does not fit blocks those
-/// behind it). The running and swapped sequences of a whole_request request go as one: they grow only if all of them
-/// can, are preempted together (swapped out together, their shared blocks shared on the CPU) and swapped in together.
-/// When such a request has sequences running and others waiting or swapped, and the plan runs, admits, swaps in and
-/// loads nothing, the newest such request's running sequences are preempted (recompute): they wait for the others,
-/// which wait for blocks, and without this the engine would wait for ever. An admitted sequence's full blocks enter the prefix cache as planned (KvCacheManager::register_planned),
-/// so those admitted after it in the same step share its prefix: their chunks start after the shared blocks.
-/// A waiting sequence whose prefix continues on disk waits (and those behind it) while its blocks load into the CPU
-/// tier (KvCacheManager::load_from_disk). Last, the tiers' orders (KvCacheManager::take_tier_copies) join swap_out
-/// and swap_in, and fill disk_writes and disk_loads.
+/// Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is left of it); when
+/// one cannot grow, the newest running sequence is preempted (swap when asked, the CPU pool has room and its token in
+/// flight does not end it; else recompute: freed), possibly itself. Then, if nothing was preempted, swapped sequences
+/// oldest first while they fit above the watermark; then, if no sequence is swapped, waiting sequences FCFS while
+/// blocks, budget and max_num_seqs allow (a waiting head that does not fit blocks those behind it). The running and
+/// swapped sequences of a whole_request request go as one: they grow only if all of them can, are preempted together
+/// (swapped out together, their shared blocks shared on the CPU) and swapped in together. When such a request has
+/// sequences running and others waiting or swapped, and the plan runs, admits, swaps in and loads nothing, the newest
+/// such request's running sequences are preempted (recompute): they wait for the others, which wait for blocks, and
+/// without this the engine would wait for ever. An admitted sequence's full blocks enter the prefix cache as planned
+/// (KvCacheManager::register_planned), so those admitted after it in the same step share its prefix: their chunks start
+/// after the shared blocks. A waiting sequence whose prefix continues on disk waits (and those behind it) while its
+/// blocks load into the CPU tier (KvCacheManager::load_from_disk). Last, the tiers' orders
+/// (KvCacheManager::take_tier_copies) join swap_out and swap_in, and fill disk_writes and disk_loads.
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
 
 /// The chunks of a plan that still run once the sequences in `ended` ended after planning (aborted, stopped), in

@@ -162,7 +162,8 @@ for (const g of golden.slice(0, 3)) {
   const zero = await post("/v1/completions", { model, prompt: "Once", max_tokens: 1, priority: 0 });
   checkEqual(zero.status, 200, "priority 0 is every request's under fcfs");
   const urgent = await post("/v1/completions", { model, prompt: "Once", max_tokens: 1, priority: -5 });
-  checkEqual([urgent.status, urgent.body.error?.param], [400, "priority"], "another priority needs priority scheduling");
+  checkEqual([urgent.status, urgent.body.error?.param], [400, "priority"],
+             "another priority needs priority scheduling");
 }
 
 const drained = await waitForDrained(base);

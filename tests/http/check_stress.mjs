@@ -4,7 +4,8 @@
 // moment. Every request that is not aborted must answer 200
 // with its choices, each finished; afterwards nothing runs and the KV pool is whole again. Seeded: a failure
 // reproduces with the same --seed.
-// Usage: node check_stress.mjs --base http://127.0.0.1:PORT [--requests 300] [--seed 1]
+// With --priorities 1 (a server with --scheduling-policy priority) each request has a random priority in [-3, 3].
+// Usage: node check_stress.mjs --base http://127.0.0.1:PORT [--requests 300] [--seed 1] [--priorities 1]
 import OpenAI from "openai";
 import Ajv from "ajv";
 import { check, finish, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
@@ -44,6 +45,7 @@ async function one(i) {
   const body = { model, prompt: prompt(), max_tokens: 1 + Math.floor(rnd() * 120), temperature: pick([0, 0.8, 1.0]),
                  seed: i };
   if (!["schema", "regex"].includes(kind) && rnd() < 0.5) body.ignore_eos = true;
+  if (args.priorities) body.priority = Math.floor(rnd() * 7) - 3;
   if (kind === "n") body.n = 2 + Math.floor(rnd() * 3);
   if (kind === "best_of") Object.assign(body, { n: 2, best_of: 3 });
   if (kind === "beam") Object.assign(body, { use_beam_search: true, n: 2 + Math.floor(rnd() * 2), temperature: 0,

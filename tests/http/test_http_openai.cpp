@@ -440,7 +440,8 @@ TEST_CASE("echo with logprobs: the prompt's tokens scored first (vLLM's), and ma
   check_echoed(chunks[0].at("choices").at(0).at("logprobs").as_object(), 1);
 
   // max_tokens 0: the prompt is the answer; one token is generated (the engine's least) and dropped.
-  auto oreq = parse(Endpoint::completions, R"({"prompt": [1, 403, 407], "echo": true, "logprobs": 1, "max_tokens": 0})");
+  auto oreq =
+      parse(Endpoint::completions, R"({"prompt": [1, 403, 407], "echo": true, "logprobs": 1, "max_tokens": 0})");
   CHECK(oreq.echo_only);
   CHECK(oreq.params.max_tokens == 1);
   for (const bool stream : {false, true}) {

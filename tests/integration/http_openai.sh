@@ -118,10 +118,11 @@ run_check check_generation_config.mjs --base "http://127.0.0.1:$PORT" --golden "
   || fail "check_generation_config --generation-config vllm"
 kill -TERM "${PIDS[-1]}"
 
-# Mixed requests at once into small pools, a fifth aborted: swap preemption with a tiny swap pool; recompute with a
+# Mixed requests at once into small pools, a fifth aborted: swap preemption with a tiny swap pool and priorities; recompute with a
 # tiny CPU tier and a disk tier; and a sliding-window model (stories260K as Mistral) with all of them.
-start_server "$WORK/serve-stress-swap.log" --num-kv-blocks 40 --preemption-mode swap --swap-space 0.002
-run_check check_stress.mjs --base "http://127.0.0.1:$PORT" --seed 1 || fail "check_stress swap"
+start_server "$WORK/serve-stress-swap.log" --num-kv-blocks 40 --preemption-mode swap --swap-space 0.002 \
+  --scheduling-policy priority
+run_check check_stress.mjs --base "http://127.0.0.1:$PORT" --seed 1 --priorities 1 || fail "check_stress swap"
 kill -TERM "${PIDS[-1]}"
 mkdir -p "$WORK/disk" "$WORK/disk-sliding"
 start_server "$WORK/serve-stress-tiers.log" --num-kv-blocks 60 --kv-offloading-size 0.0005 --kv-disk-dir "$WORK/disk" \
