@@ -118,17 +118,9 @@ class PyEngine {
   /// The model's generation_config.json sampling defaults (vLLM's get_diff_sampling_param): the fields it sets, by
   /// SamplingParams' names (max_new_tokens as max_tokens).
   py::dict sampling_defaults() const {
-    const SamplingDefaults d = read_sampling_defaults(engine_->config().model_dir);
     py::dict out;
-    const auto put = [&](const char* name, const auto& value) {
-      if (value) out[name] = *value;
-    };
-    put("temperature", d.temperature);
-    put("top_p", d.top_p);
-    put("top_k", d.top_k);
-    put("min_p", d.min_p);
-    put("repetition_penalty", d.repetition_penalty);
-    put("max_tokens", d.max_tokens);
+    for_each_default(read_sampling_defaults(engine_->config().model_dir),
+                     [&](const char* name, auto value) { out[name] = value; });
     return out;
   }
 

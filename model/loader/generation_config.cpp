@@ -85,17 +85,10 @@ SamplingDefaults overridden(SamplingDefaults base, const SamplingDefaults& over)
 
 std::string describe(const SamplingDefaults& d) {
   std::ostringstream out;
-  const auto add = [&](const char* name, const auto& value) {
-    if (!value) return;
+  for_each_default(d, [&](const char* name, auto value) {
     if (out.tellp() > 0) out << ", ";
-    out << name << " " << *value;
-  };
-  add("temperature", d.temperature);
-  add("top_p", d.top_p);
-  add("top_k", d.top_k);
-  add("min_p", d.min_p);
-  add("repetition_penalty", d.repetition_penalty);
-  add("max_tokens", d.max_tokens);
+    out << name << " " << value;
+  });
   return out.str();
 }
 

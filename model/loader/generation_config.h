@@ -23,6 +23,20 @@ SamplingDefaults read_sampling_defaults(const std::filesystem::path& dir);
 /// `base` with every default that `over` sets taken from `over`.
 SamplingDefaults overridden(SamplingDefaults base, const SamplingDefaults& over);
 
+/// Calls f(name, value) for each default set, by SamplingParams' names (max_new_tokens as max_tokens), in order.
+template <class F>
+void for_each_default(const SamplingDefaults& d, F&& f) {
+  const auto visit = [&](const char* name, const auto& value) {
+    if (value) f(name, *value);
+  };
+  visit("temperature", d.temperature);
+  visit("top_p", d.top_p);
+  visit("top_k", d.top_k);
+  visit("min_p", d.min_p);
+  visit("repetition_penalty", d.repetition_penalty);
+  visit("max_tokens", d.max_tokens);
+}
+
 /// "temperature 0.6, top_p 0.9": the defaults set, for a log line; empty when none is.
 std::string describe(const SamplingDefaults& defaults);
 
