@@ -1,5 +1,6 @@
 #include "http/http_session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 
@@ -24,6 +25,7 @@ struct HttpSession::Exchange {
   std::string cors_origin;     // Access-Control-Allow-Origin of its response; empty: none
   std::shared_ptr<void> owed;  // a generation: the server owes its response (ServerContext::owe_client)
   std::string id;              // the response's id (cmpl-..., chatcmpl-...), for the request log
+  std::string request_id;      // the client's X-Request-Id, echoed in the response's; empty: none given
   std::shared_ptr<http::response<http::string_body>> complete;  // a whole response, ready to write
   // SSE: the header once, then frames as they come, then the last chunk.
   bool streaming = false;
@@ -332,8 +334,17 @@ void HttpSession::handle(Request&& req) {
 void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req, Exchange& ex,
                                    const std::shared_ptr<Exchange>& handle) {
   try {
+    // vLLM's: a client's X-Request-Id names the response (cmpl-ID) and comes back in the response's header.
+    if (const auto given = req.find("X-Request-Id"); given != req.end()) {
+      const std::string_view value = given->value();
+      if (value.empty() || value.size() > 256 ||
+          !std::all_of(value.begin(), value.end(), [](char c) { return c > ' ' && c < 0x7f; }))
+        throw InvalidRequest("the X-Request-Id header must be 1 to 256 visible ASCII characters", "X-Request-Id");
+      ex.request_id = std::string(value);
+    }
     const openai::Request request = openai::parse_request(endpoint, req.body(), ctx_.model_info());
-    ex.id = ctx_.next_id(endpoint == openai::Endpoint::chat ? "chatcmpl" : "cmpl");
+    const char* prefix = endpoint == openai::Endpoint::chat ? "chatcmpl" : "cmpl";
+    ex.id = ex.request_id.empty() ? ctx_.next_id(prefix) : std::string(prefix) + "-" + ex.request_id;
     ex.builder = std::make_unique<openai::ResponseBuilder>(request, ctx_.engine.tokenizer(), ctx_.model_name, ex.id,
                                                            std::time(nullptr));
     if (ctx_.options.log_requests) log_request_start(ex.id, request);
@@ -349,6 +360,7 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
       header->set(http::field::server, "paged");
       header->set(http::field::content_type, "text/event-stream");
       header->set(http::field::cache_control, "no-cache");
+      if (!ex.request_id.empty()) header->set("X-Request-Id", ex.request_id);
       header->keep_alive(ex.keep_alive);
       header->chunked(true);
       ex.stream_header = std::move(header);
@@ -391,6 +403,7 @@ void HttpSession::on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_in
       allow_origin(*res, ex->cors_origin);
       res->set(http::field::server, "paged");
       res->set(http::field::content_type, "application/json");
+      if (!ex->request_id.empty()) res->set("X-Request-Id", ex->request_id);
       res->keep_alive(ex->keep_alive);
       res->body() = !error ? ex->builder->body()
                     : openai::error_body(*error, "server_error", "", status == 503 ? "unavailable" : "internal_error");

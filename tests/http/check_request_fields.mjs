@@ -2,7 +2,8 @@
 // (with the Llama 2 chat template): prompt_logprobs (completions and chat; checked against Hugging Face's logits and
 // against the logprob the sampler reports for the same token), continue_final_message, a request's own
 // chat_template (a hostile one refused quickly, the server serving on), spaces_between_special_tokens, cache_salt
-// (prefix-cache hits within one salt only, seen in /metrics), priority (refused without priority scheduling).
+// (prefix-cache hits within one salt only, seen in /metrics), priority (refused without priority scheduling), the
+// X-Request-Id header.
 // Usage: node check_request_fields.mjs --base http://127.0.0.1:PORT --golden .../stories260K-greedy.json --model DIR
 import OpenAI from "openai";
 import { goldenContinuations } from "./golden_text.mjs";
@@ -164,6 +165,25 @@ for (const g of golden.slice(0, 3)) {
   const urgent = await post("/v1/completions", { model, prompt: "Once", max_tokens: 1, priority: -5 });
   checkEqual([urgent.status, urgent.body.error?.param], [400, "priority"],
              "another priority needs priority scheduling");
+}
+
+// ---- X-Request-Id: a client's id names the response and comes back in its header (vLLM's) -------------------------
+{
+  const send = (id, stream) => fetch(`${base}/v1/completions`, {
+    method: "POST", headers: { "Content-Type": "application/json", ...(id === undefined ? {} : { "X-Request-Id": id }) },
+    body: JSON.stringify({ model, prompt: "Once", max_tokens: 2, stream }),
+  });
+  const plain = await send("trace-42:a", false);
+  checkEqual([plain.status, plain.headers.get("x-request-id"), (await plain.json()).id],
+             [200, "trace-42:a", "cmpl-trace-42:a"], "X-Request-Id names the response");
+  const streamed = await send("trace-43", true);
+  checkEqual([streamed.status, streamed.headers.get("x-request-id")], [200, "trace-43"], "and a stream's header");
+  check((await streamed.text()).includes('"id":"cmpl-trace-43"'), "and its chunks' id");
+  const none = await send(undefined, false);
+  checkEqual(none.headers.get("x-request-id"), null, "no X-Request-Id, none back");
+  const bad = await send("x".repeat(300), false);
+  checkEqual([bad.status, (await bad.json()).error?.param], [400, "X-Request-Id"],
+             "a 300-character X-Request-Id is refused");
 }
 
 const drained = await waitForDrained(base);
