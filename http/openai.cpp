@@ -845,14 +845,17 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
   cached_tokens_[prompt_index] = std::max(cached_tokens_[prompt_index], event.cached_tokens);
   completion_tokens_[prompt_index] = echo_only_ ? 0 : event.completion_tokens;
   std::string frames;
-  for (CompletionDelta d : event.deltas) {
-    const size_t index = prompt_index * n_ + static_cast<size_t>(d.index);
+  for (const CompletionDelta& given : event.deltas) {
+    const size_t index = prompt_index * n_ + static_cast<size_t>(given.index);
     if (index >= choices_.size()) continue;
     Choice& c = choices_[index];
-    if (echo_only_) {  // the prompt is the answer: the generated token is dropped, the choice ends with it
-      if (c.started || !d.finish_reason) continue;
-      d = CompletionDelta{.index = d.index, .finish_reason = d.finish_reason == "cancelled" ? "cancelled" : "length"};
+    // echo_only: the prompt is the answer; the generated token is dropped, the choice ends with it.
+    CompletionDelta ending;
+    if (echo_only_) {
+      if (c.started || !given.finish_reason) continue;
+      ending = {.index = given.index, .finish_reason = given.finish_reason == "cancelled" ? "cancelled" : "length"};
     }
+    const CompletionDelta& d = echo_only_ ? ending : given;
     if (!stream_) {
       c.text += d.text;
       c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());

@@ -430,25 +430,9 @@ void KvCacheManager::take_rest(Sequence& s, const std::vector<PrefixBlock>& pref
   while (static_cast<int>(s.blocks.size()) < blocks_for(num_tokens_to_hold)) s.blocks.push_back(take_new(0));
 }
 
-int KvCacheManager::cow_blocks(const Sequence& s, int first_write_pos, int num_tokens_to_hold) const {
-  if (first_write_pos < s.num_computed) {
-    throw std::invalid_argument("reserve(): first_write_pos " + std::to_string(first_write_pos) +
-                                " is below num_computed " + std::to_string(s.num_computed));
-  }
-  const int end = std::min(static_cast<int>(s.blocks.size()), blocks_for(num_tokens_to_hold));
-  int shared = 0;
-  for (int i = first_write_pos / block_size_; i < end; ++i) shared += device_.ref_count(s.blocks[i]) > 1;
-  return shared;
-}
-
 bool KvCacheManager::can_reserve(SeqId seq, int first_write_pos, int num_tokens_to_hold) const {
-  int needed = 0;
-  for (int g = 0; g < num_groups(); ++g) {
-    const Sequence& s = device_seq(seq, g);
-    needed += std::max(0, blocks_for(num_tokens_to_hold) - static_cast<int>(s.blocks.size()));
-    needed += cow_blocks(s, first_write_pos, num_tokens_to_hold);
-  }
-  return needed <= device_.num_free();
+  const Reservation one{seq, first_write_pos, num_tokens_to_hold};
+  return can_reserve_all(std::span(&one, 1));
 }
 
 bool KvCacheManager::can_reserve_all(std::span<const Reservation> reservations) const {
@@ -460,9 +444,13 @@ bool KvCacheManager::can_reserve_all(std::span<const Reservation> reservations) 
   int free = device_.num_free();
   for (const Reservation& r : reservations) {
     const int hold = blocks_for(r.num_tokens_to_hold);
-    int needed = 0;  // as can_reserve counts
+    int needed = 0;  // new blocks to grow the tables, and a copy of each shared block written
     for (int g = 0; g < num_groups(); ++g) {
       const Sequence& s = device_seq(r.seq, g);
+      if (r.first_write_pos < s.num_computed) {
+        throw std::invalid_argument("reserve(): first_write_pos " + std::to_string(r.first_write_pos) +
+                                    " is below num_computed " + std::to_string(s.num_computed));
+      }
       needed += std::max(0, hold - static_cast<int>(s.blocks.size()));
       for (int i = r.first_write_pos / block_size_; i < std::min(static_cast<int>(s.blocks.size()), hold); ++i)
         needed += ref(s.blocks[i]) > 1;

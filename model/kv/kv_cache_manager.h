@@ -330,7 +330,6 @@ class KvCacheManager {
     int32_t tier_block = 0;
     EvictedContent content;
   };
-  int cow_blocks(const Sequence& s, int first_write_pos, int num_tokens_to_hold) const;
   // Group `group` of the sequence, which must be known and on the device: throws std::out_of_range /
   // std::logic_error otherwise.
   const Sequence& device_seq(SeqId seq, int group = 0) const;
