@@ -19,6 +19,7 @@
 #include "model/constraint/sequence_constraints.h"
 #include "model/tokenizer/load_tokenizer.h"
 #include "kernels/cpu/local_all_reduce.h"
+#include "model/sampling/bad_words.h"
 #include "model/sampling/params_check.h"
 #ifdef PAGED_HAVE_CUDA
 #include "kernels/cuda/cuda_runner.h"
@@ -718,6 +719,14 @@ RequestId Engine::submit(std::vector<TokenId> prompt, SamplingParams params, Sin
 
 RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink sink, bool limit_waiting) {
   Impl& m = *impl_;
+  if (!params.bad_words.empty()) {
+    validate(params, prompt.size());  // the words as written, then (below) the tokens they become
+    try {
+      params.bad_words_token_ids = bad_words_token_ids(*m.tokenizer, params.bad_words);
+    } catch (const TokenizerError& e) {
+      throw InvalidRequest(e.what(), "bad_words");
+    }
+  }
   validate(params, prompt.size());
   check_prompt_ids(prompt);
   if (limit_waiting && m.metrics.waiting_requests + m.metrics.unqueued_requests >= m.config.max_waiting_requests)
@@ -731,6 +740,8 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
     for (TokenId id : m.tokenizer->eos_ids())
       if (std::find(spec.stop_ids.begin(), spec.stop_ids.end(), id) == spec.stop_ids.end()) spec.stop_ids.push_back(id);
   for (TokenId id : params.stop_token_ids) spec.stop_ids.push_back(id);
+  if (std::optional<FieldError> bad = check_allowed_tokens_left(params, spec.stop_ids))
+    throw InvalidRequest(bad->message, bad->field);
   if (params.structured.kind != StructuredOutput::Kind::none) {
     // The scheduler's copy advances over the tokens; a worker builds its own from the step's SamplingParams.
     try {

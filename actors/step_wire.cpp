@@ -445,7 +445,7 @@ void pack_params(Packer& out, const SamplingParams& p) {
   // and name it here.
   [[maybe_unused]] const auto& [n, best_of, use_beam_search, max_tokens, min_tokens, temperature, top_p, top_k, min_p,
                                 seed, repetition_penalty, presence_penalty, frequency_penalty, logit_bias,
-                                stop_token_ids, stop, ignore_eos, logprobs, prompt_logprobs,
+                                stop_token_ids, stop, allowed_token_ids, bad_words, bad_words_token_ids, ignore_eos, logprobs, prompt_logprobs,
                                 skip_special_tokens, include_stop_str_in_output, structured, cache_salt, priority] = p;
   out.put<int32_t>(p.n);
   out.put<int32_t>(p.best_of);
@@ -469,6 +469,11 @@ void pack_params(Packer& out, const SamplingParams& p) {
   out.run(p.stop_token_ids);
   out.count(p.stop.size());
   for (const std::string& s : p.stop) out.text(s);
+  out.run(p.allowed_token_ids);
+  out.count(p.bad_words.size());
+  for (const std::string& s : p.bad_words) out.text(s);
+  out.count(p.bad_words_token_ids.size());
+  for (const std::vector<TokenId>& word : p.bad_words_token_ids) out.run(word);
   out.flag(p.ignore_eos);
   out.flag(p.logprobs.has_value());
   if (p.logprobs) out.put<int32_t>(*p.logprobs);
@@ -524,6 +529,19 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
     if (stop_bytes > kMaxStopBytes)
       in.fail(field, "the stop strings take more than the " + std::to_string(kMaxStopBytes) + " bytes allowed");
   }
+  in.run(p.allowed_token_ids, at("allowed_token_ids"));
+  const size_t bad_words = in.count(4, at("bad_words"));
+  size_t bad_word_bytes = 0;
+  for (size_t k = 0; k < bad_words; ++k) {
+    const auto field = [&] { return at("bad_words")() + "[" + std::to_string(k) + "]"; };
+    bad_word_bytes += p.bad_words.emplace_back(in.text(field)).size();
+    if (bad_word_bytes > kMaxBadWordBytes)
+      in.fail(field, "the bad words take more than the " + std::to_string(kMaxBadWordBytes) + " bytes allowed");
+  }
+  const size_t bad_word_ids = in.count(4, at("bad_words_token_ids"));
+  for (size_t k = 0; k < bad_word_ids; ++k)
+    in.run(p.bad_words_token_ids.emplace_back(),
+           [&] { return at("bad_words_token_ids")() + "[" + std::to_string(k) + "]"; });
   p.ignore_eos = in.flag(at("ignore_eos"));
   if (in.flag(at("logprobs"))) p.logprobs = in.get<int32_t>(at("logprobs"));
   if (in.flag(at("prompt_logprobs"))) p.prompt_logprobs = in.get<int32_t>(at("prompt_logprobs"));

@@ -159,7 +159,8 @@ struct PackedResult {
 //            (i32 count, i32 num_top, i32 next_token), set when count > 0
 //   context: parameters, prompt (i32), stop_ids (i32)
 //   parameters: the fields of SamplingParams in declaration order; int as i32, bool as a flag; logit_bias as
-//            (i32 token, f32 bias) in ascending token order; stop as strings (u32 length, then the bytes)
+//            (i32 token, f32 bias) in ascending token order; stop and bad_words as strings (u32 length, then the
+//            bytes); bad_words_token_ids as a list of lists (i32)
 //   result:  seqs (u64), then a list per chunk of a list per sample of candidates (i32 token, f32 logprob,
 //            top_logprobs as (i32 token, f32 logprob)), then prompt_logprobs: per chunk u64 seq, i32 first_pos and
 //            its tokens (i32 token, f32 logprob, i32 rank, top_logprobs as (i32 token, f32 logprob))
@@ -167,8 +168,8 @@ struct PackedResult {
 /// `step` as bytes. Throws std::length_error for a list of more than 2^32 - 1 entries.
 std::string pack_step(const WireStep& step);
 /// The step that `bytes` hold; or, for bytes that are no packed step (cut short, a count beyond the bytes left, a
-/// flag neither 0 nor 1, logit_bias keys out of order or twice, stop strings over kMaxStopBytes, bytes after the
-/// end), the field where they fail, with its byte offset. Untrusted input: nothing is allocated before the bytes
+/// flag neither 0 nor 1, logit_bias keys out of order or twice, stop strings over kMaxStopBytes, bad words over
+/// kMaxBadWordBytes, bytes after the end), the field where they fail, with its byte offset. Untrusted input: nothing is allocated before the bytes
 /// left are known to hold it. Values are not checked (the WireDecoder and check_step do that).
 std::variant<WireStep, FieldError> unpack_step(std::string_view bytes);
 /// `result` as bytes. Throws std::length_error for a list of more than 2^32 - 1 entries.

@@ -500,6 +500,18 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     if (!ids->is_array()) invalid("'stop_token_ids' must be a list of token ids", "stop_token_ids");
     p.stop_token_ids = token_list(ids->get_array(), "stop_token_ids", model.vocab_size);
   }
+  if (const json::value* ids = f.get("allowed_token_ids")) {
+    if (!ids->is_array() || ids->get_array().empty())
+      invalid("'allowed_token_ids' must be a non-empty list of token ids", "allowed_token_ids");
+    p.allowed_token_ids = token_list(ids->get_array(), "allowed_token_ids", model.vocab_size);
+  }
+  if (const json::value* words = f.get("bad_words")) {
+    if (!words->is_array()) invalid("'bad_words' must be a list of strings", "bad_words");
+    for (const json::value& w : words->get_array()) {
+      if (!w.is_string()) invalid("'bad_words' must be a list of strings", "bad_words");
+      p.bad_words.emplace_back(w.get_string());
+    }
+  }
   if (const json::value* bias = f.get("logit_bias")) {
     if (!bias->is_object()) invalid("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
     for (const auto& kv : bias->get_object()) {

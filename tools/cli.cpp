@@ -244,16 +244,43 @@ SamplingParams sampling_params(Args& args) {
   if (args.has("logprobs")) p.logprobs = args.get_int("logprobs", 0);
   if (args.has("prompt-logprobs")) p.prompt_logprobs = args.get_int("prompt-logprobs", 0);
   p.stop = args.get_all("stop");
-  if (auto v = args.get("stop-token-ids")) {
+  // A flag's comma-separated token ids.
+  const auto token_ids = [&](const char* flag) {
+    std::vector<TokenId> ids;
+    if (auto v = args.get(flag)) {
+      std::stringstream ss(*v);
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        try {
+          size_t pos = 0;
+          ids.push_back(std::stoi(item, &pos));
+          if (pos != item.size()) throw std::invalid_argument("");
+        } catch (const std::exception&) {
+          throw UsageError(std::string("--") + flag + " expects comma-separated integers");
+        }
+      }
+    }
+    return ids;
+  };
+  p.stop_token_ids = token_ids("stop-token-ids");
+  p.allowed_token_ids = token_ids("allowed-token-ids");
+  if (args.has("allowed-token-ids") && p.allowed_token_ids.empty())
+    throw UsageError("--allowed-token-ids expects at least one token id");
+  p.bad_words = args.get_all("bad-words");
+  if (auto v = args.get("logit-bias")) {  // ID:BIAS,ID:BIAS
     std::stringstream ss(*v);
     std::string item;
     while (std::getline(ss, item, ',')) {
       try {
-        size_t pos = 0;
-        p.stop_token_ids.push_back(std::stoi(item, &pos));
-        if (pos != item.size()) throw std::invalid_argument("");
+        const size_t colon = item.find(':');
+        if (colon == std::string::npos) throw std::invalid_argument("");
+        size_t id_end = 0, bias_end = 0;
+        const TokenId id = std::stoi(item.substr(0, colon), &id_end);
+        const float bias = std::stof(item.substr(colon + 1), &bias_end);
+        if (id_end != colon || bias_end != item.size() - colon - 1 || !p.logit_bias.emplace(id, bias).second)
+          throw std::invalid_argument("");
       } catch (const std::exception&) {
-        throw UsageError("--stop-token-ids expects comma-separated integers");
+        throw UsageError("--logit-bias expects comma-separated TOKEN_ID:BIAS pairs, each id once");
       }
     }
   }

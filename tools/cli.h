@@ -58,8 +58,8 @@ class Args {
 EngineConfig engine_config(Args& args, const std::string& default_model = "");
 /// Sampling flags: --max-tokens, --temperature, --top-p, --top-k, --min-p, --seed, --n, --best-of,
 /// --[no-]use-beam-search, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),
-/// --stop-token-ids, --[no-]ignore-eos, --[no-]skip-special-tokens, --min-tokens, --logprobs; structured outputs:
-/// --guided-json SCHEMA, --guided-regex RE, --guided-choice '["a", "b"]', --guided-grammar GBNF or
+/// --stop-token-ids, --allowed-token-ids, --bad-words (repeatable), --logit-bias ID:BIAS,..., --[no-]ignore-eos,
+/// --[no-]skip-special-tokens, --min-tokens, --logprobs; structured outputs: --guided-json SCHEMA, --guided-regex RE, --guided-choice '["a", "b"]', --guided-grammar GBNF or
 /// --guided-json-object, with --guided-whitespace-pattern RE for the JSON ones.
 SamplingParams sampling_params(Args& args);
 /// Switches the two functions above understand.

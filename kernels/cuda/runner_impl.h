@@ -203,8 +203,8 @@ struct CudaModelRunner::Impl {
   Staged<int32_t> penalty_ids;
   Staged<float> penalty_values;
   size_t penalty_capacity = 0;
-  // Structured outputs' token masks of GPU-sampled rows (cuda::apply_token_bitmask): [max_seqs] rows and
-  // [max_seqs][ceil(vocab / 32)] words, allocated on first use.
+  // The token masks (structured outputs, allowed_token_ids) of GPU-sampled rows (cuda::apply_token_bitmask):
+  // [max_seqs] rows and [max_seqs][ceil(vocab / 32)] words, allocated on first use.
   Staged<int32_t> mask_rows;
   Staged<uint32_t> mask_bits;
 
@@ -293,7 +293,8 @@ struct CudaModelRunner::Impl {
   };
   // The logits processing of the GPU-sampled `jobs` (each alone on its row), on their rows of `logits` in place.
   void apply_penalties(const StepBatch& batch, const std::vector<SampleJob>& jobs);
-  // The token masks (SampleSpec::mask_source, filled here while the forward runs) of the GPU-sampled `jobs` (each alone on its row), in place.
+  // The token masks (fill_token_mask, filled here while the forward runs) of the GPU-sampled `jobs` (each alone on
+  // its row), in place.
   void apply_token_masks(const StepBatch& batch, const std::vector<SampleJob>& jobs);
   // The score_* staging, [max_seqs] rows of kMaxLogprobs alternatives (prompt logprobs, sampled rows' alternatives),
   // on first use.

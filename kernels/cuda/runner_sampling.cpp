@@ -17,8 +17,9 @@ bool gpu_samplable(const SampleSpec& spec, bool alone_on_row) {
   const bool masks_stops =
       spec.stop_ids && !spec.stop_ids->empty() && static_cast<int>(generated_count(spec)) < p.min_tokens;
   const bool processed = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
-                         !p.logit_bias.empty() || masks_stops;
-  const bool masked = spec.mask_source != nullptr;  // structured outputs: cuda::apply_token_bitmask
+                         !p.logit_bias.empty() || masks_stops || !p.bad_words_token_ids.empty();
+  // Structured outputs, allowed_token_ids: cuda::apply_token_bitmask
+  const bool masked = spec.mask_source != nullptr || !p.allowed_token_ids.empty();
   return spec.num_logprobs <= kMaxLogprobs && spec.num_candidates <= 1 && (!(processed || masked) || alone_on_row);
 }
 
@@ -166,16 +167,14 @@ void CudaModelRunner::Impl::apply_token_masks(const StepBatch& batch, const std:
   int n = 0;
   for (const SampleJob& j : jobs) {
     const SampleSpec& spec = batch.seqs[j.chunk].samples[j.spec];
-    const TokenMaskSource* source = spec.mask_source;
-    if (!source) continue;
+    if (!spec.mask_source && spec.params->allowed_token_ids.empty()) continue;
     if (!mask_rows.device) {
       mask_rows.allocate(max_seqs);
       mask_bits.allocate(static_cast<size_t>(max_seqs) * words);
     }
     mask_rows.host[n] = j.logits_row;
     // On the host while the GPU still computes the forward pass (nothing since it was launched waited for it).
-    source->fill_mask(spec.pending_output,
-                      std::span<uint32_t>(mask_bits.host.get() + static_cast<size_t>(n) * words, words));
+    fill_token_mask(spec, std::span<uint32_t>(mask_bits.host.get() + static_cast<size_t>(n) * words, words));
     ++n;  // at most max_seqs: each masked job is alone on its row
   }
   if (n == 0) return;

@@ -1,5 +1,6 @@
 #include "model/sampling/params_check.h"
 
+#include <algorithm>
 #include <string>
 
 #include "model/unicode/utf8.h"
@@ -52,6 +53,36 @@ std::optional<FieldError> check_sampling_params(const SamplingParams& p, int voc
   }
   if (stop_bytes > kMaxStopBytes)
     return bad("stop", "stop strings must total at most " + std::to_string(kMaxStopBytes) + " bytes");
+  if (p.allowed_token_ids.size() > static_cast<size_t>(std::max(vocab, 0)))
+    return bad("allowed_token_ids", "allowed_token_ids has more entries than the vocabulary has tokens");
+  for (TokenId id : p.allowed_token_ids)
+    if (id < 0 || id >= vocab)
+      return bad("allowed_token_ids", "allowed_token_ids entry " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                          std::to_string(vocab) + ")");
+  if (p.bad_words.size() > kMaxBadWords)
+    return bad("bad_words", "at most " + std::to_string(kMaxBadWords) + " bad words");
+  size_t bad_word_bytes = 0;
+  for (const auto& w : p.bad_words) {
+    if (w.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+      return bad("bad_words", "bad words must not be empty or only whitespace");
+    if (!utf8::is_valid(w)) return bad("bad_words", "bad words must be valid UTF-8");
+    bad_word_bytes += w.size();
+  }
+  if (bad_word_bytes > kMaxBadWordBytes)
+    return bad("bad_words", "bad words must total at most " + std::to_string(kMaxBadWordBytes) + " bytes");
+  // What the engine made of the words (bad_words_token_ids): two spellings of each at most, none empty, each of at
+  // most its bytes, a space and a tokenizer's prefix token.
+  if (p.bad_words_token_ids.size() > 2 * kMaxBadWords)
+    return bad("bad_words", "at most " + std::to_string(2 * kMaxBadWords) + " bad-word token sequences");
+  size_t bad_word_tokens = 0;
+  for (const auto& word : p.bad_words_token_ids) {
+    if (word.empty()) return bad("bad_words", "a bad word's token sequence is empty");
+    for (TokenId id : word)
+      if (id < 0 || id >= vocab) return bad("bad_words", "a bad word's token is outside the vocabulary");
+    bad_word_tokens += word.size();
+  }
+  if (bad_word_tokens > 2 * (kMaxBadWordBytes + 2 * kMaxBadWords))
+    return bad("bad_words", "the bad words' token sequences are longer than their bytes allow");
   if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > kMaxLogprobs))
     return bad("logprobs", "logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
   if (p.prompt_logprobs && (*p.prompt_logprobs < 0 || *p.prompt_logprobs > kMaxLogprobs))
@@ -63,7 +94,24 @@ std::optional<FieldError> check_sampling_params(const SamplingParams& p, int voc
     if (p.use_beam_search) return bad(field, "structured outputs are not supported with beam search");
     if (p.ignore_eos) return bad(field, "structured outputs are not supported with ignore_eos");
     if (p.min_tokens > 0) return bad(field, "structured outputs are not supported with min_tokens");
+    // Likewise: the grammar's tokens and the allowed ones might not meet.
+    if (!p.allowed_token_ids.empty()) return bad(field, "structured outputs are not supported with allowed_token_ids");
   }
+  return std::nullopt;
+}
+
+std::optional<FieldError> check_allowed_tokens_left(const SamplingParams& p, std::span<const TokenId> stop_ids) {
+  if (p.allowed_token_ids.empty()) return std::nullopt;
+  const auto masked = [&](TokenId id) {
+    const bool bad_word = std::any_of(p.bad_words_token_ids.begin(), p.bad_words_token_ids.end(),
+                                      [id](const std::vector<TokenId>& w) { return w.size() == 1 && w[0] == id; });
+    const bool early_stop =
+        p.min_tokens > 0 && std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
+    return bad_word || early_stop;
+  };
+  if (std::all_of(p.allowed_token_ids.begin(), p.allowed_token_ids.end(), masked))
+    return bad("allowed_token_ids", "every token of allowed_token_ids is masked (a one-token bad word, or a stop "
+                                    "token before min_tokens): nothing could be generated");
   return std::nullopt;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 
 #include "model/field_error.h"
 #include "model/sampling/sampling_params.h"
@@ -19,10 +20,17 @@ inline constexpr int kMaxLogprobs = 20;
 /// that a 1 MiB body of 200,000 ids or 100,000 strings made a request 2-3 times slower to serve here.
 inline constexpr size_t kMaxStopStrings = 256;
 inline constexpr size_t kMaxStopTokenIds = 1024;
+/// Most bad words of one request (each is matched against every completion's output at every step, like a stop
+/// string), and most token sequences they may become (each word spelled alone and after a space).
+inline constexpr size_t kMaxBadWords = 256;
 
 /// The first parameter of `p` outside its range, named as in the request ("top_p", "logit_bias", ...), with token ids
 /// checked against a vocabulary of `vocab_size`; nullopt when every one is in range. The prompt's length is not
 /// its business (the engine checks the context against max_model_len).
 std::optional<FieldError> check_sampling_params(const SamplingParams& p, int vocab_size);
+
+/// With allowed_token_ids: an error when every allowed token is masked at some step whatever was generated (a
+/// one-token bad word, or a stop id in `stop_ids` before min_tokens), which would leave nothing to sample.
+std::optional<FieldError> check_allowed_tokens_left(const SamplingParams& p, std::span<const TokenId> stop_ids);
 
 }  // namespace paged

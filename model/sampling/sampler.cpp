@@ -6,6 +6,8 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "model/sampling/bad_words.h"
+
 namespace paged {
 
 double random_uniform(uint64_t seed, uint64_t index) {
@@ -73,6 +75,15 @@ PenaltyOps penalty_ops(const SampleSpec& spec, int vocab) {
   if (spec.stop_ids && static_cast<int>(generated_count(spec)) < p.min_tokens)
     for (TokenId id : *spec.stop_ids)
       if (in_vocab(id)) ops.masked.push_back(id);
+  if (!p.bad_words_token_ids.empty()) {
+    const size_t before = ops.masked.size();
+    append_bad_word_bans(p.bad_words_token_ids, spec.output ? std::span<const TokenId>(*spec.output)
+                                                            : std::span<const TokenId>(),
+                         spec.pending_output, ops.masked);
+    ops.masked.erase(std::remove_if(ops.masked.begin() + static_cast<std::ptrdiff_t>(before), ops.masked.end(),
+                                    [&](TokenId id) { return !in_vocab(id); }),
+                     ops.masked.end());
+  }
   if (p.repetition_penalty != 1.0f) {
     ops.repetition = p.repetition_penalty;
     std::vector<bool> seen(static_cast<size_t>(vocab), false);
@@ -110,6 +121,22 @@ void apply_penalties(std::span<float> logits, const SampleSpec& spec) {
   apply_penalty_ops(logits, penalty_ops(spec, static_cast<int>(logits.size())));
 }
 
+bool fill_token_mask(const SampleSpec& spec, std::span<uint32_t> mask) {
+  const std::vector<TokenId>& allowed = spec.params->allowed_token_ids;
+  if (!spec.mask_source && allowed.empty()) return false;
+  if (spec.mask_source)
+    spec.mask_source->fill_mask(spec.pending_output, mask);
+  else
+    std::fill(mask.begin(), mask.end(), ~uint32_t{0});
+  if (!allowed.empty()) {
+    std::vector<uint32_t> listed(mask.size(), 0);
+    for (TokenId id : allowed)
+      if (id >= 0 && static_cast<size_t>(id) < 32 * mask.size()) listed[id >> 5] |= uint32_t{1} << (id & 31);
+    for (size_t w = 0; w < mask.size(); ++w) mask[w] &= listed[w];
+  }
+  return true;
+}
+
 void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed) {
   for (size_t i = 0; i < logits.size(); ++i)
     if (!((allowed[i >> 5] >> (i & 31)) & 1)) logits[i] = -std::numeric_limits<float>::infinity();
@@ -118,11 +145,8 @@ void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed
 std::vector<SampledToken> sample_logits(std::span<float> logits, const SampleSpec& spec) {
   const SamplingParams& p = *spec.params;
   apply_penalties(logits, spec);
-  if (spec.mask_source) {
-    std::vector<uint32_t> allowed((logits.size() + 31) / 32);
-    spec.mask_source->fill_mask(spec.pending_output, allowed);
+  if (std::vector<uint32_t> allowed((logits.size() + 31) / 32); fill_token_mask(spec, allowed))
     apply_token_mask(logits, allowed);
-  }
   std::vector<float> lp;
   log_softmax(logits, lp);
   const auto vocab = static_cast<TokenId>(logits.size());

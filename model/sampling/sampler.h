@@ -26,7 +26,8 @@ PromptLogprob score_token(std::span<const float> logits, TokenId token, int num_
 /// A sequence's logits processing as lists, applied in this order (vLLM's): logit_bias adds `bias` values at their
 /// ids, min_tokens masks `masked` ids to -inf, the repetition penalty (HF: each id of prompt and output once) divides
 /// a positive logit by `repetition` and multiplies a negative one, presence and frequency penalties subtract
-/// `subtract` values (frequency x count + presence, one per id of the output). Ids within the vocabulary only. The
+/// `subtract` values (frequency x count + presence, one per id of the output); bad words mask their next token as
+/// `masked` too (append_bad_word_bans). Ids within the vocabulary only. The
 /// one description of the processing, which apply_penalty_ops (CPU) and cuda::apply_penalties (GPU) both apply.
 struct PenaltyOps {
   std::vector<std::pair<TokenId, float>> bias;
@@ -40,6 +41,10 @@ PenaltyOps penalty_ops(const SampleSpec& spec, int vocab);
 /// Applies `ops` to one row of logits, in place.
 void apply_penalty_ops(std::span<float> logits, const PenaltyOps& ops);
 
+/// The tokens `spec` may sample, as a token bitmask (TokenMaskSource's layout, ceil(vocab / 32) words): its
+/// structured output's (mask_source) within its allowed_token_ids. False, `mask` untouched, when neither restricts.
+bool fill_token_mask(const SampleSpec& spec, std::span<uint32_t> mask);
+
 /// Sets to -inf every logit whose bit in `allowed` (a token bitmask, TokenMaskSource's layout) is clear. The CPU
 /// twin of cuda::apply_token_bitmask.
 void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed);
@@ -47,7 +52,7 @@ void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed
 /// apply_penalty_ops(logits, penalty_ops(spec, logits.size())).
 void apply_penalties(std::span<float> logits, const SampleSpec& spec);
 
-/// Samples from `logits` (one sequence, vocab entries): penalties, the token mask (spec.mask_source), then greedy or temperature / top-k / top-p /
+/// Samples from `logits` (one sequence, vocab entries): penalties, the token mask (fill_token_mask), then greedy or temperature / top-k / top-p /
 /// min-p and inverse-CDF sampling over probabilities sorted descending (ties by lower id). Logprobs are the
 /// log-softmax of the logits after penalties, before temperature (what the request is billed against).
 /// With spec.num_candidates > 1 (beam search) returns that many best tokens by logprob instead of sampling.

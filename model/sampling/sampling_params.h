@@ -14,6 +14,8 @@ namespace paged {
 /// Most bytes of stop strings one request may have (check_sampling_params refuses more; a worker's step decoder
 /// takes no more).
 inline constexpr size_t kMaxStopBytes = size_t{1} << 20;
+/// Most bytes of bad words one request may have (likewise).
+inline constexpr size_t kMaxBadWordBytes = size_t{1} << 16;
 
 /// Structured outputs: what every completion's text must be, as the request wrote it (compiled by the engine,
 /// model/constraint/structured_output.h).
@@ -50,6 +52,13 @@ struct SamplingParams {
   std::map<TokenId, float> logit_bias;
   std::vector<TokenId> stop_token_ids;  // besides the model's EOS ids
   std::vector<std::string> stop;        // stop strings; the text is cut before them
+  // vLLM's allowed_token_ids: the only tokens that may be generated; empty: every token.
+  std::vector<TokenId> allowed_token_ids;
+  // vLLM's bad_words: words never generated, as the request wrote them; the engine tokenizes them into
+  // bad_words_token_ids (each word with and without a leading space, model/sampling/bad_words.h), which the samplers
+  // read: a word's last token is masked when the output ends with the tokens before it.
+  std::vector<std::string> bad_words;
+  std::vector<std::vector<TokenId>> bad_words_token_ids;
   bool ignore_eos = false;
   std::optional<int> logprobs;          // return the chosen token's logprob and this many top alternatives
   std::optional<int> prompt_logprobs;   // return every prompt token's logprob (vLLM's) and this many top alternatives

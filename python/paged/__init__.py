@@ -22,7 +22,8 @@ _ENGINE_ALIASES = {"num_gpu_blocks_override": "num_kv_blocks"}
 
 def _flags(kwargs, aliases=None):
     """CLI flags of keyword arguments: name=value -> --name value; booleans as --name=true|false; a list as the
-    flag repeated for `stop`, else its items joined by commas; None: the default (no flag)."""
+    flag repeated for `stop` and `bad_words`, else its items joined by commas; a dict as KEY:VALUE pairs joined by
+    commas; None: the default (no flag)."""
     flags = []
     for key, value in kwargs.items():
         if value is None:
@@ -30,8 +31,10 @@ def _flags(kwargs, aliases=None):
         name = "--" + (aliases or {}).get(key, key).replace("_", "-")
         if isinstance(value, bool):
             flags.append(f"{name}={'true' if value else 'false'}")
+        elif isinstance(value, dict):  # logit_bias: token id -> bias
+            flags += [name, ",".join(f"{k}:{v}" for k, v in value.items())]
         elif isinstance(value, (list, tuple)):
-            if key == "stop":
+            if key in ("stop", "bad_words"):
                 for item in value:
                     flags += [name, str(item)]
             else:
@@ -90,9 +93,9 @@ GuidedDecodingParams = StructuredOutputsParams
 
 class SamplingParams:
     """vLLM's SamplingParams: n, best_of, use_beam_search, max_tokens (16), min_tokens, temperature (1.0), top_p,
-    top_k, min_p, seed, repetition_penalty, presence_penalty, frequency_penalty, stop (a string or a list),
-    stop_token_ids, ignore_eos, skip_special_tokens, logprobs, structured_outputs (a StructuredOutputsParams; also
-    as guided_decoding, vLLM's earlier name). Any other argument raises ValueError."""
+    top_k, min_p, seed, repetition_penalty, presence_penalty, frequency_penalty, logit_bias (a dict of token id to
+    bias), stop (a string or a list), stop_token_ids, allowed_token_ids, bad_words, ignore_eos, skip_special_tokens, logprobs, structured_outputs (a
+    StructuredOutputsParams; also as guided_decoding, vLLM's earlier name). Any other argument raises ValueError."""
 
     def __init__(self, **kwargs):
         if isinstance(kwargs.get("stop"), str):

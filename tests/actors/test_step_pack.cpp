@@ -28,7 +28,8 @@ SamplingParams every_field_set() {
   return {.n = 3, .best_of = 5, .use_beam_search = true, .max_tokens = 77, .min_tokens = 4, .temperature = 0.25f,
           .top_p = 0.8f, .top_k = 12, .min_p = 0.05f, .seed = uint64_t{1} << 40, .repetition_penalty = 1.1f,
           .presence_penalty = -0.5f, .frequency_penalty = 0.3f, .logit_bias = {{3, 1.5f}, {9, -2.0f}},
-          .stop_token_ids = {7, 8}, .stop = {"\n\n", "The end"}, .ignore_eos = true, .logprobs = 6,
+          .stop_token_ids = {7, 8}, .stop = {"\n\n", "The end"}, .allowed_token_ids = {4, 2, 9},
+          .bad_words = {"dog", " big cat"}, .bad_words_token_ids = {{11}, {12, 13}, {}}, .ignore_eos = true, .logprobs = 6,
           .prompt_logprobs = 3, .skip_special_tokens = false, .include_stop_str_in_output = true,
           .structured = {.kind = StructuredOutput::Kind::json_schema, .spec = "{}", .field = "structured_outputs",
                          .after = "</think>", .whitespace = " ?"},
@@ -221,6 +222,9 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
   CHECK(set.logit_bias != d.logit_bias);
   CHECK(set.stop_token_ids != d.stop_token_ids);
   CHECK(set.stop != d.stop);
+  CHECK(set.allowed_token_ids != d.allowed_token_ids);
+  CHECK(set.bad_words != d.bad_words);
+  CHECK(set.bad_words_token_ids != d.bad_words_token_ids);
   CHECK(set.ignore_eos != d.ignore_eos);
   CHECK(set.logprobs != d.logprobs);
   CHECK(set.prompt_logprobs != d.prompt_logprobs);
@@ -258,6 +262,9 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
       [&](SamplingParams& p) { p.logit_bias = set.logit_bias; },
       [&](SamplingParams& p) { p.stop_token_ids = set.stop_token_ids; },
       [&](SamplingParams& p) { p.stop = set.stop; },
+      [&](SamplingParams& p) { p.allowed_token_ids = set.allowed_token_ids; },
+      [&](SamplingParams& p) { p.bad_words = set.bad_words; },
+      [&](SamplingParams& p) { p.bad_words_token_ids = set.bad_words_token_ids; },
       [&](SamplingParams& p) { p.ignore_eos = set.ignore_eos; },
       [&](SamplingParams& p) { p.logprobs = set.logprobs; },
       [&](SamplingParams& p) { p.prompt_logprobs = set.prompt_logprobs; },
@@ -342,7 +349,7 @@ TEST_CASE("a count beyond the bytes left is refused before anything is allocated
 }
 
 TEST_CASE("a packed step is refused for a flag that is neither 0 nor 1, logit_bias keys out of order or twice, "
-          "stop strings over the bound",
+          "stop strings or bad words over their bounds",
           "[wire][pack]") {
   // One chunk: count (4), seq (8), tokens {5} (4 + 4), last_token_deferred (1), start_pos (4), table_keep (4),
   // table_tail {} (4), group tables {} (4): the context's flag at byte 37, then its parameters: n, best_of (4 each),
@@ -380,4 +387,13 @@ TEST_CASE("a packed step is refused for a flag that is neither 0 nor 1, logit_bi
   w.seqs = {sampling_chunk(1, p)};
   CHECK(step_refusal(pack_step(w)) == "seqs[0].context.params.stop[1]: the stop strings take more than the " +
                                           std::to_string(kMaxStopBytes) + " bytes allowed");
+
+  p.stop.clear();
+  p.bad_words = {std::string(kMaxBadWordBytes - 1, 'a'), "b"};  // the bound exactly
+  w.seqs = {sampling_chunk(1, p)};
+  CHECK(unpacked_step(pack_step(w)).seqs[0].context->params.bad_words == p.bad_words);
+  p.bad_words.back() = "bc";
+  w.seqs = {sampling_chunk(1, p)};
+  CHECK(step_refusal(pack_step(w)) == "seqs[0].context.params.bad_words[1]: the bad words take more than the " +
+                                          std::to_string(kMaxBadWordBytes) + " bytes allowed");
 }

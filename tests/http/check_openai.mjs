@@ -150,6 +150,34 @@ for (const g of golden) {
   checkEqual(l.tokens.join(""), golden[0].text.slice(0, l.tokens.join("").length), "logprob tokens spell the text");
 }
 
+// ---- allowed_token_ids and bad_words (vLLM's) -----------------------------------------------------------------
+{
+  // Greedy within the set of Hugging Face's own greedy tokens: its choices were in the set, so the text is the same.
+  const g = golden[0];
+  const allowed = [...new Set(g.greedy_ids)];
+  const within = await client.completions.create({ model, prompt: g.prompt, max_tokens: 64, temperature: 0,
+    allowed_token_ids: allowed });
+  checkEqual(within.choices[0].text, g.text, "allowed_token_ids of the golden tokens: the golden text");
+  // Sampled: every token (as "token_id:N") is one of the set.
+  const sampled = await client.completions.create({ model, prompt: g.prompt, max_tokens: 40, temperature: 1, seed: 3,
+    n: 2, allowed_token_ids: allowed.slice(0, 12), logprobs: 0, return_tokens_as_token_ids: true });
+  for (const c of sampled.choices) {
+    const ids = c.logprobs.tokens.map((t) => Number(t.slice("token_id:".length)));
+    check(ids.length > 0 && ids.every((id) => allowed.slice(0, 12).includes(id)), "sampled tokens within allowed_token_ids", ids);
+  }
+  // A bad word changes the greedy text exactly where the word came first, and it does not come there.
+  const cut = g.text.indexOf(" girl");
+  check(cut > 0, "the golden text has the word", g.text);
+  const banned = await client.completions.create({ model, prompt: g.prompt, max_tokens: 64, temperature: 0,
+    bad_words: ["girl"] });
+  const text = banned.choices[0].text;
+  checkEqual(text.slice(0, cut), g.text.slice(0, cut), "bad_words: the text before the word is unchanged");
+  check(!text.slice(cut).startsWith(" girl"), "bad_words: the word is not written where it was", text);
+  const chat = await client.chat.completions.create({ model, messages: [{ role: "user", content: g.prompt }],
+    max_tokens: 16, temperature: 0, bad_words: ["the", "a"], allowed_token_ids: allowed });
+  check(typeof chat.choices[0].message.content === "string", "chat takes allowed_token_ids and bad_words", chat);
+}
+
 // ---- skip_special_tokens ---------------------------------------------------------------------------------------
 // stories260K separates its stories with BOS: greedy from the first golden prompt writes one within 400 tokens.
 {

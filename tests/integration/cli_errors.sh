@@ -264,6 +264,9 @@ expect_fail "--presence-penalty 3" 2 "invalid --presence-penalty" generate "${P[
 expect_fail "--logprobs 50" 2 "invalid --logprobs" generate "${P[@]}" --logprobs 50
 expect_fail "--stop-token-ids junk" 2 "--stop-token-ids" generate "${P[@]}" --stop-token-ids 2,x
 expect_fail "--stop-token-ids outside the vocabulary" 2 "invalid --stop-token-ids" generate "${P[@]}" --stop-token-ids 9999
+expect_fail "--allowed-token-ids outside the vocabulary" 2 "invalid --allowed-token-ids" generate "${P[@]}" --allowed-token-ids 5,9999
+expect_fail "--allowed-token-ids empty" 2 "--allowed-token-ids expects" generate "${P[@]}" --allowed-token-ids ""
+expect_fail "--bad-words blank" 2 "invalid --bad-words" generate "${P[@]}" --bad-words " "
 expect_fail "--min-tokens above --max-tokens" 2 "invalid --min-tokens" generate "${P[@]}" --max-tokens 4 --min-tokens 8
 expect_fail "--block-size 0" 2 "--block-size" generate "${P[@]}" --block-size 0
 expect_fail "--block-size 1000" 2 "--block-size" generate "${P[@]}" --block-size 1000

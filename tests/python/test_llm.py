@@ -87,6 +87,28 @@ def test_stop_string_cuts_the_text(llm):
     assert completion.finish_reason == "stop"
 
 
+def test_allowed_token_ids_bad_words_and_logit_bias(llm):
+    case = GOLDEN[0]
+    # Greedy within Hugging Face's own greedy tokens is Hugging Face's greedy text.
+    within = SamplingParams(max_tokens=64, temperature=0, allowed_token_ids=sorted(set(case["greedy_ids"])))
+    assert llm.generate(case["prompt"], within)[0].outputs[0].token_ids == case["greedy_ids"]
+    # A bad word changes the text where the word came first; a -100 bias on its one token does the same.
+    cut = case["greedy_text"].index("Lily")
+    banned = llm.generate(case["prompt"], SamplingParams(max_tokens=64, temperature=0, bad_words=["Lily"]))[0]
+    text = banned.outputs[0].text
+    assert text[:cut] == case["greedy_text"][:cut] and not text[cut:].startswith("Lily")
+    # logit_bias: the first greedy token pushed down is not chosen first; pushed up, another token is.
+    first = case["greedy_ids"][0]
+    down = llm.generate(case["prompt"], SamplingParams(max_tokens=4, temperature=0, logit_bias={first: -100}))[0]
+    assert down.outputs[0].token_ids[0] != first
+    up = llm.generate(case["prompt"], SamplingParams(max_tokens=1, temperature=0, logit_bias={"7": 100}))[0]
+    assert up.outputs[0].token_ids == [7]
+    with pytest.raises(ValueError, match="allowed-token-ids"):
+        SamplingParams(allowed_token_ids=[])
+    with pytest.raises(ValueError, match="bad words"):
+        llm.generate("Once", SamplingParams(bad_words=["  "]))
+
+
 def test_logprobs_agree_with_golden_logits(llm):
     case = GOLDEN[0]
     completion = llm.generate(case["prompt"], SamplingParams(max_tokens=4, temperature=0, logprobs=3))[0].outputs[0]
@@ -154,8 +176,10 @@ def test_errors_raise_with_the_engines_message(llm):
         LLM(model=MODEL, device="cpu", block_size=0)
     with pytest.raises(RuntimeError):
         LLM(model=str(SRC / "no-such-model"), device="cpu")
+    with pytest.raises(ValueError, match="logit_bias"):
+        llm.generate("Once", SamplingParams(logit_bias={1: 1000.0}))
     with pytest.raises(ValueError, match="--logit-bias"):
-        SamplingParams(logit_bias={1: 1.0})
+        SamplingParams(logit_bias={"x": 1.0})
     with pytest.raises(ValueError, match="temperature"):
         llm.generate("Once", SamplingParams(temperature=-1))
     with pytest.raises(ValueError):

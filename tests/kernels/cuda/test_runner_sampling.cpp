@@ -162,3 +162,85 @@ TEST_CASE("rows with a token mask (structured outputs) sample within it as sampl
         CHECK(got.top_logprobs[a].first == want.top_logprobs[a].first);
     }
 }
+
+TEST_CASE("rows with allowed_token_ids or bad words sample as sample_logits does", "[gpu][runner][token_masks]") {
+  require_device();
+  const ModelConfig cfg = small_llama();
+  CudaRunnerOptions opt = small_runner_options(64, 8, 256);
+  CudaModelRunner runner(cfg, 13, opt);
+  std::mt19937 rng(23);
+  const int n = 8;
+  const size_t words = (static_cast<size_t>(cfg.vocab_size) + 31) / 32;
+  std::vector<std::vector<TokenId>> prompts(n), outputs(n), stops(n, std::vector<TokenId>{7});
+  for (int s = 0; s < n; ++s) {
+    prompts[s].resize(5 + 2 * s);
+    for (auto& t : prompts[s]) t = static_cast<TokenId>(rng() % cfg.vocab_size);
+    outputs[s] = {prompts[s][0], prompts[s][1]};
+  }
+  // allowed_token_ids: a tenth of the vocabulary; within a mask of the even tokens for the structured rows.
+  SamplingParams allowed_greedy, allowed_sampled, banned_greedy, banned_sampled;
+  for (TokenId id = 0; id < cfg.vocab_size; ++id)
+    if (rng() % 10 == 0) allowed_greedy.allowed_token_ids.push_back(id);
+  allowed_greedy.temperature = 0;
+  allowed_sampled = allowed_greedy;
+  allowed_sampled.temperature = 1.0f;
+  FixedMask evens{std::vector<uint32_t>(words, 0x55555555u)};
+  // Bad words: the greedy choice of every row (found below) as a one-token word, and two-token words whose first
+  // token ends some rows' outputs.
+  const std::vector<std::vector<float>> plain = [&] {
+    StepBatch step;
+    for (int s = 0; s < n; ++s)
+      step.seqs.push_back(chunk_of(s, prompts[s], 0, static_cast<int>(prompts[s].size()), {2 * s, 2 * s + 1}));
+    return runner.forward(step);
+  }();
+  for (int s = 0; s < n; ++s) {
+    const auto best = std::max_element(plain[s].begin(), plain[s].end()) - plain[s].begin();
+    if (s % 2 == 0) banned_greedy.bad_words_token_ids.push_back({static_cast<TokenId>(best)});
+    else banned_greedy.bad_words_token_ids.push_back({outputs[s].back(), static_cast<TokenId>(best)});
+  }
+  banned_greedy.temperature = 0;
+  banned_sampled = banned_greedy;
+  banned_sampled.temperature = 0.9f;
+  // Rows: allowed greedy, allowed sampled with logprobs, allowed within the even mask, bad words greedy, bad words
+  // sampled (in turn); row 6 carries two samples (the CPU's).
+  StepBatch step;
+  for (int s = 0; s < n; ++s) {
+    step.seqs.push_back(chunk_of(s, prompts[s], 0, static_cast<int>(prompts[s].size()), {2 * s, 2 * s + 1}));
+    const int kind = s % 5;
+    const SamplingParams* params[] = {&allowed_greedy, &allowed_sampled, &allowed_greedy, &banned_greedy,
+                                      &banned_sampled};
+    SampleSpec spec{.params = params[kind], .seed = 70u + s, .prompt = &prompts[s], .output = &outputs[s],
+                    .stop_ids = &stops[s], .num_logprobs = kind == 1 ? 3 : 0,
+                    .mask_source = kind == 2 ? &evens : nullptr};
+    step.seqs.back().samples = {spec};
+    if (s == 6) {
+      SampleSpec second = spec;
+      second.params = &banned_sampled;
+      second.seed += 1000;
+      step.seqs.back().samples.push_back(second);
+    }
+  }
+  const std::vector<std::vector<float>> logits = runner.forward(step);
+  const StepResult r = runner.execute(step);
+  REQUIRE(r.samples.size() == static_cast<size_t>(n));
+  int banned_best = 0;
+  for (int s = 0; s < n; ++s)
+    for (size_t k = 0; k < step.seqs[s].samples.size(); ++k) {
+      INFO("row " << s << " sample " << k);
+      const SampleSpec& spec = step.seqs[s].samples[k];
+      std::vector<float> row = logits[s];
+      const SampledToken want = sample_logits(row, spec)[0];
+      const SampledToken& got = r.samples[s][k][0];
+      CHECK(got.token == want.token);
+      CHECK(got.logprob == Approx(want.logprob).margin(1e-4));
+      const auto& allowed = spec.params->allowed_token_ids;
+      if (!allowed.empty()) CHECK(std::count(allowed.begin(), allowed.end(), got.token) == 1);
+      if (spec.mask_source) CHECK(got.token % 2 == 0);
+      if (!spec.params->bad_words_token_ids.empty()) {
+        const auto best = std::max_element(plain[s].begin(), plain[s].end()) - plain[s].begin();
+        CHECK(got.token != best);  // the row's greedy choice is banned: alone (even rows) or after its last token
+        ++banned_best;
+      }
+    }
+  CHECK(banned_best >= 3);
+}

@@ -69,6 +69,48 @@ TEST_CASE("each sampling parameter out of range is named", "[params_check]") {
   CHECK(with([](SamplingParams& p) { p.prompt_logprobs = -1; }) == "prompt_logprobs");
   CHECK(with([](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs + 1; }) == "prompt_logprobs");
   CHECK(with([](SamplingParams& p) { p.use_beam_search = true; }) == "temperature");  // needs temperature 0
+  CHECK(with([](SamplingParams& p) { p.allowed_token_ids = {0, 49}; }).empty());
+  CHECK(with([](SamplingParams& p) { p.allowed_token_ids = {3, 50}; }) == "allowed_token_ids");
+  CHECK(with([](SamplingParams& p) { p.allowed_token_ids = {-1}; }) == "allowed_token_ids");
+  CHECK(with([](SamplingParams& p) { p.allowed_token_ids.assign(51, 3); }) == "allowed_token_ids");
+  CHECK(with([](SamplingParams& p) { p.bad_words = {" hello", "a b"}; }).empty());
+  CHECK(with([](SamplingParams& p) { p.bad_words = {""}; }) == "bad_words");
+  CHECK(with([](SamplingParams& p) { p.bad_words = {" \t\n"}; }) == "bad_words");
+  CHECK(with([](SamplingParams& p) { p.bad_words = {"\xff"}; }) == "bad_words");
+  CHECK(with([](SamplingParams& p) { p.bad_words.assign(kMaxBadWords, "b"); }).empty());
+  CHECK(with([](SamplingParams& p) { p.bad_words.assign(kMaxBadWords + 1, "b"); }) == "bad_words");
+  CHECK(with([](SamplingParams& p) { p.bad_words = {std::string(kMaxBadWordBytes + 1, 'a')}; }) == "bad_words");
+  CHECK(with([](SamplingParams& p) { p.bad_words_token_ids = {{3, 4}, {5}}; }).empty());
+  CHECK(with([](SamplingParams& p) { p.bad_words_token_ids = {{3, 50}}; }) == "bad_words");
+  CHECK(with([](SamplingParams& p) { p.bad_words_token_ids = {{}}; }) == "bad_words");
+  CHECK(with([](SamplingParams& p) { p.bad_words_token_ids.assign(2 * kMaxBadWords + 1, {3}); }) == "bad_words");
+  CHECK(with([](SamplingParams& p) {
+          p.bad_words_token_ids = {std::vector<TokenId>(2 * (kMaxBadWordBytes + 2 * kMaxBadWords) + 1, 3)};
+        }) == "bad_words");
+  CHECK(with([](SamplingParams& p) {
+          p.allowed_token_ids = {3};
+          p.structured = {.kind = StructuredOutput::Kind::regex, .spec = "a+", .field = "guided_regex"};
+        }) == "guided_regex");
+}
+
+TEST_CASE("allowed_token_ids that every step would mask are refused", "[params_check]") {
+  const std::vector<TokenId> stops = {2};
+  SamplingParams p;
+  CHECK_FALSE(check_allowed_tokens_left(p, stops));  // no list: every token
+  p.allowed_token_ids = {2, 7};
+  CHECK_FALSE(check_allowed_tokens_left(p, stops));
+  p.bad_words_token_ids = {{7}};
+  CHECK_FALSE(check_allowed_tokens_left(p, stops));  // 2 (the stop id) is left
+  p.min_tokens = 1;
+  const auto e = check_allowed_tokens_left(p, stops);
+  REQUIRE(e);
+  CHECK(e->field == "allowed_token_ids");
+  p.bad_words_token_ids = {{5, 7}};  // a two-token word masks 7 only after 5
+  CHECK_FALSE(check_allowed_tokens_left(p, stops));
+  p.bad_words_token_ids = {{7}};
+  p.min_tokens = 0;
+  p.allowed_token_ids = {7};
+  CHECK(check_allowed_tokens_left(p, stops));
 }
 
 TEST_CASE("the messages read on their own, with the vocabulary's range where it matters", "[params_check]") {
