@@ -46,8 +46,13 @@ SamplingParams sampling_from_flags(const std::vector<std::string>& flags) {
 using PyLogprob = std::tuple<TokenId, float, std::string>;
 using PyCompletion =
     std::tuple<int, std::string, std::vector<TokenId>, double, std::string, std::vector<std::vector<PyLogprob>>>;
-/// One request: (prompt, prompt_token_ids, completions, num_cached_tokens).
-using PyRequestOutput = std::tuple<std::string, std::vector<TokenId>, std::vector<PyCompletion>, int>;
+/// A prompt token scored (prompt_logprobs): (token_id, logprob, rank, decoded_token), the prompt's token first, then
+/// the alternatives ranked 1, 2, ...
+using PyPromptLogprob = std::tuple<TokenId, float, int, std::string>;
+/// One request: (prompt, prompt_token_ids, completions, num_cached_tokens, prompt_logprobs: one list per prompt token
+/// after the first; empty unless asked).
+using PyRequestOutput = std::tuple<std::string, std::vector<TokenId>, std::vector<PyCompletion>, int,
+                                   std::vector<std::vector<PyPromptLogprob>>>;
 
 /// The engine with the model's chat template (loaded on first chat()).
 class PyEngine {
@@ -146,7 +151,15 @@ class PyEngine {
         completions.emplace_back(c.index, c.text, c.token_ids, c.cumulative_logprob, c.finish_reason,
                                  std::move(logprobs));
       }
-      result.emplace_back(out.prompt, out.prompt_token_ids, std::move(completions), out.num_cached_tokens);
+      std::vector<std::vector<PyPromptLogprob>> prompt_logprobs;
+      for (const PromptLogprob& scored : out.prompt_logprobs) {
+        std::vector<PyPromptLogprob> position{{scored.token, scored.logprob, scored.rank, piece(scored.token)}};
+        int rank = 0;
+        for (const auto& [id, logprob] : scored.top_logprobs) position.emplace_back(id, logprob, ++rank, piece(id));
+        prompt_logprobs.push_back(std::move(position));
+      }
+      result.emplace_back(out.prompt, out.prompt_token_ids, std::move(completions), out.num_cached_tokens,
+                          std::move(prompt_logprobs));
     }
     return result;
   }

@@ -145,17 +145,31 @@ class CompletionOutput:
 
 
 class RequestOutput:
-    """One prompt's outputs: prompt, prompt_token_ids, outputs (CompletionOutput, n of them), num_cached_tokens (its
-    prompt tokens found in the prefix cache), finished."""
+    """One prompt's outputs: prompt, prompt_token_ids, prompt_logprobs (with SamplingParams(prompt_logprobs=k): None
+    for the first token, then per token a dict token id -> Logprob, the prompt's token and k alternatives; else
+    None), outputs (CompletionOutput, n of them), num_cached_tokens (its prompt tokens found in the prefix cache),
+    finished."""
 
-    def __init__(self, prompt, prompt_token_ids, outputs, num_cached_tokens=0):
+    def __init__(self, prompt, prompt_token_ids, outputs, num_cached_tokens=0, prompt_logprobs=None):
         self.prompt, self.prompt_token_ids, self.outputs = prompt, list(prompt_token_ids), outputs
-        self.num_cached_tokens = num_cached_tokens
+        self.num_cached_tokens, self.prompt_logprobs = num_cached_tokens, prompt_logprobs
         self.finished = True
 
     def __repr__(self):
         return (f"RequestOutput(prompt={self.prompt!r}, prompt_token_ids={self.prompt_token_ids}, "
                 f"outputs={self.outputs!r})")
+
+
+def _prompt_logprobs(positions):
+    """vLLM's prompt_logprobs: None for the first prompt token, then per token a dict token id -> Logprob of the
+    prompt's token (with its rank) and the alternatives."""
+    result = [None]
+    for position in positions:
+        entry = {}
+        for tid, lp, rank, text in position:  # the prompt's token first: an alternative equal to it is itself
+            entry.setdefault(tid, Logprob(lp, rank, text))
+        result.append(entry)
+    return result
 
 
 def _logprobs(positions, asked):
@@ -243,7 +257,7 @@ class LLM:
         progress = None if bar is None else bar.update
         raw = self._engine.generate(inputs, params._flags, progress)
         if bar is not None:
-            bar.update(len(inputs), len(inputs), sum(len(c[2]) for _, _, cs, _ in raw for c in cs), final=True)
+            bar.update(len(inputs), len(inputs), sum(len(c[2]) for _, _, cs, _, _ in raw for c in cs), final=True)
         return self._outputs(raw, params)
 
     def chat(self, messages, sampling_params=None, use_tqdm=True, chat_template=None, add_generation_prompt=True):
@@ -260,7 +274,9 @@ class LLM:
 
     def _outputs(self, raw, params):
         asked = params._kwargs.get("logprobs") is not None
+        prompt_asked = params._kwargs.get("prompt_logprobs") is not None
         return [RequestOutput(prompt, prompt_ids,
                               [CompletionOutput(i, text, ids, cum, reason, _logprobs(lps, asked))
-                               for i, text, ids, cum, reason, lps in completions], cached)
-                for prompt, prompt_ids, completions, cached in raw]
+                               for i, text, ids, cum, reason, lps in completions], cached,
+                              _prompt_logprobs(scored) if prompt_asked else None)
+                for prompt, prompt_ids, completions, cached, scored in raw]

@@ -109,6 +109,24 @@ def test_allowed_token_ids_bad_words_and_logit_bias(llm):
         llm.generate("Once", SamplingParams(bad_words=["  "]))
 
 
+def test_prompt_logprobs_score_the_prompt(llm):
+    # Hugging Face's greedy continuation after its prompt, as one prompt: each continuation token is the likeliest.
+    case = GOLDEN[0]
+    ids = case["prompt_ids"] + case["greedy_ids"][:16]
+    out = llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=2))[0]
+    scored = out.prompt_logprobs
+    assert scored[0] is None and len(scored) == len(ids)
+    for position, token in enumerate(ids[1:], 1):
+        entry = scored[position]
+        assert token in entry and 2 <= len(entry) <= 3
+        assert entry[token].logprob <= 0 and entry[token].rank >= 1
+        by_rank = [lp.logprob for lp in sorted(entry.values(), key=lambda lp: lp.rank)]
+        assert by_rank == sorted(by_rank, reverse=True)
+        if position >= len(case["prompt_ids"]):
+            assert entry[token].rank == 1
+    assert llm.generate(case["prompt"], SamplingParams(max_tokens=1))[0].prompt_logprobs is None
+
+
 def test_logprobs_agree_with_golden_logits(llm):
     case = GOLDEN[0]
     completion = llm.generate(case["prompt"], SamplingParams(max_tokens=4, temperature=0, logprobs=3))[0].outputs[0]
