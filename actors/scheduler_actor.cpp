@@ -241,7 +241,8 @@ void beam_step(Self* self, RequestData& r, const std::vector<SeqId>& beam_ids, O
                                 .max_tokens = p.max_tokens,
                                 .max_model_len = st.setup.max_model_len,
                                 .prompt_len = r.spec.prompt->size(),
-                                .stop_ids = r.spec.stop_ids};
+                                .stop_ids = r.spec.stop_ids,
+                                .length_penalty = p.length_penalty};
   BeamDecision decision = beam_search_step(beams, std::move(r.finished_beams), limits);
   r.finished_beams = std::move(decision.finished);
 

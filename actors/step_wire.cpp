@@ -443,13 +443,14 @@ void pack_params(Packer& out, const SamplingParams& p) {
   // Does not compile once SamplingParams gains or loses a field (a size check missed one that fit the padding):
   // then pack it here, unpack it in unpack_params, set it in the round-trip test (tests/actors/test_step_pack.cpp)
   // and name it here.
-  [[maybe_unused]] const auto& [n, best_of, use_beam_search, max_tokens, min_tokens, temperature, top_p, top_k, min_p,
+  [[maybe_unused]] const auto& [n, best_of, use_beam_search, length_penalty, max_tokens, min_tokens, temperature, top_p, top_k, min_p,
                                 seed, repetition_penalty, presence_penalty, frequency_penalty, logit_bias,
                                 stop_token_ids, stop, allowed_token_ids, bad_words, bad_words_token_ids, ignore_eos, logprobs, prompt_logprobs,
                                 skip_special_tokens, include_stop_str_in_output, structured, cache_salt, priority] = p;
   out.put<int32_t>(p.n);
   out.put<int32_t>(p.best_of);
   out.flag(p.use_beam_search);
+  out.put(p.length_penalty);
   out.put<int32_t>(p.max_tokens);
   out.put<int32_t>(p.min_tokens);
   out.put(p.temperature);
@@ -498,6 +499,7 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
   p.n = in.get<int32_t>(at("n"));
   p.best_of = in.get<int32_t>(at("best_of"));
   p.use_beam_search = in.flag(at("use_beam_search"));
+  p.length_penalty = in.get<float>(at("length_penalty"));
   p.max_tokens = in.get<int32_t>(at("max_tokens"));
   p.min_tokens = in.get<int32_t>(at("min_tokens"));
   p.temperature = in.get<float>(at("temperature"));

@@ -479,6 +479,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
     p.best_of = static_cast<int>(*best_of);
   }
   p.use_beam_search = f.boolean("use_beam_search").value_or(false);
+  p.length_penalty = static_cast<float>(f.number("length_penalty", -100.0, 100.0).value_or(1.0));
   if (p.use_beam_search && req.stream) invalid("beam search cannot be streamed", "use_beam_search");
   // A field left out takes the model's default (--generation-config), else the API's.
   const SamplingDefaults& model_default = model.sampling_defaults;

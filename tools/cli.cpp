@@ -236,6 +236,7 @@ SamplingParams sampling_params(Args& args) {
   p.n = args.get_int("n", p.n);
   p.best_of = args.get_int("best-of", p.best_of);
   p.use_beam_search = args.get_bool("use-beam-search", false);
+  p.length_penalty = static_cast<float>(args.get_double("length-penalty", p.length_penalty));
   p.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", p.repetition_penalty));
   p.presence_penalty = static_cast<float>(args.get_double("presence-penalty", p.presence_penalty));
   p.frequency_penalty = static_cast<float>(args.get_double("frequency-penalty", p.frequency_penalty));

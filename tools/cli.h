@@ -57,7 +57,7 @@ class Args {
 /// `default_model`: the model when neither is given (conf/serve.json's); empty: the model is required.
 EngineConfig engine_config(Args& args, const std::string& default_model = "");
 /// Sampling flags: --max-tokens, --temperature, --top-p, --top-k, --min-p, --seed, --n, --best-of,
-/// --[no-]use-beam-search, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),
+/// --[no-]use-beam-search, --length-penalty, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),
 /// --stop-token-ids, --allowed-token-ids, --bad-words (repeatable), --logit-bias ID:BIAS,..., --[no-]ignore-eos,
 /// --[no-]skip-special-tokens, --min-tokens, --logprobs; structured outputs: --guided-json SCHEMA, --guided-regex RE, --guided-choice '["a", "b"]', --guided-grammar GBNF or
 /// --guided-json-object, with --guided-whitespace-pattern RE for the JSON ones.

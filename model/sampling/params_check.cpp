@@ -88,6 +88,10 @@ std::optional<FieldError> check_sampling_params(const SamplingParams& p, int voc
   if (p.prompt_logprobs && (*p.prompt_logprobs < 0 || *p.prompt_logprobs > kMaxLogprobs))
     return bad("prompt_logprobs", "prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
   if (p.use_beam_search && p.temperature != 0.0f) return bad("temperature", "beam search requires temperature 0");
+  if (!(p.length_penalty >= -100.0f && p.length_penalty <= 100.0f))
+    return bad("length_penalty", "length_penalty must be in [-100, 100]");
+  if (p.length_penalty != 1.0f && !p.use_beam_search)
+    return bad("length_penalty", "length_penalty applies to beam search only (use_beam_search)");
   if (p.structured.kind != StructuredOutput::Kind::none) {
     // A structured output ends on EOS once its grammar is complete: masking EOS could leave no token allowed.
     const std::string& field = p.structured.field;

@@ -39,6 +39,7 @@ struct SamplingParams {
   int n = 1;                       // completions returned
   int best_of = 0;                 // completions generated (0: same as n); the n best by cumulative logprob return
   bool use_beam_search = false;    // beam search of width max(n, best_of)
+  float length_penalty = 1.0f;     // beam search: hypotheses rank by cumulative logprob / length^length_penalty
   int max_tokens = 16;             // generated tokens at most
   int min_tokens = 0;              // EOS/stop ids are masked before this many tokens
   float temperature = 1.0f;        // 0: greedy

@@ -1,11 +1,14 @@
 #include "model/scheduling/beam_search.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace paged {
 
-double beam_score(double cumulative_logprob, size_t prompt_len, size_t output_len, bool stopped) {
-  return cumulative_logprob / static_cast<double>(prompt_len + output_len - (stopped ? 1 : 0));
+double beam_score(double cumulative_logprob, size_t prompt_len, size_t output_len, bool stopped,
+                  double length_penalty) {
+  const auto length = static_cast<double>(prompt_len + output_len - (stopped ? 1 : 0));
+  return cumulative_logprob / (length_penalty == 1.0 ? length : std::pow(length, length_penalty));
 }
 
 BeamDecision beam_search_step(std::span<const Beam> beams, std::vector<BeamHypothesis> finished,
@@ -44,14 +47,14 @@ BeamDecision beam_search_step(std::span<const Beam> beams, std::vector<BeamHypot
     h.stopped = stopped;
   }
   auto score = [&](const BeamHypothesis& h) {
-    return beam_score(h.cumulative_logprob, limits.prompt_len, h.tokens.size(), h.stopped);
+    return beam_score(h.cumulative_logprob, limits.prompt_len, h.tokens.size(), h.stopped, limits.length_penalty);
   };
   std::stable_sort(finished.begin(), finished.end(),
                    [&](const BeamHypothesis& a, const BeamHypothesis& b) { return score(a) > score(b); });
 
   BeamDecision d;
   const auto best_running = [&] {
-    return beam_score(running.front()->cumulative_logprob, limits.prompt_len, out_len, false);
+    return beam_score(running.front()->cumulative_logprob, limits.prompt_len, out_len, false, limits.length_penalty);
   };
   d.done = running.empty() || (finished.size() >= width && score(finished[width - 1]) >= best_running());
   const size_t keep = d.done ? std::min(width, static_cast<size_t>(std::max(1, limits.n))) : width;

@@ -1,5 +1,4 @@
-// One step of beam search, pure: no CAF. The semantics are vLLM's legacy beam search (length_penalty 1,
-// early_stopping false):
+// One step of beam search, pure: no CAF. The semantics are vLLM's legacy beam search (early_stopping false):
 // - each live beam offers its 2w best next tokens (w = width), scored cumulative logprob + token logprob; the 2w
 //   best offers over all beams (ties: beam order, then the beam's own order) are the children;
 // - a child ending in a stop id (at or past min_tokens) or reaching max_tokens / the model length is finished;
@@ -42,6 +41,7 @@ struct BeamSearchLimits {
   int max_model_len = 0;            // prompt + output length that ends every hypothesis
   size_t prompt_len = 0;
   std::span<const TokenId> stop_ids;
+  double length_penalty = 1.0;      // beam_score's exponent of the length
 };
 
 /// A beam of the next step: the output of beam `parent` plus `token`.
@@ -60,9 +60,10 @@ struct BeamDecision {
                                          // step); done: the request's result, the best n, best first
 };
 
-/// vLLM's get_beam_search_score with length_penalty 1: cumulative logprob over the sequence length, prompt
+/// vLLM's get_beam_search_score: cumulative logprob over the sequence length to the power `length_penalty`, prompt
 /// included, not counting a final stop id.
-double beam_score(double cumulative_logprob, size_t prompt_len, size_t output_len, bool stopped);
+double beam_score(double cumulative_logprob, size_t prompt_len, size_t output_len, bool stopped,
+                  double length_penalty = 1.0);
 
 /// One step of a request's search once every live beam (at least one) has its offers; `finished` is the previous
 /// step's BeamDecision::finished (empty at the first step).

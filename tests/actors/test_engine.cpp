@@ -337,11 +337,10 @@ TEST_CASE("n=4 with a seed equals four requests with seeds seed+i, and shares th
 namespace {
 
 /// Plain beam search on CpuModelRunner, recomputing every beam from scratch each step, with the definition the
-/// scheduler implements (vLLM's legacy beam search, length_penalty 1, early_stopping false): see
-/// model/scheduling/beam_search.h.
+/// scheduler implements (vLLM's legacy beam search, early_stopping false): see model/scheduling/beam_search.h.
 std::vector<std::vector<TokenId>> reference_beam_search(const std::vector<TokenId>& prompt, int width, int n,
                                                         int max_tokens, const std::vector<TokenId>& stop_ids,
-                                                        int max_model_len) {
+                                                        int max_model_len, double length_penalty = 1.0) {
   const ModelConfig cfg = load_model_config(kModel);
   SafeTensors weights(kModel);
   const int B = 16;
@@ -354,7 +353,7 @@ std::vector<std::vector<TokenId>> reference_beam_search(const std::vector<TokenI
     bool stopped = false;
   };
   auto score = [&](const Hyp& h) {
-    return h.cum / static_cast<double>(prompt.size() + h.tokens.size() - (h.stopped ? 1 : 0));
+    return h.cum / std::pow(static_cast<double>(prompt.size() + h.tokens.size() - (h.stopped ? 1 : 0)), length_penalty);
   };
   auto logprobs_of = [&](const std::vector<TokenId>& output) {
     SeqChunk c;
@@ -426,13 +425,17 @@ TEST_CASE("beam search of width 4 equals a plain reference beam search", "[engin
     std::vector<TokenId> prompt;
     int max_tokens;
     std::vector<TokenId> extra_stop;
+    float length_penalty = 1.0f;
   };
   // Plain length-bounded searches, and searches where "." ends hypotheses early (finished beams compete with
-  // running ones, and the early-stopping rule decides the end).
+  // running ones, and the early-stopping rule decides the end), with vLLM's length penalty and others (0: the
+  // cumulative logprob alone, favouring short hypotheses; 2: long ones).
   const std::vector<Case> runs = {{cases[0].prompt, 12, {}},
                                   {cases[2].prompt, 10, {}},
                                   {cases[0].prompt, 40, {period}},
-                                  {cases[3].prompt, 40, {period}}};
+                                  {cases[3].prompt, 40, {period}},
+                                  {cases[0].prompt, 40, {period}, 0.0f},
+                                  {cases[3].prompt, 40, {period}, 2.0f}};
 
   EngineConfig tight_cfg = base_config();
   tight_cfg.max_num_batched_tokens = 3;  // beams of one request decode in different steps
@@ -444,11 +447,13 @@ TEST_CASE("beam search of width 4 equals a plain reference beam search", "[engin
     p.use_beam_search = true;
     p.n = 4;
     p.stop_token_ids = c.extra_stop;
+    p.length_penalty = c.length_penalty;
     std::vector<TokenId> stops = engine.model_config().eos_token_ids;
     for (TokenId id : engine.tokenizer().eos_ids())
       if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
     stops.insert(stops.end(), c.extra_stop.begin(), c.extra_stop.end());
-    const auto expected = reference_beam_search(c.prompt, 4, 4, c.max_tokens, stops, engine.max_model_len());
+    const auto expected =
+        reference_beam_search(c.prompt, 4, 4, c.max_tokens, stops, engine.max_model_len(), c.length_penalty);
     REQUIRE(expected.size() == 4);
     for (Engine* e : {&engine, &tight}) {
       const auto got = run_all(*e, {c.prompt}, p)[0];

@@ -25,7 +25,7 @@ constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
 
 // Every field away from its default, the ints and floats each with a value of its own.
 SamplingParams every_field_set() {
-  return {.n = 3, .best_of = 5, .use_beam_search = true, .max_tokens = 77, .min_tokens = 4, .temperature = 0.25f,
+  return {.n = 3, .best_of = 5, .use_beam_search = true, .length_penalty = 0.5f, .max_tokens = 77, .min_tokens = 4, .temperature = 0.25f,
           .top_p = 0.8f, .top_k = 12, .min_p = 0.05f, .seed = uint64_t{1} << 40, .repetition_penalty = 1.1f,
           .presence_penalty = -0.5f, .frequency_penalty = 0.3f, .logit_bias = {{3, 1.5f}, {9, -2.0f}},
           .stop_token_ids = {7, 8}, .stop = {"\n\n", "The end"}, .allowed_token_ids = {4, 2, 9},
@@ -209,6 +209,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
   CHECK(set.n != d.n);
   CHECK(set.best_of != d.best_of);
   CHECK(set.use_beam_search != d.use_beam_search);
+  CHECK(set.length_penalty != d.length_penalty);
   CHECK(set.max_tokens != d.max_tokens);
   CHECK(set.min_tokens != d.min_tokens);
   CHECK(set.temperature != d.temperature);
@@ -249,6 +250,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
       [&](SamplingParams& p) { p.n = set.n; },
       [&](SamplingParams& p) { p.best_of = set.best_of; },
       [&](SamplingParams& p) { p.use_beam_search = set.use_beam_search; },
+      [&](SamplingParams& p) { p.length_penalty = set.length_penalty; },
       [&](SamplingParams& p) { p.max_tokens = set.max_tokens; },
       [&](SamplingParams& p) { p.min_tokens = set.min_tokens; },
       [&](SamplingParams& p) { p.temperature = set.temperature; },
@@ -353,17 +355,17 @@ TEST_CASE("a packed step is refused for a flag that is neither 0 nor 1, logit_bi
           "[wire][pack]") {
   // One chunk: count (4), seq (8), tokens {5} (4 + 4), last_token_deferred (1), start_pos (4), table_keep (4),
   // table_tail {} (4), group tables {} (4): the context's flag at byte 37, then its parameters: n, best_of (4 each),
-  // use_beam_search (1), max_tokens, min_tokens, temperature, top_p, top_k, min_p (4 each), seed's flag (1; unset),
-  // repetition, presence and frequency penalties (4 each): logit_bias's count at byte 38 + 46 = 84, its first token
-  // at 88, the second at 96.
+  // use_beam_search (1), length_penalty, max_tokens, min_tokens, temperature, top_p, top_k, min_p (4 each), seed's
+  // flag (1; unset), repetition, presence and frequency penalties (4 each): logit_bias's count at byte 38 + 50 = 88,
+  // its first token at 92, the second at 100.
   SamplingParams p;
   p.logit_bias = {{3, 1.0f}, {9, 2.0f}};
   WireStep w;
   w.seqs = {sampling_chunk(1, p)};
   const std::string bytes = pack_step(w);
-  REQUIRE(bytes.substr(84, 4) == le<uint32_t>(2));
-  REQUIRE(bytes.substr(88, 4) == le<int32_t>(3));
-  REQUIRE(bytes.substr(96, 4) == le<int32_t>(9));
+  REQUIRE(bytes.substr(88, 4) == le<uint32_t>(2));
+  REQUIRE(bytes.substr(92, 4) == le<int32_t>(3));
+  REQUIRE(bytes.substr(100, 4) == le<int32_t>(9));
 
   std::string spoilt = bytes;
   spoilt[20] = 2;
@@ -372,11 +374,11 @@ TEST_CASE("a packed step is refused for a flag that is neither 0 nor 1, logit_bi
   spoilt[37] = 2;
   CHECK(step_refusal(spoilt) == "seqs[0].context: byte 2 at 37 is no flag (0 or 1)");
   spoilt = bytes;
-  spoilt.replace(88, 4, le<int32_t>(9));
-  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 96 does not follow token 9 "
+  spoilt.replace(92, 4, le<int32_t>(9));
+  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 100 does not follow token 9 "
                                 "(the tokens come in ascending order, once each)");
-  spoilt.replace(88, 4, le<int32_t>(10));
-  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 96 does not follow token 10 "
+  spoilt.replace(92, 4, le<int32_t>(10));
+  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 100 does not follow token 10 "
                                 "(the tokens come in ascending order, once each)");
 
   p.logit_bias.clear();

@@ -69,6 +69,17 @@ TEST_CASE("each sampling parameter out of range is named", "[params_check]") {
   CHECK(with([](SamplingParams& p) { p.prompt_logprobs = -1; }) == "prompt_logprobs");
   CHECK(with([](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs + 1; }) == "prompt_logprobs");
   CHECK(with([](SamplingParams& p) { p.use_beam_search = true; }) == "temperature");  // needs temperature 0
+  CHECK(with([](SamplingParams& p) { p.length_penalty = 2.0f; }) == "length_penalty");  // without beam search
+  CHECK(with([](SamplingParams& p) {
+          p.use_beam_search = true;
+          p.temperature = 0.0f;
+          p.length_penalty = 101.0f;
+        }) == "length_penalty");
+  CHECK(with([](SamplingParams& p) {
+          p.use_beam_search = true;
+          p.temperature = 0.0f;
+          p.length_penalty = -0.5f;
+        }).empty());
   CHECK(with([](SamplingParams& p) { p.allowed_token_ids = {0, 49}; }).empty());
   CHECK(with([](SamplingParams& p) { p.allowed_token_ids = {3, 50}; }) == "allowed_token_ids");
   CHECK(with([](SamplingParams& p) { p.allowed_token_ids = {-1}; }) == "allowed_token_ids");

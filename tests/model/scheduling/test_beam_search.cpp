@@ -45,6 +45,8 @@ std::vector<TokenId> tokens_of(const BeamChild& c, const std::vector<BeamData>& 
 TEST_CASE("beam score: cumulative logprob over prompt and output length, a final stop id not counted", "[beam]") {
   CHECK(beam_score(-6.0, 4, 2, false) == Approx(-1.0));
   CHECK(beam_score(-5.0, 4, 2, true) == Approx(-1.0));
+  CHECK(beam_score(-6.0, 4, 2, false, 2.0) == Approx(-6.0 / 36.0));  // vLLM's length_penalty: length^penalty
+  CHECK(beam_score(-6.0, 4, 2, false, 0.0) == Approx(-6.0));
 }
 
 TEST_CASE("the 2w best offers over all beams become the children; ties go to the earlier beam, then its order",
