@@ -15,13 +15,6 @@ using namespace paged;
 
 namespace {
 
-EngineConfig cpu_config() {
-  EngineConfig c;
-  c.model_dir = test::kModel;
-  c.device = "cpu";
-  return c;
-}
-
 SamplingParams greedy(int max_tokens) {
   SamplingParams p;
   p.temperature = 0.0f;
@@ -62,7 +55,7 @@ void require_idle(Engine& engine) {
 
 TEST_CASE("allowed_token_ids: greedy equals a -100 logit_bias on every other token; samples stay in the set",
           "[engine][token_masks]") {
-  Engine engine(cpu_config());
+  Engine engine({.model_dir = test::kModel, .device = "cpu"});
   const Tokenizer& tok = engine.tokenizer();
   const int vocab = tok.vocab_size();
   const std::vector<std::vector<TokenId>> prompts{tok.encode("Once upon a time", true),
@@ -101,7 +94,7 @@ TEST_CASE("allowed_token_ids: greedy equals a -100 logit_bias on every other tok
 
 TEST_CASE("bad_words: the greedy output changes exactly where it completed a bad word, and never completes one",
           "[engine][token_masks]") {
-  Engine engine(cpu_config());
+  Engine engine({.model_dir = test::kModel, .device = "cpu"});
   const Tokenizer& tok = engine.tokenizer();
   int changed = 0;
   for (const char* prompt : {"Once upon a time", "The little dog", "Lily and Ben", "One day, a bird"}) {
@@ -137,7 +130,7 @@ TEST_CASE("bad_words: the greedy output changes exactly where it completed a bad
 }
 
 TEST_CASE("allowed_token_ids and bad_words that leave nothing, or are no words, are refused", "[engine][token_masks]") {
-  Engine engine(cpu_config());
+  Engine engine({.model_dir = test::kModel, .device = "cpu"});
   const Tokenizer& tok = engine.tokenizer();
   const std::vector<TokenId> prompt = tok.encode("Once upon a time", true);
   const auto refused_field = [&](const SamplingParams& p) -> std::string {

@@ -102,6 +102,25 @@ struct FixedMask final : TokenMaskSource {
   std::vector<uint32_t> bits;
 };
 
+// Every sample of `step` got sample_logits' token of the runner's own `logits` row, its logprob within float rounding
+// and the same alternatives.
+void check_like_sample_logits(const StepBatch& step, const std::vector<std::vector<float>>& logits,
+                              const StepResult& r) {
+  REQUIRE(r.samples.size() == step.seqs.size());
+  for (size_t s = 0; s < step.seqs.size(); ++s)
+    for (size_t k = 0; k < step.seqs[s].samples.size(); ++k) {
+      INFO("row " << s << " sample " << k);
+      std::vector<float> row = logits[s];
+      const SampledToken want = sample_logits(row, step.seqs[s].samples[k])[0];
+      const SampledToken& got = r.samples[s][k][0];
+      CHECK(got.token == want.token);
+      CHECK(got.logprob == Approx(want.logprob).margin(1e-4));
+      REQUIRE(got.top_logprobs.size() == want.top_logprobs.size());
+      for (size_t a = 0; a < want.top_logprobs.size(); ++a)
+        CHECK(got.top_logprobs[a].first == want.top_logprobs[a].first);
+    }
+}
+
 TEST_CASE("rows with a token mask (structured outputs) sample within it as sample_logits does", "[gpu][runner][structured]") {
   require_device();
   const ModelConfig cfg = small_llama();
@@ -146,21 +165,11 @@ TEST_CASE("rows with a token mask (structured outputs) sample within it as sampl
   }
   const std::vector<std::vector<float>> logits = runner.forward(step);
   const StepResult r = runner.execute(step);
-  REQUIRE(r.samples.size() == static_cast<size_t>(n));
+  check_like_sample_logits(step, logits, r);
   for (int s = 0; s < n; ++s)
-    for (size_t k = 0; k < step.seqs[s].samples.size(); ++k) {
-      INFO("row " << s << " sample " << k);
-      const SampleSpec& spec = step.seqs[s].samples[k];
-      std::vector<float> row = logits[s];
-      const SampledToken want = sample_logits(row, spec)[0];
-      const SampledToken& got = r.samples[s][k][0];
-      CHECK(got.token == want.token);
-      if (spec.mask_source) CHECK(((masks[s][got.token / 32] >> (got.token % 32)) & 1));
-      CHECK(got.logprob == Approx(want.logprob).margin(1e-4));
-      REQUIRE(got.top_logprobs.size() == want.top_logprobs.size());
-      for (size_t a = 0; a < want.top_logprobs.size(); ++a)
-        CHECK(got.top_logprobs[a].first == want.top_logprobs[a].first);
-    }
+    for (size_t k = 0; k < step.seqs[s].samples.size(); ++k)
+      if (const TokenId t = r.samples[s][k][0].token; step.seqs[s].samples[k].mask_source)
+        CHECK(((masks[s][t / 32] >> (t % 32)) & 1));
 }
 
 TEST_CASE("rows with allowed_token_ids or bad words sample as sample_logits does", "[gpu][runner][token_masks]") {
@@ -222,17 +231,13 @@ TEST_CASE("rows with allowed_token_ids or bad words sample as sample_logits does
   }
   const std::vector<std::vector<float>> logits = runner.forward(step);
   const StepResult r = runner.execute(step);
-  REQUIRE(r.samples.size() == static_cast<size_t>(n));
+  check_like_sample_logits(step, logits, r);
   int banned_best = 0;
   for (int s = 0; s < n; ++s)
     for (size_t k = 0; k < step.seqs[s].samples.size(); ++k) {
       INFO("row " << s << " sample " << k);
       const SampleSpec& spec = step.seqs[s].samples[k];
-      std::vector<float> row = logits[s];
-      const SampledToken want = sample_logits(row, spec)[0];
       const SampledToken& got = r.samples[s][k][0];
-      CHECK(got.token == want.token);
-      CHECK(got.logprob == Approx(want.logprob).margin(1e-4));
       const auto& allowed = spec.params->allowed_token_ids;
       if (!allowed.empty()) CHECK(std::count(allowed.begin(), allowed.end(), got.token) == 1);
       if (spec.mask_source) CHECK(got.token % 2 == 0);
