@@ -34,6 +34,7 @@ struct SeqData {
   uint64_t output_read_by = 0;  // the newest step sent with a sample of it, which reads *output (copy on write)
   double cumulative_logprob = 0.0;
   std::optional<std::vector<SampledToken>> beam_candidates;  // beam search: this step's offers, until all beams have
+  std::vector<SampledToken> beam_output;  // beam search: the output as offered (logprobs, alternatives)
   std::shared_ptr<constraint::TokenConstraint> constraint;   // structured outputs: the output so far against its grammar
 };
 
@@ -194,6 +195,7 @@ SeqId fork_seq(Self* self, SeqData& parent, int index) {
   *child.output = *parent.output;
   if (parent.constraint) child.constraint = std::make_shared<constraint::TokenConstraint>(*parent.constraint);
   child.cumulative_logprob = parent.cumulative_logprob;
+  child.beam_output = parent.beam_output;
   if (parent.phase == PlanSeq::Phase::running && !parent.swapping_in) {
     child.num_planned = parent.num_planned;
     child.num_reported = parent.num_reported;
@@ -233,7 +235,7 @@ void beam_step(Self* self, RequestData& r, const std::vector<SeqId>& beam_ids, O
   std::vector<Beam> beams;
   for (SeqId id : beam_ids) {
     const SeqData& s = st.seqs.at(id);
-    beams.push_back({s.cumulative_logprob, *s.output, *s.beam_candidates});
+    beams.push_back({s.cumulative_logprob, s.beam_output, *s.beam_candidates});
   }
   const BeamSearchLimits limits{.width = r.width,
                                 .n = std::max(1, p.n),
@@ -262,18 +264,19 @@ void beam_step(Self* self, RequestData& r, const std::vector<SeqId>& beam_ids, O
       }
     for (size_t i = 0; i < child_ids.size(); ++i) {
       SeqData& s = st.seqs.at(child_ids[i]);
-      st.append_output(s, decision.children[i].token);
+      st.append_output(s, decision.children[i].token.token);
+      s.beam_output.push_back(std::move(decision.children[i].token));
       s.cumulative_logprob = decision.children[i].cumulative_logprob;
       s.beam_candidates.reset();
     }
     return;
   }
   for (size_t i = 0; i < r.finished_beams.size(); ++i) {
-    const BeamHypothesis& h = r.finished_beams[i];
+    BeamHypothesis& h = r.finished_beams[i];
     SeqOutput out;
     out.index = static_cast<int>(i);
     out.replace = true;
-    for (TokenId t : h.tokens) out.tokens.push_back({t, 0.0f, {}});
+    out.tokens = std::move(h.tokens);
     out.finish = h.stopped ? "stop" : "length";
     out.cumulative_logprob = h.cumulative_logprob;
     outbox.add(r, std::move(out));

@@ -17,12 +17,12 @@ BeamDecision beam_search_step(std::span<const Beam> beams, std::vector<BeamHypot
   struct Offer {
     double cumulative_logprob;
     size_t beam;
-    TokenId token;
+    const SampledToken* token;
   };
   std::vector<Offer> offers;
   for (size_t b = 0; b < beams.size(); ++b)
     for (const SampledToken& t : beams[b].candidates)
-      offers.push_back({beams[b].cumulative_logprob + t.logprob, b, t.token});
+      offers.push_back({beams[b].cumulative_logprob + t.logprob, b, &t});
   std::stable_sort(offers.begin(), offers.end(),
                    [](const Offer& a, const Offer& b) { return a.cumulative_logprob > b.cumulative_logprob; });
   if (offers.size() > 2 * width) offers.resize(2 * width);
@@ -34,15 +34,16 @@ BeamDecision beam_search_step(std::span<const Beam> beams, std::vector<BeamHypot
   std::vector<const Offer*> running;
   for (const Offer& o : offers) {
     const bool stopped =
-        stop_ids_count && std::find(limits.stop_ids.begin(), limits.stop_ids.end(), o.token) != limits.stop_ids.end();
+        stop_ids_count &&
+        std::find(limits.stop_ids.begin(), limits.stop_ids.end(), o.token->token) != limits.stop_ids.end();
     if (!stopped && !length_end) {
       running.push_back(&o);
       continue;
     }
-    const std::span<const TokenId> parent = beams[o.beam].output;
+    const std::span<const SampledToken> parent = beams[o.beam].output;
     BeamHypothesis& h = finished.emplace_back();
     h.tokens.assign(parent.begin(), parent.end());
-    h.tokens.push_back(o.token);
+    h.tokens.push_back(*o.token);
     h.cumulative_logprob = o.cumulative_logprob;
     h.stopped = stopped;
   }
@@ -65,7 +66,7 @@ BeamDecision beam_search_step(std::span<const Beam> beams, std::vector<BeamHypot
   if (running.size() > width) running.resize(width);
   std::vector<int> children_of(beams.size(), 0);
   for (const Offer* o : running)
-    d.children.push_back({o->beam, o->token, o->cumulative_logprob, children_of[o->beam]++ > 0});
+    d.children.push_back({o->beam, *o->token, o->cumulative_logprob, children_of[o->beam]++ > 0});
   return d;
 }
 

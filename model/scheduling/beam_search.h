@@ -18,9 +18,10 @@
 
 namespace paged {
 
-/// A finished hypothesis: its whole output, the last token included.
+/// A finished hypothesis: its whole output, the last token included, each token as it was offered (its logprob and
+/// the alternatives the request asked for).
 struct BeamHypothesis {
-  std::vector<TokenId> tokens;
+  std::vector<SampledToken> tokens;
   double cumulative_logprob = 0.0;
   bool stopped = false;  // ends in a stop id (finish "stop"); else it reached the length limit ("length")
 };
@@ -28,7 +29,7 @@ struct BeamHypothesis {
 /// A live beam as one step sees it.
 struct Beam {
   double cumulative_logprob = 0.0;
-  std::span<const TokenId> output;           // tokens generated so far; every beam of a request has as many
+  std::span<const SampledToken> output;      // tokens generated so far; every beam of a request has as many
   std::span<const SampledToken> candidates;  // its best next tokens, best first (2w; fewer with a small vocabulary)
 };
 
@@ -47,7 +48,7 @@ struct BeamSearchLimits {
 /// A beam of the next step: the output of beam `parent` plus `token`.
 struct BeamChild {
   size_t parent = 0;                // index into the step's beams
-  TokenId token = 0;
+  SampledToken token;               // the offer taken
   double cumulative_logprob = 0.0;
   bool fork = false;                // false for the parent's first child, which continues the parent's sequence
 };

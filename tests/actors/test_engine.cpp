@@ -466,6 +466,30 @@ TEST_CASE("beam search of width 4 equals a plain reference beam search", "[engin
       }
     }
   }
+  // With logprobs: each beam's tokens carry the logprobs the model gives them after the prompt and the beam's own
+  // earlier tokens (the same text scored as a prompt), summing to the beam's cumulative logprob.
+  SamplingParams with_logprobs = greedy(12);
+  with_logprobs.use_beam_search = true;
+  with_logprobs.n = 3;
+  with_logprobs.logprobs = 2;
+  const RequestOutput searched = engine.generate({cases[1].prompt}, with_logprobs)[0];
+  REQUIRE(searched.outputs.size() == 3);
+  for (const CompletionOutput& beam : searched.outputs) {
+    REQUIRE(beam.logprobs.size() == beam.token_ids.size());
+    std::vector<TokenId> text = cases[1].prompt;
+    text.insert(text.end(), beam.token_ids.begin(), beam.token_ids.end());
+    const RequestOutput scored = engine.generate({text}, scoring(2, 1))[0];
+    double sum = 0.0;
+    for (size_t i = 0; i < beam.token_ids.size(); ++i) {
+      const PromptLogprob& want = scored.prompt_logprobs.at(cases[1].prompt.size() - 1 + i);
+      CHECK(beam.logprobs[i].token == beam.token_ids[i]);
+      CHECK(beam.logprobs[i].logprob == Approx(want.logprob).margin(1e-4));
+      REQUIRE(beam.logprobs[i].top_logprobs.size() == 2);
+      CHECK(beam.logprobs[i].top_logprobs[0].first == want.top_logprobs.at(0).first);
+      sum += beam.logprobs[i].logprob;
+    }
+    CHECK(sum == Approx(beam.cumulative_logprob).margin(1e-4));
+  }
   require_pool_drained(engine);
   require_pool_drained(tight);
 }

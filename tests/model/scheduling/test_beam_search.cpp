@@ -11,10 +11,31 @@ using namespace paged;
 
 namespace {
 
+SampledToken offer(TokenId token, float logprob) { return SampledToken{token, logprob, {}}; }
+
+/// Tokens as offered, each with its own logprob (-0.01 times its id), to tell them apart after a step.
+std::vector<SampledToken> offered(const std::vector<TokenId>& ids) {
+  std::vector<SampledToken> out;
+  for (TokenId id : ids) out.push_back(offer(id, -0.01f * static_cast<float>(id)));
+  return out;
+}
+
+std::vector<TokenId> ids(const std::vector<SampledToken>& tokens) {
+  std::vector<TokenId> out;
+  for (const SampledToken& t : tokens) out.push_back(t.token);
+  return out;
+}
+
+BeamHypothesis hypothesis(const std::vector<TokenId>& tokens, double cumulative_logprob, bool stopped) {
+  return {offered(tokens), cumulative_logprob, stopped};
+}
+
 /// A beam's output and offers, owned: Beam views them.
 struct BeamData {
+  BeamData(double cumulative_logprob, const std::vector<TokenId>& output, std::vector<SampledToken> candidates)
+      : cumulative_logprob(cumulative_logprob), output(offered(output)), candidates(std::move(candidates)) {}
   double cumulative_logprob = 0.0;
-  std::vector<TokenId> output;
+  std::vector<SampledToken> output;
   std::vector<SampledToken> candidates;  // (token, logprob), best first
 };
 
@@ -23,8 +44,6 @@ std::vector<Beam> views(const std::vector<BeamData>& data) {
   for (const BeamData& b : data) beams.push_back({b.cumulative_logprob, b.output, b.candidates});
   return beams;
 }
-
-SampledToken offer(TokenId token, float logprob) { return SampledToken{token, logprob, {}}; }
 
 const std::vector<TokenId> kStopIds = {2};
 
@@ -35,8 +54,8 @@ BeamSearchLimits limits() {
 }
 
 std::vector<TokenId> tokens_of(const BeamChild& c, const std::vector<BeamData>& data) {
-  std::vector<TokenId> t = data[c.parent].output;
-  t.push_back(c.token);
+  std::vector<TokenId> t = ids(data[c.parent].output);
+  t.push_back(c.token.token);
   return t;
 }
 
@@ -59,10 +78,10 @@ TEST_CASE("the 2w best offers over all beams become the children; ties go to the
     REQUIRE_FALSE(d.done);
     REQUIRE(d.children.size() == 2);
     CHECK(d.children[0].parent == 0);
-    CHECK(d.children[0].token == 10);
+    CHECK(d.children[0].token.token == 10);
     CHECK_FALSE(d.children[0].fork);
     CHECK(d.children[1].parent == 0);  // beam 0's second offer ties beam 1's first: the earlier beam wins
-    CHECK(d.children[1].token == 11);
+    CHECK(d.children[1].token.token == 11);
     CHECK(d.children[1].fork);         // beam 0's second child forks it; beam 1 has no child and ends
     CHECK(d.children[1].cumulative_logprob == Approx(-1.5));
     CHECK(d.finished.empty());
@@ -89,7 +108,7 @@ TEST_CASE("a stop id ends a hypothesis only from min_tokens on", "[beam]") {
     const BeamDecision d = beam_search_step(views(data), {}, l);
     REQUIRE_FALSE(d.done);
     REQUIRE(d.children.size() == 2);
-    CHECK(d.children[0].token == 2);
+    CHECK(d.children[0].token.token == 2);
     CHECK(d.finished.empty());
   }
   SECTION("at min_tokens it finishes the hypothesis, scored without the stop id") {
@@ -98,18 +117,18 @@ TEST_CASE("a stop id ends a hypothesis only from min_tokens on", "[beam]") {
     const BeamDecision d = beam_search_step(views(data), {}, l);
     REQUIRE_FALSE(d.done);  // one finished of w = 2: the search goes on with the running children
     REQUIRE(d.finished.size() == 1);
-    CHECK(d.finished[0].tokens == std::vector<TokenId>{5, 6, 2});
+    CHECK(ids(d.finished[0].tokens) == std::vector<TokenId>{5, 6, 2});
     CHECK(d.finished[0].stopped);
     CHECK(d.finished[0].cumulative_logprob == Approx(-1.1));
     REQUIRE(d.children.size() == 2);
-    CHECK(d.children[0].token == 11);
-    CHECK(d.children[1].token == 12);
+    CHECK(d.children[0].token.token == 11);
+    CHECK(d.children[1].token.token == 12);
   }
 }
 
 TEST_CASE("the length limit finishes every child and ends the search with the best n by beam score", "[beam]") {
   // An earlier hypothesis (stopped, 2 tokens: -1.0 / 5 = -0.2) competes with the 4-token children (-2.0 / 8).
-  const std::vector<BeamHypothesis> earlier = {{{5, 2}, -1.0, true}};
+  const std::vector<BeamHypothesis> earlier = {hypothesis({5, 2}, -1.0, true)};
   const std::vector<BeamData> data = {{-1.0, {5, 6, 7}, {offer(10, -1.0f), offer(11, -1.5f)}},
                                       {-0.9, {5, 6, 8}, {offer(20, -1.2f), offer(21, -2.0f)}}};
   for (const bool by_model_len : {false, true}) {
@@ -123,8 +142,8 @@ TEST_CASE("the length limit finishes every child and ends the search with the be
     CHECK(d.done);
     CHECK(d.children.empty());
     REQUIRE(d.finished.size() == 2);  // n
-    CHECK(d.finished[0].tokens == std::vector<TokenId>{5, 2});
-    CHECK(d.finished[1].tokens == std::vector<TokenId>{5, 6, 7, 10});
+    CHECK(ids(d.finished[0].tokens) == std::vector<TokenId>{5, 2});
+    CHECK(ids(d.finished[1].tokens) == std::vector<TokenId>{5, 6, 7, 10});
     CHECK_FALSE(d.finished[1].stopped);
   }
 }
@@ -132,7 +151,7 @@ TEST_CASE("the length limit finishes every child and ends the search with the be
 TEST_CASE("w finished hypotheses that all score at least the best running child end the search early", "[beam]") {
   // Two stopped 2-token hypotheses: -0.5 / 5 = -0.1 and -1.0 / 5 = -0.2. The best running child scores
   // -3.5 / 7 = -0.5 and ends the search; one at -0.7 / 7 = -0.1 keeps it going.
-  const std::vector<BeamHypothesis> earlier = {{{5, 2}, -0.5, true}, {{6, 2}, -1.0, true}};
+  const std::vector<BeamHypothesis> earlier = {hypothesis({5, 2}, -0.5, true), hypothesis({6, 2}, -1.0, true)};
   SECTION("worse running children: done, the best n = 1 returned") {
     const std::vector<BeamData> data = {{-3.0, {5, 6}, {offer(10, -0.5f), offer(11, -1.0f)}}};
     BeamSearchLimits l = limits();
@@ -140,7 +159,7 @@ TEST_CASE("w finished hypotheses that all score at least the best running child 
     const BeamDecision d = beam_search_step(views(data), earlier, l);
     CHECK(d.done);
     REQUIRE(d.finished.size() == 1);
-    CHECK(d.finished[0].tokens == std::vector<TokenId>{5, 2});
+    CHECK(ids(d.finished[0].tokens) == std::vector<TokenId>{5, 2});
   }
   SECTION("a better running child: the search goes on and keeps the w finished") {
     const std::vector<BeamData> data = {{-0.5, {5, 6}, {offer(10, -0.2f), offer(11, -1.0f)}}};
@@ -148,7 +167,7 @@ TEST_CASE("w finished hypotheses that all score at least the best running child 
     CHECK_FALSE(d.done);
     CHECK(d.finished.size() == 2);
     REQUIRE(d.children.size() == 2);
-    CHECK(d.children[0].token == 10);
+    CHECK(d.children[0].token.token == 10);
   }
 }
 
@@ -169,9 +188,27 @@ TEST_CASE("a vocabulary smaller than 2w: every offer is a child, and fewer than 
   const BeamDecision end = beam_search_step(views(second), {}, l);
   CHECK(end.done);
   REQUIRE(end.finished.size() == 3);
-  CHECK(end.finished[0].tokens == std::vector<TokenId>{10, 10});
+  CHECK(ids(end.finished[0].tokens) == std::vector<TokenId>{10, 10});
   l.max_tokens = 1;
   const BeamDecision short_end = beam_search_step(views(first), {}, l);
   CHECK(short_end.done);
   CHECK(short_end.finished.size() == 2);
+}
+
+TEST_CASE("children and finished hypotheses carry each token as offered: its logprob and alternatives", "[beam]") {
+  SampledToken stop = offer(2, -0.1f), go_on = offer(11, -0.2f);
+  stop.top_logprobs = {{2, -0.1f}, {11, -0.2f}};
+  go_on.top_logprobs = stop.top_logprobs;
+  const std::vector<BeamData> data = {{-1.0, {5, 6}, {stop, go_on, offer(12, -3.0f)}}};
+  const BeamDecision d = beam_search_step(views(data), {}, limits());
+  REQUIRE(d.finished.size() == 1);
+  const std::vector<SampledToken>& h = d.finished[0].tokens;
+  REQUIRE(h.size() == 3);
+  CHECK(h[0].logprob == data[0].output[0].logprob);  // the parent's output as it was offered
+  CHECK(h[1].logprob == data[0].output[1].logprob);
+  CHECK(h[2].logprob == -0.1f);
+  CHECK(h[2].top_logprobs == stop.top_logprobs);
+  REQUIRE_FALSE(d.children.empty());
+  CHECK(d.children[0].token.logprob == -0.2f);
+  CHECK(d.children[0].token.top_logprobs == go_on.top_logprobs);
 }
