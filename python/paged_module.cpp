@@ -134,6 +134,11 @@ class PyEngine {
     return engine_->tokenizer().encode(text, add_special);
   }
 
+  /// The text of `ids` (Hugging Face's decode).
+  std::string decode(const std::vector<TokenId>& ids, bool skip_special_tokens) const {
+    return engine_->tokenizer().decode(ids, skip_special_tokens);
+  }
+
  private:
   std::vector<PyRequestOutput> convert(const std::vector<RequestOutput>& outputs) const {
     const Tokenizer& tok = engine_->tokenizer();
@@ -189,6 +194,7 @@ PYBIND11_MODULE(_paged, m) {
       .def("render_chat", &PyEngine::render_chat, py::arg("messages_json"), py::arg("template_source"),
            py::arg("add_generation_prompt"))
       .def("encode", &PyEngine::encode, py::arg("text"), py::arg("add_special"))
+      .def("decode", &PyEngine::decode, py::arg("ids"), py::arg("skip_special_tokens"))
       .def("sampling_defaults", &PyEngine::sampling_defaults);
   m.def("check_sampling_flags", [](const std::vector<std::string>& flags) { sampling_from_flags(flags); },
         py::arg("flags"), "Raises ValueError naming a sampling flag that is unknown or has a bad value.");

@@ -242,6 +242,7 @@ SamplingParams sampling_params(Args& args) {
   p.frequency_penalty = static_cast<float>(args.get_double("frequency-penalty", p.frequency_penalty));
   p.ignore_eos = args.get_bool("ignore-eos", false);
   p.skip_special_tokens = args.get_bool("skip-special-tokens", true);
+  p.include_stop_str_in_output = args.get_bool("include-stop-str-in-output", false);
   if (args.has("logprobs")) p.logprobs = args.get_int("logprobs", 0);
   if (args.has("prompt-logprobs")) p.prompt_logprobs = args.get_int("prompt-logprobs", 0);
   p.stop = args.get_all("stop");

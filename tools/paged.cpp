@@ -19,9 +19,9 @@ constexpr const char* kUsage = R"(usage:
   paged generate MODEL_DIR (--prompt TEXT | --prompts-file FILE.jsonl) [--max-tokens N] [--temperature T]
                  [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N] [--best-of N] [--use-beam-search]
                  [--length-penalty L] [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]
-                 [--stop STR] [--stop-token-ids A,B] [--[no-]ignore-eos] [--[no-]skip-special-tokens] [--min-tokens N]
-                 [--logprobs K] [--prompt-logprobs K] [--allowed-token-ids A,B] [--bad-words WORD]
-                 [--logit-bias ID:BIAS,...] [--guided-json SCHEMA | --guided-regex RE | --guided-choice '["a", "b"]' |
+                 [--stop STR] [--[no-]include-stop-str-in-output] [--stop-token-ids A,B] [--[no-]ignore-eos]
+                 [--[no-]skip-special-tokens] [--min-tokens N] [--logprobs K] [--prompt-logprobs K]
+                 [--allowed-token-ids A,B] [--bad-words WORD] [--logit-bias ID:BIAS,...] [--guided-json SCHEMA | --guided-regex RE | --guided-choice '["a", "b"]' |
                  --guided-grammar GBNF | --guided-json-object] [--guided-whitespace-pattern RE]
                  [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]

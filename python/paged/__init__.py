@@ -14,7 +14,7 @@ import time
 from . import _paged
 
 __all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "GuidedDecodingParams", "RequestOutput",
-           "CompletionOutput", "Logprob"]
+           "CompletionOutput", "Logprob", "BeamSearchParams", "BeamSearchOutput", "BeamSearchSequence"]
 
 # vLLM's engine argument names that the CLI spells otherwise.
 _ENGINE_ALIASES = {"num_gpu_blocks_override": "num_kv_blocks"}
@@ -118,6 +118,49 @@ class SamplingParams:
 
     def __repr__(self):
         return "SamplingParams(" + ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items()) + ")"
+
+
+class BeamSearchParams:
+    """vLLM's BeamSearchParams for LLM.beam_search: beam_width, max_tokens, ignore_eos, temperature (0: the search
+    ranks by the model's log-probabilities; another value raises ValueError), length_penalty (hypotheses rank by
+    cumulative logprob / length^length_penalty), include_stop_str_in_output."""
+
+    def __init__(self, beam_width, max_tokens, ignore_eos=False, temperature=0.0, length_penalty=1.0,
+                 include_stop_str_in_output=False):
+        self.beam_width, self.max_tokens, self.ignore_eos = beam_width, max_tokens, ignore_eos
+        self.temperature, self.length_penalty = temperature, length_penalty
+        self.include_stop_str_in_output = include_stop_str_in_output
+
+    def _sampling_params(self):
+        # The beams' logprobs hold the 2 x beam_width offers each step looked at (vLLM's), at most 20.
+        return SamplingParams(use_beam_search=True, n=self.beam_width, max_tokens=self.max_tokens,
+                              ignore_eos=self.ignore_eos, temperature=self.temperature,
+                              length_penalty=self.length_penalty,
+                              include_stop_str_in_output=self.include_stop_str_in_output,
+                              logprobs=min(2 * self.beam_width, 20))
+
+
+class BeamSearchSequence:
+    """One hypothesis of a beam search (vLLM's): tokens (the prompt's, then the output's), logprobs (per output token
+    a dict token id -> Logprob), cum_logprob, text (the tokens decoded, prompt included), finish_reason."""
+
+    def __init__(self, tokens, logprobs, cum_logprob, text, finish_reason):
+        self.tokens, self.logprobs, self.cum_logprob = tokens, logprobs, cum_logprob
+        self.text, self.finish_reason = text, finish_reason
+
+    def __repr__(self):
+        return (f"BeamSearchSequence(tokens={self.tokens}, cum_logprob={self.cum_logprob!r}, text={self.text!r}, "
+                f"finish_reason={self.finish_reason!r})")
+
+
+class BeamSearchOutput:
+    """A prompt's beam search result (vLLM's): sequences, the beam_width best hypotheses, best first."""
+
+    def __init__(self, sequences):
+        self.sequences = sequences
+
+    def __repr__(self):
+        return f"BeamSearchOutput(sequences={self.sequences!r})"
 
 
 class Logprob:
@@ -259,6 +302,28 @@ class LLM:
         if bar is not None:
             bar.update(len(inputs), len(inputs), sum(len(c[2]) for _, _, cs, _, _ in raw for c in cs), final=True)
         return self._outputs(raw, params)
+
+    def beam_search(self, prompts, params, use_tqdm=False):
+        """vLLM's LLM.beam_search: a BeamSearchOutput for each prompt (a string, {"prompt": text} or
+        {"prompt_token_ids": [...]}), with params a BeamSearchParams; the searches run as one batch."""
+        if not isinstance(params, BeamSearchParams):
+            raise TypeError("params must be a BeamSearchParams")
+        if isinstance(prompts, (str, dict)):
+            prompts = [prompts]
+        inputs = []  # every prompt as token ids (text as generate would tokenize it)
+        for p in prompts:
+            if isinstance(p, dict) and set(p) == {"prompt"}:
+                p = p["prompt"]
+            inputs.append({"prompt_token_ids": self._engine.encode(p, True)} if isinstance(p, str) else p)
+        results = []
+        for output in self.generate(inputs, params._sampling_params(), use_tqdm=use_tqdm):
+            sequences = []
+            for c in output.outputs:
+                tokens = output.prompt_token_ids + c.token_ids
+                sequences.append(BeamSearchSequence(tokens, c.logprobs, c.cumulative_logprob,
+                                                    self._engine.decode(tokens, False), c.finish_reason))
+            results.append(BeamSearchOutput(sequences))
+        return results
 
     def chat(self, messages, sampling_params=None, use_tqdm=True, chat_template=None, add_generation_prompt=True):
         """Generation after a conversation (a list of {"role", "content"}; or a list of such conversations), its

@@ -11,7 +11,7 @@ import time
 import jsonschema
 import pytest
 
-from paged import LLM, GuidedDecodingParams, SamplingParams, StructuredOutputsParams
+from paged import LLM, BeamSearchParams, GuidedDecodingParams, SamplingParams, StructuredOutputsParams
 
 SRC = pathlib.Path(os.environ.get("PAGED_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 MODEL = str(SRC / "models" / "stories260K")
@@ -125,6 +125,32 @@ def test_prompt_logprobs_score_the_prompt(llm):
         if position >= len(case["prompt_ids"]):
             assert entry[token].rank == 1
     assert llm.generate(case["prompt"], SamplingParams(max_tokens=1))[0].prompt_logprobs is None
+
+
+def test_beam_search(llm):
+    case = GOLDEN[0]
+    # A beam of width 1 is greedy: Hugging Face's greedy tokens after the prompt.
+    one = llm.beam_search([case["prompt"]], BeamSearchParams(beam_width=1, max_tokens=32, ignore_eos=True))[0]
+    assert len(one.sequences) == 1
+    assert one.sequences[0].tokens == case["prompt_ids"] + case["greedy_ids"][:32]
+    # Its text decodes the whole sequence, the prompt included (vLLM's).
+    greedy = llm.generate(case["prompt"], SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))[0]
+    assert case["prompt"] in one.sequences[0].text and one.sequences[0].text.endswith(greedy.outputs[0].text)
+    # Width 3: three hypotheses, best first by cumulative logprob / length, each token's logprob in its dict.
+    out = llm.beam_search([{"prompt": case["prompt"]}, {"prompt_token_ids": GOLDEN[1]["prompt_ids"]}],
+                          BeamSearchParams(beam_width=3, max_tokens=16))
+    assert len(out) == 2
+    for result, prompt_ids in zip(out, [case["prompt_ids"], GOLDEN[1]["prompt_ids"]]):
+        assert len(result.sequences) == 3
+        scores = [s.cum_logprob / len(s.tokens) for s in result.sequences if s.finish_reason == "length"]
+        assert scores == sorted(scores, reverse=True)
+        for s in result.sequences:
+            assert s.tokens[:len(prompt_ids)] == prompt_ids
+            output = s.tokens[len(prompt_ids):]
+            assert len(s.logprobs) == len(output) and all(len(d) >= 6 for d in s.logprobs)
+            assert math.isclose(sum(d[t].logprob for d, t in zip(s.logprobs, output)), s.cum_logprob, abs_tol=1e-3)
+    with pytest.raises(ValueError, match="temperature"):
+        llm.beam_search(["Once"], BeamSearchParams(beam_width=2, max_tokens=4, temperature=0.5))
 
 
 def test_logprobs_agree_with_golden_logits(llm):
