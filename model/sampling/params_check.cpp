@@ -106,16 +106,22 @@ std::optional<FieldError> check_sampling_params(const SamplingParams& p, int voc
 
 std::optional<FieldError> check_allowed_tokens_left(const SamplingParams& p, std::span<const TokenId> stop_ids) {
   if (p.allowed_token_ids.empty()) return std::nullopt;
+  const auto allowed = [&](TokenId id) {
+    return std::find(p.allowed_token_ids.begin(), p.allowed_token_ids.end(), id) != p.allowed_token_ids.end();
+  };
   const auto masked = [&](TokenId id) {
+    // A bad word ending in `id` whose other tokens an output of allowed tokens can end with.
     const bool bad_word = std::any_of(p.bad_words_token_ids.begin(), p.bad_words_token_ids.end(),
-                                      [id](const std::vector<TokenId>& w) { return w.size() == 1 && w[0] == id; });
+                                      [&](const std::vector<TokenId>& w) {
+                                        return !w.empty() && w.back() == id && std::all_of(w.begin(), w.end() - 1, allowed);
+                                      });
     const bool early_stop =
         p.min_tokens > 0 && std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
     return bad_word || early_stop;
   };
   if (std::all_of(p.allowed_token_ids.begin(), p.allowed_token_ids.end(), masked))
-    return bad("allowed_token_ids", "every token of allowed_token_ids is masked (a one-token bad word, or a stop "
-                                    "token before min_tokens): nothing could be generated");
+    return bad("allowed_token_ids", "every token of allowed_token_ids can be masked (a bad word made of allowed "
+                                    "tokens ends with it, or it stops before min_tokens): nothing could be generated");
   return std::nullopt;
 }
 

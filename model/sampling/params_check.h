@@ -29,8 +29,10 @@ inline constexpr size_t kMaxBadWords = 256;
 /// its business (the engine checks the context against max_model_len).
 std::optional<FieldError> check_sampling_params(const SamplingParams& p, int vocab_size);
 
-/// With allowed_token_ids: an error when every allowed token is masked at some step whatever was generated (a
-/// one-token bad word, or a stop id in `stop_ids` before min_tokens), which would leave nothing to sample.
+/// With allowed_token_ids: an error when every allowed token can be masked (the last token of a bad word whose other
+/// tokens are allowed, or a stop id in `stop_ids` before min_tokens), which could leave nothing to sample. Bans of
+/// different tokens may need different outputs, so this refuses some requests that would never be stuck; it lets
+/// none through that could be.
 std::optional<FieldError> check_allowed_tokens_left(const SamplingParams& p, std::span<const TokenId> stop_ids);
 
 }  // namespace paged

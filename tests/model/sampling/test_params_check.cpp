@@ -116,8 +116,15 @@ TEST_CASE("allowed_token_ids that every step would mask are refused", "[params_c
   const auto e = check_allowed_tokens_left(p, stops);
   REQUIRE(e);
   CHECK(e->field == "allowed_token_ids");
-  p.bad_words_token_ids = {{5, 7}};  // a two-token word masks 7 only after 5
+  p.bad_words_token_ids = {{5, 7}};  // a two-token word masks 7 only after 5, which is not allowed
   CHECK_FALSE(check_allowed_tokens_left(p, stops));
+  p.bad_words_token_ids = {{2, 7}};  // after 2, which is: the output "2" leaves 7 masked, and 2 before min_tokens
+  CHECK(check_allowed_tokens_left(p, stops));
+  p.min_tokens = 0;
+  p.allowed_token_ids = {7};
+  p.bad_words_token_ids = {{7, 7}};  // "7" then nothing
+  CHECK(check_allowed_tokens_left(p, stops));
+  p.min_tokens = 1;
   p.bad_words_token_ids = {{7}};
   p.min_tokens = 0;
   p.allowed_token_ids = {7};
