@@ -261,7 +261,8 @@ void HttpSession::handle(Request&& req) {
   static constexpr Route kRoutes[] = {
       {"/health", http::verb::get, false},           {"/metrics", http::verb::get, false},
       {"/v1/models", http::verb::get, true},         {"/v1/completions", http::verb::post, true},
-      {"/v1/chat/completions", http::verb::post, true}, {"/v1/stream", http::verb::get, true},
+      {"/v1/chat/completions", http::verb::post, true}, {"/v1/responses", http::verb::post, true},
+      {"/v1/stream", http::verb::get, true},
       {"/tokenize", http::verb::post, true},         {"/detokenize", http::verb::post, true},
       {"/version", http::verb::get, false},          {"/ping", http::verb::get, false},
       {"/ping", http::verb::post, false},
@@ -326,7 +327,10 @@ void HttpSession::handle(Request&& req) {
     ex->owed = ctx_.owe_client();
     queue_.push_back(ex);
     update_read_deadline();
-    start_generation(path == "/v1/completions" ? openai::Endpoint::completions : openai::Endpoint::chat, req, *ex, ex);
+    start_generation(path == "/v1/completions" ? openai::Endpoint::completions
+                     : path == "/v1/responses"  ? openai::Endpoint::responses
+                                                : openai::Endpoint::chat,
+                     req, *ex, ex);
     do_write();
   }
 }
@@ -343,8 +347,11 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
       ex.request_id = std::string(value);
     }
     const openai::Request request = openai::parse_request(endpoint, req.body(), ctx_.model_info());
-    const char* prefix = endpoint == openai::Endpoint::chat ? "chatcmpl" : "cmpl";
+    const char* prefix = endpoint == openai::Endpoint::chat        ? "chatcmpl"
+                         : endpoint == openai::Endpoint::responses ? "resp"
+                                                                   : "cmpl";
     ex.id = ex.request_id.empty() ? ctx_.next_id(prefix) : std::string(prefix) + "-" + ex.request_id;
+    if (endpoint == openai::Endpoint::responses) ex.id[4] = '_';  // OpenAI's response ids: resp_...
     ex.builder = std::make_unique<openai::ResponseBuilder>(request, ctx_.engine.tokenizer(), ctx_.model_name, ex.id,
                                                            std::time(nullptr));
     if (ctx_.options.log_requests) log_request_start(ex.id, request);

@@ -457,6 +457,13 @@ StructuredOutput parse_structured_output(const Fields& f) {
 }  // namespace
 
 Request parse_request(Endpoint endpoint, const json::object& body, const ModelInfo& model) {
+  if (endpoint == Endpoint::responses) {
+    json::object echo;
+    Request req = parse_request(Endpoint::chat, chat_form(body, echo), model);
+    req.endpoint = Endpoint::responses;
+    req.responses_echo = std::move(echo);
+    return req;
+  }
   const Fields f(body);
   const bool chat = endpoint == Endpoint::chat;
   Request req;
@@ -683,6 +690,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       tokens_as_ids_(request.tokens_as_ids),
       tools_(request.tools),
       reasoning_(request.reasoning),
+      responses_echo_(request.responses_echo),
       n_(request.params.n),
       prompt_texts_(request.prompt_texts),
       tokenizer_(&tokenizer),
@@ -705,10 +713,12 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
   if (echo_) {
     for (size_t c = 0; c < choices_.size(); ++c) choices_[c].text_offset = prompt_texts_[c / n_].size();
   }
-  if (stream_ && endpoint_ == Endpoint::chat && tools_.format != ToolCallFormat::none)
+  if (stream_ && chat_like() && tools_.format != ToolCallFormat::none)
     for (size_t c = 0; c < choices_.size(); ++c) choices_[c].tool_stream.emplace(tools_, call_id_prefix(c));
-  if (stream_ && endpoint_ == Endpoint::chat && reasoning_ != ReasoningFormat::none)
+  if (stream_ && chat_like() && reasoning_ != ReasoningFormat::none)
     for (Choice& c : choices_) c.reasoning_stream.emplace(reasoning_);
+  if (stream_ && endpoint_ == Endpoint::responses)
+    responses_events_ = std::make_unique<ResponsesEvents>(responses_echo_, id_, model_name_, created_);
 }
 
 std::string ResponseBuilder::call_id_prefix(size_t choice) const { return id_ + "_" + std::to_string(choice) + "_"; }
@@ -752,7 +762,7 @@ std::string ResponseBuilder::shown(TokenId id) const {
 json::value ResponseBuilder::logprobs_json(const std::vector<TokenId>& ids, const std::vector<SampledToken>& lps,
                                            size_t& text_offset) const {
   const size_t count = std::min(ids.size(), lps.size());
-  if (endpoint_ == Endpoint::chat) {
+  if (chat_like()) {
     auto bytes_of = [](const std::string& s) {
       json::array b;
       for (unsigned char c : s) b.push_back(c);
@@ -869,18 +879,18 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
       ending = {.index = given.index, .finish_reason = given.finish_reason == "cancelled" ? "cancelled" : "length"};
     }
     const CompletionDelta& d = echo_only_ ? ending : given;
-    if (!stream_) {
+    if (!stream_ || responses_events_) {  // a streamed response ends with the whole response object too
       c.text += d.text;
       c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
       c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
       if (d.finish_reason) c.finish_reason = d.finish_reason;
-      continue;
+      if (!stream_) continue;
     }
     if (d.text.empty() && d.token_ids.empty() && !d.finish_reason && c.started) continue;
     json::object choice;
     choice["index"] = index;
     std::optional<std::string> finish = d.finish_reason;
-    if (endpoint_ == Endpoint::chat) {
+    if (chat_like()) {
       json::object delta;
       if (!c.started) delta["role"] = "assistant";
       const bool ended = d.finish_reason.has_value();
@@ -888,11 +898,17 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
       std::string content = d.text;
       if (c.reasoning_stream) {
         ReasoningSplit piece = c.reasoning_stream->add(d.text, ended);
+        if (responses_events_) frames += responses_events_->add(piece.reasoning, "");
         if (!piece.reasoning.empty()) {
           delta["reasoning"] = piece.reasoning;
           delta["reasoning_content"] = std::move(piece.reasoning);
         }
         content = std::move(piece.content);
+      }
+      if (responses_events_) {
+        frames += responses_events_->add("", content);
+        c.started = true;
+        continue;
       }
       if (c.tool_stream) {
         for (auto& field : c.tool_stream->add(content, ended)) delta[field.key()] = field.value();
@@ -926,6 +942,12 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
 }
 
 std::string ResponseBuilder::body() const {
+  if (endpoint_ == Endpoint::responses)
+    return json::serialize(response_object(answer_object(), responses_echo_, id_, created_));
+  return json::serialize(answer_object());
+}
+
+json::object ResponseBuilder::answer_object() const {
   json::array choices;
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
@@ -934,7 +956,7 @@ std::string ResponseBuilder::body() const {
     choice["index"] = i;
     const json::value logprobs = want_logprobs_ ? logprobs_json(c.token_ids, c.logprobs, offset) : json::value(nullptr);
     std::optional<std::string> finish = c.finish_reason;
-    if (endpoint_ == Endpoint::chat) {
+    if (chat_like()) {
       const ReasoningSplit split = split_reasoning(reasoning_, c.text);
       json::array calls = tool_calls_of(tools_, split.content, call_id_prefix(i));
       json::object message{{"role", "assistant"}};
@@ -966,16 +988,17 @@ std::string ResponseBuilder::body() const {
   }
   json::object o;
   o["id"] = id_;
-  o["object"] = endpoint_ == Endpoint::chat ? "chat.completion" : "text_completion";
+  o["object"] = chat_like() ? "chat.completion" : "text_completion";
   o["created"] = created_;
   o["model"] = model_name_;
   o["choices"] = std::move(choices);
   o["usage"] = usage_json();
   if (want_prompt_logprobs_ && endpoint_ == Endpoint::chat) o["prompt_logprobs"] = prompt_logprobs_[0];
-  return json::serialize(o);
+  return o;
 }
 
-std::string ResponseBuilder::stream_end() const {
+std::string ResponseBuilder::stream_end() {
+  if (responses_events_) return responses_events_->finish(response_object(answer_object(), responses_echo_, id_, created_));
   std::string frames;
   if (include_usage_) {
     json::object chunk = chunk_header();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 
 #include "actors/engine.h"
 #include "http/reasoning_parser.h"
+#include "http/responses.h"
 #include "http/tool_calls.h"
 #include "model/template/chat_template.h"
 #include "model/sampling/sampling_params.h"
@@ -44,7 +46,8 @@ struct ModelNotFound : InvalidRequest {
   using InvalidRequest::InvalidRequest;
 };
 
-enum class Endpoint { completions, chat };
+/// responses: OpenAI's Responses API, served as chat (http/responses.h translates both ways).
+enum class Endpoint { completions, chat, responses };
 
 /// A validated request: one engine request per prompt, all with the same parameters.
 struct Request {
@@ -63,6 +66,7 @@ struct Request {
   bool tokens_as_ids = false;             // logprobs name tokens "token_id:ID" (vLLM's return_tokens_as_token_ids)
   ToolRequest tools;                      // chat: tools and tool_choice
   ReasoningFormat reasoning = ReasoningFormat::none;  // chat: how the answers' reasoning is split off their content
+  boost::json::object responses_echo;     // responses: the request's fields the response object repeats
 };
 
 /// Parses and validates a request body (a JSON object). Throws InvalidRequest naming the parameter for malformed
@@ -111,8 +115,9 @@ class ResponseBuilder {
   bool unavailable() const { return unavailable_; }
   /// The whole response body (not streaming). Call when finished().
   std::string body() const;
-  /// The closing SSE frames: the usage chunk when include_usage, then "data: [DONE]". Call when finished().
-  std::string stream_end() const;
+  /// The closing SSE frames: the usage chunk when include_usage, then "data: [DONE]" (responses: the closing
+  /// events, the last with the whole response). Call when finished().
+  std::string stream_end();
   /// Usage so far, summed over prompts.
   int prompt_tokens() const;
   int completion_tokens() const;
@@ -129,6 +134,10 @@ class ResponseBuilder {
     std::optional<ReasoningStream> reasoning_stream;  // a streamed chat choice of a server with a reasoning parser
   };
 
+  /// Chat and responses: the answers are chat messages (responses translate them).
+  bool chat_like() const { return endpoint_ != Endpoint::completions; }
+  /// The whole answer as a chat.completion or text_completion object.
+  boost::json::object answer_object() const;
   boost::json::object chunk_header() const;
   /// The prefix of the ids of choice `choice`'s tool calls (the same streamed and whole).
   std::string call_id_prefix(size_t choice) const;
@@ -154,6 +163,8 @@ class ResponseBuilder {
   std::string shown(TokenId id) const;
   ToolRequest tools_;  // tools: the answers' tool calls become tool_calls
   ReasoningFormat reasoning_;  // chat: the answers' reasoning becomes reasoning_content / reasoning
+  boost::json::object responses_echo_;
+  std::unique_ptr<ResponsesEvents> responses_events_;  // a streamed response
   int n_;
   std::vector<std::string> prompt_texts_;
   const Tokenizer* tokenizer_;

@@ -57,6 +57,7 @@ BASE="http://127.0.0.1:$PORT"
 SERVER_PID="${PIDS[-1]}"
 cd "$NODE_DIR"
 run_check check_openai.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_openai
+run_check check_responses.mjs --base "$BASE" || fail check_responses
 run_check check_request_fields.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_request_fields
 run_check check_websocket.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_websocket
 run_check check_structured.mjs --base "$BASE" || fail check_structured
@@ -72,6 +73,7 @@ for parser in deepseek_r1 qwen3; do
     --structured-outputs-in-reasoning "${tool_flags[@]}"
   run_check check_reasoning.mjs --base "http://127.0.0.1:$PORT" --plain "$BASE" --parser "$parser" \
     ${tool_flags[0]:+--tool-parser hermes} || fail "check_reasoning $parser"
+  run_check check_responses.mjs --base "http://127.0.0.1:$PORT" --reasoning 1 || fail "check_responses $parser"
   kill -TERM "${PIDS[-1]}"
 done
 # Without --structured-outputs-in-reasoning (vLLM's default) a constraint starts after "</think>".

@@ -1,0 +1,123 @@
+// POST /v1/responses through the official openai client (client.responses.create) against `paged serve`: the answer
+// is the chat completion of the same conversation (instructions as the system message), whole and streamed (the
+// deltas add up to the final text, events in OpenAI's order with increasing sequence numbers), status incomplete at
+// max_output_tokens, usage, text.format as a JSON schema, and a 400 naming each field it does not support. With
+// --reasoning (a server started with --reasoning-parser), the think block is a reasoning item before the message.
+// Usage: node check_responses.mjs --base http://127.0.0.1:PORT [--reasoning 1]
+import OpenAI from "openai";
+import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
+
+const args = parseArgs();
+await waitForHealth(args.base);
+const client = new OpenAI({ baseURL: `${args.base}/v1`, apiKey: "unused", maxRetries: 0 });
+const model = (await client.models.list()).data[0].id;
+const reasoning = Boolean(args.reasoning);
+
+/// The chat completion of the same request, for comparison.
+async function chatAnswer(messages, maxTokens, extra = {}) {
+  const r = await client.chat.completions.create({ model, messages, max_tokens: maxTokens, temperature: 0, ...extra });
+  return r.choices[0];
+}
+
+function messageText(response) {
+  const items = response.output.filter((o) => o.type === "message");
+  check(items.length === 1 && items[0].content.length === 1 && items[0].content[0].type === "output_text",
+    "one message item with one output_text part", response.output);
+  return items[0]?.content[0]?.text;
+}
+
+function reasoningText(response) {
+  const items = response.output.filter((o) => o.type === "reasoning");
+  return items.length ? items[0].content.map((c) => c.text).join("") : null;
+}
+
+// ---- whole answers -------------------------------------------------------------------------------------------
+for (const [input, instructions] of [["Once upon a time", undefined], ["Tell me about a cat", "You tell stories."]]) {
+  const r = await client.responses.create({ model, input, instructions, max_output_tokens: 24, temperature: 0 });
+  const messages = [...(instructions ? [{ role: "system", content: instructions }] : []), { role: "user", content: input }];
+  const chat = await chatAnswer(messages, 24);
+  checkEqual(messageText(r), chat.message.content ?? "", `responses == chat for "${input}"`);
+  if (reasoning) checkEqual(reasoningText(r), chat.message.reasoning_content ?? null, `reasoning item of "${input}"`);
+  else check(!r.output.some((o) => o.type === "reasoning"), "no reasoning item without a reasoning parser", r.output);
+  checkEqual(r.output_text, messageText(r), "the client's output_text");
+  check(r.object === "response" && r.id.startsWith("resp_"), "response object and id", r);
+  checkEqual(r.instructions ?? null, instructions ?? null, "instructions repeated");
+  const cut = chat.finish_reason === "length";
+  checkEqual([r.status, r.incomplete_details], cut ? ["incomplete", { reason: "max_output_tokens" }] : ["completed", null],
+    "status and incomplete_details follow the finish reason");
+  check(r.usage.input_tokens > 0 && r.usage.output_tokens > 0 &&
+    r.usage.total_tokens === r.usage.input_tokens + r.usage.output_tokens, "usage", r.usage);
+}
+// Messages with input_text parts, a developer message, metadata repeated.
+{
+  const r = await client.responses.create({
+    model, max_output_tokens: 16, temperature: 0, metadata: { run: "check" },
+    input: [{ role: "developer", content: "Be brief." },
+            { type: "message", role: "user", content: [{ type: "input_text", text: "The dog" }, { type: "input_text", text: " ran" }] }],
+  });
+  const chat = await chatAnswer([{ role: "system", content: "Be brief." }, { role: "user", content: "The dog ran" }], 16);
+  checkEqual(messageText(r), chat.message.content ?? "", "input messages with parts == chat");
+  checkEqual(r.metadata, { run: "check" }, "metadata repeated");
+}
+
+// ---- streamed ---------------------------------------------------------------------------------------------------
+{
+  const whole = await client.responses.create({ model, input: "The little bird", max_output_tokens: 40, temperature: 0 });
+  const stream = await client.responses.create({ model, input: "The little bird", max_output_tokens: 40, temperature: 0,
+    stream: true });
+  const types = [];
+  let deltas = "", reasoningDeltas = "", last = null, sequence = -1, ordered = true;
+  for await (const event of stream) {
+    types.push(event.type);
+    ordered &&= event.sequence_number === sequence + 1;
+    sequence = event.sequence_number;
+    if (event.type === "response.output_text.delta") deltas += event.delta;
+    if (event.type === "response.reasoning_text.delta") reasoningDeltas += event.delta;
+    last = event;
+  }
+  check(ordered, "sequence numbers count up from 0", types);
+  checkEqual(types.slice(0, 2), ["response.created", "response.in_progress"], "the stream opens with created, in_progress");
+  check(["response.completed", "response.incomplete"].includes(last.type), "the stream ends with the response", last.type);
+  const message = types.lastIndexOf("response.output_item.added");
+  checkEqual(types.slice(message, message + 2), ["response.output_item.added", "response.content_part.added"],
+    "the message item opens before its text");
+  checkEqual(types.slice(-4, -1), ["response.output_text.done", "response.content_part.done", "response.output_item.done"],
+    "the message item closes before the response ends");
+  checkEqual(deltas, messageText(whole), "streamed deltas add up to the whole answer's text");
+  checkEqual(messageText(last.response), deltas, "the final response holds the streamed text");
+  const tokens = (u) => [u.input_tokens, u.output_tokens, u.total_tokens];  // the prefix cache may differ
+  checkEqual(tokens(last.response.usage), tokens(whole.usage), "streamed usage == whole usage");
+  if (reasoning) checkEqual(reasoningDeltas, reasoningText(whole) ?? "", "streamed reasoning == whole reasoning item");
+}
+
+// ---- text.format: a JSON schema (without a reasoning parser: stories260K writes no "</think>") -----------------
+if (!reasoning) {
+  const schema = { type: "object", properties: { name: { type: "string", maxLength: 12 }, age: { type: "integer" } },
+                   required: ["name", "age"], additionalProperties: false };
+  const r = await client.responses.create({ model, input: "A person as JSON", max_output_tokens: 200, temperature: 0,
+    text: { format: { type: "json_schema", name: "person", schema, strict: true } } });
+  let parsed = null;
+  try { parsed = JSON.parse(messageText(r)); } catch { /* checked below */ }
+  check(parsed && typeof parsed.name === "string" && Number.isInteger(parsed.age) && Object.keys(parsed).length === 2,
+    "text.format json_schema: the answer is such an object", messageText(r));
+}
+
+// ---- refusals --------------------------------------------------------------------------------------------------
+for (const [name, body, param] of [
+  ["store true", { input: "x", store: true }, "store"],
+  ["tools", { input: "x", tools: [{ type: "function", name: "f", parameters: {} }] }, "tools"],
+  ["previous_response_id", { input: "x", previous_response_id: "resp_1" }, "previous_response_id"],
+  ["no input", { max_output_tokens: 4 }, "input"],
+  ["an image part", { input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x" }] }] }, "input[0].content"],
+  ["a function call item", { input: [{ type: "function_call_output", call_id: "c", output: "1" }] }, "input[0].type"],
+  ["max_output_tokens 0", { input: "x", max_output_tokens: 0 }, "max_output_tokens"],
+  ["an unknown field", { input: "x", frobnicate: 1 }, "frobnicate"],
+  ["temperature out of range", { input: "x", temperature: 5 }, "temperature"],
+]) {
+  const r = await fetch(`${args.base}/v1/responses`, { method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model, ...body }) });
+  const b = await r.json().catch(() => null);
+  checkEqual([r.status, b?.error?.param], [400, param], `400 naming ${param}: ${name}`);
+}
+
+finish("check_responses");

@@ -1,0 +1,117 @@
+// The Responses API translation (http/responses.h), pure: a Responses body into the chat body that asks the same,
+// the refusals naming their field, a chat answer into the response object, and the order of the streamed events.
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+
+#include "actors/engine_types.h"
+#include "http/responses.h"
+
+using namespace paged;
+using namespace paged::openai;
+namespace json = boost::json;
+
+namespace {
+
+json::object chat_of(const std::string& body, json::object* echo_out = nullptr) {
+  json::object echo;
+  json::object chat = chat_form(json::parse(body).as_object(), echo);
+  if (echo_out) *echo_out = echo;
+  return chat;
+}
+
+std::string refused(const std::string& body) {
+  try {
+    chat_of(body);
+  } catch (const InvalidRequest& e) {
+    return e.param;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a Responses body becomes the chat body that asks the same", "[http][responses]") {
+  json::object echo;
+  const json::object chat = chat_of(R"({"model": "m", "input": "Hi", "instructions": "Be kind",
+      "max_output_tokens": 7, "temperature": 0.5, "metadata": {"k": "v"}, "store": false})", &echo);
+  CHECK(chat == json::parse(R"({"model": "m", "temperature": 0.5, "max_tokens": 7,
+      "messages": [{"role": "system", "content": "Be kind"}, {"role": "user", "content": "Hi"}]})").as_object());
+  CHECK(echo.at("instructions") == "Be kind");
+  CHECK(echo.at("max_output_tokens") == 7);
+  CHECK(echo.at("metadata") == json::parse(R"({"k": "v"})"));
+  CHECK(echo.at("store") == false);
+
+  const json::object parts = chat_of(R"({"input": [{"role": "developer", "content": "Short."},
+      {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]},
+      {"role": "assistant", "content": [{"type": "output_text", "text": "c"}]}],
+      "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}, "strict": true}}})");
+  CHECK(parts.at("messages") == json::parse(R"([{"role": "system", "content": "Short."},
+      {"role": "user", "content": "ab"}, {"role": "assistant", "content": "c"}])"));
+  CHECK(parts.at("response_format") == json::parse(R"({"type": "json_schema",
+      "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": true}})"));
+  CHECK_FALSE(chat_of(R"({"input": "x", "text": {"format": {"type": "text"}}})").contains("response_format"));
+}
+
+TEST_CASE("what the Responses translation does not support is refused, naming the field", "[http][responses]") {
+  CHECK(refused(R"({"input": "x", "store": true})") == "store");
+  CHECK(refused(R"({"input": "x", "tools": [{"type": "function", "name": "f"}]})") == "tools");
+  CHECK(refused(R"({"input": "x", "include": ["reasoning.encrypted_content"]})") == "include");
+  CHECK(refused(R"({"input": "x", "previous_response_id": "resp_1"})") == "previous_response_id");
+  CHECK(refused(R"({"input": "x", "truncation": "auto"})") == "truncation");
+  CHECK(refused(R"({"input": "x", "tool_choice": "required"})") == "tool_choice");
+  CHECK(refused(R"({"input": "x", "max_output_tokens": 0})") == "max_output_tokens");
+  CHECK(refused(R"({"input": "x", "metadata": {"k": 1}})") == "metadata");
+  CHECK(refused(R"({"input": "x", "text": {"format": {"type": "xml"}}})") == "text.format.type");
+  CHECK(refused(R"({"input": "x", "text": {"verbosity": "low"}})") == "text.verbosity");
+  CHECK(refused(R"({"max_output_tokens": 3})") == "input");
+  CHECK(refused(R"({"input": []})") == "input");
+  CHECK(refused(R"({"input": [{"role": "tool", "content": "x"}]})") == "input[0].role");
+  CHECK(refused(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})") ==
+        "input[0].content");
+  CHECK(refused(R"({"input": [{"type": "function_call", "name": "f"}]})") == "input[0].type");
+  CHECK(refused(R"({"input": [{"role": "user", "content": "x", "name": "bob"}]})") == "input[0].name");
+  CHECK(refused(R"({"input": "x", "n": 2})") == "n");  // not a Responses field
+}
+
+TEST_CASE("a chat answer becomes the response object; streamed, its events come in OpenAI's order",
+          "[http][responses]") {
+  json::object echo;
+  chat_of(R"({"input": "x", "max_output_tokens": 3})", &echo);
+  const json::object chat = json::parse(R"({"model": "m", "choices": [{"index": 0, "finish_reason": "length",
+      "message": {"role": "assistant", "content": "Hello", "reasoning_content": "think"}}],
+      "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
+                "prompt_tokens_details": {"cached_tokens": 2}}})").as_object();
+  const json::object r = response_object(chat, echo, "resp_abc", 100);
+  CHECK(r.at("status") == "incomplete");
+  CHECK(r.at("incomplete_details") == json::parse(R"({"reason": "max_output_tokens"})"));
+  const json::array& output = r.at("output").as_array();
+  REQUIRE(output.size() == 2);
+  CHECK(output[0].at("type") == "reasoning");
+  CHECK(output[0].at("content").at(0).at("text") == "think");
+  CHECK(output[1].at("id") == "msg_abc");
+  CHECK(output[1].at("content").at(0).at("text") == "Hello");
+  CHECK(r.at("usage") == json::parse(R"({"input_tokens": 4, "input_tokens_details": {"cached_tokens": 2},
+      "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7})"));
+
+  ResponsesEvents events(echo, "resp_abc", "m", 100);
+  std::string sse = events.add("th", "");  // one call a statement: the order of the events is the order of calls
+  sse += events.add("ink", "");
+  sse += events.add("", "Hel");
+  sse += events.add("", "lo");
+  sse += events.finish(r);
+  std::vector<std::string> types;
+  int64_t sequence = 0;
+  for (size_t at = 0; (at = sse.find("data: ", at)) != std::string::npos; at += 6) {
+    const json::object e = json::parse(sse.substr(at + 6, sse.find('\n', at) - at - 6)).as_object();
+    types.emplace_back(e.at("type").as_string());
+    CHECK(e.at("sequence_number") == sequence++);
+  }
+  CHECK(types == std::vector<std::string>{
+                     "response.created", "response.in_progress", "response.output_item.added",
+                     "response.content_part.added", "response.reasoning_text.delta", "response.reasoning_text.delta",
+                     "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
+                     "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+                     "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+                     "response.output_item.done", "response.incomplete"});
+}
