@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <limits>
 #include <sstream>
@@ -459,7 +460,17 @@ StructuredOutput parse_structured_output(const Fields& f) {
 Request parse_request(Endpoint endpoint, const json::object& body, const ModelInfo& model) {
   if (endpoint == Endpoint::responses) {
     json::object echo;
-    Request req = parse_request(Endpoint::chat, chat_form(body, echo), model);
+    Request req;
+    try {
+      req = parse_request(Endpoint::chat, chat_form(body, echo), model);
+    } catch (const InvalidRequest& e) {
+      // Named as the Responses request names them.
+      static const std::map<std::string, std::string, std::less<>> kResponsesName = {
+          {"messages", "input"}, {"max_tokens", "max_output_tokens"}, {"response_format", "text.format"}};
+      const auto renamed = kResponsesName.find(e.param);
+      if (renamed == kResponsesName.end()) throw;
+      throw InvalidRequest(e.what(), renamed->second);
+    }
     req.endpoint = Endpoint::responses;
     req.responses_echo = std::move(echo);
     return req;
@@ -906,6 +917,12 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
         content = std::move(piece.content);
       }
       if (responses_events_) {
+        // Tool calls leave the text (they come whole with the response); the rest is the message's.
+        if (c.tool_stream) {
+          const json::object fields = c.tool_stream->add(content, ended);
+          const json::value* text = fields.if_contains("content");
+          content = text && text->is_string() ? std::string(text->get_string()) : std::string();
+        }
         frames += responses_events_->add("", content);
         c.started = true;
         continue;

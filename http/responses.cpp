@@ -1,5 +1,6 @@
 #include "http/responses.h"
 
+#include <algorithm>
 #include <set>
 
 #include "actors/engine_types.h"
@@ -21,7 +22,8 @@ const std::set<std::string, std::less<>> kShared = {
     "presence_penalty", "frequency_penalty", "logit_bias", "ignore_eos", "min_tokens", "priority", "cache_salt",
     "chat_template_kwargs", "allowed_token_ids", "bad_words", "skip_special_tokens"};
 
-// A message's content: a string, or input_text / output_text parts, as one string.
+// A message's content: a string, or input_text / output_text parts, as one string (joined by newlines, as chat
+// joins text parts).
 json::string content_text(const json::value& content, const std::string& field) {
   if (content.is_string()) return content.get_string();
   if (!content.is_array()) refuse(field, "must be a string or a list of input_text parts");
@@ -33,6 +35,7 @@ json::string content_text(const json::value& content, const std::string& field) 
     if (!type || !type->is_string() || (type->get_string() != "input_text" && type->get_string() != "output_text"))
       refuse(field, "parts must be of type input_text or output_text (images, files and audio are not supported)");
     if (!t || !t->is_string()) refuse(field, "parts must have a string 'text'");
+    if (&part != &content.get_array().front()) text.append("\n");
     text.append(t->get_string());
   }
   return text;
@@ -46,8 +49,30 @@ json::array input_messages(const json::value& input) {
     const std::string field = "input[" + std::to_string(i) + "]";
     const json::object* m = input.get_array()[i].if_object();
     if (!m) refuse(field, "must be a message object");
-    if (const json::value* type = m->if_contains("type"); type && !(type->is_string() && type->get_string() == "message"))
-      refuse(field + ".type", "must be 'message' (function calls and other items are not supported)");
+    const json::value* type = m->if_contains("type");
+    const auto string_field = [&](const char* key) -> json::string {
+      const json::value* v = m->if_contains(key);
+      if (!v || !v->is_string()) refuse(field + "." + key, "must be a string");
+      return v->get_string();
+    };
+    if (type && type->is_string() && type->get_string() == "function_call") {
+      // A call the model made earlier: an assistant message's tool call (consecutive calls share one message).
+      json::object call{{"id", string_field("call_id")}, {"type", "function"},
+                        {"function", json::object{{"name", string_field("name")}, {"arguments", string_field("arguments")}}}};
+      json::object* last = messages.empty() ? nullptr : &messages.back().as_object();
+      if (last && last->at("role") == "assistant" && last->contains("tool_calls"))
+        last->at("tool_calls").as_array().push_back(std::move(call));
+      else
+        messages.push_back(json::object{{"role", "assistant"}, {"content", ""}, {"tool_calls", json::array{std::move(call)}}});
+      continue;
+    }
+    if (type && type->is_string() && type->get_string() == "function_call_output") {
+      messages.push_back(json::object{{"role", "tool"}, {"tool_call_id", string_field("call_id")},
+                                      {"content", string_field("output")}});
+      continue;
+    }
+    if (type && !(type->is_string() && type->get_string() == "message"))
+      refuse(field + ".type", "must be message, function_call or function_call_output (other items are not supported)");
     for (const auto& kv : *m)
       if (kv.key() != "type" && kv.key() != "role" && kv.key() != "content")
         refuse(field + "." + std::string(kv.key()), "is not supported by this server");
@@ -88,6 +113,39 @@ json::value response_format(const json::value& text) {
   return json::object{{"type", "json_schema"}, {"json_schema", std::move(schema)}};
 }
 
+// Function tools ({"type": "function", "name", "description", "parameters", "strict"}) as chat's.
+json::value chat_tools(const json::value& tools) {
+  if (!tools.is_array()) refuse("tools", "must be a list");
+  json::array out;
+  for (size_t i = 0; i < tools.get_array().size(); ++i) {
+    const std::string field = "tools[" + std::to_string(i) + "]";
+    const json::object* t = tools.get_array()[i].if_object();
+    const json::value* type = t ? t->if_contains("type") : nullptr;
+    if (!type || !(type->is_string() && type->get_string() == "function"))
+      refuse(field + ".type", "must be 'function' (built-in tools are not supported)");
+    json::object function;
+    for (const auto& kv : *t) {
+      if (kv.key() == "type") continue;
+      if (kv.key() != "name" && kv.key() != "description" && kv.key() != "parameters" && kv.key() != "strict")
+        refuse(field + "." + std::string(kv.key()), "is not supported by this server");
+      function[kv.key()] = kv.value();
+    }
+    out.push_back(json::object{{"type", "function"}, {"function", std::move(function)}});
+  }
+  return out;
+}
+
+// tool_choice: "auto", "none", "required", or {"type": "function", "name"} as chat's.
+json::value chat_tool_choice(const json::value& choice) {
+  if (choice.is_string()) return choice;
+  const json::object* c = choice.if_object();
+  const json::value* type = c ? c->if_contains("type") : nullptr;
+  const json::value* name = c ? c->if_contains("name") : nullptr;
+  if (!type || !(type->is_string() && type->get_string() == "function") || !name || !name->is_string())
+    refuse("tool_choice", "must be auto, none, required or {\"type\": \"function\", \"name\": ...}");
+  return json::object{{"type", "function"}, {"function", json::object{{"name", *name}}}};
+}
+
 json::string item_id(std::string_view prefix, const std::string& response_id) {
   const size_t cut = response_id.find('_');
   return json::string(std::string(prefix) + response_id.substr(cut == std::string::npos ? 0 : cut));
@@ -102,6 +160,18 @@ json::object message_item(const std::string& response_id, const json::string& te
                                                            {"text", text},
                                                            {"annotations", json::array{}},
                                                            {"logprobs", json::array{}}}}}};
+}
+
+// A chat tool call {"id", "function": {"name", "arguments"}} as a function_call item.
+json::object function_call_item(const json::object& call) {
+  const json::string& call_id = call.at("id").as_string();
+  const json::object& function = call.at("function").as_object();
+  return json::object{{"type", "function_call"},
+                      {"id", "fc_" + std::string(call_id)},
+                      {"call_id", call_id},
+                      {"name", function.at("name")},
+                      {"arguments", function.at("arguments")},
+                      {"status", "completed"}};
 }
 
 json::object reasoning_item(const std::string& response_id, const json::string& text) {
@@ -154,13 +224,15 @@ json::object chat_form(const json::object& body, json::object& echo) {
     } else if (key == "truncation") {
       if (!(v.is_string() && v.get_string() == "disabled")) refuse(key, "must be 'disabled' (no truncation)");
     } else if (key == "parallel_tool_calls") {
-      if (!v.is_bool()) refuse(key, "must be a boolean");
+      chat[key] = v;
       echo[key] = v;
     } else if (key == "tool_choice") {
-      if (!(v.is_string() && (v.get_string() == "auto" || v.get_string() == "none")))
-        refuse(key, "must be 'auto' or 'none': tools are not supported on /v1/responses");
+      chat[key] = chat_tool_choice(v);
       echo[key] = v;
-    } else if (key == "tools" || key == "include") {
+    } else if (key == "tools") {
+      chat[key] = chat_tools(v);
+      echo[key] = v;
+    } else if (key == "include") {
       if (!v.is_array()) refuse(key, "must be a list");
       if (!v.get_array().empty()) refuse(key, "is not supported on /v1/responses by this server");
     } else {
@@ -183,8 +255,14 @@ json::object response_object(const json::object& chat, const json::object& echo,
   if (const json::value* r = message.if_contains("reasoning_content"); r && r->is_string() && !r->get_string().empty())
     output.push_back(reasoning_item(id, r->get_string()));
   const json::value& content = message.at("content");
-  output.push_back(message_item(id, content.is_string() ? content.get_string() : json::string(),
-                                cut ? "incomplete" : "completed"));
+  const json::value* calls = message.if_contains("tool_calls");
+  const bool called = calls && calls->is_array() && !calls->get_array().empty();
+  // An answer that only calls tools has no message item (OpenAI's).
+  if (!called || (content.is_string() && !content.get_string().empty()))
+    output.push_back(message_item(id, content.is_string() ? content.get_string() : json::string(),
+                                  cut ? "incomplete" : "completed"));
+  if (called)
+    for (const json::value& call : calls->get_array()) output.push_back(function_call_item(call.as_object()));
   const json::object& usage = chat.at("usage").as_object();
   json::object o = echo;
   o["id"] = id;
@@ -293,12 +371,29 @@ std::string ResponsesEvents::add(std::string_view reasoning, std::string_view te
 
 std::string ResponsesEvents::finish(const json::object& response) {
   std::string out = add("", "");
-  // An answer with no text still has its message item, as the whole response does.
-  if (!message_opened_) {
+  const json::array& output = response.at("output").as_array();
+  // An answer with no text still has its message item when the whole response does.
+  const bool has_message =
+      std::any_of(output.begin(), output.end(), [](const json::value& o) { return o.at("type") == "message"; });
+  if (!message_opened_ && has_message) {
     out += close();
     out += open(Item::message);
   }
   out += close();
+  // Tool calls, each whole (the chat stream settles a call's arguments as they parse; here they come at the end).
+  for (const json::value& o : output) {
+    if (o.at("type") != "function_call") continue;
+    json::object added = o.as_object();
+    added["status"] = "in_progress";
+    added["arguments"] = "";
+    const int index = ++output_index_;
+    out += event({{"type", "response.output_item.added"}, {"output_index", index}, {"item", std::move(added)}});
+    out += event({{"type", "response.function_call_arguments.delta"}, {"item_id", o.at("id")}, {"output_index", index},
+                  {"delta", o.at("arguments")}});
+    out += event({{"type", "response.function_call_arguments.done"}, {"item_id", o.at("id")}, {"output_index", index},
+                  {"arguments", o.at("arguments")}});
+    out += event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", o}});
+  }
   const bool cut = response.at("status") == "incomplete";
   out += event({{"type", cut ? "response.incomplete" : "response.completed"}, {"response", response}});
   return out;

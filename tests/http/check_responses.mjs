@@ -2,8 +2,10 @@
 // is the chat completion of the same conversation (instructions as the system message), whole and streamed (the
 // deltas add up to the final text, events in OpenAI's order with increasing sequence numbers), status incomplete at
 // max_output_tokens, usage, text.format as a JSON schema, and a 400 naming each field it does not support. With
-// --reasoning (a server started with --reasoning-parser), the think block is a reasoning item before the message.
-// Usage: node check_responses.mjs --base http://127.0.0.1:PORT [--reasoning 1]
+// --reasoning (a server started with --reasoning-parser), the think block is a reasoning item before the message;
+// with --tools (a server with a tool-call parser), a forced function call is a function_call item, whole and
+// streamed, with the chat answer's name and arguments.
+// Usage: node check_responses.mjs --base http://127.0.0.1:PORT [--reasoning 1] [--tools 1]
 import OpenAI from "openai";
 import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
 
@@ -102,14 +104,43 @@ if (!reasoning) {
     "text.format json_schema: the answer is such an object", messageText(r));
 }
 
+// ---- function tools ------------------------------------------------------------------------------------------
+if (args.tools) {
+  const parameters = { type: "object", properties: { city: { type: "string", maxLength: 10 } }, required: ["city"],
+                       additionalProperties: false };
+  const request = { model, input: "What is the weather in Oslo?", max_output_tokens: 60, temperature: 0,
+    tools: [{ type: "function", name: "get_weather", description: "The weather of a city", parameters }],
+    tool_choice: { type: "function", name: "get_weather" } };
+  const r = await client.responses.create(request);
+  const chat = await chatAnswer([{ role: "user", content: request.input }], 60, {
+    tools: [{ type: "function", function: { name: "get_weather", description: "The weather of a city", parameters } }],
+    tool_choice: { type: "function", function: { name: "get_weather" } } });
+  const calls = (response) => response.output.filter((o) => o.type === "function_call").map((c) => [c.name, c.arguments]);
+  checkEqual(calls(r), chat.message.tool_calls.map((t) => [t.function.name, t.function.arguments]),
+    "a forced call: the chat answer's call as a function_call item");
+  check(typeof JSON.parse(calls(r)[0]?.[1] ?? "null")?.city === "string", "its arguments follow the schema", calls(r));
+  check(!r.output.some((o) => o.type === "message"), "a call alone has no message item", r.output);
+  checkEqual(r.tools.map((t) => t.name), ["get_weather"], "tools repeated");
+  const streamed = [];
+  let last = null;
+  for await (const event of await client.responses.create({ ...request, stream: true })) {
+    if (event.type === "response.function_call_arguments.done") streamed.push(event.arguments);
+    last = event;
+  }
+  checkEqual(streamed, calls(r).map((c) => c[1]), "streamed: the call's arguments");
+  checkEqual(calls(last.response), calls(r), "streamed: the final response's calls");
+}
+
 // ---- refusals --------------------------------------------------------------------------------------------------
 for (const [name, body, param] of [
   ["store true", { input: "x", store: true }, "store"],
-  ["tools", { input: "x", tools: [{ type: "function", name: "f", parameters: {} }] }, "tools"],
+  ["a built-in tool", { input: "x", tools: [{ type: "web_search" }] }, "tools[0].type"],
   ["previous_response_id", { input: "x", previous_response_id: "resp_1" }, "previous_response_id"],
   ["no input", { max_output_tokens: 4 }, "input"],
   ["an image part", { input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x" }] }] }, "input[0].content"],
-  ["a function call item", { input: [{ type: "function_call_output", call_id: "c", output: "1" }] }, "input[0].type"],
+  ["a reasoning item", { input: [{ type: "reasoning", summary: [] }] }, "input[0].type"],
+  ["a conversation the template rejects", { input: [{ role: "user", content: "a" }, { role: "user", content: "b" }] },
+   "input"],
   ["max_output_tokens 0", { input: "x", max_output_tokens: 0 }, "max_output_tokens"],
   ["an unknown field", { input: "x", frobnicate: 1 }, "frobnicate"],
   ["temperature out of range", { input: "x", temperature: 5 }, "temperature"],

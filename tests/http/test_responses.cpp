@@ -47,19 +47,39 @@ TEST_CASE("a Responses body becomes the chat body that asks the same", "[http][r
       {"role": "assistant", "content": [{"type": "output_text", "text": "c"}]}],
       "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}, "strict": true}}})");
   CHECK(parts.at("messages") == json::parse(R"([{"role": "system", "content": "Short."},
-      {"role": "user", "content": "ab"}, {"role": "assistant", "content": "c"}])"));
+      {"role": "user", "content": "a\nb"}, {"role": "assistant", "content": "c"}])"));
   CHECK(parts.at("response_format") == json::parse(R"({"type": "json_schema",
       "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": true}})"));
   CHECK_FALSE(chat_of(R"({"input": "x", "text": {"format": {"type": "text"}}})").contains("response_format"));
+
+  // Function tools, a named tool_choice, and an earlier round of calls and their outputs.
+  const json::object tools = chat_of(R"({"input": [{"role": "user", "content": "weather?"},
+      {"type": "function_call", "call_id": "c1", "name": "get", "arguments": "{\"city\": \"Oslo\"}"},
+      {"type": "function_call", "call_id": "c2", "name": "get", "arguments": "{\"city\": \"Rome\"}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "cold"},
+      {"type": "function_call_output", "call_id": "c2", "output": "warm"}],
+      "tools": [{"type": "function", "name": "get", "description": "d", "parameters": {"type": "object"}}],
+      "tool_choice": {"type": "function", "name": "get"}, "parallel_tool_calls": false})");
+  CHECK(tools.at("tools") == json::parse(R"([{"type": "function", "function": {"name": "get", "description": "d",
+      "parameters": {"type": "object"}}}])"));
+  CHECK(tools.at("tool_choice") == json::parse(R"({"type": "function", "function": {"name": "get"}})"));
+  CHECK(tools.at("parallel_tool_calls") == false);
+  CHECK(tools.at("messages") == json::parse(R"([{"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get", "arguments": "{\"city\": \"Oslo\"}"}},
+        {"id": "c2", "type": "function", "function": {"name": "get", "arguments": "{\"city\": \"Rome\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "cold"},
+      {"role": "tool", "tool_call_id": "c2", "content": "warm"}])"));
 }
 
 TEST_CASE("what the Responses translation does not support is refused, naming the field", "[http][responses]") {
   CHECK(refused(R"({"input": "x", "store": true})") == "store");
-  CHECK(refused(R"({"input": "x", "tools": [{"type": "function", "name": "f"}]})") == "tools");
+  CHECK(refused(R"({"input": "x", "tools": [{"type": "web_search"}]})") == "tools[0].type");
+  CHECK(refused(R"({"input": "x", "tools": [{"type": "function", "name": "f", "cache": 1}]})") == "tools[0].cache");
   CHECK(refused(R"({"input": "x", "include": ["reasoning.encrypted_content"]})") == "include");
   CHECK(refused(R"({"input": "x", "previous_response_id": "resp_1"})") == "previous_response_id");
   CHECK(refused(R"({"input": "x", "truncation": "auto"})") == "truncation");
-  CHECK(refused(R"({"input": "x", "tool_choice": "required"})") == "tool_choice");
+  CHECK(refused(R"({"input": "x", "tool_choice": {"type": "file_search"}})") == "tool_choice");
   CHECK(refused(R"({"input": "x", "max_output_tokens": 0})") == "max_output_tokens");
   CHECK(refused(R"({"input": "x", "metadata": {"k": 1}})") == "metadata");
   CHECK(refused(R"({"input": "x", "text": {"format": {"type": "xml"}}})") == "text.format.type");
@@ -69,7 +89,8 @@ TEST_CASE("what the Responses translation does not support is refused, naming th
   CHECK(refused(R"({"input": [{"role": "tool", "content": "x"}]})") == "input[0].role");
   CHECK(refused(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})") ==
         "input[0].content");
-  CHECK(refused(R"({"input": [{"type": "function_call", "name": "f"}]})") == "input[0].type");
+  CHECK(refused(R"({"input": [{"type": "function_call", "name": "f"}]})") == "input[0].call_id");
+  CHECK(refused(R"({"input": [{"type": "reasoning", "summary": []}]})") == "input[0].type");
   CHECK(refused(R"({"input": [{"role": "user", "content": "x", "name": "bob"}]})") == "input[0].name");
   CHECK(refused(R"({"input": "x", "n": 2})") == "n");  // not a Responses field
 }
@@ -93,6 +114,17 @@ TEST_CASE("a chat answer becomes the response object; streamed, its events come 
   CHECK(output[1].at("content").at(0).at("text") == "Hello");
   CHECK(r.at("usage") == json::parse(R"({"input_tokens": 4, "input_tokens_details": {"cached_tokens": 2},
       "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7})"));
+
+  // An answer that only calls a tool: a function_call item, no message.
+  const json::object calling = json::parse(R"({"model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls",
+      "message": {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get", "arguments": "{}"}}]}}],
+      "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
+                "prompt_tokens_details": {"cached_tokens": 0}}})").as_object();
+  const json::object called = response_object(calling, echo, "resp_abc", 100);
+  CHECK(called.at("status") == "completed");
+  CHECK(called.at("output") == json::parse(R"([{"type": "function_call", "id": "fc_call_1", "call_id": "call_1",
+      "name": "get", "arguments": "{}", "status": "completed"}])"));
 
   ResponsesEvents events(echo, "resp_abc", "m", 100);
   std::string sse = events.add("th", "");  // one call a statement: the order of the events is the order of calls

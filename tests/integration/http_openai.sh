@@ -91,6 +91,7 @@ wait "$SERVER_PID" || rc=$?
 for parser in hermes llama3_json; do
   start_server "$WORK/serve-$parser.log" --chat-template "$TEMPLATE" --enable-auto-tool-choice --tool-call-parser "$parser"
   run_check check_tool_calls.mjs --base "http://127.0.0.1:$PORT" --parser "$parser" || fail "check_tool_calls $parser"
+  run_check check_responses.mjs --base "http://127.0.0.1:$PORT" --tools 1 || fail "check_responses $parser"
   kill -TERM "${PIDS[-1]}"
 done
 
