@@ -196,12 +196,17 @@ TEST_CASE("rows with allowed_token_ids or bad words sample as sample_logits does
   FixedMask evens{std::vector<uint32_t>(words, 0x55555555u)};
   // Bad words: the greedy choice of every row (found below) as a one-token word, and two-token words whose first
   // token ends some rows' outputs.
+  SamplingParams greedy;
+  greedy.temperature = 0;
   const std::vector<std::vector<float>> plain = [&] {
-    StepBatch step;
-    for (int s = 0; s < n; ++s)
+    StepBatch step;  // forward gives the logits of the chunks that sample
+    for (int s = 0; s < n; ++s) {
       step.seqs.push_back(chunk_of(s, prompts[s], 0, static_cast<int>(prompts[s].size()), {2 * s, 2 * s + 1}));
+      step.seqs.back().samples = {SampleSpec{.params = &greedy}};
+    }
     return runner.forward(step);
   }();
+  REQUIRE(plain.size() == static_cast<size_t>(n));
   for (int s = 0; s < n; ++s) {
     const auto best = std::max_element(plain[s].begin(), plain[s].end()) - plain[s].begin();
     if (s % 2 == 0) banned_greedy.bad_words_token_ids.push_back({static_cast<TokenId>(best)});
