@@ -34,7 +34,9 @@
 //   bench_cuda_runner gemv [--layers 32]
 //       The one-stream GEMVs (kernels/cuda/gemv.h) of the Llama-3-8B projections over `layers` layers' own weights
 //       (none served from L2), bf16 and FP8, with each tile of kGemvTiles: time per projection, its weight-read
-//       bandwidth, and the four projections of all layers, what one token's layers read.
+//       bandwidth, and the four projections of all layers, what one token's layers read. Then the layers as the step
+//       chains them (with the decode attention between QKV and O), with and without GemvArgs::prefetch_l2 on each
+//       projection.
 //
 //   bench_cuda_runner gemm [--rows 16,64,160,256,512,1024,4096] [--candidates 8,32] [--fp8]
 //       Each Linear of the Llama-3-8B shape (qkv, o, gate_up, down, LM head) at each m, through Gemm::linear with
@@ -290,12 +292,16 @@ int run_decode(std::map<std::string, std::string>& f) {
       for (size_t i = 0; i < r.seqs.size(); ++i) seqs[r.seqs[i]].output.push_back(r.samples[i][0][0].token);
     }
     const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t busy_us = 0, idle_us = 0;  // the device's, from the runner's step costs (CUDA events)
     auto decode_once = [&] {
       const StepResult r = runner.execute(decode_step(seqs, logprobs_rows, penalty_rows));
       for (size_t i = 0; i < r.seqs.size(); ++i) seqs[r.seqs[i]].output.push_back(r.samples[i][0][0].token);
+      busy_us += r.cost.busy_us;
+      idle_us += r.cost.idle_before_us;
     };
     decode_once();  // captures this bucket's graph
     decode_once();
+    busy_us = idle_us = 0;
     const auto t1 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) decode_once();
     const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -306,7 +312,7 @@ int run_decode(std::map<std::string, std::string>& f) {
     if (penalty_rows) std::printf(" (%zu rows with penalties)", std::min(penalty_rows, seqs.size()));
     if (batch == 1)
       std::printf(" (%.0f%% of the %.0f tok/s weight-read limit)", 100.0 * tok_s / limit_tok_s, limit_tok_s);
-    std::printf("\n");
+    std::printf("; device busy %.3f ms, idle %.1f us a step\n", busy_us / 1e3 / steps, double(idle_us) / steps);
     if (batch == 1 && !cfg.is_moe()) std::printf("RESULT one_stream_decode_tok_s %.1f (target >= 216)\n", tok_s);
     if (batch == 1 && cfg.is_moe())
       std::printf("RESULT moe_one_stream_decode_tok_s %.1f (weight-read limit %.0f)\n", tok_s, limit_tok_s);
@@ -398,7 +404,7 @@ int run_ops(std::map<std::string, std::string>& f) {
   void* attn_ws = device_array<char>(attn_ws_bytes);
 
   // One layer's kernel time two ways: the cuBLASLt path of batched steps and the GEMV path of single-token steps
-  // (RoPE and the cache write, residual adds and SiLU-and-mul inside the projections). The attention (partition 64)
+  // (the norms, RoPE and the cache write, residual adds and SiLU-and-mul inside the projections). The attention (partition 64)
   // counts in both.
   double cublas_layer_us = 0, gemv_layer_us = 0;
   enum Layer { kNone, kCublas, kGemv, kBoth };
@@ -412,8 +418,12 @@ int run_ops(std::map<std::string, std::string>& f) {
     return us;
   };
   // The GEMV path at any batch runs the single-row kernel once per row: where cuBLASLt overtakes it.
-  auto gemv = [&](bf16* y, const bf16* in, const bf16* w, int n, int k, cuda::GemvOutput out) {
-    cuda::GemvArgs g{.w = w, .n = n, .k = k, .output = out};
+  // `norm`: the GEMV normalises its x itself (the QKV and gate/up projections of the runner's one-stream step);
+  // `prefetch`: GemvArgs::prefetch_l2 (the O projection's).
+  auto gemv = [&](bf16* y, const bf16* in, const bf16* w, int n, int k, cuda::GemvOutput out, bool norm = false,
+                  bool prefetch = false) {
+    cuda::GemvArgs g{.w = w, .n = n, .k = k, .output = out, .norm_weight = norm ? norm_w : nullptr,
+                     .norm_eps = 1e-5f, .prefetch_l2 = prefetch};
     g.rope = {.k_cache = kc, .v_cache = vc, .inv_freq = d_freq, .num_heads = heads, .num_kv_heads = kvh,
               .head_dim = D, .rotary_dim = D, .block_size = bs};
     const int y_width = out == cuda::GemvOutput::kSiluMul ? n / 2 : n;
@@ -446,16 +456,30 @@ int run_ops(std::map<std::string, std::string>& f) {
        [&] { return gemm.linear(gu, normed, w_gu, nullptr, m, 2 * I, H, false, s); });
   time("silu_and_mul", 0, kCublas, [&] { return cuda::silu_and_mul(act, gu, m, I, s); });
   time("gemm down", 2.0 * H * I, kCublas, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
-  gemv_layer_us += time("rms_norm (twice a GEMV layer)", 0, kGemv,
-                        [&] { return cuda::rms_norm(normed, res, norm_w, m, H, 1e-5f, 0.0f, s); });
-  time("gemv qkv (+rope, cache)", 2.0 * qkv_dim * H, kGemv,
-       [&] { return gemv(qkv, normed, w_qkv, qkv_dim, H, cuda::GemvOutput::kRope); });
+  time("gemv qkv (+norm, rope, cache)", 2.0 * qkv_dim * H, kGemv,
+       [&] { return gemv(qkv, res, w_qkv, qkv_dim, H, cuda::GemvOutput::kRope, true); });
   time("gemv o (+residual)", 2.0 * H * heads * D, kGemv,
        [&] { return gemv(res, attn, w_o, H, heads * D, cuda::GemvOutput::kAddToResidual); });
-  time("gemv gate_up (+silu_and_mul)", 4.0 * I * H, kGemv,
-       [&] { return gemv(act, normed, w_gu, 2 * I, H, cuda::GemvOutput::kSiluMul); });
+  time("gemv gate_up (+norm, silu_and_mul)", 4.0 * I * H, kGemv,
+       [&] { return gemv(act, res, w_gu, 2 * I, H, cuda::GemvOutput::kSiluMul, true); });
   time("gemv down (+residual)", 2.0 * H * I, kGemv,
        [&] { return gemv(res, act, w_down, H, I, cuda::GemvOutput::kAddToResidual); });
+  if (m == 1) {
+    // The decode attention leaves the memory idle (latency-bound at one token): the O projection launched early
+    // can pull its weights into L2 meanwhile. Attention and O back to back, over four layers' O weights in turn
+    // (more than L2 holds, so none stays there from the previous pass), without and with the prefetch.
+    std::vector<bf16*> w_os{w_o};
+    for (int l = 1; l < 4; ++l) w_os.push_back(random(size_t(H) * heads * D, 0.02f));
+    for (bool prefetch : {false, true}) {
+      const char* name = prefetch ? "attention + gemv o, prefetch to L2" : "attention + gemv o";
+      const double us = mean_launch_us(s, 4, 48, name, [&](int i) {
+        if (const cudaError_t e = cuda::paged_attention_decode(a, ctx, 64, attn_ws, attn_ws_bytes, s); e != cudaSuccess)
+          return e;
+        return gemv(res, attn, w_os[i % 4], H, heads * D, cuda::GemvOutput::kAddToResidual, false, prefetch);
+      });
+      std::printf("  %-34s %8.1f us\n", name, us);
+    }
+  }
   const double head_us = time("lm head (float32 logits)", 2.0 * V * H, kNone,
                               [&] { return gemm.linear(logits, normed, w_head, nullptr, m, V, H, true, s); });
   const double sample_us = time("greedy sampling", 0, kNone, [&] {
@@ -576,6 +600,58 @@ int run_gemv(std::map<std::string, std::string>& f) {
         std::printf(" | %7.1f %5.2f TB/s", us, bytes / us / 1e6);
       }
       std::printf(" | %.3f ms %.2f TB/s\n", total_us / 1e3, total_bytes / total_us / 1e6);
+    }
+
+  // The layers as the one-stream step runs them (default tiles): QKV with its norm, the decode attention (context
+  // 640, latency-bound), O into the residual, gate/up with its norm, down; with GemvArgs::prefetch_l2 on the
+  // projections of each mask (q: QKV, o: O, g: gate/up, d: down).
+  const int ctx = 640, bs = 16, blocks = ctx / bs, kvh = cfg.num_kv_heads, heads = cfg.num_heads;
+  const size_t cache_elems = size_t(blocks) * kvh * bs * D;
+  bf16 *kc = device_array<bf16>(cache_elems), *vc = device_array<bf16>(cache_elems);
+  bf16 *qkv = device_array<bf16>(qkv_dim), *attn = device_array<bf16>(heads * D), *res = device_array<bf16>(H);
+  bf16* norm_w = device_array<bf16>(H);
+  cuda_ok(cuda::fill_random_bf16(kc, cache_elems, 1, 1.f, 0.f, s), "fill");
+  cuda_ok(cuda::fill_random_bf16(vc, cache_elems, 2, 1.f, 0.f, s), "fill");
+  cuda_ok(cuda::fill_random_bf16(qkv, qkv_dim, 3, 1.f, 0.f, s), "fill");
+  cuda_ok(cuda::fill_random_bf16(res, H, 4, 1.f, 0.f, s), "fill");
+  cuda_ok(cuda::fill_random_bf16(norm_w, H, 5, 0.f, 1.f, s), "fill");
+  std::vector<int32_t> table(blocks);
+  for (int i = 0; i < blocks; ++i) table[i] = i;
+  int32_t *d_table = device_array<int32_t>(blocks), *d_len = device_array<int32_t>(1);
+  cuda_ok(cudaMemcpy(d_table, table.data(), blocks * 4, cudaMemcpyHostToDevice), "copy");
+  cuda_ok(cudaMemcpy(d_len, &ctx, 4, cudaMemcpyHostToDevice), "copy");
+  const cuda::PagedAttentionArgs a{.out = attn, .q = qkv, .q_stride = qkv_dim, .k_cache = kc, .v_cache = vc,
+                                   .block_tables = d_table, .context_lens = d_len, .num_seqs = 1,
+                                   .max_blocks_per_seq = blocks, .num_heads = heads, .num_kv_heads = kvh,
+                                   .head_dim = D, .block_size = bs, .scale = 0.0884f};
+  const size_t ws_bytes = cuda::paged_attention_decode_workspace(1, heads, D, ctx, 64);
+  void* ws = device_array<char>(ws_bytes);
+  std::printf("the layer chain (QKV, attention at context %d, O, gate/up, down), us per layer over %d layers:\n", ctx,
+              layers);
+  for (const bool fp8 : {false, true})
+    for (const char* mask : {"", "o", "qo", "og", "qogd"}) {
+      const auto chain = [&](int) {
+        for (int l = 0; l < layers; ++l) {
+          for (size_t p = 0; p < std::size(projections); ++p) {
+            const Projection& pr = projections[p];
+            const Weights& w = weights[p][l];
+            const bool normed = p == 0 || p == 2;
+            const cuda::GemvArgs g{.x = p == 1 ? attn : p == 3 ? y : res, .w = fp8 ? nullptr : w.w,
+                                   .w_fp8 = fp8 ? w.q : nullptr, .w_scale = fp8 ? w.scale : nullptr,
+                                   .y = p == 0 ? qkv : p == 2 ? y : res, .n = pr.n, .k = pr.k, .output = pr.output,
+                                   .norm_weight = normed ? norm_w : nullptr, .norm_eps = 1e-5f,
+                                   .prefetch_l2 = std::string(mask).find("qogd"[p]) != std::string::npos};
+            if (const cudaError_t e = cuda::gemv(g, s); e != cudaSuccess) return e;
+            if (p == 0)
+              if (const cudaError_t e = cuda::paged_attention_decode(a, ctx, 64, ws, ws_bytes, s); e != cudaSuccess)
+                return e;
+          }
+        }
+        return cudaSuccess;
+      };
+      const double us = mean_launch_us(s, 1, 5, "chain", chain) / layers;
+      std::printf("%-5s prefetch '%s': %7.1f us a layer, %.3f ms for 32\n", fp8 ? "fp8" : "bf16", mask, us,
+                  32 * us / 1e3);
     }
   return 0;
 }

@@ -429,8 +429,10 @@ __global__ void __launch_bounds__(HEAD_DIM)
                                const float* __restrict__ part_max,  // [num_seqs][num_heads][max_partitions]
                                const float* __restrict__ part_sum)  // [num_seqs][num_heads][max_partitions]
 {
-  wait_for_previous_grid();
+  // The O projection may launch before the partitions are done (every block of theirs is running by now): it waits
+  // for this grid all the same, and meanwhile pulls its weights into L2 (GemvArgs::prefetch_l2).
   allow_dependent_launch();
+  wait_for_previous_grid();
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int ctx = a.context_lens[seq];
   const int num_parts = (ctx + partition_size - 1) / partition_size;

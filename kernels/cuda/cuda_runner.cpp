@@ -129,6 +129,7 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   cudaDeviceProp prop{};
   PAGED_CUDA_CHECK(cudaGetDeviceProperties(&prop, opt.device));
   sm_count = prop.multiProcessorCount;
+  l2_bytes = prop.l2CacheSize;
   if (opt.fp8_weights && prop.major * 10 + prop.minor < 89)
     throw ModelError("FP8 weights (--quantization fp8, or an FP8 checkpoint: --quantization none loads it dequantised "
                      "to bf16) need a GPU of compute capability 8.9 or newer (FP8 tensor cores); device " +
@@ -424,7 +425,13 @@ cuda::GemvArgs CudaModelRunner::Impl::gemv_args(GemvProjection p, const LayerWei
   };
   switch (p) {
     case kGemvQkv: return args(L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore, L.attn_norm);
-    case kGemvO: return args(L.wo, L.o8, nullptr, hidden, heads * head_dim, cuda::GemvOutput::kAddToResidual, nullptr);
+    case kGemvO: {
+      // It follows the decode attention, which leaves the memory idle: its weights go to L2 meanwhile if they fit
+      // in half of it (the 8B's 32 MB of bf16 do in the H200's 60 MB).
+      cuda::GemvArgs a = args(L.wo, L.o8, nullptr, hidden, heads * head_dim, cuda::GemvOutput::kAddToResidual, nullptr);
+      a.prefetch_l2 = int64_t{hidden} * heads * head_dim * (L.o8.q ? 1 : 2) <= l2_bytes / 2;
+      return a;
+    }
     case kGemvGateUp:
       return args(L.w_gate_up, L.gate_up8, nullptr, 2 * inter, hidden, cuda::GemvOutput::kSiluMul, L.ffn_norm);
     default: return args(L.w_down, L.down8, nullptr, hidden, inter, cuda::GemvOutput::kAddToResidual, nullptr);

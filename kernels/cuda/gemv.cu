@@ -23,6 +23,11 @@ __device__ __forceinline__ uint4 load_streaming(const void* p) {
   return __ldcs(reinterpret_cast<const uint4*>(p));  // read once: evict first, keep L2 for activations
 }
 
+// Asks L2 for `bytes` bytes from p (16-byte aligned, a multiple of 16) without waiting (GemvArgs::prefetch_l2).
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // The x elements one chunk of weights meets (8, or 16 with kFp8), as floats: converted once for all the chunk's rows.
 template <bool kFp8>
 __device__ __forceinline__ void load_x(const bf16* x, float (&xf)[kFp8 ? 16 : 8]) {
@@ -188,6 +193,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   };
   int base = c_begin + lane;
   load(base);
+  if (a.prefetch_l2 && lane == 0 && c_end > c_begin)
+#pragma unroll
+    for (int r = 0; r < kWeightRows; ++r)
+      if (valid[r]) prefetch_l2(w_row[r] + c_begin * 16, (c_end - c_begin) * 16);
   allow_dependent_launch();
   wait_for_previous_grid();
   const bf16* x = a.x;
@@ -326,6 +335,10 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_mma_kernel(const GemvArgs a
       }
   };
   load(s_begin);
+  if (a.prefetch_l2 && q == 0 && s_end > s_begin) {  // lanes 0, 4, ..., 28: rows g and g + 8
+    if (valid_lo) prefetch_l2(w_lo + s_begin * 64, (s_end - s_begin) * 64);
+    if (valid_hi) prefetch_l2(w_hi + s_begin * 64, (s_end - s_begin) * 64);
+  }
   allow_dependent_launch();
   wait_for_previous_grid();
   uint32_t* xs = reinterpret_cast<uint32_t*>(x_f16);  // f16x2 words

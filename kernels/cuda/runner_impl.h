@@ -134,6 +134,7 @@ struct CudaModelRunner::Impl {
   // This rank's shapes: heads, kv_heads and inter are the model's divided by tp_size.
   int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
   int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;
+  int64_t l2_bytes = 0;  // the device's L2 cache
   KvGroups kv_groups;          // kv_groups_of(cfg): a chunk's table per group, a layer's KV in its slot of a block
   float eps = 0.f, scale = 0.f;
   float norm_offset = 0.f;     // added to every norm weight: Gemma's 1 (the norms scale by 1 + weight)
