@@ -107,6 +107,24 @@ std::string query_param(std::string_view target, std::string_view name) {
   return pair_value(target.substr(q + 1), '&', name);
 }
 
+std::vector<std::pair<std::string, std::string>> query_params(std::string_view target) {
+  std::vector<std::pair<std::string, std::string>> params;
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return params;
+  std::string_view pairs = target.substr(q + 1);
+  while (!pairs.empty()) {
+    const size_t end = pairs.find('&');
+    const std::string_view pair = pairs.substr(0, end);
+    const size_t eq = pair.find('=');
+    if (!pair.empty())
+      params.emplace_back(percent_decoded(pair.substr(0, eq)),
+                          eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1)));
+    if (end == std::string_view::npos) break;
+    pairs.remove_prefix(end + 1);
+  }
+  return params;
+}
+
 std::string dashboard_key_cookie(std::string_view key) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string value;

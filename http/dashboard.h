@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "actors/engine.h"
@@ -36,6 +37,8 @@ std::string dashboard_frame(const std::vector<ReplicaKv>& replicas, const Dashbo
 
 /// The value of query parameter `name` in a request target ("/dashboard?key=K"), percent-decoded; empty when absent.
 std::string query_param(std::string_view target, std::string_view name);
+/// Every query parameter of a request target as (name, value), percent-decoded, in order.
+std::vector<std::pair<std::string, std::string>> query_params(std::string_view target);
 /// The value of cookie `name` in a Cookie header ("a=1; paged_key=K"), percent-decoded; empty when absent.
 std::string cookie_value(std::string_view cookie_header, std::string_view name);
 

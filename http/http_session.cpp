@@ -67,7 +67,7 @@ void HttpSession::respond_preflight(const Request& req) {
   auto res = std::make_shared<http::response<http::string_body>>(http::status::ok, ex->version);
   allow_origin(*res, request_cors_origin_);
   res->set(http::field::server, "paged");
-  res->set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+  res->set(http::field::access_control_allow_methods, "GET, POST, DELETE, OPTIONS");
   const std::string_view asked = req[http::field::access_control_request_headers];
   res->set(http::field::access_control_allow_headers,
            asked.empty() ? std::string_view("Authorization, Content-Type") : asked);
@@ -246,11 +246,52 @@ void HttpSession::respond_dashboard(const Request& req) {
   }
 }
 
+void HttpSession::respond_stored_response(const Request& req) {
+  // /v1/responses/{id} (GET, DELETE) and /v1/responses/{id}/input_items (GET).
+  const std::string_view path = path_of(req.target());
+  std::string_view id = path.substr(std::string_view("/v1/responses/").size());
+  const bool items = id.ends_with("/input_items");
+  if (items) id.remove_suffix(std::string_view("/input_items").size());
+  const http::verb method = req.method();
+  if (id.empty() || id.find('/') != std::string_view::npos) {
+    respond(404, error_reply(404, "no route for " + std::string(path)).body, "application/json");
+  } else if (method != http::verb::get && (items || method != http::verb::delete_)) {
+    const char* allow = items ? "GET" : "GET, DELETE";
+    respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
+                                      "; use " + allow).body,
+            "application/json", false, allow);
+  } else if (!ctx_.authorized(req[http::field::authorization])) {
+    respond(401, error_reply(401, "missing or invalid API key (expected \"Authorization: Bearer KEY\")").body,
+            "application/json");
+  } else {
+    try {
+      if (method == http::verb::delete_) {
+        if (!ctx_.responses.erase(id)) ctx_.responses.get(id, "");  // throws: not stored
+        respond(200, boost::json::serialize(boost::json::object{{"id", id}, {"object", "response"}, {"deleted", true}}),
+                "application/json");
+      } else {
+        const auto stored = ctx_.responses.get(id, "");
+        respond(200,
+                boost::json::serialize(items ? openai::input_items_page(*stored, query_params(req.target()))
+                                             : stored->response),
+                "application/json");
+      }
+    } catch (...) {
+      const ErrorReply err = error_reply(std::current_exception());
+      respond(err.status, err.body, "application/json");
+    }
+  }
+}
+
 void HttpSession::handle(Request&& req) {
   const std::string_view path = path_of(req.target());
   const http::verb method = req.method();
   if (path == "/dashboard" || path.starts_with("/dashboard/")) {
     respond_dashboard(req);
+    return;
+  }
+  if (path.starts_with("/v1/responses/")) {
+    respond_stored_response(req);
     return;
   }
   struct Route {
@@ -346,12 +387,14 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
         throw InvalidRequest("the X-Request-Id header must be 1 to 256 visible ASCII characters", "X-Request-Id");
       ex.request_id = std::string(value);
     }
-    const openai::Request request = openai::parse_request(endpoint, req.body(), ctx_.model_info());
+    const openai::Request request = openai::parse_request(endpoint, req.body(), ctx_.model_info(), &ctx_.responses);
     const char* prefix = endpoint == openai::Endpoint::chat        ? "chatcmpl"
                          : endpoint == openai::Endpoint::responses ? "resp"
                                                                    : "cmpl";
     ex.id = ex.request_id.empty() ? ctx_.next_id(prefix) : std::string(prefix) + "-" + ex.request_id;
     if (endpoint == openai::Endpoint::responses) ex.id[4] = '_';  // OpenAI's response ids: resp_...
+    if (request.responses && request.responses->store && ctx_.responses.find(ex.id))
+      throw InvalidRequest("X-Request-Id " + ex.request_id + " names a stored response already", "X-Request-Id");
     ex.builder = std::make_unique<openai::ResponseBuilder>(request, ctx_.engine.tokenizer(), ctx_.model_name, ex.id,
                                                            std::time(nullptr));
     if (ctx_.options.log_requests) log_request_start(ex.id, request);
@@ -397,6 +440,10 @@ void HttpSession::on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_in
   if (ex->streaming) ex->pending += frames;
   if (ex->builder->finished()) {
     ex->engine_ids.clear();
+    // A stored response is there before its client hears of it (a next request may name it at once).
+    if (!ex->builder->error())
+      if (std::optional<openai::StoredResponse> stored = ex->builder->to_store())
+        ctx_.responses.put(ex->id, std::move(*stored));
     if (ex->streaming) {
       if (const auto& error = ex->builder->error()) {
         ex->pending += "data: " + openai::error_body(*error, "server_error", "", "internal_error") + "\n\n";

@@ -47,6 +47,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   /// `set_cookie` the Set-Cookie header.
   void respond(unsigned status, std::string body, const char* content_type, bool close = false,
                std::string_view allow = {}, std::string_view set_cookie = {});
+  /// GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items: the responses ctx_.responses keeps.
+  void respond_stored_response(const Request& req);
   /// GET /dashboard and its files (http/dashboard.h), behind the API key when one is set.
   void respond_dashboard(const Request& req);
   /// Answers a CORS preflight (OPTIONS with Origin) when the server allows CORS: its methods and headers, or 400 for

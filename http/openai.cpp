@@ -346,8 +346,8 @@ void check_model(const Fields& f, const ModelInfo& model) {
 
 }  // namespace
 
-Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model) {
-  return parse_request(endpoint, parse_object(body), model);
+Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model, const ResponseStore* store) {
+  return parse_request(endpoint, parse_object(body), model, store);
 }
 
 std::string tokenize_body(std::string_view body, const ModelInfo& model) {
@@ -457,12 +457,13 @@ StructuredOutput parse_structured_output(const Fields& f) {
 
 }  // namespace
 
-Request parse_request(Endpoint endpoint, const json::object& body, const ModelInfo& model) {
+Request parse_request(Endpoint endpoint, const json::object& body, const ModelInfo& model,
+                      const ResponseStore* store) {
   if (endpoint == Endpoint::responses) {
-    json::object echo;
+    auto form = std::make_shared<ResponsesForm>(responses_form(body, store));
     Request req;
     try {
-      req = parse_request(Endpoint::chat, chat_form(body, echo), model);
+      req = parse_request(Endpoint::chat, form->chat, model);
     } catch (const InvalidRequest& e) {
       // Named as the Responses request names them.
       static const std::map<std::string, std::string, std::less<>> kResponsesName = {
@@ -472,7 +473,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
       throw InvalidRequest(e.what(), renamed->second);
     }
     req.endpoint = Endpoint::responses;
-    req.responses_echo = std::move(echo);
+    req.responses = std::move(form);
     return req;
   }
   const Fields f(body);
@@ -701,7 +702,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       tokens_as_ids_(request.tokens_as_ids),
       tools_(request.tools),
       reasoning_(request.reasoning),
-      responses_echo_(request.responses_echo),
+      responses_(request.responses),
       n_(request.params.n),
       prompt_texts_(request.prompt_texts),
       tokenizer_(&tokenizer),
@@ -729,7 +730,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
   if (stream_ && chat_like() && reasoning_ != ReasoningFormat::none)
     for (Choice& c : choices_) c.reasoning_stream.emplace(reasoning_);
   if (stream_ && endpoint_ == Endpoint::responses)
-    responses_events_ = std::make_unique<ResponsesEvents>(responses_echo_, id_, model_name_, created_);
+    responses_events_ = std::make_unique<ResponsesEvents>(responses_->echo, id_, model_name_, created_);
 }
 
 std::string ResponseBuilder::call_id_prefix(size_t choice) const { return id_ + "_" + std::to_string(choice) + "_"; }
@@ -959,9 +960,18 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
 }
 
 std::string ResponseBuilder::body() const {
-  if (endpoint_ == Endpoint::responses)
-    return json::serialize(response_object(answer_object(), responses_echo_, id_, created_));
-  return json::serialize(answer_object());
+  return json::serialize(endpoint_ == Endpoint::responses ? response() : answer_object());
+}
+
+json::object ResponseBuilder::response() const {
+  return response_object(answer_object(), responses_->echo, id_, created_);
+}
+
+std::optional<StoredResponse> ResponseBuilder::to_store() const {
+  if (endpoint_ != Endpoint::responses || !responses_->store) return std::nullopt;
+  const json::object answer = answer_object();
+  return stored_response(*responses_, response_object(answer, responses_->echo, id_, created_),
+                         answer.at("choices").as_array().at(0).at("message").as_object());
 }
 
 json::object ResponseBuilder::answer_object() const {
@@ -1015,7 +1025,7 @@ json::object ResponseBuilder::answer_object() const {
 }
 
 std::string ResponseBuilder::stream_end() {
-  if (responses_events_) return responses_events_->finish(response_object(answer_object(), responses_echo_, id_, created_));
+  if (responses_events_) return responses_events_->finish(response());
   std::string frames;
   if (include_usage_) {
     json::object chunk = chunk_header();

@@ -66,7 +66,7 @@ struct Request {
   bool tokens_as_ids = false;             // logprobs name tokens "token_id:ID" (vLLM's return_tokens_as_token_ids)
   ToolRequest tools;                      // chat: tools and tool_choice
   ReasoningFormat reasoning = ReasoningFormat::none;  // chat: how the answers' reasoning is split off their content
-  boost::json::object responses_echo;     // responses: the request's fields the response object repeats
+  std::shared_ptr<const ResponsesForm> responses;  // responses: the request in chat's terms (its echo, store)
 };
 
 /// Parses and validates a request body (a JSON object). Throws InvalidRequest naming the parameter for malformed
@@ -74,8 +74,11 @@ struct Request {
 /// the vocabulary, prompt + max_tokens over the context, messages the chat template rejects, or a chat request to
 /// a model without a chat template. Completions tokenize with the tokenizer's special tokens (BOS); chat prompts
 /// are the rendered template tokenized without them.
-Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model);
-Request parse_request(Endpoint endpoint, const boost::json::object& body, const ModelInfo& model);
+/// Responses: `store` holds the responses previous_response_id may name (null: none kept).
+Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model,
+                      const ResponseStore* store = nullptr);
+Request parse_request(Endpoint endpoint, const boost::json::object& body, const ModelInfo& model,
+                      const ResponseStore* store = nullptr);
 
 /// The OpenAI error body {"error": {"message", "type", "param", "code"}}; an empty param or code is null.
 std::string error_body(std::string_view message, std::string_view type, std::string_view param = {},
@@ -118,6 +121,9 @@ class ResponseBuilder {
   /// The closing SSE frames: the usage chunk when include_usage, then "data: [DONE]" (responses: the closing
   /// events, the last with the whole response). Call when finished().
   std::string stream_end();
+  /// Responses with store: what the store keeps of the answer (stored_response); none otherwise. Call when
+  /// finished() without error().
+  std::optional<StoredResponse> to_store() const;
   /// Usage so far, summed over prompts.
   int prompt_tokens() const;
   int completion_tokens() const;
@@ -163,7 +169,9 @@ class ResponseBuilder {
   std::string shown(TokenId id) const;
   ToolRequest tools_;  // tools: the answers' tool calls become tool_calls
   ReasoningFormat reasoning_;  // chat: the answers' reasoning becomes reasoning_content / reasoning
-  boost::json::object responses_echo_;
+  std::shared_ptr<const ResponsesForm> responses_;
+  /// The response object of the answer (responses).
+  boost::json::object response() const;
   std::unique_ptr<ResponsesEvents> responses_events_;  // a streamed response
   int n_;
   std::vector<std::string> prompt_texts_;

@@ -41,8 +41,17 @@ json::string content_text(const json::value& content, const std::string& field) 
   return text;
 }
 
-json::array input_messages(const json::value& input) {
-  if (input.is_string()) return json::array{json::object{{"role", "user"}, {"content", input.get_string()}}};
+// A message's text as an item's content: one input_text part (output_text for the assistant's), as OpenAI lists it.
+json::array item_content(const std::string& role, const json::string& text) {
+  return json::array{json::object{{"type", role == "assistant" ? "output_text" : "input_text"}, {"text", text}}};
+}
+
+// `input` as chat messages; `items` gets it as Responses items (no ids yet).
+json::array input_messages(const json::value& input, json::array& items) {
+  if (input.is_string()) {
+    items.push_back(json::object{{"type", "message"}, {"role", "user"}, {"content", item_content("user", input.get_string())}});
+    return json::array{json::object{{"role", "user"}, {"content", input.get_string()}}};
+  }
   if (!input.is_array() || input.get_array().empty()) refuse("input", "must be a string or a non-empty list of messages");
   json::array messages;
   for (size_t i = 0; i < input.get_array().size(); ++i) {
@@ -59,6 +68,9 @@ json::array input_messages(const json::value& input) {
       // A call the model made earlier: an assistant message's tool call (consecutive calls share one message).
       json::object call{{"id", string_field("call_id")}, {"type", "function"},
                         {"function", json::object{{"name", string_field("name")}, {"arguments", string_field("arguments")}}}};
+      items.push_back(json::object{{"type", "function_call"}, {"call_id", string_field("call_id")},
+                                   {"name", string_field("name")}, {"arguments", string_field("arguments")},
+                                   {"status", "completed"}});
       json::object* last = messages.empty() ? nullptr : &messages.back().as_object();
       if (last && last->at("role") == "assistant" && last->contains("tool_calls"))
         last->at("tool_calls").as_array().push_back(std::move(call));
@@ -69,6 +81,8 @@ json::array input_messages(const json::value& input) {
     if (type && type->is_string() && type->get_string() == "function_call_output") {
       messages.push_back(json::object{{"role", "tool"}, {"tool_call_id", string_field("call_id")},
                                       {"content", string_field("output")}});
+      items.push_back(json::object{{"type", "function_call_output"}, {"call_id", string_field("call_id")},
+                                   {"output", string_field("output")}, {"status", "completed"}});
       continue;
     }
     if (type && !(type->is_string() && type->get_string() == "message"))
@@ -84,7 +98,9 @@ json::array input_messages(const json::value& input) {
     if (r != "user" && r != "assistant" && r != "system")
       refuse(field + ".role", "must be user, assistant, system or developer");
     if (!content) refuse(field + ".content", "is required");
-    messages.push_back(json::object{{"role", r}, {"content", content_text(*content, field + ".content")}});
+    const json::string text = content_text(*content, field + ".content");
+    items.push_back(json::object{{"type", "message"}, {"role", role->get_string()}, {"content", item_content(r, text)}});
+    messages.push_back(json::object{{"role", r}, {"content", text}});
   }
   return messages;
 }
@@ -184,8 +200,13 @@ json::object reasoning_item(const std::string& response_id, const json::string& 
 
 }  // namespace
 
-json::object chat_form(const json::object& body, json::object& echo) {
-  json::object chat;
+ResponsesForm responses_form(const json::object& body, const ResponseStore* store) {
+  ResponsesForm form;
+  json::object& chat = form.chat;
+  json::object& echo = form.echo;
+  const bool keeps = store && store->enabled();
+  form.store = keeps;  // OpenAI's default where responses are kept
+  std::shared_ptr<const StoredResponse> previous;
   echo = json::object{{"instructions", nullptr}, {"max_output_tokens", nullptr}, {"metadata", json::object{}},
                       {"parallel_tool_calls", true}, {"previous_response_id", nullptr},
                       {"reasoning", json::object{{"effort", nullptr}, {"summary", nullptr}}}, {"store", false},
@@ -201,7 +222,7 @@ json::object chat_form(const json::object& body, json::object& echo) {
       chat[key] = v;
       if (echo.contains(key)) echo[key] = v;
     } else if (key == "input") {
-      messages = input_messages(v);
+      messages = input_messages(v, form.input_items);
     } else if (key == "instructions") {
       if (!v.is_string()) refuse(key, "must be a string");
       echo[key] = v;
@@ -220,7 +241,13 @@ json::object chat_form(const json::object& body, json::object& echo) {
       echo[key] = v;
     } else if (key == "store") {
       if (!v.is_bool()) refuse(key, "must be a boolean");
-      if (v.get_bool()) refuse(key, "is not supported: this server keeps no responses (send false)");
+      if (v.get_bool() && !keeps) refuse(key, "is not supported: this server keeps no responses (send false)");
+      form.store = v.get_bool();
+    } else if (key == "previous_response_id") {
+      if (!v.is_string()) refuse(key, "must be a string");
+      if (!keeps) refuse(key, "is not supported: this server keeps no responses");
+      previous = store->get(v.get_string(), key);
+      echo[key] = v;
     } else if (key == "truncation") {
       if (!(v.is_string() && v.get_string() == "disabled")) refuse(key, "must be 'disabled' (no truncation)");
     } else if (key == "parallel_tool_calls") {
@@ -240,10 +267,34 @@ json::object chat_form(const json::object& body, json::object& echo) {
     }
   }
   if (messages.empty()) refuse("input", "is required");
+  echo["store"] = form.store;
+  if (previous) form.conversation = previous->conversation;
+  for (json::value& m : messages) form.conversation.push_back(std::move(m));
+  json::array all;
   if (const json::value& instructions = echo["instructions"]; instructions.is_string())
-    messages.insert(messages.begin(), json::object{{"role", "system"}, {"content", instructions}});
-  chat["messages"] = std::move(messages);
-  return chat;
+    all.push_back(json::object{{"role", "system"}, {"content", instructions}});
+  for (const json::value& m : form.conversation) all.push_back(m);
+  chat["messages"] = std::move(all);
+  return form;
+}
+
+StoredResponse stored_response(const ResponsesForm& form, json::object response, const json::object& message) {
+  StoredResponse stored;
+  const std::string id(response.at("id").as_string());
+  stored.conversation = form.conversation;
+  json::object answer{{"role", "assistant"}, {"content", message.at("content").is_string() ? message.at("content")
+                                                                                           : json::value("")}};
+  if (const json::value* calls = message.if_contains("tool_calls")) answer["tool_calls"] = *calls;
+  stored.conversation.push_back(std::move(answer));
+  for (size_t i = 0; i < form.input_items.size(); ++i) {
+    json::object item = form.input_items[i].as_object();
+    const json::string& type = item.at("type").as_string();
+    const char* prefix = type == "message" ? "msg" : type == "function_call" ? "fc" : "fco";
+    item["id"] = std::string(item_id(prefix, id)) + "_in" + std::to_string(i);
+    stored.input_items.push_back(std::move(item));
+  }
+  stored.response = std::move(response);
+  return stored;
 }
 
 json::object response_object(const json::object& chat, const json::object& echo, const std::string& id,

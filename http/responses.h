@@ -1,8 +1,9 @@
 // POST /v1/responses (OpenAI's Responses API, as vLLM serves it) on top of chat completions: a request becomes the
-// chat-completions request that asks the same (chat_form), and the chat answer becomes the response object
+// chat-completions request that asks the same (responses_form), and the chat answer becomes the response object
 // (response_object) or, streamed, the Responses events (ResponsesEvents). Text output, with the reasoning of a
 // server's reasoning parser as a reasoning item and function tools as chat's (calls as function_call items, earlier
-// calls and their outputs as input items); no built-in tools, no stored responses (a request for them is a 400).
+// calls and their outputs as input items); responses kept in a ResponseStore (store, previous_response_id); no
+// built-in tools (a request for them is a 400).
 #pragma once
 
 #include <boost/json.hpp>
@@ -10,16 +11,33 @@
 #include <string>
 #include <string_view>
 
+#include "http/response_store.h"
+
 namespace paged::openai {
+
+/// What a Responses request asks, in chat's terms.
+struct ResponsesForm {
+  boost::json::object chat;         // the chat-completions body that asks the same
+  boost::json::object echo;         // the request's fields that the response object repeats
+  bool store = false;               // keep the answer (store; true by default where the server keeps responses)
+  boost::json::array conversation;  // the stored turns previous_response_id continues, then this input, as chat
+                                    // messages (no instructions: a later turn does not inherit them)
+  boost::json::array input_items;   // this request's input as items, without ids
+};
 
 /// The chat-completions body asking what the Responses body `body` asks: `input` (a string, or messages whose
 /// content is a string or input_text / output_text parts, function_call and function_call_output items as an
-/// assistant's tool calls and tool messages) after `instructions` as a system message, max_output_tokens as
-/// max_tokens, text.format as response_format, function tools and tool_choice as chat's, and the sampling fields
-/// both APIs share.
-/// `echo` receives the request's fields that the response object repeats. Throws InvalidRequest naming a field it
-/// does not support or a malformed one.
-boost::json::object chat_form(const boost::json::object& body, boost::json::object& echo);
+/// assistant's tool calls and tool messages) after the conversation previous_response_id names in `store` and
+/// after `instructions` as a system message, max_output_tokens as max_tokens, text.format as response_format,
+/// function tools and tool_choice as chat's, and the sampling fields both APIs share.
+/// Throws InvalidRequest naming a field it does not support or a malformed one (store: true or
+/// previous_response_id where `store` is null or off), ResponseNotFound for a previous_response_id not stored.
+ResponsesForm responses_form(const boost::json::object& body, const ResponseStore* store);
+
+/// What `store` keeps of a finished response: `response` (response_object's) and, after the request's
+/// conversation, the answer `message` (a chat assistant message: content, tool_calls) and the input items with ids.
+StoredResponse stored_response(const ResponsesForm& form, boost::json::object response,
+                               const boost::json::object& message);
 
 /// The response object of a finished chat.completion `chat` (one choice): its message as an output_text message
 /// item (none when it only calls tools), its reasoning (reasoning_content) as a reasoning item before it, its tool

@@ -60,6 +60,7 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts)
       options(std::move(opts)),
       model_name(options.served_model_name.empty() ? folder_name(eng.config().model_dir) : options.served_model_name),
       max_model_len(eng.config().max_model_len.value_or(eng.model_config().max_position_embeddings)),
+      responses(options.max_stored_responses),
       chat_template_(ChatTemplate::load(eng.config().model_dir, options.chat_template_file)),
       id_salt_(std::random_device{}() * 0x9E3779B97F4A7C15ULL ^ std::random_device{}()) {
   model_info_.tokenizer = &eng.tokenizer();
@@ -180,6 +181,8 @@ ErrorReply error_reply(std::exception_ptr error) {
     std::rethrow_exception(error);
   } catch (const openai::ModelNotFound& e) {
     return {404, openai::error_body(e.what(), "invalid_request_error", e.param, "model_not_found")};
+  } catch (const openai::ResponseNotFound& e) {
+    return {404, openai::error_body(e.what(), "invalid_request_error", e.param, "not_found")};
   } catch (const InvalidRequest& e) {
     return {400, openai::error_body(e.what(), "invalid_request_error", e.param)};
   } catch (const EngineOverloaded& e) {

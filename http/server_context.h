@@ -103,6 +103,8 @@ class ServerContext {
   const openai::ModelInfo& model_info() const { return model_info_; }
   std::shared_ptr<EventGate> gate = std::make_shared<EventGate>();
   HttpCounters counters;
+  /// The /v1/responses answers kept (options.max_stored_responses).
+  openai::ResponseStore responses;
   /// Set once the server shuts down: generation requests answer 503 and connections close after their responses.
   std::atomic<bool> draining{false};
   /// What the server still owes its clients counts while such a token lives: an HTTP exchange that generates, until
@@ -141,7 +143,8 @@ std::vector<RequestId> submit_prompts(ServerContext& ctx, const openai::Request&
                                       boost::asio::any_io_executor executor, EventHandler on_event);
 
 /// The HTTP status and OpenAI error body of an exception (the one exception boundary of the server):
-/// InvalidRequest 400, EngineOverloaded and EngineUnavailable 503, anything else 500.
+/// InvalidRequest 400 (ModelNotFound and ResponseNotFound 404), EngineOverloaded and EngineUnavailable 503, anything
+/// else 500.
 /// The request log (--enable-log-requests): one line as a response starts (its prompts and parameters) and one as each
 /// of its prompts ends (tokens, finish reasons or the error).
 void log_request_start(const std::string& id, const openai::Request& request);

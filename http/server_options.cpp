@@ -65,6 +65,9 @@ ServerOptions load_server_options(const std::string& json_file) {
       o.max_prompts_per_request = static_cast<size_t>(positive(1 << 20));
     } else if (key == "max_sequences_per_request") {
       o.max_sequences_per_request = static_cast<size_t>(positive(1 << 24));
+    } else if (key == "max_stored_responses") {
+      if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 1000000) throw bad("an integer in [0, 1000000]");
+      o.max_stored_responses = static_cast<size_t>(v.get_int64());
     } else if (key == "stats_interval_s") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 86400) throw bad("an integer in [0, 86400]");
       o.stats_interval_s = static_cast<int>(v.get_int64());

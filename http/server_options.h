@@ -44,6 +44,9 @@ struct ServerOptions {
   std::string generation_config = "auto";
   std::string override_generation_config;  // vLLM's --override-generation-config: a JSON object over those defaults
   bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:ID" unless a request says otherwise
+  // /v1/responses answers kept in memory for GET /v1/responses/{id} and previous_response_id (the oldest go first);
+  // 0: none (store: true is refused).
+  size_t max_stored_responses = 1000;
 };
 
 /// The format tool_choice "auto"'s answers are read in: none unless enable_auto_tool_choice. Throws

@@ -197,6 +197,11 @@ int run_serve_command(Args& args) {
     if (seconds < 0) throw UsageError("--shutdown-timeout must be 0 or more seconds");
     options.shutdown_timeout_s = seconds;
   }
+  if (args.has("max-stored-responses")) {
+    const int count = args.get_int("max-stored-responses", 0);
+    if (count < 0) throw UsageError("--max-stored-responses must be 0 (none) or more");
+    options.max_stored_responses = static_cast<size_t>(count);
+  }
   if (auto v = args.get("generation-config")) options.generation_config = *v;
   options.return_tokens_as_token_ids = args.get_bool("return-tokens-as-token-ids", options.return_tokens_as_token_ids);
   if (auto v = args.get("override-generation-config")) options.override_generation_config = *v;

@@ -1,7 +1,8 @@
 // POST /v1/responses through the official openai client (client.responses.create) against `paged serve`: the answer
 // is the chat completion of the same conversation (instructions as the system message), whole and streamed (the
 // deltas add up to the final text, events in OpenAI's order with increasing sequence numbers), status incomplete at
-// max_output_tokens, usage, text.format as a JSON schema, and a 400 naming each field it does not support. With
+// max_output_tokens, usage, text.format as a JSON schema, stored responses (retrieve, previous_response_id against
+// chat of the whole conversation, input items, delete, 404s), and a 400 naming each field it does not support. With
 // --reasoning (a server started with --reasoning-parser), the think block is a reasoning item before the message;
 // with --tools (a server with a tool-call parser), a forced function call is a function_call item, whole and
 // streamed, with the chat answer's name and arguments.
@@ -131,11 +132,49 @@ if (args.tools) {
   checkEqual(calls(last.response), calls(r), "streamed: the final response's calls");
 }
 
+// ---- stored responses: retrieve, previous_response_id, input items, delete -----------------------------------
+{
+  const first = await client.responses.create({ model, input: "Once upon a time", max_output_tokens: 12, temperature: 0,
+    instructions: "You tell stories." });
+  checkEqual(first.store, true, "store is true by default (the server keeps responses)");
+  const kept = await client.responses.retrieve(first.id);
+  checkEqual(kept, first, "GET /v1/responses/{id}: the response as it was answered");
+  // The next turn continues the stored conversation; the earlier instructions are not carried over (OpenAI's).
+  const second = await client.responses.create({ model, input: "What happened next?", max_output_tokens: 12,
+    temperature: 0, previous_response_id: first.id });
+  checkEqual(second.previous_response_id, first.id, "previous_response_id repeated");
+  const chat = await chatAnswer([{ role: "user", content: "Once upon a time" },
+    { role: "assistant", content: messageText(first) }, { role: "user", content: "What happened next?" }], 12);
+  checkEqual(messageText(second), chat.message.content ?? "", "a continued turn == chat of the whole conversation");
+  const items = await client.responses.inputItems.list(second.id);
+  checkEqual(items.data.map((i) => [i.type, i.role, i.content?.[0]?.text]),
+    [["message", "user", "What happened next?"]], "input items: this turn's input");
+  const third = await client.responses.create({ model, input: [{ role: "user", content: "And then?" }],
+    max_output_tokens: 8, temperature: 0, previous_response_id: second.id, stream: true });
+  let streamed = null;
+  for await (const event of third) if (event.type === "response.completed" || event.type === "response.incomplete") streamed = event.response;
+  checkEqual((await client.responses.retrieve(streamed.id)).output, streamed.output, "a streamed response is kept too");
+  const deleted = await client.responses.delete(first.id).then(() => true, (e) => e);
+  checkEqual(deleted, true, "DELETE /v1/responses/{id}");
+  const gone = await client.responses.retrieve(first.id).then(() => null, (e) => e.status);
+  checkEqual(gone, 404, "a deleted response is gone: 404");
+  const unknown = await client.responses.create({ model, input: "x", previous_response_id: first.id }).then(
+    () => null, (e) => [e.status, e.param]);
+  checkEqual(unknown, [404, "previous_response_id"], "previous_response_id of a response not kept: 404 naming it");
+  const unstored = await client.responses.create({ model, input: "x", max_output_tokens: 2, store: false });
+  checkEqual(unstored.store, false, "store: false repeated");
+  checkEqual(await client.responses.retrieve(unstored.id).then(() => null, (e) => e.status), 404,
+    "store: false keeps nothing");
+  const badPage = await fetch(`${args.base}/v1/responses/${second.id}/input_items?limit=0`);
+  checkEqual([badPage.status, (await badPage.json()).error?.param], [400, "limit"], "input_items: a bad limit is a 400");
+  const put = await fetch(`${args.base}/v1/responses/${second.id}`, { method: "PUT" });
+  checkEqual(put.status, 405, "PUT /v1/responses/{id}: 405");
+}
+
 // ---- refusals --------------------------------------------------------------------------------------------------
 for (const [name, body, param] of [
-  ["store true", { input: "x", store: true }, "store"],
   ["a built-in tool", { input: "x", tools: [{ type: "web_search" }] }, "tools[0].type"],
-  ["previous_response_id", { input: "x", previous_response_id: "resp_1" }, "previous_response_id"],
+  ["previous_response_id not a string", { input: "x", previous_response_id: 1 }, "previous_response_id"],
   ["no input", { max_output_tokens: 4 }, "input"],
   ["an image part", { input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x" }] }] }, "input[0].content"],
   ["a reasoning item", { input: [{ type: "reasoning", summary: [] }] }, "input[0].type"],

@@ -38,6 +38,10 @@ TEST_CASE("conf/serve.json holds the built-in server defaults", "[http]") {
   CHECK(conf.generation_config == defaults.generation_config);
   CHECK(conf.override_generation_config == defaults.override_generation_config);
   CHECK(conf.return_tokens_as_token_ids == defaults.return_tokens_as_token_ids);
+  CHECK(conf.max_stored_responses == defaults.max_stored_responses);
+  CHECK(paged::load_server_options(write_temp(R"({"server": {"max_stored_responses": 0}})")).max_stored_responses == 0);
+  CHECK_THROWS_WITH(paged::load_server_options(write_temp(R"({"server": {"max_stored_responses": -1}})")),
+                    Catch::Contains("server.max_stored_responses"));
 }
 
 TEST_CASE("sampling defaults: the model's generation config, none with vllm, overrides over either", "[http]") {

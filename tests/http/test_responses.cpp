@@ -14,19 +14,32 @@ namespace json = boost::json;
 namespace {
 
 json::object chat_of(const std::string& body, json::object* echo_out = nullptr) {
-  json::object echo;
-  json::object chat = chat_form(json::parse(body).as_object(), echo);
-  if (echo_out) *echo_out = echo;
-  return chat;
+  ResponsesForm form = responses_form(json::parse(body).as_object(), nullptr);
+  if (echo_out) *echo_out = form.echo;
+  return form.chat;
 }
 
-std::string refused(const std::string& body) {
+// The field a refusal names ("" when none came), with `store` holding the responses.
+std::string refused(const std::string& body, const ResponseStore* store = nullptr) {
   try {
-    chat_of(body);
+    responses_form(json::parse(body).as_object(), store);
   } catch (const InvalidRequest& e) {
     return e.param;
   }
   return "";
+}
+
+// What a store keeps of an answer `text` to the request `body`, stored as `id`.
+void answer(ResponseStore& store, const std::string& body, const std::string& id, const std::string& text) {
+  const ResponsesForm form = responses_form(json::parse(body).as_object(), &store);
+  const json::object chat{{"model", "m"},
+                          {"choices", json::array{json::object{{"index", 0}, {"finish_reason", "stop"},
+                                                               {"message", json::object{{"role", "assistant"},
+                                                                                        {"content", text}}}}}},
+                          {"usage", json::parse(R"({"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
+                              "prompt_tokens_details": {"cached_tokens": 0}})")}};
+  const json::object& message = chat.at("choices").at(0).at("message").as_object();
+  REQUIRE(store.put(id, stored_response(form, response_object(chat, form.echo, id, 100), message)));
 }
 
 }  // namespace
@@ -146,4 +159,99 @@ TEST_CASE("a chat answer becomes the response object; streamed, its events come 
                      "response.output_item.added", "response.content_part.added", "response.output_text.delta",
                      "response.output_text.delta", "response.output_text.done", "response.content_part.done",
                      "response.output_item.done", "response.incomplete"});
+}
+
+TEST_CASE("stored responses: kept, pushed out oldest first, found by id, deleted", "[http][responses]") {
+  ResponseStore store(2);
+  REQUIRE(store.enabled());
+  CHECK(store.put("a", {}));
+  CHECK_FALSE(store.put("a", {}));  // an id is stored once
+  CHECK(store.put("b", {}));
+  CHECK(store.put("c", {}));  // full: "a" goes
+  CHECK(store.find("a") == nullptr);
+  CHECK(store.find("b") != nullptr);
+  CHECK(store.size() == 2);
+  CHECK(store.erase("b"));
+  CHECK_FALSE(store.erase("b"));
+  CHECK(store.put("d", {}));  // the deleted one's place is free: "c" stays
+  CHECK(store.find("c") != nullptr);
+  CHECK(store.size() == 2);
+  CHECK_THROWS_AS(store.get("b", "previous_response_id"), ResponseNotFound);
+  ResponseStore off(0);
+  CHECK_FALSE(off.enabled());
+  CHECK_FALSE(off.put("a", {}));
+}
+
+TEST_CASE("store and previous_response_id: a conversation continues, without the earlier instructions",
+          "[http][responses]") {
+  ResponseStore store(8);
+  // Where responses are kept, store is true unless the request says false (OpenAI's default).
+  CHECK(responses_form(json::parse(R"({"input": "x"})").as_object(), &store).store);
+  CHECK(responses_form(json::parse(R"({"input": "x"})").as_object(), &store).echo.at("store") == true);
+  CHECK_FALSE(responses_form(json::parse(R"({"input": "x", "store": false})").as_object(), &store).store);
+  CHECK_FALSE(responses_form(json::parse(R"({"input": "x"})").as_object(), nullptr).store);
+
+  answer(store, R"({"input": "Hi", "instructions": "Be kind"})", "resp_1", "Hello");
+  answer(store, R"({"input": [{"role": "user", "content": "And?"}], "previous_response_id": "resp_1"})", "resp_2",
+         "More");
+  const ResponsesForm third = responses_form(
+      json::parse(R"({"input": "Last", "previous_response_id": "resp_2", "instructions": "Be brief"})").as_object(),
+      &store);
+  CHECK(third.chat.at("messages") == json::parse(R"([{"role": "system", "content": "Be brief"},
+      {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+      {"role": "user", "content": "And?"}, {"role": "assistant", "content": "More"},
+      {"role": "user", "content": "Last"}])"));
+  CHECK(third.echo.at("previous_response_id") == "resp_2");
+  const auto second = store.find("resp_2");
+  REQUIRE(second);
+  CHECK(second->response.at("id") == "resp_2");
+  CHECK(second->input_items == json::parse(R"([{"type": "message", "role": "user",
+      "content": [{"type": "input_text", "text": "And?"}], "id": "msg_2_in0"}])"));
+
+  CHECK(refused(R"({"input": "x", "previous_response_id": "resp_9"})", &store) == "previous_response_id");
+  CHECK_THROWS_AS(responses_form(json::parse(R"({"input": "x", "previous_response_id": "resp_9"})").as_object(),
+                                 &store),
+                  ResponseNotFound);
+  CHECK(refused(R"({"input": "x", "previous_response_id": 7})", &store) == "previous_response_id");
+  ResponseStore off(0);
+  CHECK(refused(R"({"input": "x", "store": true})", &off) == "store");
+  CHECK(refused(R"({"input": "x", "previous_response_id": "resp_1"})", &off) == "previous_response_id");
+}
+
+TEST_CASE("a stored response's input items page by limit, order and after", "[http][responses]") {
+  ResponseStore store(4);
+  answer(store, R"({"input": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+      {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})", "resp_x", "done");
+  const StoredResponse& stored = *store.find("resp_x");
+  const auto ids = [](const json::object& page) {
+    std::vector<std::string> out;
+    for (const json::value& item : page.at("data").as_array()) out.emplace_back(item.at("id").as_string());
+    return out;
+  };
+  const json::object all = input_items_page(stored, {});
+  CHECK(ids(all) == std::vector<std::string>{"fco_x_in3", "fc_x_in2", "msg_x_in1", "msg_x_in0"});  // newest first
+  CHECK(all.at("object") == "list");
+  CHECK(all.at("has_more") == false);
+  CHECK(all.at("first_id") == "fco_x_in3");
+  CHECK(all.at("data").at(1).at("name") == "f");
+  CHECK(all.at("data").at(2).at("content") == json::parse(R"([{"type": "output_text", "text": "b"}])"));
+  const json::object page = input_items_page(stored, {{"order", "asc"}, {"limit", "2"}, {"after", "msg_x_in0"}});
+  CHECK(ids(page) == std::vector<std::string>{"msg_x_in1", "fc_x_in2"});
+  CHECK(page.at("has_more") == true);
+  CHECK(page.at("last_id") == "fc_x_in2");
+  const auto bad = [&](std::vector<std::pair<std::string, std::string>> params) {
+    try {
+      input_items_page(stored, params);
+    } catch (const InvalidRequest& e) {
+      return e.param;
+    }
+    return std::string();
+  };
+  CHECK(bad({{"limit", "0"}}) == "limit");
+  CHECK(bad({{"limit", "101"}}) == "limit");
+  CHECK(bad({{"limit", "2x"}}) == "limit");
+  CHECK(bad({{"order", "up"}}) == "order");
+  CHECK(bad({{"after", "msg_nope"}}) == "after");
+  CHECK(bad({{"include", "x"}}) == "include");
 }

@@ -106,7 +106,7 @@ got=$(curl -s -D - -o /dev/null -H 'Origin: https://evil.example' "$BASE/v1/mode
 curl -s -D "$TMP/preflight.txt" -o /dev/null -X OPTIONS -H 'Origin: https://app.example' \
   -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: authorization, content-type' \
   "$BASE/v1/completions"
-head -n 1 "$TMP/preflight.txt" | grep -q ' 200' && [ "$(header access-control-allow-methods <"$TMP/preflight.txt")" = "GET, POST, OPTIONS" ] &&
+head -n 1 "$TMP/preflight.txt" | grep -q ' 200' && [ "$(header access-control-allow-methods <"$TMP/preflight.txt")" = "GET, POST, DELETE, OPTIONS" ] &&
   [ "$(header access-control-allow-headers <"$TMP/preflight.txt")" = "authorization, content-type" ] ||
   fail "preflight: $(cat "$TMP/preflight.txt")"
 code=$(curl -s -o /dev/null -w '%{http_code}' -X OPTIONS -H 'Origin: https://evil.example' \

@@ -1,0 +1,65 @@
+// The responses a server keeps (OpenAI's Responses API with store): what GET /v1/responses/{id} returns, and the
+// conversation a later request continues with previous_response_id. In memory and bounded: past `capacity` the
+// oldest goes first (a client whose previous_response_id went gets a 404 naming it). Thread-safe; no sockets here.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+#include "actors/engine_types.h"
+
+namespace paged::openai {
+
+struct StoredResponse {
+  boost::json::object response;     // the response object as it was answered
+  boost::json::array conversation;  // as chat messages: the earlier turns, this input, the answer (no instructions)
+  boost::json::array input_items;   // this request's input as items (GET /v1/responses/{id}/input_items)
+};
+
+/// A stored response that is not there (never stored, deleted or pushed out): HTTP 404.
+struct ResponseNotFound : InvalidRequest {
+  using InvalidRequest::InvalidRequest;
+};
+
+class ResponseStore {
+ public:
+  /// capacity 0: the server keeps nothing (store: true is refused).
+  explicit ResponseStore(size_t capacity) : capacity_(capacity) {}
+
+  bool enabled() const { return capacity_ > 0; }
+  /// Keeps `response` under `id`, pushing out the oldest when full. False (and nothing changes) when the id is
+  /// taken or the store is off.
+  bool put(const std::string& id, StoredResponse response);
+  /// The response stored under `id`, or null.
+  std::shared_ptr<const StoredResponse> find(std::string_view id) const;
+  /// find(), or throws ResponseNotFound naming `param` (empty: none).
+  std::shared_ptr<const StoredResponse> get(std::string_view id, const std::string& param) const;
+  /// Forgets `id`; false when it was not stored.
+  bool erase(std::string_view id);
+  size_t size() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const StoredResponse>, std::less<>> by_id_;
+  std::deque<std::string> order_;  // ids oldest first (erased ones are skipped when found gone)
+};
+
+/// GET /v1/responses/{id}/input_items: the list object {"object": "list", "data", "first_id", "last_id",
+/// "has_more"} of `stored`'s input items, with the query parameters (name, value) limit (1..100, default 20), order
+/// ("asc" or "desc", the default: newest first) and after (an item id: the items after it in that order). Throws
+/// InvalidRequest naming a parameter it does not know or a bad value.
+boost::json::object input_items_page(const StoredResponse& stored,
+                                     const std::vector<std::pair<std::string, std::string>>& params);
+
+}  // namespace paged::openai
