@@ -321,6 +321,13 @@ std::string valid_utf8_or_bytes(const std::string& bytes) {
 
 double finite_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
 
+json::array token_ids_json(const std::vector<TokenId>& ids) {
+  json::array out;
+  out.reserve(ids.size());
+  for (TokenId t : ids) out.push_back(t);
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -363,11 +370,9 @@ std::string tokenize_body(std::string_view body, const ModelInfo& model) {
     parse_prompt(f.get("prompt"), model, add_special_tokens, req);
   if (req.prompts.size() != 1) invalid("/tokenize takes one prompt", "prompt");
   f.refuse_unread();
-  json::array tokens;
-  for (TokenId t : req.prompts[0]) tokens.push_back(t);
   return json::serialize(json::object{{"count", req.prompts[0].size()},
                                       {"max_model_len", model.max_model_len},
-                                      {"tokens", std::move(tokens)}});
+                                      {"tokens", token_ids_json(req.prompts[0])}});
 }
 
 std::string detokenize_body(std::string_view body, const ModelInfo& model) {
@@ -581,6 +586,7 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
             "spaces_between_special_tokens");
   p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
   req.tokens_as_ids = f.boolean("return_tokens_as_token_ids").value_or(model.return_tokens_as_token_ids);
+  req.return_token_ids = f.boolean("return_token_ids").value_or(false);
   p.priority = static_cast<int>(f.integer("priority", std::numeric_limits<int32_t>::min(),
                                           std::numeric_limits<int32_t>::max()).value_or(0));
   if (auto salt = f.string("cache_salt")) {
@@ -700,6 +706,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       echo_logprobs_(request.echo && request.params.logprobs.has_value()),
       echo_only_(request.echo_only),
       tokens_as_ids_(request.tokens_as_ids),
+      return_token_ids_(request.return_token_ids),
       tools_(request.tools),
       reasoning_(request.reasoning),
       responses_(request.responses),
@@ -712,7 +719,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
       choices_(request.prompts.size() * request.params.n),
       done_(request.prompts.size(), false),
       prompt_logprobs_(request.prompts.size()),
-      prompt_ids_(echo_logprobs_ ? request.prompts : std::vector<std::vector<TokenId>>{}),
+      prompt_ids_(echo_logprobs_ || return_token_ids_ ? request.prompts : std::vector<std::vector<TokenId>>{}),
       prompt_scores_(echo_logprobs_ ? request.prompts.size() : 0),
       prompt_tokens_(request.prompts.size(), 0),
       cached_tokens_(request.prompts.size(), 0),
@@ -935,7 +942,9 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
         delta["content"] = std::move(content);
       }
       const bool parsed = c.tool_stream || c.reasoning_stream;  // a piece may settle nothing yet: no chunk then
-      if (parsed && delta.empty() && c.started && !finish && !(want_logprobs_ && !d.token_ids.empty())) continue;
+      if (parsed && delta.empty() && c.started && !finish &&
+          !((want_logprobs_ || return_token_ids_) && !d.token_ids.empty()))
+        continue;
       choice["delta"] = std::move(delta);
     } else {
       choice["text"] = (echo_ && !c.started) ? prompt_texts_[prompt_index] + d.text : d.text;
@@ -944,8 +953,15 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
                                                                  : json::value(nullptr);
     if (echo_logprobs_ && !c.started) choice["logprobs"] = echoed_logprobs_json(prompt_index, choice["logprobs"]);
     choice["finish_reason"] = finish ? json::value(*finish) : json::value(nullptr);
-    c.started = true;
     json::object chunk = chunk_header();
+    // vLLM's return_token_ids, streamed: the prompt's tokens in the first chunk (completions: each choice's first),
+    // each chunk's new tokens.
+    if (return_token_ids_) {
+      if (!chat_like() && !c.started) choice["prompt_token_ids"] = token_ids_json(prompt_ids_[prompt_index]);
+      if (chat_like() && !std::exchange(prompt_ids_sent_, true)) chunk["prompt_token_ids"] = token_ids_json(prompt_ids_[0]);
+      choice["token_ids"] = token_ids_json(d.token_ids);
+    }
+    c.started = true;
     chunk["choices"] = json::array{std::move(choice)};
     // vLLM's continuous_usage_stats: every chunk carries the usage so far; else include_usage's null.
     if (continuous_usage_) chunk["usage"] = usage_json();
@@ -1011,6 +1027,10 @@ json::object ResponseBuilder::answer_object() const {
     // vLLM's places: each completion choice carries its prompt's, a chat response carries them at the top level.
     if (want_prompt_logprobs_ && endpoint_ == Endpoint::completions)
       choice["prompt_logprobs"] = prompt_logprobs_[i / n_];
+    if (return_token_ids_) {
+      if (endpoint_ == Endpoint::completions) choice["prompt_token_ids"] = token_ids_json(prompt_ids_[i / n_]);
+      choice["token_ids"] = token_ids_json(c.token_ids);
+    }
     choices.push_back(std::move(choice));
   }
   json::object o;
@@ -1021,6 +1041,7 @@ json::object ResponseBuilder::answer_object() const {
   o["choices"] = std::move(choices);
   o["usage"] = usage_json();
   if (want_prompt_logprobs_ && endpoint_ == Endpoint::chat) o["prompt_logprobs"] = prompt_logprobs_[0];
+  if (return_token_ids_ && endpoint_ == Endpoint::chat) o["prompt_token_ids"] = token_ids_json(prompt_ids_[0]);
   return o;
 }
 

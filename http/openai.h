@@ -64,6 +64,7 @@ struct Request {
                                           // token is generated and dropped)
   bool show_prompt_logprobs = false;      // the response has "prompt_logprobs" (asked for by that name)
   bool tokens_as_ids = false;             // logprobs name tokens "token_id:ID" (vLLM's return_tokens_as_token_ids)
+  bool return_token_ids = false;          // vLLM's: prompt_token_ids and each choice's token_ids in the response
   ToolRequest tools;                      // chat: tools and tool_choice
   ReasoningFormat reasoning = ReasoningFormat::none;  // chat: how the answers' reasoning is split off their content
   std::shared_ptr<const ResponsesForm> responses;  // responses: the request in chat's terms (its echo, store)
@@ -165,6 +166,8 @@ class ResponseBuilder {
   bool echo_logprobs_;  // echo with logprobs: the prompts' scores start each choice's logprobs
   bool echo_only_;
   bool tokens_as_ids_;
+  bool return_token_ids_;
+  bool prompt_ids_sent_ = false;  // return_token_ids, streamed chat: the first chunk carried prompt_token_ids
   /// A token as the logprobs name it: its text (token_text) or "token_id:ID".
   std::string shown(TokenId id) const;
   ToolRequest tools_;  // tools: the answers' tool calls become tool_calls
@@ -182,7 +185,7 @@ class ResponseBuilder {
   std::vector<Choice> choices_;
   std::vector<bool> done_;
   std::vector<boost::json::value> prompt_logprobs_;  // per prompt, in vLLM's form once they came; null before
-  std::vector<std::vector<TokenId>> prompt_ids_;     // echo_logprobs_: per prompt, its tokens
+  std::vector<std::vector<TokenId>> prompt_ids_;     // echo_logprobs_ or return_token_ids_: per prompt, its tokens
   std::vector<std::vector<PromptLogprob>> prompt_scores_;  // echo_logprobs_: per prompt, its scores once they came
   std::vector<int> prompt_tokens_;
   std::vector<int> cached_tokens_;  // per prompt: its tokens found in the prefix cache

@@ -126,7 +126,7 @@ void WebSocketSession::start_generation(json::object frame, const json::value& i
   }
   try {
     // Token frames carry text and ids only: what would shape another response is refused, not ignored.
-    for (const char* field : {"logprobs", "top_logprobs", "prompt_logprobs", "echo"})
+    for (const char* field : {"logprobs", "top_logprobs", "prompt_logprobs", "echo", "return_token_ids"})
       if (const json::value* v = frame.if_contains(field); v && !v->is_null() && *v != json::value(false))
         throw InvalidRequest(std::string("'") + field + "' is not available on the WebSocket stream (use the HTTP API)",
                              field);

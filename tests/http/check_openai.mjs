@@ -242,6 +242,54 @@ for (const g of golden) {
         "chat logprobs entries have token, bytes, top_logprobs", content[0]);
 }
 
+// ---- return_token_ids (vLLM's): the prompt's and the answer's token ids --------------------------------------
+{
+  const post = async (url, body) => (await fetch(`${base}${url}`, { method: "POST",
+    headers: { "content-type": "application/json" }, body: JSON.stringify(body) })).json();
+  const prompt = "The little cat";
+  const tokenized = (await post("/tokenize", { model, prompt })).tokens;
+  const r = await client.completions.create({ model, prompt, max_tokens: 12, temperature: 0, logprobs: 0,
+    return_token_ids: true, return_tokens_as_token_ids: true });
+  const choice = r.choices[0];
+  checkEqual(choice.prompt_token_ids, tokenized, "return_token_ids: prompt_token_ids are /tokenize's");
+  checkEqual(choice.token_ids, choice.logprobs.tokens.map((t) => Number(t.slice("token_id:".length))),
+    "return_token_ids: token_ids are the tokens of the logprobs");
+  const detokenized = (await post("/detokenize", { model, tokens: choice.token_ids })).prompt;
+  check(detokenized.length > 0 && choice.text.endsWith(detokenized),
+    "return_token_ids: token_ids detokenize to the text (a leading space aside)", [detokenized, choice.text]);
+  const plain = await client.completions.create({ model, prompt, max_tokens: 12, temperature: 0 });
+  check(!("token_ids" in plain.choices[0]) && !("prompt_token_ids" in plain.choices[0]), "no token ids unasked",
+    plain.choices[0]);
+  // Streamed: the prompt's ids in the choice's first chunk, the new ids in each.
+  let streamedIds = [], streamedPrompt = null, chunks = 0;
+  for await (const chunk of await client.completions.create({ model, prompt, max_tokens: 12, temperature: 0,
+    stream: true, return_token_ids: true })) {
+    for (const c of chunk.choices) {
+      if (chunks++ === 0) streamedPrompt = c.prompt_token_ids;
+      else check(!("prompt_token_ids" in c), "prompt_token_ids in the first chunk only", c);
+      streamedIds.push(...(c.token_ids ?? []));
+    }
+  }
+  checkEqual([streamedPrompt, streamedIds], [tokenized, choice.token_ids], "streamed token ids == whole");
+
+  const messages = [{ role: "user", content: "Once upon a time" }];
+  const chatTokens = (await post("/tokenize", { model, messages, add_generation_prompt: true })).tokens;
+  const c = await client.chat.completions.create({ model, messages, max_tokens: 12, temperature: 0,
+    return_token_ids: true });
+  checkEqual(c.prompt_token_ids, chatTokens, "chat return_token_ids: the rendered prompt's tokens");
+  checkEqual((await post("/detokenize", { model, tokens: c.choices[0].token_ids })).prompt, c.choices[0].message.content,
+    "chat return_token_ids: token_ids detokenize to the content");
+  let chatIds = [], chatPrompt = null, first = true;
+  for await (const chunk of await client.chat.completions.create({ model, messages, max_tokens: 12, temperature: 0,
+    stream: true, return_token_ids: true })) {
+    if (first) chatPrompt = chunk.prompt_token_ids;
+    else check(!("prompt_token_ids" in chunk), "chat: prompt_token_ids in the first chunk only", chunk);
+    first = false;
+    for (const ch of chunk.choices) chatIds.push(...(ch.token_ids ?? []));
+  }
+  checkEqual([chatPrompt, chatIds], [chatTokens, c.choices[0].token_ids], "chat streamed token ids == whole");
+}
+
 // ---- pipelining: two requests written at once on one connection are answered in order ------------------------
 {
   const url = new URL(base);

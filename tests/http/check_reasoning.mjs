@@ -4,8 +4,8 @@
 // answer's raw text comes from a server without the parser (--plain, the same seed), where the tags stay in the
 // content. The parser's message.reasoning_content (and its alias message.reasoning) and message.content must be the
 // raw text split by this file's own reading of vLLM's rules, and the stream's delta.reasoning_content fragments,
-// then delta.content ones, must join to the same. With --tool-parser hermes: a call written after the think block
-// is read from the content, one written inside it stays reasoning.
+// then delta.content ones, must join to the same (and their token_ids to the whole answer's). With --tool-parser
+// hermes: a call written after the think block is read from the content, one written inside it stays reasoning.
 // Usage: node check_reasoning.mjs --base URL --plain URL --parser deepseek_r1|qwen3 [--tool-parser hermes]
 import OpenAI from "openai";
 import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
@@ -45,9 +45,11 @@ function expectedSplit(parser, raw) {
 async function streamed(request) {
   const stream = await client.chat.completions.create({ ...request, stream: true });
   let reasoning = "", alias = "", content = "", fragments = 0, interleaved = false, finish = null;
+  const ids = [];
   for await (const chunk of stream) {
     const choice = chunk.choices[0];
     if (!choice) continue;
+    ids.push(...(choice.token_ids ?? []));
     const d = choice.delta ?? {};
     if (d.reasoning_content) {
       reasoning += d.reasoning_content;
@@ -58,7 +60,8 @@ async function streamed(request) {
     if (d.content) content += d.content;
     finish = choice.finish_reason ?? finish;
   }
-  return { reasoning: reasoning || null, alias: alias || null, content: content || null, fragments, interleaved, finish };
+  return { reasoning: reasoning || null, alias: alias || null, content: content || null, fragments, interleaved, finish,
+           ids };
 }
 
 const regexes = {
@@ -71,7 +74,8 @@ let split = 0, longFragments = 0;
 for (let seed = 0; seed < 6; ++seed) {
   for (const [what, regex] of Object.entries(regexes)) {
     for (const max_tokens of [200, 6]) {
-      const request = { model, messages, temperature: 1, seed, max_tokens, structured_outputs: { regex } };
+      const request = { model, messages, temperature: 1, seed, max_tokens, structured_outputs: { regex },
+                        return_token_ids: true };
       const label = `seed ${seed}, ${what}, max_tokens ${max_tokens}`;
       const raw = (await plain.chat.completions.create(request)).choices[0].message.content;
       if (max_tokens === 200 && what !== "no think block")
@@ -85,6 +89,7 @@ for (let seed = 0; seed < 6; ++seed) {
       checkEqual({ reasoning: s.reasoning, content: s.content }, want, `${label}: the stream joins to the same split`);
       checkEqual(s.alias, s.reasoning, `${label}: delta.reasoning is delta.reasoning_content`);
       checkEqual(s.finish, whole.finish_reason, `${label}: the finish reason streamed`);
+      checkEqual(s.ids, whole.token_ids, `${label}: the stream's token ids (return_token_ids), held-back text's too`);
       check(!s.interleaved, `${label}: no reasoning after content`);
       if (want.reasoning && want.content) ++split;
       if (s.fragments > 1) ++longFragments;
