@@ -266,6 +266,7 @@ void parse_chat_prompt(const Fields& f, const ModelInfo& model, bool add_special
   }
   req.tools = parse_tools(f.get("tools"), f.get("tool_choice"), f.boolean("parallel_tool_calls").value_or(true),
                           model.tool_call_parser);
+  req.tools.mistral_ids = model.mistral_tool_ids;
   req.reasoning = model.reasoning_parser;
   if (!req.tools.tools.empty()) extra["tools"] = req.tools.tools;  // the template's `tools` variable
   // continue_final_message (vLLM's): the prompt ends inside the final, assistant, message, for the model to go on.
@@ -613,8 +614,11 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   if (chat && model.reasoning_parser != ReasoningFormat::none && !model.structured_in_reasoning &&
       p.structured.kind != StructuredOutput::Kind::none)
     p.structured.after = std::string(kReasoningEnd);
-  // Hermes models write <tool_call> as a special token: kept in the text unless the request says otherwise (vLLM).
-  if (req.tools.format == ToolCallFormat::hermes && !f.boolean("skip_special_tokens")) p.skip_special_tokens = false;
+  // Hermes and Mistral models write <tool_call> / [TOOL_CALLS] as special tokens: kept in the text unless the request
+  // says otherwise (vLLM).
+  if ((req.tools.format == ToolCallFormat::hermes || req.tools.format == ToolCallFormat::mistral) &&
+      !f.boolean("skip_special_tokens"))
+    p.skip_special_tokens = false;
   // truncate_prompt_tokens: keep each prompt's last k tokens (vLLM truncates from the left).
   if (auto keep = f.integer("truncate_prompt_tokens", 1, std::numeric_limits<int32_t>::max())) {
     for (size_t i = 0; i < req.prompts.size(); ++i) {

@@ -34,6 +34,7 @@ struct ModelInfo {
   size_t max_sequences = 1024;                  // prompts x max(n, best_of) one request may generate
   bool trust_request_chat_template = false;     // a request may bring its own chat_template (else 400, as vLLM)
   ToolCallFormat tool_call_parser = ToolCallFormat::none;  // reads tool_choice "auto"'s answers; none: "auto" is a 400
+  bool mistral_tool_ids = false;  // tool call ids of 9 letters and digits (a Mistral model, or --tool-call-parser mistral)
   ReasoningFormat reasoning_parser = ReasoningFormat::none;  // splits chat answers' reasoning off (--reasoning-parser)
   bool structured_in_reasoning = false;  // with reasoning_parser, constraints cover the think block too; else they
                                          // start after its end (StructuredOutput::after), as vLLM's

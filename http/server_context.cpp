@@ -72,6 +72,10 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts)
   model_info_.max_sequences = options.max_sequences_per_request;
   model_info_.trust_request_chat_template = options.trust_request_chat_template;
   model_info_.tool_call_parser = auto_tool_call_format(options);
+  // Mistral's chat templates take back only call ids of 9 letters and digits (vLLM gives its Mistral models such).
+  const std::string& type = eng.model_config().model_type;
+  model_info_.mistral_tool_ids =
+      options.tool_call_parser == "mistral" || type == "mistral" || type == "mixtral";
   model_info_.reasoning_parser = reasoning_format(options);
   model_info_.structured_in_reasoning = options.structured_outputs_in_reasoning;
   model_info_.sampling_defaults = sampling_defaults(options, eng.config().model_dir);

@@ -13,6 +13,9 @@ namespace {
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kCallOpen = "<tool_call>";
 constexpr std::string_view kCallClose = "</tool_call>";
+constexpr std::string_view kToolCalls = "[TOOL_CALLS]";  // Mistral's
+constexpr std::string_view kArgs = "[ARGS]";
+constexpr std::string_view kCallId = "[CALL_ID]";
 constexpr size_t npos = std::string_view::npos;
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -174,24 +177,31 @@ size_t scan_calls(std::string_view text, size_t pos, char separator, char close,
   }
 }
 
+// Where the calls of a format that opens them with `tag` begin (npos: no tag; then `out` gets the content, in a
+// stream all but a tail that may begin the tag, and `valid` goes false); else `out` gets the content before it.
+size_t find_opening(std::string_view text, std::string_view tag, bool ended, ToolCallScan& out, bool& valid) {
+  const size_t open = text.find(tag);
+  if (open != npos) {
+    out.content = std::string(text.substr(0, open));
+    return open;
+  }
+  valid = false;
+  if (ended) return npos;
+  size_t keep = text.size();
+  for (size_t k = std::min(text.size(), tag.size() - 1); k > 0; --k)
+    if (tag.starts_with(text.substr(text.size() - k))) {
+      keep = text.size() - k;
+      break;
+    }
+  out.content = std::string(text.substr(0, keep));
+  return npos;
+}
+
 // Hermes: content, then <tool_call>CALL</tool_call> blocks (text between and after them dropped).
 ToolCallScan scan_hermes(std::string_view text, bool ended, bool& valid) {
   ToolCallScan out;
-  size_t open = text.find(kCallOpen);
-  if (open == npos) {
-    valid = false;
-    if (ended) return out;
-    // Held back: a tail that may be the beginning of <tool_call>.
-    size_t keep = text.size();
-    for (size_t k = std::min(text.size(), kCallOpen.size() - 1); k > 0; --k)
-      if (kCallOpen.starts_with(text.substr(text.size() - k))) {
-        keep = text.size() - k;
-        break;
-      }
-    out.content = std::string(text.substr(0, keep));
-    return out;
-  }
-  out.content = std::string(text.substr(0, open));
+  size_t open = find_opening(text, kCallOpen, ended, out, valid);
+  if (open == npos) return out;
   while (open != npos) {
     size_t pos = skip_spaces(text, open + kCallOpen.size());
     if (pos == text.size()) {
@@ -209,6 +219,79 @@ ToolCallScan scan_hermes(std::string_view text, bool ended, bool& valid) {
       valid = false;
       return out;
     }
+  }
+  return out;
+}
+
+// Mistral, v11+: NAME[ARGS]ARGUMENTS from text[pos] on (NAME[CALL_ID]ID[ARGS] too), each further call after its own
+// [TOOL_CALLS]; text after the last dropped. A call is added once its name is complete ([ARGS] reached).
+void scan_mistral_named(std::string_view text, size_t pos, bool ended, ToolCallScan& out, bool& valid) {
+  const auto cut = [&] { valid = valid && !ended; };  // the text ends where more must come
+  while (true) {
+    size_t at = pos;
+    while (at < text.size() && (std::isalnum(static_cast<unsigned char>(text[at])) || text[at] == '_' ||
+                                text[at] == '-' || text[at] == '.'))
+      ++at;
+    if (at == text.size()) return cut();
+    const std::string name(text.substr(pos, at - pos));
+    if (name.empty() || text[at] != '[') {
+      valid = false;
+      return;
+    }
+    if (text.substr(at).starts_with(kCallId)) {
+      at = text.find(kArgs, at + kCallId.size());
+      if (at == npos) return cut();
+    }
+    if (!text.substr(at).starts_with(kArgs)) {
+      if (!(begins(text, at, kArgs) || begins(text, at, kCallId))) valid = false;
+      else cut();
+      return;
+    }
+    at = skip_spaces(text, at + kArgs.size());
+    ToolCallText call{name, "", false};
+    if (at == text.size()) {
+      out.calls.push_back(call);
+      return cut();
+    }
+    bool bad = text[at] != '{';
+    const size_t end = bad ? npos : value_end(text, at, ended, bad);
+    if (bad) {
+      valid = false;
+      return;
+    }
+    call.arguments = std::string(text.substr(at, end == npos ? npos : end - at));
+    if (end == npos) {
+      out.calls.push_back(call);
+      return cut();
+    }
+    boost::system::error_code ec;
+    if (!json::parse(call.arguments, ec).is_object() || ec) {
+      valid = false;
+      return;
+    }
+    call.complete = true;
+    out.calls.push_back(std::move(call));
+    const size_t next = skip_spaces(text, end);
+    if (text.substr(next).starts_with(kToolCalls)) {
+      pos = skip_spaces(text, next + kToolCalls.size());
+      continue;
+    }
+    return;  // the rest (or a [TOOL_CALLS] on its way: a next call would come after it) is not read
+  }
+}
+
+// Mistral: content, then [TOOL_CALLS] and the calls: a JSON list (v3 tokenizers) or NAME[ARGS]ARGUMENTS.
+ToolCallScan scan_mistral(std::string_view text, bool ended, bool& valid) {
+  ToolCallScan out;
+  const size_t open = find_opening(text, kToolCalls, ended, out, valid);
+  if (open == npos) return out;
+  const size_t pos = skip_spaces(text, open + kToolCalls.size());
+  if (pos == text.size()) {
+    valid = valid && !ended;
+  } else if (text[pos] == '[') {
+    scan_calls(text, pos + 1, ',', ']', ended, out, valid);
+  } else {
+    scan_mistral_named(text, pos, ended, out, valid);
   }
   return out;
 }
@@ -236,6 +319,7 @@ ToolCallScan scan_llama3(std::string_view text, bool ended, bool& valid) {
 std::optional<ToolCallFormat> tool_call_parser_named(std::string_view name) {
   if (name == "llama3_json") return ToolCallFormat::llama3_json;
   if (name == "hermes") return ToolCallFormat::hermes;
+  if (name == "mistral") return ToolCallFormat::mistral;
   return std::nullopt;
 }
 
@@ -269,6 +353,9 @@ ToolCallScan scan_tool_calls(ToolCallFormat format, std::string_view text, bool 
       break;
     case ToolCallFormat::hermes:
       out = scan_hermes(text, ended, valid);
+      break;
+    case ToolCallFormat::mistral:
+      out = scan_mistral(text, ended, valid);
       break;
   }
   if (ended && !valid) return ToolCallScan{std::string(text), {}};

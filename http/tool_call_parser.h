@@ -1,6 +1,7 @@
 // The tool calls in a model's answer, read by the format that writes them: the forced formats of tool_choice
 // "required" and a named function, and the free formats of tool_choice "auto" that `--tool-call-parser` names
-// (vLLM's llama3_json and hermes). Pure: the same scan reads a whole answer and the prefix a stream has so far.
+// (vLLM's llama3_json, hermes and mistral). Pure: the same scan reads a whole answer and the prefix a stream has so
+// far.
 #pragma once
 
 #include <optional>
@@ -18,9 +19,11 @@ enum class ToolCallFormat {
   json_list,    // a JSON list of calls (tool_choice "required")
   llama3_json,  // Llama 3.x: an optional <|python_tag|>, then calls joined by ';', nothing before them
   hermes,       // Hermes / Qwen: content, then each call as <tool_call>CALL</tool_call> (the last may stay open)
+  mistral,      // Mistral: content, then [TOOL_CALLS] and a JSON list of calls (v3 tokenizers) or, per call,
+                // [TOOL_CALLS]NAME[ARGS]ARGUMENTS (v11+; [CALL_ID]ID before [ARGS] taken too)
 };
 
-/// The format a --tool-call-parser name gives (llama3_json, hermes); nullopt for another name.
+/// The format a --tool-call-parser name gives (llama3_json, hermes, mistral); nullopt for another name.
 std::optional<ToolCallFormat> tool_call_parser_named(std::string_view name);
 
 /// One call as far as the answer wrote it.
@@ -39,7 +42,7 @@ struct ToolCallScan {
 /// Reads `text` in `format`; `function` names the call of ToolCallFormat::arguments.
 /// `ended` true (the whole answer): the calls when every one is complete and a valid JSON object with a string name
 /// and arguments, the text they leave as content (llama3_json, hermes; text between or after hermes calls is
-/// dropped, as vLLM's parser does); any other answer (malformed, cut short, no call) is content alone, whole.
+/// dropped, as vLLM's parser does; mistral: the text before [TOOL_CALLS]); any other answer (malformed, cut short, no call) is content alone, whole.
 /// `ended` false (a stream's prefix): the content that stays content however the answer goes on (a tail that may
 /// open a call is held back), and the calls begun so far; a call may still prove malformed at the end.
 ToolCallScan scan_tool_calls(ToolCallFormat format, std::string_view text, bool ended, std::string_view function = {});

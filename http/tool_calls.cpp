@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include "model/hash_mix.h"
+
 namespace paged::openai {
 
 namespace json = boost::json;
@@ -113,12 +115,24 @@ json::object call_json(const std::string& id, const std::string& name, const std
                       {"function", json::object{{"name", name}, {"arguments", arguments}}}};
 }
 
+// The id of call `index` of an answer: "call_" + prefix + index; for Mistral 9 letters and digits drawn from them
+// (its chat templates refuse other ids when the calls come back in the conversation, as vLLM knows).
+std::string call_id(bool mistral_ids, const std::string& prefix, size_t index) {
+  const std::string id = "call_" + prefix + std::to_string(index);
+  if (!mistral_ids) return id;
+  static constexpr char kDigits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  uint64_t h = hash_bytes(id);
+  std::string out;
+  for (int i = 0; i < 9; ++i, h /= 62) out += kDigits[h % 62];
+  return out;
+}
+
 }  // namespace
 
 json::array tool_calls_of(const ToolRequest& request, const std::string& text, const std::string& id_prefix) {
   json::array calls;
   for (const ToolCallText& c : calls_read(request.format, request.function, request.parallel, text, true).calls)
-    calls.push_back(call_json("call_" + id_prefix + std::to_string(calls.size()), c.name, c.arguments));
+    calls.push_back(call_json(call_id(request.mistral_ids, id_prefix, calls.size()), c.name, c.arguments));
   return calls;
 }
 
@@ -131,6 +145,7 @@ json::value content_of(const ToolRequest& request, const std::string& text) {
 ToolCallStream::ToolCallStream(const ToolRequest& request, std::string id_prefix)
     : format_(request.format),
       parallel_(request.parallel),
+      mistral_ids_(request.mistral_ids),
       function_(request.function),
       id_prefix_(std::move(id_prefix)) {}
 
@@ -147,7 +162,7 @@ json::object ToolCallStream::add(std::string_view text, bool ended) {
   for (size_t i = 0; i < scan.calls.size() && !scan.calls[i].name.empty(); ++i) {
     const ToolCallText& c = scan.calls[i];
     if (i == arguments_sent_.size()) {
-      json::object first = call_json("call_" + id_prefix_ + std::to_string(i), c.name, c.arguments);
+      json::object first = call_json(call_id(mistral_ids_, id_prefix_, i), c.name, c.arguments);
       first["index"] = i;
       entries.push_back(std::move(first));
       arguments_sent_.push_back(c.arguments.size());

@@ -28,6 +28,7 @@ struct ToolRequest {
   std::string function;                   // named: the function called
   boost::json::array tools;               // the request's tools, as the chat template's `tools` variable sees them
   StructuredOutput constraint;            // required, named: the schema the answer is generated under
+  bool mistral_ids = false;  // call ids of 9 letters and digits: Mistral's chat templates take back no others
 };
 
 /// Reads `tools` and `tool_choice` (either may be null); `parallel` (parallel_tool_calls, OpenAI's default true):
@@ -38,12 +39,13 @@ struct ToolRequest {
 ToolRequest parse_tools(const boost::json::value* tools, const boost::json::value* tool_choice, bool parallel = true,
                         ToolCallFormat auto_format = ToolCallFormat::none);
 
-/// The OpenAI `tool_calls` of the answer `text` (each with an id "call_" + `id_prefix` + its index): empty when the
+/// The OpenAI `tool_calls` of the answer `text` (each with an id "call_" + `id_prefix` + its index; with mistral_ids 9
+/// letters and digits derived from that): empty when the
 /// text holds no complete, valid call in the request's format (an answer cut by max_tokens, plain text).
 boost::json::array tool_calls_of(const ToolRequest& request, const std::string& text, const std::string& id_prefix);
 
 /// The message content that goes with tool_calls_of's calls: null where there are none of it (forced calls,
-/// llama3_json), the text before the calls (hermes), the whole text where no call was read.
+/// llama3_json), the text before the calls (hermes, mistral), the whole text where no call was read.
 boost::json::value content_of(const ToolRequest& request, const std::string& text);
 
 /// One streamed chat choice of a request with tool calls (a format other than none), as OpenAI streams them: the
@@ -65,6 +67,7 @@ class ToolCallStream {
  private:
   ToolCallFormat format_;
   bool parallel_;
+  bool mistral_ids_;
   std::string function_;
   std::string id_prefix_;
   std::string text_;                    // the answer so far

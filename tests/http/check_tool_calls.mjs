@@ -4,7 +4,7 @@
 // tool_choice "auto" read by the server's --tool-call-parser. The stories model writes no call on its own, so the
 // auto calls are written under a regex in the parser's format (content, then one or two calls); free auto answers
 // stay content; parallel_tool_calls false reads the first call alone.
-// Usage: node check_tool_calls.mjs --base http://127.0.0.1:PORT --parser hermes|llama3_json
+// Usage: node check_tool_calls.mjs --base http://127.0.0.1:PORT --parser hermes|llama3_json|mistral
 import OpenAI from "openai";
 import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
 
@@ -26,9 +26,15 @@ const formats = {
           `\\n<tool_call>\\{"name": "get_time", "arguments": ${zone}\\}</tool_call>`,
   llama3_json: `<\\|python_tag\\|>\\{"name": "get_weather", "parameters": ${city}\\}` +
                `; \\{"name": "get_time", "parameters": ${zone}\\}`,
+  // Both of Mistral's forms, in turn: NAME[ARGS]ARGUMENTS per call (newer tokenizers), a JSON list (v3).
+  mistral: [`(Sure|Let me see)\\. \\[TOOL_CALLS\\]get_weather\\[ARGS\\]${city}\\[TOOL_CALLS\\]get_time\\[ARGS\\]${zone}`,
+            `(Sure|Let me see)\\. \\[TOOL_CALLS\\]\\[\\{"name": "get_weather", "arguments": ${city}\\}, ` +
+            `\\{"name": "get_time", "arguments": ${zone}\\}\\]`],
 };
-const pattern = formats[args.parser];
-check(pattern !== undefined, `a known parser (${args.parser})`);
+// Mistral's call ids are 9 letters and digits (its chat templates refuse others); the rest start with call_.
+const callId = args.parser === "mistral" ? /^[A-Za-z0-9]{9}$/ : /^call_/;
+const patterns = [].concat(formats[args.parser] ?? []);  // a format's forms, taken in turn by pairs of seeds
+check(patterns.length > 0, `a known parser (${args.parser})`);
 
 // The answer as the comparison sees it: the content (empty is none), the calls' names and arguments, the finish.
 const answer = (choice) => ({
@@ -49,7 +55,7 @@ async function both(what, request) {
   if (a.finish === "length") checkEqual(b.finish, "length", `${what}: cut short, streamed or not`);
   else checkEqual(JSON.stringify(b), JSON.stringify(a), `${what}: the stream reassembles to the whole answer`);
   for (const c of joined.choices[0].message.tool_calls ?? [])
-    check(/^call_/.test(c.id), `${what}: a streamed call has an id`, c);
+    check(callId.test(c.id), `${what}: a streamed call has an id`, c);
   return { answer: a, chunks };
 }
 
@@ -68,14 +74,16 @@ for (let seed = 0; seed < 6; ++seed) {
   // tool_choice auto, the answer written in the parser's format.
   const parallel_tool_calls = seed % 2 === 0;
   const { answer: a } = await both(`seed ${seed}, auto in ${args.parser}'s format, parallel ${parallel_tool_calls}`,
-                                   { ...base, tool_choice: "auto", parallel_tool_calls, structured_outputs: { regex: pattern } });
+                                   { ...base, tool_choice: "auto", parallel_tool_calls,
+                                     structured_outputs: { regex: patterns[Math.floor(seed / 2) % patterns.length] } });
   checkEqual(a.finish, "tool_calls", `seed ${seed}: auto read the calls`);
   checkEqual(a.calls.map((c) => c[1]), parallel_tool_calls ? ["get_weather", "get_time"] : ["get_weather"],
              `seed ${seed}: the calls' names`);
   let parsed;
   try { parsed = JSON.parse(a.calls[0]?.[2]); } catch { parsed = undefined; }
   check(parsed && /^[A-Z][a-z]{1,8}$/.test(parsed.city), `seed ${seed}: its arguments parse`, a);
-  if (args.parser === "hermes") check(/^(Sure|Let me see)\. $/.test(a.content), `seed ${seed}: the content before the call`, a);
+  if (args.parser !== "llama3_json")
+    check(/^(Sure|Let me see)\. $/.test(a.content), `seed ${seed}: the content before the call`, a);
   else checkEqual(a.content, null, `seed ${seed}: llama3_json calls have no content`);
   // tool_choice auto, a free answer: content, streamed as it comes.
   const { answer: free } = await both(`seed ${seed}, auto, a free answer`, { ...base, max_tokens: 40 });

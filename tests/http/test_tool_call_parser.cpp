@@ -94,6 +94,34 @@ TEST_CASE("llama3_json: calls joined by ';' after an optional <|python_tag|>, no
     check_prefixes(L, text);
 }
 
+TEST_CASE("mistral: content, then [TOOL_CALLS] and a JSON list of calls or NAME[ARGS]ARGUMENTS per call",
+          "[openai][tools]") {
+  const auto M = ToolCallFormat::mistral;
+  // Mistral 7B v0.3 / Mixtral / Nemo: a JSON list after the tag.
+  const std::string list = "Checking.[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                           "{\"name\": \"ping\", \"arguments\": {}}]";
+  check_whole(M, list, {"Checking.", {{"get_weather", R"({"city": "Paris"})"}, {"ping", "{}"}}});
+  // Newer tokenizers: NAME[ARGS]ARGUMENTS, each call after its own tag; [CALL_ID] before [ARGS] is passed over.
+  const std::string named = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\", \"days\": [1, 2]}"
+                            "[TOOL_CALLS]get_time[CALL_ID]a1B2c3D4e[ARGS]{\"zone\": \"utc\"}";
+  check_whole(M, named, {"", {{"get_weather", R"({"city": "Oslo", "days": [1, 2]})"}, {"get_time", R"({"zone": "utc"})"}}});
+  check_whole(M, "Just text [TOOL_ and more", {"Just text [TOOL_ and more", {}});
+  check_whole(M, "[TOOL_CALLS]", {"[TOOL_CALLS]", {}});
+  check_whole(M, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}", {"[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}", {}});
+  check_whole(M, "[TOOL_CALLS]f[ARGS]{\"x\": 1", {"[TOOL_CALLS]f[ARGS]{\"x\": 1", {}});
+  check_whole(M, "[TOOL_CALLS]f[ARGS][1]", {"[TOOL_CALLS]f[ARGS][1]", {}});  // arguments are an object
+  check_whole(M, "[TOOL_CALLS]f g[ARGS]{}", {"[TOOL_CALLS]f g[ARGS]{}", {}});
+  check_whole(M, "[TOOL_CALLS][ARGS]{}", {"[TOOL_CALLS][ARGS]{}", {}});
+  // A stream holds back a tail that may open the tag; a call shows once its name is complete.
+  CHECK(scan_tool_calls(M, "Hi [TOOL_CA", false).content == "Hi ");
+  CHECK(scan_tool_calls(M, "Hi [TOOL_CALLS]get_wea", false).calls.empty());
+  const ToolCallScan open = scan_tool_calls(M, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Os", false);
+  REQUIRE(open.calls.size() == 1);
+  CHECK(open.calls[0].name == "get_weather");
+  CHECK(open.calls[0].arguments == R"({"city": "Os)");
+  for (const std::string& text : {list, named, std::string("Plain [TOOL_ text [TOOL_CALLS]f[AR")}) check_prefixes(M, text);
+}
+
 TEST_CASE("the forced formats: a JSON list of calls, a named function's arguments", "[openai][tools]") {
   const std::string list = "[{\"name\": \"a\", \"parameters\": {\"s\": \"[x]\"}}, {\"name\":\"b\",\"parameters\":{}}]";
   check_whole(ToolCallFormat::json_list, list, {"", {{"a", R"({"s": "[x]"})"}, {"b", "{}"}}});

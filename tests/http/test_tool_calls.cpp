@@ -178,6 +178,25 @@ TEST_CASE("tool_choice auto: the parser's calls and content; streamed in any pie
       CHECK(got.content == (c.calls.empty() ? json::value(c.text) : c.content));
     }
   }
+  // Mistral: the ids are 9 letters and digits (what its chat templates take back), the same streamed and whole.
+  ToolRequest mistral = parse_tools(&kTools, &auto_choice, true, ToolCallFormat::mistral);
+  mistral.mistral_ids = true;  // a Mistral model's server
+  const std::string mistral_calls = "Let me see.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]ping[ARGS]{}";
+  const json::array mistral_whole = tool_calls_of(mistral, mistral_calls, "x_");
+  REQUIRE(mistral_whole.size() == 2);
+  for (const json::value& c : mistral_whole) {
+    const json::string& id = c.at("id").as_string();
+    CHECK(id.size() == 9);
+    CHECK(std::all_of(id.begin(), id.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)); }));
+  }
+  CHECK(mistral_whole[0].at("id") != mistral_whole[1].at("id"));
+  CHECK(mistral_whole[1].at("function") == json::parse(R"({"name": "ping", "arguments": "{}"})"));
+  CHECK(content_of(mistral, mistral_calls) == "Let me see.");
+  for (size_t piece : {size_t{1}, size_t{3}, size_t{7}}) {
+    const Joined got = streamed(mistral, mistral_calls, piece);
+    CHECK(got.calls == mistral_whole);
+    CHECK(got.content == "Let me see.");
+  }
   // Cut after a call was sent: the stream cannot take it back, the whole answer is text.
   const std::string cut = "<tool_call>{\"name\": \"ping\", \"argu";
   CHECK(tool_calls_of(hermes, cut, "x_").empty());
