@@ -87,7 +87,7 @@ ServerOptions load_server_options(const std::string& json_file) {
       if (!v.is_bool()) throw bad("true or false");
       o.enable_auto_tool_choice = v.get_bool();
     } else if (key == "tool_call_parser") {
-      if (!v.is_string()) throw bad("a parser's name (llama3_json, hermes, mistral) or \"\"");
+      if (!v.is_string()) throw bad("a parser's name (llama3_json, hermes, mistral, pythonic) or \"\"");
       o.tool_call_parser = std::string(v.get_string());
     } else if (key == "reasoning_parser") {
       if (!v.is_string()) throw bad("a parser's name (deepseek_r1, qwen3) or \"\"");
@@ -135,11 +135,11 @@ openai::ToolCallFormat auto_tool_call_format(const ServerOptions& options) {
     format = openai::tool_call_parser_named(options.tool_call_parser);
     if (!format)
       throw std::invalid_argument("--tool-call-parser: unknown parser '" + options.tool_call_parser +
-                                  "' (llama3_json, hermes or mistral)");
+                                  "' (llama3_json, hermes, mistral or pythonic)");
   }
   if (!options.enable_auto_tool_choice) return openai::ToolCallFormat::none;
   if (!format)
-    throw std::invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (llama3_json, hermes or mistral)");
+    throw std::invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (llama3_json, hermes, mistral or pythonic)");
   return *format;
 }
 

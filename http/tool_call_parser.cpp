@@ -4,6 +4,8 @@
 
 #include <boost/json.hpp>
 
+#include "model/unicode/utf8.h"
+
 namespace paged::openai {
 
 namespace json = boost::json;
@@ -16,6 +18,9 @@ constexpr std::string_view kCallClose = "</tool_call>";
 constexpr std::string_view kToolCalls = "[TOOL_CALLS]";  // Mistral's
 constexpr std::string_view kArgs = "[ARGS]";
 constexpr std::string_view kCallId = "[CALL_ID]";
+constexpr std::string_view kPythonStart = "<|python_start|>";  // Llama 4's, around pythonic calls
+constexpr std::string_view kPythonEnd = "<|python_end|>";
+constexpr int kMaxLiteralDepth = 32;  // nesting of a pythonic argument's lists and dicts
 constexpr size_t npos = std::string_view::npos;
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -296,6 +301,250 @@ ToolCallScan scan_mistral(std::string_view text, bool ended, bool& valid) {
   return out;
 }
 
+// ---- pythonic: Python literals as JSON ------------------------------------------------------------------------
+
+// Reading a Python literal at text[pos]: `end` one past it and `json` its JSON text when it is complete; `cut` when
+// the text ends inside it (a stream's prefix); else `bad`.
+struct Literal {
+  size_t end = npos;
+  std::string json;
+  bool cut = false, bad = false;
+};
+
+bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+Literal python_literal(std::string_view text, size_t pos, bool ended, int depth);
+
+// A quoted string ('...' or "..."): its escapes decoded (\\, \', \", \n, \t, \r, \b, \f, \0, \xHH, \uHHHH,
+// \UHHHHHHHH; an unknown escape keeps its backslash, as Python's), as a JSON string.
+Literal python_string(std::string_view text, size_t pos) {
+  Literal r;
+  const char quote = text[pos];
+  std::string value;
+  const auto hex = [&](size_t at, int digits, char32_t& cp) {
+    if (at + digits > text.size()) return 0;  // cut
+    cp = 0;
+    for (int i = 0; i < digits; ++i) {
+      const char c = text[at + i];
+      const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+                    : (c >= 'a' && c <= 'f')                    ? c - 'a' + 10
+                    : (c >= 'A' && c <= 'F')                    ? c - 'A' + 10
+                                                                 : -1;
+      if (d < 0) return -1;
+      cp = cp * 16 + static_cast<char32_t>(d);
+    }
+    return 1;
+  };
+  for (size_t i = pos + 1; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == quote) {
+      r.end = i + 1;
+      r.json = boost::json::serialize(json::string(value));
+      if (!utf8::is_valid(value)) r.bad = true;
+      return r;
+    }
+    if (c == '\n') break;  // a single-quoted string does not span lines
+    if (c != '\\') {
+      value += c;
+      continue;
+    }
+    if (++i == text.size()) break;
+    const char e = text[i];
+    const int digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
+    if (digits > 0) {
+      char32_t cp = 0;
+      const int got = hex(i + 1, digits, cp);
+      if (got == 0) break;
+      if (got < 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+        r.bad = true;
+        return r;
+      }
+      utf8::append(value, cp);
+      i += digits;
+      continue;
+    }
+    switch (e) {
+      case '\\': value += '\\'; break;
+      case '\'': value += '\''; break;
+      case '"': value += '"'; break;
+      case 'n': value += '\n'; break;
+      case 't': value += '\t'; break;
+      case 'r': value += '\r'; break;
+      case 'b': value += '\b'; break;
+      case 'f': value += '\f'; break;
+      case '0': value += '\0'; break;
+      default: value += '\\'; value += e;
+    }
+  }
+  if (r.end == npos && !r.bad) r.cut = true;
+  return r;
+}
+
+// Items of a list, tuple ([..] / (..), as a JSON array) or dict ({k: v}, as a JSON object; keys strings or numbers,
+// numbers as their text) from text[pos] (its opening bracket), a trailing comma allowed.
+Literal python_container(std::string_view text, size_t pos, bool ended, int depth) {
+  Literal r;
+  const char open = text[pos];
+  const char close = open == '[' ? ']' : open == '(' ? ')' : '}';
+  const bool dict = open == '{';
+  std::string out(1, dict ? '{' : '[');
+  size_t at = pos + 1;
+  for (bool first = true;; first = false) {
+    at = skip_spaces(text, at);
+    if (at == text.size()) break;
+    if (text[at] == close) {
+      r.end = at + 1;
+      r.json = out + (dict ? '}' : ']');
+      return r;
+    }
+    if (!first) {
+      if (text[at] != ',') return r.bad = true, r;
+      at = skip_spaces(text, at + 1);
+      if (at == text.size()) break;
+      if (text[at] == close) continue;  // a trailing comma: closed next round
+      out += ", ";
+    }
+    Literal item = python_literal(text, at, ended, depth + 1);
+    if (item.bad || item.cut) return item;
+    if (dict) {
+      std::string key = item.json;
+      if (key.empty() || key[0] != '"') {  // a number key, written as its text
+        if (key == "true" || key == "false" || key == "null" || key[0] == '[' || key[0] == '{') return r.bad = true, r;
+        key = boost::json::serialize(json::string(key));
+      }
+      at = skip_spaces(text, item.end);
+      if (at == text.size()) break;
+      if (text[at] != ':') return r.bad = true, r;
+      at = skip_spaces(text, at + 1);
+      if (at == text.size()) break;
+      item = python_literal(text, at, ended, depth + 1);
+      if (item.bad || item.cut) return item;
+      out += key + ": ";
+    }
+    out += item.json;
+    at = item.end;
+  }
+  r.cut = true;
+  return r;
+}
+
+Literal python_literal(std::string_view text, size_t pos, bool ended, int depth) {
+  Literal r;
+  if (depth > kMaxLiteralDepth) return r.bad = true, r;
+  const char c = text[pos];
+  if (c == '\'' || c == '"') {
+    r = python_string(text, pos);
+    r.bad = r.bad || (r.cut && ended);
+    return r;
+  }
+  if (c == '[' || c == '(' || c == '{') {
+    r = python_container(text, pos, ended, depth);
+    r.bad = r.bad || (r.cut && ended);
+    return r;
+  }
+  size_t end = pos;
+  while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_' ||
+                               text[end] == '.' || text[end] == '+' || text[end] == '-'))
+    ++end;
+  if (end == text.size() && !ended) return r.cut = true, r;  // a word or number may go on
+  const std::string_view word = text.substr(pos, end - pos);
+  r.end = end;
+  if (word == "True" || word == "False" || word == "None") {
+    r.json = word == "True" ? "true" : word == "False" ? "false" : "null";
+    return r;
+  }
+  // A number: JSON's own text where it is JSON, else the value Python reads (1., .5, +2, 1_000 are not JSON).
+  std::string digits;
+  for (char d : word)
+    if (d != '_') digits += d;
+  if (digits.empty() || !(std::isdigit(static_cast<unsigned char>(digits[0])) || digits[0] == '-' ||
+                          digits[0] == '+' || digits[0] == '.'))
+    return r.bad = true, r;
+  boost::system::error_code ec;
+  const json::value v = json::parse(digits, ec);
+  if (!ec && v.is_number()) {
+    r.json = digits;
+    return r;
+  }
+  char* stop = nullptr;
+  const double d = std::strtod(digits.c_str(), &stop);
+  if (stop != digits.c_str() + digits.size() || !std::isfinite(d)) return r.bad = true, r;
+  r.json = boost::json::serialize(json::value(d));
+  return r;
+}
+
+// Pythonic: [NAME(KEY=VALUE, ...), ...] and nothing else (spaces, <|python_start|> / <|python_end|> around it).
+ToolCallScan scan_pythonic(std::string_view text, bool ended, bool& valid) {
+  ToolCallScan out;
+  const auto cut = [&] {
+    valid = valid && !ended;
+    return out;
+  };
+  const auto bad = [&] {
+    valid = false;
+    return out;
+  };
+  size_t pos = skip_spaces(text, 0);
+  if (text.substr(pos).starts_with(kPythonStart)) pos = skip_spaces(text, pos + kPythonStart.size());
+  if (!ended && (pos == text.size() || begins(text, pos, kPythonStart))) return bad();  // undecided: held back
+  if (pos == text.size() || text[pos] != '[') {
+    if (!ended) out.content = std::string(text);  // no call: content throughout
+    return bad();
+  }
+  pos = skip_spaces(text, pos + 1);
+  for (bool first = true;; first = false) {
+    if (pos == text.size()) return cut();
+    if (text[pos] == ']' && !first) break;
+    if (!is_name_start(text[pos])) return bad();
+    size_t at = pos;
+    while (at < text.size() && (is_name_char(text[at]) || text[at] == '.')) ++at;
+    if (at == text.size()) return cut();
+    if (text[at] != '(') return bad();
+    ToolCallText call{std::string(text.substr(pos, at - pos)), "{", false};
+    at = skip_spaces(text, at + 1);
+    for (bool first_arg = true;; first_arg = false) {
+      if (at == text.size()) return out.calls.push_back(call), cut();
+      if (text[at] == ')') break;
+      if (!first_arg) {
+        if (text[at] != ',') return bad();
+        at = skip_spaces(text, at + 1);
+        if (at == text.size()) return out.calls.push_back(call), cut();
+        if (text[at] == ')') break;
+      }
+      const size_t key = at;
+      if (!is_name_start(text[at])) return bad();  // keyword arguments only
+      while (at < text.size() && is_name_char(text[at])) ++at;
+      const std::string name(text.substr(key, at - key));
+      at = skip_spaces(text, at);
+      if (at == text.size()) return out.calls.push_back(call), cut();
+      if (text[at] != '=') return bad();
+      at = skip_spaces(text, at + 1);
+      if (at == text.size()) return out.calls.push_back(call), cut();
+      const Literal value = python_literal(text, at, ended, 0);
+      if (value.bad) return bad();
+      if (value.cut) return out.calls.push_back(call), cut();
+      call.arguments += (call.arguments.size() > 1 ? ", " : "") + boost::json::serialize(json::string(name)) + ": " +
+                        value.json;
+      at = skip_spaces(text, value.end);
+    }
+    call.arguments += '}';
+    call.complete = true;
+    out.calls.push_back(std::move(call));
+    pos = skip_spaces(text, at + 1);
+    if (pos == text.size()) return cut();
+    if (text[pos] == ']') break;
+    if (text[pos] != ',') return bad();
+    pos = skip_spaces(text, pos + 1);
+  }
+  // After the list: nothing but spaces and a closing <|python_end|>.
+  pos = skip_spaces(text, pos + 1);
+  if (text.substr(pos).starts_with(kPythonEnd)) pos = skip_spaces(text, pos + kPythonEnd.size());
+  else if (!ended && begins(text, pos, kPythonEnd)) return out;
+  if (pos != text.size()) return bad();
+  return out;
+}
+
 // Llama 3 JSON: [<|python_tag|>]CALL; CALL... with nothing before.
 ToolCallScan scan_llama3(std::string_view text, bool ended, bool& valid) {
   ToolCallScan out;
@@ -320,6 +569,7 @@ std::optional<ToolCallFormat> tool_call_parser_named(std::string_view name) {
   if (name == "llama3_json") return ToolCallFormat::llama3_json;
   if (name == "hermes") return ToolCallFormat::hermes;
   if (name == "mistral") return ToolCallFormat::mistral;
+  if (name == "pythonic") return ToolCallFormat::pythonic;
   return std::nullopt;
 }
 
@@ -356,6 +606,9 @@ ToolCallScan scan_tool_calls(ToolCallFormat format, std::string_view text, bool 
       break;
     case ToolCallFormat::mistral:
       out = scan_mistral(text, ended, valid);
+      break;
+    case ToolCallFormat::pythonic:
+      out = scan_pythonic(text, ended, valid);
       break;
   }
   if (ended && !valid) return ToolCallScan{std::string(text), {}};

@@ -1,7 +1,7 @@
 // The tool calls in a model's answer, read by the format that writes them: the forced formats of tool_choice
 // "required" and a named function, and the free formats of tool_choice "auto" that `--tool-call-parser` names
-// (vLLM's llama3_json, hermes and mistral). Pure: the same scan reads a whole answer and the prefix a stream has so
-// far.
+// (vLLM's llama3_json, hermes, mistral and pythonic). Pure: the same scan reads a whole answer and the prefix a stream
+// has so far.
 #pragma once
 
 #include <optional>
@@ -21,15 +21,18 @@ enum class ToolCallFormat {
   hermes,       // Hermes / Qwen: content, then each call as <tool_call>CALL</tool_call> (the last may stay open)
   mistral,      // Mistral: content, then [TOOL_CALLS] and a JSON list of calls (v3 tokenizers) or, per call,
                 // [TOOL_CALLS]NAME[ARGS]ARGUMENTS (v11+; [CALL_ID]ID before [ARGS] taken too)
+  pythonic,     // Llama 3.2 / 4: the whole answer a Python list of calls [NAME(KEY=VALUE, ...), ...] with literal
+                // values (<|python_start|> ... <|python_end|> around it allowed); arguments become JSON objects
 };
 
-/// The format a --tool-call-parser name gives (llama3_json, hermes, mistral); nullopt for another name.
+/// The format a --tool-call-parser name gives (llama3_json, hermes, mistral, pythonic); nullopt for another name.
 std::optional<ToolCallFormat> tool_call_parser_named(std::string_view name);
 
 /// One call as far as the answer wrote it.
 struct ToolCallText {
   std::string name;       // the decoded name; empty until its JSON string is complete
-  std::string arguments;  // the raw JSON text of its arguments as far as written (the model's own bytes)
+  std::string arguments;  // the raw JSON text of its arguments as far as written (the model's own bytes; pythonic:
+                          // the JSON object of the keyword arguments complete so far, closed with the call)
   bool complete = false;  // its object is closed
 };
 

@@ -27,7 +27,7 @@ constexpr const char* kUsage = R"(usage:
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
               [--allowed-origins '["*"]' | ORIGIN,ORIGIN] [--trust-request-chat-template]
-              [--enable-auto-tool-choice --tool-call-parser llama3_json|hermes|mistral]
+              [--enable-auto-tool-choice --tool-call-parser llama3_json|hermes|mistral|pythonic]
               [--reasoning-parser deepseek_r1|qwen3]
               [--structured-outputs-in-reasoning] [--return-tokens-as-token-ids] [--generation-config auto|vllm|DIR]
               [--override-generation-config '{"temperature": 0.7}'] [--max-stored-responses 1000]

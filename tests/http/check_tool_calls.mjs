@@ -4,7 +4,7 @@
 // tool_choice "auto" read by the server's --tool-call-parser. The stories model writes no call on its own, so the
 // auto calls are written under a regex in the parser's format (content, then one or two calls); free auto answers
 // stay content; parallel_tool_calls false reads the first call alone.
-// Usage: node check_tool_calls.mjs --base http://127.0.0.1:PORT --parser hermes|llama3_json|mistral
+// Usage: node check_tool_calls.mjs --base http://127.0.0.1:PORT --parser hermes|llama3_json|mistral|pythonic
 import OpenAI from "openai";
 import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
 
@@ -30,6 +30,7 @@ const formats = {
   mistral: [`(Sure|Let me see)\\. \\[TOOL_CALLS\\]get_weather\\[ARGS\\]${city}\\[TOOL_CALLS\\]get_time\\[ARGS\\]${zone}`,
             `(Sure|Let me see)\\. \\[TOOL_CALLS\\]\\[\\{"name": "get_weather", "arguments": ${city}\\}, ` +
             `\\{"name": "get_time", "arguments": ${zone}\\}\\]`],
+  pythonic: `\\[get_weather\\(city='[A-Z][a-z]{1,8}'\\), get_time\\(zone="(utc|local)"\\)\\]`,
 };
 // Mistral's call ids are 9 letters and digits (its chat templates refuse others); the rest start with call_.
 const callId = args.parser === "mistral" ? /^[A-Za-z0-9]{9}$/ : /^call_/;
@@ -82,9 +83,9 @@ for (let seed = 0; seed < 6; ++seed) {
   let parsed;
   try { parsed = JSON.parse(a.calls[0]?.[2]); } catch { parsed = undefined; }
   check(parsed && /^[A-Z][a-z]{1,8}$/.test(parsed.city), `seed ${seed}: its arguments parse`, a);
-  if (args.parser !== "llama3_json")
+  if (args.parser === "hermes" || args.parser === "mistral")
     check(/^(Sure|Let me see)\. $/.test(a.content), `seed ${seed}: the content before the call`, a);
-  else checkEqual(a.content, null, `seed ${seed}: llama3_json calls have no content`);
+  else checkEqual(a.content, null, `seed ${seed}: ${args.parser} calls have no content`);
   // tool_choice auto, a free answer: content, streamed as it comes.
   const { answer: free } = await both(`seed ${seed}, auto, a free answer`, { ...base, max_tokens: 40 });
   if (free.calls.length === 0 && free.content) ++contents;

@@ -100,7 +100,9 @@ TEST_CASE("tool-call parser options: the format tool_choice auto is read in, or 
   o.tool_call_parser = "mistral";
   CHECK(paged::auto_tool_call_format(o) == paged::openai::ToolCallFormat::mistral);
   o.tool_call_parser = "pythonic";
-  CHECK_THROWS_WITH(paged::auto_tool_call_format(o), Catch::Contains("'pythonic'"));
+  CHECK(paged::auto_tool_call_format(o) == paged::openai::ToolCallFormat::pythonic);
+  o.tool_call_parser = "granite";
+  CHECK_THROWS_WITH(paged::auto_tool_call_format(o), Catch::Contains("'granite'"));
   o.tool_call_parser.clear();
   CHECK_THROWS_WITH(paged::auto_tool_call_format(o), Catch::Contains("--tool-call-parser"));
   CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"tool_call_parser": 1}})")), std::runtime_error);

@@ -122,6 +122,37 @@ TEST_CASE("mistral: content, then [TOOL_CALLS] and a JSON list of calls or NAME[
   for (const std::string& text : {list, named, std::string("Plain [TOOL_ text [TOOL_CALLS]f[AR")}) check_prefixes(M, text);
 }
 
+TEST_CASE("pythonic: the answer a Python list of calls, keyword arguments' literals as JSON", "[openai][tools]") {
+  const auto P = ToolCallFormat::pythonic;
+  const std::string two = "[get_weather(city='Oslo', days=3, units=None), get_time(zone=\"utc\", exact=True)]";
+  check_whole(P, two, {"", {{"get_weather", R"({"city": "Oslo", "days": 3, "units": null})"},
+                            {"get_time", R"({"zone": "utc", "exact": true})"}}});
+  // Llama 4's tags around it; nested lists, tuples and dicts; escapes; Python's numbers; no arguments.
+  const std::string rich = "<|python_start|>[f(a=[1, 2.5, -3e2, (4, 'x')], b={'k': 'it\\'s', 2: [True]}, "
+                           "c='\\u00e9\\n\\x41', d=.5, e=1_000,), ping()]<|python_end|>";
+  check_whole(P, rich, {"", {{"f", R"({"a": [1, 2.5, -3e2, [4, "x"]], "b": {"k": "it's", "2": [true]}, )"
+                                  R"("c": "é\nA", "d": 5E-1, "e": 1000})"},
+                             {"ping", "{}"}}});
+  check_whole(P, "Once upon a time", {"Once upon a time", {}});
+  check_whole(P, "[1, 2]", {"[1, 2]", {}});
+  check_whole(P, "[f(1)]", {"[f(1)]", {}});  // keyword arguments only
+  check_whole(P, "[f(a=x)]", {"[f(a=x)]", {}});  // a name is no literal
+  check_whole(P, "[f(a=1)] and more", {"[f(a=1)] and more", {}});
+  check_whole(P, "[f(a='open)]", {"[f(a='open)]", {}});
+  check_whole(P, "[f(a=1)", {"[f(a=1)", {}});
+  check_whole(P, "[]", {"[]", {}});
+  check_whole(P, "[f(a=" + std::string(40, '[') + std::string(40, ']') + ")]",
+              {"[f(a=" + std::string(40, '[') + std::string(40, ']') + ")]", {}});  // nested too deep
+  CHECK(scan_tool_calls(P, "  <|python_st", false).content.empty());  // undecided: held back
+  CHECK(scan_tool_calls(P, "Once", false).content == "Once");
+  // A call shows once its name is complete; its arguments grow by whole keyword arguments.
+  const ToolCallScan part = scan_tool_calls(P, "[get_weather(city='Oslo', days=1", false);
+  REQUIRE(part.calls.size() == 1);
+  CHECK(part.calls[0].name == "get_weather");
+  CHECK(part.calls[0].arguments == R"({"city": "Oslo")");
+  for (const std::string& text : {two, rich, std::string("[f(a=1), g(b='x')] tail")}) check_prefixes(P, text);
+}
+
 TEST_CASE("the forced formats: a JSON list of calls, a named function's arguments", "[openai][tools]") {
   const std::string list = "[{\"name\": \"a\", \"parameters\": {\"s\": \"[x]\"}}, {\"name\":\"b\",\"parameters\":{}}]";
   check_whole(ToolCallFormat::json_list, list, {"", {{"a", R"({"s": "[x]"})"}, {"b", "{}"}}});

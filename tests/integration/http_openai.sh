@@ -88,7 +88,7 @@ wait "$SERVER_PID" || rc=$?
 [ "$rc" -eq 0 ] || fail "paged serve exited with $rc on SIGTERM"
 
 # tool_choice "auto" read by each tool-call parser; streamed tool calls against the non-streamed answers.
-for parser in hermes llama3_json mistral; do
+for parser in hermes llama3_json mistral pythonic; do
   start_server "$WORK/serve-$parser.log" --chat-template "$TEMPLATE" --enable-auto-tool-choice --tool-call-parser "$parser"
   run_check check_tool_calls.mjs --base "http://127.0.0.1:$PORT" --parser "$parser" || fail "check_tool_calls $parser"
   run_check check_responses.mjs --base "http://127.0.0.1:$PORT" --tools 1 || fail "check_responses $parser"
