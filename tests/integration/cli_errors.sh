@@ -516,7 +516,7 @@ expect_fail "a misspelt engine key" 2 "unknown key .*typo\.json: engine\.numkv_b
 printf '{"model": "%s", "engine": {"block_size": "big"}}' "$MODEL" >"$TMP/bad.json"
 expect_fail "a bad engine value" 2 "engine\.block_size expects an integer" serve --config "$TMP/bad.json"
 # Tool-call parsers: an unknown one, or auto tool choice without one, is a usage error before anything loads.
-expect_fail "an unknown tool-call parser" 2 "unknown parser 'mistral'" serve "$MODEL" --port 0 --tool-call-parser mistral
+expect_fail "an unknown tool-call parser" 2 "unknown parser 'granite'" serve "$MODEL" --port 0 --tool-call-parser granite
 expect_fail "auto tool choice without a parser" 2 "enable-auto-tool-choice needs --tool-call-parser" \
   serve "$MODEL" --port 0 --enable-auto-tool-choice
 # Reasoning parsers: an unknown one is a usage error before anything loads, on the command line or in the file.
