@@ -101,9 +101,11 @@ class PyEngine {
   }
 
   /// The prompt text of a conversation (`messages_json`: OpenAI messages as JSON) by the model's chat template, or
-  /// by `template_source` when non-empty (with the model's special tokens, as a server's request template).
+  /// by `template_source` when non-empty (with the model's special tokens, as a server's request template);
+  /// `extra_json`: a JSON object of further template variables (tools, chat_template_kwargs' keys); with
+  /// `continue_final` the text continues the final message (ChatTemplate::continue_final_message).
   std::string render_chat(const std::string& messages_json, const std::string& template_source,
-                          bool add_generation_prompt) {
+                          bool add_generation_prompt, const std::string& extra_json, bool continue_final) {
     if (!model_template_loaded_) {
       model_template_ = ChatTemplate::load(engine_->config().model_dir);
       model_template_loaded_ = true;
@@ -117,7 +119,10 @@ class PyEngine {
     const ChatTemplate& chat_template = own ? *own : *model_template_;
     const boost::json::value messages = boost::json::parse(messages_json);
     if (!messages.is_array()) throw std::invalid_argument("messages must be a list of {role, content}");
-    return chat_template.apply(messages.as_array(), add_generation_prompt);
+    const boost::json::value extra = boost::json::parse(extra_json.empty() ? "{}" : extra_json);
+    if (!extra.is_object()) throw std::invalid_argument("chat_template_kwargs must be a dict");
+    return continue_final ? chat_template.continue_final_message(messages.as_array(), extra.as_object())
+                          : chat_template.apply(messages.as_array(), add_generation_prompt, extra.as_object());
   }
 
   /// The model's generation_config.json sampling defaults (vLLM's get_diff_sampling_param): the fields it sets, by
@@ -192,7 +197,7 @@ PYBIND11_MODULE(_paged, m) {
       .def("generate", &PyEngine::generate, py::arg("prompts"), py::arg("sampling_flags"),
            py::arg("progress") = py::none())
       .def("render_chat", &PyEngine::render_chat, py::arg("messages_json"), py::arg("template_source"),
-           py::arg("add_generation_prompt"))
+           py::arg("add_generation_prompt"), py::arg("extra_json") = "", py::arg("continue_final") = false)
       .def("encode", &PyEngine::encode, py::arg("text"), py::arg("add_special"))
       .def("decode", &PyEngine::decode, py::arg("ids"), py::arg("skip_special_tokens"))
       .def("sampling_defaults", &PyEngine::sampling_defaults);

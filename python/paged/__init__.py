@@ -325,11 +325,23 @@ class LLM:
             results.append(BeamSearchOutput(sequences))
         return results
 
-    def chat(self, messages, sampling_params=None, use_tqdm=True, chat_template=None, add_generation_prompt=True):
+    def chat(self, messages, sampling_params=None, use_tqdm=True, chat_template=None, add_generation_prompt=True,
+             continue_final_message=False, tools=None, chat_template_kwargs=None):
         """Generation after a conversation (a list of {"role", "content"}; or a list of such conversations), its
-        prompt rendered by the model's chat template (or `chat_template`, a Jinja source); `use_tqdm` as generate's."""
+        prompt rendered by the model's chat template (or `chat_template`, a Jinja source); `use_tqdm` as generate's.
+        vLLM's: `tools` (OpenAI function tools) and `chat_template_kwargs` (a dict) go to the template as variables;
+        `continue_final_message` (with add_generation_prompt False) leaves the prompt inside the final message for
+        the model to go on with."""
+        if continue_final_message and add_generation_prompt:
+            raise ValueError("continue_final_message and add_generation_prompt cannot both be True")
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+            raise TypeError("chat_template_kwargs must be a dict")
+        extra = dict(chat_template_kwargs or {})
+        if tools is not None:
+            extra["tools"] = list(tools)
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
-        prompts = [self._engine.render_chat(json.dumps(c), chat_template or "", add_generation_prompt)
+        prompts = [self._engine.render_chat(json.dumps(c), chat_template or "", add_generation_prompt,
+                                            json.dumps(extra), continue_final_message)
                    for c in conversations]
         ids = [{"prompt_token_ids": self._engine.encode(p, False)} for p in prompts]
         outputs = self.generate(ids, sampling_params, use_tqdm=use_tqdm)

@@ -192,6 +192,29 @@ def test_chat_renders_the_template(llm):
     assert out.outputs[0].token_ids == case["greedy_ids"][:8]
 
 
+def test_chat_tools_kwargs_and_continue_final_message(llm):
+    # vLLM's LLM.chat arguments reach the template: tools and chat_template_kwargs as variables.
+    template = ("{% for t in tools %}[{{ t.function.name }}]{% endfor %}{{ greeting }}|"
+                "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}"
+                "{% if add_generation_prompt %}assistant:{% endif %}")
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Once upon"}]
+    out = llm.chat(conversation[:1], SamplingParams(max_tokens=2, temperature=0), chat_template=template, tools=tools,
+                   chat_template_kwargs={"greeting": "hello"})[0]
+    assert out.prompt == "[get_weather]hello|user:Hi;assistant:"
+    # continue_final_message: the prompt ends inside the final (assistant) message, and greedy goes on from there
+    # as it would from that text given whole.
+    cont = llm.chat(conversation, SamplingParams(max_tokens=6, temperature=0), chat_template=template,
+                    add_generation_prompt=False, continue_final_message=True)[0]
+    assert cont.prompt == "|user:Hi;assistant:Once upon"
+    same = llm.generate([{"prompt_token_ids": cont.prompt_token_ids}], SamplingParams(max_tokens=6, temperature=0))[0]
+    assert cont.outputs[0].token_ids == same.outputs[0].token_ids
+    with pytest.raises(ValueError, match="continue_final_message"):
+        llm.chat(conversation, chat_template=template, continue_final_message=True)
+    with pytest.raises(TypeError, match="chat_template_kwargs"):
+        llm.chat(conversation[:1], chat_template=template, chat_template_kwargs=["x"])
+
+
 def test_gil_released_while_generating(llm):
     done = threading.Event()
     took = []

@@ -197,6 +197,8 @@ class Interpreter {
       for (const auto& [k, v] : iterable.object->entries) keys.push_back(Value::of(k));
       iterable = Value::of(std::move(keys));
     }
+    // An undefined variable iterates as nothing (Python Jinja's Undefined; templates loop over `tools` unset).
+    if (iterable.kind == Kind::undefined) iterable = Value::of(Array{});
     if (iterable.kind != Kind::array) {
       fail(std::string("Expected iterable or object type in for loop: got ") + type_name(iterable.kind));
     }

@@ -64,3 +64,9 @@ TEST_CASE("Jinja binary operators of one precedence group to the left", "[chat][
   CHECK(Template("{{ 10 - 2 - 3 }} {{ 2 * 3 // 4 }} {{ 100 // 7 % 3 }}").render({}) == "5 1 2");
   CHECK(Template("{{ false or 0 or 'x' }} {{ 1 and 2 and 3 }} {{ 'a' ~ 'b' + 'c' }}").render({}) == "x 3 abc");
 }
+
+TEST_CASE("Jinja loops over an undefined variable as over nothing, as Python's Jinja does", "[chat][jinja]") {
+  // Chat templates loop over `tools` whether or not a request sends any (@huggingface/jinja would throw here).
+  CHECK(Template("[{% for t in tools %}{{ t }}{% endfor %}]").render({}) == "[]");
+  CHECK(Template("{% for t in tools %}x{% else %}none{% endfor %}").render({}) == "none");
+}
