@@ -3,7 +3,8 @@
 // and non-finite numbers, deep nesting, invalid UTF-8, wrong types), the structured outputs they carry compiled as
 // the engine compiles them and run as the runner runs them (token masks over stories260K's vocabulary, the sampled
 // token accepted), structured outputs and request chat templates of their own (mutations of valid ones and targeted
-// nasties: recursion, ambiguity, nested and huge counted repetitions, loops, string multiplication, deep nesting).
+// nasties: recursion, ambiguity, nested and huge counted repetitions, loops, string multiplication, deep nesting), and
+// model answers read by every tool-call format (a prompt can steer what a model writes), whole and as a stream.
 // Each input must parse or be refused with the project's error (InvalidRequest, GrammarError, TemplateError) within
 // kBudget; any other exception, or a slower input, fails naming it. Part of paged_tests, and built on its own with
 // AddressSanitizer and UBSan (paged_fuzz_request, see CMakeLists.txt), which turn a bad memory access into a failure.
@@ -17,6 +18,7 @@
 #include <boost/json.hpp>
 
 #include "http/openai.h"
+#include "http/tool_call_parser.h"
 #include "model/constraint/structured_output.h"
 #include "model/constraint/token_mask.h"
 #include "model/template/jinja.h"
@@ -416,4 +418,52 @@ TEST_CASE("hostile and mutated request chat templates render or are refused with
   for (int i = 0; i < kMutatedTemplates; ++i) render_template(mutate_bytes(d, d.pick(valid)), t);
   CHECK(t.accepted > 50);
   CHECK(t.refused > 50);
+}
+
+TEST_CASE("hostile and mutated model answers are read by every tool-call format, whole and as a stream, in time",
+          "[fuzz][openai][tools]") {
+  Draw d(20261205);
+  using F = openai::ToolCallFormat;
+  const std::vector<std::pair<F, std::string>> answers = {
+      {F::hermes, "Sure.<tool_call>{\"name\": \"get\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>"},
+      {F::llama3_json, "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": [1, 2]}}; {\"name\": \"b\", \"parameters\": {}}"},
+      {F::mistral, "Ok.[TOOL_CALLS][{\"name\": \"get\", \"arguments\": {\"q\": \"a]b\"}}]"},
+      {F::mistral, "[TOOL_CALLS]get[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]ping[CALL_ID]abc123XYZ[ARGS]{}"},
+      {F::pythonic, "<|python_start|>[get(city='Os\\'lo', n=[1, (2, 3.5e2)], m={'k': None}), ping()]<|python_end|>"},
+      {F::json_list, "[{\"name\": \"a\", \"parameters\": {\"s\": \"[x]\"}}]"},
+      {F::arguments, "{\"city\": \"Rome\"}"},
+  };
+  // Targeted nasties: deep nesting, unterminated strings and escapes, huge texts, bytes that are not UTF-8.
+  const std::vector<std::string> nasties = {
+      "[f(a=" + std::string(5000, '[') + ")]",           "[f(a=" + std::string(5000, '(') + ")]",
+      "[TOOL_CALLS]f[ARGS]" + std::string(5000, '{'),    "<tool_call>" + std::string(20000, '{'),
+      "[f(a='\\x4', b='\\U0011FFFF', c='\\ud800')]",  "[f(a=\"\\",
+      "[TOOL_CALLS]" + std::string(100000, 'a'),          "[f(" + std::string(100000, 'a') + "=1)]",
+      "[f(a='\xff\xfe')]",                                std::string(200000, '['),
+  };
+  int calls = 0;
+  const auto read = [&](F format, const std::string& text) {
+    within_budget(text, [&] {
+      const openai::ToolCallScan whole = openai::scan_tool_calls(format, text, true, "f");
+      calls += static_cast<int>(whole.calls.size());
+      for (const openai::ToolCallText& c : whole.calls) {  // a whole answer's calls are complete, valid JSON
+        CHECK(c.complete);
+        CHECK_NOTHROW(boost::json::parse(c.arguments));
+      }
+      // A few of its prefixes as a stream's: what they send as content is where the whole answer's starts.
+      for (int k = 0; k < 4; ++k) {
+        const size_t cut = text.empty() ? 0 : d.index(text.size() + 1);
+        const openai::ToolCallScan part = openai::scan_tool_calls(format, std::string_view(text).substr(0, cut), false, "f");
+        if (whole.calls.empty()) CHECK(text.starts_with(part.content));
+        else CHECK(whole.content.starts_with(part.content));
+      }
+    });
+  };
+  for (const auto& [format, answer] : answers) {
+    read(format, answer);
+    for (int i = 0; i < 400; ++i) read(format, mutate_bytes(d, answer));
+  }
+  for (const std::string& nasty : nasties)
+    for (F format : {F::hermes, F::llama3_json, F::mistral, F::pythonic, F::json_list}) read(format, nasty);
+  CHECK(calls > 200);  // the mutations leave many answers readable
 }
