@@ -13,29 +13,33 @@ namespace websocket = beast::websocket;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
-DashboardSession::DashboardSession(tcp::socket&& socket, ServerContext& ctx)
-    : ws_(std::move(socket)), timer_(ws_.get_executor()), ctx_(ctx) {}
+template <class Stream>
+DashboardSession<Stream>::DashboardSession(Stream&& stream, ServerContext& ctx)
+    : ws_(std::move(stream)), timer_(ws_.get_executor()), ctx_(ctx) {}
 
-void DashboardSession::run(http::request<http::string_body> upgrade) {
+template <class Stream>
+void DashboardSession<Stream>::run(http::request<http::string_body> upgrade) {
   beast::get_lowest_layer(ws_).expires_never();
   ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
   ws_.set_option(websocket::stream_base::decorator(
       [](websocket::response_type& res) { res.set(http::field::server, "paged"); }));
   ws_.read_message_max(4096);
   auto req = std::make_shared<http::request<http::string_body>>(std::move(upgrade));
-  net::dispatch(ws_.get_executor(), [self = shared_from_this(), req] {
+  net::dispatch(ws_.get_executor(), [self = this->shared_from_this(), req] {
     self->ws_.async_accept(*req, [self, req](beast::error_code ec) { self->on_accept(ec); });
   });
 }
 
-void DashboardSession::on_accept(beast::error_code ec) {
+template <class Stream>
+void DashboardSession<Stream>::on_accept(beast::error_code ec) {
   if (ec) return;
   do_read();
   on_tick();
 }
 
-void DashboardSession::do_read() {
-  ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
+template <class Stream>
+void DashboardSession<Stream>::do_read() {
+  ws_.async_read(buffer_, [self = this->shared_from_this()](beast::error_code ec, size_t) {
     if (ec) {
       self->close();
       return;
@@ -45,16 +49,18 @@ void DashboardSession::do_read() {
   });
 }
 
-void DashboardSession::close() {
+template <class Stream>
+void DashboardSession<Stream>::close() {
   closed_ = true;
   timer_.cancel();
 }
 
-void DashboardSession::on_tick() {
+template <class Stream>
+void DashboardSession<Stream>::on_tick() {
   if (closed_) return;
   if (!asking_ && !writing_) {
     asking_ = true;
-    std::weak_ptr<DashboardSession> weak = weak_from_this();
+    std::weak_ptr<DashboardSession> weak = this->weak_from_this();
     auto executor = ws_.get_executor();
     ctx_.engine.kv_snapshot(ctx_.gate->guard<std::vector<ReplicaKv>>([weak, executor](std::vector<ReplicaKv> replicas) {
       net::post(executor, [weak, replicas = std::move(replicas)]() mutable {
@@ -63,12 +69,13 @@ void DashboardSession::on_tick() {
     }));
   }
   timer_.expires_after(kPushInterval);
-  timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+  timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
     if (!ec) self->on_tick();
   });
 }
 
-void DashboardSession::on_snapshot(std::vector<ReplicaKv> replicas) {
+template <class Stream>
+void DashboardSession<Stream>::on_snapshot(std::vector<ReplicaKv> replicas) {
   asking_ = false;
   if (closed_) return;
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -76,10 +83,13 @@ void DashboardSession::on_snapshot(std::vector<ReplicaKv> replicas) {
   frame_ = dashboard_frame(replicas, dashboard_figures(ctx_.engine.metrics()), now_ms, ++seq_);
   writing_ = true;
   ws_.text(true);
-  ws_.async_write(net::buffer(frame_), [self = shared_from_this()](beast::error_code ec, size_t) {
+  ws_.async_write(net::buffer(frame_), [self = this->shared_from_this()](beast::error_code ec, size_t) {
     self->writing_ = false;
     if (ec) self->close();
   });
 }
+
+template class DashboardSession<PlainStream>;
+template class DashboardSession<TlsStream>;
 
 }  // namespace paged::server

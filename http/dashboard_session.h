@@ -15,16 +15,18 @@
 #include <boost/beast/websocket/stream.hpp>
 
 #include "http/server_context.h"
+#include "http/tls_stream.h"
 
 namespace paged::server {
 
-class DashboardSession : public std::enable_shared_from_this<DashboardSession> {
+template <class Stream>
+class DashboardSession : public std::enable_shared_from_this<DashboardSession<Stream>> {
  public:
   /// Time between two pushes.
   static constexpr std::chrono::milliseconds kPushInterval{500};
 
-  /// Takes over the socket of an HttpSession; `ctx` must outlive the session.
-  DashboardSession(boost::asio::ip::tcp::socket&& socket, ServerContext& ctx);
+  /// Takes over the connection of an HttpSession (PlainStream or TlsStream); `ctx` must outlive the session.
+  DashboardSession(Stream&& stream, ServerContext& ctx);
   /// Completes the upgrade of `upgrade` (the HTTP request), then pushes a frame at once and every kPushInterval.
   void run(boost::beast::http::request<boost::beast::http::string_body> upgrade);
 
@@ -37,7 +39,7 @@ class DashboardSession : public std::enable_shared_from_this<DashboardSession> {
   void on_snapshot(std::vector<ReplicaKv> replicas);
   void close();
 
-  boost::beast::websocket::stream<boost::beast::tcp_stream> ws_;
+  boost::beast::websocket::stream<Stream> ws_;
   boost::beast::flat_buffer buffer_;
   boost::asio::steady_timer timer_;
   ServerContext& ctx_;

@@ -19,7 +19,7 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 /// One request's response: whole (ready at once, or when the engine finishes) or streamed as SSE chunks.
-struct HttpSession::Exchange {
+struct HttpExchange {
   unsigned version = 11;
   bool keep_alive = true;
   std::string cors_origin;     // Access-Control-Allow-Origin of its response; empty: none
@@ -55,7 +55,8 @@ void allow_origin(Response& res, const std::string& origin) {
 
 }  // namespace
 
-void HttpSession::respond_preflight(const Request& req) {
+template <class Stream>
+void HttpSession<Stream>::respond_preflight(const Request& req) {
   if (request_cors_origin_.empty()) {
     respond(400, openai::error_body("this origin may not call this server (--allowed-origins)", "invalid_request_error"),
             "application/json");
@@ -81,16 +82,40 @@ void HttpSession::respond_preflight(const Request& req) {
   do_write();
 }
 
-HttpSession::HttpSession(tcp::socket&& socket, ServerContext& ctx)
-    : stream_(std::move(socket)), ctx_(ctx), read_deadline_(stream_.get_executor()) {}
+template <class Stream>
+HttpSession<Stream>::HttpSession(Stream&& stream, ServerContext& ctx)
+    : stream_(std::move(stream)), ctx_(ctx), read_deadline_(stream_.get_executor()) {}
 
-HttpSession::~HttpSession() { abort_all(); }
+template <class Stream>
+HttpSession<Stream>::~HttpSession() { abort_all(); }
 
-void HttpSession::run() {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+template <class Stream>
+void HttpSession<Stream>::run() {
+  net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+    if constexpr (kIsTls<Stream>) self->handshake();
+    else self->do_read();
+  });
 }
 
-void HttpSession::abort_all() {
+template <class Stream>
+void HttpSession<Stream>::handshake() {
+  if constexpr (kIsTls<Stream>) {
+    // A client that does not finish the handshake in the read timeout is dropped, as one that does not send.
+    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(ctx_.options.read_timeout_s));
+    stream_.async_handshake(net::ssl::stream_base::server, [self = this->shared_from_this()](beast::error_code ec) {
+      if (ec) {  // not TLS, an untrusted client certificate (--ssl-cert-reqs), or too slow: nothing to answer
+        self->closed_ = true;
+        beast::error_code ignored;
+        beast::get_lowest_layer(self->stream_).socket().close(ignored);
+        return;
+      }
+      self->do_read();
+    });
+  }
+}
+
+template <class Stream>
+void HttpSession<Stream>::abort_all() {
   for (auto& ex : queue_) {
     for (RequestId id : ex->engine_ids) ctx_.engine.abort(id);
     ex->engine_ids.clear();
@@ -100,26 +125,28 @@ void HttpSession::abort_all() {
 
 // ---- reading ----------------------------------------------------------------------------------------------------
 
-void HttpSession::do_read() {
+template <class Stream>
+void HttpSession<Stream>::do_read() {
   if (!reading_ && !stop_reading_ && !closed_ && queue_.size() < ctx_.options.pipeline_limit) {
     parser_.emplace();
     parser_->body_limit(ctx_.options.body_limit);
     // No stream timeout on reads (a read stays pending through long generations); update_read_deadline() bounds
     // the time a connection may sit idle or take to send its request.
-    stream_.expires_never();
+    beast::get_lowest_layer(stream_).expires_never();
     reading_ = true;
     update_read_deadline();
     http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+                     beast::bind_front_handler(&HttpSession::on_read, this->shared_from_this()));
   }
   // Every caller runs in a handler holding the session, so letting go here never ends it mid-call.
   if (!reading_ && !queue_.empty() && !closed_)
-    held_while_answering_ = shared_from_this();
+    held_while_answering_ = this->shared_from_this();
   else
     held_while_answering_.reset();
 }
 
-void HttpSession::update_read_deadline() {
+template <class Stream>
+void HttpSession<Stream>::update_read_deadline() {
   const bool want = reading_ && queue_.empty() && !closed_;
   if (want == deadline_armed_) return;
   deadline_armed_ = want;
@@ -129,14 +156,15 @@ void HttpSession::update_read_deadline() {
     return;
   }
   read_deadline_.expires_after(std::chrono::seconds(ctx_.options.read_timeout_s));
-  read_deadline_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+  read_deadline_.async_wait([self = this->shared_from_this(), generation](beast::error_code ec) {
     if (ec || generation != self->deadline_generation_ || !self->deadline_armed_) return;
     beast::error_code ignored;
-    self->stream_.socket().close(ignored);  // the pending read fails; the session ends
+    beast::get_lowest_layer(self->stream_).socket().close(ignored);  // the pending read fails; the session ends
   });
 }
 
-void HttpSession::on_read(beast::error_code ec, size_t) {
+template <class Stream>
+void HttpSession<Stream>::on_read(beast::error_code ec, size_t) {
   reading_ = false;
   update_read_deadline();
   if (closed_) return;
@@ -157,7 +185,7 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
     abort_all();
     closed_ = true;
     beast::error_code ignored;
-    stream_.socket().close(ignored);
+    beast::get_lowest_layer(stream_).socket().close(ignored);
     return;
   }
   Request req = parser_->release();
@@ -181,9 +209,9 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
       ctx_.counters.count(101);
       closed_ = true;
       if (dashboard) {
-        std::make_shared<DashboardSession>(stream_.release_socket(), ctx_)->run(std::move(req));
+        std::make_shared<DashboardSession<Stream>>(std::move(stream_), ctx_)->run(std::move(req));
       } else {
-        std::make_shared<WebSocketSession>(stream_.release_socket(), ctx_)->run(std::move(req));
+        std::make_shared<WebSocketSession<Stream>>(std::move(stream_), ctx_)->run(std::move(req));
       }
     }
     return;
@@ -200,7 +228,8 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
 
 // ---- routing ----------------------------------------------------------------------------------------------------
 
-void HttpSession::respond(unsigned status, std::string body, const char* content_type, bool close,
+template <class Stream>
+void HttpSession<Stream>::respond(unsigned status, std::string body, const char* content_type, bool close,
                           std::string_view allow, std::string_view set_cookie) {
   auto ex = std::make_shared<Exchange>();
   ex->version = request_version_;
@@ -223,7 +252,8 @@ void HttpSession::respond(unsigned status, std::string body, const char* content
   do_write();
 }
 
-void HttpSession::respond_dashboard(const Request& req) {
+template <class Stream>
+void HttpSession<Stream>::respond_dashboard(const Request& req) {
   const std::string_view path = path_of(req.target());
   const DashboardAsset* asset = find_dashboard_asset(path);
   if (path == "/dashboard/ws") {
@@ -246,7 +276,8 @@ void HttpSession::respond_dashboard(const Request& req) {
   }
 }
 
-void HttpSession::respond_stored_response(const Request& req) {
+template <class Stream>
+void HttpSession<Stream>::respond_stored_response(const Request& req) {
   // /v1/responses/{id} (GET, DELETE) and /v1/responses/{id}/input_items (GET).
   const std::string_view path = path_of(req.target());
   std::string_view id = path.substr(std::string_view("/v1/responses/").size());
@@ -283,7 +314,8 @@ void HttpSession::respond_stored_response(const Request& req) {
   }
 }
 
-void HttpSession::handle(Request&& req) {
+template <class Stream>
+void HttpSession<Stream>::handle(Request&& req) {
   const std::string_view path = path_of(req.target());
   const http::verb method = req.method();
   if (path == "/dashboard" || path.starts_with("/dashboard/")) {
@@ -376,7 +408,8 @@ void HttpSession::handle(Request&& req) {
   }
 }
 
-void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req, Exchange& ex,
+template <class Stream>
+void HttpSession<Stream>::start_generation(openai::Endpoint endpoint, const Request& req, Exchange& ex,
                                    const std::shared_ptr<Exchange>& handle) {
   try {
     // vLLM's: a client's X-Request-Id names the response (cmpl-ID) and comes back in the response's header.
@@ -399,7 +432,7 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
                                                            std::time(nullptr));
     if (ctx_.options.log_requests) log_request_start(ex.id, request);
     ex.streaming = request.stream;
-    std::weak_ptr<HttpSession> weak = weak_from_this();
+    std::weak_ptr<HttpSession> weak = this->weak_from_this();
     ex.engine_ids = submit_prompts(ctx_, request, stream_.get_executor(),
                                    [weak, handle](size_t prompt_index, RequestEvent event) {
                                      if (auto self = weak.lock()) self->on_event(handle, prompt_index, std::move(event));
@@ -433,7 +466,8 @@ void HttpSession::start_generation(openai::Endpoint endpoint, const Request& req
   }
 }
 
-void HttpSession::on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_index, RequestEvent event) {
+template <class Stream>
+void HttpSession<Stream>::on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_index, RequestEvent event) {
   if (event.done && ctx_.options.log_requests) log_request_end(ex->id, prompt_index, event);
   if (closed_ || !ex->builder || ex->engine_ids.empty()) return;  // answered or abandoned already
   std::string frames = ex->builder->add(prompt_index, event);
@@ -471,12 +505,13 @@ void HttpSession::on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_in
 
 // ---- writing ----------------------------------------------------------------------------------------------------
 
-void HttpSession::do_write() {
+template <class Stream>
+void HttpSession<Stream>::do_write() {
   if (writing_ || closed_ || queue_.empty()) return;
   const std::shared_ptr<Exchange> ex = queue_.front();
-  auto self = shared_from_this();
+  auto self = this->shared_from_this();
   // A client that stops reading is dropped after the write timeout (the pending read is not affected).
-  stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
+  beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
   if (ex->complete) {
     writing_ = true;
     http::async_write(stream_, *ex->complete, [self, ex](beast::error_code ec, size_t) {
@@ -503,13 +538,14 @@ void HttpSession::do_write() {
   // Otherwise the front exchange waits for the engine; on_event() calls back here.
 }
 
-void HttpSession::on_write(beast::error_code ec, bool exchange_done, bool close) {
+template <class Stream>
+void HttpSession<Stream>::on_write(beast::error_code ec, bool exchange_done, bool close) {
   writing_ = false;
   if (ec) {  // the client went away mid-response
     abort_all();
     closed_ = true;
     beast::error_code ignored;
-    stream_.socket().close(ignored);
+    beast::get_lowest_layer(stream_).socket().close(ignored);
     return;
   }
   if (exchange_done) {
@@ -524,33 +560,47 @@ void HttpSession::on_write(beast::error_code ec, bool exchange_done, bool close)
   do_write();
 }
 
-void HttpSession::do_close() {
+template <class Stream>
+void HttpSession<Stream>::do_close() {
   abort_all();
   closed_ = true;
   update_read_deadline();
+  if constexpr (kIsTls<Stream>) {
+    // TLS: close_notify, then the socket (bounded by kDrainTime: a client that does not answer it is not waited for).
+    beast::get_lowest_layer(stream_).expires_after(kDrainTime);
+    stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
+      beast::error_code ignored;
+      beast::get_lowest_layer(self->stream_).socket().close(ignored);
+    });
+    return;
+  }
   // Graceful close: send FIN, then read (and drop) what the client still sends for a moment, so that a client
   // still uploading a refused body sees the response instead of a reset.
   beast::error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_send, ec);
   if (ec) {
-    stream_.socket().close(ec);
+    beast::get_lowest_layer(stream_).socket().close(ec);
     return;
   }
-  stream_.expires_after(kDrainTime);
+  beast::get_lowest_layer(stream_).expires_after(kDrainTime);
   do_drain();
 }
 
-void HttpSession::do_drain() {
+template <class Stream>
+void HttpSession<Stream>::do_drain() {
   if (reading_) return;  // the read in flight drains; on_read sees closed_ and stops
   auto scratch = std::make_shared<std::array<char, 4096>>();
-  stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](beast::error_code ec, size_t) {
+  stream_.async_read_some(net::buffer(*scratch), [self = this->shared_from_this(), scratch](beast::error_code ec, size_t) {
     if (ec) {
       beast::error_code ignored;
-      self->stream_.socket().close(ignored);
+      beast::get_lowest_layer(self->stream_).socket().close(ignored);
       return;
     }
     self->do_drain();
   });
 }
+
+template class HttpSession<PlainStream>;
+template class HttpSession<TlsStream>;
 
 }  // namespace paged::server

@@ -14,13 +14,18 @@
 #include <boost/beast/http.hpp>
 
 #include "http/server_context.h"
+#include "http/tls_stream.h"
 
 namespace paged::server {
 
-class HttpSession : public std::enable_shared_from_this<HttpSession> {
+struct HttpExchange;  // one request's response (http_session.cpp)
+
+/// Over PlainStream or TlsStream (http/tls_stream.h): a TLS session shakes hands first.
+template <class Stream>
+class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
  public:
-  /// Takes the socket; `ctx` must outlive the session.
-  HttpSession(boost::asio::ip::tcp::socket&& socket, ServerContext& ctx);
+  /// Takes the connection; `ctx` must outlive the session.
+  HttpSession(Stream&& stream, ServerContext& ctx);
   /// Aborts the engine requests of this connection that still run.
   ~HttpSession();
   /// Starts reading requests (on the session's strand).
@@ -28,8 +33,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
  private:
   using Request = boost::beast::http::request<boost::beast::http::string_body>;
-  struct Exchange;
+  using Exchange = HttpExchange;
 
+  /// TLS: the handshake (within the read timeout), then do_read.
+  void handshake();
   void do_read();
   void on_read(boost::beast::error_code ec, size_t bytes);
   void do_write();
@@ -59,7 +66,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   /// Aborts the engine requests of every queued exchange and lets go of held_while_answering_ (the session closes).
   void abort_all();
 
-  boost::beast::tcp_stream stream_;
+  Stream stream_;
   boost::beast::flat_buffer buffer_;
   ServerContext& ctx_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;

@@ -43,7 +43,10 @@ void Listener::on_accept(boost::beast::error_code ec, tcp::socket socket) {
   if (!ec) {
     if (delay_.count()) std::cerr << "paged: accepting connections again" << std::endl;
     delay_ = std::chrono::milliseconds(0);
-    std::make_shared<HttpSession>(std::move(socket), ctx_)->run();
+    if (ctx_.tls)
+      std::make_shared<HttpSession<TlsStream>>(TlsStream(std::move(socket), *ctx_.tls), ctx_)->run();
+    else
+      std::make_shared<HttpSession<PlainStream>>(PlainStream(std::move(socket)), ctx_)->run();
     do_accept();
     return;
   }

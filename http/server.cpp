@@ -100,7 +100,7 @@ void log_stats(const Metrics& m, StatsMark& last) {
 int run_server(Engine& engine, const ServerOptions& options, server::ServerPort& port) {
   std::unique_ptr<server::ServerContext> ctx;
   try {
-    ctx = std::make_unique<server::ServerContext>(engine, options);
+    ctx = std::make_unique<server::ServerContext>(engine, options, port.tls());
   } catch (const std::exception& e) {
     std::cerr << "paged: cannot load the chat template: " << e.what() << "\n";
     return 1;
@@ -171,7 +171,7 @@ int run_server(Engine& engine, const ServerOptions& options, server::ServerPort&
               << (options.override_generation_config.empty() ? "" : " and --override-generation-config")
               << "; --generation-config vllm: none)" << std::endl;
   const auto bound = listener->local_endpoint();
-  std::cout << "paged: serving " << ctx->model_name << " on http://" << options.host << ":" << bound.port()
+  std::cout << "paged: serving " << ctx->model_name << " on " << (ctx->tls ? "https://" : "http://") << options.host << ":" << bound.port()
             << (ctx->model_info().chat_template ? "" : " (no chat template: /v1/chat/completions answers 400)")
             << std::endl;
 

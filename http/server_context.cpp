@@ -55,12 +55,13 @@ std::string folder_name(const std::string& dir) {
 
 }  // namespace
 
-ServerContext::ServerContext(Engine& eng, ServerOptions opts)
+ServerContext::ServerContext(Engine& eng, ServerOptions opts, std::shared_ptr<boost::asio::ssl::context> tls_context)
     : engine(eng),
       options(std::move(opts)),
       model_name(options.served_model_name.empty() ? folder_name(eng.config().model_dir) : options.served_model_name),
       max_model_len(eng.config().max_model_len.value_or(eng.model_config().max_position_embeddings)),
       responses(options.max_stored_responses),
+      tls(std::move(tls_context)),
       chat_template_(ChatTemplate::load(eng.config().model_dir, options.chat_template_file)),
       id_salt_(std::random_device{}() * 0x9E3779B97F4A7C15ULL ^ std::random_device{}()) {
   model_info_.tokenizer = &eng.tokenizer();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ssl/context.hpp>
 
 #include "actors/engine.h"
 #include "model/template/chat_template.h"
@@ -94,7 +95,7 @@ class ServerContext {
  public:
   /// Loads the chat template (options.chat_template_file, else the model's). Throws std::runtime_error or
   /// jinja::TemplateError when a template file is unreadable or does not parse.
-  ServerContext(Engine& engine, ServerOptions options);
+  ServerContext(Engine& engine, ServerOptions options, std::shared_ptr<boost::asio::ssl::context> tls = nullptr);
 
   Engine& engine;
   const ServerOptions options;
@@ -105,6 +106,8 @@ class ServerContext {
   HttpCounters counters;
   /// The /v1/responses answers kept (options.max_stored_responses).
   openai::ResponseStore responses;
+  /// HTTPS: the context every connection shakes hands with (http/tls_stream.h); null: plain HTTP.
+  const std::shared_ptr<boost::asio::ssl::context> tls;
   /// Set once the server shuts down: generation requests answer 503 and connections close after their responses.
   std::atomic<bool> draining{false};
   /// What the server still owes its clients counts while such a token lives: an HTTP exchange that generates, until

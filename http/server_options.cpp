@@ -65,6 +65,15 @@ ServerOptions load_server_options(const std::string& json_file) {
       o.max_prompts_per_request = static_cast<size_t>(positive(1 << 20));
     } else if (key == "max_sequences_per_request") {
       o.max_sequences_per_request = static_cast<size_t>(positive(1 << 24));
+    } else if (key == "ssl_keyfile") {
+      o.ssl_keyfile = text();
+    } else if (key == "ssl_certfile") {
+      o.ssl_certfile = text();
+    } else if (key == "ssl_ca_certs") {
+      o.ssl_ca_certs = text();
+    } else if (key == "ssl_cert_reqs") {
+      if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 2) throw bad("0, 1 or 2");
+      o.ssl_cert_reqs = static_cast<int>(v.get_int64());
     } else if (key == "max_stored_responses") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 1000000) throw bad("an integer in [0, 1000000]");
       o.max_stored_responses = static_cast<size_t>(v.get_int64());

@@ -47,6 +47,10 @@ struct ServerOptions {
   // /v1/responses answers kept in memory for GET /v1/responses/{id} and previous_response_id (the oldest go first);
   // 0: none (store: true is refused).
   size_t max_stored_responses = 1000;
+  // HTTPS (vLLM's flags, http/tls_stream.h): a certificate chain and its key, both or neither; client certificates
+  // checked against ssl_ca_certs when ssl_cert_reqs is 1 (optional) or 2 (required).
+  std::string ssl_keyfile, ssl_certfile, ssl_ca_certs;
+  int ssl_cert_reqs = 0;
 };
 
 /// The format tool_choice "auto"'s answers are read in: none unless enable_auto_tool_choice. Throws

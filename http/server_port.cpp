@@ -2,6 +2,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -21,8 +22,10 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-// One connection while the model loads: its first request is answered 503 and the connection closes.
-void answer_loading(std::shared_ptr<tcp::socket> socket) {
+// One connection while the model loads (over TLS: after the handshake): its first request is answered 503 and the
+// connection closes.
+template <class Socket>
+void answer_loading(std::shared_ptr<Socket> socket) {
   auto buffer = std::make_shared<beast::flat_buffer>();
   auto parser = std::make_shared<http::request_parser<http::string_body>>();
   parser->body_limit(1 << 20);
@@ -39,7 +42,7 @@ void answer_loading(std::shared_ptr<tcp::socket> socket) {
     res->prepare_payload();
     http::async_write(*socket, *res, [socket, res](beast::error_code, size_t) {
       beast::error_code ignored;
-      socket->shutdown(tcp::socket::shutdown_both, ignored);
+      beast::get_lowest_layer(*socket).shutdown(tcp::socket::shutdown_both, ignored);
     });
   });
 }
@@ -47,6 +50,7 @@ void answer_loading(std::shared_ptr<tcp::socket> socket) {
 }  // namespace
 
 struct ServerPort::Impl {
+  std::shared_ptr<net::ssl::context> tls;  // HTTPS (server_tls_context); null: plain HTTP
   net::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   std::thread thread;
@@ -58,8 +62,16 @@ struct ServerPort::Impl {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
       if (!ec) {
         std::erase_if(answering, [](const std::weak_ptr<tcp::socket>& s) { return s.expired(); });
-        answering.push_back(socket);
-        answer_loading(socket);
+        if (tls) {
+          auto stream = std::make_shared<net::ssl::stream<tcp::socket>>(std::move(*socket), *tls);
+          answering.push_back(std::shared_ptr<tcp::socket>(stream, &stream->next_layer()));  // lives as long
+          stream->async_handshake(net::ssl::stream_base::server, [stream](beast::error_code handshake) {
+            if (!handshake) answer_loading(stream);
+          });
+        } else {
+          answering.push_back(socket);
+          answer_loading(socket);
+        }
       }
       accept();
     });
@@ -81,7 +93,9 @@ struct ServerPort::Impl {
   }
 };
 
-ServerPort::ServerPort(const ServerOptions& options) : impl_(std::make_unique<Impl>()) {
+ServerPort::ServerPort(const ServerOptions& options, std::shared_ptr<net::ssl::context> tls)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->tls = std::move(tls);
   try {
     tcp::resolver resolver(impl_->ioc);
     const auto found = resolver.resolve(options.host, std::to_string(options.port),
@@ -106,6 +120,8 @@ ServerPort::ServerPort(const ServerOptions& options) : impl_(std::make_unique<Im
 ServerPort::~ServerPort() { impl_->stop(); }
 
 uint16_t ServerPort::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+const std::shared_ptr<net::ssl::context>& ServerPort::tls() const { return impl_->tls; }
 
 std::pair<tcp, tcp::acceptor::native_handle_type> ServerPort::release() {
   impl_->stop();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 
 #include <memory>
 
@@ -15,14 +16,17 @@ namespace paged::server {
 class ServerPort {
  public:
   /// Resolves options.host (a name or an address), binds options.port (0: any free port), listens, and answers 503
-  /// on its own thread. Throws std::runtime_error "cannot listen on HOST:PORT: why".
-  explicit ServerPort(const ServerOptions& options);
+  /// on its own thread (over TLS with `tls`, server_tls_context's). Throws std::runtime_error "cannot listen on
+  /// HOST:PORT: why".
+  explicit ServerPort(const ServerOptions& options, std::shared_ptr<boost::asio::ssl::context> tls = nullptr);
   ~ServerPort();
   ServerPort(const ServerPort&) = delete;
   ServerPort& operator=(const ServerPort&) = delete;
 
   /// The bound port.
   uint16_t port() const;
+  /// The TLS context connections are served with (null: plain HTTP).
+  const std::shared_ptr<boost::asio::ssl::context>& tls() const;
   /// Stops answering 503 and hands over the listening socket: its protocol and native handle (the caller owns it).
   std::pair<boost::asio::ip::tcp, boost::asio::ip::tcp::acceptor::native_handle_type> release();
 

@@ -18,17 +18,21 @@ namespace net = boost::asio;
 namespace json = boost::json;
 using tcp = net::ip::tcp;
 
-WebSocketSession::WebSocketSession(tcp::socket&& socket, ServerContext& ctx) : ws_(std::move(socket)), ctx_(ctx) {}
+template <class Stream>
+WebSocketSession<Stream>::WebSocketSession(Stream&& stream, ServerContext& ctx) : ws_(std::move(stream)), ctx_(ctx) {}
 
-WebSocketSession::~WebSocketSession() { abort_all(); }
+template <class Stream>
+WebSocketSession<Stream>::~WebSocketSession() { abort_all(); }
 
-void WebSocketSession::abort_all() {
+template <class Stream>
+void WebSocketSession<Stream>::abort_all() {
   for (const auto& [key, gen] : generations_) ctx_.engine.abort(gen.engine_id);
   generations_.clear();
   update_owed();
 }
 
-void WebSocketSession::run(http::request<http::string_body> upgrade) {
+template <class Stream>
+void WebSocketSession<Stream>::run(http::request<http::string_body> upgrade) {
   // The WebSocket layer keeps its own timeouts (handshake, idle with pings); the TCP stream's are off.
   beast::get_lowest_layer(ws_).expires_never();
   ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
@@ -36,21 +40,24 @@ void WebSocketSession::run(http::request<http::string_body> upgrade) {
       [](websocket::response_type& res) { res.set(http::field::server, "paged"); }));
   ws_.read_message_max(ctx_.options.body_limit);
   auto req = std::make_shared<http::request<http::string_body>>(std::move(upgrade));
-  net::dispatch(ws_.get_executor(), [self = shared_from_this(), req] {
+  net::dispatch(ws_.get_executor(), [self = this->shared_from_this(), req] {
     self->ws_.async_accept(*req, [self, req](beast::error_code ec) { self->on_accept(ec); });
   });
 }
 
-void WebSocketSession::on_accept(beast::error_code ec) {
+template <class Stream>
+void WebSocketSession<Stream>::on_accept(beast::error_code ec) {
   if (ec) return;
   do_read();
 }
 
-void WebSocketSession::do_read() {
-  ws_.async_read(buffer_, beast::bind_front_handler(&WebSocketSession::on_read, shared_from_this()));
+template <class Stream>
+void WebSocketSession<Stream>::do_read() {
+  ws_.async_read(buffer_, beast::bind_front_handler(&WebSocketSession::on_read, this->shared_from_this()));
 }
 
-void WebSocketSession::on_read(beast::error_code ec, size_t) {
+template <class Stream>
+void WebSocketSession<Stream>::on_read(beast::error_code ec, size_t) {
   if (ec) {  // closed by the client, or broken: stop everything it started
     closed_ = true;
     abort_all();
@@ -62,14 +69,16 @@ void WebSocketSession::on_read(beast::error_code ec, size_t) {
   do_read();
 }
 
-void WebSocketSession::send_error(const json::value& id, unsigned code, const std::string& body_json) {
+template <class Stream>
+void WebSocketSession<Stream>::send_error(const json::value& id, unsigned code, const std::string& body_json) {
   // body_json is an OpenAI error body; the frame carries its "error" object with the status as code.
   json::object err = json::parse(body_json).at("error").as_object();
   err["code"] = code;
   send(json::serialize(json::object{{"type", "error"}, {"id", id}, {"error", std::move(err)}}));
 }
 
-void WebSocketSession::handle_frame(const std::string& text) {
+template <class Stream>
+void WebSocketSession<Stream>::handle_frame(const std::string& text) {
   openai::StrictJsonError error;
   std::optional<json::value> frame = openai::parse_strict(text, error);
   if (error.duplicate) {
@@ -105,7 +114,8 @@ void WebSocketSession::handle_frame(const std::string& text) {
   }
 }
 
-void WebSocketSession::start_generation(json::object frame, const json::value& id) {
+template <class Stream>
+void WebSocketSession<Stream>::start_generation(json::object frame, const json::value& id) {
   if (closed_) return;  // frames read after the session closed (the outbox bound) start nothing
   const std::string key = json::serialize(id);
   if (generations_.count(key)) {
@@ -132,7 +142,7 @@ void WebSocketSession::start_generation(json::object frame, const json::value& i
                              field);
     const openai::Request request = openai::parse_request(endpoint, frame, ctx_.model_info());
     if (request.prompts.size() != 1) throw InvalidRequest("a WebSocket generation takes one prompt", "prompt");
-    std::weak_ptr<WebSocketSession> weak = weak_from_this();
+    std::weak_ptr<WebSocketSession> weak = this->weak_from_this();
     const auto ids = submit_prompts(ctx_, request, ws_.get_executor(), [weak, key](size_t, RequestEvent event) {
       if (auto self = weak.lock()) self->on_event(key, std::move(event));
     });
@@ -149,7 +159,8 @@ void WebSocketSession::start_generation(json::object frame, const json::value& i
   }
 }
 
-void WebSocketSession::on_event(const std::string& key, RequestEvent event) {
+template <class Stream>
+void WebSocketSession<Stream>::on_event(const std::string& key, RequestEvent event) {
   auto it = generations_.find(key);
   if (closed_ || it == generations_.end()) return;
   Generation& gen = it->second;
@@ -187,7 +198,8 @@ void WebSocketSession::on_event(const std::string& key, RequestEvent event) {
   update_owed();
 }
 
-void WebSocketSession::update_owed() {
+template <class Stream>
+void WebSocketSession<Stream>::update_owed() {
   if (!closed_ && (!generations_.empty() || !outbox_.empty())) {
     if (!owed_) owed_ = ctx_.owe_client();
   } else {
@@ -195,7 +207,8 @@ void WebSocketSession::update_owed() {
   }
 }
 
-void WebSocketSession::send(std::string frame) {
+template <class Stream>
+void WebSocketSession<Stream>::send(std::string frame) {
   if (closed_) return;
   outbox_bytes_ += frame.size();
   outbox_.push_back(std::move(frame));
@@ -213,18 +226,19 @@ void WebSocketSession::send(std::string frame) {
       beast::get_lowest_layer(ws_).socket().close(ignored);
     } else {
       ws_.async_close(websocket::close_reason(websocket::close_code::policy_error, "the client does not read"),
-                      [self = shared_from_this()](beast::error_code) {});
+                      [self = this->shared_from_this()](beast::error_code) {});
     }
     return;
   }
   do_write();
 }
 
-void WebSocketSession::do_write() {
+template <class Stream>
+void WebSocketSession<Stream>::do_write() {
   if (writing_ || outbox_.empty() || closed_) return;
   writing_ = true;
   ws_.text(true);
-  ws_.async_write(net::buffer(outbox_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+  ws_.async_write(net::buffer(outbox_.front()), [self = this->shared_from_this()](beast::error_code ec, size_t) {
     self->writing_ = false;
     if (ec || self->closed_) {  // broken, or closed meanwhile (the outbox bound): nothing is left to write
       self->closed_ = true;
@@ -239,5 +253,8 @@ void WebSocketSession::do_write() {
     self->do_write();
   });
 }
+
+template class WebSocketSession<PlainStream>;
+template class WebSocketSession<TlsStream>;
 
 }  // namespace paged::server

@@ -20,13 +20,15 @@
 #include <boost/json/value.hpp>
 
 #include "http/server_context.h"
+#include "http/tls_stream.h"
 
 namespace paged::server {
 
-class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
+template <class Stream>
+class WebSocketSession : public std::enable_shared_from_this<WebSocketSession<Stream>> {
  public:
-  /// Takes over the socket of an HttpSession; `ctx` must outlive the session.
-  WebSocketSession(boost::asio::ip::tcp::socket&& socket, ServerContext& ctx);
+  /// Takes over the connection of an HttpSession (PlainStream or TlsStream); `ctx` must outlive the session.
+  WebSocketSession(Stream&& stream, ServerContext& ctx);
   /// Aborts the generations still running.
   ~WebSocketSession();
   /// Completes the upgrade of `upgrade` (the HTTP request) and starts reading frames.
@@ -50,7 +52,7 @@ class WebSocketSession : public std::enable_shared_from_this<WebSocketSession> {
   void do_write();
   void abort_all();
 
-  boost::beast::websocket::stream<boost::beast::tcp_stream> ws_;
+  boost::beast::websocket::stream<Stream> ws_;
   boost::beast::flat_buffer buffer_;
   ServerContext& ctx_;
   std::map<std::string, Generation> generations_;  // by the serialised client id

@@ -24,6 +24,7 @@
 #include "actors/tls_certs.h"
 #include "actors/worker.h"
 #include "http/server.h"
+#include "http/tls_stream.h"
 #include "model/json_file.h"
 #include "model/loader/config.h"
 #include "model/tokenizer/load_tokenizer.h"
@@ -202,6 +203,10 @@ int run_serve_command(Args& args) {
     if (count < 0) throw UsageError("--max-stored-responses must be 0 (none) or more");
     options.max_stored_responses = static_cast<size_t>(count);
   }
+  if (auto v = args.get("ssl-keyfile")) options.ssl_keyfile = *v;
+  if (auto v = args.get("ssl-certfile")) options.ssl_certfile = *v;
+  if (auto v = args.get("ssl-ca-certs")) options.ssl_ca_certs = *v;
+  if (args.has("ssl-cert-reqs")) options.ssl_cert_reqs = args.get_int("ssl-cert-reqs", 0);
   if (auto v = args.get("generation-config")) options.generation_config = *v;
   options.return_tokens_as_token_ids = args.get_bool("return-tokens-as-token-ids", options.return_tokens_as_token_ids);
   if (auto v = args.get("override-generation-config")) options.override_generation_config = *v;
@@ -212,8 +217,15 @@ int run_serve_command(Args& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  // HTTPS: bad certificate files fail before anything loads.
+  std::shared_ptr<boost::asio::ssl::context> tls;
+  try {
+    tls = server::server_tls_context(options);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   // The port first: a busy one fails before the model loads, and while it loads requests get 503.
-  server::ServerPort port(options);
+  server::ServerPort port(options, tls);
   std::cout << "paged: listening on " << options.host << ":" << port.port() << ", loading " << config.model_dir
             << std::endl;
   config.on_load_progress = load_progress();

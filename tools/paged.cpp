@@ -31,6 +31,7 @@ constexpr const char* kUsage = R"(usage:
               [--reasoning-parser deepseek_r1|qwen3]
               [--structured-outputs-in-reasoning] [--return-tokens-as-token-ids] [--generation-config auto|vllm|DIR]
               [--override-generation-config '{"temperature": 0.7}'] [--max-stored-responses 1000]
+              [--ssl-certfile FILE --ssl-keyfile FILE [--ssl-ca-certs FILE --ssl-cert-reqs 0|1|2]]
               [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt] [--dataset-path FILE]
               [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--random-prefix-len 0] [--seed S]

@@ -39,6 +39,12 @@ TEST_CASE("conf/serve.json holds the built-in server defaults", "[http]") {
   CHECK(conf.override_generation_config == defaults.override_generation_config);
   CHECK(conf.return_tokens_as_token_ids == defaults.return_tokens_as_token_ids);
   CHECK(conf.max_stored_responses == defaults.max_stored_responses);
+  CHECK(conf.ssl_certfile == defaults.ssl_certfile);
+  CHECK(conf.ssl_keyfile == defaults.ssl_keyfile);
+  CHECK(conf.ssl_ca_certs == defaults.ssl_ca_certs);
+  CHECK(conf.ssl_cert_reqs == defaults.ssl_cert_reqs);
+  CHECK_THROWS_WITH(paged::load_server_options(write_temp(R"({"server": {"ssl_cert_reqs": 3}})")),
+                    Catch::Contains("server.ssl_cert_reqs"));
   CHECK(paged::load_server_options(write_temp(R"({"server": {"max_stored_responses": 0}})")).max_stored_responses == 0);
   CHECK_THROWS_WITH(paged::load_server_options(write_temp(R"({"server": {"max_stored_responses": -1}})")),
                     Catch::Contains("server.max_stored_responses"));
