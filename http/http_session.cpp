@@ -26,6 +26,7 @@ struct HttpExchange {
   std::shared_ptr<void> owed;  // a generation: the server owes its response (ServerContext::owe_client)
   std::string id;              // the response's id (cmpl-..., chatcmpl-...), for the request log
   std::string request_id;      // the client's X-Request-Id, echoed in the response's; empty: none given
+  std::string owner;           // whose a stored response is (ServerContext::key_owner)
   std::shared_ptr<http::response<http::string_body>> complete;  // a whole response, ready to write
   // SSE: the header once, then frames as they come, then the last chunk.
   bool streaming = false;
@@ -296,12 +297,14 @@ void HttpSession<Stream>::respond_stored_response(const Request& req) {
             "application/json");
   } else {
     try {
+      // A key finds only what it stored itself.
+      const std::string owner = ctx_.key_owner(req[http::field::authorization]);
       if (method == http::verb::delete_) {
-        if (!ctx_.responses.erase(id)) ctx_.responses.get(id, "");  // throws: not stored
+        if (!ctx_.responses.erase(id, owner)) ctx_.responses.get(id, owner, "");  // throws: not stored
         respond(200, boost::json::serialize(boost::json::object{{"id", id}, {"object", "response"}, {"deleted", true}}),
                 "application/json");
       } else {
-        const auto stored = ctx_.responses.get(id, "");
+        const auto stored = ctx_.responses.get(id, owner, "");
         respond(200,
                 boost::json::serialize(items ? openai::input_items_page(*stored, query_params(req.target()))
                                              : stored->response),
@@ -420,13 +423,15 @@ void HttpSession<Stream>::start_generation(openai::Endpoint endpoint, const Requ
         throw InvalidRequest("the X-Request-Id header must be 1 to 256 visible ASCII characters", "X-Request-Id");
       ex.request_id = std::string(value);
     }
-    const openai::Request request = openai::parse_request(endpoint, req.body(), ctx_.model_info(), &ctx_.responses);
+    ex.owner = ctx_.key_owner(req[http::field::authorization]);
+    const openai::Request request =
+        openai::parse_request(endpoint, req.body(), ctx_.model_info(), &ctx_.responses, ex.owner);
     const char* prefix = endpoint == openai::Endpoint::chat        ? "chatcmpl"
                          : endpoint == openai::Endpoint::responses ? "resp"
                                                                    : "cmpl";
     ex.id = ex.request_id.empty() ? ctx_.next_id(prefix) : std::string(prefix) + "-" + ex.request_id;
     if (endpoint == openai::Endpoint::responses) ex.id[4] = '_';  // OpenAI's response ids: resp_...
-    if (request.responses && request.responses->store && ctx_.responses.find(ex.id))
+    if (request.responses && request.responses->store && ctx_.responses.taken(ex.id))
       throw InvalidRequest("X-Request-Id " + ex.request_id + " names a stored response already", "X-Request-Id");
     ex.builder = std::make_unique<openai::ResponseBuilder>(request, ctx_.engine.tokenizer(), ctx_.model_name, ex.id,
                                                            std::time(nullptr));
@@ -477,7 +482,7 @@ void HttpSession<Stream>::on_event(const std::shared_ptr<Exchange>& ex, size_t p
     // A stored response is there before its client hears of it (a next request may name it at once).
     if (!ex->builder->error())
       if (std::optional<openai::StoredResponse> stored = ex->builder->to_store())
-        ctx_.responses.put(ex->id, std::move(*stored));
+        ctx_.responses.put(ex->id, ex->owner, std::move(*stored));
     if (ex->streaming) {
       if (const auto& error = ex->builder->error()) {
         ex->pending += "data: " + openai::error_body(*error, "server_error", "", "internal_error") + "\n\n";

@@ -354,8 +354,9 @@ void check_model(const Fields& f, const ModelInfo& model) {
 
 }  // namespace
 
-Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model, const ResponseStore* store) {
-  return parse_request(endpoint, parse_object(body), model, store);
+Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model, const ResponseStore* store,
+                      std::string_view owner) {
+  return parse_request(endpoint, parse_object(body), model, store, owner);
 }
 
 std::string tokenize_body(std::string_view body, const ModelInfo& model) {
@@ -464,9 +465,9 @@ StructuredOutput parse_structured_output(const Fields& f) {
 }  // namespace
 
 Request parse_request(Endpoint endpoint, const json::object& body, const ModelInfo& model,
-                      const ResponseStore* store) {
+                      const ResponseStore* store, std::string_view owner) {
   if (endpoint == Endpoint::responses) {
-    auto form = std::make_shared<ResponsesForm>(responses_form(body, store));
+    auto form = std::make_shared<ResponsesForm>(responses_form(body, store, owner));
     Request req;
     try {
       req = parse_request(Endpoint::chat, form->chat, model);

@@ -76,11 +76,11 @@ struct Request {
 /// the vocabulary, prompt + max_tokens over the context, messages the chat template rejects, or a chat request to
 /// a model without a chat template. Completions tokenize with the tokenizer's special tokens (BOS); chat prompts
 /// are the rendered template tokenized without them.
-/// Responses: `store` holds the responses previous_response_id may name (null: none kept).
+/// Responses: `store` holds the responses previous_response_id may name, `owner`'s (null: none kept).
 Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo& model,
-                      const ResponseStore* store = nullptr);
+                      const ResponseStore* store = nullptr, std::string_view owner = {});
 Request parse_request(Endpoint endpoint, const boost::json::object& body, const ModelInfo& model,
-                      const ResponseStore* store = nullptr);
+                      const ResponseStore* store = nullptr, std::string_view owner = {});
 
 /// The OpenAI error body {"error": {"message", "type", "param", "code"}}; an empty param or code is null.
 std::string error_body(std::string_view message, std::string_view type, std::string_view param = {},

@@ -7,7 +7,7 @@ namespace paged::openai {
 
 namespace json = boost::json;
 
-bool ResponseStore::put(const std::string& id, StoredResponse response) {
+bool ResponseStore::put(const std::string& id, const std::string& owner, StoredResponse response) {
   if (capacity_ == 0) return false;
   const std::lock_guard lock(mutex_);
   if (by_id_.count(id)) return false;
@@ -15,30 +15,36 @@ bool ResponseStore::put(const std::string& id, StoredResponse response) {
     by_id_.erase(order_.front());  // gone already when it was deleted
     order_.pop_front();
   }
-  by_id_.emplace(id, std::make_shared<const StoredResponse>(std::move(response)));
+  by_id_.emplace(id, Entry{owner, std::make_shared<const StoredResponse>(std::move(response))});
   order_.push_back(id);
   return true;
 }
 
-std::shared_ptr<const StoredResponse> ResponseStore::find(std::string_view id) const {
+std::shared_ptr<const StoredResponse> ResponseStore::find(std::string_view id, std::string_view owner) const {
   const std::lock_guard lock(mutex_);
   const auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : it->second;
+  return it == by_id_.end() || it->second.owner != owner ? nullptr : it->second.response;
 }
 
-std::shared_ptr<const StoredResponse> ResponseStore::get(std::string_view id, const std::string& param) const {
-  if (auto found = find(id)) return found;
+std::shared_ptr<const StoredResponse> ResponseStore::get(std::string_view id, std::string_view owner,
+                                                         const std::string& param) const {
+  if (auto found = find(id, owner)) return found;
   throw ResponseNotFound("Response with id '" + std::string(id) + "' not found.", param);
 }
 
-bool ResponseStore::erase(std::string_view id) {
+bool ResponseStore::erase(std::string_view id, std::string_view owner) {
   const std::lock_guard lock(mutex_);
   const auto it = by_id_.find(id);
-  if (it == by_id_.end()) return false;
+  if (it == by_id_.end() || it->second.owner != owner) return false;
   by_id_.erase(it);
   // Its place in order_ goes too, so that deleted responses do not hold places the live ones need.
   order_.erase(std::find(order_.begin(), order_.end(), id));
   return true;
+}
+
+bool ResponseStore::taken(std::string_view id) const {
+  const std::lock_guard lock(mutex_);
+  return by_id_.find(id) != by_id_.end();
 }
 
 size_t ResponseStore::size() const {

@@ -1,6 +1,8 @@
 // The responses a server keeps (OpenAI's Responses API with store): what GET /v1/responses/{id} returns, and the
 // conversation a later request continues with previous_response_id. In memory and bounded: past `capacity` the
-// oldest goes first (a client whose previous_response_id went gets a 404 naming it). Thread-safe; no sockets here.
+// oldest goes first (a client whose previous_response_id went gets a 404 naming it). Each response is its owner's
+// (the API key that stored it, ServerContext::key_owner): another owner finds nothing under its id. Thread-safe; no
+// sockets here.
 #pragma once
 
 #include <cstddef>
@@ -37,21 +39,27 @@ class ResponseStore {
   explicit ResponseStore(size_t capacity) : capacity_(capacity) {}
 
   bool enabled() const { return capacity_ > 0; }
-  /// Keeps `response` under `id`, pushing out the oldest when full. False (and nothing changes) when the id is
-  /// taken or the store is off.
-  bool put(const std::string& id, StoredResponse response);
-  /// The response stored under `id`, or null.
-  std::shared_ptr<const StoredResponse> find(std::string_view id) const;
+  /// Keeps `response` under `id` for `owner`, pushing out the oldest when full. False (and nothing changes) when the
+  /// id is taken or the store is off.
+  bool put(const std::string& id, const std::string& owner, StoredResponse response);
+  /// The response `owner` stored under `id`, or null.
+  std::shared_ptr<const StoredResponse> find(std::string_view id, std::string_view owner) const;
   /// find(), or throws ResponseNotFound naming `param` (empty: none).
-  std::shared_ptr<const StoredResponse> get(std::string_view id, const std::string& param) const;
-  /// Forgets `id`; false when it was not stored.
-  bool erase(std::string_view id);
+  std::shared_ptr<const StoredResponse> get(std::string_view id, std::string_view owner, const std::string& param) const;
+  /// Forgets `owner`'s `id`; false when it was not stored.
+  bool erase(std::string_view id, std::string_view owner);
+  /// Whether any owner stored `id`.
+  bool taken(std::string_view id) const;
   size_t size() const;
 
  private:
+  struct Entry {
+    std::string owner;
+    std::shared_ptr<const StoredResponse> response;
+  };
   const size_t capacity_;
   mutable std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<const StoredResponse>, std::less<>> by_id_;
+  std::map<std::string, Entry, std::less<>> by_id_;
   std::deque<std::string> order_;  // ids oldest first (erased ones are skipped when found gone)
 };
 

@@ -200,7 +200,7 @@ json::object reasoning_item(const std::string& response_id, const json::string& 
 
 }  // namespace
 
-ResponsesForm responses_form(const json::object& body, const ResponseStore* store) {
+ResponsesForm responses_form(const json::object& body, const ResponseStore* store, std::string_view owner) {
   ResponsesForm form;
   json::object& chat = form.chat;
   json::object& echo = form.echo;
@@ -246,7 +246,7 @@ ResponsesForm responses_form(const json::object& body, const ResponseStore* stor
     } else if (key == "previous_response_id") {
       if (!v.is_string()) refuse(key, "must be a string");
       if (!keeps) refuse(key, "is not supported: this server keeps no responses");
-      previous = store->get(v.get_string(), key);
+      previous = store->get(v.get_string(), owner, key);
       echo[key] = v;
     } else if (key == "truncation") {
       if (!(v.is_string() && v.get_string() == "disabled")) refuse(key, "must be 'disabled' (no truncation)");

@@ -28,11 +28,11 @@ struct ResponsesForm {
 /// The chat-completions body asking what the Responses body `body` asks: `input` (a string, or messages whose
 /// content is a string or input_text / output_text parts, function_call and function_call_output items as an
 /// assistant's tool calls and tool messages) after the conversation previous_response_id names in `store` and
-/// after `instructions` as a system message, max_output_tokens as max_tokens, text.format as response_format,
+/// (`owner`'s) after `instructions` as a system message, max_output_tokens as max_tokens, text.format as response_format,
 /// function tools and tool_choice as chat's, and the sampling fields both APIs share.
 /// Throws InvalidRequest naming a field it does not support or a malformed one (store: true or
 /// previous_response_id where `store` is null or off), ResponseNotFound for a previous_response_id not stored.
-ResponsesForm responses_form(const boost::json::object& body, const ResponseStore* store);
+ResponsesForm responses_form(const boost::json::object& body, const ResponseStore* store, std::string_view owner = {});
 
 /// What `store` keeps of a finished response: `response` (response_object's) and, after the request's
 /// conversation, the answer `message` (a chat assistant message: content, tool_calls) and the input items with ids.

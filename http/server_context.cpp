@@ -10,6 +10,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/json.hpp>
+#include <openssl/rand.h>
 
 namespace paged::server {
 
@@ -62,8 +63,7 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts, std::shared_ptr<bo
       max_model_len(eng.config().max_model_len.value_or(eng.model_config().max_position_embeddings)),
       responses(options.max_stored_responses),
       tls(std::move(tls_context)),
-      chat_template_(ChatTemplate::load(eng.config().model_dir, options.chat_template_file)),
-      id_salt_(std::random_device{}() * 0x9E3779B97F4A7C15ULL ^ std::random_device{}()) {
+      chat_template_(ChatTemplate::load(eng.config().model_dir, options.chat_template_file)) {
   model_info_.tokenizer = &eng.tokenizer();
   model_info_.vocab_size = eng.model_config().vocab_size;
   model_info_.max_model_len = max_model_len;
@@ -99,11 +99,16 @@ std::shared_ptr<void> ServerContext::owe_client() {
 }
 
 std::string ServerContext::next_id(const char* prefix) {
-  const uint64_t n = next_id_.fetch_add(1, std::memory_order_relaxed);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%s-%016llx%08llx", prefix, static_cast<unsigned long long>(id_salt_ ^ (n * 0xBF58476D1CE4E5B9ULL)),
-                static_cast<unsigned long long>(n & 0xFFFFFFFFULL));
-  return buf;
+  // 96 random bits from OpenSSL's generator: an id (a stored response's is its only handle) tells nothing of others.
+  unsigned char bytes[12];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) throw std::runtime_error("no random bytes for a response id");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = std::string(prefix) + "-";
+  for (unsigned char b : bytes) {
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  return id;
 }
 
 std::string ServerContext::allowed_origin(std::string_view origin) const {
@@ -127,14 +132,30 @@ bool same_secret(std::string_view given, std::string_view expected) {
 
 }  // namespace
 
+std::optional<size_t> ServerContext::key_of(std::string_view given) const {
+  // Every key is compared whatever matched: the time does not tell which key, or how far a guess got.
+  std::optional<size_t> found;
+  for (size_t i = 0; i < options.api_keys.size(); ++i)
+    if (same_secret(given, options.api_keys[i]) && !found) found = i;
+  return found;
+}
+
 bool ServerContext::authorized(std::string_view authorization_header) const {
-  return options.api_key.empty() || same_secret(authorization_header, "Bearer " + options.api_key);
+  if (options.api_keys.empty()) return true;
+  return authorization_header.starts_with("Bearer ") &&
+         key_of(authorization_header.substr(std::string_view("Bearer ").size())).has_value();
+}
+
+std::string ServerContext::key_owner(std::string_view authorization_header) const {
+  if (options.api_keys.empty() || !authorization_header.starts_with("Bearer ")) return "";
+  const std::optional<size_t> key = key_of(authorization_header.substr(std::string_view("Bearer ").size()));
+  return key ? "key " + std::to_string(*key) : "";
 }
 
 bool ServerContext::dashboard_authorized(std::string_view authorization_header, std::string_view target,
                                          std::string_view cookie_header) const {
-  return authorized(authorization_header) || same_secret(query_param(target, "key"), options.api_key) ||
-         same_secret(cookie_value(cookie_header, kDashboardKeyCookie), options.api_key);
+  return authorized(authorization_header) || (!options.api_keys.empty() && key_of(query_param(target, "key"))) ||
+         (!options.api_keys.empty() && key_of(cookie_value(cookie_header, kDashboardKeyCookie)));
 }
 
 void log_request_start(const std::string& id, const openai::Request& request) {

@@ -119,10 +119,13 @@ class ServerContext {
   /// How many tokens of owe_client() live.
   int owed() const { return owed_.load(); }
 
-  /// A fresh response id: PREFIX-<24 hex digits>. Thread-safe.
+  /// A fresh response id: PREFIX-<24 random hex digits>. Thread-safe.
   std::string next_id(const char* prefix);
-  /// True when the request may use /v1/* (no API key set, or "Bearer KEY" given).
+  /// True when the request may use /v1/* (no API key set, or "Bearer KEY" given with one of them).
   bool authorized(std::string_view authorization_header) const;
+  /// Whose the request is, for what a key keeps to itself (stored responses): "key I" for the I-th API key it
+  /// gives, "" without keys.
+  std::string key_owner(std::string_view authorization_header) const;
   /// True when /dashboard* may be served: authorized(), or the key given as the query parameter `key` or the cookie
   /// paged_key (a browser cannot set a WebSocket's headers; http/dashboard.h).
   bool dashboard_authorized(std::string_view authorization_header, std::string_view target,
@@ -131,9 +134,9 @@ class ServerContext {
  private:
   std::optional<ChatTemplate> chat_template_;
   openai::ModelInfo model_info_;
-  std::atomic<uint64_t> next_id_{0};
+  /// The index of the API key `given` is (all compared in constant time), if any.
+  std::optional<size_t> key_of(std::string_view given) const;
   std::atomic<int> owed_{0};
-  uint64_t id_salt_;
 };
 
 /// Called on `executor` for each engine event of prompt `prompt_index`.

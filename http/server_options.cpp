@@ -41,8 +41,18 @@ ServerOptions load_server_options(const std::string& json_file) {
     } else if (key == "port") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 65535) throw bad("a port number");
       o.port = static_cast<uint16_t>(v.get_int64());
-    } else if (key == "api_key") {
-      o.api_key = text();
+    } else if (key == "api_key") {  // one key ("" none) or a list of them
+      o.api_keys.clear();
+      if (v.is_string()) {
+        if (!v.get_string().empty()) o.api_keys.emplace_back(v.get_string());
+      } else if (v.is_array()) {
+        for (const auto& k : v.get_array()) {
+          if (!k.is_string() || k.get_string().empty()) throw bad("a key or a list of non-empty keys");
+          o.api_keys.emplace_back(k.get_string());
+        }
+      } else {
+        throw bad("a key or a list of non-empty keys");
+      }
     } else if (key == "served_model_name") {
       o.served_model_name = text();
     } else if (key == "chat_template") {

@@ -16,7 +16,9 @@ struct ServerOptions {
   std::string model;                    // the model folder when no --model / MODEL is given; empty: none
   std::string host = "127.0.0.1";      // loopback unless told otherwise (a name is resolved)
   uint16_t port = 8000;                 // 0: any free port (the bound one is printed)
-  std::string api_key;                  // non-empty: /v1/* requires "Authorization: Bearer KEY"
+  // Non-empty: /v1/* requires "Authorization: Bearer KEY" with one of them (vLLM's --api-key takes several); each
+  // key's stored responses (/v1/responses) are its own.
+  std::vector<std::string> api_keys;
   std::string served_model_name;        // empty: the model folder's name
   std::string chat_template_file;       // empty: the model's own template (tokenizer_config.json)
   size_t body_limit = 1 << 20;          // request body bytes; more is answered 413

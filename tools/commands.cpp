@@ -149,11 +149,15 @@ int run_serve_command(Args& args) {
     if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
     options.port = static_cast<uint16_t>(port);
   }
-  // The API key: --api-key, else PAGED_API_KEY (vLLM reads VLLM_API_KEY), else the configuration file's.
-  if (auto v = args.get("api-key"))
-    options.api_key = *v;
-  else if (const char* env = std::getenv("PAGED_API_KEY"); env && *env)
-    options.api_key = env;
+  // The API keys: --api-key (repeatable: any of them is let in), else PAGED_API_KEY (vLLM reads VLLM_API_KEY), else
+  // the configuration file's.
+  if (const std::vector<std::string> keys = args.get_all("api-key"); !keys.empty()) {
+    for (const std::string& k : keys)
+      if (k.empty()) throw UsageError("--api-key must not be empty");
+    options.api_keys = keys;
+  } else if (const char* env = std::getenv("PAGED_API_KEY"); env && *env) {
+    options.api_keys = {env};
+  }
   if (auto v = args.get("chat-template")) options.chat_template_file = *v;
   if (auto v = args.get("served-model-name")) options.served_model_name = *v;
   if (args.has("stats-interval")) {

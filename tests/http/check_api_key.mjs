@@ -1,6 +1,8 @@
 // A server started with --api-key: /v1/* without the key (or with a wrong one) is 401, with it the openai client
-// works; /health and /metrics stay open; a WebSocket upgrade without the key is refused with 401.
-// Usage: node check_api_key.mjs --base http://127.0.0.1:PORT --key KEY
+// works; /health and /metrics stay open; a WebSocket upgrade without the key is refused with 401. With --other KEY2
+// (a second --api-key of the server): that key is let in too, and the responses one key stores are its own (the other
+// gets 404 for them, by id and as previous_response_id, and cannot delete them); response ids are not guessable.
+// Usage: node check_api_key.mjs --base http://127.0.0.1:PORT --key KEY [--other KEY2]
 import OpenAI from "openai";
 import WebSocket from "ws";
 import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
@@ -67,4 +69,23 @@ const wsOk = await new Promise((resolve) => {
   ws.on("unexpected-response", () => resolve(false));
 });
 check(wsOk, "WebSocket upgrade with the key opens");
+
+if (args.other) {
+  const other = new OpenAI({ baseURL: `${base}/v1`, apiKey: args.other, maxRetries: 0 });
+  const r2 = await other.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 4, temperature: 0 });
+  checkEqual(r2.choices[0].text, r.choices[0].text, "the second key is let in too");
+  const mine = await good.responses.create({ model: "stories260K", input: "Once upon a time", max_output_tokens: 4 });
+  checkEqual((await good.responses.retrieve(mine.id)).id, mine.id, "a key retrieves its own stored response");
+  checkEqual(await other.responses.retrieve(mine.id).then(() => 200, (e) => e.status), 404,
+    "another key gets 404 for it");
+  checkEqual(await other.responses.create({ model: "stories260K", input: "x", previous_response_id: mine.id }).then(
+    () => 200, (e) => [e.status, e.param]), [404, "previous_response_id"], "another key cannot continue it");
+  checkEqual(await other.responses.delete(mine.id).then(() => 200, (e) => e.status), 404, "another key cannot delete it");
+  checkEqual((await good.responses.retrieve(mine.id)).id, mine.id, "it is still there for its key");
+  // Ids carry no counter (ids a few requests apart were a few apart in their last digits): random 96 bits.
+  const next = await good.responses.create({ model: "stories260K", input: "x", max_output_tokens: 2 });
+  const tail = (id) => parseInt(id.slice(-8), 16);
+  check(/^resp_[0-9a-f]{24}$/.test(next.id) && Math.abs(tail(next.id) - tail(mine.id)) > 1000, "random response ids",
+    [mine.id, next.id]);
+}
 finish("check_api_key");

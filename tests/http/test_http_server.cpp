@@ -26,7 +26,7 @@ TEST_CASE("conf/serve.json holds the built-in server defaults", "[http]") {
   CHECK(conf.host == defaults.host);
   CHECK(conf.host == "127.0.0.1");  // loopback unless told otherwise
   CHECK(conf.port == defaults.port);
-  CHECK(conf.api_key == defaults.api_key);
+  CHECK(conf.api_keys == defaults.api_keys);
   CHECK(conf.served_model_name == defaults.served_model_name);
   CHECK(conf.chat_template_file == defaults.chat_template_file);
   CHECK(conf.body_limit == defaults.body_limit);
@@ -76,7 +76,11 @@ TEST_CASE("server options: keys override defaults, unknown keys and bad values a
   const ServerOptions o = paged::load_server_options(
       write_temp(R"({"server": {"port": 9001, "api_key": "k", "body_limit_bytes": 4096, "host": "0.0.0.0"}})"));
   CHECK(o.port == 9001);
-  CHECK(o.api_key == "k");
+  CHECK(o.api_keys == std::vector<std::string>{"k"});
+  CHECK(paged::load_server_options(write_temp(R"({"server": {"api_key": ["a", "b"]}})")).api_keys ==
+        std::vector<std::string>{"a", "b"});
+  CHECK(paged::load_server_options(write_temp(R"({"server": {"api_key": ""}})")).api_keys.empty());
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"api_key": ["a", ""]}})")), std::runtime_error);
   CHECK(o.body_limit == 4096);
   CHECK(o.host == "0.0.0.0");
   CHECK(o.pipeline_limit == ServerOptions{}.pipeline_limit);

@@ -39,7 +39,7 @@ void answer(ResponseStore& store, const std::string& body, const std::string& id
                           {"usage", json::parse(R"({"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
                               "prompt_tokens_details": {"cached_tokens": 0}})")}};
   const json::object& message = chat.at("choices").at(0).at("message").as_object();
-  REQUIRE(store.put(id, stored_response(form, response_object(chat, form.echo, id, 100), message)));
+  REQUIRE(store.put(id, "", stored_response(form, response_object(chat, form.echo, id, 100), message)));
 }
 
 }  // namespace
@@ -164,22 +164,28 @@ TEST_CASE("a chat answer becomes the response object; streamed, its events come 
 TEST_CASE("stored responses: kept, pushed out oldest first, found by id, deleted", "[http][responses]") {
   ResponseStore store(2);
   REQUIRE(store.enabled());
-  CHECK(store.put("a", {}));
-  CHECK_FALSE(store.put("a", {}));  // an id is stored once
-  CHECK(store.put("b", {}));
-  CHECK(store.put("c", {}));  // full: "a" goes
-  CHECK(store.find("a") == nullptr);
-  CHECK(store.find("b") != nullptr);
+  CHECK(store.put("a", "k", {}));
+  CHECK_FALSE(store.put("a", "k", {}));  // an id is stored once
+  CHECK_FALSE(store.put("a", "other", {}));
+  CHECK(store.put("b", "k", {}));
+  CHECK(store.put("c", "k", {}));  // full: "a" goes
+  CHECK(store.find("a", "k") == nullptr);
+  CHECK(store.find("b", "k") != nullptr);
   CHECK(store.size() == 2);
-  CHECK(store.erase("b"));
-  CHECK_FALSE(store.erase("b"));
-  CHECK(store.put("d", {}));  // the deleted one's place is free: "c" stays
-  CHECK(store.find("c") != nullptr);
+  // Another owner (API key) finds nothing of k's, and cannot delete it.
+  CHECK(store.find("b", "other") == nullptr);
+  CHECK(store.taken("b"));
+  CHECK_FALSE(store.erase("b", "other"));
+  CHECK_THROWS_AS(store.get("b", "other", ""), ResponseNotFound);
+  CHECK(store.erase("b", "k"));
+  CHECK_FALSE(store.erase("b", "k"));
+  CHECK(store.put("d", "k", {}));  // the deleted one's place is free: "c" stays
+  CHECK(store.find("c", "k") != nullptr);
   CHECK(store.size() == 2);
-  CHECK_THROWS_AS(store.get("b", "previous_response_id"), ResponseNotFound);
+  CHECK_THROWS_AS(store.get("b", "k", "previous_response_id"), ResponseNotFound);
   ResponseStore off(0);
   CHECK_FALSE(off.enabled());
-  CHECK_FALSE(off.put("a", {}));
+  CHECK_FALSE(off.put("a", "", {}));
 }
 
 TEST_CASE("store and previous_response_id: a conversation continues, without the earlier instructions",
@@ -202,7 +208,7 @@ TEST_CASE("store and previous_response_id: a conversation continues, without the
       {"role": "user", "content": "And?"}, {"role": "assistant", "content": "More"},
       {"role": "user", "content": "Last"}])"));
   CHECK(third.echo.at("previous_response_id") == "resp_2");
-  const auto second = store.find("resp_2");
+  const auto second = store.find("resp_2", "");
   REQUIRE(second);
   CHECK(second->response.at("id") == "resp_2");
   CHECK(second->input_items == json::parse(R"([{"type": "message", "role": "user",
@@ -213,6 +219,10 @@ TEST_CASE("store and previous_response_id: a conversation continues, without the
                                  &store),
                   ResponseNotFound);
   CHECK(refused(R"({"input": "x", "previous_response_id": 7})", &store) == "previous_response_id");
+  // Another API key's request does not see resp_2.
+  CHECK_THROWS_AS(
+      responses_form(json::parse(R"({"input": "x", "previous_response_id": "resp_2"})").as_object(), &store, "key 1"),
+      ResponseNotFound);
   ResponseStore off(0);
   CHECK(refused(R"({"input": "x", "store": true})", &off) == "store");
   CHECK(refused(R"({"input": "x", "previous_response_id": "resp_1"})", &off) == "previous_response_id");
@@ -223,7 +233,7 @@ TEST_CASE("a stored response's input items page by limit, order and after", "[ht
   answer(store, R"({"input": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
       {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
       {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})", "resp_x", "done");
-  const StoredResponse& stored = *store.find("resp_x");
+  const StoredResponse& stored = *store.find("resp_x", "");
   const auto ids = [](const json::object& page) {
     std::vector<std::string> out;
     for (const json::value& item : page.at("data").as_array()) out.emplace_back(item.at("id").as_string());

@@ -95,8 +95,8 @@ for parser in hermes llama3_json mistral pythonic; do
   kill -TERM "${PIDS[-1]}"
 done
 
-start_server "$WORK/serve-key.log" --api-key "s3cret-key"
-run_check check_api_key.mjs --base "http://127.0.0.1:$PORT" --key "s3cret-key" || fail check_api_key
+start_server "$WORK/serve-key.log" --chat-template "$TEMPLATE" --api-key "s3cret-key" --api-key "other-key"
+run_check check_api_key.mjs --base "http://127.0.0.1:$PORT" --key "s3cret-key" --other "other-key" || fail check_api_key
 
 # 503 when the waiting queue is over its limit (needs the engine flag --max-waiting-requests).
 if "$PAGED" --help 2>&1 | grep -q -- "--max-waiting-requests"; then
