@@ -572,6 +572,13 @@ void HttpSession<Stream>::do_close() {
   update_read_deadline();
   if constexpr (kIsTls<Stream>) {
     // TLS: close_notify, then the socket (bounded by kDrainTime: a client that does not answer it is not waited for).
+    // With a read in flight (a keep-alive connection closed by the shutdown) the TLS stream takes no second
+    // operation beside it: the socket just closes.
+    if (reading_) {
+      beast::error_code ignored;
+      beast::get_lowest_layer(stream_).socket().close(ignored);
+      return;
+    }
     beast::get_lowest_layer(stream_).expires_after(kDrainTime);
     stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
       beast::error_code ignored;
