@@ -373,7 +373,7 @@ void HttpSession<Stream>::handle(Request&& req) {
                 ctx_.counters.prometheus(),
             "text/plain; version=0.0.4");
   } else if (path == "/v1/models") {
-    respond(200, openai::models_body(ctx_.model_name, ctx_.max_model_len, std::time(nullptr)), "application/json");
+    respond(200, openai::models_body(ctx_.model_info(), ctx_.max_model_len, std::time(nullptr)), "application/json");
   } else if (path == "/ping") {
     respond(200, "", "application/json");
   } else if (path == "/version") {

@@ -345,7 +345,8 @@ json::object parse_object(std::string_view body) {
 // The `model` field, when present, names the served model.
 void check_model(const Fields& f, const ModelInfo& model) {
   if (auto name = f.string("model");
-      name && *name != model.served_model_name && (model.model_path.empty() || *name != model.model_path)) {
+      name && *name != model.served_model_name && (model.model_path.empty() || *name != model.model_path) &&
+      std::find(model.other_names.begin(), model.other_names.end(), *name) == model.other_names.end()) {
     throw ModelNotFound("The model `" + *name + "` does not exist; this server serves `" + model.served_model_name +
                             "`",
                         "model");
@@ -687,10 +688,16 @@ std::string error_body(std::string_view message, std::string_view type, std::str
   return json::serialize(json::object{{"error", std::move(err)}});
 }
 
-std::string models_body(const std::string& served_model_name, int max_model_len, int64_t created) {
-  json::object model{{"id", served_model_name},  {"object", "model"},   {"created", created},
-                     {"owned_by", "paged"},      {"root", served_model_name}, {"max_model_len", max_model_len}};
-  return json::serialize(json::object{{"object", "list"}, {"data", json::array{std::move(model)}}});
+std::string models_body(const ModelInfo& model, int max_model_len, int64_t created) {
+  const std::string root = model.model_path.empty() ? model.served_model_name : model.model_path;
+  json::array data;
+  const auto card = [&](const std::string& name) {
+    data.push_back(json::object{{"id", name},         {"object", "model"}, {"created", created},
+                                {"owned_by", "paged"}, {"root", root},     {"max_model_len", max_model_len}});
+  };
+  card(model.served_model_name);
+  for (const std::string& name : model.other_names) card(name);
+  return json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
 }
 
 std::string token_text(const Tokenizer& tokenizer, TokenId id) {

@@ -40,6 +40,7 @@ struct ModelInfo {
                                          // start after its end (StructuredOutput::after), as vLLM's
   SamplingDefaults sampling_defaults;    // what a request leaves out (--generation-config); max_tokens caps it too
   bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:ID" unless a request says otherwise
+  std::vector<std::string> other_names;  // more names `model` may be (--served-model-name's after the first)
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).
@@ -86,8 +87,8 @@ Request parse_request(Endpoint endpoint, const boost::json::object& body, const 
 std::string error_body(std::string_view message, std::string_view type, std::string_view param = {},
                        std::string_view code = {});
 
-/// GET /v1/models: the one served model.
-std::string models_body(const std::string& served_model_name, int max_model_len, int64_t created);
+/// GET /v1/models: the served model, a card under each of its names (vLLM's), the model folder as their root.
+std::string models_body(const ModelInfo& model, int max_model_len, int64_t created);
 
 /// POST /tokenize (vLLM's): {"prompt": TEXT, "add_special_tokens"?: true} or {"messages": [...],
 /// "add_generation_prompt"?: true, "add_special_tokens"?: false, "chat_template_kwargs"?} (rendered by the chat

@@ -59,7 +59,8 @@ std::string folder_name(const std::string& dir) {
 ServerContext::ServerContext(Engine& eng, ServerOptions opts, std::shared_ptr<boost::asio::ssl::context> tls_context)
     : engine(eng),
       options(std::move(opts)),
-      model_name(options.served_model_name.empty() ? folder_name(eng.config().model_dir) : options.served_model_name),
+      model_name(options.served_model_names.empty() ? folder_name(eng.config().model_dir)
+                                                    : options.served_model_names.front()),
       max_model_len(eng.config().max_model_len.value_or(eng.model_config().max_position_embeddings)),
       responses(options.max_stored_responses),
       tls(std::move(tls_context)),
@@ -68,6 +69,8 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts, std::shared_ptr<bo
   model_info_.vocab_size = eng.model_config().vocab_size;
   model_info_.max_model_len = max_model_len;
   model_info_.served_model_name = model_name;
+  if (options.served_model_names.size() > 1)
+    model_info_.other_names.assign(options.served_model_names.begin() + 1, options.served_model_names.end());
   model_info_.model_path = eng.config().model_dir;
   model_info_.max_prompts = options.max_prompts_per_request;
   model_info_.max_sequences = options.max_sequences_per_request;

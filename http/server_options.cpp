@@ -53,8 +53,18 @@ ServerOptions load_server_options(const std::string& json_file) {
       } else {
         throw bad("a key or a list of non-empty keys");
       }
-    } else if (key == "served_model_name") {
-      o.served_model_name = text();
+    } else if (key == "served_model_name") {  // a name ("" none) or a list of them
+      o.served_model_names.clear();
+      if (v.is_string()) {
+        if (!v.get_string().empty()) o.served_model_names.emplace_back(v.get_string());
+      } else if (v.is_array()) {
+        for (const auto& n : v.get_array()) {
+          if (!n.is_string() || n.get_string().empty()) throw bad("a name or a list of non-empty names");
+          o.served_model_names.emplace_back(n.get_string());
+        }
+      } else {
+        throw bad("a name or a list of non-empty names");
+      }
     } else if (key == "chat_template") {
       o.chat_template_file = text();
     } else if (key == "body_limit_bytes") {

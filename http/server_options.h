@@ -19,7 +19,9 @@ struct ServerOptions {
   // Non-empty: /v1/* requires "Authorization: Bearer KEY" with one of them (vLLM's --api-key takes several); each
   // key's stored responses (/v1/responses) are its own.
   std::vector<std::string> api_keys;
-  std::string served_model_name;        // empty: the model folder's name
+  // The names the API answers to (vLLM's --served-model-name takes several): a request's `model` may be any, responses
+  // and metrics carry the first; empty: the model folder's name.
+  std::vector<std::string> served_model_names;
   std::string chat_template_file;       // empty: the model's own template (tokenizer_config.json)
   size_t body_limit = 1 << 20;          // request body bytes; more is answered 413
   int read_timeout_s = 30;              // an idle connection, or one slow to send its request, is closed

@@ -159,7 +159,11 @@ int run_serve_command(Args& args) {
     options.api_keys = {env};
   }
   if (auto v = args.get("chat-template")) options.chat_template_file = *v;
-  if (auto v = args.get("served-model-name")) options.served_model_name = *v;
+  if (const std::vector<std::string> names = args.get_all("served-model-name"); !names.empty()) {
+    for (const std::string& n : names)
+      if (n.empty()) throw UsageError("--served-model-name must not be empty");
+    options.served_model_names = names;
+  }
   if (args.has("stats-interval")) {
     const int seconds = args.get_int("stats-interval", 0);
     if (seconds < 0) throw UsageError("--stats-interval must be 0 (off) or more seconds");

@@ -811,10 +811,22 @@ TEST_CASE("error and model bodies have the OpenAI shape", "[openai]") {
   CHECK(err.at("type") == "invalid_request_error");
   CHECK(err.at("param") == "n");
   CHECK(err.at("code").is_null());
-  const auto m = json::parse(openai::models_body("stories260K", 512, 5)).as_object();
+  openai::ModelInfo info = fixture().info();
+  info.model_path = "models/stories260K";
+  const auto m = json::parse(openai::models_body(info, 512, 5)).as_object();
   CHECK(m.at("object") == "list");
+  CHECK(m.at("data").as_array().size() == 1);
   CHECK(m.at("data").at(0).at("id") == "stories260K");
   CHECK(m.at("data").at(0).at("object") == "model");
+  CHECK(m.at("data").at(0).at("root") == "models/stories260K");
+  // Several served names (vLLM's --served-model-name a b): a card each; a request may name any.
+  info.other_names = {"tiny", "tiny-v2"};
+  const auto several = json::parse(openai::models_body(info, 512, 5)).as_object();
+  REQUIRE(several.at("data").as_array().size() == 3);
+  CHECK(several.at("data").at(2).at("id") == "tiny-v2");
+  CHECK(refused_param(Endpoint::completions, R"({"model": "tiny", "prompt": "a"})", &info) == "<accepted>");
+  CHECK(refused_param(Endpoint::completions, R"({"model": "models/stories260K", "prompt": "a"})", &info) == "<accepted>");
+  CHECK(refused_param(Endpoint::completions, R"({"model": "other", "prompt": "a"})", &info) == "model");
 }
 
 TEST_CASE("a request's own chat_template needs a server that trusts them", "[openai]") {

@@ -27,7 +27,11 @@ TEST_CASE("conf/serve.json holds the built-in server defaults", "[http]") {
   CHECK(conf.host == "127.0.0.1");  // loopback unless told otherwise
   CHECK(conf.port == defaults.port);
   CHECK(conf.api_keys == defaults.api_keys);
-  CHECK(conf.served_model_name == defaults.served_model_name);
+  CHECK(conf.served_model_names == defaults.served_model_names);
+  CHECK(paged::load_server_options(write_temp(R"({"server": {"served_model_name": ["a", "b"]}})")).served_model_names ==
+        std::vector<std::string>{"a", "b"});
+  CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"served_model_name": [""]}})")),
+                  std::runtime_error);
   CHECK(conf.chat_template_file == defaults.chat_template_file);
   CHECK(conf.body_limit == defaults.body_limit);
   CHECK(conf.read_timeout_s == defaults.read_timeout_s);

@@ -4,7 +4,8 @@
 # Python's urllib (it sends "Connection: close"), curl --http1.0, a streamed completion with "Connection: close", and
 # 32 completions pipelined on one connection (then a /health with "Connection: close"): each answers 200 with the
 # golden greedy continuation of stories260K (the prompt's continuation, tests/http/golden_text.mjs). Then `serve
-# MODEL --host localhost` with PAGED_API_KEY set answers /v1/models 401 without the key and 200 with it. /ping,
+# MODEL --host localhost` with PAGED_API_KEY set answers /v1/models 401 without the key and 200 with it, and answers
+# to both of its --served-model-name names. /ping,
 # /version, /tokenize and /detokenize answer; /metrics has vLLM's series; the log has the startup, request and stats
 # lines; CORS follows --allowed-origins.
 set -u
@@ -137,7 +138,8 @@ ends=$(grep -cE '^paged: request cmpl-[0-9a-f]+ prompt 0: 5 prompt and 64 comple
 kill "$serve_pid"
 wait "$serve_pid" 2>/dev/null
 fresh_logs serve
-PAGED_API_KEY=s3cret "$PAGED" serve "$MODEL" --host localhost --port 0 >"$TMP/serve.out" 2>"$TMP/serve.err" &
+PAGED_API_KEY=s3cret "$PAGED" serve "$MODEL" --host localhost --port 0 --served-model-name tiny \
+  --served-model-name tiny-v2 >"$TMP/serve.out" 2>"$TMP/serve.err" &
 serve_pid=$!
 pids+=("$serve_pid")
 await_port serve_port serve server_port_printed || finish
@@ -146,4 +148,14 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://localhost:$serve_port/v1/m
 [ "$code" = 401 ] || fail "PAGED_API_KEY: /v1/models without the key answered $code"
 code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cret' "http://localhost:$serve_port/v1/models")
 [ "$code" = 200 ] || fail "PAGED_API_KEY: /v1/models with the key answered $code"
+# Several served names (vLLM's): /v1/models lists each, a request may name any, the response names the first.
+ids=$(curl -s -H 'Authorization: Bearer s3cret' "http://localhost:$serve_port/v1/models" |
+  node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(0, "utf8")).data.map((m) => m.id).join(","))')
+[ "$ids" = "tiny,tiny-v2" ] || fail "--served-model-name twice: /v1/models lists $ids"
+answer=$(curl -s -H 'Authorization: Bearer s3cret' -H 'Content-Type: application/json' \
+  -d '{"model": "tiny-v2", "prompt": "Once", "max_tokens": 2}' "http://localhost:$serve_port/v1/completions")
+case "$answer" in *'"model":"tiny"'*) ;; *) fail "a request naming the second name: $answer" ;; esac
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cret' -H 'Content-Type: application/json' \
+  -d '{"model": "stories260K", "prompt": "Once", "max_tokens": 2}' "http://localhost:$serve_port/v1/completions")
+[ "$code" = 404 ] || fail "a name not served answered $code"
 finish
