@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <random>
 #include <sstream>
 
 #include <boost/asio/post.hpp>

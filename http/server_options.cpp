@@ -32,6 +32,21 @@ ServerOptions load_server_options(const std::string& json_file) {
       if (!v.is_string()) throw bad("a string");
       return std::string(v.get_string());
     };
+    // One string ("": none) or a list of non-empty ones.
+    auto strings = [&](const char* what) {
+      std::vector<std::string> out;
+      if (v.is_string()) {
+        if (!v.get_string().empty()) out.emplace_back(v.get_string());
+      } else if (v.is_array()) {
+        for (const auto& item : v.get_array()) {
+          if (!item.is_string() || item.get_string().empty()) throw bad(what);
+          out.emplace_back(item.get_string());
+        }
+      } else {
+        throw bad(what);
+      }
+      return out;
+    };
     auto positive = [&](int64_t max) {
       if (!v.is_int64() || v.get_int64() < 1 || v.get_int64() > max) throw bad("a positive integer");
       return v.get_int64();
@@ -41,30 +56,10 @@ ServerOptions load_server_options(const std::string& json_file) {
     } else if (key == "port") {
       if (!v.is_int64() || v.get_int64() < 0 || v.get_int64() > 65535) throw bad("a port number");
       o.port = static_cast<uint16_t>(v.get_int64());
-    } else if (key == "api_key") {  // one key ("" none) or a list of them
-      o.api_keys.clear();
-      if (v.is_string()) {
-        if (!v.get_string().empty()) o.api_keys.emplace_back(v.get_string());
-      } else if (v.is_array()) {
-        for (const auto& k : v.get_array()) {
-          if (!k.is_string() || k.get_string().empty()) throw bad("a key or a list of non-empty keys");
-          o.api_keys.emplace_back(k.get_string());
-        }
-      } else {
-        throw bad("a key or a list of non-empty keys");
-      }
-    } else if (key == "served_model_name") {  // a name ("" none) or a list of them
-      o.served_model_names.clear();
-      if (v.is_string()) {
-        if (!v.get_string().empty()) o.served_model_names.emplace_back(v.get_string());
-      } else if (v.is_array()) {
-        for (const auto& n : v.get_array()) {
-          if (!n.is_string() || n.get_string().empty()) throw bad("a name or a list of non-empty names");
-          o.served_model_names.emplace_back(n.get_string());
-        }
-      } else {
-        throw bad("a name or a list of non-empty names");
-      }
+    } else if (key == "api_key") {
+      o.api_keys = strings("a key or a list of non-empty keys");
+    } else if (key == "served_model_name") {
+      o.served_model_names = strings("a name or a list of non-empty names");
     } else if (key == "chat_template") {
       o.chat_template_file = text();
     } else if (key == "body_limit_bytes") {
