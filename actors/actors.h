@@ -125,6 +125,10 @@ struct SchedulerSetup {
   /// With one executor: send step N+1 as soon as it is planned, before step N returned, its sequences' newest
   /// tokens deferred to the executor (SeqChunk::last_token_deferred); else N+1 waits for N's results.
   bool async_scheduling = true;
+  /// Speculative decoding (model/speculative/ngram.h; off when num_speculative_tokens is 0): sequences that decode
+  /// alone propose n-gram drafts, verified in one step. Every step is then planned after the results of the one
+  /// before (the drafts continue the newest token), so async_scheduling does not apply.
+  NgramSpeculation speculation;
   MemoryManager memory_manager;
   ReplicaMetricsWriter metrics{nullptr, nullptr};  // the replica's figures and the engine's totals
 };

@@ -131,6 +131,8 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.max_num_seqs < 1) throw ModelError("max_num_seqs must be positive");
   if (c.max_num_batched_tokens < 1) throw ModelError("max_num_batched_tokens must be positive");
   if (c.tensor_parallel_size < 1) throw ModelError("tensor_parallel_size must be positive");
+  if (const std::string bad = c.speculative_config.error(); !bad.empty())
+    throw ModelError("speculative_config: " + bad);
   if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
   if (c.quantization != "auto" && c.quantization != "fp8" && c.quantization != "none")
     throw ModelError("quantization must be auto, fp8 or none, not '" + c.quantization + "'");
@@ -345,7 +347,8 @@ void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks
   setup.max_model_len = max_model_len;
   setup.block_size = config.block_size;
   setup.executors = r.executors;
-  setup.async_scheduling = config.async_scheduling;
+  setup.async_scheduling = config.async_scheduling && !config.speculative_config.enabled();
+  setup.speculation = config.speculative_config;
   setup.memory_manager = r.memory_manager;
   setup.metrics = writer;
   r.scheduler = spawn_scheduler(*system, setup);

@@ -11,6 +11,7 @@
 
 #include "model/sampling/sample.h"
 #include "model/scheduling/scheduler_policy.h"
+#include "model/speculative/ngram.h"
 
 namespace paged {
 
@@ -58,6 +59,12 @@ struct EngineConfig {
   /// Two steps in flight on a replica of one executor (vLLM's --async-scheduling): step N+1 goes to the executor
   /// before N returned, so the host work between steps overlaps the device's.
   bool async_scheduling = true;
+  /// vLLM's --speculative-config with method "ngram" (model/speculative/ngram.h): a decoding sequence proposes up to
+  /// num_speculative_tokens drafts from its own earlier tokens and one step verifies them, so a step may yield
+  /// several of its tokens. Greedy and sampled outputs are those of decoding without it (each position is sampled
+  /// from the model's own distribution); steps are then planned one after another (async_scheduling is off). Not for
+  /// sequences with structured outputs, beam search or the first token of n > 1. Off: num_speculative_tokens 0.
+  NgramSpeculation speculative_config;
   PreemptionMode preemption_mode = PreemptionMode::recompute;
   /// vLLM's --scheduling-policy priority: requests are admitted by SamplingParams::priority (lower first), then
   /// arrival, and preempted lowest priority first. Off (fcfs): a request with a priority other than 0 is refused.

@@ -113,6 +113,10 @@ std::string Metrics::vllm_prometheus(const std::string& model_name) const {
   series("num_preemptions", "counter", "Preemptions.", double(preemptions));
   series("prompt_tokens", "counter", "Prompt tokens.", double(prompt_tokens));
   series("generation_tokens", "counter", "Generated tokens.", double(generation_tokens));
+  series("spec_decode_num_drafts", "counter", "Sequences' steps that verified drafts (speculative decoding).",
+         double(spec_decode_drafts));
+  series("spec_decode_num_draft_tokens", "counter", "Draft tokens verified.", double(spec_decode_draft_tokens));
+  series("spec_decode_num_accepted_tokens", "counter", "Draft tokens accepted.", double(spec_decode_accepted_tokens));
   out << "# HELP vllm:request_success Requests finished, by the finish reason of their first output.\n"
       << "# TYPE vllm:request_success counter\n";
   for (const auto& [reason, count] : {std::pair{"stop", &finished_stop}, std::pair{"length", &finished_length},
@@ -183,6 +187,9 @@ std::string Metrics::prometheus() const {
   gauge("engine_steps_total", "Engine steps executed.", steps, "counter");
   gauge("engine_steps_deferred_total", "Steps sent before the step ahead of them returned (async scheduling).",
         steps_deferred, "counter");
+  gauge("spec_decode_draft_tokens_total", "Draft tokens verified (speculative decoding).", spec_decode_draft_tokens,
+        "counter");
+  gauge("spec_decode_accepted_tokens_total", "Draft tokens accepted.", spec_decode_accepted_tokens, "counter");
   gauge("cuda_graphs_captured_total", "CUDA graphs captured (each decode shape on its first step).", graphs_captured,
         "counter");
   out << "# HELP paged_cuda_graph_capture_seconds_total Time spent capturing CUDA graphs.\n"

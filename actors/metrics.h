@@ -62,6 +62,8 @@ struct Metrics {
   Counter steps_deferred{0};               // sent before the step ahead of them returned (two steps in flight)
   Counter step_time_us{0};                 // summed steps' times: to all replies, from when it was sent or the
                                            // results of the step ahead of it came, whichever is later
+  // Speculative decoding (vLLM's spec_decode_*): sequences' steps that verified drafts, the drafts, those accepted.
+  Counter spec_decode_drafts{0}, spec_decode_draft_tokens{0}, spec_decode_accepted_tokens{0};
   Counter graphs_captured{0}, graph_capture_us{0};  // CUDA graphs this process's runners captured, and the time
   Gauge peak_running_seqs{0};
   Gauge engine_ready{0};                   // 1 while the engine takes requests (a replica's: while it serves)

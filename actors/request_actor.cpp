@@ -185,6 +185,7 @@ bool take_output(Self* self, const SeqOutput& out) {
   CompletionDelta d;
   d.index = out.index;
   for (const SampledToken& t : out.tokens) {
+    if (c.finish) break;  // a stop string ended it: the step's later tokens (speculative decoding) are not output
     // Stop ids and EOS end the completion without becoming text (vLLM's default).
     const bool is_stop_id = out.finish == "stop" && &t == &out.tokens.back() &&
                             std::find(st.spec.stop_ids.begin(), st.spec.stop_ids.end(), t.token) !=
@@ -196,7 +197,7 @@ bool take_output(Self* self, const SeqOutput& out) {
       d.logprobs.push_back(t);
     }
     ++st.completion_tokens;
-    if (!is_stop_id && !c.finish)
+    if (!is_stop_id)
       d.text += add_text(c, c.detok->push(t.token), p.stop, p.include_stop_str_in_output, false);
   }
   c.cumulative_logprob = out.cumulative_logprob;

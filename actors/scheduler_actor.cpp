@@ -9,6 +9,7 @@
 
 #include "actors/actors.h"
 #include "model/scheduling/beam_search.h"
+#include "model/speculative/ngram.h"
 
 namespace paged {
 
@@ -36,6 +37,9 @@ struct SeqData {
   std::optional<std::vector<SampledToken>> beam_candidates;  // beam search: this step's offers, until all beams have
   std::vector<SampledToken> beam_output;  // beam search: the output as offered (logprobs, alternatives)
   std::shared_ptr<constraint::TokenConstraint> constraint;   // structured outputs: the output so far against its grammar
+  /// Speculative decoding: the drafts proposed for the next step (request_plan), then those its step in flight
+  /// computes after its newest token (dispatch); empty: none.
+  std::vector<TokenId> drafts;
 };
 
 struct RequestData {
@@ -74,7 +78,8 @@ struct SchedulerState {
     std::chrono::steady_clock::time_point sent;       // when it went to the executors
     StepKind kind = StepKind::decode;                  // its kind and tokens (the step profile)
     int tokens = 0;
-    bool forks = false;                                // some sequence forks on its result: plan after it
+    // The next step is planned after its results: a sequence forks on them, or drafts continue them (speculation).
+    bool plan_after = false;
   };
   std::deque<InFlight> in_flight;
   uint64_t steps_sent = 0, steps_done = 0;            // ids of the newest step sent and handled
@@ -85,10 +90,12 @@ struct SchedulerState {
   std::vector<caf::response_promise> drain_waiters;
   std::vector<SeqId> finished_since_step;           // freed since the last dispatch: StepBatch::finished
 
-  /// Token at position p of a sequence: prompt, then output.
+  /// Token at position p of a sequence: prompt, then output, then its drafts.
   TokenId token_at(const SeqData& s, int p) const {
     const auto& prompt = *requests.at(s.request).spec.prompt;
-    return p < static_cast<int>(prompt.size()) ? prompt[p] : (*s.output)[p - prompt.size()];
+    if (p < static_cast<int>(prompt.size())) return prompt[p];
+    const size_t o = static_cast<size_t>(p) - prompt.size();
+    return o < s.output->size() ? (*s.output)[o] : s.drafts.at(o - s.output->size());
   }
   std::vector<TokenId> all_tokens(const SeqData& s) const {
     const RequestData& r = requests.at(s.request);
@@ -311,8 +318,38 @@ void report_computed(Self* self, const std::vector<std::pair<SeqId, int>>& step_
   if (!reports.empty()) self->send(st.setup.memory_manager, computed_atom::value, std::move(reports));
 }
 
-void handle_results(Self* self, const SchedulerState::InFlight& step, const StepResult& res) {
+/// Speculative decoding: how many drafts the samples of `res` confirm, for each sequence whose chunk had drafts. The
+/// others leave the sequence (their KV slots are written again later): `ends` and num_planned drop them, and the
+/// drafts a sequence keeps are those its KV now holds after its newest token.
+std::unordered_map<SeqId, int> take_verified_drafts(Self* self, std::vector<std::pair<SeqId, int>>& ends,
+                                                    const StepResult& res) {
   auto& st = self->state;
+  std::unordered_map<SeqId, int> accepted, rejected;
+  for (size_t i = 0; i < res.seqs.size(); ++i) {
+    auto it = st.seqs.find(res.seqs[i]);
+    if (it == st.seqs.end() || it->second.drafts.empty()) continue;
+    SeqData& s = it->second;
+    std::vector<TokenId> sampled;
+    for (const auto& candidates : res.samples[i]) sampled.push_back(candidates.at(0).token);
+    const int kept = accepted_drafts(s.drafts, sampled);
+    const int dropped = static_cast<int>(s.drafts.size()) - kept;
+    st.setup.metrics.add(&Metrics::spec_decode_drafts, 1);
+    st.setup.metrics.add(&Metrics::spec_decode_draft_tokens, static_cast<int64_t>(s.drafts.size()));
+    st.setup.metrics.add(&Metrics::spec_decode_accepted_tokens, kept);
+    s.drafts.resize(static_cast<size_t>(kept));
+    s.num_planned -= dropped;
+    accepted.emplace(s.id, kept);
+    if (dropped > 0) rejected.emplace(s.id, dropped);
+  }
+  if (!rejected.empty())
+    for (auto& [id, end] : ends)
+      if (auto it = rejected.find(id); it != rejected.end()) end -= it->second;
+  return accepted;
+}
+
+void handle_results(Self* self, SchedulerState::InFlight& step, const StepResult& res) {
+  auto& st = self->state;
+  const std::unordered_map<SeqId, int> verified = take_verified_drafts(self, step.ends, res);
   report_computed(self, step.ends);
   // Before the step's tokens: the request actor has a prompt's scores by the time its first token comes.
   for (const ChunkPromptLogprobs& scored : res.prompt_logprobs) {
@@ -336,23 +373,31 @@ void handle_results(Self* self, const SchedulerState::InFlight& step, const Step
       continue;
     }
     // Parallel sampling: the first token of every completion comes from the same logits; forks share the prompt.
-    std::vector<std::pair<SeqId, SampledToken>> appended{{s.id, samples[0][0]}};
+    // Speculative decoding: the drafts confirmed, then the sample after them.
+    std::vector<std::pair<SeqId, std::vector<SampledToken>>> appended{{s.id, {samples[0][0]}}};
+    if (auto v = verified.find(s.id); v != verified.end()) {
+      for (int k = 1; k <= v->second; ++k) appended[0].second.push_back(samples[k][0]);
+      s.drafts.clear();  // those kept become output now
+    }
     if (!r.forked && r.width > 1) {
       r.forked = true;
       for (size_t k = 1; k < samples.size(); ++k)
-        appended.emplace_back(fork_seq(self, s, r.next_index++), samples[k][0]);
+        appended.emplace_back(fork_seq(self, s, r.next_index++), std::vector<SampledToken>{samples[k][0]});
     }
-    for (auto& [sid, tok] : appended) {
+    for (auto& [sid, tokens] : appended) {
       SeqData& q = st.seqs.at(sid);
-      st.append_output(q, tok.token);
-      if (q.constraint) q.constraint->accept(tok.token);
-      q.cumulative_logprob += tok.logprob;
       SeqOutput out;
       out.index = q.index;
-      out.tokens.push_back(tok);
-      out.finish = finish_reason(st, r, q).value_or("");
+      for (SampledToken& tok : tokens) {
+        st.append_output(q, tok.token);
+        if (q.constraint) q.constraint->accept(tok.token);
+        q.cumulative_logprob += tok.logprob;
+        out.tokens.push_back(std::move(tok));
+        out.finish = finish_reason(st, r, q).value_or("");
+        if (!out.finish.empty()) break;  // a stop token or the length limit: the tokens after it are not taken
+      }
       out.cumulative_logprob = q.cumulative_logprob;
-      st.setup.metrics.add(&Metrics::generation_tokens, 1);
+      st.setup.metrics.add(&Metrics::generation_tokens, static_cast<int64_t>(out.tokens.size()));
       const bool ends = !out.finish.empty();
       outbox.add(r, std::move(out));
       if (ends) end_seq(self, sid);  // may end the request: `r` is not used after the last one
@@ -408,10 +453,16 @@ void dispatch(Self* self, StepPlan plan) {
     chunk.start_pos = c.start_pos;
     const auto& prompt = *r.spec.prompt;
     const int known = static_cast<int>(prompt.size() + s.output->size());
+    // Past the known tokens: the drafts the plan kept (speculation), or else the newest token, which the step in
+    // flight samples (the plan counted it) and the executor fills in.
+    const int past = std::max(0, c.start_pos + c.num_tokens - known);
+    if (!s.drafts.empty()) {
+      s.drafts.resize(static_cast<size_t>(past));
+      chunk.num_drafts = past;
+    }
     for (int p = c.start_pos; p < c.start_pos + c.num_tokens; ++p)
-      chunk.tokens.push_back(p < known ? st.token_at(s, p) : -1);
-    // Only the newest token can be unknown: the one the step in flight samples (the plan counted it).
-    chunk.last_token_deferred = c.start_pos + c.num_tokens > known;
+      chunk.tokens.push_back(p < known || chunk.num_drafts > 0 ? st.token_at(s, p) : -1);
+    chunk.last_token_deferred = past > 0 && chunk.num_drafts == 0;
     deferred = deferred || chunk.last_token_deferred;
     chunk.block_table = std::move(c.block_table);
     chunk.group_tables = std::move(c.group_tables);
@@ -469,7 +520,7 @@ void dispatch(Self* self, StepPlan plan) {
     step.tokens += static_cast<int>(c.tokens.size());
   }
   step.kind = step_kind(*batch);
-  step.forks = forks_on_result(st, plan);
+  step.plan_after = st.setup.speculation.enabled() || forks_on_result(st, plan);
   step.sent = std::chrono::steady_clock::now();
   // stop_ids live in RequestData, which an abort may erase mid-step: give the batch its own copies.
   // Reserved for every sample (a parallel-sampling group draws several from one chunk): the specs point into it.
@@ -496,7 +547,7 @@ void dispatch(Self* self, StepPlan plan) {
                 self->quit(err);  // an executor failed: the engine cannot continue
               });
   // Plan step N+1 while step N runs; with two steps in flight, after the older one's results.
-  if (!step.forks && st.in_flight.size() == 1) request_plan(self);
+  if (!step.plan_after && st.in_flight.size() == 1) request_plan(self);
 }
 
 /// One executor's reply to step `id`. Each executor answers its steps in order, so once all replied to the oldest
@@ -530,7 +581,7 @@ void on_step_result(Self* self, uint64_t id, StepResult r) {
       st.next_plan.reset();
       dispatch(self, std::move(p));
     } else if (!st.in_flight.empty()) {
-      if (!st.in_flight.front().forks && !st.plan_requested) request_plan(self);  // the step after the one running
+      if (!st.in_flight.front().plan_after && !st.plan_requested) request_plan(self);  // the step after the one running
     } else {
       kick(self);
     }
@@ -641,10 +692,26 @@ void send_disk_loads(Self* self, const std::vector<DiskOrder>& loads) {
     });
 }
 
+/// Speculative decoding: the drafts sequence `s` proposes for the next step, as many as its length limits leave;
+/// none while it prefills or has a token in flight, nor when it follows a grammar (its mask takes one token at a
+/// time), searches beams or has yet to fork its first token.
+std::vector<TokenId> propose_drafts(const SchedulerState& st, const SeqData& s, const RequestData& r) {
+  const NgramSpeculation& speculation = st.setup.speculation;
+  const int known = static_cast<int>(r.spec.prompt->size() + s.output->size());
+  if (!speculation.enabled() || s.phase != PlanSeq::Phase::running || s.pending > 0 || s.num_planned != known - 1 ||
+      s.constraint || r.beam || (!r.forked && r.width > 1))
+    return {};
+  const int most = std::min({speculation.num_speculative_tokens,
+                             r.spec.params->max_tokens - static_cast<int>(s.output->size()) - 1,
+                             st.setup.max_model_len - known - 1});
+  return most > 0 ? propose_ngram_drafts(st.all_tokens(s), speculation, most) : std::vector<TokenId>{};
+}
+
 void request_plan(Self* self) {
   auto& st = self->state;
   std::vector<PlanSeq> view;
-  for (const auto& [id, s] : st.seqs) {
+  for (auto& [id, s] : st.seqs) {
+    s.drafts.clear();
     if (s.swapping_in) continue;
     const RequestData& r = st.requests.at(s.request);
     PlanSeq p;
@@ -657,6 +724,9 @@ void request_plan(Self* self) {
     p.num_computed = s.num_planned;
     p.num_tokens = static_cast<int>(r.spec.prompt->size() + s.output->size()) + s.pending;
     p.last_token_in_flight = s.pending > 0 && reaches_length_limit(st, r, s.output->size() + s.pending);
+    s.drafts = propose_drafts(st, s, r);
+    p.num_drafts = static_cast<int>(s.drafts.size());
+    p.num_tokens += p.num_drafts;
     if (s.phase == PlanSeq::Phase::waiting) {
       if (s.pending) continue;  // preempted while its last token is in flight: admit it next time
       if (!r.scoring_prompt())  // else none: no prefix-cache lookup
@@ -675,7 +745,7 @@ void request_plan(Self* self) {
         apply_plan(self, plan);
         publish_queue_metrics(self);
         const bool defer = s.setup.async_scheduling && s.setup.executors.size() == 1 && s.in_flight.size() == 1 &&
-                           !s.in_flight.front().forks;
+                           !s.in_flight.front().plan_after;
         if (!s.in_flight.empty() && !(defer && !plan.chunks.empty())) {
           s.next_plan = std::move(plan);
         } else if (!plan.chunks.empty()) {

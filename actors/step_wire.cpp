@@ -90,6 +90,7 @@ WireStep WireEncoder::encode(const StepBatch& batch) {
     wc.seq = c.seq;
     wc.tokens = c.tokens;
     wc.last_token_deferred = c.last_token_deferred;
+    wc.num_drafts = c.num_drafts;
     wc.start_pos = c.start_pos;
     send_delta(sent.table, c.block_table, wc.table_keep, wc.table_tail);
     sent.group_tables.resize(c.group_tables.size());
@@ -285,6 +286,7 @@ std::variant<StepBatch, FieldError> WireDecoder::decode(WireStep wire) {
     c.seq = wc.seq;
     c.tokens = std::move(wc.tokens);
     c.last_token_deferred = wc.last_token_deferred;
+    c.num_drafts = wc.num_drafts;
     c.start_pos = wc.start_pos;
     c.block_table = state->table;
     c.group_tables = state->group_tables;
@@ -431,7 +433,7 @@ class Unpacker {
 };
 
 // Fewest bytes of a packed chunk (every list empty, no context, no prompt logprobs) and of a sample.
-constexpr size_t kChunkBytes = 8 + 4 + 1 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 1;
+constexpr size_t kChunkBytes = 8 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 1;
 constexpr size_t kSampleBytes = 8 + 4 + 4;
 // Fewest bytes of a packed candidate (no alternatives), of a chunk's prompt logprobs (no tokens) and of a scored
 // prompt token (no alternatives).
@@ -566,6 +568,7 @@ void pack_chunk(Packer& out, const WireChunk& c) {
   out.put<uint64_t>(c.seq);
   out.run(c.tokens);
   out.flag(c.last_token_deferred);
+  out.put<int32_t>(c.num_drafts);
   out.put<int32_t>(c.start_pos);
   out.put<int32_t>(c.table_keep);
   out.run(c.table_tail);
@@ -603,6 +606,7 @@ void unpack_chunk(Unpacker& in, size_t i, WireChunk& c) {
   c.seq = in.get<uint64_t>(at("seq"));
   in.run(c.tokens, at("tokens"));
   c.last_token_deferred = in.flag(at("last_token_deferred"));
+  c.num_drafts = in.get<int32_t>(at("num_drafts"));
   c.start_pos = in.get<int32_t>(at("start_pos"));
   c.table_keep = in.get<int32_t>(at("table_keep"));
   in.run(c.table_tail, at("table_tail"));

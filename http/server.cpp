@@ -34,7 +34,7 @@ std::string mib(int64_t bytes) {
 }
 
 // What vLLM prints as it starts: the model, where it runs, its weights, the KV cache and what fits in it.
-void log_startup(const EngineSummary& s, const std::string& served_name) {
+void log_startup(const EngineSummary& s, const NgramSpeculation& speculation, const std::string& served_name) {
   std::cout << "paged: model " << served_name << " (" << s.model_type << ", " << s.model_dir << "): checkpoint "
             << s.checkpoint_dtype << ", computing in " << s.compute_dtype << " on " << s.device
             << (s.tensor_parallel_size > 1 ? " x" + std::to_string(s.tensor_parallel_size) : std::string())
@@ -59,6 +59,10 @@ void log_startup(const EngineSummary& s, const std::string& served_name) {
                           std::to_string(s.blocks_per_sequence()) + " blocks)"
                     : std::string())
             << std::endl;
+  if (speculation.enabled())
+    std::cout << "paged: speculative decoding: n-gram lookup of " << speculation.prompt_lookup_min << " to "
+              << speculation.prompt_lookup_max << " tokens, up to " << speculation.num_speculative_tokens
+              << " drafts a step (steps planned one after another)" << std::endl;
   if (s.device == "cuda")
     std::cout << "paged: CUDA graphs: one per decode (batch, context) bucket, captured on its first step (no capture "
                  "at startup; the stats lines and /metrics paged_cuda_graph_capture_seconds_total give the time)"
@@ -164,7 +168,7 @@ int run_server(Engine& engine, const ServerOptions& options, server::ServerPort&
   };
   if (options.stats_interval_s > 0) stats();
 
-  log_startup(engine.summary(), ctx->model_name);
+  log_startup(engine.summary(), engine.config().speculative_config, ctx->model_name);
   if (const std::string set = describe(ctx->model_info().sampling_defaults); !set.empty())
     std::cout << "paged: default sampling parameters of requests that leave them out: " << set
               << " (--generation-config " << options.generation_config

@@ -39,7 +39,31 @@ struct SeqChunk {
   /// this one was sent (two steps in flight); the scheduler leaves it -1 and the executor fills it in, with each
   /// sample's pending_output (DeferredTokens, model/deferred_tokens.h).
   bool last_token_deferred = false;
+  /// Speculative decoding (model/speculative/ngram.h): the last num_drafts tokens are drafts, proposed and not yet
+  /// the sequence's. The chunk then has one sample spec, of one candidate, and the step samples the logits of each
+  /// of its last num_drafts + 1 tokens with it (chunk_sample), in order; each sample takes the drafts before its
+  /// position as generated. 0: the samples are of the last token's logits.
+  int32_t num_drafts = 0;
 };
+
+/// How many samples a step answers for chunk `c`: one per position verified (num_drafts + 1), else one per spec.
+inline size_t samples_answered(const SeqChunk& c) {
+  return c.num_drafts > 0 ? static_cast<size_t>(c.num_drafts) + 1 : c.samples.size();
+}
+
+/// Sample `k` of chunk `c` (k < samples_answered(c)): its spec, and which of the chunk's tokens' logits it samples.
+/// The spec's `drafted` views c.tokens: it lives as long as the chunk, unmoved.
+struct ChunkSample {
+  SampleSpec spec;
+  size_t token = 0;  // index into c.tokens
+};
+inline ChunkSample chunk_sample(const SeqChunk& c, size_t k) {
+  if (c.num_drafts <= 0) return {c.samples.at(k), c.tokens.size() - 1};
+  const size_t first_draft = c.tokens.size() - static_cast<size_t>(c.num_drafts);
+  ChunkSample s{c.samples.at(0), first_draft - 1 + k};
+  s.spec.drafted = std::span<const TokenId>(c.tokens).subspan(first_draft, k);
+  return s;
+}
 
 /// The block table of KV group `group` of a chunk (block_table for group 0).
 inline const std::vector<int32_t>& table_of(const SeqChunk& c, int group) {
@@ -68,8 +92,6 @@ struct ChunkPromptLogprobs {
   std::vector<PromptLogprob> tokens;
 };
 
-/// Result of a step: one entry of seqs and samples per SeqChunk with samples, one of prompt_logprobs per SeqChunk
-/// whose prompt_logprobs.count > 0, each in batch order.
 /// What a step cost the device, for the metrics and the step profile (model/scheduling/step_profile.h).
 struct StepCost {
   int64_t busy_us = 0;           // the device's time on the step's work (CUDA events; CPU: execute's own time)
@@ -78,9 +100,11 @@ struct StepCost {
   int64_t graph_capture_us = 0;  // and the time their capture took
 };
 
+/// Result of a step: one entry of seqs and samples per SeqChunk with samples (samples_answered of them), one of
+/// prompt_logprobs per SeqChunk whose prompt_logprobs.count > 0, each in batch order.
 struct StepResult {
   std::vector<SeqId> seqs;
-  std::vector<std::vector<std::vector<SampledToken>>> samples;  // [chunk][spec][candidate]
+  std::vector<std::vector<std::vector<SampledToken>>> samples;  // [chunk][sample (samples_answered)][candidate]
   std::vector<ChunkPromptLogprobs> prompt_logprobs;
   StepCost cost;  // rank 0's runner
 };

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/speculative/ngram.h"
+
 namespace paged {
 
 namespace {
@@ -112,6 +114,15 @@ std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limit
                                std::to_string(kMaxSamplesPerChunk) + " a chunk draws at most");
   for (size_t k = 0; k < c.samples.size(); ++k)
     if (auto e = check_sample(c.samples[k], limits, history)) return under(indexed(".samples", k), std::move(e));
+  if (c.num_drafts != 0) {
+    if (c.num_drafts < 0 || c.num_drafts > kMaxSpeculativeTokens || static_cast<size_t>(c.num_drafts) >= c.tokens.size())
+      return bad(".num_drafts", std::to_string(c.num_drafts) + " drafts: in [0, " +
+                                    std::to_string(kMaxSpeculativeTokens) + "] and fewer than the chunk's tokens");
+    if (c.samples.size() != 1 || c.samples[0].num_candidates != 1 || c.last_token_deferred ||
+        c.prompt_logprobs.count != 0)
+      return bad(".num_drafts", "a chunk with drafts samples once, one candidate, with no deferred token and no "
+                                "prompt logprobs");
+  }
   const PromptLogprobsSpec& scored = c.prompt_logprobs;
   if (scored.count < 0 || static_cast<size_t>(scored.count) > c.tokens.size())
     return bad(".prompt_logprobs.count", "count " + std::to_string(scored.count) + " is outside [0, " +
@@ -246,12 +257,12 @@ std::optional<FieldError> check_result(const StepResult& result, const StepBatch
       return FieldError{"seqs[" + std::to_string(i) + "]", "sequence " + std::to_string(result.seqs[i]) +
                                                                 " answered where " + std::to_string(chunk.seq) +
                                                                 " was sampled"};
-    if (result.samples[i].size() != chunk.samples.size())
+    if (result.samples[i].size() != samples_answered(chunk))
       return FieldError{at, std::to_string(result.samples[i].size()) + " samples answered, " +
-                                std::to_string(chunk.samples.size()) + " asked"};
-    for (size_t k = 0; k < chunk.samples.size(); ++k) {
+                                std::to_string(samples_answered(chunk)) + " asked"};
+    for (size_t k = 0; k < samples_answered(chunk); ++k) {
       const auto& candidates = result.samples[i][k];
-      const SampleSpec& spec = chunk.samples[k];
+      const SampleSpec& spec = chunk.samples[chunk.num_drafts > 0 ? 0 : k];
       const std::string here = at + "[" + std::to_string(k) + "]";
       if (candidates.empty() || candidates.size() > static_cast<size_t>(std::max(1, spec.num_candidates)))
         return FieldError{here, std::to_string(candidates.size()) + " candidates, at most " +

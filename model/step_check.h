@@ -74,7 +74,9 @@ enum class HistoryCheck {
 /// group's window); at most kMaxSamplesPerChunk samples. A
 /// sample: parameters, in range (check_sampling_params); num_logprobs in [0, kMaxLogprobs]; num_candidates in
 /// [1, kMaxCandidates]; prompt, output and stop ids (each may be null) in the vocabulary, unless `history` is
-/// lengths_only; a history (prompt and output) of at most max_model_len tokens. Prompt logprobs: count in [0, the
+/// lengths_only; a history (prompt and output) of at most max_model_len tokens. Drafts (num_drafts): in [0,
+/// kMaxSpeculativeTokens], fewer than the chunk's tokens, with one sample of one candidate, no deferred token and no
+/// prompt logprobs. Prompt logprobs: count in [0, the
 /// chunk's tokens], num_top in [0, kMaxLogprobs], next_token in the vocabulary when count reaches the chunk's end
 /// (".prompt_logprobs.count"). Fields are named by path:
 /// "seqs[2].block_table[0]", "seqs[1].group_tables[0][3]", "seqs[0].samples[1].params.top_p".
@@ -82,13 +84,13 @@ std::optional<FieldError> check_step(const StepBatch& step, const StepLimits& li
                                      HistoryCheck history = HistoryCheck::full);
 
 /// The first field of a worker's `result` for `step` that does not answer it, or nullopt: one entry per chunk with
-/// samples, in the step's order and with its sequence ids; per chunk one candidate list per sample, of 1 to
-/// num_candidates tokens; each token, and each of its at most num_logprobs alternatives, in [0, vocab_size); one
-/// prompt_logprobs entry per chunk with prompt_logprobs.count > 0, in order, with its sequence, first position
-/// (start_pos + 1) and one token per position scored: the token the chunk asked about, a rank in [1, vocab_size],
-/// at most num_top alternatives in the vocabulary. Fields: "seqs", "samples[i][k][c].token",
-/// "samples[i][k][c].top_logprobs[j]", "prompt_logprobs[i].tokens[j].rank". The engine checks every result from another
-/// process with it before a token id reaches its tokenizer.
+/// samples, in the step's order and with its sequence ids; per chunk samples_answered candidate lists (one per spec,
+/// or with drafts one per position verified), of 1 to num_candidates tokens; each token, and each of its at most
+/// num_logprobs alternatives, in [0, vocab_size); one prompt_logprobs entry per chunk with prompt_logprobs.count > 0,
+/// in order, with its sequence, first position (start_pos + 1) and one token per position scored: the token the
+/// chunk asked about, a rank in [1, vocab_size], at most num_top alternatives in the vocabulary. Fields: "seqs",
+/// "samples[i][k][c].token", "samples[i][k][c].top_logprobs[j]", "prompt_logprobs[i].tokens[j].rank". The engine
+/// checks every result from another process with it before a token id reaches its tokenizer.
 std::optional<FieldError> check_result(const StepResult& result, const StepBatch& step, int vocab_size);
 
 }  // namespace paged

@@ -63,6 +63,8 @@ void Args::fall_back_to(const boost::json::object& options, const std::string& w
         joined += (joined.empty() ? "" : ",") + std::string(item.get_string());
       }
       if (!value.get_array().empty()) slot = joined;  // [] is the default (none)
+    } else if (value.is_object() && name == "speculative-config") {  // the one option that is JSON itself
+      if (!value.get_object().empty()) slot = boost::json::serialize(value);  // {} is the default (none)
     } else if (!value.is_null()) {
       throw UsageError(label + " must be a string, a number, true/false, a list of strings or null");
     }
@@ -145,6 +147,41 @@ std::vector<std::string> engine_switches() {
           "guided-json-object"};
 }
 
+NgramSpeculation speculative_config(const std::string& text, const std::string& label) {
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(text, ec);
+  if (ec || !v.is_object())
+    throw UsageError(label + " takes a JSON object, such as '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                             "\"prompt_lookup_max\": 4}', got '" + text + "'");
+  const boost::json::object& o = v.get_object();
+  const auto integer = [&](const char* key) -> std::optional<int> {
+    const boost::json::value* x = o.if_contains(key);
+    if (!x || x->is_null()) return std::nullopt;
+    if (!x->is_int64() || x->get_int64() < INT32_MIN || x->get_int64() > INT32_MAX)
+      throw UsageError(label + "." + key + " must be an integer");
+    return static_cast<int>(x->get_int64());
+  };
+  for (const auto& [key, _] : o)
+    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_max" && key != "prompt_lookup_min")
+      throw UsageError(label + ": '" + std::string(key) + "' is not supported (method, num_speculative_tokens, "
+                                                          "prompt_lookup_max, prompt_lookup_min are)");
+  const boost::json::value* method = o.if_contains("method");
+  if (!method || !method->is_string() || method->get_string() != "ngram")
+    throw UsageError(label + ".method must be \"ngram\" (n-gram lookup in the sequence's own tokens; draft models, "
+                             "EAGLE and MTP are not supported)");
+  NgramSpeculation c;
+  const std::optional<int> k = integer("num_speculative_tokens");
+  if (!k) throw UsageError(label + ".num_speculative_tokens is required");
+  c.num_speculative_tokens = *k;
+  // vLLM's defaults: one bound given is both; neither is 5.
+  const std::optional<int> lo = integer("prompt_lookup_min"), hi = integer("prompt_lookup_max");
+  c.prompt_lookup_min = lo.value_or(hi.value_or(5));
+  c.prompt_lookup_max = hi.value_or(lo.value_or(5));
+  if (*k == 0 || !c.error().empty())
+    throw UsageError(label + ": " + (*k == 0 ? "num_speculative_tokens must be at least 1" : c.error()));
+  return c;
+}
+
 EngineConfig engine_config(Args& args, const std::string& default_model) {
   EngineConfig c;
   std::optional<std::string> model = args.get("model");
@@ -164,6 +201,8 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   if (args.has("max-model-len")) c.max_model_len = args.get_int("max-model-len", 0);
   c.enable_prefix_caching = args.get_bool("enable-prefix-caching", c.enable_prefix_caching);
   c.async_scheduling = args.get_bool("async-scheduling", c.async_scheduling);
+  if (auto spec = args.get("speculative-config"))
+    c.speculative_config = speculative_config(*spec, args.label("speculative-config"));
   if (auto policy = args.get("scheduling-policy")) {
     if (*policy != "fcfs" && *policy != "priority") throw UsageError("--scheduling-policy must be fcfs or priority");
     c.priority_scheduling = *policy == "priority";

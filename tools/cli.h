@@ -37,12 +37,13 @@ class Args {
   void reject_unknown() const;
   /// Values for flags not given on the command line, from a JSON object of a configuration file (conf/serve.json's
   /// "engine"): key max_num_seqs is flag --max-num-seqs; a string, number or boolean is the flag's value, a list of
-  /// strings its values joined by commas, null the flag's default. `where` names the object in messages.
+  /// strings its values joined by commas, an object (speculative_config only) its JSON text, null the flag's
+  /// default. `where` names the object in messages.
   void fall_back_to(const boost::json::object& options, const std::string& where);
-
- private:
   /// How messages name a flag: "--name", or "WHERE.key" when its value came from the fallbacks.
   std::string label(const std::string& name) const;
+
+ private:
 
   std::map<std::string, std::vector<std::string>> values_;
   std::map<std::string, std::optional<std::string>> fallbacks_;  // flag name -> value (nullopt: the default)
@@ -53,9 +54,14 @@ class Args {
 
 /// Engine flags: --model (or the positional MODEL), --device, --block-size, --num-kv-blocks, --swap-space, --gpu-memory-utilization,
 /// --max-num-seqs, --max-num-batched-tokens, --max-model-len, --[no-]enable-prefix-caching, --preemption-mode,
-/// --tensor-parallel-size, --max-waiting-requests, --load-format auto|dummy, --workers (or --remote-executor), --tls-dir.
+/// --tensor-parallel-size, --max-waiting-requests, --load-format auto|dummy, --workers (or --remote-executor), --tls-dir,
+/// --speculative-config JSON.
 /// `default_model`: the model when neither is given (conf/serve.json's); empty: the model is required.
 EngineConfig engine_config(Args& args, const std::string& default_model = "");
+/// vLLM's --speculative-config JSON for method "ngram": num_speculative_tokens (required, 1 to 16), prompt_lookup_max
+/// and prompt_lookup_min (one given is both; neither: 5). Throws UsageError naming `label` and what is wrong (another
+/// method, an unknown key, a bad value).
+NgramSpeculation speculative_config(const std::string& text, const std::string& label);
 /// Sampling flags: --max-tokens, --temperature, --top-p, --top-k, --min-p, --seed, --n, --best-of,
 /// --[no-]use-beam-search, --length-penalty, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),
 /// --stop-token-ids, --allowed-token-ids, --bad-words (repeatable), --logit-bias ID:BIAS,..., --[no-]ignore-eos,

@@ -72,6 +72,8 @@ engine flags:
   --workers HOST:PORT[,HOST:PORT...] (one replica per `paged worker`; a lost one is reconnected and its requests
             move to another; --remote-executor HOST:PORT is one)
   --tls-dir DIR (mutual TLS with the workers, with the files of `paged gen-certs DIR`)
+  --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}' (drafts from
+            the sequence's own earlier tokens, verified in one step; outputs as without it)
 )";
 
 namespace json = boost::json;

@@ -282,12 +282,17 @@ StepResult CpuModelRunner::execute(const StepBatch& batch) {
   for (const SeqChunk& c : batch.seqs) {
     const int64_t end = first + static_cast<int64_t>(c.tokens.size());
     if (!c.samples.empty()) {
-      logits_of(&hidden[(end - 1) * H], logits);
       r.seqs.push_back(c.seq);
-      auto& per_spec = r.samples.emplace_back();
-      for (size_t k = 0; k < c.samples.size(); ++k) {
-        std::vector<float> l = k + 1 == c.samples.size() ? std::move(logits) : logits;
-        per_spec.push_back(sample_logits(l, c.samples[k]));
+      auto& answered = r.samples.emplace_back();
+      // The logits of each token sampled, once: several specs of one token (n > 1) share them.
+      std::vector<float> l;
+      size_t token = c.tokens.size();
+      for (size_t k = 0; k < samples_answered(c); ++k) {
+        ChunkSample s = chunk_sample(c, k);
+        if (s.token != token) logits_of(&hidden[(first + static_cast<int64_t>(s.token)) * H], logits);
+        token = s.token;
+        l = logits;
+        answered.push_back(sample_logits(l, s.spec));
       }
     }
     // Prompt logprobs position by position: one vocabulary of logits at a time, however long the chunk.

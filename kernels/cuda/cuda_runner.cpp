@@ -558,9 +558,14 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     plan.max_q = std::max(plan.max_q, static_cast<int>(c.tokens.size()));
     plan.max_ctx = std::max(plan.max_ctx, ctx);
     if (!c.samples.empty()) {
-      // Decode steps run the LM head on every row (row s is sequence s); others gather the sampled rows first.
+      // Decode steps run the LM head on every row (row s is sequence s); others gather the sampled rows first: the
+      // last token's, or with drafts each position verified (chunk_sample), in order from logits_row[s].
       plan.logits_row[s] = decode ? s : plan.logits_rows;
-      last_rows.host[plan.logits_rows++] = t - 1;
+      for (int k = c.num_drafts; k >= 0; --k) {
+        if (plan.logits_rows == max_seqs)
+          throw ModelError("step samples more than max_num_seqs (" + std::to_string(max_seqs) + ") positions");
+        last_rows.host[plan.logits_rows++] = t - 1 - k;
+      }
     }
   }
   plan.tokens = t;

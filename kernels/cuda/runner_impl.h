@@ -271,7 +271,7 @@ struct CudaModelRunner::Impl {
     int max_q = 0, max_ctx = 0;
     bool decode = false;
     int grid_ctx = 0, partition = 0;  // decode: the context the grid is sized for, and the partition size
-    std::vector<int> logits_row;      // per chunk: its row of `logits`, -1 when it samples nothing
+    std::vector<int> logits_row;      // per chunk: its (first) row of `logits`, -1 when it samples nothing
     int logits_rows = 0;
   };
   Plan prepare(const StepBatch& batch);
@@ -288,15 +288,17 @@ struct CudaModelRunner::Impl {
   // `normed` at a time (into `logits`, so a long prompt never holds more than max_seqs rows of logits), scored on
   // the GPU (cuda::score_tokens, the twin of paged::score_token).
   void score_prompts(const StepBatch& batch, StepResult& result);
-  // One sample spec of a step: its chunk, its index there, its row of `logits`.
+  // One sample of a step: its chunk, its index among the chunk's samples_answered, its row of `logits`, its spec
+  // (chunk_sample: with drafts, those before its position).
   struct SampleJob {
-    int chunk, spec, logits_row;
+    int chunk, sample, logits_row;
+    SampleSpec spec;
   };
   // The logits processing of the GPU-sampled `jobs` (each alone on its row), on their rows of `logits` in place.
-  void apply_penalties(const StepBatch& batch, const std::vector<SampleJob>& jobs);
+  void apply_penalties(const std::vector<SampleJob>& jobs);
   // The token masks (fill_token_mask, filled here while the forward runs) of the GPU-sampled `jobs` (each alone on
   // its row), in place.
-  void apply_token_masks(const StepBatch& batch, const std::vector<SampleJob>& jobs);
+  void apply_token_masks(const std::vector<SampleJob>& jobs);
   // The score_* staging, [max_seqs] rows of kMaxLogprobs alternatives (prompt logprobs, sampled rows' alternatives),
   // on first use.
   void allocate_score_staging();

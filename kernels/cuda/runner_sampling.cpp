@@ -30,10 +30,14 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
   // Every sample spec is one row: GPU rows in batches of max_seqs, the rest on the CPU from downloaded logits.
   using Job = SampleJob;
   std::vector<Job> gpu_jobs, cpu_jobs;
-  for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s)
-    for (int k = 0; k < static_cast<int>(batch.seqs[s].samples.size()); ++k)
-      (gpu_samplable(batch.seqs[s].samples[k], batch.seqs[s].samples.size() == 1) ? gpu_jobs : cpu_jobs)
-          .push_back({s, k, plan.logits_row[s]});
+  for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s) {
+    const SeqChunk& c = batch.seqs[s];
+    for (int k = 0; k < static_cast<int>(samples_answered(c)); ++k) {
+      // With drafts, sample k has its own row (position k); the specs of n > 1 share the last token's.
+      Job j{s, k, plan.logits_row[s] + (c.num_drafts > 0 ? k : 0), chunk_sample(c, k).spec};
+      (gpu_samplable(j.spec, c.num_drafts > 0 || c.samples.size() == 1) ? gpu_jobs : cpu_jobs).push_back(j);
+    }
+  }
 
   StepResult result;
   std::vector<int> chunk_slot(batch.seqs.size(), -1);
@@ -41,15 +45,15 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
     if (batch.seqs[s].samples.empty()) continue;
     chunk_slot[s] = static_cast<int>(result.seqs.size());
     result.seqs.push_back(batch.seqs[s].seq);
-    result.samples.emplace_back(batch.seqs[s].samples.size());
+    result.samples.emplace_back(samples_answered(batch.seqs[s]));
   }
-  apply_penalties(batch, gpu_jobs);
-  apply_token_masks(batch, gpu_jobs);  // after the penalties, as sample_logits
+  apply_penalties(gpu_jobs);
+  apply_token_masks(gpu_jobs);  // after the penalties, as sample_logits
   for (size_t begin = 0; begin < gpu_jobs.size(); begin += max_seqs) {
     const int rows = static_cast<int>(std::min<size_t>(max_seqs, gpu_jobs.size() - begin));
     for (int r = 0; r < rows; ++r) {
       const Job& j = gpu_jobs[begin + r];
-      const SampleSpec& spec = batch.seqs[j.chunk].samples[j.spec];
+      const SampleSpec& spec = j.spec;
       cuda::SamplingRow& row = sample_rows.host[r];
       row.temperature = spec.params->temperature;
       row.top_k = spec.params->top_k;
@@ -70,14 +74,14 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
     PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next batch of rows
     for (int r = 0; r < rows; ++r) {
       const Job& j = gpu_jobs[begin + r];
-      result.samples[chunk_slot[j.chunk]][j.spec] = {SampledToken{sampled.host[r], logprobs.host[r], {}}};
+      result.samples[chunk_slot[j.chunk]][j.sample] = {SampledToken{sampled.host[r], logprobs.host[r], {}}};
     }
   }
   // The GPU rows that ask alternatives: their logits rows scored with the sampled tokens as targets, in passes over
   // the step's logits rows in which each row is scored for one sample (n > 1 samples of a chunk share its row).
   std::vector<Job> scored;
   for (const Job& j : gpu_jobs)
-    if (batch.seqs[j.chunk].samples[j.spec].num_logprobs > 0) scored.push_back(j);
+    if (j.spec.num_logprobs > 0) scored.push_back(j);
   if (!scored.empty()) allocate_score_staging();
   while (!scored.empty()) {
     std::vector<Job> pass, later;
@@ -90,8 +94,8 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
         continue;
       }
       pass.push_back(j);
-      score_targets.host[j.logits_row] = result.samples[chunk_slot[j.chunk]][j.spec][0].token;
-      num_top = std::max(num_top, batch.seqs[j.chunk].samples[j.spec].num_logprobs);
+      score_targets.host[j.logits_row] = result.samples[chunk_slot[j.chunk]][j.sample][0].token;
+      num_top = std::max(num_top, j.spec.num_logprobs);
     }
     PAGED_CUDA_CHECK(score_targets.upload(plan.logits_rows, compute));
     PAGED_CUDA_CHECK(cuda::score_tokens(score_logprobs.device.get(), score_ranks.device.get(),
@@ -103,10 +107,10 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
     PAGED_CUDA_CHECK(cudaEventRecord(step_end, compute));
     PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));
     for (const Job& j : pass) {
-      SampledToken& t = result.samples[chunk_slot[j.chunk]][j.spec][0];
+      SampledToken& t = result.samples[chunk_slot[j.chunk]][j.sample][0];
       const int64_t at = int64_t{j.logits_row} * num_top;
       t.logprob = score_logprobs.host[j.logits_row];
-      for (int k = 0; k < batch.seqs[j.chunk].samples[j.spec].num_logprobs; ++k)
+      for (int k = 0; k < j.spec.num_logprobs; ++k)
         t.top_logprobs.emplace_back(score_top_ids.host[at + k], score_top_logprobs.host[at + k]);
     }
     scored = std::move(later);
@@ -131,18 +135,18 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
     for (const Job& j : cpu_jobs) {
       const float* src = h_logits.get() + int64_t{j.logits_row} * vocab;
       std::copy(src, src + vocab, row.begin());
-      result.samples[chunk_slot[j.chunk]][j.spec] = sample_logits(row, batch.seqs[j.chunk].samples[j.spec]);
+      result.samples[chunk_slot[j.chunk]][j.sample] = sample_logits(row, j.spec);
     }
   }
   return result;
 }
 
-void CudaModelRunner::Impl::apply_penalties(const StepBatch& batch, const std::vector<SampleJob>& jobs) {
+void CudaModelRunner::Impl::apply_penalties(const std::vector<SampleJob>& jobs) {
   std::vector<cuda::PenaltyRow> rows;
   std::vector<int32_t> ids;
   std::vector<float> values;
   for (const SampleJob& j : jobs)
-    if (const PenaltyOps ops = penalty_ops(batch.seqs[j.chunk].samples[j.spec], vocab); !ops.empty())
+    if (const PenaltyOps ops = penalty_ops(j.spec, vocab); !ops.empty())
       cuda::append_penalty_row(ops, j.logits_row, rows, ids, values);
   if (rows.empty()) return;
   if (!penalty_rows.device) penalty_rows.allocate(max_seqs);
@@ -162,11 +166,11 @@ void CudaModelRunner::Impl::apply_penalties(const StepBatch& batch, const std::v
                                          penalty_values.device.get(), static_cast<int>(rows.size()), vocab, compute));
 }
 
-void CudaModelRunner::Impl::apply_token_masks(const StepBatch& batch, const std::vector<SampleJob>& jobs) {
+void CudaModelRunner::Impl::apply_token_masks(const std::vector<SampleJob>& jobs) {
   const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
   int n = 0;
   for (const SampleJob& j : jobs) {
-    const SampleSpec& spec = batch.seqs[j.chunk].samples[j.spec];
+    const SampleSpec& spec = j.spec;
     if (!spec.mask_source && spec.params->allowed_token_ids.empty()) continue;
     if (!mask_rows.device) {
       mask_rows.allocate(max_seqs);

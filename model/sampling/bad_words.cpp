@@ -18,19 +18,13 @@ std::vector<std::vector<TokenId>> bad_words_token_ids(const Tokenizer& tokenizer
   return out;
 }
 
-void append_bad_word_bans(std::span<const std::vector<TokenId>> words, std::span<const TokenId> output,
-                          TokenId pending, std::vector<TokenId>& banned) {
-  const size_t generated = output.size() + (pending >= 0 ? 1 : 0);
-  // Token i from the end of the generated ids (0: the newest).
-  const auto from_end = [&](size_t i) {
-    if (pending >= 0) return i == 0 ? pending : output[output.size() - i];
-    return output[output.size() - 1 - i];
-  };
+void append_bad_word_bans(std::span<const std::vector<TokenId>> words, std::span<const TokenId> newest,
+                          std::vector<TokenId>& banned) {
   for (const std::vector<TokenId>& word : words) {
-    if (word.empty() || word.size() > generated + 1) continue;
+    if (word.empty() || word.size() > newest.size() + 1) continue;
     const size_t prefix = word.size() - 1;
     bool ends_output = true;
-    for (size_t i = 0; i < prefix && ends_output; ++i) ends_output = from_end(i) == word[prefix - 1 - i];
+    for (size_t i = 0; i < prefix && ends_output; ++i) ends_output = newest[newest.size() - 1 - i] == word[prefix - 1 - i];
     if (ends_output) banned.push_back(word.back());
   }
 }

@@ -19,9 +19,9 @@ namespace paged {
 std::vector<std::vector<TokenId>> bad_words_token_ids(const Tokenizer& tokenizer, std::span<const std::string> words);
 
 /// Appends to `banned` the last token of each of `words` (token sequences) whose other tokens end the generated
-/// output: `output`, then `pending` when it is >= 0 (SampleSpec's pending_output). A word longer than the output
-/// plus one token bans nothing.
-void append_bad_word_bans(std::span<const std::vector<TokenId>> words, std::span<const TokenId> output,
-                          TokenId pending, std::vector<TokenId>& banned);
+/// ids, of which `newest` are the newest (oldest first; at least the longest word's length - 1 of them, or all).
+/// A word longer than the generated ids plus one token bans nothing.
+void append_bad_word_bans(std::span<const std::vector<TokenId>> words, std::span<const TokenId> newest,
+                          std::vector<TokenId>& banned);
 
 }  // namespace paged

@@ -37,11 +37,34 @@ struct SampleSpec {
   /// SeqChunk::last_token_deferred); -1: none. The ids generated so far are *output, then this one.
   TokenId pending_output = -1;
   const TokenMaskSource* mask_source = nullptr;  // structured outputs: the allowed tokens; null: every token
+  /// Speculative decoding (SeqChunk::num_drafts): the drafts before this sample's position, which it takes as
+  /// generated after *output and pending_output; empty otherwise. A view of the chunk's tokens (chunk_sample).
+  std::span<const TokenId> drafted{};
 };
 
-/// How many ids the sequence has generated before this sample: its output, with the pending one.
+/// How many ids the sequence has generated before this sample: its output, the pending one, the drafts before it.
 inline size_t generated_count(const SampleSpec& spec) {
-  return (spec.output ? spec.output->size() : 0) + (spec.pending_output >= 0 ? 1 : 0);
+  return (spec.output ? spec.output->size() : 0) + (spec.pending_output >= 0 ? 1 : 0) + spec.drafted.size();
+}
+
+/// Calls f(id) for each id the sequence generated before this sample, oldest first: *output, pending_output, drafted.
+template <class F>
+void for_each_generated(const SampleSpec& spec, F&& f) {
+  if (spec.output)
+    for (TokenId id : *spec.output) f(id);
+  if (spec.pending_output >= 0) f(spec.pending_output);
+  for (TokenId id : spec.drafted) f(id);
+}
+
+/// The newest `n` ids generated before this sample (all when fewer), oldest first.
+inline std::vector<TokenId> newest_generated(const SampleSpec& spec, size_t n) {
+  std::vector<TokenId> newest;
+  const size_t total = generated_count(spec), skip = total > n ? total - n : 0;
+  size_t i = 0;
+  for_each_generated(spec, [&](TokenId id) {
+    if (i++ >= skip) newest.push_back(id);
+  });
+  return newest;
 }
 
 /// A sampled token with the log-probabilities the request asked for.

@@ -77,9 +77,9 @@ PenaltyOps penalty_ops(const SampleSpec& spec, int vocab) {
       if (in_vocab(id)) ops.masked.push_back(id);
   if (!p.bad_words_token_ids.empty()) {
     const size_t before = ops.masked.size();
-    append_bad_word_bans(p.bad_words_token_ids, spec.output ? std::span<const TokenId>(*spec.output)
-                                                            : std::span<const TokenId>(),
-                         spec.pending_output, ops.masked);
+    size_t longest = 0;
+    for (const std::vector<TokenId>& word : p.bad_words_token_ids) longest = std::max(longest, word.size());
+    append_bad_word_bans(p.bad_words_token_ids, newest_generated(spec, longest > 0 ? longest - 1 : 0), ops.masked);
     ops.masked.erase(std::remove_if(ops.masked.begin() + static_cast<std::ptrdiff_t>(before), ops.masked.end(),
                                     [&](TokenId id) { return !in_vocab(id); }),
                      ops.masked.end());
@@ -93,16 +93,13 @@ PenaltyOps penalty_ops(const SampleSpec& spec, int vocab) {
         ops.repeated.push_back(id);
       }
     };
-    for (const std::vector<TokenId>* ids : {spec.prompt, spec.output})
-      if (ids)
-        for (TokenId id : *ids) see(id);
-    if (spec.pending_output >= 0) see(spec.pending_output);
+    if (spec.prompt)
+      for (TokenId id : *spec.prompt) see(id);
+    for_each_generated(spec, see);
   }
   if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && generated_count(spec) > 0) {
     std::unordered_map<TokenId, int> counts;
-    if (spec.output)
-      for (TokenId id : *spec.output) ++counts[id];
-    if (spec.pending_output >= 0) ++counts[spec.pending_output];
+    for_each_generated(spec, [&](TokenId id) { ++counts[id]; });
     for (const auto& [id, c] : counts)
       if (in_vocab(id)) ops.subtract.emplace_back(id, p.frequency_penalty * c + p.presence_penalty);
   }

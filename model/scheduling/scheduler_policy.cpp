@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
 
 namespace paged {
 
@@ -24,8 +26,8 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
 
   int budget = limits.max_num_batched_tokens;
   auto schedule = [&](const PlanSeq& s, int start, int n) {
-    PlannedChunk& c =
-        plan.chunks.emplace_back(PlannedChunk{s.id, start, n, start + n == s.num_tokens, kv.block_table(s.id), {}});
+    PlannedChunk& c = plan.chunks.emplace_back(
+        PlannedChunk{s.id, start, n, start + n >= s.num_tokens - s.num_drafts, kv.block_table(s.id), {}});
     for (int g = 1; g < kv.num_groups(); ++g) c.group_tables.push_back(kv.block_table(s.id, g));
     budget -= n;
   };
@@ -80,7 +82,18 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
       workers.push_back(&s);
       left -= n;
     }
-    while (end > i && !kv.can_reserve_all(work)) preempt_newest();  // possibly this unit: then end == i
+    // Drafts go first: no sequence is preempted for a guess. Then the newest units, possibly this one (end == i).
+    bool drafts_dropped = false;
+    while (end > i && !kv.can_reserve_all(work)) {
+      if (!std::exchange(drafts_dropped, true)) {
+        for (size_t w = 0; w < work.size(); ++w)
+          work[w].num_tokens_to_hold = std::min(work[w].num_tokens_to_hold,
+                                                std::max(work[w].first_write_pos + 1,
+                                                         workers[w]->num_tokens - workers[w]->num_drafts));
+        continue;
+      }
+      preempt_newest();
+    }
     if (end <= i) break;
     for (size_t w = 0; w < work.size(); ++w) {
       std::vector<BlockPair> copies;
@@ -142,10 +155,33 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
   return plan;
 }
 
+// Drops drafts from the newest chunks of `plan` until it samples at most max_num_seqs positions.
+void limit_sampled_positions(StepPlan& plan, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) {
+  std::unordered_map<SeqId, const PlanSeq*> by_id;
+  for (const PlanSeq& s : seqs)
+    if (s.num_drafts > 0) by_id.emplace(s.id, &s);
+  if (by_id.empty()) return;
+  // The drafts chunk c computes: its positions past the sequence's known tokens.
+  const auto drafts_in = [&](const PlannedChunk& c) {
+    auto it = by_id.find(c.id);
+    return it == by_id.end() ? 0
+                             : std::max(0, c.start_pos + c.num_tokens - (it->second->num_tokens - it->second->num_drafts));
+  };
+  int positions = 0;
+  for (const PlannedChunk& c : plan.chunks) positions += c.sample ? 1 + drafts_in(c) : 0;
+  for (size_t i = plan.chunks.size(); i-- > 0 && positions > limits.max_num_seqs;) {
+    PlannedChunk& c = plan.chunks[i];
+    const int cut = std::min(drafts_in(c), positions - limits.max_num_seqs);
+    c.num_tokens -= cut;
+    positions -= cut;
+  }
+}
+
 }  // namespace
 
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) {
   StepPlan plan = plan_queues(kv, seqs, limits);
+  limit_sampled_positions(plan, seqs, limits);
   // Demotions go with the swap-outs, which executors run before the swap-ins (promotions may write their device
   // blocks) and before the step (which may overwrite them); promotions go with the swap-ins, before the step reads.
   KvCacheManager::TierCopies tier = kv.take_tier_copies();

@@ -30,7 +30,11 @@ struct PlanSeq {
   bool whole_request = false;
   Phase phase = Phase::waiting;
   int num_computed = 0;      // tokens whose KV is (or, in flight, will be) in the cache
-  int num_tokens = 0;        // tokens known so far plus one being sampled in flight (pending)
+  int num_tokens = 0;        // tokens known so far plus one being sampled in flight (pending), plus the drafts
+  /// Running only (speculative decoding): the last num_drafts of num_tokens are drafts (model/speculative), a guess
+  /// at what follows: a chunk may stop anywhere in them and still samples, and they are the first thing dropped
+  /// when blocks or sampled positions run short.
+  int num_drafts = 0;
   bool last_token_in_flight = false;  // the token in flight ends the sequence (max_tokens, model length)
   // Waiting only: every token (prompt + output so far), for the prefix cache, shared with the scheduler (a request's
   // prompt is not copied for each plan); null: no prefix-cache lookup (a scored prompt).
@@ -43,7 +47,7 @@ struct PlanSeq {
 };
 
 struct PlanLimits {
-  int max_num_seqs = 256;            // running sequences at most
+  int max_num_seqs = 256;            // running sequences at most; and positions sampled in a step (drafts count)
   int max_num_batched_tokens = 2048; // tokens computed per step at most
   PreemptionMode preemption = PreemptionMode::recompute;
 };
@@ -53,7 +57,7 @@ struct PlannedChunk {
   SeqId id = 0;
   int start_pos = 0;
   int num_tokens = 0;
-  bool sample = false;               // the chunk reaches the last known token: sample the next one
+  bool sample = false;               // the chunk reaches the last known token: sample the next one (and the drafts)
   std::vector<int32_t> block_table;                // KV group 0's
   std::vector<std::vector<int32_t>> group_tables;  // KV groups 1.. (SeqChunk::group_tables)
 };
@@ -88,7 +92,10 @@ struct StepPlan {
 /// (KvCacheManager::register_planned), so those admitted after it in the same step share its prefix: their chunks start
 /// after the shared blocks. A waiting sequence whose prefix continues on disk waits (and those behind it) while its
 /// blocks load into the CPU tier (KvCacheManager::load_from_disk). Last, the tiers' orders
-/// (KvCacheManager::take_tier_copies) join swap_out and swap_in, and fill disk_writes and disk_loads.
+/// (KvCacheManager::take_tier_copies) join swap_out and swap_in, and fill disk_writes and disk_loads. Drafts: a
+/// running unit whose blocks do not suffice drops its drafts before anything is preempted; and when the positions
+/// sampled (a chunk that samples is one, each draft in it one more) exceed max_num_seqs, the newest chunks drop
+/// drafts (their blocks stay reserved, for the tokens to come).
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
 
 /// The chunks of a plan that still run once the sequences in `ended` ended after planning (aborted, stopped), in

@@ -259,14 +259,16 @@ class _ProgressBar:
 class LLM:
     """vLLM's offline LLM: LLM(model=DIR, **engine_args) with vLLM's engine argument names (device, block_size,
     num_gpu_blocks_override, swap_space, gpu_memory_utilization, max_num_seqs, max_num_batched_tokens,
-    max_model_len, enable_prefix_caching, preemption_mode, tensor_parallel_size, quantization, load_format, ...;
-    the `paged` CLI's engine flags). Raises ValueError for an unknown argument, RuntimeError for a bad model.
+    max_model_len, enable_prefix_caching, preemption_mode, tensor_parallel_size, quantization, load_format,
+    speculative_config={"method": "ngram", ...}, ...; the `paged` CLI's engine flags). Raises ValueError for an unknown argument, RuntimeError for a bad model.
     `generation_config`: "auto" (vLLM's default: without sampling_params, generate and chat sample with the model's
     generation_config.json defaults, get_default_sampling_params) or "vllm" (SamplingParams()'s own)."""
 
     def __init__(self, model, generation_config="auto", **engine_args):
         if generation_config not in ("auto", "vllm"):
             raise ValueError(f"generation_config must be 'auto' or 'vllm', got {generation_config!r}")
+        if isinstance(engine_args.get("speculative_config"), dict):  # vLLM's: {"method": "ngram", ...}
+            engine_args["speculative_config"] = json.dumps(engine_args["speculative_config"])
         self._engine = _paged.Engine(_flags({"model": model, **engine_args}, _ENGINE_ALIASES))
         self._generation_config = generation_config
 

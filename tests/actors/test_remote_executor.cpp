@@ -335,6 +335,35 @@ TEST_CASE("an engine whose executor is a worker on loopback generates what an in
   CHECK(remote.metrics().kv_blocks_free.load() == remote.metrics().kv_blocks_total.load());
 }
 
+TEST_CASE("drafts cross the wire: an engine that speculates with a worker generates what one that does not does",
+          "[remote][speculative]") {
+  // Room for every sequence's drafts: a step samples at most max_num_seqs positions.
+  EngineConfig config = cpu_config();
+  config.max_num_seqs = 64;
+  Worker worker(config, "127.0.0.1", 0);
+  EngineConfig remote_config = config;
+  remote_config.workers = {"127.0.0.1:" + std::to_string(worker.port())};
+  remote_config.speculative_config = {.num_speculative_tokens = 3, .prompt_lookup_min = 1, .prompt_lookup_max = 2};
+  Engine remote(remote_config);
+  Engine local(config);
+  const auto ps = prompts(local.model_config().vocab_size);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = 40;
+  CHECK(completions(remote.generate(ps, greedy)) == completions(local.generate(ps, greedy)));
+  SamplingParams sampled;
+  sampled.temperature = 0.9f;
+  sampled.seed = 99;
+  sampled.frequency_penalty = 0.3f;
+  sampled.max_tokens = 30;
+  CHECK(completions(remote.generate(ps, sampled)) == completions(local.generate(ps, sampled)));
+  remote.wait_idle();
+  INFO(remote.metrics().spec_decode_accepted_tokens << " of " << remote.metrics().spec_decode_draft_tokens
+                                                    << " drafts accepted");
+  CHECK(remote.metrics().spec_decode_accepted_tokens > 0);
+  CHECK(remote.metrics().kv_blocks_free.load() == remote.metrics().kv_blocks_total.load());
+}
+
 TEST_CASE("released table entries of a sliding model cross the wire, a table per KV group: a worker generates what "
           "an in-process engine does", "[remote][sliding]") {
   // Every layer sliding (one group), or layers 0, 1 and 3 (three groups of two layers: the full ones, two sliding).

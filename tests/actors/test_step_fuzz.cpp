@@ -149,11 +149,19 @@ class StepSource {
       if (c.start_pos + n <= prompt_end) c.prompt_logprobs.next_token = s.prompt[c.start_pos + n];
     }
     s.computed += n;
+    // A decoding sequence's chunk may carry drafts (speculative decoding): tokens past its own, whose slots the
+    // table covers and a later chunk writes again.
+    int drafts = 0;
+    if (s.computed == length(s) && !s.output.empty() && n == 1 && d.in(0, 2) == 0)
+      drafts = std::min({d.in(1, 4), budget, limits_.max_model_len - s.computed});
+    for (int k = 0; k < drafts; ++k) c.tokens.push_back(d.in(0, limits_.vocab_size - 1));
+    c.num_drafts = std::max(0, drafts);
+    budget -= c.num_drafts;
     // Each KV group's table grows; a sliding group's blocks before the chunk's window are released, as the cache
     // manager releases them.
     for (size_t g = 0; g < s.tables.size(); ++g) {
       std::vector<int32_t>& table = s.tables[g];
-      while (static_cast<int>(table.size()) * limits_.block_size < s.computed) table.push_back(block());
+      while (static_cast<int>(table.size()) * limits_.block_size < s.computed + c.num_drafts) table.push_back(block());
       for (int b = 0; b < first_window_block(c.start_pos, limits_.kv_windows[g], limits_.block_size); ++b)
         table[b] = kReleasedBlock;
     }
@@ -165,7 +173,7 @@ class StepSource {
         c.samples.push_back({.params = &s.params, .seed = s.id * 1000 + static_cast<uint64_t>(k),
                              .prompt = &s.prompt, .output = &s.output, .stop_ids = &s.stop_ids,
                              .num_logprobs = s.params.logprobs.value_or(0),
-                             .num_candidates = d.pick<int>({1, 1, 3})});
+                             .num_candidates = c.num_drafts > 0 ? 1 : d.pick<int>({1, 1, 3})});
       s.sampled = true;
     }
     return c;
@@ -183,6 +191,12 @@ int32_t edge_int(Draw& d, const StepLimits& limits) {
                           limits.num_blocks, limits.num_swap_blocks, limits.max_model_len - 1, limits.max_model_len,
                           9000, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(),
                           static_cast<int32_t>(d.bits())});
+}
+
+// `x` moved by -2 to 2, kept within int32_t (a field at an edge already stays there).
+int32_t nudged(Draw& d, int32_t x) {
+  return static_cast<int32_t>(std::clamp<int64_t>(int64_t{x} + d.in(-2, 2), std::numeric_limits<int32_t>::min(),
+                                                  std::numeric_limits<int32_t>::max()));
 }
 
 float edge_float(Draw& d) {
@@ -211,7 +225,7 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
     }
     return d.index(c.group_keeps.size());
   };
-  switch (d.in(0, 27)) {
+  switch (d.in(0, 28)) {
     case 0: any_of(c.tokens); break;
     case 1: c.start_pos = edge_int(d, limits); break;
     case 2: any_of(c.table_tail); break;
@@ -268,8 +282,8 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
         c.samples.resize(static_cast<size_t>(d.in(0, kMaxSamplesPerChunk + 2)), copy);
       }
       break;
-    case 18: c.table_keep = d.coin() ? edge_int(d, limits) : c.table_keep + d.in(-2, 2); break;
-    case 19: c.output_keep = d.coin() ? edge_int(d, limits) : c.output_keep + d.in(-2, 2); break;
+    case 18: c.table_keep = d.coin() ? edge_int(d, limits) : nudged(d, c.table_keep); break;
+    case 19: c.output_keep = d.coin() ? edge_int(d, limits) : nudged(d, c.output_keep); break;
     case 20:  // the context dropped, or sent again (maybe where it has no place)
       if (c.context)
         c.context.reset();
@@ -292,7 +306,7 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
     case 25: any_of(c.group_tails[group()]); break;
     case 26: {
       const size_t g = group();
-      c.group_keeps[g] = d.coin() ? edge_int(d, limits) : c.group_keeps[g] + d.in(-2, 2);
+      c.group_keeps[g] = d.coin() ? edge_int(d, limits) : nudged(d, c.group_keeps[g]);
       break;
     }
     case 27:  // a group's delta more or fewer
@@ -304,6 +318,7 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
         c.group_tails.push_back({d.in(-1, limits.num_blocks)});
       }
       break;
+    case 28: c.num_drafts = d.coin() ? edge_int(d, limits) : d.in(-1, 5); break;
   }
 }
 
@@ -368,14 +383,15 @@ Taken decode_and_execute(WireDecoder& decoder, DeferredTokens& deferred, const W
     if (c.samples.empty()) continue;
     REQUIRE(i < r.seqs.size());
     CHECK(r.seqs[i] == c.seq);
-    REQUIRE(r.samples[i].size() == c.samples.size());
-    for (size_t k = 0; k < c.samples.size(); ++k) {
+    REQUIRE(r.samples[i].size() == samples_answered(c));
+    for (size_t k = 0; k < samples_answered(c); ++k) {
       const auto& candidates = r.samples[i][k];
-      CHECK(candidates.size() == static_cast<size_t>(std::min(c.samples[k].num_candidates, limits.vocab_size)));
+      const SampleSpec& spec = c.samples[c.num_drafts > 0 ? 0 : k];
+      CHECK(candidates.size() == static_cast<size_t>(std::min(spec.num_candidates, limits.vocab_size)));
       for (const SampledToken& t : candidates) {
         CHECK(t.token >= 0);
         CHECK(t.token < limits.vocab_size);
-        CHECK(t.top_logprobs.size() == static_cast<size_t>(c.samples[k].num_logprobs));
+        CHECK(t.top_logprobs.size() == static_cast<size_t>(spec.num_logprobs));
       }
     }
     ++i;

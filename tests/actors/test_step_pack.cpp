@@ -50,6 +50,7 @@ WireStep varied_step() {
   WireChunk a = sampling_chunk(kMaxU64, every_field_set());
   a.tokens = {0, 7, kMaxInt, -3};
   a.last_token_deferred = true;
+  a.num_drafts = kMinInt;
   a.start_pos = kMinInt;
   a.table_keep = 3;
   a.table_tail = {kMinInt, 5};
@@ -61,6 +62,7 @@ WireStep varied_step() {
   a.samples = {{.seed = kMaxU64, .num_logprobs = 20, .num_candidates = 256}, {.seed = 0, .num_logprobs = -1,
                                                                               .num_candidates = 0}};
   WireChunk b = sampling_chunk(2, SamplingParams{});  // no seed, no logprobs
+  b.num_drafts = 3;
   b.context->prompt.clear();
   b.context->stop_ids.clear();
   WireChunk c{.seq = 3, .tokens = {4, 4}, .start_pos = 16, .table_keep = 1, .table_tail = {}, .group_keeps = {},
@@ -85,6 +87,7 @@ void require_same_wire(const WireStep& got, const WireStep& want) {
     CHECK(g.seq == w.seq);
     CHECK(g.tokens == w.tokens);
     CHECK(g.last_token_deferred == w.last_token_deferred);
+    CHECK(g.num_drafts == w.num_drafts);
     CHECK(g.start_pos == w.start_pos);
     CHECK(g.table_keep == w.table_keep);
     CHECK(g.table_tail == w.table_tail);
@@ -336,7 +339,7 @@ TEST_CASE("a packed result unpacks to the result, -inf and NaN logprobs as they 
 TEST_CASE("a count beyond the bytes left is refused before anything is allocated", "[wire][pack]") {
   // 2^32 - 1 chunks (over a TiB of WireChunks: allocating them would throw std::bad_alloc, not refuse).
   CHECK(step_refusal(le<uint32_t>(0xffffffff) + std::string(64, '\0')) ==
-        "seqs: a count of 4294967295 entries of 43 bytes or more at byte 0, where 64 bytes are left");
+        "seqs: a count of 4294967295 entries of 47 bytes or more at byte 0, where 64 bytes are left");
   // One chunk whose tokens claim 3 GiB.
   const std::string huge_tokens = le<uint32_t>(1) + le<uint64_t>(9) + le<uint32_t>(0xc0000000) + std::string(40, '\0');
   CHECK(step_refusal(huge_tokens) ==
@@ -353,32 +356,32 @@ TEST_CASE("a count beyond the bytes left is refused before anything is allocated
 TEST_CASE("a packed step is refused for a flag that is neither 0 nor 1, logit_bias keys out of order or twice, "
           "stop strings or bad words over their bounds",
           "[wire][pack]") {
-  // One chunk: count (4), seq (8), tokens {5} (4 + 4), last_token_deferred (1), start_pos (4), table_keep (4),
-  // table_tail {} (4), group tables {} (4): the context's flag at byte 37, then its parameters: n, best_of (4 each),
-  // use_beam_search (1), length_penalty, max_tokens, min_tokens, temperature, top_p, top_k, min_p (4 each), seed's
-  // flag (1; unset), repetition, presence and frequency penalties (4 each): logit_bias's count at byte 38 + 50 = 88,
-  // its first token at 92, the second at 100.
+  // One chunk: count (4), seq (8), tokens {5} (4 + 4), last_token_deferred (1), num_drafts (4), start_pos (4),
+  // table_keep (4), table_tail {} (4), group tables {} (4): the context's flag at byte 41, then its parameters: n,
+  // best_of (4 each), use_beam_search (1), length_penalty, max_tokens, min_tokens, temperature, top_p, top_k, min_p
+  // (4 each), seed's flag (1; unset), repetition, presence and frequency penalties (4 each): logit_bias's count at
+  // byte 42 + 50 = 92, its first token at 96, the second at 104.
   SamplingParams p;
   p.logit_bias = {{3, 1.0f}, {9, 2.0f}};
   WireStep w;
   w.seqs = {sampling_chunk(1, p)};
   const std::string bytes = pack_step(w);
-  REQUIRE(bytes.substr(88, 4) == le<uint32_t>(2));
-  REQUIRE(bytes.substr(92, 4) == le<int32_t>(3));
-  REQUIRE(bytes.substr(100, 4) == le<int32_t>(9));
+  REQUIRE(bytes.substr(92, 4) == le<uint32_t>(2));
+  REQUIRE(bytes.substr(96, 4) == le<int32_t>(3));
+  REQUIRE(bytes.substr(104, 4) == le<int32_t>(9));
 
   std::string spoilt = bytes;
   spoilt[20] = 2;
   CHECK(step_refusal(spoilt) == "seqs[0].last_token_deferred: byte 2 at 20 is no flag (0 or 1)");
   spoilt = bytes;
-  spoilt[37] = 2;
-  CHECK(step_refusal(spoilt) == "seqs[0].context: byte 2 at 37 is no flag (0 or 1)");
+  spoilt[41] = 2;
+  CHECK(step_refusal(spoilt) == "seqs[0].context: byte 2 at 41 is no flag (0 or 1)");
   spoilt = bytes;
-  spoilt.replace(92, 4, le<int32_t>(9));
-  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 100 does not follow token 9 "
+  spoilt.replace(96, 4, le<int32_t>(9));
+  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 104 does not follow token 9 "
                                 "(the tokens come in ascending order, once each)");
-  spoilt.replace(92, 4, le<int32_t>(10));
-  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 100 does not follow token 10 "
+  spoilt.replace(96, 4, le<int32_t>(10));
+  CHECK(step_refusal(spoilt) == "seqs[0].context.params.logit_bias[1]: token 9 at byte 104 does not follow token 10 "
                                 "(the tokens come in ascending order, once each)");
 
   p.logit_bias.clear();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "model/speculative/ngram.h"
 #include "model/step_check.h"
 
 using namespace paged;
@@ -366,4 +367,51 @@ TEST_CASE("a worker's prompt logprobs must answer the chunks that asked: sequenc
   CHECK(field(answer({{8, -0.5f, 101, {}}})) == "prompt_logprobs[0].tokens[0].rank");
   CHECK(field(answer({{8, -0.5f, 3, {{4, -0.2f}, {5, -0.3f}}}})) == "prompt_logprobs[0].tokens[0].top_logprobs");
   CHECK(field(answer({{8, -0.5f, 3, {{100, -0.2f}}}})) == "prompt_logprobs[0].tokens[0].top_logprobs[0]");
+}
+
+TEST_CASE("drafts: fewer than the chunk's tokens, at most kMaxSpeculativeTokens, one sample of one candidate, and a "
+          "result with a sample per position verified",
+          "[step_check]") {
+  GoodStep g;  // chunk 0: tokens {1, 5, 9}, one sample
+  g.step.seqs[0].num_drafts = 2;  // 5 and 9 are drafts: the logits of 1, 5 and 9 are sampled
+  CHECK(failing_field(g.step).empty());
+  for (int bad : {-1, 3, kMaxSpeculativeTokens + 1}) {
+    g.step.seqs[0].num_drafts = bad;
+    CHECK(failing_field(g.step) == "seqs[0].num_drafts");
+  }
+  g.step.seqs[0].num_drafts = 2;
+  g.sample().num_candidates = 2;
+  CHECK(failing_field(g.step) == "seqs[0].num_drafts");
+  g.sample().num_candidates = 1;
+  g.step.seqs[0].samples.push_back(g.sample());
+  CHECK(failing_field(g.step) == "seqs[0].num_drafts");
+  g.step.seqs[0].samples.pop_back();
+  g.step.seqs[0].prompt_logprobs = {.count = 1, .num_top = 0};
+  CHECK(failing_field(g.step) == "seqs[0].num_drafts");
+  g.step.seqs[0].prompt_logprobs = {};
+  g.step.seqs[0].last_token_deferred = true;
+  CHECK(failing_field(g.step) == "seqs[0].num_drafts");
+  g.step.seqs[0].last_token_deferred = false;
+
+  const auto field = [&](size_t samples) {
+    StepResult r;
+    r.seqs = {1};
+    r.samples.resize(1);
+    for (size_t k = 0; k < samples; ++k) r.samples[0].push_back({{7, -0.1f, {}}});
+    const std::optional<FieldError> e = check_result(r, g.step, kLimits.vocab_size);
+    return e ? e->field : "";
+  };
+  CHECK(field(3) == "");
+  CHECK(field(1) == "samples[0]");
+  CHECK(field(4) == "samples[0]");
+  // Each position's sample sees the drafts before it as generated.
+  const SeqChunk& c = g.step.seqs[0];
+  REQUIRE(samples_answered(c) == 3);
+  for (size_t k = 0; k < 3; ++k) {
+    const ChunkSample s = chunk_sample(c, k);
+    CHECK(s.token == k);
+    CHECK(std::vector<TokenId>(s.spec.drafted.begin(), s.spec.drafted.end()) ==
+          std::vector<TokenId>(c.tokens.begin() + 1, c.tokens.begin() + 1 + static_cast<long>(k)));
+    CHECK(generated_count(s.spec) == 1 + k);  // output {7}, then the drafts
+  }
 }

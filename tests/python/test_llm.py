@@ -291,3 +291,20 @@ def test_structured_outputs(llm):
         SamplingParams(structured_outputs=StructuredOutputsParams(regex="a", whitespace_pattern=" "))
     with pytest.raises(TypeError):
         StructuredOutputsParams(structural_tag="{}")
+
+
+def test_ngram_speculation_keeps_the_outputs():
+    # vLLM's speculative_config: greedy outputs are HF's, seeded samples those of decoding without it.
+    spec = LLM(model=MODEL, device="cpu", max_num_seqs=16,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
+                                   "prompt_lookup_min": 1})
+    greedy = spec.generate([c["prompt"] for c in GOLDEN], SamplingParams(max_tokens=64, temperature=0))
+    for out, case in zip(greedy, GOLDEN):
+        assert out.outputs[0].token_ids == case["greedy_ids"]
+    plain = LLM(model=MODEL, device="cpu", max_num_seqs=16)
+    sampled = SamplingParams(max_tokens=48, temperature=0.8, top_p=0.9, seed=5, frequency_penalty=0.3, n=2)
+    want = plain.generate([c["prompt"] for c in GOLDEN], sampled)
+    got = spec.generate([c["prompt"] for c in GOLDEN], sampled)
+    assert [[c.token_ids for c in o.outputs] for o in got] == [[c.token_ids for c in o.outputs] for o in want]
+    with pytest.raises(ValueError, match="ngram"):
+        LLM(model=MODEL, device="cpu", speculative_config={"method": "eagle", "num_speculative_tokens": 2})

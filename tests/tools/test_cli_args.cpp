@@ -91,4 +91,36 @@ TEST_CASE("unknown keys and bad values in the file are refused naming the key", 
   CHECK(with(R"({"block_size": {"a": 1}})").find("f: engine.block_size must be") == 0);
   CHECK(with(R"({"block_size": 0})") == "--block-size must be in [1, 256]");
   CHECK(with(R"({"block_size": 16})").empty());
+  CHECK(with(R"({"speculative_config": {"method": "ngram", "num_speculative_tokens": 0}})") ==
+        "f: engine.speculative_config: num_speculative_tokens must be at least 1");
+  CHECK(with(R"({"speculative_config": {"method": "medusa", "num_speculative_tokens": 2}})")
+            .find("f: engine.speculative_config.method must be \"ngram\"") == 0);
+  CHECK(with(R"({"speculative_config": {"method": "ngram", "num_speculative_tokens": 2, "draft_tp": 1}})") ==
+        "f: engine.speculative_config: 'draft_tp' is not supported (method, num_speculative_tokens, "
+        "prompt_lookup_max, prompt_lookup_min are)");
+  CHECK(with(R"({"speculative_config": {}})").empty());  // off
+  CHECK(with(R"({"speculative_config": null})").empty());
+}
+
+TEST_CASE("--speculative-config takes vLLM's JSON for n-gram speculation, from the flag or the file", "[cli]") {
+  Args args = args_of({"m", "--speculative-config",
+                       R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})"});
+  EngineConfig c = engine_config(args);
+  args.reject_unknown();
+  CHECK(c.speculative_config.num_speculative_tokens == 3);
+  CHECK(c.speculative_config.prompt_lookup_max == 4);
+  CHECK(c.speculative_config.prompt_lookup_min == 4);  // one bound given is both (vLLM's)
+  Args from_file = args_of({"m"});
+  from_file.fall_back_to(boost::json::parse(R"({"speculative_config": {"method": "ngram",
+      "num_speculative_tokens": 5, "prompt_lookup_min": 2}})").as_object(), "f: engine");
+  c = engine_config(from_file);
+  CHECK(c.speculative_config.num_speculative_tokens == 5);
+  CHECK(c.speculative_config.prompt_lookup_min == 2);
+  CHECK(c.speculative_config.prompt_lookup_max == 2);
+  Args neither = args_of({"m", "--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 2})"});
+  c = engine_config(neither);
+  CHECK(c.speculative_config.prompt_lookup_min == 5);
+  CHECK(c.speculative_config.prompt_lookup_max == 5);
+  Args none = args_of({"m"});
+  CHECK_FALSE(engine_config(none).speculative_config.enabled());
 }

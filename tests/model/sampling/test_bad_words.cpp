@@ -36,8 +36,9 @@ struct TableTokenizer final : Tokenizer {
 };
 
 Ids bans(const std::vector<Ids>& words, const Ids& output, TokenId pending = -1) {
-  Ids out;
-  append_bad_word_bans(words, output, pending, out);
+  Ids out, generated = output;
+  if (pending >= 0) generated.push_back(pending);
+  append_bad_word_bans(words, generated, out);
   return out;
 }
 
@@ -134,4 +135,36 @@ TEST_CASE("bad words reach the sampler as masked logits, with the output's histo
   logits[2] = 1.0f;
   CHECK(sample_logits(logits, spec)[0].token == 2);  // the best two are banned
   CHECK(std::isinf(logits[5]));
+}
+
+TEST_CASE("a verified position's drafts count as generated: penalties, bad words, min_tokens and the random stream "
+          "are those of the output they would make",
+          "[sampling][speculative]") {
+  SamplingParams p{.min_tokens = 5, .temperature = 0.9f, .seed = 4, .repetition_penalty = 1.4f,
+                   .presence_penalty = 0.3f, .frequency_penalty = 0.7f};
+  p.bad_words_token_ids = {{4, 6, 8}, {9}};
+  const Ids prompt = {1, 2}, stop = {0};
+  const Ids output = {3, 4}, drafts = {6, 3};
+  const Ids whole = {3, 4, 6, 3};  // the output the drafts would make
+  const SampleSpec with_drafts{.params = &p, .seed = 4, .prompt = &prompt, .output = &output, .stop_ids = &stop,
+                               .drafted = drafts};
+  const SampleSpec plain{.params = &p, .seed = 4, .prompt = &prompt, .output = &whole, .stop_ids = &stop};
+  CHECK(generated_count(with_drafts) == 4);
+  CHECK(newest_generated(with_drafts, 3) == Ids{4, 6, 3});
+  const PenaltyOps a = penalty_ops(with_drafts, 12), b = penalty_ops(plain, 12);
+  CHECK(a.masked == b.masked);
+  CHECK(a.repeated == b.repeated);
+  auto sorted = [](std::vector<std::pair<TokenId, float>> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  CHECK(sorted(a.subtract) == sorted(b.subtract));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> logits(12);
+    for (float& l : logits) l = normal(rng);
+    std::vector<float> copy = logits;
+    CHECK(sample_logits(logits, with_drafts)[0].token == sample_logits(copy, plain)[0].token);
+  }
 }

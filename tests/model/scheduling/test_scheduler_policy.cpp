@@ -561,3 +561,62 @@ TEST_CASE("swapping out the readers of a planned prefix keeps it registered for 
   CHECK(kv.metrics().device_free == 6);
   CHECK(kv.metrics().cpu_free == 8);
 }
+
+namespace {
+
+// A decoding sequence (its newest token uncomputed) that proposes `drafts` drafts.
+PlanSeq drafting(SeqId id, uint64_t arrival, int computed, int drafts) {
+  PlanSeq s = running(id, arrival, computed, computed + 1 + drafts);
+  s.num_drafts = drafts;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("drafts are computed with the newest token, and a chunk cut short in them still samples", "[policy]") {
+  auto kv = make_kv(64);
+  place(kv, 1, 6);
+  place(kv, 2, 6);
+  // Budget 6: sequence 1 takes its token and 3 drafts, sequence 2 its token and one of its 3 drafts.
+  const StepPlan plan = plan_step(kv, {drafting(1, 0, 6, 3), drafting(2, 1, 6, 3)}, limits(8, 6));
+  REQUIRE(plan.chunks.size() == 2);
+  CHECK(chunk_of(plan, 1).start_pos == 6);
+  CHECK(chunk_of(plan, 1).num_tokens == 4);
+  CHECK(chunk_of(plan, 2).num_tokens == 2);
+  CHECK(chunk_of(plan, 1).sample);
+  CHECK(chunk_of(plan, 2).sample);
+  CHECK(kv.block_table(1).size() == 3);  // positions 0..9
+  kv.check_invariants();
+}
+
+TEST_CASE("a sequence is not preempted for drafts: they are dropped first", "[policy]") {
+  // 5 blocks of 4 tokens: each sequence holds 2 (7 tokens computed), one is free. Each newest token (position 7)
+  // fits its second block; its drafts (8..11) need a third. The older unit takes the free block; the newer one's
+  // drafts find none and go, where without them the newer sequence would be preempted.
+  auto kv = make_kv(5);
+  place(kv, 1, 7);
+  place(kv, 2, 7);
+  const StepPlan plan = plan_step(kv, {drafting(1, 0, 7, 4), drafting(2, 1, 7, 4)}, limits(8, 100));
+  CHECK(plan.preempted_recompute.empty());
+  CHECK(plan.preempted_swap.empty());
+  REQUIRE(plan.chunks.size() == 2);
+  // Each unit is planned alone: the older one finds the free block for its drafts, the newer one drops them.
+  CHECK(chunk_of(plan, 1).num_tokens == 5);
+  CHECK(chunk_of(plan, 2).num_tokens == 1);
+  CHECK(chunk_of(plan, 2).sample);
+  kv.check_invariants();
+}
+
+TEST_CASE("drafts beyond max_num_seqs positions sampled in a step are dropped from the newest chunks", "[policy]") {
+  auto kv = make_kv(64);
+  for (SeqId id = 1; id <= 3; ++id) place(kv, id, 6);
+  // 3 chunks with 3 drafts each sample 12 positions; 6 may be sampled: the newest lose theirs first.
+  const StepPlan plan =
+      plan_step(kv, {drafting(1, 0, 6, 3), drafting(2, 1, 6, 3), drafting(3, 2, 6, 3)}, limits(6, 100));
+  REQUIRE(plan.chunks.size() == 3);
+  CHECK(chunk_of(plan, 1).num_tokens == 4);
+  CHECK(chunk_of(plan, 2).num_tokens == 1);
+  CHECK(chunk_of(plan, 3).num_tokens == 1);
+  for (const PlannedChunk& c : plan.chunks) CHECK(c.sample);
+  kv.check_invariants();
+}
