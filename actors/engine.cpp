@@ -98,7 +98,8 @@ struct Engine::Impl {
   JoinedWorker join_worker(const std::string& address);
   // Spawns the replica's memory manager and scheduler over its executors, and watches them all: the first to end
   // makes the replica lost. Call with the replica's executors set and serving false.
-  void start_replica(Replica& r, int num_blocks, int num_host_blocks);
+  // `sampled_positions`: the most positions its runner samples a step (PlanLimits::max_sampled_positions).
+  void start_replica(Replica& r, int num_blocks, int num_host_blocks, int sampled_positions);
   // The replica's actor of generation `generation` ended with `reason`: the replica is lost (the first call counts),
   // its other actors end (its requests move to another replica), the engine fails when none serves, and a worker is
   // reconnected.
@@ -198,6 +199,7 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
           .swap_space_gib = c.swap_space_gib + c.kv_offloading_gib,  // the host pool: swap space and CPU tier
           .max_num_seqs = c.max_num_seqs,
           .max_num_batched_tokens = c.max_num_batched_tokens,
+          .max_logits_rows = max_sampled_positions(c.max_num_seqs, c.speculative_config),
           .max_model_len = max_model_len,
           .fp8_weights = c.quantization == "fp8",
           .fp8_kv = c.kv_cache_dtype == "fp8"};
@@ -329,7 +331,7 @@ JoinedWorker Engine::Impl::join_worker(const std::string& address) {
   }
 }
 
-void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks) {
+void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks, int sampled_positions) {
   const ReplicaMetricsWriter writer{&metrics, &r.metrics};
   const auto [num_swap_blocks, num_offload_blocks] = split_host_pool(num_host_blocks, config);
   r.memory_manager = system->spawn(
@@ -343,7 +345,7 @@ void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks
                      .group_windows = kv_groups.windows},
       writer);
   SchedulerSetup setup;
-  setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode};
+  setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode, sampled_positions};
   setup.max_model_len = max_model_len;
   setup.block_size = config.block_size;
   setup.executors = r.executors;
@@ -409,7 +411,11 @@ void Engine::Impl::replica_joined(size_t index, JoinedWorker joined) {
     }
   }
   r.executors = {joined.proxy};
-  start_replica(r, joined.info.num_blocks, joined.info.num_swap_blocks);
+  // A worker started without --speculative-config samples max_num_seqs positions: drafts take what the engine's
+  // sequences leave of them.
+  start_replica(r, joined.info.num_blocks, joined.info.num_swap_blocks,
+                std::min(max_sampled_positions(config.max_num_seqs, config.speculative_config),
+                         joined.info.max_sampled_positions));
   {
     std::lock_guard lock(state_mu);
     state = EngineState::ready;
@@ -603,7 +609,9 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
 
   m.reconnect_actor =
       m.system->spawn<caf::detached>([&m](caf::event_based_actor* self) { return m.reconnector(self); });
-  for (size_t i = 0; i < m.replicas.size(); ++i) m.start_replica(*m.replicas[i], pools[i].first, pools[i].second);
+  for (size_t i = 0; i < m.replicas.size(); ++i)
+    m.start_replica(*m.replicas[i], pools[i].first, pools[i].second,
+                    max_sampled_positions(c.max_num_seqs, c.speculative_config));
   RouterSetup router;
   for (const auto& r : m.replicas) {
     router.schedulers.push_back(r->scheduler);

@@ -123,6 +123,7 @@ struct WorkerInfo {
   int num_layers = 0, hidden_size = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, vocab_size = 0;
   int block_size = 0;
   int max_model_len = 0, max_num_seqs = 0, max_num_batched_tokens = 0;  // the largest step its runner takes
+  int max_sampled_positions = 0;  // and the most positions it samples (max_sampled_positions of its flags)
   int num_blocks = 0, num_swap_blocks = 0;
   // kv_groups_of(its model): a step carries a table per group, with released entries before each group's window
   std::vector<int> kv_windows = {0};
@@ -159,8 +160,8 @@ PAGED_INSPECT(RankReady, x.num_blocks, x.num_swap_blocks, x.error, x.model_error
 PAGED_INSPECT(PackedStep, x.bytes)
 PAGED_INSPECT(PackedResult, x.bytes)
 PAGED_INSPECT(WorkerInfo, x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads, x.head_dim,
-              x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens, x.num_blocks,
-              x.num_swap_blocks, x.kv_windows, x.layers_per_block)
+              x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens,
+              x.max_sampled_positions, x.num_blocks, x.num_swap_blocks, x.kv_windows, x.layers_per_block)
 
 #undef PAGED_INSPECT
 

@@ -50,6 +50,7 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
                       .max_model_len = max_model_len,
                       .max_num_seqs = c.max_num_seqs,
                       .max_num_batched_tokens = c.max_num_batched_tokens,
+                      .max_sampled_positions = max_sampled_positions(c.max_num_seqs, c.speculative_config),
                       .num_blocks = built.num_blocks,
                       .num_swap_blocks = built.num_swap_blocks,
                       .kv_windows = groups.windows,

@@ -123,6 +123,7 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   if (opt.max_model_len <= 0) opt.max_model_len = cfg.max_position_embeddings;
   max_seqs = std::max(1, opt.max_num_seqs);
   max_tokens = std::max(opt.max_num_batched_tokens, max_seqs);
+  max_rows = std::max(max_seqs, opt.max_logits_rows);
   table_stride = (opt.max_model_len + opt.block_size - 1) / opt.block_size;
 
   PAGED_CUDA_CHECK(cudaSetDevice(opt.device));
@@ -380,8 +381,8 @@ void CudaModelRunner::Impl::allocate_runtime() {
     act_fp8 = device_alloc<uint8_t>(T * std::max({hidden, inter, heads * head_dim}));
     act_scale = device_alloc<float>(T);
   }
-  last_hidden = device_alloc<bf16>(int64_t{max_seqs} * hidden);
-  logits = device_alloc<float>(int64_t{max_seqs} * vocab);
+  last_hidden = device_alloc<bf16>(int64_t{max_rows} * hidden);
+  logits = device_alloc<float>(int64_t{max_rows} * vocab);
   sample_ws = device_alloc<char>(cuda::sampling_workspace_bytes(max_seqs, vocab));
   if (cfg.is_moe()) allocate_moe();
 
@@ -402,7 +403,7 @@ void CudaModelRunner::Impl::allocate_runtime() {
   query_start.allocate(max_seqs + 1);
   context_lens.allocate(max_seqs);
   block_tables.allocate(int64_t{kv_groups.num_groups()} * max_seqs * table_stride);
-  last_rows.allocate(max_seqs);
+  last_rows.allocate(max_rows);
   sample_rows.allocate(max_seqs);
   logits_row_ids.allocate(max_seqs);
   sampled.allocate(max_seqs);
@@ -562,8 +563,9 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
       // last token's, or with drafts each position verified (chunk_sample), in order from logits_row[s].
       plan.logits_row[s] = decode ? s : plan.logits_rows;
       for (int k = c.num_drafts; k >= 0; --k) {
-        if (plan.logits_rows == max_seqs)
-          throw ModelError("step samples more than max_num_seqs (" + std::to_string(max_seqs) + ") positions");
+        if (plan.logits_rows == max_rows)
+          throw ModelError("step samples more than the " + std::to_string(max_rows) +
+                           " positions the runner holds logits for (max_num_seqs, more with speculation)");
         last_rows.host[plan.logits_rows++] = t - 1 - k;
       }
     }

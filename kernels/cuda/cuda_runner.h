@@ -26,6 +26,9 @@ struct CudaRunnerOptions {
   double swap_space_gib = 4.0;         // pinned host memory for swapped-out blocks
   int max_num_seqs = 256;              // sequences per step: sampling rows and the largest decode graph
   int max_num_batched_tokens = 2048;   // tokens per step: the activation buffers
+  /// Positions a step samples at most, each a row of vocabulary logits (speculative decoding samples each draft's
+  /// position too: max_sampled_positions); at least max_num_seqs.
+  int max_logits_rows = 0;
   int max_model_len = 0;               // longest context; 0: the model's max_position_embeddings
   bool cuda_graphs = true;             // replay decode-only steps from CUDA graphs (with their all-reduces)
   /// --quantization fp8: the linear layers' weights as FP8 e4m3 with a scale per output channel, quantised at load

@@ -134,6 +134,7 @@ struct CudaModelRunner::Impl {
   // This rank's shapes: heads, kv_heads and inter are the model's divided by tp_size.
   int heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, inter = 0, vocab = 0, qkv_dim = 0;
   int max_tokens = 0, max_seqs = 0, table_stride = 0, sm_count = 0;
+  int max_rows = 0;  // logits rows a step samples at most: max_num_seqs, more with drafts (max_logits_rows)
   int64_t l2_bytes = 0;  // the device's L2 cache
   KvGroups kv_groups;          // kv_groups_of(cfg): a chunk's table per group, a layer's KV in its slot of a block
   float eps = 0.f, scale = 0.f;
@@ -168,7 +169,7 @@ struct CudaModelRunner::Impl {
   DevicePtr<bf16> post_normed;  // sandwich_norms: a sublayer's output after its post norm [max_tokens][hidden]
   DevicePtr<uint8_t> act_fp8;
   DevicePtr<float> act_scale;
-  DevicePtr<float> logits;  // [max_seqs][vocab]
+  DevicePtr<float> logits;  // [max_rows][vocab]
   // Mixture of experts (cfg.is_moe()), for max_tokens rows of top_k slots each: router logits [max_tokens][experts],
   // the choices [max_tokens][top_k], their grouping by expert (cuda::group_experts; tiles for the larger count of
   // the two tile sizes) and the experts' rows in sorted order: gate/up [slots][2 * inter], act [slots][inter], their
@@ -185,7 +186,7 @@ struct CudaModelRunner::Impl {
 
   // Step metadata, staged: token ids and positions [max_tokens]; per KV group slots [groups][max_tokens] and block
   // tables [groups][max_seqs][table_stride] (a layer reads its group's, at fixed addresses for the decode graphs);
-  // query starts [max_seqs + 1]; context lengths and the rows that sample [max_seqs]; copy-on-write pairs.
+  // query starts [max_seqs + 1]; context lengths [max_seqs]; the rows that sample [max_rows]; copy-on-write pairs.
   Staged<int32_t> token_ids, positions, query_start, context_lens, block_tables, last_rows, copy_pairs;
   Staged<int64_t> slots;
   size_t pairs_capacity = 0;
@@ -193,19 +194,20 @@ struct CudaModelRunner::Impl {
   Staged<cuda::SamplingRow> sample_rows;
   Staged<int32_t> logits_row_ids, sampled;
   Staged<float> logprobs;
-  PinnedPtr<float> h_logits;  // [max_seqs][vocab]: logits downloaded for sampling on the CPU, allocated when needed
+  PinnedPtr<float> h_logits;  // [max_rows][vocab]: logits downloaded for sampling on the CPU, allocated when needed
   // Prompt logprobs, [max_seqs] rows a pass (kMaxLogprobs alternatives each): the rows of `normed` scored, the
-  // tokens they score, and the scores (cuda::score_tokens). Allocated on first use.
+  // tokens they score, and the scores (cuda::score_tokens); the sampled rows' alternatives, [max_rows] a pass.
+  // Allocated on first use.
   Staged<int32_t> score_rows, score_targets, score_ranks, score_top_ids;
   Staged<float> score_logprobs, score_top_logprobs;
-  // Logits processing of GPU-sampled rows (cuda::apply_penalties): [max_seqs] rows, their ids and values (grown on
+  // Logits processing of GPU-sampled rows (cuda::apply_penalties): [max_rows] rows, their ids and values (grown on
   // demand to penalty_capacity).
   Staged<cuda::PenaltyRow> penalty_rows;
   Staged<int32_t> penalty_ids;
   Staged<float> penalty_values;
   size_t penalty_capacity = 0;
   // The token masks (structured outputs, allowed_token_ids) of GPU-sampled rows (cuda::apply_token_bitmask):
-  // [max_seqs] rows and [max_seqs][ceil(vocab / 32)] words, allocated on first use.
+  // [max_rows] rows and [max_rows][ceil(vocab / 32)] words, allocated on first use.
   Staged<int32_t> mask_rows;
   Staged<uint32_t> mask_bits;
 

@@ -116,7 +116,7 @@ StepResult CudaModelRunner::Impl::sample(const StepBatch& batch, const Plan& pla
     scored = std::move(later);
   }
   if (!cpu_jobs.empty()) {
-    if (!h_logits) h_logits = pinned_alloc<float>(int64_t{max_seqs} * vocab);
+    if (!h_logits) h_logits = pinned_alloc<float>(int64_t{max_rows} * vocab);
     // Only the rows sampled here come down (a few requests with logprobs in a batch of hundreds are a few rows of
     // vocab floats each, not all of them), each to its place; all at once when they are most of the rows.
     const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
@@ -149,7 +149,7 @@ void CudaModelRunner::Impl::apply_penalties(const std::vector<SampleJob>& jobs) 
     if (const PenaltyOps ops = penalty_ops(j.spec, vocab); !ops.empty())
       cuda::append_penalty_row(ops, j.logits_row, rows, ids, values);
   if (rows.empty()) return;
-  if (!penalty_rows.device) penalty_rows.allocate(max_seqs);
+  if (!penalty_rows.device) penalty_rows.allocate(max_rows);
   if (ids.size() > penalty_capacity) {
     PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the old staging may still be in flight
     penalty_capacity = std::max(ids.size(), size_t{4096});
@@ -173,13 +173,13 @@ void CudaModelRunner::Impl::apply_token_masks(const std::vector<SampleJob>& jobs
     const SampleSpec& spec = j.spec;
     if (!spec.mask_source && spec.params->allowed_token_ids.empty()) continue;
     if (!mask_rows.device) {
-      mask_rows.allocate(max_seqs);
-      mask_bits.allocate(static_cast<size_t>(max_seqs) * words);
+      mask_rows.allocate(max_rows);
+      mask_bits.allocate(static_cast<size_t>(max_rows) * words);
     }
     mask_rows.host[n] = j.logits_row;
     // On the host while the GPU still computes the forward pass (nothing since it was launched waited for it).
     fill_token_mask(spec, std::span<uint32_t>(mask_bits.host.get() + static_cast<size_t>(n) * words, words));
-    ++n;  // at most max_seqs: each masked job is alone on its row
+    ++n;  // at most max_rows: each masked job is alone on its row
   }
   if (n == 0) return;
   PAGED_CUDA_CHECK(mask_rows.upload(n, compute));
@@ -190,12 +190,12 @@ void CudaModelRunner::Impl::apply_token_masks(const std::vector<SampleJob>& jobs
 
 void CudaModelRunner::Impl::allocate_score_staging() {
   if (score_rows.device) return;
-  score_rows.allocate(max_seqs);
-  score_targets.allocate(max_seqs);
-  score_ranks.allocate(max_seqs);
-  score_logprobs.allocate(max_seqs);
-  score_top_ids.allocate(int64_t{max_seqs} * kMaxLogprobs);
-  score_top_logprobs.allocate(int64_t{max_seqs} * kMaxLogprobs);
+  score_rows.allocate(max_rows);
+  score_targets.allocate(max_rows);
+  score_ranks.allocate(max_rows);
+  score_logprobs.allocate(max_rows);
+  score_top_ids.allocate(int64_t{max_rows} * kMaxLogprobs);
+  score_top_logprobs.allocate(int64_t{max_rows} * kMaxLogprobs);
 }
 
 void CudaModelRunner::Impl::score_prompts(const StepBatch& batch, StepResult& result) {

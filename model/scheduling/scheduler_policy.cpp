@@ -155,7 +155,7 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
   return plan;
 }
 
-// Drops drafts from the newest chunks of `plan` until it samples at most max_num_seqs positions.
+// Drops drafts from the newest chunks of `plan` until it samples at most max_sampled_positions positions.
 void limit_sampled_positions(StepPlan& plan, const std::vector<PlanSeq>& seqs, const PlanLimits& limits) {
   std::unordered_map<SeqId, const PlanSeq*> by_id;
   for (const PlanSeq& s : seqs)
@@ -167,11 +167,12 @@ void limit_sampled_positions(StepPlan& plan, const std::vector<PlanSeq>& seqs, c
     return it == by_id.end() ? 0
                              : std::max(0, c.start_pos + c.num_tokens - (it->second->num_tokens - it->second->num_drafts));
   };
+  const int most = limits.max_sampled_positions > 0 ? limits.max_sampled_positions : limits.max_num_seqs;
   int positions = 0;
   for (const PlannedChunk& c : plan.chunks) positions += c.sample ? 1 + drafts_in(c) : 0;
-  for (size_t i = plan.chunks.size(); i-- > 0 && positions > limits.max_num_seqs;) {
+  for (size_t i = plan.chunks.size(); i-- > 0 && positions > most;) {
     PlannedChunk& c = plan.chunks[i];
-    const int cut = std::min(drafts_in(c), positions - limits.max_num_seqs);
+    const int cut = std::min(drafts_in(c), positions - most);
     c.num_tokens -= cut;
     positions -= cut;
   }

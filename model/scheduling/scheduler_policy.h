@@ -47,9 +47,11 @@ struct PlanSeq {
 };
 
 struct PlanLimits {
-  int max_num_seqs = 256;            // running sequences at most; and positions sampled in a step (drafts count)
+  int max_num_seqs = 256;            // running sequences at most
   int max_num_batched_tokens = 2048; // tokens computed per step at most
   PreemptionMode preemption = PreemptionMode::recompute;
+  /// Positions a step samples at most, drafts counted (max_sampled_positions, model/speculative); 0: max_num_seqs.
+  int max_sampled_positions = 0;
 };
 
 /// Work of one sequence in the step: compute tokens [start_pos, start_pos + num_tokens).
@@ -94,7 +96,7 @@ struct StepPlan {
 /// blocks load into the CPU tier (KvCacheManager::load_from_disk). Last, the tiers' orders
 /// (KvCacheManager::take_tier_copies) join swap_out and swap_in, and fill disk_writes and disk_loads. Drafts: a
 /// running unit whose blocks do not suffice drops its drafts before anything is preempted; and when the positions
-/// sampled (a chunk that samples is one, each draft in it one more) exceed max_num_seqs, the newest chunks drop
+/// sampled (a chunk that samples is one, each draft in it one more) exceed max_sampled_positions, the newest chunks drop
 /// drafts (their blocks stay reserved, for the tokens to come).
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
 

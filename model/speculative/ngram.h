@@ -6,6 +6,8 @@
 // (SeqChunk::num_drafts), the scheduler keeps what accepted_drafts says.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +28,15 @@ struct NgramSpeculation {
   /// What is wrong with it ("num_speculative_tokens must be in [1, 16]"), or empty when it is good (or off).
   std::string error() const;
 };
+
+/// Positions a step samples at most (a chunk that samples is one, each draft in it one more): max_num_seqs, and with
+/// speculation up to 256 more, for drafts (the CUDA runner holds a row of vocabulary logits for each: a bound on that
+/// memory; at full batch there is no room for drafts, which suits it: speculation pays at low batch).
+inline int max_sampled_positions(int max_num_seqs, const NgramSpeculation& speculation) {
+  if (!speculation.enabled()) return max_num_seqs;
+  return max_num_seqs + static_cast<int>(std::min<int64_t>(int64_t{max_num_seqs} * speculation.num_speculative_tokens,
+                                                           256));
+}
 
 /// At most `max_drafts` drafts for a sequence of `tokens` (prompt, then output): the longest run of newest tokens,
 /// of prompt_lookup_min to prompt_lookup_max, that occurs earlier in `tokens` (its latest occurrence there), and the

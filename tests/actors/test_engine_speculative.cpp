@@ -1,7 +1,7 @@
 // Speculative decoding with n-gram drafts (EngineConfig::speculative_config, model/speculative/ngram.h) on the real
 // stories260K model (CPU executor): requests of every sampling kind get the tokens of decoding without it (greedy,
 // seeded sampling with penalties, min_tokens, n = 2, stop strings, logprobs, structured outputs), also when a small
-// pool preempts them or few positions may be sampled a step; greedy outputs match HF's; drafts are proposed,
+// pool preempts them or one sequence runs at a time (its drafts beyond max_num_seqs's positions); greedy outputs match HF's; drafts are proposed,
 // accepted and rejected, a repetitive request needs fewer steps, and every block comes back.
 #include <catch2/catch.hpp>
 
@@ -54,7 +54,7 @@ TEST_CASE("n-gram speculation gives every request the tokens of decoding without
   for (const Setting& s : {Setting{"a pool for all", std::nullopt, PreemptionMode::recompute, 256},
                            Setting{"24 blocks, recompute", 24, PreemptionMode::recompute, 256},
                            Setting{"24 blocks, swap", 24, PreemptionMode::swap, 256},
-                           Setting{"8 positions sampled a step", std::nullopt, PreemptionMode::recompute, 8}}) {
+                           Setting{"one sequence at a time", std::nullopt, PreemptionMode::recompute, 1}}) {
     INFO(s.name);
     auto config = [&](bool speculate) {
       EngineConfig c = cpu_config(speculate);

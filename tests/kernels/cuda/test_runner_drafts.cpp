@@ -3,7 +3,7 @@
 // runner's own logits over each prefix (CudaModelRunner::forward) with the drafts before the position taken as
 // generated: greedy rows with penalties (processed on the GPU, alone on their rows), seeded sampled rows and rows
 // with logprobs, beside a sequence without drafts; tokens equal wherever the best two processed logits are apart by
-// more than bf16 noise. And a step that would sample more positions than max_num_seqs is refused.
+// more than bf16 noise. And a step samples at most as many positions as the runner holds logits rows for.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_runner.h"
@@ -81,18 +81,25 @@ TEST_CASE("a chunk with drafts samples each position as sample_logits does on th
   }
 }
 
-TEST_CASE("a step that samples more positions than max_num_seqs is refused", "[gpu][runner][speculative]") {
+TEST_CASE("a step samples at most max_logits_rows positions (max_num_seqs without it)", "[gpu][runner][speculative]") {
   require_device();
   const ModelConfig cfg = small_llama();
-  CudaRunnerOptions opt = small_runner_options(32, 4, 64);
-  CudaModelRunner runner(cfg, 13, opt);
   std::vector<TokenId> seq(12, 3);
   SamplingParams greedy;
   greedy.temperature = 0;
   StepBatch step;
   SeqChunk c = chunk_of(0, seq, 0, 12, {0});
-  c.num_drafts = 4;  // 5 positions, 4 rows
+  c.num_drafts = 4;  // 5 positions
   c.samples = {SampleSpec{.params = &greedy}};
   step.seqs.push_back(c);
-  CHECK_THROWS_WITH(runner.execute(step), Catch::Contains("max_num_seqs"));
+  CudaRunnerOptions opt = small_runner_options(32, 4, 64);
+  {
+    CudaModelRunner runner(cfg, 13, opt);  // 4 rows
+    CHECK_THROWS_WITH(runner.execute(step), Catch::Contains("max_num_seqs"));
+  }
+  opt.max_logits_rows = 5;
+  CudaModelRunner runner(cfg, 13, opt);
+  const StepResult r = runner.execute(step);
+  REQUIRE(r.samples.size() == 1);
+  CHECK(r.samples[0].size() == 5);
 }

@@ -607,12 +607,13 @@ TEST_CASE("a sequence is not preempted for drafts: they are dropped first", "[po
   kv.check_invariants();
 }
 
-TEST_CASE("drafts beyond max_num_seqs positions sampled in a step are dropped from the newest chunks", "[policy]") {
+TEST_CASE("drafts beyond max_sampled_positions in a step are dropped from the newest chunks", "[policy]") {
   auto kv = make_kv(64);
   for (SeqId id = 1; id <= 3; ++id) place(kv, id, 6);
   // 3 chunks with 3 drafts each sample 12 positions; 6 may be sampled: the newest lose theirs first.
-  const StepPlan plan =
-      plan_step(kv, {drafting(1, 0, 6, 3), drafting(2, 1, 6, 3), drafting(3, 2, 6, 3)}, limits(6, 100));
+  PlanLimits six = limits(8, 100);
+  six.max_sampled_positions = 6;
+  const StepPlan plan = plan_step(kv, {drafting(1, 0, 6, 3), drafting(2, 1, 6, 3), drafting(3, 2, 6, 3)}, six);
   REQUIRE(plan.chunks.size() == 3);
   CHECK(chunk_of(plan, 1).num_tokens == 4);
   CHECK(chunk_of(plan, 2).num_tokens == 1);
