@@ -63,7 +63,7 @@ struct EngineConfig {
   /// num_speculative_tokens drafts from its own earlier tokens and one step verifies them, so a step may yield
   /// several of its tokens. Greedy and sampled outputs are those of decoding without it (each position is sampled
   /// from the model's own distribution); steps are then planned one after another (async_scheduling is off). Not for
-  /// sequences with structured outputs, beam search or the first token of n > 1. Off: num_speculative_tokens 0.
+  /// beam search or the first token of n > 1. Off: num_speculative_tokens 0.
   NgramSpeculation speculative_config;
   PreemptionMode preemption_mode = PreemptionMode::recompute;
   /// vLLM's --scheduling-policy priority: requests are admitted by SamplingParams::priority (lower first), then

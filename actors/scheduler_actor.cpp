@@ -693,13 +693,13 @@ void send_disk_loads(Self* self, const std::vector<DiskOrder>& loads) {
 }
 
 /// Speculative decoding: the drafts sequence `s` proposes for the next step, as many as its length limits leave;
-/// none while it prefills or has a token in flight, nor when it follows a grammar (its mask takes one token at a
-/// time), searches beams or has yet to fork its first token.
+/// none while it prefills or has a token in flight, nor when it searches beams or has yet to fork its first token.
+/// A structured output's mask at each position takes the drafts before it (TokenMaskSource::fill_mask).
 std::vector<TokenId> propose_drafts(const SchedulerState& st, const SeqData& s, const RequestData& r) {
   const NgramSpeculation& speculation = st.setup.speculation;
   const int known = static_cast<int>(r.spec.prompt->size() + s.output->size());
   if (!speculation.enabled() || s.phase != PlanSeq::Phase::running || s.pending > 0 || s.num_planned != known - 1 ||
-      s.constraint || r.beam || (!r.forked && r.width > 1))
+      r.beam || (!r.forked && r.width > 1))
     return {};
   const int most = std::min({speculation.num_speculative_tokens,
                              r.spec.params->max_tokens - static_cast<int>(s.output->size()) - 1,

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
       for (TokenConstraint& c : live) {
         if (c.stopped()) continue;
         t0 = Clock::now();
-        c.fill_mask(-1, mask);
+        c.fill_mask({}, mask);
         times.push_back(us_since(t0));
         step_us += times.back();
         std::vector<TokenId> allowed;

@@ -170,11 +170,12 @@ bool TokenConstraint::accept(TokenId id) {
   return true;
 }
 
-void TokenConstraint::fill_mask(TokenId pending, std::span<uint32_t> mask) const {
-  if (pending >= 0) {
-    TokenConstraint after(*this);
-    after.accept(pending);
-    after.fill_mask(-1, mask);
+void TokenConstraint::fill_mask(std::span<const TokenId> after, std::span<uint32_t> mask) const {
+  if (!after.empty()) {
+    TokenConstraint ahead(*this);
+    for (TokenId id : after)
+      if (!ahead.accept(id)) break;  // a draft the grammar refuses: the position's sample is not taken
+    ahead.fill_mask({}, mask);
     return;
   }
   if (stopped_) {

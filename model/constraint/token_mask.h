@@ -125,9 +125,10 @@ class TokenConstraint final : public TokenMaskSource {
   /// and returns false. Before `after` is written, every token is taken (and its bytes looked through for it; those
   /// after it go to the grammar, unless it refuses them).
   bool accept(TokenId id);
-  /// The allowed next tokens (mask_words(vocab_size()) words) once `pending` (-1: none) is accepted too, as accept()
-  /// would take it; the stop ids alone once a stop token was accepted. Leaves this constraint as it is.
-  void fill_mask(TokenId pending, std::span<uint32_t> mask) const override;
+  /// The allowed next tokens (mask_words(vocab_size()) words) once the ids of `after` are accepted too, as accept()
+  /// would take them (up to one it refuses); the stop ids alone once a stop token was accepted. Leaves this
+  /// constraint as it is.
+  void fill_mask(std::span<const TokenId> after, std::span<uint32_t> mask) const override;
   /// A stop token was accepted.
   bool stopped() const { return stopped_; }
   int32_t vocab_size() const { return automaton_->trie().vocab_size(); }

@@ -18,10 +18,12 @@ namespace paged {
 class TokenMaskSource {
  public:
   virtual ~TokenMaskSource() = default;
-  /// Writes the tokens allowed after `pending` into `mask`, ceil(vocab / 32) words: bit id % 32 of word id / 32 set
-  /// when id is. `pending`: the sequence's newest token when the source has not taken it yet (the step before
-  /// sampled it while this one was sent: SampleSpec::pending_output), else -1.
-  virtual void fill_mask(TokenId pending, std::span<uint32_t> mask) const = 0;
+  /// Writes the tokens allowed after `after` into `mask`, ceil(vocab / 32) words: bit id % 32 of word id / 32 set
+  /// when id is. `after`: the ids the sequence generated that the source has not taken yet, oldest first: its newest
+  /// token when the step before sampled it while this one was sent (SampleSpec::pending_output), then the drafts
+  /// before the sampled position (SampleSpec::drafted); usually none. After an id the source refuses (a draft),
+  /// what it writes does not matter: that position's sample is not taken.
+  virtual void fill_mask(std::span<const TokenId> after, std::span<uint32_t> mask) const = 0;
 };
 
 /// Sampling inputs of one sequence in one step.

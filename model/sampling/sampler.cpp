@@ -121,10 +121,14 @@ void apply_penalties(std::span<float> logits, const SampleSpec& spec) {
 bool fill_token_mask(const SampleSpec& spec, std::span<uint32_t> mask) {
   const std::vector<TokenId>& allowed = spec.params->allowed_token_ids;
   if (!spec.mask_source && allowed.empty()) return false;
-  if (spec.mask_source)
-    spec.mask_source->fill_mask(spec.pending_output, mask);
-  else
+  if (spec.mask_source) {
+    std::vector<TokenId> after;
+    if (spec.pending_output >= 0) after.push_back(spec.pending_output);
+    after.insert(after.end(), spec.drafted.begin(), spec.drafted.end());
+    spec.mask_source->fill_mask(after, mask);
+  } else {
     std::fill(mask.begin(), mask.end(), ~uint32_t{0});
+  }
   if (!allowed.empty()) {
     std::vector<uint32_t> listed(mask.size(), 0);
     for (TokenId id : allowed)

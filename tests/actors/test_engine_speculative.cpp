@@ -121,3 +121,36 @@ TEST_CASE("a request that repeats itself takes fewer steps with n-gram speculati
   CHECK(m.steps < plain.metrics().steps);
   CHECK(m.kv_blocks_free == m.kv_blocks_total);
 }
+
+TEST_CASE("a structured output's drafts are masked by the grammar at each position: the output is plain decoding's "
+          "and valid",
+          "[engine][speculative][structured]") {
+  // A list of six like objects repeats itself: its drafts are found, and each position's mask takes those before it.
+  SamplingParams p{.max_tokens = 400, .temperature = 0.8f, .seed = 21};
+  p.structured = {StructuredOutput::Kind::json_schema,
+                  R"({"type": "array", "minItems": 6, "maxItems": 6, "items": {"type": "object",
+                      "properties": {"name": {"enum": ["Lily", "Tom", "Sue"]}, "age": {"type": "integer",
+                      "minimum": 1, "maximum": 9}}, "required": ["name", "age"], "additionalProperties": false}})",
+                  "response_format"};
+  Engine plain(cpu_config(false)), speculative(cpu_config(true));
+  std::vector<std::pair<std::vector<TokenId>, SamplingParams>> reqs;
+  for (uint64_t seed = 21; seed < 25; ++seed) {
+    p.seed = seed;
+    reqs.emplace_back(plain.tokenizer().encode("Once upon a time", true), p);
+  }
+  const auto want = run_all(plain, reqs);
+  const auto got = run_all(speculative, reqs);
+  plain.wait_idle();
+  speculative.wait_idle();
+  check_same(got, want);
+  for (const auto& request : got) {
+    INFO(request.at(0).text);
+    REQUIRE(request.at(0).finish == "stop");
+    const boost::json::value v = boost::json::parse(request.at(0).text);
+    CHECK(v.as_array().size() == 6);
+  }
+  const Metrics& m = speculative.metrics();
+  INFO(m.spec_decode_accepted_tokens << " of " << m.spec_decode_draft_tokens << " drafts accepted");
+  CHECK(m.spec_decode_accepted_tokens > 0);
+  CHECK(m.kv_blocks_free == m.kv_blocks_total);
+}

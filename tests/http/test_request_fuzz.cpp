@@ -71,7 +71,7 @@ void run_constraint(const std::shared_ptr<const constraint::Grammar>& g, Draw& d
   std::vector<uint32_t> mask(constraint::mask_words(c.vocab_size()));
   TokenId last = -1;
   for (int step = 0; step < kMaskSteps && !c.stopped(); ++step) {
-    c.fill_mask(-1, mask);
+    c.fill_mask({}, mask);
     std::vector<TokenId> allowed;
     for (TokenId id = 0; id < c.vocab_size(); ++id)
       if (constraint::mask_allows(mask, id)) allowed.push_back(id);

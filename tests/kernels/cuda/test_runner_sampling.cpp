@@ -98,7 +98,7 @@ TEST_CASE("a step's samples, on the GPU or the CPU, get sample_logits of the run
 // A token mask that is always the same.
 struct FixedMask final : TokenMaskSource {
   explicit FixedMask(std::vector<uint32_t> bits) : bits(std::move(bits)) {}
-  void fill_mask(TokenId, std::span<uint32_t> mask) const override { std::copy(bits.begin(), bits.end(), mask.begin()); }
+  void fill_mask(std::span<const TokenId>, std::span<uint32_t> mask) const override { std::copy(bits.begin(), bits.end(), mask.begin()); }
   std::vector<uint32_t> bits;
 };
 

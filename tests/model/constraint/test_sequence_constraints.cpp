@@ -45,7 +45,7 @@ TEST_CASE("a worker's sequence constraints give the engine's masks, step after s
   std::mt19937 rng(3);
   const auto mask_of = [&](const TokenMaskSource& source) {
     std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
-    source.fill_mask(-1, mask);
+    source.fill_mask({}, mask);
     return mask;
   };
   // A random allowed token that writes text; -1 when only a stop id is left (the regex is complete).
@@ -72,8 +72,8 @@ TEST_CASE("a worker's sequence constraints give the engine's masks, step after s
     if (t1 < 0 || t2 < 0) break;
     // The next step's masks while t1 and t2 are still in flight: those the engine's constraints give after them.
     std::vector<uint32_t> after1(m1.size()), after2(m2.size());
-    b.seqs[0].samples[0].mask_source->fill_mask(t1, after1);
-    b.seqs[1].samples[0].mask_source->fill_mask(t2, after2);
+    b.seqs[0].samples[0].mask_source->fill_mask(std::span<const TokenId>(&t1, 1), after1);
+    b.seqs[1].samples[0].mask_source->fill_mask(std::span<const TokenId>(&t2, 1), after2);
     CHECK(mask_of(*b.seqs[0].samples[0].mask_source) == m1);  // the source itself stays where it was
     out1.push_back(t1);
     out2.push_back(t2);

@@ -64,7 +64,7 @@ TEST_CASE("Token masks equal brute force along constrained random walks (stories
         std::string text;
         for (int step = 0; step < 40; ++step) {
           std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
-          constraint.fill_mask(-1, mask);
+          constraint.fill_mask({}, mask);
           REQUIRE(mask == brute_force_mask(shadow, *tok, first, stop_ids));
           ++masks;
           std::vector<TokenId> allowed;
@@ -81,7 +81,7 @@ TEST_CASE("Token masks equal brute force along constrained random walks (stories
         }
         // A token the mask refuses is refused by accept as well, and changes nothing.
         std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
-        constraint.fill_mask(-1, mask);
+        constraint.fill_mask({}, mask);
         for (TokenId id = 0; id < tok->vocab_size(); ++id)
           if (!mask_allows(mask, id)) CHECK_FALSE(constraint.accept(id));
         if (name == "schema" && constraint.stopped()) CHECK_NOTHROW(boost::json::parse(text));
@@ -113,7 +113,7 @@ TEST_CASE("A live state that takes no token ends the sequence: its mask is the s
   std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
   int written = 0;
   for (; written < 20; ++written) {
-    constraint.fill_mask(-1, mask);
+    constraint.fill_mask({}, mask);
     if (!mask_allows(mask, a[0])) break;
     REQUIRE(constraint.accept(a[0]));
   }
@@ -139,7 +139,7 @@ TEST_CASE("After its stop token a constraint allows the stop ids alone, also wit
   REQUIRE(a >= 0);
   const auto allowed_of = [&](const TokenConstraint& c, TokenId pending) {
     std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
-    c.fill_mask(pending, mask);
+    c.fill_mask(pending >= 0 ? std::span<const TokenId>(&pending, 1) : std::span<const TokenId>(), mask);
     std::vector<TokenId> allowed;
     for (TokenId id = 0; id < tok->vocab_size(); ++id)
       if (mask_allows(mask, id)) allowed.push_back(id);
@@ -167,14 +167,14 @@ TEST_CASE("A constraint with an opening text allows every token until the output
       trie, stop_ids);
   const auto allowed_count = [&](const TokenConstraint& c) {
     std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
-    c.fill_mask(-1, mask);
+    c.fill_mask({}, mask);
     size_t n = 0;
     for (TokenId id = 0; id < tok->vocab_size(); ++id) n += mask_allows(mask, id);
     return n;
   };
   const auto mask_of = [&](const TokenConstraint& c) {
     std::vector<uint32_t> mask(mask_words(tok->vocab_size()));
-    c.fill_mask(-1, mask);
+    c.fill_mask({}, mask);
     return mask;
   };
   const TokenConstraint fresh(automaton, false);  // the grammar from its start
@@ -197,7 +197,7 @@ TEST_CASE("A constraint with an opening text allows every token until the output
   }
   // The mask with the closing byte still in flight is already the grammar's.
   std::vector<uint32_t> pending(mask_words(tok->vocab_size()));
-  gated.fill_mask(tag.back(), pending);
+  gated.fill_mask(std::span<const TokenId>(&tag.back(), 1), pending);
   CHECK(pending == mask_of(fresh));
   REQUIRE(gated.accept(tag.back()));
   CHECK(mask_of(gated) == mask_of(fresh));

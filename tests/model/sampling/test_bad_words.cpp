@@ -85,7 +85,7 @@ TEST_CASE("bad words of the stories260K tokenizer decode back to the word", "[sa
 
 TEST_CASE("allowed_token_ids: a token mask alone and within a structured output's", "[sampling]") {
   struct Evens final : TokenMaskSource {
-    void fill_mask(TokenId, std::span<uint32_t> mask) const override {
+    void fill_mask(std::span<const TokenId>, std::span<uint32_t> mask) const override {
       std::fill(mask.begin(), mask.end(), 0x55555555u);
     }
   } evens;

@@ -15,7 +15,7 @@ namespace {
 // A fixed set of allowed tokens.
 struct AllowedSet final : TokenMaskSource {
   std::vector<uint32_t> bits;
-  void fill_mask(TokenId, std::span<uint32_t> mask) const override { std::copy(bits.begin(), bits.end(), mask.begin()); }
+  void fill_mask(std::span<const TokenId>, std::span<uint32_t> mask) const override { std::copy(bits.begin(), bits.end(), mask.begin()); }
 };
 
 }  // namespace
