@@ -333,8 +333,12 @@ int run_bench_command(Args& args) {
                                                                    std::to_string(m.kv_blocks_total.load()))
               << table_row("KV waste (%):", fixed2(100 * kv_waste))
               << table_row("Preemptions:", std::to_string(m.preemptions.load()))
-              << table_row("Engine steps:", std::to_string(m.steps.load()))
-              << table_row("Executor time (s):", fixed2(executor_s))
+              << table_row("Engine steps:", std::to_string(m.steps.load()));
+    if (engine.config().speculative_config.enabled())
+      std::cout << table_row("Drafts accepted / proposed:", std::to_string(m.spec_decode_accepted_tokens.load()) +
+                                                                " / " +
+                                                                std::to_string(m.spec_decode_draft_tokens.load()));
+    std::cout << table_row("Executor time (s):", fixed2(executor_s))
               << table_row("Median TTFT (ms):", fixed2(1000 * ttft_p50))
               << table_row("Median TPOT (ms):", fixed2(1000 * tpot_p50)) << std::string(50, '=') << std::endl;
   }
@@ -363,6 +367,8 @@ int run_bench_command(Args& args) {
   o["kv_waste"] = kv_waste;
   o["preemptions"] = m.preemptions.load();
   o["steps"] = m.steps.load();
+  o["spec_decode_draft_tokens"] = m.spec_decode_draft_tokens.load();
+  o["spec_decode_accepted_tokens"] = m.spec_decode_accepted_tokens.load();
   o["executor_time_s"] = executor_s;
   o["ttft_p50_s"] = ttft_p50;
   o["tpot_p50_s"] = tpot_p50;
