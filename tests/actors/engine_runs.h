@@ -94,4 +94,27 @@ inline std::vector<std::vector<Completion>> run_all(Engine& engine,
   return out;
 }
 
+/// Checks that `got` has `want`'s completions: tokens, text and finish equal, logprobs equal or, with a margin,
+/// within it.
+inline void check_same_completions(const std::vector<std::vector<Completion>>& got,
+                                   const std::vector<std::vector<Completion>>& want, double logprob_margin = 0.0) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE(got[i].size() == want[i].size());
+    for (size_t k = 0; k < want[i].size(); ++k) {
+      CHECK(got[i][k].tokens == want[i][k].tokens);
+      CHECK(got[i][k].text == want[i][k].text);
+      CHECK(got[i][k].finish == want[i][k].finish);
+      REQUIRE(got[i][k].logprobs.size() == want[i][k].logprobs.size());
+      for (size_t t = 0; t < want[i][k].logprobs.size(); ++t) {
+        if (logprob_margin == 0.0)
+          CHECK(got[i][k].logprobs[t] == want[i][k].logprobs[t]);
+        else
+          CHECK(got[i][k].logprobs[t] == Approx(want[i][k].logprobs[t]).margin(logprob_margin));
+      }
+    }
+  }
+}
+
 }  // namespace paged::test

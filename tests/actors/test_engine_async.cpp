@@ -51,17 +51,7 @@ TEST_CASE("two steps in flight give every request the tokens and logprobs of one
     CHECK(m.steps_deferred > m.steps / 4);
     if (s.blocks) CHECK(m.preemptions > 0);
     CHECK(m.kv_blocks_free == m.kv_blocks_total);
-    REQUIRE(got.size() == want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      INFO("request " << i);
-      REQUIRE(got[i].size() == want[i].size());
-      for (size_t k = 0; k < want[i].size(); ++k) {
-        CHECK(got[i][k].tokens == want[i][k].tokens);
-        CHECK(got[i][k].logprobs == want[i][k].logprobs);
-        CHECK(got[i][k].text == want[i][k].text);
-        CHECK(got[i][k].finish == want[i][k].finish);
-      }
-    }
+    check_same_completions(got, want);
   }
 }
 

@@ -24,22 +24,8 @@ EngineConfig cpu_config(bool speculate) {
   return c;
 }
 
-void check_same(const std::vector<std::vector<Completion>>& got, const std::vector<std::vector<Completion>>& want) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    INFO("request " << i);
-    REQUIRE(got[i].size() == want[i].size());
-    for (size_t k = 0; k < want[i].size(); ++k) {
-      CHECK(got[i][k].tokens == want[i][k].tokens);
-      CHECK(got[i][k].text == want[i][k].text);
-      CHECK(got[i][k].finish == want[i][k].finish);
-      // Verified positions are computed in one chunk: the same math as one token a step, summed in another order.
-      REQUIRE(got[i][k].logprobs.size() == want[i][k].logprobs.size());
-      for (size_t t = 0; t < want[i][k].logprobs.size(); ++t)
-        CHECK(got[i][k].logprobs[t] == Approx(want[i][k].logprobs[t]).margin(1e-4));
-    }
-  }
-}
+// Verified positions are computed in one chunk: the same math as one token a step, summed in another order.
+constexpr double kLogprobMargin = 1e-4;
 
 }  // namespace
 
@@ -79,7 +65,7 @@ TEST_CASE("n-gram speculation gives every request the tokens of decoding without
     CHECK(m.spec_decode_accepted_tokens < m.spec_decode_draft_tokens);
     if (s.blocks) CHECK(m.preemptions > 0);
     CHECK(m.kv_blocks_free == m.kv_blocks_total);
-    check_same(got, want);
+    check_same_completions(got, want, kLogprobMargin);
   }
 }
 
@@ -114,7 +100,7 @@ TEST_CASE("a request that repeats itself takes fewer steps with n-gram speculati
   const auto got = run_all(speculative, {{prompt, p}});
   plain.wait_idle();
   speculative.wait_idle();
-  check_same(got, want);
+  check_same_completions(got, want, kLogprobMargin);
   const Metrics& m = speculative.metrics();
   INFO(m.spec_decode_accepted_tokens << " of " << m.spec_decode_draft_tokens << " drafts accepted; steps "
                                      << m.steps << " against " << plain.metrics().steps);
@@ -142,7 +128,7 @@ TEST_CASE("a structured output's drafts are masked by the grammar at each positi
   const auto got = run_all(speculative, reqs);
   plain.wait_idle();
   speculative.wait_idle();
-  check_same(got, want);
+  check_same_completions(got, want, kLogprobMargin);
   for (const auto& request : got) {
     INFO(request.at(0).text);
     REQUIRE(request.at(0).finish == "stop");

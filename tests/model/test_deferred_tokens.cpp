@@ -6,8 +6,10 @@
 
 #include "model/deferred_tokens.h"
 #include "model/sampling/sampler.h"
+#include "tests/model/sampling/same_penalties.h"
 
 using namespace paged;
+using paged::test::check_same_penalties;
 
 namespace {
 
@@ -86,14 +88,8 @@ TEST_CASE("a pending output id counts as generated: min_tokens, penalties and th
   pending.pending_output = 2;
   CHECK(generated_count(known) == 2);
   CHECK(generated_count(pending) == 2);
-  const PenaltyOps a = penalty_ops(known, 6), b = penalty_ops(pending, 6);
-  CHECK(a.masked == b.masked);
-  CHECK(a.repeated == b.repeated);
-  auto sorted = [](std::vector<std::pair<TokenId, float>> v) {
-    std::sort(v.begin(), v.end());
-    return v;
-  };
-  CHECK(sorted(a.subtract) == sorted(b.subtract));
+  const PenaltyOps a = penalty_ops(known, 6);
+  check_same_penalties(a, penalty_ops(pending, 6));
   CHECK(a.masked.empty());  // two generated: min_tokens reached, EOS no longer masked
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<float> x(6), y;

@@ -12,9 +12,11 @@
 #include "model/sampling/bad_words.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/load_tokenizer.h"
+#include "tests/model/sampling/same_penalties.h"
 #include "tests/test_data.h"
 
 using namespace paged;
+using paged::test::check_same_penalties;
 
 namespace {
 
@@ -151,14 +153,7 @@ TEST_CASE("a verified position's drafts count as generated: penalties, bad words
   const SampleSpec plain{.params = &p, .seed = 4, .prompt = &prompt, .output = &whole, .stop_ids = &stop};
   CHECK(generated_count(with_drafts) == 4);
   CHECK(newest_generated(with_drafts, 3) == Ids{4, 6, 3});
-  const PenaltyOps a = penalty_ops(with_drafts, 12), b = penalty_ops(plain, 12);
-  CHECK(a.masked == b.masked);
-  CHECK(a.repeated == b.repeated);
-  auto sorted = [](std::vector<std::pair<TokenId, float>> v) {
-    std::sort(v.begin(), v.end());
-    return v;
-  };
-  CHECK(sorted(a.subtract) == sorted(b.subtract));
+  check_same_penalties(penalty_ops(with_drafts, 12), penalty_ops(plain, 12));
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (int trial = 0; trial < 20; ++trial) {
