@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The HTTP API end to end: `paged serve` on stories260K driven by the official openai client, a ws client, bad
-# requests, a dropped client, servers with each --tool-call-parser and --reasoning-parser, and a server with
-# --api-key. Usage: bash http_openai.sh PATH/TO/paged
+# requests, a dropped client, a server that speculates, servers with each --tool-call-parser and --reasoning-parser,
+# and a server with --api-key. Usage: bash http_openai.sh PATH/TO/paged
 # (env PAGED_SOURCE_DIR, PAGED_BINARY_DIR; installs its npm packages into $PAGED_BINARY_DIR/http-node).
 set -euo pipefail
 PAGED="$(realpath "$1")"
@@ -63,6 +63,17 @@ run_check check_websocket.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL"
 run_check check_structured.mjs --base "$BASE" || fail check_structured
 run_check check_bad_requests.mjs --base "$BASE" --golden "$GOLDEN" --model "$MODEL" || fail check_bad_requests
 run_check check_disconnect.mjs --base "$BASE" || fail check_disconnect
+
+# Speculative decoding (n-gram drafts verified in one step): the answers of decoding without it (greedy = golden,
+# streamed and whole, logprobs, stop strings, structured outputs), and drafts were accepted.
+start_server "$WORK/serve-spec.log" --chat-template "$TEMPLATE" --trust-request-chat-template \
+  --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
+SPEC_BASE="http://127.0.0.1:$PORT"
+run_check check_openai.mjs --base "$SPEC_BASE" --golden "$GOLDEN" --model "$MODEL" || fail "check_openai, speculating"
+run_check check_structured.mjs --base "$SPEC_BASE" || fail "check_structured, speculating"
+curl -sf "$SPEC_BASE/metrics" | grep -Eq '^vllm:spec_decode_num_accepted_tokens_total\{[^}]*\} [1-9]' ||
+  fail "no draft accepted"
+kill -TERM "${PIDS[-1]}"
 
 # Reasoning outputs: each --reasoning-parser against the raw answers of the server above (no parser), same seeds;
 # qwen3 beside the hermes tool-call parser, whose calls are read from the content alone.
