@@ -43,15 +43,16 @@ constexpr const char* kUsage = R"(usage:
               [--message-len 128] [--output-len 128] [--think-time 0.5] [--seed S] [--json] [engine flags]
               (conversations that send their whole history each turn: TTFT p50/p99, output tok/s, hit tokens per
               tier, prompt tokens computed; with --kv-offloading-size, the same run again without the CPU tier)
-  paged bench serve --base-url http://HOST:PORT [--endpoint /v1/completions] [--model NAME] [--tokenizer DIR]
+  paged bench serve --base-url http(s)://HOST:PORT [--endpoint /v1/completions] [--model NAME] [--tokenizer DIR]
               [--api-key KEY] [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt]
               [--dataset-path FILE] [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]
               [--seed S] [--request-rate inf] [--burstiness 1] [--max-concurrency N] [--goodput KEY:MS ...]
               [--percentile-metrics ttft,tpot,itl] [--metric-percentiles 99] [--ignore-eos] [--disable-tqdm]
-              [--result-file FILE.json] [--json-schema FILE]
+              [--result-file FILE.json] [--json-schema FILE] [--ssl-ca-certs CA.pem]
               (vLLM's serving benchmark against a running server; KEY of ttft, tpot, e2el; sharegpt needs
               --tokenizer; the API key also from OPENAI_API_KEY or PAGED_API_KEY; --json-schema: every request's
-              answer constrained to that schema, structured outputs)
+              answer constrained to that schema, structured outputs; https:// checks the server's certificate
+              against --ssl-ca-certs, else the system's CAs)
   paged worker MODEL_DIR [--host 127.0.0.1] [--port 7000] [--tls-dir DIR] [engine flags]
                (runs one replica of the model for an engine started elsewhere with --workers; a --host off
                loopback needs --tls-dir)

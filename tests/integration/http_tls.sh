@@ -3,7 +3,7 @@
 #   bash tests/integration/http_tls.sh PATH/TO/paged
 # Certificates from `paged gen-certs`; curl and the Node clients of tests/http/check_tls.mjs trust its CA. One server
 # with a certificate (the openai client, wss://, the dashboard; plain HTTP gets nothing), one that also asks clients
-# for certificates of the CA (--ssl-cert-reqs 2). Options that do not go together, or files that are not there, are a
+# for certificates of the CA (--ssl-cert-reqs 2); `paged bench serve` against the first. Options that do not go together, or files that are not there, are a
 # usage error (exit 2) before the model loads.
 set -u
 
@@ -42,6 +42,23 @@ curl -s -o /dev/null --cacert "$CERTS/ca.pem" "$MTLS/health" && fail "mutual TLS
 
 (cd "$NODE_DIR" && NODE_EXTRA_CA_CERTS="$CERTS/ca.pem" node check_tls.mjs --base "$first" --golden "$GOLDEN" \
   --model "$MODEL" --mtls "$MTLS" --cert "$CERTS/node.pem" --key "$CERTS/node-key.pem") || fail check_tls
+
+# paged bench serve over HTTPS: the server's certificate checked against --ssl-ca-certs, for the host named (localhost
+# and 127.0.0.1 are on it), every request answered; without that CA the handshake is refused, each request fails.
+bench_tls() {  # bench_tls NAME URL [FLAGS...]: runs 8 requests; the table goes to $TMP/NAME.out
+  local name=$1 url=$2
+  shift 2
+  "$PAGED" bench serve --base-url "$url" --num-prompts 8 --random-input-len 16 --random-output-len 8 --ignore-eos \
+    --disable-tqdm "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+}
+bench_tls bench "https://localhost:${first##*:}" --ssl-ca-certs "$CERTS/ca.pem" ||
+  fail "bench serve over HTTPS: exit $?, $(cat "$TMP/bench.err")"
+grep -qE '^Successful requests: +8 *$' "$TMP/bench.out" || fail "bench serve over HTTPS: $(cat "$TMP/bench.out")"
+bench_tls bench_untrusted "$first" && fail "bench serve trusted a certificate of no CA it knows"
+grep -q "certificate verify failed" "$TMP/bench_untrusted.err" "$TMP/bench_untrusted.out" ||
+  fail "bench serve without the CA: $(cat "$TMP/bench_untrusted.err")"
+bench_tls bench_plain "http://127.0.0.1:${first##*:}" --ssl-ca-certs "$CERTS/ca.pem" && fail "--ssl-ca-certs with http://"
+grep -q "https://" "$TMP/bench_plain.err" || fail "--ssl-ca-certs with http://: $(cat "$TMP/bench_plain.err")"
 
 # Usage errors, before anything loads.
 expect_usage() {  # expect_usage WHAT PATTERN FLAGS...

@@ -1,9 +1,13 @@
 #include "tools/bench/serve_bench.h"
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/json.hpp>
+
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -67,7 +71,32 @@ struct Target {
   std::string endpoint;
   std::string api_key;
   tcp::resolver::results_type endpoints;
+  /// https://: the TLS context (the server's certificate checked against --ssl-ca-certs, else the system's CAs,
+  /// and its name against the URL's host); null for http://.
+  std::shared_ptr<asio::ssl::context> tls;
 };
+
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// Connects `stream` to the target: over TLS, a handshake too (with the host's name for SNI and the certificate's
+// check). Returns why it failed, or "".
+asio::awaitable<std::string> open_stream(const Target& target, beast::tcp_stream& stream) {
+  beast::error_code ec;
+  co_await stream.async_connect(target.endpoints, asio::redirect_error(asio::use_awaitable, ec));
+  co_return ec ? "cannot connect to " + target.url.host + ":" + std::to_string(target.url.port) + ": " + ec.message()
+               : "";
+}
+asio::awaitable<std::string> open_stream(const Target& target, TlsStream& stream) {
+  if (std::string failed = co_await open_stream(target, beast::get_lowest_layer(stream)); !failed.empty())
+    co_return failed;
+  if (!SSL_set_tlsext_host_name(stream.native_handle(), target.url.host.c_str()))
+    co_return "TLS: cannot name the host " + target.url.host;
+  stream.set_verify_callback(asio::ssl::host_name_verification(target.url.host));
+  beast::error_code ec;
+  co_await stream.async_handshake(asio::ssl::stream_base::client, asio::redirect_error(asio::use_awaitable, ec));
+  co_return ec ? "TLS handshake with " + target.url.host + ":" + std::to_string(target.url.port) + ": " + ec.message()
+               : "";
+}
 
 /// What came back for one request: the status (0: none) and, when the body did not end properly, why (`cut`).
 struct Exchange {
@@ -77,18 +106,14 @@ struct Exchange {
 
 /// Sends `method` `path` with `body` and reads the response into `x`, streaming the body's bytes to
 /// `on_bytes(bytes)` as they arrive (x.status is set by then). A connection per request.
-template <class OnBytes>
-asio::awaitable<void> exchange(const Target& target, http::verb method, const std::string& path,
-                               const std::string& body, Exchange& x, OnBytes on_bytes) {
-  beast::tcp_stream stream(co_await asio::this_coro::executor);
+template <class Stream, class OnBytes>
+asio::awaitable<void> exchange_over(Stream& stream, const Target& target, http::verb method, const std::string& path,
+                                    const std::string& body, Exchange& x, OnBytes on_bytes) {
   beast::error_code ec;
   auto on_error = asio::redirect_error(asio::use_awaitable, ec);
-  stream.expires_after(kConnectTimeout);
-  co_await stream.async_connect(target.endpoints, on_error);
-  if (ec) {
-    x.cut = "cannot connect to " + target.url.host + ":" + std::to_string(target.url.port) + ": " + ec.message();
-    co_return;
-  }
+  beast::get_lowest_layer(stream).expires_after(kConnectTimeout);
+  x.cut = co_await open_stream(target, stream);
+  if (!x.cut.empty()) co_return;
   http::request<http::string_body> req{method, target.url.prefix + path, 11};
   req.set(http::field::host, target.url.host + ":" + std::to_string(target.url.port));
   req.set(http::field::user_agent, "paged-bench");
@@ -96,7 +121,7 @@ asio::awaitable<void> exchange(const Target& target, http::verb method, const st
   if (method == http::verb::post) req.set(http::field::content_type, "application/json");
   req.body() = body;
   req.prepare_payload();
-  stream.expires_after(kSilenceTimeout);
+  beast::get_lowest_layer(stream).expires_after(kSilenceTimeout);
   co_await http::async_write(stream, req, on_error);
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
@@ -111,7 +136,7 @@ asio::awaitable<void> exchange(const Target& target, http::verb method, const st
   while (!parser.is_done()) {
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof chunk;
-    stream.expires_after(kSilenceTimeout);
+    beast::get_lowest_layer(stream).expires_after(kSilenceTimeout);
     co_await http::async_read_some(stream, buffer, parser, on_error);
     if (ec == http::error::need_buffer) ec = {};
     if (const size_t n = sizeof chunk - parser.get().body().size; n > 0) on_bytes(std::string_view(chunk, n));
@@ -120,7 +145,21 @@ asio::awaitable<void> exchange(const Target& target, http::verb method, const st
       break;
     }
   }
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  // Over TLS too without a close_notify exchange: the request is over, and a server that does not answer one would
+  // hold the connection until a timeout.
+  beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_both, ec);
+}
+
+template <class OnBytes>
+asio::awaitable<void> exchange(const Target& target, http::verb method, const std::string& path,
+                               const std::string& body, Exchange& x, OnBytes on_bytes) {
+  if (target.tls) {
+    TlsStream stream(co_await asio::this_coro::executor, *target.tls);
+    co_await exchange_over(stream, target, method, path, body, x, on_bytes);
+  } else {
+    beast::tcp_stream stream(co_await asio::this_coro::executor);
+    co_await exchange_over(stream, target, method, path, body, x, on_bytes);
+  }
 }
 
 /// The message of an error response's body ({"error": {"message": ...}} or vLLM's {"message": ...}), else the body.
@@ -164,8 +203,8 @@ asio::awaitable<ServedModel> first_model(const Target& target) {
   Exchange x;
   std::string body;
   co_await exchange(target, http::verb::get, "/v1/models", "", x, [&](std::string_view bytes) { body.append(bytes); });
-  const std::string where = "GET http://" + target.url.host + ":" + std::to_string(target.url.port) +
-                            target.url.prefix + "/v1/models";
+  const std::string where = std::string("GET ") + (target.url.tls ? "https://" : "http://") + target.url.host + ":" +
+                            std::to_string(target.url.port) + target.url.prefix + "/v1/models";
   if (x.status == 0 || !x.cut.empty()) throw std::runtime_error(where + ": " + x.cut);
   if (x.status != 200)
     throw std::runtime_error(where + " answered " + std::to_string(x.status) + ": " + error_message(body));
@@ -345,6 +384,7 @@ ServeBenchFlags read_flags(cli::Args& args) {
   }
   f.show_progress = !args.get_bool("disable-tqdm", false);
   f.result_file = args.get("result-file").value_or("");
+  const std::optional<std::string> ca_certs = args.get("ssl-ca-certs");
   args.reject_unknown();
 
   if (!base_url) throw cli::UsageError("bench serve needs --base-url URL (e.g. http://127.0.0.1:8000)");
@@ -353,6 +393,22 @@ ServeBenchFlags read_flags(cli::Args& args) {
     f.target.url = parse_base_url(f.base_url);
   } catch (const std::invalid_argument& e) {
     throw cli::UsageError(e.what());
+  }
+  if (f.target.url.tls) {
+    // TLS 1.2 or newer; the server's certificate chain checked against the CAs of --ssl-ca-certs (a server with a
+    // certificate of its own CA: `paged gen-certs`'s ca.pem), else the system's.
+    f.target.tls = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+    f.target.tls->set_options(asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                              asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+    f.target.tls->set_verify_mode(asio::ssl::verify_peer);
+    beast::error_code ec;
+    if (ca_certs)
+      f.target.tls->load_verify_file(*ca_certs, ec);
+    else
+      f.target.tls->set_default_verify_paths(ec);
+    if (ec) throw cli::UsageError("--ssl-ca-certs " + ca_certs.value_or("(the system's)") + ": " + ec.message());
+  } else if (ca_certs) {
+    throw cli::UsageError("--ssl-ca-certs checks an https:// server's certificate; --base-url is http://");
   }
   const auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;

@@ -9,13 +9,14 @@ namespace paged::bench {
 namespace json = boost::json;
 
 BaseUrl parse_base_url(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.rfind(scheme, 0) != 0)
-    throw std::invalid_argument("--base-url '" + url + "': only http://HOST[:PORT][/PREFIX] is supported");
-  const std::string rest = url.substr(scheme.size());
+  BaseUrl b;
+  b.tls = url.rfind("https://", 0) == 0;
+  if (!b.tls && url.rfind("http://", 0) != 0)
+    throw std::invalid_argument("--base-url '" + url + "': only http(s)://HOST[:PORT][/PREFIX] is supported");
+  if (b.tls) b.port = 443;
+  const std::string rest = url.substr(url.find("://") + 3);
   const size_t slash = rest.find('/');
   std::string authority = rest.substr(0, slash);
-  BaseUrl b;
   b.prefix = slash == std::string::npos ? "" : rest.substr(slash);
   while (!b.prefix.empty() && b.prefix.back() == '/') b.prefix.pop_back();
   size_t host_end = authority.size();

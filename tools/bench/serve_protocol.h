@@ -15,11 +15,13 @@ namespace paged::bench {
 
 /// "http://HOST[:PORT][/PREFIX]": PORT 80 when absent, PREFIX without a trailing '/' ("" for none).
 struct BaseUrl {
+  bool tls = false;  // https://
   std::string host;
-  uint16_t port = 80;
+  uint16_t port = 80;  // 443 for https:// without a port
   std::string prefix;
 };
-/// Parses --base-url; std::invalid_argument naming what is wrong (another scheme than http, no host, a bad port).
+/// Parses --base-url, http:// or https://; std::invalid_argument naming what is wrong (another scheme, no host, a
+/// bad port).
 BaseUrl parse_base_url(const std::string& url);
 
 /// The JSON body of one streamed completion: the prompt as token ids, or as text when the request has one;

@@ -21,8 +21,13 @@ TEST_CASE("parse_base_url: host, port, prefix", "[bench]") {
   CHECK(parse_base_url("http://h:81/api/").prefix == "/api");
   const BaseUrl c = parse_base_url("http://[::1]:9000/x");
   CHECK((c.host == "::1" && c.port == 9000 && c.prefix == "/x"));
-  for (const char* bad : {"https://h:1", "127.0.0.1:8000", "http://", "http://:80", "http://h:0", "http://h:99999",
-                          "http://h:8a", "http://h:", "http://[::1"})
+  CHECK_FALSE(c.tls);
+  const BaseUrl d = parse_base_url("https://api.example:8443/v");
+  CHECK((d.tls && d.host == "api.example" && d.port == 8443 && d.prefix == "/v"));
+  const BaseUrl e = parse_base_url("https://api.example");
+  CHECK((e.tls && e.port == 443));
+  for (const char* bad : {"ftp://h:1", "127.0.0.1:8000", "http://", "https://", "http://:80", "http://h:0",
+                          "http://h:99999", "http://h:8a", "http://h:", "http://[::1", "httpx://h"})
     CHECK_THROWS_AS(parse_base_url(bad), std::invalid_argument);
 }
 
