@@ -552,7 +552,7 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
   p.skip_special_tokens = in.flag(at("skip_special_tokens"));
   p.include_stop_str_in_output = in.flag(at("include_stop_str_in_output"));
   const auto kind = in.get<int32_t>(at("structured.kind"));
-  if (kind < 0 || kind > static_cast<int32_t>(StructuredOutput::Kind::grammar))
+  if (kind < 0 || kind > static_cast<int32_t>(StructuredOutput::Kind::structural_tag))
     in.fail(at("structured.kind"), "unknown structured output kind " + std::to_string(kind));
   p.structured.kind = static_cast<StructuredOutput::Kind>(kind);
   p.structured.spec = in.text(at("structured.spec"));

@@ -425,8 +425,13 @@ StructuredOutput parse_structured_output(const Fields& f) {
       const json::value* s = schema.get("schema");
       add(Structured::json_schema, s ? schema_text(*s, "response_format.json_schema.schema") : "{}", "response_format");
       schema.refuse_unread("response_format.json_schema.");
+    } else if (t == "structural_tag") {  // vLLM's (xgrammar's): {"structures": [...], "triggers": [...]}
+      rf.get("structures");
+      rf.get("triggers");
+      add(Structured::structural_tag, json::serialize(*format), "response_format");
     } else if (t != "text") {
-      invalid("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"", "response_format");
+      invalid("'response_format.type' must be \"text\", \"json_object\", \"json_schema\" or \"structural_tag\"",
+              "response_format");
     }
     rf.refuse_unread("response_format.");
   }
@@ -437,6 +442,9 @@ StructuredOutput parse_structured_output(const Fields& f) {
     if (const json::value* v = s.get("regex")) add(Structured::regex, string_of(*v, "structured_outputs.regex"), "structured_outputs");
     if (const json::value* v = s.get("choice")) add(Structured::choice, choice_text(*v, "structured_outputs.choice"), "structured_outputs");
     if (const json::value* v = s.get("grammar")) add(Structured::grammar, string_of(*v, "structured_outputs.grammar"), "structured_outputs");
+    if (const json::value* v = s.get("structural_tag"))  // vLLM's: the tag as JSON text (or here an object)
+      add(Structured::structural_tag, v->is_string() ? string_of(*v, "structured_outputs.structural_tag") : json::serialize(*v),
+          "structured_outputs");
     if (s.boolean("json_object").value_or(false)) add(Structured::json_object, "", "structured_outputs");
     if (s.boolean("disable_any_whitespace").value_or(false))
       set_whitespace("", "structured_outputs.disable_any_whitespace");

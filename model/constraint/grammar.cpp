@@ -315,4 +315,21 @@ Grammar build_grammar(const Rules& rules, const std::string& root) {
   return builder.finish(root);
 }
 
+namespace {
+
+void prefix_refs(Expr& e, const std::string& prefix) {
+  if (e.kind == Expr::Kind::ref) e.rule = prefix + e.rule;
+  for (Expr& item : e.items) prefix_refs(item, prefix);
+}
+
+}  // namespace
+
+Rules with_prefix(Rules rules, const std::string& prefix) {
+  for (auto& [name, expr] : rules) {
+    name = prefix + name;
+    prefix_refs(expr, prefix);
+  }
+  return rules;
+}
+
 }  // namespace paged::constraint

@@ -76,6 +76,10 @@ Expr byte_strings_between(std::string_view a, std::string_view b, uint8_t min, u
 /// Named rules, in definition order; a name defined twice is an error of build_grammar.
 using Rules = std::vector<std::pair<std::string, Expr>>;
 
+/// `rules` with `prefix` before every rule's name and every reference: to join rules of several compilations in one
+/// grammar without their names meeting.
+Rules with_prefix(Rules rules, const std::string& prefix);
+
 /// The lowered grammar: rules are lists of alternatives, an alternative a run of elements in `elements` ending with
 /// an `end` element. Immutable once built; shared by every matcher of a request.
 class Grammar {

@@ -715,8 +715,12 @@ class SchemaCompiler {
 
 }  // namespace
 
+Rules json_schema_rules(const json::value& schema, const JsonWhitespace& whitespace) {
+  return SchemaCompiler(schema, whitespace).compile();
+}
+
 Grammar compile_json_schema(const json::value& schema, const JsonWhitespace& whitespace) {
-  return build_grammar(SchemaCompiler(schema, whitespace).compile(), "root");
+  return build_grammar(json_schema_rules(schema, whitespace), "root");
 }
 
 Grammar compile_json_object(const JsonWhitespace& whitespace) {

@@ -31,6 +31,8 @@ using JsonWhitespace = std::optional<std::string>;
 
 /// The JSON texts valid for `schema`, start rule "root".
 Grammar compile_json_schema(const boost::json::value& schema, const JsonWhitespace& whitespace = std::nullopt);
+/// The rules of compile_json_schema before they are lowered (start rule "root"), to be part of a larger grammar.
+Rules json_schema_rules(const boost::json::value& schema, const JsonWhitespace& whitespace = std::nullopt);
 
 /// Any JSON object (response_format json_object), the start rule "root".
 Grammar compile_json_object(const JsonWhitespace& whitespace = std::nullopt);

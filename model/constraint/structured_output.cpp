@@ -5,6 +5,7 @@
 #include "model/constraint/gbnf.h"
 #include "model/constraint/json_schema.h"
 #include "model/constraint/regex.h"
+#include "model/constraint/structural_tag.h"
 
 namespace paged::constraint {
 
@@ -31,6 +32,8 @@ std::shared_ptr<const Grammar> compile_structured_output(const StructuredOutput&
     case Kind::regex:
       return std::make_shared<const Grammar>(build_grammar({{"root", compile_regex(s.spec, RegexMatch::full)}}, "root"));
     case Kind::grammar: return std::make_shared<const Grammar>(compile_gbnf(s.spec));
+    case Kind::structural_tag:
+      return std::make_shared<const Grammar>(compile_structural_tag(parse_json(s.spec, "the structural tag")));
     case Kind::choice: {
       const boost::json::value list = parse_json(s.spec, "the choice list");
       if (!list.is_array() || list.get_array().empty()) throw GrammarError("the choices must be a non-empty list of strings");

@@ -20,10 +20,11 @@ inline constexpr size_t kMaxBadWordBytes = size_t{1} << 16;
 /// Structured outputs: what every completion's text must be, as the request wrote it (compiled by the engine,
 /// model/constraint/structured_output.h).
 struct StructuredOutput {
-  enum class Kind : uint8_t { none, json_schema, json_object, regex, choice, grammar };
+  enum class Kind : uint8_t { none, json_schema, json_object, regex, choice, grammar, structural_tag };
   Kind kind = Kind::none;
   std::string spec;   // json_schema: the schema as JSON text; regex: the pattern; choice: a JSON list of strings;
-                      // grammar: GBNF; json_object, none: empty
+                      // grammar: GBNF; structural_tag: {"structures": [...], "triggers": [...]} as JSON text
+                      // (model/constraint/structural_tag.h); json_object, none: empty
   std::string field;  // the request field it came from (e.g. "response_format"), which errors name
   // The constraint starts after this text of the output (a reasoning parser's "</think>": the think block is free,
   // as vLLM's structured outputs with a reasoning parser); a prompt that already holds it starts it at once. Empty:

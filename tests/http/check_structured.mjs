@@ -5,7 +5,8 @@
 // calls: tool_choice "required" and a named function give tool_calls whose arguments ajv finds valid for the
 // function's parameters. A schema as pydantic v2 writes one (string formats, a tuple, Optional, a nested model with
 // a description beside its $ref, allOf) is validated by ajv (draft 2020-12) with ajv-formats; a zod schema through
-// the client's zodResponseFormat and chat.completions.parse (draft-07: tuples as items lists) by zod itself.
+// the client's zodResponseFormat and chat.completions.parse (draft-07: tuples as items lists) by zod itself. A
+// structural tag's structures are each valid; one that no trigger opens is a 400.
 // Usage: node check_structured.mjs --base http://127.0.0.1:PORT
 import OpenAI from "openai";
 import Ajv2020 from "ajv/dist/2020.js";
@@ -152,6 +153,38 @@ for (let seed = 0; seed < 4; ++seed) {
   check(value !== undefined && validate(value) && !/[ \t\r]/.test(skeleton),
         `seed ${seed}: guided_whitespace_pattern "\\n?" spaces with newlines only`, stext);
 }
+// Structural tags (response_format "structural_tag", xgrammar's): free text in which every " the" (the stories
+// model writes " there" and " the" all the time) opens a structure: a JSON object valid for its schema, then ".".
+const tagSchema = { type: "object", properties: { n: { type: "integer", minimum: 0, maximum: 99 } }, required: ["n"],
+                    additionalProperties: false };
+const validateTag = ajv.compile(tagSchema);
+const structuralTag = { type: "structural_tag", triggers: [" the"],
+                        structures: [{ begin: " the", schema: tagSchema, end: "." }] };
+let tagged = 0;
+for (let seed = 0; seed < 6; ++seed) {
+  const r = await client.chat.completions.create({ model, messages, temperature: 1, seed, max_tokens: 150,
+                                                   response_format: structuralTag });
+  const text = r.choices[0].message.content;
+  for (let at = text.indexOf(" the"); at >= 0; at = text.indexOf(" the", at)) {
+    const m = text.slice(at + 4).match(/^(\{[^{}]*\})\./);
+    if (!m && r.choices[0].finish_reason === "length") break;  // cut inside its last structure
+    let value;
+    try { value = m && JSON.parse(m[1]); } catch { value = undefined; }
+    check(m && validateTag(value), `seed ${seed}: the structure after " the" at ${at} is valid`, text);
+    if (!m) break;
+    ++tagged;
+    at += 4 + m[0].length;
+  }
+}
+check(tagged >= 4, `structural tags were written (${tagged})`);
+const badTag = await fetch(`${args.base}/v1/chat/completions`, {
+  method: "POST", headers: { "Content-Type": "application/json" },
+  body: JSON.stringify({ model, messages, response_format: { ...structuralTag, triggers: ["<f="] } }),
+});
+const badTagBody = await badTag.json();
+checkEqual([badTag.status, badTagBody.error?.param], [400, "response_format"],
+           "a structure that no trigger starts is a 400 naming response_format");
+check(String(badTagBody.error?.message).includes("starts with no trigger"), "and says why", badTagBody);
 const bad = await fetch(`${args.base}/v1/completions`, {
   method: "POST", headers: { "Content-Type": "application/json" },
   body: JSON.stringify({ model, prompt: "x", guided_json: { type: "array", uniqueItems: true } }),
