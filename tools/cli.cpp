@@ -329,14 +329,15 @@ SamplingParams sampling_params(Args& args) {
   using Kind = StructuredOutput::Kind;
   const auto structured = [&](Kind kind, const std::string& flag, std::string spec) {
     if (p.structured.kind != Kind::none)
-      throw UsageError("only one of --guided-json, --guided-regex, --guided-choice, --guided-grammar and "
-                       "--guided-json-object may be given");
+      throw UsageError("only one of --guided-json, --guided-regex, --guided-choice, --guided-grammar, "
+                       "--guided-structural-tag and --guided-json-object may be given");
     std::string field = flag;  // as the engine names a request field: guided_json
     std::replace(field.begin(), field.end(), '-', '_');
     p.structured = {.kind = kind, .spec = std::move(spec), .field = std::move(field)};
   };
   for (const auto& [flag, kind] : {std::pair{"guided-json", Kind::json_schema}, std::pair{"guided-regex", Kind::regex},
-                                   std::pair{"guided-choice", Kind::choice}, std::pair{"guided-grammar", Kind::grammar}})
+                                   std::pair{"guided-choice", Kind::choice}, std::pair{"guided-grammar", Kind::grammar},
+                                   std::pair{"guided-structural-tag", Kind::structural_tag}})
     if (auto v = args.get(flag)) structured(kind, flag, *v);
   if (args.get_bool("guided-json-object", false)) structured(Kind::json_object, "guided-json-object", "");
   if (auto v = args.get("guided-whitespace-pattern")) {

@@ -65,8 +65,9 @@ NgramSpeculation speculative_config(const std::string& text, const std::string& 
 /// Sampling flags: --max-tokens, --temperature, --top-p, --top-k, --min-p, --seed, --n, --best-of,
 /// --[no-]use-beam-search, --length-penalty, --repetition-penalty, --presence-penalty, --frequency-penalty, --stop (repeatable),
 /// --stop-token-ids, --allowed-token-ids, --bad-words (repeatable), --logit-bias ID:BIAS,..., --[no-]ignore-eos,
-/// --[no-]skip-special-tokens, --[no-]include-stop-str-in-output, --min-tokens, --logprobs; structured outputs: --guided-json SCHEMA, --guided-regex RE, --guided-choice '["a", "b"]', --guided-grammar GBNF or
-/// --guided-json-object, with --guided-whitespace-pattern RE for the JSON ones.
+/// --[no-]skip-special-tokens, --[no-]include-stop-str-in-output, --min-tokens, --logprobs; structured outputs:
+/// --guided-json SCHEMA, --guided-regex RE, --guided-choice '["a", "b"]', --guided-grammar GBNF,
+/// --guided-structural-tag JSON or --guided-json-object, with --guided-whitespace-pattern RE for the JSON ones.
 SamplingParams sampling_params(Args& args);
 /// Switches the two functions above understand.
 std::vector<std::string> engine_switches();

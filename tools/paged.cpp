@@ -22,7 +22,8 @@ constexpr const char* kUsage = R"(usage:
                  [--stop STR] [--[no-]include-stop-str-in-output] [--stop-token-ids A,B] [--[no-]ignore-eos]
                  [--[no-]skip-special-tokens] [--min-tokens N] [--logprobs K] [--prompt-logprobs K]
                  [--allowed-token-ids A,B] [--bad-words WORD] [--logit-bias ID:BIAS,...] [--guided-json SCHEMA | --guided-regex RE | --guided-choice '["a", "b"]' |
-                 --guided-grammar GBNF | --guided-json-object] [--guided-whitespace-pattern RE]
+                 --guided-grammar GBNF | --guided-structural-tag JSON | --guided-json-object]
+                 [--guided-whitespace-pattern RE]
                  [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]

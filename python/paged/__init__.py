@@ -46,17 +46,18 @@ def _flags(kwargs, aliases=None):
 
 class StructuredOutputsParams:
     """vLLM's StructuredOutputsParams: one of json (a schema, as a dict or JSON text), regex, choice (a list of
-    strings), grammar (GBNF) or json_object=True; for JSON, disable_any_whitespace or whitespace_pattern;
+    strings), grammar (GBNF), structural_tag (JSON text or a dict: {"triggers", "structures"}) or json_object=True; for JSON, disable_any_whitespace or whitespace_pattern;
     disable_fallback and disable_additional_properties are taken and change nothing (one engine; an absent
     additionalProperties is false already). Any other argument raises TypeError."""
 
-    _FIELDS = ("json", "regex", "choice", "grammar", "json_object", "disable_any_whitespace", "whitespace_pattern",
-               "disable_fallback", "disable_additional_properties")
+    _FIELDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag", "disable_any_whitespace",
+               "whitespace_pattern", "disable_fallback", "disable_additional_properties")
 
-    def __init__(self, json=None, regex=None, choice=None, grammar=None, json_object=None,
+    def __init__(self, json=None, regex=None, choice=None, grammar=None, json_object=None, structural_tag=None,
                  disable_any_whitespace=False, whitespace_pattern=None, disable_fallback=False,
                  disable_additional_properties=False):
         self.json, self.regex, self.choice, self.grammar, self.json_object = json, regex, choice, grammar, json_object
+        self.structural_tag = structural_tag
         self.disable_any_whitespace, self.whitespace_pattern = disable_any_whitespace, whitespace_pattern
         self.disable_fallback, self.disable_additional_properties = disable_fallback, disable_additional_properties
 
@@ -74,6 +75,9 @@ class StructuredOutputsParams:
             flags.append("--guided-grammar=" + self.grammar)
         if self.json_object:
             flags.append("--guided-json-object")
+        if self.structural_tag is not None:  # vLLM's: the tag as JSON text (a dict is taken too)
+            text = self.structural_tag if isinstance(self.structural_tag, str) else json.dumps(self.structural_tag)
+            flags.append("--guided-structural-tag=" + text)
         if self.disable_any_whitespace and self.whitespace_pattern is not None:
             raise ValueError("disable_any_whitespace and whitespace_pattern are both given")
         if self.disable_any_whitespace:

@@ -308,3 +308,27 @@ def test_ngram_speculation_keeps_the_outputs():
     assert [[c.token_ids for c in o.outputs] for o in got] == [[c.token_ids for c in o.outputs] for o in want]
     with pytest.raises(ValueError, match="ngram"):
         LLM(model=MODEL, device="cpu", speculative_config={"method": "eagle", "num_speculative_tokens": 2})
+
+
+def test_structural_tag(llm):
+    # Free text in which every " the" opens {"n": int} then ".": each structure in the answers is valid.
+    tag = {"triggers": [" the"], "structures": [{"begin": " the", "end": ".", "schema": {
+        "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}]}
+    params = SamplingParams(n=6, max_tokens=120, temperature=1.0, seed=3,
+                            structured_outputs=StructuredOutputsParams(structural_tag=tag))
+    found = 0
+    for completion in llm.generate(["Once upon a time"], params)[0].outputs:
+        text = completion.text
+        at = text.find(" the")
+        while at >= 0:
+            m = re.match(r"(\{[^{}]*\})\.", text[at + 4:])
+            if m is None:
+                assert completion.finish_reason == "length", text  # cut inside its last structure
+                break
+            assert isinstance(json.loads(m.group(1))["n"], int)
+            found += 1
+            at = text.find(" the", at + 4 + len(m.group(0)))
+    assert found >= 3
+    with pytest.raises(ValueError, match="starts with no trigger"):
+        llm.generate(["x"], SamplingParams(structured_outputs=StructuredOutputsParams(
+            structural_tag={"triggers": ["<f="], "structures": [{"begin": "<g>", "end": "", "schema": {}}]})))
