@@ -121,7 +121,7 @@ grep -qE '^Failed requests: +[1-9][0-9]* *$' "$TMP/killed.out" &&
 "$PAGED" bench serve --base-url "http://127.0.0.1:$victim_port" --num-prompts 2 >/dev/null 2>"$TMP/gone.err"
 rc=$?
 [ "$rc" = 1 ] && grep -q 'cannot connect' "$TMP/gone.err" || fail "unreachable server: exit $rc $(cat "$TMP/gone.err")"
-for bad in "--num-prompts 2" "--base-url $BASE --goodput itl:5" "--base-url https://127.0.0.1:1" \
+for bad in "--num-prompts 2" "--base-url $BASE --goodput itl:5" "--base-url ftp://127.0.0.1:1" \
   "--base-url $BASE --request-rate 0" "--base-url $BASE --endpoint /v1/chat/completions" \
   "--base-url $BASE --percentile-metrics ttft,foo" "--base-url $BASE --dataset-name fixed"; do
   # shellcheck disable=SC2086

@@ -290,7 +290,7 @@ def test_structured_outputs(llm):
     with pytest.raises(ValueError, match="applies to --guided-json"):
         SamplingParams(structured_outputs=StructuredOutputsParams(regex="a", whitespace_pattern=" "))
     with pytest.raises(TypeError):
-        StructuredOutputsParams(structural_tag="{}")
+        StructuredOutputsParams(structural_tags="{}")
 
 
 def test_ngram_speculation_keeps_the_outputs():
