@@ -276,6 +276,17 @@ if wanted golden && [ -d "$BIN/stories-distill-9M" ]; then
     result=$(golden_prefix "$G" "$LOG_DIR/golden_$mode.json")
     add_row "stories-distill-9M greedy on CUDA vs HF float32, $mode" "${result%%|*}" "${result#*|}"
   done
+  # Speculative decoding (n-gram drafts verified in one step, each position sampled in its own logits row): the same
+  # bar, all prompts in one batch and one sequence at a time (max_num_seqs 1: the drafts' rows beside its one).
+  spec=(--speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}')
+  "$BIN/paged" generate --prompts-file "$LOG_DIR/golden.jsonl" "${greedy[@]}" "${spec[@]}" \
+    >"$LOG_DIR/golden_spec_batch.json" 2>&1
+  "$BIN/paged" generate --prompts-file "$LOG_DIR/golden.jsonl" "${greedy[@]}" "${spec[@]}" --max-num-seqs 1 \
+    >"$LOG_DIR/golden_spec_alone.json" 2>&1
+  for mode in batch alone; do
+    result=$(golden_prefix "$G" "$LOG_DIR/golden_spec_$mode.json")
+    add_row "stories-distill-9M greedy on CUDA, n-gram speculation, $mode" "${result%%|*}" "${result#*|}"
+  done
   # Prefix sharing within a step on CUDA: the prompts behind one long common prefix, all in one batch, with the
   # prefix cache (shared blocks, the prefix computed once) and without; the two runs' greedy outputs must agree as
   # closely as two batch shapes of bf16 do (wrong KV would make them diverge at once).
