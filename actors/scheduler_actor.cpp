@@ -710,6 +710,13 @@ std::vector<TokenId> propose_drafts(const SchedulerState& st, const SeqData& s, 
 void request_plan(Self* self) {
   auto& st = self->state;
   std::vector<PlanSeq> view;
+  // Drafts only where the step can sample them: a full batch leaves no position for them (and no time is spent
+  // looking for them in every sequence's tokens).
+  int running = 0;
+  for (const auto& [id, s] : st.seqs) running += s.phase == PlanSeq::Phase::running;
+  const int positions = st.setup.limits.max_sampled_positions > 0 ? st.setup.limits.max_sampled_positions
+                                                                   : st.setup.limits.max_num_seqs;
+  const bool room_for_drafts = running < positions;
   for (auto& [id, s] : st.seqs) {
     s.drafts.clear();
     if (s.swapping_in) continue;
@@ -724,7 +731,7 @@ void request_plan(Self* self) {
     p.num_computed = s.num_planned;
     p.num_tokens = static_cast<int>(r.spec.prompt->size() + s.output->size()) + s.pending;
     p.last_token_in_flight = s.pending > 0 && reaches_length_limit(st, r, s.output->size() + s.pending);
-    s.drafts = propose_drafts(st, s, r);
+    if (room_for_drafts) s.drafts = propose_drafts(st, s, r);
     p.num_drafts = static_cast<int>(s.drafts.size());
     p.num_tokens += p.num_drafts;
     if (s.phase == PlanSeq::Phase::waiting) {
