@@ -134,6 +134,8 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.tensor_parallel_size < 1) throw ModelError("tensor_parallel_size must be positive");
   if (const std::string bad = c.speculative_config.error(); !bad.empty())
     throw ModelError("speculative_config: " + bad);
+  if (c.max_logprobs < 0 || c.max_logprobs > kMaxLogprobs)
+    throw ModelError("max_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
   if (c.load_format != "auto" && c.load_format != "dummy") throw ModelError("load_format must be auto or dummy");
   if (c.quantization != "auto" && c.quantization != "fp8" && c.quantization != "none")
     throw ModelError("quantization must be auto, fp8 or none, not '" + c.quantization + "'");
@@ -165,6 +167,13 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.kv_cache_dtype == "fp8" && c.device != "cuda")
     throw ModelError("--kv-cache-dtype fp8 needs --device cuda (a GPU of compute capability 8.9 or newer); the CPU "
                      "executor keeps its KV cache in float32");
+  if (c.dtype != "auto") {
+    const bool cuda = c.device == "cuda";
+    if (cuda ? c.dtype != "bfloat16" && c.dtype != "bf16" : c.dtype != "float32" && c.dtype != "float")
+      throw ModelError("--dtype " + c.dtype + ": the " +
+                       (cuda ? std::string("CUDA executor computes in bfloat16") : "CPU executor computes in float32") +
+                       " (--dtype auto takes the device's)");
+  }
   return max_model_len;
 }
 
@@ -201,6 +210,7 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
           .max_num_batched_tokens = c.max_num_batched_tokens,
           .max_logits_rows = max_sampled_positions(c.max_num_seqs, c.speculative_config),
           .max_model_len = max_model_len,
+          .cuda_graphs = !c.enforce_eager,
           .fp8_weights = c.quantization == "fp8",
           .fp8_kv = c.kv_cache_dtype == "fp8"};
 }
@@ -683,6 +693,10 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
                          "priority");
   if (std::optional<FieldError> bad = check_sampling_params(p, vocab))
     throw InvalidRequest(bad->message, bad->field);
+  for (const auto& [asked, field] : {std::pair{p.logprobs, "logprobs"}, std::pair{p.prompt_logprobs, "prompt_logprobs"}})
+    if (asked && *asked > m.config.max_logprobs)
+      throw InvalidRequest("'" + std::string(field) + "' asks " + std::to_string(*asked) + " logprobs; this server "
+                           "returns at most " + std::to_string(m.config.max_logprobs) + " (--max-logprobs)", field);
   if (static_cast<int64_t>(prompt_len) + p.max_tokens > m.max_model_len)
     throw InvalidRequest("this model's maximum context length is " + std::to_string(m.max_model_len) +
                              " tokens; the prompt has " + std::to_string(prompt_len) + " and max_tokens asks for " +

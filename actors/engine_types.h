@@ -37,6 +37,13 @@ struct EngineConfig {
   /// KV cache storage (vLLM's --kv-cache-dtype): "auto" (the compute dtype: bf16 on CUDA, float32 on the CPU) or
   /// "fp8" (e4m3 with a scale per token and KV head, about half the bytes; CUDA, sm89+; "fp8_e4m3" is its other name).
   std::string kv_cache_dtype = "auto";
+  /// vLLM's --dtype: "auto" (the device's: bf16 on CUDA, float32 on the CPU), or that one named ("bfloat16" /
+  /// "bf16" on CUDA, "float32" / "float" on the CPU); another is refused: the kernels compute in those only.
+  std::string dtype = "auto";
+  /// vLLM's --enforce-eager: no CUDA graphs (every decode step launched kernel by kernel).
+  bool enforce_eager = false;
+  /// vLLM's --max-logprobs: most logprobs / prompt_logprobs a request may ask, at most kMaxLogprobs.
+  int max_logprobs = 20;
   int block_size = 16;
   std::optional<int> num_kv_blocks;     // device pool size; default: from memory (CPU: fits max_num_seqs contexts)
   double swap_space_gib = 4.0;          // CPU swap pool, GiB (vLLM's --swap-space)

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <sstream>
 
+#include "model/sampling/params_check.h"
+
 namespace paged::cli {
 
 Args::Args(int argc, char** argv, int first, const std::vector<std::string>& switches) {
@@ -144,7 +146,7 @@ void Args::reject_unknown() const {
 
 std::vector<std::string> engine_switches() {
   return {"enable-prefix-caching", "async-scheduling", "use-beam-search", "ignore-eos", "skip-special-tokens",
-          "guided-json-object"};
+          "guided-json-object", "enforce-eager", "trust-remote-code"};
 }
 
 NgramSpeculation speculative_config(const std::string& text, const std::string& label) {
@@ -217,6 +219,12 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   c.load_format = args.get("load-format").value_or(c.load_format);
   c.quantization = args.get("quantization").value_or(c.quantization);
   c.kv_cache_dtype = args.get("kv-cache-dtype").value_or(c.kv_cache_dtype);
+  c.dtype = args.get("dtype").value_or(c.dtype);
+  c.enforce_eager = args.get_bool("enforce-eager", c.enforce_eager);
+  c.max_logprobs = args.get_int("max-logprobs", c.max_logprobs);
+  // vLLM's --trust-remote-code lets a checkpoint run Python of its own; every family here is built in, so there is
+  // no such code to trust or refuse: taken, and nothing changes.
+  args.get_bool("trust-remote-code", false);
   if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "fp8" && c.kv_cache_dtype != "fp8_e4m3")
     throw UsageError("--kv-cache-dtype must be auto, fp8 or fp8_e4m3, got '" + c.kv_cache_dtype + "'");
   if (c.quantization != "auto" && c.quantization != "fp8" && c.quantization != "none")
@@ -249,6 +257,10 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
     throw UsageError("--kv-offloading-size must be a number of GiB >= 0");
   if (!(c.kv_disk_gib >= 0 && c.kv_disk_gib < 1e9)) throw UsageError("--kv-disk-size must be a number of GiB >= 0");
   if (c.num_kv_blocks && *c.num_kv_blocks < 1) throw UsageError("--num-kv-blocks must be positive");
+  if (c.dtype != "auto" && c.dtype != "bfloat16" && c.dtype != "bf16" && c.dtype != "float32" && c.dtype != "float")
+    throw UsageError("--dtype must be auto, bfloat16 (CUDA) or float32 (CPU), got '" + c.dtype + "'");
+  if (c.max_logprobs < 0 || c.max_logprobs > kMaxLogprobs)
+    throw UsageError("--max-logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]");
   return c;
 }
 

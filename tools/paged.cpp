@@ -26,7 +26,8 @@ constexpr const char* kUsage = R"(usage:
                  [--guided-whitespace-pattern RE]
                  [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
-              [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10] [--enable-log-requests]
+              [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10 | --disable-log-stats]
+              [--enable-log-requests | --disable-log-requests]
               [--allowed-origins '["*"]' | ORIGIN,ORIGIN] [--trust-request-chat-template]
               [--enable-auto-tool-choice --tool-call-parser llama3_json|hermes|mistral|pythonic]
               [--reasoning-parser deepseek_r1|qwen3]
@@ -71,6 +72,8 @@ engine flags:
   --max-waiting-requests N  --load-format auto|dummy  --quantization auto|fp8|none (FP8 weights, CUDA;
     auto: a pre-quantised FP8 checkpoint's own, none: it dequantised)
   --kv-cache-dtype auto|fp8 (fp8: e4m3 KV with per-token scales, about twice the blocks; CUDA)
+  --dtype auto|bfloat16|float32 (the device's: bfloat16 on CUDA, float32 on the CPU)  --enforce-eager (no CUDA
+            graphs)  --max-logprobs N (20)  --trust-remote-code (taken: every family is built in)
   --workers HOST:PORT[,HOST:PORT...] (one replica per `paged worker`; a lost one is reconnected and its requests
             move to another; --remote-executor HOST:PORT is one)
   --tls-dir DIR (mutual TLS with the workers, with the files of `paged gen-certs DIR`)
@@ -221,7 +224,8 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     auto switches = cli::engine_switches();
-    switches.insert(switches.end(), {"json", "stats", "force", "enable-log-requests",
+    switches.insert(switches.end(), {"json", "stats", "force", "enable-log-requests", "disable-log-requests",
+                                     "disable-log-stats",
                                      "trust-request-chat-template", "enable-auto-tool-choice",
                                      "structured-outputs-in-reasoning",
                                      "profile", "floor-only"});

@@ -1122,3 +1122,37 @@ TEST_CASE("the engine refuses prompt_logprobs outside [0, 20]", "[engine][prompt
     CHECK(e.param == "prompt_logprobs");
   }
 }
+
+TEST_CASE("--max-logprobs bounds logprobs and prompt_logprobs; --dtype names the device's own, or is refused",
+          "[engine][prompt_logprobs]") {
+  EngineConfig c = base_config();
+  c.max_logprobs = 3;
+  Engine engine(c);
+  const auto refused = [&](const SamplingParams& p) -> std::string {
+    try {
+      engine.validate(p, 4);
+    } catch (const InvalidRequest& e) {
+      return e.param;
+    }
+    return "";
+  };
+  SamplingParams p;
+  p.logprobs = 3;
+  p.prompt_logprobs = 3;
+  CHECK(refused(p).empty());
+  p.logprobs = 4;
+  CHECK(refused(p) == "logprobs");
+  p.logprobs = 3;
+  p.prompt_logprobs = 4;
+  CHECK(refused(p) == "prompt_logprobs");
+  // The CPU executor computes in float32: --dtype float32 is its own, bfloat16 is refused before anything loads.
+  EngineConfig f32 = base_config();
+  f32.dtype = "float32";
+  CHECK_NOTHROW(Engine(f32));
+  EngineConfig bf16 = base_config();
+  bf16.dtype = "bfloat16";
+  CHECK_THROWS_WITH(Engine(bf16), Catch::Contains("computes in float32"));
+  EngineConfig too_many = base_config();
+  too_many.max_logprobs = 21;
+  CHECK_THROWS_WITH(Engine(too_many), Catch::Contains("max_logprobs"));
+}

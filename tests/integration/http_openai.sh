@@ -17,10 +17,6 @@ mkdir -p "$NODE_DIR"
 cp "$SRC/tests/http/package.json" "$SRC"/tests/http/*.mjs "$NODE_DIR/"
 (cd "$NODE_DIR" && npm install --no-audit --no-fund --loglevel=error) || { echo "npm install failed"; exit 1; }
 
-free_port() {
-  node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
-}
-
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -28,12 +24,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_server LOG ARGS...: starts `paged serve` in the background; its pid goes to PIDS, its port to $PORT.
+# start_server LOG ARGS...: starts `paged serve` in the background on a port the kernel picks (a port found free
+# and then bound could be taken by another test's server in between); its pid goes to PIDS, its port to $PORT once
+# it listens.
 start_server() {
   local log="$1"; shift
-  PORT="$(free_port)"
-  "$PAGED" serve --model "$MODEL" --host 127.0.0.1 --port "$PORT" "$@" > "$log" 2>&1 &
+  "$PAGED" serve --model "$MODEL" --host 127.0.0.1 --port 0 "$@" > "$log" 2>&1 &
   PIDS+=($!)
+  PORT=""
+  for _ in $(seq 1 600); do
+    PORT=$(grep -o 'listening on 127.0.0.1:[0-9]*' "$log" 2>/dev/null | head -n 1 | sed 's/.*://' || true)
+    [ -n "$PORT" ] && return 0
+    kill -0 "${PIDS[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "the server of $log did not start"; tail -n 20 "$log"; return 1
 }
 
 # run_check SCRIPT ARGS...: a node check, whose exit status is said when it fails. Node exits with 13, silently, when

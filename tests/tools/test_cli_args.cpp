@@ -124,3 +124,20 @@ TEST_CASE("--speculative-config takes vLLM's JSON for n-gram speculation, from t
   Args none = args_of({"m"});
   CHECK_FALSE(engine_config(none).speculative_config.enabled());
 }
+
+TEST_CASE("vLLM's --dtype, --enforce-eager, --max-logprobs and --trust-remote-code are taken", "[cli]") {
+  Args args = args_of({"m", "--dtype", "bfloat16", "--enforce-eager", "--max-logprobs", "5", "--trust-remote-code"});
+  const EngineConfig c = engine_config(args);
+  args.reject_unknown();
+  CHECK(c.dtype == "bfloat16");
+  CHECK(c.enforce_eager);
+  CHECK(c.max_logprobs == 5);
+  const auto refused = [](std::vector<std::string> words) {
+    return usage_error([&] {
+      Args a = args_of(words);
+      engine_config(a);
+    });
+  };
+  CHECK(refused({"m", "--dtype", "float16"}).find("--dtype must be auto, bfloat16 (CUDA) or float32 (CPU)") == 0);
+  CHECK(refused({"m", "--max-logprobs", "21"}).find("--max-logprobs must be in [0, 20]") == 0);
+}
