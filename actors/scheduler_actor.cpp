@@ -712,11 +712,14 @@ void request_plan(Self* self) {
   std::vector<PlanSeq> view;
   // Drafts only where the step can sample them: a full batch leaves no position for them (and no time is spent
   // looking for them in every sequence's tokens).
-  int running = 0;
-  for (const auto& [id, s] : st.seqs) running += s.phase == PlanSeq::Phase::running;
-  const int positions = st.setup.limits.max_sampled_positions > 0 ? st.setup.limits.max_sampled_positions
-                                                                   : st.setup.limits.max_num_seqs;
-  const bool room_for_drafts = running < positions;
+  bool room_for_drafts = st.setup.speculation.enabled();
+  if (room_for_drafts) {
+    int running = 0;
+    for (const auto& [id, s] : st.seqs) running += s.phase == PlanSeq::Phase::running;
+    const int positions = st.setup.limits.max_sampled_positions > 0 ? st.setup.limits.max_sampled_positions
+                                                                     : st.setup.limits.max_num_seqs;
+    room_for_drafts = running < positions;
+  }
   for (auto& [id, s] : st.seqs) {
     s.drafts.clear();
     if (s.swapping_in) continue;

@@ -284,15 +284,17 @@ StepResult CpuModelRunner::execute(const StepBatch& batch) {
     if (!c.samples.empty()) {
       r.seqs.push_back(c.seq);
       auto& answered = r.samples.emplace_back();
-      // The logits of each token sampled, once: several specs of one token (n > 1) share them.
-      std::vector<float> l;
-      size_t token = c.tokens.size();
-      for (size_t k = 0; k < samples_answered(c); ++k) {
+      // The logits of each token sampled, once: several specs of one token (n > 1) share them, each sampling a copy
+      // but the last (the sampler processes its row in place).
+      std::vector<float> shared;
+      const size_t n = samples_answered(c);
+      for (size_t k = 0; k < n; ++k) {
         ChunkSample s = chunk_sample(c, k);
-        if (s.token != token) logits_of(&hidden[(first + static_cast<int64_t>(s.token)) * H], logits);
-        token = s.token;
-        l = logits;
-        answered.push_back(sample_logits(l, s.spec));
+        if (k == 0 || s.token != chunk_sample(c, k - 1).token)
+          logits_of(&hidden[(first + static_cast<int64_t>(s.token)) * H], logits);
+        const bool reused = k + 1 < n && chunk_sample(c, k + 1).token == s.token;
+        if (reused) shared = logits;
+        answered.push_back(sample_logits(reused ? shared : logits, s.spec));
       }
     }
     // Prompt logprobs position by position: one vocabulary of logits at a time, however long the chunk.
