@@ -16,6 +16,7 @@
 #include "model/hash_mix.h"
 #include "kernels/cpu/cpu_runner.h"
 #include "model/loader/safetensors.h"
+#include "model/lora/lora_adapter.h"
 #include "model/constraint/sequence_constraints.h"
 #include "model/tokenizer/load_tokenizer.h"
 #include "kernels/cpu/local_all_reduce.h"
@@ -74,6 +75,7 @@ struct Engine::Impl {
   EngineSummary summary;
   int64_t max_seq_blocks = 0;  // blocks one sequence can hold in every replica's KV pool (admission keeps 1% free)
   int64_t max_seq_tokens = 0;  // the longest sequence those blocks hold (longest_sequence)
+  std::vector<uint64_t> lora_hashes;  // LoraAdapter::content_hash of each of config.lora_modules
   uint64_t kv_identity = 0;    // what makes this engine's KV (the disk tier's files carry it); 0: no disk tier
   int64_t disk_blocks = 0;     // the disk tier's size in blocks
   mutable std::mutex state_mu;  // guards state, failure, stopping and the replicas' serving, reason, generation
@@ -153,6 +155,17 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   } else if (c.kv_disk_gib > 0) {
     throw ModelError("--kv-disk-size needs --kv-disk-dir");
   }
+  if (c.max_lora_rank < 1 || c.max_lora_rank > 512) throw ModelError("max_lora_rank must be in [1, 512]");
+  if (c.max_loras < 1) throw ModelError("max_loras must be positive");
+  for (size_t i = 0; i < c.lora_modules.size(); ++i) {
+    const EngineConfig::LoraModule& a = c.lora_modules[i];
+    if (a.name.empty() || a.path.empty()) throw ModelError("--lora-modules: each adapter needs a name and a path");
+    for (size_t j = 0; j < i; ++j)
+      if (c.lora_modules[j].name == a.name) throw ModelError("--lora-modules names '" + a.name + "' twice");
+  }
+  if (!c.lora_modules.empty() && !c.workers.empty())
+    throw ModelError("--lora-modules: LoRA adapters are not served through --workers (the replica in this process "
+                     "takes them)");
   if (!local_device) return max_model_len;
   if (c.device == "auto") c.device = cuda_available() ? "cuda" : "cpu";
   if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
@@ -167,6 +180,9 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.kv_cache_dtype == "fp8" && c.device != "cuda")
     throw ModelError("--kv-cache-dtype fp8 needs --device cuda (a GPU of compute capability 8.9 or newer); the CPU "
                      "executor keeps its KV cache in float32");
+  if (!c.lora_modules.empty() && c.device != "cpu")
+    throw ModelError("--lora-modules: LoRA adapters run on the CPU device (--device cpu); the CUDA executor has no "
+                     "LoRA kernels yet");
   if (c.dtype != "auto") {
     const bool cuda = c.device == "cuda";
     if (cuda ? c.dtype != "bfloat16" && c.dtype != "bf16" : c.dtype != "float32" && c.dtype != "float")
@@ -355,7 +371,8 @@ void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks
                      .group_windows = kv_groups.windows},
       writer);
   SchedulerSetup setup;
-  setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode, sampled_positions};
+  setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode, sampled_positions,
+                  config.max_loras};
   setup.max_model_len = max_model_len;
   setup.block_size = config.block_size;
   setup.executors = r.executors;
@@ -605,6 +622,20 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     }
 #endif
     }
+    // LoRA adapters: every rank loads its shards of each (resolve_config let them through on the CPU device only).
+    for (size_t i = 0; i < c.lora_modules.size(); ++i) {
+      const EngineConfig::LoraModule& a = c.lora_modules[i];
+      for (size_t rank = 0; rank < runners.size(); ++rank) {
+        LoraAdapter adapter;
+        try {
+          adapter = load_lora_adapter(a.path, m.model, static_cast<int>(rank), tp, c.max_lora_rank);
+        } catch (const ModelError& e) {
+          throw ModelError("--lora-modules " + a.name + ": " + e.what());
+        }
+        if (rank == 0) m.lora_hashes.push_back(adapter.content_hash);
+        runners[rank]->add_lora(static_cast<int32_t>(i + 1), adapter);
+      }
+    }
     for (size_t rank = 0; rank < runners.size(); ++rank)
       executors.push_back(
           m.system->spawn<caf::detached>(executor_actor, runners[rank], disk_store(static_cast<int>(rank))));
@@ -693,6 +724,9 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
                          "priority");
   if (std::optional<FieldError> bad = check_sampling_params(p, vocab))
     throw InvalidRequest(bad->message, bad->field);
+  if (p.lora < 0 || static_cast<size_t>(p.lora) > m.config.lora_modules.size())
+    throw InvalidRequest("no LoRA adapter " + std::to_string(p.lora) + " is loaded (" +
+                         std::to_string(m.config.lora_modules.size()) + " are)", "model");
   for (const auto& [asked, field] : {std::pair{p.logprobs, "logprobs"}, std::pair{p.prompt_logprobs, "prompt_logprobs"}})
     if (asked && *asked > m.config.max_logprobs)
       throw InvalidRequest("'" + std::string(field) + "' asks " + std::to_string(*asked) + " logprobs; this server "
@@ -754,6 +788,7 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
   }
   validate(params, prompt.size());
   check_prompt_ids(prompt);
+  if (params.lora > 0) params.cache_salt = hash_mix(params.cache_salt, m.lora_hashes.at(params.lora - 1));
   if (limit_waiting && m.metrics.waiting_requests + m.metrics.unqueued_requests >= m.config.max_waiting_requests)
     throw EngineOverloaded("the server is overloaded: too many requests are waiting");
   RequestSpec spec;

@@ -72,6 +72,17 @@ struct EngineConfig {
   /// from the model's own distribution); steps are then planned one after another (async_scheduling is off). Not for
   /// beam search or the first token of n > 1. Off: num_speculative_tokens 0.
   NgramSpeculation speculative_config;
+  /// vLLM's --enable-lora / --lora-modules: LoRA adapters (PEFT folders, model/lora/lora_adapter.h) served beside the
+  /// base model, any mix of them and the base model in one step; a request picks one by SamplingParams::lora (the
+  /// HTTP API by its name as the request's model). Adapter i gets id i + 1. CPU device, no workers.
+  struct LoraModule {
+    std::string name, path;
+  };
+  std::vector<LoraModule> lora_modules;
+  int max_lora_rank = 16;  // vLLM's --max-lora-rank: an adapter with a larger r is refused at start
+  /// vLLM's --max-loras: adapters the running sequences use at once (a request of another waits; the base model is
+  /// not counted).
+  int max_loras = 1;
   PreemptionMode preemption_mode = PreemptionMode::recompute;
   /// vLLM's --scheduling-policy priority: requests are admitted by SamplingParams::priority (lower first), then
   /// arrival, and preempted lowest priority first. Off (fcfs): a request with a priority other than 0 is refused.

@@ -451,6 +451,7 @@ void dispatch(Self* self, StepPlan plan) {
     SeqChunk chunk;
     chunk.seq = s.id;
     chunk.start_pos = c.start_pos;
+    chunk.lora = r.spec.params->lora;
     const auto& prompt = *r.spec.prompt;
     const int known = static_cast<int>(prompt.size() + s.output->size());
     // Past the known tokens: the drafts the plan kept (speculation), or else the newest token, which the step in
@@ -729,6 +730,7 @@ void request_plan(Self* self) {
     p.arrival = r.arrival;
     p.whole_request = r.beam;
     p.salt = r.spec.params->cache_salt;
+    p.lora = r.spec.params->lora;
     p.priority = r.spec.params->priority;
     p.phase = s.phase;
     p.num_computed = s.num_planned;

@@ -91,6 +91,7 @@ WireStep WireEncoder::encode(const StepBatch& batch) {
     wc.tokens = c.tokens;
     wc.last_token_deferred = c.last_token_deferred;
     wc.num_drafts = c.num_drafts;
+    wc.lora = c.lora;
     wc.start_pos = c.start_pos;
     send_delta(sent.table, c.block_table, wc.table_keep, wc.table_tail);
     sent.group_tables.resize(c.group_tables.size());
@@ -287,6 +288,7 @@ std::variant<StepBatch, FieldError> WireDecoder::decode(WireStep wire) {
     c.tokens = std::move(wc.tokens);
     c.last_token_deferred = wc.last_token_deferred;
     c.num_drafts = wc.num_drafts;
+    c.lora = wc.lora;
     c.start_pos = wc.start_pos;
     c.block_table = state->table;
     c.group_tables = state->group_tables;
@@ -448,7 +450,7 @@ void pack_params(Packer& out, const SamplingParams& p) {
   [[maybe_unused]] const auto& [n, best_of, use_beam_search, length_penalty, max_tokens, min_tokens, temperature, top_p, top_k, min_p,
                                 seed, repetition_penalty, presence_penalty, frequency_penalty, logit_bias,
                                 stop_token_ids, stop, allowed_token_ids, bad_words, bad_words_token_ids, ignore_eos, logprobs, prompt_logprobs,
-                                skip_special_tokens, include_stop_str_in_output, structured, cache_salt, priority] = p;
+                                skip_special_tokens, include_stop_str_in_output, structured, cache_salt, lora, priority] = p;
   out.put<int32_t>(p.n);
   out.put<int32_t>(p.best_of);
   out.flag(p.use_beam_search);
@@ -491,6 +493,7 @@ void pack_params(Packer& out, const SamplingParams& p) {
   out.flag(p.structured.whitespace.has_value());
   if (p.structured.whitespace) out.text(*p.structured.whitespace);
   out.put<uint64_t>(p.cache_salt);
+  out.put<int32_t>(p.lora);
   out.put<int32_t>(p.priority);
 }
 
@@ -560,6 +563,7 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
   p.structured.after = in.text(at("structured.after"));
   if (in.flag(at("structured.whitespace"))) p.structured.whitespace = in.text(at("structured.whitespace"));
   p.cache_salt = in.get<uint64_t>(at("cache_salt"));
+  p.lora = in.get<int32_t>(at("lora"));
   p.priority = in.get<int32_t>(at("priority"));
   return p;
 }
@@ -599,6 +603,7 @@ void pack_chunk(Packer& out, const WireChunk& c) {
     out.put<int32_t>(c.prompt_logprobs.num_top);
     out.put<int32_t>(c.prompt_logprobs.next_token);
   }
+  out.put<int32_t>(c.lora);
 }
 
 void unpack_chunk(Unpacker& in, size_t i, WireChunk& c) {
@@ -642,6 +647,7 @@ void unpack_chunk(Unpacker& in, size_t i, WireChunk& c) {
     c.prompt_logprobs.num_top = in.get<int32_t>(at("prompt_logprobs.num_top"));
     c.prompt_logprobs.next_token = in.get<int32_t>(at("prompt_logprobs.next_token"));
   }
+  c.lora = in.get<int32_t>(at("lora"));
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ struct WireChunk {
   std::vector<TokenId> tokens;
   bool last_token_deferred = false;    // SeqChunk's: the worker fills tokens.back() in from its last samples
   int32_t num_drafts = 0;              // SeqChunk's: the last tokens that are drafts (speculative decoding)
+  int32_t lora = 0;                    // SeqChunk's: its LoRA adapter (0: none)
   int32_t start_pos = 0;
   int32_t table_keep = 0;                         // block_table (KV group 0's)
   std::vector<int32_t> table_tail;
@@ -157,7 +158,7 @@ struct PackedResult {
 //   chunk:   u64 seq, tokens (i32), flag last_token_deferred, i32 num_drafts, i32 start_pos, i32 table_keep,
 //            table_tail (i32), group tables (i32 keep, tail (i32)), optional context, i32 output_keep, output_tail
 //            (i32), samples (u64 seed, i32 num_logprobs, i32 num_candidates), optional prompt logprobs (i32 count,
-//            i32 num_top, i32 next_token), set when count > 0
+//            i32 num_top, i32 next_token), set when count > 0, i32 lora
 //   context: parameters, prompt (i32), stop_ids (i32)
 //   parameters: the fields of SamplingParams in declaration order; int as i32, bool as a flag; logit_bias as
 //            (i32 token, f32 bias) in ascending token order; stop and bad_words as strings (u32 length, then the

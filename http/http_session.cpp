@@ -433,7 +433,10 @@ void HttpSession<Stream>::start_generation(openai::Endpoint endpoint, const Requ
     if (endpoint == openai::Endpoint::responses) ex.id[4] = '_';  // OpenAI's response ids: resp_...
     if (request.responses && request.responses->store && ctx_.responses.taken(ex.id))
       throw InvalidRequest("X-Request-Id " + ex.request_id + " names a stored response already", "X-Request-Id");
-    ex.builder = std::make_unique<openai::ResponseBuilder>(request, ctx_.engine.tokenizer(), ctx_.model_name, ex.id,
+    // The model the request named: an adapter's name for its requests (as vLLM answers them).
+    const std::string& model = request.params.lora > 0 ? ctx_.model_info().lora_names.at(request.params.lora - 1)
+                                                       : ctx_.model_name;
+    ex.builder = std::make_unique<openai::ResponseBuilder>(request, ctx_.engine.tokenizer(), model, ex.id,
                                                            std::time(nullptr));
     if (ctx_.options.log_requests) log_request_start(ex.id, request);
     ex.streaming = request.stream;

@@ -342,15 +342,18 @@ json::object parse_object(std::string_view body) {
   return std::move(v->get_object());
 }
 
-// The `model` field, when present, names the served model.
-void check_model(const Fields& f, const ModelInfo& model) {
-  if (auto name = f.string("model");
-      name && *name != model.served_model_name && (model.model_path.empty() || *name != model.model_path) &&
-      std::find(model.other_names.begin(), model.other_names.end(), *name) == model.other_names.end()) {
-    throw ModelNotFound("The model `" + *name + "` does not exist; this server serves `" + model.served_model_name +
-                            "`",
-                        "model");
-  }
+// The `model` field, when present, names the served model or one of its LoRA adapters: 0 for the model, i + 1 for
+// adapter lora_names[i].
+int32_t check_model(const Fields& f, const ModelInfo& model) {
+  const std::optional<std::string> name = f.string("model");
+  if (!name || *name == model.served_model_name || (!model.model_path.empty() && *name == model.model_path) ||
+      std::find(model.other_names.begin(), model.other_names.end(), *name) != model.other_names.end())
+    return 0;
+  const auto lora = std::find(model.lora_names.begin(), model.lora_names.end(), *name);
+  if (lora != model.lora_names.end()) return static_cast<int32_t>(lora - model.lora_names.begin()) + 1;
+  throw ModelNotFound("The model `" + *name + "` does not exist; this server serves `" + model.served_model_name +
+                          "`" + (model.lora_names.empty() ? "" : " and its LoRA adapters (GET /v1/models lists them)"),
+                      "model");
 }
 
 }  // namespace
@@ -496,8 +499,8 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   const bool chat = endpoint == Endpoint::chat;
   Request req;
   req.endpoint = endpoint;
-  check_model(f, model);
   SamplingParams& p = req.params;
+  p.lora = check_model(f, model);
   req.stream = f.boolean("stream").value_or(false);
   if (const json::value* so = f.get("stream_options")) {
     if (!so->is_object()) invalid("'stream_options' must be an object", "stream_options");
@@ -705,6 +708,11 @@ std::string models_body(const ModelInfo& model, int max_model_len, int64_t creat
   };
   card(model.served_model_name);
   for (const std::string& name : model.other_names) card(name);
+  for (size_t i = 0; i < model.lora_names.size(); ++i) {  // vLLM's cards of adapters: root their path, parent the model
+    card(model.lora_names[i]);
+    data.back().get_object()["root"] = model.lora_paths.at(i);
+    data.back().get_object()["parent"] = model.served_model_name;
+  }
   return json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
 }
 

@@ -41,6 +41,9 @@ struct ModelInfo {
   SamplingDefaults sampling_defaults;    // what a request leaves out (--generation-config); max_tokens caps it too
   bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:ID" unless a request says otherwise
   std::vector<std::string> other_names;  // more names `model` may be (--served-model-name's after the first)
+  /// The LoRA adapters served (--lora-modules): a request whose `model` is lora_names[i] runs adapter i + 1
+  /// (SamplingParams::lora); /v1/models lists each, its root lora_paths[i] and its parent the served model.
+  std::vector<std::string> lora_names, lora_paths;
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).

@@ -71,6 +71,13 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts, std::shared_ptr<bo
   if (options.served_model_names.size() > 1)
     model_info_.other_names.assign(options.served_model_names.begin() + 1, options.served_model_names.end());
   model_info_.model_path = eng.config().model_dir;
+  for (const EngineConfig::LoraModule& m : eng.config().lora_modules) {
+    if (m.name == model_name || m.name == model_info_.model_path ||
+        std::find(model_info_.other_names.begin(), model_info_.other_names.end(), m.name) != model_info_.other_names.end())
+      throw std::invalid_argument("--lora-modules: '" + m.name + "' is the served model's own name");
+    model_info_.lora_names.push_back(m.name);
+    model_info_.lora_paths.push_back(m.path);
+  }
   model_info_.max_prompts = options.max_prompts_per_request;
   model_info_.max_sequences = options.max_sequences_per_request;
   model_info_.trust_request_chat_template = options.trust_request_chat_template;

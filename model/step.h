@@ -14,6 +14,8 @@
 
 namespace paged {
 
+struct LoraAdapter;  // model/lora/lora_adapter.h
+
 /// The prompt log-probabilities one chunk scores (vLLM's prompt_logprobs): the logits at each of its first `count`
 /// tokens score the token after it, tokens[i + 1], or `next_token` after the last one.
 struct PromptLogprobsSpec {
@@ -44,6 +46,8 @@ struct SeqChunk {
   /// of its last num_drafts + 1 tokens with it (chunk_sample), in order; each sample takes the drafts before its
   /// position as generated. 0: the samples are of the last token's logits.
   int32_t num_drafts = 0;
+  /// The LoRA adapter whose pairs join the base weights for this chunk's tokens (ModelRunner::add_lora's id); 0: none.
+  int32_t lora = 0;
 };
 
 /// How many samples a step answers for chunk `c`: one per position verified (num_drafts + 1), else one per spec.
@@ -128,6 +132,10 @@ class ModelRunner {
   }
   virtual void write_host_block(int32_t /*block*/, std::span<const std::byte> /*in*/) {
     throw std::logic_error("this runner gives no access to its host blocks");
+  }
+  /// Takes LoRA adapter `id` (> 0, not taken before; loaded for this runner's rank) for the chunks whose lora is id.
+  virtual void add_lora(int32_t /*id*/, const LoraAdapter& /*adapter*/) {
+    throw std::logic_error("this runner does not run LoRA adapters");
   }
 };
 

@@ -38,6 +38,11 @@ Args::Args(int argc, char** argv, int first, const std::vector<std::string>& swi
       value = argv[++i];
     }
     values_[name].push_back(value);
+    // vLLM's --lora-modules takes several values: NAME=PATH or a JSON object each, up to the next flag.
+    if (name == "lora-modules")
+      while (i + 1 < argc && argv[i + 1][0] != '-' &&
+             (std::string_view(argv[i + 1]).find('=') != std::string_view::npos || argv[i + 1][0] == '{'))
+        values_[name].push_back(argv[++i]);
   }
   if (positional) {
     if (values_.count("model")) throw UsageError("the model is given twice: as " + *positional + " and --model");
@@ -146,7 +151,7 @@ void Args::reject_unknown() const {
 
 std::vector<std::string> engine_switches() {
   return {"enable-prefix-caching", "async-scheduling", "use-beam-search", "ignore-eos", "skip-special-tokens",
-          "guided-json-object", "enforce-eager", "trust-remote-code"};
+          "guided-json-object", "enforce-eager", "trust-remote-code", "enable-lora"};
 }
 
 NgramSpeculation speculative_config(const std::string& text, const std::string& label) {
@@ -182,6 +187,36 @@ NgramSpeculation speculative_config(const std::string& text, const std::string& 
   if (*k == 0 || !c.error().empty())
     throw UsageError(label + ": " + (*k == 0 ? "num_speculative_tokens must be at least 1" : c.error()));
   return c;
+}
+
+std::vector<EngineConfig::LoraModule> lora_modules(const std::string& value, const std::string& label) {
+  std::vector<EngineConfig::LoraModule> out;
+  if (!value.empty() && value.front() == '{') {  // vLLM's JSON form: {"name": ..., "path": ..., "base_model_name": ...}
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(value, ec);
+    if (ec || !v.is_object()) throw UsageError(label + ": '" + value + "' is not a JSON object");
+    EngineConfig::LoraModule m;
+    for (const auto& [key, item] : v.get_object()) {
+      if (!item.is_string()) throw UsageError(label + ": '" + std::string(key) + "' must be a string");
+      if (key == "name") m.name = item.get_string();
+      else if (key == "path") m.path = item.get_string();
+      else if (key != "base_model_name")  // the model the server serves: the only base an adapter has here
+        throw UsageError(label + ": '" + std::string(key) + "' is not supported (name, path, base_model_name)");
+    }
+    if (m.name.empty() || m.path.empty()) throw UsageError(label + ": a JSON entry needs \"name\" and \"path\"");
+    out.push_back(std::move(m));
+    return out;
+  }
+  for (size_t begin = 0; begin <= value.size();) {  // NAME=PATH[,NAME=PATH...] (a configuration file's list)
+    const size_t comma = std::min(value.find(',', begin), value.size());
+    const std::string item = value.substr(begin, comma - begin);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      throw UsageError(label + " takes NAME=PATH (or a JSON object), got '" + item + "'");
+    out.push_back({item.substr(0, eq), item.substr(eq + 1)});
+    begin = comma + 1;
+  }
+  return out;
 }
 
 EngineConfig engine_config(Args& args, const std::string& default_model) {
@@ -222,6 +257,15 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   c.dtype = args.get("dtype").value_or(c.dtype);
   c.enforce_eager = args.get_bool("enforce-eager", c.enforce_eager);
   c.max_logprobs = args.get_int("max-logprobs", c.max_logprobs);
+  const bool enable_lora = args.get_bool("enable-lora", false);
+  for (const std::string& value : args.get_all("lora-modules"))
+    for (EngineConfig::LoraModule& m : lora_modules(value, args.label("lora-modules")))
+      c.lora_modules.push_back(std::move(m));
+  if (!c.lora_modules.empty() && !enable_lora) throw UsageError("--lora-modules needs --enable-lora");
+  c.max_lora_rank = args.get_int("max-lora-rank", c.max_lora_rank);
+  c.max_loras = args.get_int("max-loras", c.max_loras);
+  if (c.max_lora_rank < 1 || c.max_lora_rank > 512) throw UsageError("--max-lora-rank must be in [1, 512]");
+  if (c.max_loras < 1) throw UsageError("--max-loras must be positive");
   // vLLM's --trust-remote-code lets a checkpoint run Python of its own; every family here is built in, so there is
   // no such code to trust or refuse: taken, and nothing changes.
   args.get_bool("trust-remote-code", false);

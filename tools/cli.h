@@ -55,9 +55,12 @@ class Args {
 /// Engine flags: --model (or the positional MODEL), --device, --block-size, --num-kv-blocks, --swap-space, --gpu-memory-utilization,
 /// --max-num-seqs, --max-num-batched-tokens, --max-model-len, --[no-]enable-prefix-caching, --preemption-mode,
 /// --tensor-parallel-size, --max-waiting-requests, --load-format auto|dummy, --workers (or --remote-executor), --tls-dir,
-/// --speculative-config JSON.
+/// --speculative-config JSON, --enable-lora with --lora-modules, --max-lora-rank, --max-loras.
 /// `default_model`: the model when neither is given (conf/serve.json's); empty: the model is required.
 EngineConfig engine_config(Args& args, const std::string& default_model = "");
+/// vLLM's --lora-modules entries in `value`: NAME=PATH (several joined by commas: a configuration file's list) or
+/// a JSON object {"name", "path", "base_model_name"}. Throws UsageError naming `label` for anything else.
+std::vector<EngineConfig::LoraModule> lora_modules(const std::string& value, const std::string& label);
 /// vLLM's --speculative-config JSON for method "ngram": num_speculative_tokens (required, 1 to 16), prompt_lookup_max
 /// and prompt_lookup_min (one given is both; neither: 5). Throws UsageError naming `label` and what is wrong (another
 /// method, an unknown key, a bad value).

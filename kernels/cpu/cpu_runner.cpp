@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/fp8.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "model/loader/weight_map.h"
+#include "model/lora/lora_adapter.h"
 #include "model/sampling/sampler.h"
 #include "model/step_check.h"
 
@@ -25,6 +27,27 @@ std::vector<float> read_param(const SafeTensors& weights, const RankParam& param
     out.insert(out.end(), part.begin(), part.end());
   }
   return out;
+}
+
+// Adds each LoRA pair of `pairs` to one token's row of a linear layer's output: out[p.out_offset + i] +=
+// p.scale * (B (A x))[i], x the layer's input row of k values.
+void add_lora_pairs(float* out, const float* x, int k, const std::vector<LoraPair>& pairs) {
+  std::vector<float> ax;
+  for (const LoraPair& p : pairs) {
+    ax.assign(static_cast<size_t>(p.rank), 0.0f);
+    for (int j = 0; j < p.rank; ++j) {
+      const float* a = &p.a[static_cast<size_t>(j) * k];
+      float sum = 0.0f;
+      for (int i = 0; i < k; ++i) sum += a[i] * x[i];
+      ax[j] = p.scale * sum;
+    }
+    for (int i = 0; i < p.out_rows; ++i) {
+      const float* b = &p.b[static_cast<size_t>(i) * p.rank];
+      float sum = 0.0f;
+      for (int j = 0; j < p.rank; ++j) sum += b[j] * ax[j];
+      out[p.out_offset + i] += sum;
+    }
+  }
 }
 
 // Throws ModelError naming the first pair outside the pools (check_block_pairs), before anything is copied.
@@ -133,6 +156,8 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
       if (t < 0 || t >= cfg_.vocab_size) throw ModelError("token id out of range");
     if (auto bad = check_chunk_tables(c, kv_groups_.windows, opt_.num_blocks, B))
       throw ModelError("chunk" + bad->describe());
+    if (c.lora != 0 && !loras_.count(c.lora)) throw ModelError("chunk of LoRA adapter " + std::to_string(c.lora) +
+                                                               ", which this runner was not given");
   }
 
   // Flatten the ragged batch: tokens, positions, per-sequence query ranges; per KV group the tokens' slots and the
@@ -160,6 +185,11 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     }
   }
   const int T = static_cast<int>(tokens.size());
+  // Each token's LoRA adapter (null: the base model alone).
+  std::vector<const LoraAdapter*> row_lora;
+  for (const SeqChunk& c : batch.seqs)
+    row_lora.insert(row_lora.end(), c.tokens.size(), c.lora != 0 ? loras_.at(c.lora).get() : nullptr);
+  const bool any_lora = std::any_of(row_lora.begin(), row_lora.end(), [](const LoraAdapter* a) { return a; });
   for (size_t slot = 0; slot < k_cache_.size(); ++slot) {  // copy-on-write, before this step's attention
     cpu::copy_blocks(k_cache_[slot].get(), batch.copies, block_elems());
     cpu::copy_blocks(v_cache_[slot].get(), batch.copies, block_elems());
@@ -189,11 +219,21 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     }
     cpu::linear(out, x, w.data(), bias.empty() ? nullptr : bias.data(), T, n, k);
   };
+  // A linear layer's LoRA pairs (the input rows as the base layer took them before any FP8 rounding): each token's
+  // adapter's pairs of layer l, `which` of them, added to its output row; before the all-reduce of a row-parallel
+  // layer, whose partial products it sums as the base layer's.
+  const auto lora = [&](float* out, const float* x, int l, std::vector<LoraPair> LoraLayer::*which, int n, int k) {
+    if (!any_lora) return;
+    for (int t = 0; t < T; ++t)
+      if (const LoraAdapter* a = row_lora[t])
+        add_lora_pairs(out + int64_t{t} * n, x + int64_t{t} * k, k, a->layers[l].*which);
+  };
 
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const CpuLayerWeights& L = layers_[l];
     cpu::rms_norm(h.data(), residual.data(), L.attn_norm.data(), T, H, eps);
     linear(qkv.data(), h.data(), L.wqkv, L.fp8.wqkv, L.bqkv, qkv_dim, H);
+    lora(qkv.data(), h.data(), l, &LoraLayer::qkv, qkv_dim, H);
     for (int t = 0; t < T; ++t) {
       const float* row = &qkv[int64_t{t} * qkv_dim];
       std::memcpy(&q[int64_t{t} * nh * D], row, sizeof(float) * nh * D);
@@ -220,6 +260,7 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
                          query_start.data(), context_lens.data(), static_cast<int>(batch.seqs.size()),
                          static_cast<int>(max_blocks), nh, nkv, D, B, scale, cfg_.sliding_window(l));
     linear(proj.data(), attn.data(), L.wo, L.fp8.wo, L.bo, H, nh * D);
+    lora(proj.data(), attn.data(), l, &LoraLayer::o, H, nh * D);
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     // Gemma's sandwich: each sublayer's output is normed before it joins the residual stream.
     if (!L.post_attn_norm.empty()) cpu::rms_norm(proj.data(), proj.data(), L.post_attn_norm.data(), T, H, eps);
@@ -231,11 +272,13 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
                     .renormalize = cfg_.moe.renormalize});
     } else {
       linear(gate_up.data(), h.data(), L.w_gate_up, L.fp8.w_gate_up, {}, 2 * local_inter_, H);
+      lora(gate_up.data(), h.data(), l, &LoraLayer::gate_up, 2 * local_inter_, H);
       if (cfg_.activation == Activation::gelu_tanh)
         cpu::gelu_tanh_and_mul(act.data(), gate_up.data(), T, local_inter_);
       else
         cpu::silu_and_mul(act.data(), gate_up.data(), T, local_inter_);
       linear(proj.data(), act.data(), L.w_down, L.fp8.w_down, {}, H, local_inter_);
+      lora(proj.data(), act.data(), l, &LoraLayer::down, H, local_inter_);
     }
     if (opt_.tp_size > 1) opt_.all_reduce->sum(proj.data(), proj.size(), opt_.tp_rank);
     if (!L.post_ffn_norm.empty()) cpu::rms_norm(proj.data(), proj.data(), L.post_ffn_norm.data(), T, H, eps);
@@ -243,6 +286,13 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
   }
 
   return residual;
+}
+
+void CpuModelRunner::add_lora(int32_t id, const LoraAdapter& adapter) {
+  if (id <= 0 || loras_.count(id)) throw ModelError("LoRA adapter id " + std::to_string(id) + " is taken or not > 0");
+  if (adapter.layers.size() != static_cast<size_t>(cfg_.num_layers))
+    throw ModelError("LoRA adapter " + adapter.path + " was loaded for another model");
+  loras_.emplace(id, std::make_shared<const LoraAdapter>(adapter));
 }
 
 void CpuModelRunner::logits_of(const float* hidden, std::vector<float>& out) const {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "model/kv/kv_groups.h"
@@ -80,6 +81,8 @@ class CpuModelRunner final : public ModelRunner {
   int64_t host_block_bytes() const override;
   void read_host_block(int32_t block, std::span<std::byte> out) override;
   void write_host_block(int32_t block, std::span<const std::byte> in) override;
+  /// Throws ModelError for an id <= 0 or taken, or an adapter of another layer count.
+  void add_lora(int32_t id, const LoraAdapter& adapter) override;
 
   /// Runs the step without sampling (bounds-checked as execute is); returns the logits [num sampled seqs][vocab]
   /// (rank 0; others: empty).
@@ -104,6 +107,7 @@ class CpuModelRunner final : public ModelRunner {
   KvGroups kv_groups_;  // kv_groups_of(cfg_): a chunk's table per group, a cache per slot of a block
   std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<CpuLayerWeights> layers_;
+  std::unordered_map<int32_t, std::shared_ptr<const LoraAdapter>> loras_;  // add_lora's, by id
   std::vector<float> inv_freq_, local_inv_freq_;  // RoPE of every layer, and of uses_local_rope layers (or empty)
   // Per layer [num_blocks][kv][block][head_dim]. Left uninitialised so that untouched pages (most of a large swap
   // pool) are never committed; a slot is read only after it was written.

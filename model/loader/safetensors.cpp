@@ -175,10 +175,17 @@ SafeTensors::SafeTensors(const std::string& model_dir, LoadObserver observer) : 
   } else {
     throw ModelError("no model.safetensors or model.safetensors.index.json in " + model_dir);
   }
+  std::vector<std::string> paths;
+  for (const auto& path : shards) paths.push_back(path.string());
+  map_files(paths);
+}
 
-  for (const auto& path : shards) {
+SafeTensors::SafeTensors(File file) { map_files({file.path}); }
+
+void SafeTensors::map_files(const std::vector<std::string>& paths) {
+  for (const auto& path : paths) {
     auto m = std::make_unique<Mapping>();
-    m->path = path.string();
+    m->path = path;
     int fd = ::open(m->path.c_str(), O_RDONLY);
     if (fd < 0) throw ModelError("cannot open " + m->path);
     struct stat st{};

@@ -52,6 +52,11 @@ class SafeTensors {
   using LoadObserver = std::function<void(int64_t loaded_bytes, int64_t total_bytes)>;
 
   explicit SafeTensors(const std::string& model_dir, LoadObserver observer = {});
+  /// One safetensors file (a LoRA adapter's adapter_model.safetensors).
+  struct File {
+    std::string path;
+  };
+  explicit SafeTensors(File file);
   ~SafeTensors();
   SafeTensors(const SafeTensors&) = delete;
   SafeTensors& operator=(const SafeTensors&) = delete;
@@ -66,6 +71,7 @@ class SafeTensors {
 
  private:
   struct Mapping;
+  void map_files(const std::vector<std::string>& paths);
   std::vector<std::unique_ptr<Mapping>> files_;
   std::map<std::string, TensorView> tensors_;
   int64_t total_bytes_ = 0;

@@ -70,6 +70,9 @@ struct SamplingParams {
   // vLLM's cache_salt, hashed (0: none): a request finds in the prefix cache only the blocks of requests with the
   // same salt, so that tenants cannot learn each other's prompts from time to first token.
   uint64_t cache_salt = 0;
+  // The LoRA adapter (EngineConfig::lora_modules' index + 1) whose weights join the model's for this request; 0: the
+  // base model. The engine mixes the adapter's content into cache_salt: its KV is found only by its own requests.
+  int32_t lora = 0;
   // vLLM's priority (with --scheduling-policy priority; else 0): lower values are admitted first and preempted last.
   int priority = 0;
 

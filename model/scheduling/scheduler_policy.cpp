@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace paged {
@@ -105,25 +106,34 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
   }
   int active = static_cast<int>(end);
   if (preempted) return plan;
+  // The adapters of the running sequences; one more may join while they are fewer than max_loras.
+  std::unordered_set<int32_t> loras;
+  for (size_t i = 0; i < end; ++i)
+    if (running[i]->lora != 0) loras.insert(running[i]->lora);
+  const auto lora_fits = [&](const PlanSeq& s) {
+    return s.lora == 0 || limits.max_loras <= 0 || loras.count(s.lora) ||
+           static_cast<int>(loras.size()) < limits.max_loras;
+  };
 
   // 2. Swapped units come back before any new admission.
   for (size_t i = 0; i < swapped.size();) {
     const size_t next = unit_end(swapped, i, swapped.size());
     std::vector<SeqId> ids;
     for (size_t k = i; k < next; ++k) ids.push_back(swapped[k]->id);
-    if (active >= limits.max_num_seqs || !kv.can_swap_in(ids)) return plan;
+    if (active >= limits.max_num_seqs || !lora_fits(*swapped[i]) || !kv.can_swap_in(ids)) return plan;
     auto pairs = kv.swap_in(ids);
     if (!pairs) return plan;
     plan.swap_in.insert(plan.swap_in.end(), pairs->begin(), pairs->end());
     plan.swapping_in.insert(plan.swapping_in.end(), ids.begin(), ids.end());
     active += static_cast<int>(ids.size());
+    if (swapped[i]->lora != 0) loras.insert(swapped[i]->lora);
     i = next;
   }
   if (!swapped.empty()) return plan;
 
   // 3. Waiting sequences, FCFS.
   for (const PlanSeq* s : waiting) {
-    if (active >= limits.max_num_seqs || budget <= 0) break;
+    if (active >= limits.max_num_seqs || budget <= 0 || !lora_fits(*s)) break;
     if (!kv.could_ever_allocate(s->num_tokens, limits.max_num_batched_tokens)) {
       plan.rejected.push_back(s->id);
       continue;
@@ -137,6 +147,7 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
     plan.admitted.emplace_back(s->id, admitted->cached);
     schedule(*s, admitted->cached, admitted->held - admitted->cached);  // the tables hold `held` tokens
     ++active;
+    if (s->lora != 0) loras.insert(s->lora);
   }
 
   // 4. Nothing moves: a whole request split between running and waiting waits for itself.

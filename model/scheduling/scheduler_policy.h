@@ -40,6 +40,7 @@ struct PlanSeq {
   // prompt is not copied for each plan); null: no prefix-cache lookup (a scored prompt).
   std::shared_ptr<const std::vector<TokenId>> tokens;
   uint64_t salt = 0;         // prefix-cache salt
+  int32_t lora = 0;          // the request's LoRA adapter (SamplingParams::lora); 0: none
 
   std::span<const TokenId> token_span() const {
     return tokens ? std::span<const TokenId>(*tokens) : std::span<const TokenId>();
@@ -52,6 +53,8 @@ struct PlanLimits {
   PreemptionMode preemption = PreemptionMode::recompute;
   /// Positions a step samples at most, drafts counted (max_sampled_positions, model/speculative); 0: max_num_seqs.
   int max_sampled_positions = 0;
+  /// LoRA adapters the running sequences use at most at once (vLLM's --max-loras); 0: any number.
+  int max_loras = 0;
 };
 
 /// Work of one sequence in the step: compute tokens [start_pos, start_pos + num_tokens).
@@ -97,7 +100,8 @@ struct StepPlan {
 /// (KvCacheManager::take_tier_copies) join swap_out and swap_in, and fill disk_writes and disk_loads. Drafts: a
 /// running unit whose blocks do not suffice drops its drafts before anything is preempted; and when the positions
 /// sampled (a chunk that samples is one, each draft in it one more) exceed max_sampled_positions, the newest chunks drop
-/// drafts (their blocks stay reserved, for the tokens to come).
+/// drafts (their blocks stay reserved, for the tokens to come). LoRA: a swapped unit or waiting sequence whose adapter
+/// would make the running sequences use more than max_loras adapters waits, and blocks those behind it as above.
 StepPlan plan_step(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const PlanLimits& limits);
 
 /// The chunks of a plan that still run once the sequences in `ended` ended after planning (aborted, stopped), in

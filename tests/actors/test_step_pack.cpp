@@ -33,7 +33,7 @@ SamplingParams every_field_set() {
           .prompt_logprobs = 3, .skip_special_tokens = false, .include_stop_str_in_output = true,
           .structured = {.kind = StructuredOutput::Kind::json_schema, .spec = "{}", .field = "structured_outputs",
                          .after = "</think>", .whitespace = " ?"},
-          .cache_salt = 0x0123456789abcdefULL, .priority = -7};
+          .cache_salt = 0x0123456789abcdefULL, .lora = 5, .priority = -7};
 }
 
 // One chunk that samples, with `params` in its context.
@@ -51,6 +51,7 @@ WireStep varied_step() {
   a.tokens = {0, 7, kMaxInt, -3};
   a.last_token_deferred = true;
   a.num_drafts = kMinInt;
+  a.lora = kMaxInt;
   a.start_pos = kMinInt;
   a.table_keep = 3;
   a.table_tail = {kMinInt, 5};
@@ -63,6 +64,7 @@ WireStep varied_step() {
                                                                               .num_candidates = 0}};
   WireChunk b = sampling_chunk(2, SamplingParams{});  // no seed, no logprobs
   b.num_drafts = 3;
+  b.lora = 2;
   b.context->prompt.clear();
   b.context->stop_ids.clear();
   WireChunk c{.seq = 3, .tokens = {4, 4}, .start_pos = 16, .table_keep = 1, .table_tail = {}, .group_keeps = {},
@@ -88,6 +90,7 @@ void require_same_wire(const WireStep& got, const WireStep& want) {
     CHECK(g.tokens == w.tokens);
     CHECK(g.last_token_deferred == w.last_token_deferred);
     CHECK(g.num_drafts == w.num_drafts);
+    CHECK(g.lora == w.lora);
     CHECK(g.start_pos == w.start_pos);
     CHECK(g.table_keep == w.table_keep);
     CHECK(g.table_tail == w.table_tail);
@@ -236,6 +239,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
   CHECK(set.include_stop_str_in_output != d.include_stop_str_in_output);
   CHECK(set.structured != d.structured);
   CHECK(set.cache_salt != d.cache_salt);
+  CHECK(set.lora != d.lora);
   CHECK(set.priority != d.priority);
 
   const auto round_trip = [](const SamplingParams& p) {
@@ -277,6 +281,7 @@ TEST_CASE("every sampling parameter survives packing, each on its own and all to
       [&](SamplingParams& p) { p.include_stop_str_in_output = set.include_stop_str_in_output; },
       [&](SamplingParams& p) { p.structured = set.structured; },
       [&](SamplingParams& p) { p.cache_salt = set.cache_salt; },
+      [&](SamplingParams& p) { p.lora = set.lora; },
       [&](SamplingParams& p) { p.priority = set.priority; },
   };
   for (size_t f = 0; f < one_field.size(); ++f) {

@@ -1,0 +1,161 @@
+// LoRA adapters through the engine (CPU executor, the real stories260K): a request of an adapter runs as the base
+// checkpoint with the adapter merged into its weights (W + scale * B A, PEFT's merge_and_unload, computed by the test
+// from the files), beside base requests in the same steps; tensor-parallel shards of a pair sum to the whole; the
+// prefix cache keeps an adapter's KV apart; --max-loras holds requests of more adapters back; bad adapters are
+// refused at start naming the problem.
+#include <catch2/catch.hpp>
+
+#include "actors/engine.h"
+#include "tests/actors/engine_runs.h"
+#include "tests/model/lora/lora_files.h"
+#include "tests/test_data.h"
+
+using namespace paged;
+using namespace paged::test;
+
+namespace {
+
+EngineConfig cpu_config(const std::string& model) {
+  EngineConfig c;
+  c.model_dir = model;
+  c.device = "cpu";
+  c.max_num_seqs = 16;
+  return c;
+}
+
+// `reqs` with every request's lora set to `lora`.
+std::vector<std::pair<std::vector<TokenId>, SamplingParams>> with_lora(
+    std::vector<std::pair<std::vector<TokenId>, SamplingParams>> reqs, int32_t lora) {
+  for (auto& r : reqs) r.second.lora = lora;
+  return reqs;
+}
+
+}  // namespace
+
+TEST_CASE("an adapter's requests run as the merged checkpoint does, base requests as the base model, in the same steps",
+          "[engine][lora]") {
+  TempDir dir("paged_lora_engine");
+  const std::vector<LoraSpec> specs = every_projection(kModel, 8);
+  REQUIRE(specs.size() == 35);  // 5 layers x 7 projections
+  const auto pairs = write_lora_adapter(dir.path() / "adapter", specs, 16.0, false, 1);
+  write_merged_checkpoint(kModel, dir.path() / "merged", specs, pairs, 16.0, false);
+  // A second adapter (rsLoRA, attention only, rank 4), to mix two in one batch.
+  std::vector<LoraSpec> attn;
+  for (const LoraSpec& s : every_projection(kModel, 4))
+    if (s.module.find("self_attn") != std::string::npos) attn.push_back(s);
+  const auto pairs2 = write_lora_adapter(dir.path() / "adapter2", attn, 8.0, true, 2);
+  write_merged_checkpoint(kModel, dir.path() / "merged2", attn, pairs2, 8.0, true);
+
+  const auto reqs = varied_requests();
+  Engine merged(cpu_config((dir.path() / "merged").string()));
+  Engine merged2(cpu_config((dir.path() / "merged2").string()));
+  Engine base(cpu_config(kModel));
+  const auto want_lora = run_all(merged, reqs);
+  const auto want_lora2 = run_all(merged2, reqs);
+  const auto want_base = run_all(base, reqs);
+
+  EngineConfig c = cpu_config(kModel);
+  c.lora_modules = {{"stories-a", (dir.path() / "adapter").string()}, {"stories-b", (dir.path() / "adapter2").string()}};
+  c.max_loras = 2;
+  Engine engine(c);
+  // All three kinds at once: the steps mix base rows and both adapters' rows.
+  auto mixed = reqs;
+  auto a = with_lora(reqs, 1), b = with_lora(reqs, 2);
+  mixed.insert(mixed.end(), a.begin(), a.end());
+  mixed.insert(mixed.end(), b.begin(), b.end());
+  const auto got = run_all(engine, mixed);
+  const size_t n = reqs.size();
+  using Runs = std::vector<std::vector<Completion>>;
+  check_same_completions(Runs(got.begin(), got.begin() + n), want_base, 1e-3);
+  check_same_completions(Runs(got.begin() + n, got.begin() + 2 * n), want_lora, 1e-3);
+  check_same_completions(Runs(got.begin() + 2 * n, got.end()), want_lora2, 1e-3);
+  // The adapters change what the model says (else the comparison above proves nothing).
+  int differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += want_lora[i][0].tokens != want_base[i][0].tokens;
+  CHECK(differ >= static_cast<int>(n) / 2);
+
+  // Tensor parallelism: each rank's shards of the pairs (B's rows of q/k/v and gate/up, A's columns of o and down).
+  EngineConfig tp = c;
+  tp.tensor_parallel_size = 2;
+  Engine sharded(tp);
+  check_same_completions(run_all(sharded, a), want_lora, 1e-3);
+  engine.wait_idle();
+  CHECK(engine.metrics().kv_blocks_free.load() == engine.metrics().kv_blocks_total.load());
+}
+
+TEST_CASE("the prefix cache keeps an adapter's KV apart from the base model's and other adapters'", "[engine][lora]") {
+  TempDir dir("paged_lora_cache");
+  const std::vector<LoraSpec> specs = every_projection(kModel, 4);
+  write_lora_adapter(dir.path() / "adapter", specs, 8.0, false, 3);
+  write_lora_adapter(dir.path() / "adapter2", specs, 8.0, false, 4);
+  EngineConfig c = cpu_config(kModel);
+  c.lora_modules = {{"a", (dir.path() / "adapter").string()}, {"b", (dir.path() / "adapter2").string()}};
+  Engine engine(c);
+  std::vector<TokenId> prompt{1};
+  for (int i = 0; i < 80; ++i) prompt.push_back(static_cast<TokenId>(10 + (i * 7) % 400));
+  SamplingParams p{.max_tokens = 4, .temperature = 0.0f};
+  const auto cached = [&](int32_t lora) {
+    SamplingParams q = p;
+    q.lora = lora;
+    return engine.generate(std::vector<std::vector<TokenId>>{prompt}, q).at(0).num_cached_tokens;
+  };
+  CHECK(cached(0) == 0);
+  CHECK(cached(1) == 0);   // the base model's blocks are not the adapter's
+  CHECK(cached(2) == 0);   // nor another adapter's
+  CHECK(cached(1) == 80);  // its own are: 5 full blocks of 16
+  CHECK(cached(0) == 80);
+}
+
+TEST_CASE("--max-loras holds a request of another adapter back until the running ones end", "[engine][lora]") {
+  TempDir dir("paged_lora_max");
+  const std::vector<LoraSpec> specs = every_projection(kModel, 4);
+  write_lora_adapter(dir.path() / "adapter", specs, 8.0, false, 5);
+  write_lora_adapter(dir.path() / "adapter2", specs, 8.0, false, 6);
+  EngineConfig c = cpu_config(kModel);
+  c.lora_modules = {{"a", (dir.path() / "adapter").string()}, {"b", (dir.path() / "adapter2").string()}};
+  c.max_loras = 2;
+  Engine both(c);
+  c.max_loras = 1;
+  Engine one(c);
+  auto reqs = varied_requests();
+  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].second.lora = static_cast<int32_t>(i % 3);  // base, a, b
+  // The same completions either way (each request's output depends on its own adapter only), and every one ends.
+  check_same_completions(run_all(one, reqs), run_all(both, reqs), 1e-3);
+}
+
+TEST_CASE("a LoRA request names a loaded adapter; adapters are checked at start", "[engine][lora]") {
+  TempDir dir("paged_lora_bad");
+  const std::vector<LoraSpec> specs = every_projection(kModel, 8);
+  write_lora_adapter(dir.path() / "ok", specs, 16.0, false, 7);
+  EngineConfig c = cpu_config(kModel);
+  c.lora_modules = {{"ok", (dir.path() / "ok").string()}};
+  {
+    Engine engine(c);
+    SamplingParams p{.max_tokens = 2};
+    p.lora = 2;
+    CHECK_THROWS_AS(engine.submit({1, 2, 3}, p, [](RequestEvent) {}), InvalidRequest);
+    p.lora = -1;
+    CHECK_THROWS_AS(engine.submit({1, 2, 3}, p, [](RequestEvent) {}), InvalidRequest);
+  }
+  const auto refused = [&](const std::string& folder, const std::string& words) {
+    EngineConfig bad = c;
+    bad.lora_modules = {{"x", (dir.path() / folder).string()}};
+    INFO(folder);
+    CHECK_THROWS_WITH(Engine(bad), Catch::Contains(words));
+  };
+  EngineConfig small = c;
+  small.max_lora_rank = 4;
+  CHECK_THROWS_WITH(Engine(small), Catch::Contains("above --max-lora-rank 4"));
+  write_lora_adapter(dir.path() / "dora", specs, 16.0, false, 8, {{"use_dora", true}});
+  refused("dora", "DoRA");
+  write_lora_adapter(dir.path() / "saved", specs, 16.0, false, 8, {{"modules_to_save", boost::json::array{"lm_head"}}});
+  refused("saved", "modules_to_save");
+  write_lora_adapter(dir.path() / "embed", {{"model.embed_tokens", 512, 64, 4}}, 8.0, false, 9);
+  refused("embed", "adds to no linear layer");
+  write_lora_adapter(dir.path() / "shape", {{"model.layers.0.self_attn.q_proj", 64, 32, 4}}, 8.0, false, 10);
+  refused("shape", "expected for its base weight");
+  refused("missing", "not a folder");
+  EngineConfig twice = c;
+  twice.lora_modules.push_back(c.lora_modules[0]);
+  CHECK_THROWS_WITH(Engine(twice), Catch::Contains("names 'ok' twice"));
+}
