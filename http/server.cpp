@@ -169,6 +169,12 @@ int run_server(Engine& engine, const ServerOptions& options, server::ServerPort&
   if (options.stats_interval_s > 0) stats();
 
   log_startup(engine.summary(), engine.config().speculative_config, ctx->model_name);
+  if (const EngineConfig& c = engine.config(); !c.lora_modules.empty()) {
+    std::cout << "paged: LoRA adapters, each served as a model:";
+    for (size_t i = 0; i < c.lora_modules.size(); ++i)
+      std::cout << (i ? ", " : " ") << c.lora_modules[i].name << " (" << c.lora_modules[i].path << ")";
+    std::cout << "; " << c.max_loras << " at once (--max-loras)" << std::endl;
+  }
   if (const std::string set = describe(ctx->model_info().sampling_defaults); !set.empty())
     std::cout << "paged: default sampling parameters of requests that leave them out: " << set
               << " (--generation-config " << options.generation_config

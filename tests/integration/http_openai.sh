@@ -156,4 +156,13 @@ MODEL="$WORK/sliding" start_server "$WORK/serve-stress-sliding.log" --num-kv-blo
   --swap-space 0.003 --kv-offloading-size 0.0005 --kv-disk-dir "$WORK/disk-sliding" --kv-disk-size 0.01
 run_check check_stress.mjs --base "http://127.0.0.1:$PORT" --seed 3 || fail "check_stress sliding"
 kill -TERM "${PIDS[-1]}"
+# LoRA adapters: a server with an adapter (make_lora.mjs writes it and the checkpoint with it merged, in float64)
+# answers requests naming it as a server on the merged checkpoint does.
+node "$NODE_DIR/make_lora.mjs" --model "$MODEL" --adapter "$WORK/lora" --merged "$WORK/lora-merged" || fail make_lora
+start_server "$WORK/serve-lora.log" --chat-template "$TEMPLATE" --enable-lora --lora-modules "stories-lora=$WORK/lora" \
+  --max-loras 2
+LORA_BASE="http://127.0.0.1:$PORT"
+MODEL="$WORK/lora-merged" start_server "$WORK/serve-lora-merged.log" --chat-template "$TEMPLATE"
+run_check check_lora.mjs --base "$LORA_BASE" --merged "http://127.0.0.1:$PORT" --adapter stories-lora \
+  --adapter-path "$WORK/lora" --golden "$GOLDEN" || fail check_lora
 echo "http_openai: all passed"

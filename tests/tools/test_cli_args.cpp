@@ -50,6 +50,9 @@ TEST_CASE("conf/serve.json's engine object holds the engine's built-in defaults"
   CHECK(c.gpu_memory_utilization == d.gpu_memory_utilization);
   CHECK(c.max_num_seqs == d.max_num_seqs);
   CHECK(c.max_num_batched_tokens == d.max_num_batched_tokens);
+  CHECK(c.lora_modules.empty());
+  CHECK(c.max_lora_rank == d.max_lora_rank);
+  CHECK(c.max_loras == d.max_loras);
   CHECK(c.max_model_len == d.max_model_len);
   CHECK(c.enable_prefix_caching == d.enable_prefix_caching);
   CHECK(c.preemption_mode == d.preemption_mode);
@@ -140,4 +143,39 @@ TEST_CASE("vLLM's --dtype, --enforce-eager, --max-logprobs and --trust-remote-co
   };
   CHECK(refused({"m", "--dtype", "float16"}).find("--dtype must be auto, bfloat16 (CUDA) or float32 (CPU)") == 0);
   CHECK(refused({"m", "--max-logprobs", "21"}).find("--max-logprobs must be in [0, 20]") == 0);
+}
+
+TEST_CASE("vLLM's --enable-lora --lora-modules take NAME=PATH and JSON entries, several after the flag", "[cli]") {
+  Args args = args_of({"--enable-lora", "--lora-modules", "sql=/a/sql", R"({"name": "chat", "path": "/b/c", "base_model_name": "m"})",
+                       "m", "--max-lora-rank", "64", "--max-loras", "2"});
+  EngineConfig c = engine_config(args);
+  args.reject_unknown();
+  CHECK(c.model_dir == "m");
+  REQUIRE(c.lora_modules.size() == 2);
+  CHECK(c.lora_modules[0].name == "sql");
+  CHECK(c.lora_modules[0].path == "/a/sql");
+  CHECK(c.lora_modules[1].name == "chat");
+  CHECK(c.lora_modules[1].path == "/b/c");
+  CHECK(c.max_lora_rank == 64);
+  CHECK(c.max_loras == 2);
+  Args from_file = args_of({"m"});
+  from_file.fall_back_to(boost::json::parse(R"({"enable_lora": true, "lora_modules": ["a=/x", "b=/y"]})").as_object(),
+                         "f: engine");
+  c = engine_config(from_file);
+  REQUIRE(c.lora_modules.size() == 2);
+  CHECK(c.lora_modules[1].name == "b");
+  CHECK(c.lora_modules[1].path == "/y");
+  const auto refused = [](std::vector<std::string> words) {
+    return usage_error([&] {
+      Args a = args_of(words);
+      engine_config(a);
+    });
+  };
+  CHECK(refused({"m", "--lora-modules", "a=/x"}) == "--lora-modules needs --enable-lora");
+  CHECK(refused({"m", "--enable-lora", "--lora-modules", "=/x"}).find("--lora-modules takes NAME=PATH") == 0);
+  CHECK(refused({"m", "--enable-lora", "--lora-modules", R"({"name": "a"})"}).find("needs \"name\" and \"path\"") !=
+        std::string::npos);
+  CHECK(refused({"m", "--enable-lora", "--lora-modules", R"({"name": "a", "path": "/p", "x": "1"})"})
+            .find("'x' is not supported") != std::string::npos);
+  CHECK(refused({"m", "--max-lora-rank", "0"}) == "--max-lora-rank must be in [1, 512]");
 }
