@@ -75,7 +75,27 @@ struct Engine::Impl {
   EngineSummary summary;
   int64_t max_seq_blocks = 0;  // blocks one sequence can hold in every replica's KV pool (admission keeps 1% free)
   int64_t max_seq_tokens = 0;  // the longest sequence those blocks hold (longest_sequence)
-  std::vector<uint64_t> lora_hashes;  // LoraAdapter::content_hash of each of config.lora_modules
+  // LoRA adapters by id (Engine::load_lora): what requests of each are salted with, and how many are in flight, so
+  // that an unloaded adapter's weights go when its last request ends. Guarded by lora_mu; lora_load_mu keeps loads
+  // one at a time (their files are read without lora_mu).
+  struct LoraEntry {
+    std::string name, path;
+    uint64_t hash = 0;
+    bool served = true;
+    int in_flight = 0;
+  };
+  mutable std::mutex lora_mu;
+  std::mutex lora_load_mu;
+  std::map<int32_t, LoraEntry> loras;
+  int32_t next_lora = 1;
+  /// Gives adapter `id` to each executor of the replica in this process, rank r ranks[r]; the first error once every
+  /// executor answered, empty when all took it.
+  std::string give_lora(int32_t id, const std::vector<std::shared_ptr<const LoraAdapter>>& ranks);
+  /// Tells the executors to drop adapter `id` (no answer awaited).
+  void drop_lora(int32_t id);
+  /// A request of adapter id ended: its weights go when it was unloaded and this was the last.
+  void lora_request_ended(int32_t id);
+  ~Impl();
   uint64_t kv_identity = 0;    // what makes this engine's KV (the disk tier's files carry it); 0: no disk tier
   int64_t disk_blocks = 0;     // the disk tier's size in blocks
   mutable std::mutex state_mu;  // guards state, failure, stopping and the replicas' serving, reason, generation
@@ -126,6 +146,17 @@ bool cuda_available() {
 
 }  // namespace
 
+namespace {
+
+// Why the engine of (resolved) config `c` cannot run LoRA adapters; empty when it can.
+std::string lora_unsupported(const EngineConfig& c) {
+  if (!c.workers.empty()) return "LoRA adapters are not served through --workers (the replica in this process takes them)";
+  if (c.device != "cpu") return "LoRA adapters run on the CPU device (--device cpu); the CUDA executor has no LoRA kernels yet";
+  return "";
+}
+
+}  // namespace
+
 int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device) {
   const int max_model_len = c.max_model_len.value_or(model.max_position_embeddings);
   if (max_model_len < 1 || max_model_len > model.max_position_embeddings)
@@ -163,9 +194,7 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
     for (size_t j = 0; j < i; ++j)
       if (c.lora_modules[j].name == a.name) throw ModelError("--lora-modules names '" + a.name + "' twice");
   }
-  if (!c.lora_modules.empty() && !c.workers.empty())
-    throw ModelError("--lora-modules: LoRA adapters are not served through --workers (the replica in this process "
-                     "takes them)");
+  if (!c.lora_modules.empty() && !c.workers.empty()) throw ModelError("--lora-modules: " + lora_unsupported(c));
   if (!local_device) return max_model_len;
   if (c.device == "auto") c.device = cuda_available() ? "cuda" : "cpu";
   if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
@@ -180,9 +209,8 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.kv_cache_dtype == "fp8" && c.device != "cuda")
     throw ModelError("--kv-cache-dtype fp8 needs --device cuda (a GPU of compute capability 8.9 or newer); the CPU "
                      "executor keeps its KV cache in float32");
-  if (!c.lora_modules.empty() && c.device != "cpu")
-    throw ModelError("--lora-modules: LoRA adapters run on the CPU device (--device cpu); the CUDA executor has no "
-                     "LoRA kernels yet");
+  if (!c.lora_modules.empty())  // before the weights load
+    if (const std::string why = lora_unsupported(c); !why.empty()) throw ModelError("--lora-modules: " + why);
   if (c.dtype != "auto") {
     const bool cuda = c.device == "cuda";
     if (cuda ? c.dtype != "bfloat16" && c.dtype != "bf16" : c.dtype != "float32" && c.dtype != "float")
@@ -622,20 +650,6 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     }
 #endif
     }
-    // LoRA adapters: every rank loads its shards of each (resolve_config let them through on the CPU device only).
-    for (size_t i = 0; i < c.lora_modules.size(); ++i) {
-      const EngineConfig::LoraModule& a = c.lora_modules[i];
-      for (size_t rank = 0; rank < runners.size(); ++rank) {
-        LoraAdapter adapter;
-        try {
-          adapter = load_lora_adapter(a.path, m.model, static_cast<int>(rank), tp, c.max_lora_rank);
-        } catch (const ModelError& e) {
-          throw ModelError("--lora-modules " + a.name + ": " + e.what());
-        }
-        if (rank == 0) m.lora_hashes.push_back(adapter.content_hash);
-        runners[rank]->add_lora(static_cast<int32_t>(i + 1), adapter);
-      }
-    }
     for (size_t rank = 0; rank < runners.size(); ++rank)
       executors.push_back(
           m.system->spawn<caf::detached>(executor_actor, runners[rank], disk_store(static_cast<int>(rank))));
@@ -661,6 +675,13 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   router.metrics = &m.metrics;
   router.options.block_size = c.block_size;
   m.router = spawn_router(*m.system, std::move(router));
+  for (const EngineConfig::LoraModule& a : c.lora_modules) {
+    try {
+      load_lora(a.name, a.path);
+    } catch (const std::exception& e) {
+      throw ModelError("--lora-modules " + a.name + ": " + e.what());
+    }
+  }
   m.metrics.engine_ready = 1;
 
   EngineSummary& s = m.summary;
@@ -690,30 +711,35 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   s.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
-Engine::~Engine() {
-  if (!impl_ || !impl_->system) return;
-  Impl& m = *impl_;
+// Ends the actors and the system, whether the engine was built or its constructor threw after starting them.
+Engine::Impl::~Impl() {
+  if (!system) return;
   {
-    std::scoped_lock lock(m.join_mu, m.state_mu);  // after a join in progress: its replica is shut down below
-    m.stopping = true;
+    std::scoped_lock lock(join_mu, state_mu);  // after a join in progress: its replica is shut down below
+    stopping = true;
   }
-  caf::anon_send_exit(m.router, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(m.reconnect_actor, caf::exit_reason::user_shutdown);
-  for (auto& r : m.replicas) {
-    caf::anon_send_exit(r->scheduler, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(r->memory_manager, caf::exit_reason::user_shutdown);
-    for (auto& e : r->executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+  const auto end = [](const auto& a) {
+    if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  };
+  end(router);
+  end(reconnect_actor);
+  for (auto& r : replicas) {
+    end(r->scheduler);
+    end(r->memory_manager);
+    for (auto& e : r->executors) end(e);
   }
   // The system waits for every detached actor to be destroyed: drop our handles first.
-  m.router = nullptr;
-  m.reconnect_actor = nullptr;
-  for (auto& r : m.replicas) {
+  router = nullptr;
+  reconnect_actor = nullptr;
+  for (auto& r : replicas) {
     r->scheduler = nullptr;
     r->memory_manager = nullptr;
     r->executors.clear();
   }
-  m.system.reset();
+  system.reset();
 }
+
+Engine::~Engine() = default;
 
 void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
   const Impl& m = *impl_;
@@ -724,9 +750,12 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
                          "priority");
   if (std::optional<FieldError> bad = check_sampling_params(p, vocab))
     throw InvalidRequest(bad->message, bad->field);
-  if (p.lora < 0 || static_cast<size_t>(p.lora) > m.config.lora_modules.size())
-    throw InvalidRequest("no LoRA adapter " + std::to_string(p.lora) + " is loaded (" +
-                         std::to_string(m.config.lora_modules.size()) + " are)", "model");
+  if (p.lora != 0) {
+    std::lock_guard lock(m.lora_mu);
+    const auto it = m.loras.find(p.lora);
+    if (it == m.loras.end() || !it->second.served)
+      throw InvalidRequest("no LoRA adapter " + std::to_string(p.lora) + " is served", "model");
+  }
   for (const auto& [asked, field] : {std::pair{p.logprobs, "logprobs"}, std::pair{p.prompt_logprobs, "prompt_logprobs"}})
     if (asked && *asked > m.config.max_logprobs)
       throw InvalidRequest("'" + std::string(field) + "' asks " + std::to_string(*asked) + " logprobs; this server "
@@ -788,7 +817,6 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
   }
   validate(params, prompt.size());
   check_prompt_ids(prompt);
-  if (params.lora > 0) params.cache_salt = hash_mix(params.cache_salt, m.lora_hashes.at(params.lora - 1));
   if (limit_waiting && m.metrics.waiting_requests + m.metrics.unqueued_requests >= m.config.max_waiting_requests)
     throw EngineOverloaded("the server is overloaded: too many requests are waiting");
   RequestSpec spec;
@@ -810,6 +838,19 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
     } catch (const constraint::GrammarError& e) {
       throw InvalidRequest(e.what(), params.structured.field);
     }
+  }
+  if (params.lora != 0) {  // its KV is found by its own adapter's requests only; counted until it ends
+    std::lock_guard lock(m.lora_mu);
+    const auto it = m.loras.find(params.lora);
+    if (it == m.loras.end() || !it->second.served)  // unloaded since validate()
+      throw InvalidRequest("no LoRA adapter " + std::to_string(params.lora) + " is served", "model");
+    params.cache_salt = hash_mix(params.cache_salt, it->second.hash);
+    ++it->second.in_flight;
+    sink = [&m, id = params.lora, sink = std::move(sink)](RequestEvent ev) {
+      const bool done = ev.done;
+      sink(std::move(ev));
+      if (done) m.lora_request_ended(id);
+    };
   }
   spec.prompt = std::make_shared<const std::vector<TokenId>>(std::move(prompt));
   spec.params = std::make_shared<const SamplingParams>(std::move(params));
@@ -912,6 +953,87 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::string>& prom
 }
 
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+std::string Engine::Impl::give_lora(int32_t id, const std::vector<std::shared_ptr<const LoraAdapter>>& ranks) {
+  const std::vector<caf::actor>& executors = replicas.at(0)->executors;
+  std::string error;
+  caf::scoped_actor self{*system};
+  for (size_t rank = 0; rank < executors.size(); ++rank)
+    self->request(executors[rank], caf::infinite, lora_atom::value, LoraMsg{id, ranks.at(rank)})
+        .receive([](bool) {}, [&](caf::error& e) {
+          if (error.empty()) error = system->render(e);
+        });
+  return error;
+}
+
+void Engine::Impl::drop_lora(int32_t id) {
+  for (const caf::actor& e : replicas.at(0)->executors) caf::anon_send(e, lora_atom::value, LoraMsg{id, nullptr});
+}
+
+void Engine::Impl::lora_request_ended(int32_t id) {
+  {
+    std::lock_guard lock(lora_mu);
+    const auto it = loras.find(id);
+    if (it == loras.end() || --it->second.in_flight > 0 || it->second.served) return;
+    loras.erase(it);
+  }
+  drop_lora(id);
+}
+
+int32_t Engine::load_lora(const std::string& name, const std::string& path) {
+  Impl& m = *impl_;
+  std::lock_guard load(m.lora_load_mu);
+  if (name.empty()) throw InvalidRequest("a LoRA adapter needs a name", "lora_name");
+  {
+    std::lock_guard lock(m.lora_mu);
+    for (const auto& [id, e] : m.loras)
+      if (e.served && e.name == name)
+        throw InvalidRequest("a LoRA adapter named '" + name + "' is served already", "lora_name");
+  }
+  if (const std::string why = lora_unsupported(m.config); !why.empty()) throw ModelError(why);
+  const int tp = m.config.tensor_parallel_size;
+  std::vector<std::shared_ptr<const LoraAdapter>> ranks;
+  for (int rank = 0; rank < tp; ++rank)
+    ranks.push_back(std::make_shared<const LoraAdapter>(
+        load_lora_adapter(path, m.model, rank, tp, m.config.max_lora_rank)));
+  int32_t id = 0;
+  {
+    std::lock_guard lock(m.lora_mu);
+    id = m.next_lora++;
+  }
+  if (const std::string error = m.give_lora(id, ranks); !error.empty()) {
+    m.drop_lora(id);
+    throw ModelError("LoRA adapter " + name + ": " + error);
+  }
+  std::lock_guard lock(m.lora_mu);
+  m.loras[id] = {name, path, ranks[0]->content_hash};
+  return id;
+}
+
+bool Engine::unload_lora(const std::string& name) {
+  Impl& m = *impl_;
+  int32_t gone = 0;
+  {
+    std::lock_guard lock(m.lora_mu);
+    const auto it = std::find_if(m.loras.begin(), m.loras.end(),
+                                 [&](const auto& e) { return e.second.served && e.second.name == name; });
+    if (it == m.loras.end()) return false;
+    it->second.served = false;
+    if (it->second.in_flight > 0) return true;  // its last request drops the weights
+    gone = it->first;
+    m.loras.erase(it);
+  }
+  m.drop_lora(gone);
+  return true;
+}
+
+std::vector<LoraInfo> Engine::lora_adapters() const {
+  std::lock_guard lock(impl_->lora_mu);
+  std::vector<LoraInfo> out;
+  for (const auto& [id, e] : impl_->loras)
+    if (e.served) out.push_back({id, e.name, e.path});
+  return out;
+}
+
 const ModelConfig& Engine::model_config() const { return impl_->model; }
 const EngineConfig& Engine::config() const { return impl_->config; }
 const EngineSummary& Engine::summary() const { return impl_->summary; }

@@ -72,6 +72,12 @@ struct ReplicaKv {
   KvSnapshot kv;
 };
 
+/// A LoRA adapter the engine serves (Engine::load_lora): requests name it by SamplingParams::lora = id.
+struct LoraInfo {
+  int32_t id = 0;
+  std::string name, path;
+};
+
 class Engine {
  public:
   /// Loads the model and starts the actors. Throws std::runtime_error (ModelError, TokenizerError) on a bad model.
@@ -121,6 +127,16 @@ class Engine {
   void kv_snapshot(std::function<void(std::vector<ReplicaKv>)> done);
   /// What the engine was built with.
   const EngineSummary& summary() const;
+  /// Loads the PEFT adapter in folder `path` (model/lora/lora_adapter.h) into every rank of the replica in this
+  /// process and serves it as `name`: returns the id its requests set as SamplingParams::lora. Throws
+  /// InvalidRequest (param "lora_name") when an adapter of that name is served, ModelError when the adapter does not
+  /// fit the model or the engine cannot run adapters (CUDA, workers); nothing changes then.
+  int32_t load_lora(const std::string& name, const std::string& path);
+  /// Stops serving adapter `name`: requests can no longer name it, and its weights go once its requests in flight
+  /// ended. False when no adapter of that name is served.
+  bool unload_lora(const std::string& name);
+  /// The adapters served, in load order (--lora-modules' first).
+  std::vector<LoraInfo> lora_adapters() const;
 
  private:
   struct Impl;

@@ -96,6 +96,15 @@ caf::message_handler runner_handlers(std::shared_ptr<ExecutorState> st) {
           return true;
         });
       },
+      [st](lora_atom, const LoraMsg& msg) {
+        return guarded([&] {
+          if (msg.adapter)
+            st->runner->add_lora(msg.id, *msg.adapter);
+          else
+            st->runner->remove_lora(msg.id);
+          return true;
+        });
+      },
       [st](disk_write_atom, const std::vector<DiskOrder>& orders) {
         return guarded([&] {
           write_disk(*st, orders);

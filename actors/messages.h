@@ -46,6 +46,7 @@ using resume_atom = caf::atom_constant<caf::atom("resume")>;    // request -> ro
 using done_atom = caf::atom_constant<caf::atom("reqdone")>;     // request -> router: finished
 using replica_atom = caf::atom_constant<caf::atom("replica")>;  // engine -> router: a replica (re)joined
 using reconnect_atom = caf::atom_constant<caf::atom("reconn")>; // engine -> its reconnector: try a lost worker
+using lora_atom = caf::atom_constant<caf::atom("lora")>;        // engine -> executors: take or drop a LoRA adapter
 
 /// Why an executor refused a message or failed it: the codes of the caf::errors in its category ("executor"),
 /// each with a message naming what was wrong (rendered "invalid step: seqs[0].tokens[3]: token 900 is ...").
@@ -71,6 +72,13 @@ struct StepMsg {
   /// Read by every executor of a replica; the one executor of a step with deferred tokens fills them in place.
   std::shared_ptr<StepBatch> batch;
   std::vector<std::shared_ptr<const void>> keep_alive;
+};
+
+/// A LoRA adapter for one executor's runner (ModelRunner::add_lora), loaded for its rank; a null adapter drops id
+/// (remove_lora). In-process only.
+struct LoraMsg {
+  int32_t id = 0;
+  std::shared_ptr<const LoraAdapter> adapter;
 };
 
 /// What the request actor gets for one of its completions after a step; the outputs of one step for one request
@@ -172,5 +180,6 @@ void register_message_types(caf::actor_system_config& cfg);
 }  // namespace paged
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(paged::StepMsg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(paged::LoraMsg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(paged::RequestSpec)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<paged::PlanSeq>)

@@ -342,6 +342,7 @@ void HttpSession<Stream>::handle(Request&& req) {
       {"/tokenize", http::verb::post, true},         {"/detokenize", http::verb::post, true},
       {"/version", http::verb::get, false},          {"/ping", http::verb::get, false},
       {"/ping", http::verb::post, false},
+      {"/v1/load_lora_adapter", http::verb::post, true}, {"/v1/unload_lora_adapter", http::verb::post, true},
   };
   // The route of this path and method; else one of this path (405 names its method).
   const Route* route = nullptr;
@@ -384,6 +385,19 @@ void HttpSession<Stream>::handle(Request&& req) {
               path == "/tokenize" ? openai::tokenize_body(req.body(), ctx_.model_info())
                                   : openai::detokenize_body(req.body(), ctx_.model_info()),
               "application/json");
+    } catch (...) {
+      const ErrorReply err = error_reply(std::current_exception());
+      respond(err.status, err.body, "application/json");
+    }
+  } else if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter") {
+    if (!ctx_.runtime_lora_updating) {
+      respond(404, error_reply(404, std::string(path) + " is off: start the server with "
+                                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True to load and unload LoRA adapters").body,
+              "application/json");
+      return;
+    }
+    try {
+      respond(200, ctx_.update_lora(path == "/v1/load_lora_adapter", req.body()), "text/plain; charset=utf-8");
     } catch (...) {
       const ErrorReply err = error_reply(std::current_exception());
       respond(err.status, err.body, "application/json");
@@ -434,8 +448,7 @@ void HttpSession<Stream>::start_generation(openai::Endpoint endpoint, const Requ
     if (request.responses && request.responses->store && ctx_.responses.taken(ex.id))
       throw InvalidRequest("X-Request-Id " + ex.request_id + " names a stored response already", "X-Request-Id");
     // The model the request named: an adapter's name for its requests (as vLLM answers them).
-    const std::string& model = request.params.lora > 0 ? ctx_.model_info().lora_names.at(request.params.lora - 1)
-                                                       : ctx_.model_name;
+    const std::string& model = request.lora_name.empty() ? ctx_.model_name : request.lora_name;
     ex.builder = std::make_unique<openai::ResponseBuilder>(request, ctx_.engine.tokenizer(), model, ex.id,
                                                            std::time(nullptr));
     if (ctx_.options.log_requests) log_request_start(ex.id, request);

@@ -342,17 +342,17 @@ json::object parse_object(std::string_view body) {
   return std::move(v->get_object());
 }
 
-// The `model` field, when present, names the served model or one of its LoRA adapters: 0 for the model, i + 1 for
-// adapter lora_names[i].
-int32_t check_model(const Fields& f, const ModelInfo& model) {
+// The `model` field, when present, names the served model or one of its LoRA adapters: that adapter, or none.
+std::optional<LoraInfo> check_model(const Fields& f, const ModelInfo& model) {
   const std::optional<std::string> name = f.string("model");
   if (!name || *name == model.served_model_name || (!model.model_path.empty() && *name == model.model_path) ||
       std::find(model.other_names.begin(), model.other_names.end(), *name) != model.other_names.end())
-    return 0;
-  const auto lora = std::find(model.lora_names.begin(), model.lora_names.end(), *name);
-  if (lora != model.lora_names.end()) return static_cast<int32_t>(lora - model.lora_names.begin()) + 1;
+    return std::nullopt;
+  const std::vector<LoraInfo> loras = model.lora_adapters ? model.lora_adapters() : std::vector<LoraInfo>{};
+  for (const LoraInfo& l : loras)
+    if (l.name == *name) return l;
   throw ModelNotFound("The model `" + *name + "` does not exist; this server serves `" + model.served_model_name +
-                          "`" + (model.lora_names.empty() ? "" : " and its LoRA adapters (GET /v1/models lists them)"),
+                          "`" + (loras.empty() ? "" : " and its LoRA adapters (GET /v1/models lists them)"),
                       "model");
 }
 
@@ -379,6 +379,20 @@ std::string tokenize_body(std::string_view body, const ModelInfo& model) {
   return json::serialize(json::object{{"count", req.prompts[0].size()},
                                       {"max_model_len", model.max_model_len},
                                       {"tokens", token_ids_json(req.prompts[0])}});
+}
+
+LoraUpdate lora_update_body(std::string_view body, bool load) {
+  const json::object o = parse_object(body);
+  const Fields f(o);
+  LoraUpdate u;
+  for (auto [key, out] : {std::pair{"lora_name", &u.name}, std::pair{"lora_path", &u.path}}) {
+    if (!load && out == &u.path) break;
+    const std::optional<std::string> v = f.string(key);
+    if (!v || v->empty()) invalid(std::string("'") + key + "' must be a non-empty string", key);
+    *out = *v;
+  }
+  f.refuse_unread();
+  return u;
 }
 
 std::string detokenize_body(std::string_view body, const ModelInfo& model) {
@@ -500,7 +514,10 @@ Request parse_request(Endpoint endpoint, const json::object& body, const ModelIn
   Request req;
   req.endpoint = endpoint;
   SamplingParams& p = req.params;
-  p.lora = check_model(f, model);
+  if (const std::optional<LoraInfo> lora = check_model(f, model)) {
+    p.lora = lora->id;
+    req.lora_name = lora->name;
+  }
   req.stream = f.boolean("stream").value_or(false);
   if (const json::value* so = f.get("stream_options")) {
     if (!so->is_object()) invalid("'stream_options' must be an object", "stream_options");
@@ -708,11 +725,12 @@ std::string models_body(const ModelInfo& model, int max_model_len, int64_t creat
   };
   card(model.served_model_name);
   for (const std::string& name : model.other_names) card(name);
-  for (size_t i = 0; i < model.lora_names.size(); ++i) {  // vLLM's cards of adapters: root their path, parent the model
-    card(model.lora_names[i]);
-    data.back().get_object()["root"] = model.lora_paths.at(i);
-    data.back().get_object()["parent"] = model.served_model_name;
-  }
+  if (model.lora_adapters)
+    for (const LoraInfo& l : model.lora_adapters()) {  // vLLM's cards of adapters: root their folder, parent the model
+      card(l.name);
+      data.back().get_object()["root"] = l.path;
+      data.back().get_object()["parent"] = model.served_model_name;
+    }
   return json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
 }
 

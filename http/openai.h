@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,9 +42,9 @@ struct ModelInfo {
   SamplingDefaults sampling_defaults;    // what a request leaves out (--generation-config); max_tokens caps it too
   bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:ID" unless a request says otherwise
   std::vector<std::string> other_names;  // more names `model` may be (--served-model-name's after the first)
-  /// The LoRA adapters served (--lora-modules): a request whose `model` is lora_names[i] runs adapter i + 1
-  /// (SamplingParams::lora); /v1/models lists each, its root lora_paths[i] and its parent the served model.
-  std::vector<std::string> lora_names, lora_paths;
+  /// The LoRA adapters served now (Engine::lora_adapters; unset: none): a request whose `model` names one runs it
+  /// (SamplingParams::lora); /v1/models lists each, its root its folder and its parent the served model.
+  std::function<std::vector<LoraInfo>()> lora_adapters;
 };
 
 /// A request for a model this server does not serve: HTTP 404 with code model_not_found (OpenAI's and vLLM's).
@@ -73,6 +74,7 @@ struct Request {
   ToolRequest tools;                      // chat: tools and tool_choice
   ReasoningFormat reasoning = ReasoningFormat::none;  // chat: how the answers' reasoning is split off their content
   std::shared_ptr<const ResponsesForm> responses;  // responses: the request in chat's terms (its echo, store)
+  std::string lora_name;                  // the LoRA adapter `model` named (params.lora its id); empty: none
 };
 
 /// Parses and validates a request body (a JSON object). Throws InvalidRequest naming the parameter for malformed
@@ -98,6 +100,12 @@ std::string models_body(const ModelInfo& model, int max_model_len, int64_t creat
 /// template), "model" optional -> {"count", "max_model_len", "tokens"}. Throws InvalidRequest (ModelNotFound) as
 /// parse_request does, also for a field it does not know.
 std::string tokenize_body(std::string_view body, const ModelInfo& model);
+/// vLLM's POST /v1/load_lora_adapter {"lora_name", "lora_path"} (load) and /v1/unload_lora_adapter {"lora_name"}.
+struct LoraUpdate {
+  std::string name, path;  // path: load only
+};
+/// Throws InvalidRequest naming a missing, empty, mistyped or unknown field.
+LoraUpdate lora_update_body(std::string_view body, bool load);
 /// POST /detokenize: {"tokens": [ids], "model"?} -> {"prompt": TEXT}. Throws InvalidRequest as tokenize_body.
 std::string detokenize_body(std::string_view body, const ModelInfo& model);
 

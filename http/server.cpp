@@ -169,12 +169,14 @@ int run_server(Engine& engine, const ServerOptions& options, server::ServerPort&
   if (options.stats_interval_s > 0) stats();
 
   log_startup(engine.summary(), engine.config().speculative_config, ctx->model_name);
-  if (const EngineConfig& c = engine.config(); !c.lora_modules.empty()) {
+  if (const std::vector<LoraInfo> loras = engine.lora_adapters(); !loras.empty()) {
     std::cout << "paged: LoRA adapters, each served as a model:";
-    for (size_t i = 0; i < c.lora_modules.size(); ++i)
-      std::cout << (i ? ", " : " ") << c.lora_modules[i].name << " (" << c.lora_modules[i].path << ")";
-    std::cout << "; " << c.max_loras << " at once (--max-loras)" << std::endl;
+    for (size_t i = 0; i < loras.size(); ++i) std::cout << (i ? ", " : " ") << loras[i].name << " (" << loras[i].path << ")";
+    std::cout << "; " << engine.config().max_loras << " at once (--max-loras)" << std::endl;
   }
+  if (ctx->runtime_lora_updating)
+    std::cout << "paged: VLLM_ALLOW_RUNTIME_LORA_UPDATING: POST /v1/load_lora_adapter and /v1/unload_lora_adapter "
+                 "load and drop LoRA adapters" << std::endl;
   if (const std::string set = describe(ctx->model_info().sampling_defaults); !set.empty())
     std::cout << "paged: default sampling parameters of requests that leave them out: " << set
               << " (--generation-config " << options.generation_config

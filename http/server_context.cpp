@@ -2,7 +2,9 @@
 
 #include "http/dashboard.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -62,6 +64,11 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts, std::shared_ptr<bo
                                                     : options.served_model_names.front()),
       max_model_len(eng.config().max_model_len.value_or(eng.model_config().max_position_embeddings)),
       responses(options.max_stored_responses),
+      runtime_lora_updating([] {
+        const char* v = std::getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+        const std::string s = v ? v : "";
+        return s == "1" || s == "true" || s == "True" || s == "TRUE";
+      }()),
       tls(std::move(tls_context)),
       chat_template_(ChatTemplate::load(eng.config().model_dir, options.chat_template_file)) {
   model_info_.tokenizer = &eng.tokenizer();
@@ -71,13 +78,10 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts, std::shared_ptr<bo
   if (options.served_model_names.size() > 1)
     model_info_.other_names.assign(options.served_model_names.begin() + 1, options.served_model_names.end());
   model_info_.model_path = eng.config().model_dir;
-  for (const EngineConfig::LoraModule& m : eng.config().lora_modules) {
-    if (m.name == model_name || m.name == model_info_.model_path ||
-        std::find(model_info_.other_names.begin(), model_info_.other_names.end(), m.name) != model_info_.other_names.end())
-      throw std::invalid_argument("--lora-modules: '" + m.name + "' is the served model's own name");
-    model_info_.lora_names.push_back(m.name);
-    model_info_.lora_paths.push_back(m.path);
-  }
+  for (const LoraInfo& l : eng.lora_adapters())
+    if (serves_as_model(l.name))
+      throw std::invalid_argument("--lora-modules: '" + l.name + "' is the served model's own name");
+  model_info_.lora_adapters = [&eng] { return eng.lora_adapters(); };
   model_info_.max_prompts = options.max_prompts_per_request;
   model_info_.max_sequences = options.max_sequences_per_request;
   model_info_.trust_request_chat_template = options.trust_request_chat_template;
@@ -91,6 +95,27 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts, std::shared_ptr<bo
   model_info_.sampling_defaults = sampling_defaults(options, eng.config().model_dir);
   model_info_.return_tokens_as_token_ids = options.return_tokens_as_token_ids;
   model_info_.chat_template = chat_template_ ? &*chat_template_ : nullptr;
+}
+
+bool ServerContext::serves_as_model(const std::string& name) const {
+  return name == model_name || name == model_info_.model_path ||
+         std::find(model_info_.other_names.begin(), model_info_.other_names.end(), name) != model_info_.other_names.end();
+}
+
+std::string ServerContext::update_lora(bool load, std::string_view body) {
+  const openai::LoraUpdate u = openai::lora_update_body(body, load);
+  if (!load) {
+    if (!engine.unload_lora(u.name))
+      throw openai::ModelNotFound("The lora adapter '" + u.name + "' cannot be found.", "lora_name");
+    return "Success: LoRA adapter '" + u.name + "' removed successfully.";
+  }
+  if (serves_as_model(u.name)) throw InvalidRequest("'" + u.name + "' is the served model's own name", "lora_name");
+  try {
+    engine.load_lora(u.name, u.path);
+  } catch (const ModelError& e) {
+    throw InvalidRequest(e.what(), "lora_path");
+  }
+  return "Success: LoRA adapter '" + u.name + "' added successfully.";
 }
 
 std::shared_ptr<void> ServerContext::owe_client() {

@@ -119,6 +119,15 @@ class ServerContext {
   /// How many tokens of owe_client() live.
   int owed() const { return owed_.load(); }
 
+  /// Whether the served model answers to `name` (--served-model-name's names, or its folder).
+  bool serves_as_model(const std::string& name) const;
+  /// POST /v1/load_lora_adapter (load) or /v1/unload_lora_adapter with `body`: vLLM's success text. Throws
+  /// InvalidRequest (400: a bad body, a name taken or the model's own, an adapter that does not load) or
+  /// ModelNotFound (404: unloading a name not served). Blocks while the adapter loads.
+  std::string update_lora(bool load, std::string_view body);
+  /// vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING (1 or true): the two endpoints above are open; else they answer 404.
+  const bool runtime_lora_updating;
+
   /// A fresh response id: PREFIX-<24 random hex digits>. Thread-safe.
   std::string next_id(const char* prefix);
   /// True when the request may use /v1/* (no API key set, or "Bearer KEY" given with one of them).

@@ -137,6 +137,8 @@ class ModelRunner {
   virtual void add_lora(int32_t /*id*/, const LoraAdapter& /*adapter*/) {
     throw std::logic_error("this runner does not run LoRA adapters");
   }
+  /// Drops adapter `id` (no chunk of it may follow); an id not taken is ignored.
+  virtual void remove_lora(int32_t /*id*/) {}
 };
 
 }  // namespace paged

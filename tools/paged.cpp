@@ -24,7 +24,7 @@ constexpr const char* kUsage = R"(usage:
                  [--allowed-token-ids A,B] [--bad-words WORD] [--logit-bias ID:BIAS,...] [--guided-json SCHEMA | --guided-regex RE | --guided-choice '["a", "b"]' |
                  --guided-grammar GBNF | --guided-structural-tag JSON | --guided-json-object]
                  [--guided-whitespace-pattern RE]
-                 [--json] [--stats] [engine flags]
+                 [--lora NAME] [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10 | --disable-log-stats]
               [--enable-log-requests | --disable-log-requests]
@@ -79,6 +79,8 @@ engine flags:
   --tls-dir DIR (mutual TLS with the workers, with the files of `paged gen-certs DIR`)
   --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}' (drafts from
             the sequence's own earlier tokens, verified in one step; outputs as without it)
+  --enable-lora --lora-modules NAME=PATH [NAME=PATH ...] (PEFT LoRA adapters, each served as a model; also
+            '{"name": ..., "path": ...}'; CPU device)  --max-lora-rank N (16)  --max-loras N (1: adapters at once)
 )";
 
 namespace json = boost::json;
@@ -118,11 +120,17 @@ int generate(cli::Args& args) {
   const bool as_json = args.get_bool("json", false), stats = args.get_bool("stats", false);
   auto prompt = args.get("prompt");
   auto file = args.get("prompts-file");
+  const std::optional<std::string> lora = args.get("lora");
   args.reject_unknown();
   if (prompt.has_value() == file.has_value()) throw cli::UsageError("give exactly one of --prompt and --prompts-file");
   std::vector<std::string> prompts = prompt ? std::vector<std::string>{*prompt} : read_prompts_file(*file);
 
   Engine engine(config);
+  if (lora) {  // one of --lora-modules' adapters runs every prompt
+    for (const LoraInfo& l : engine.lora_adapters())
+      if (l.name == *lora) params.lora = l.id;
+    if (params.lora == 0) throw cli::UsageError("--lora " + *lora + ": no adapter of that name in --lora-modules");
+  }
   // A refused sampling flag is a usage error, not a prompt's.
   const auto flag_error = [](const InvalidRequest& e) {
     std::string flag = e.param;

@@ -83,6 +83,7 @@ class CpuModelRunner final : public ModelRunner {
   void write_host_block(int32_t block, std::span<const std::byte> in) override;
   /// Throws ModelError for an id <= 0 or taken, or an adapter of another layer count.
   void add_lora(int32_t id, const LoraAdapter& adapter) override;
+  void remove_lora(int32_t id) override { loras_.erase(id); }
 
   /// Runs the step without sampling (bounds-checked as execute is); returns the logits [num sampled seqs][vocab]
   /// (rank 0; others: empty).

@@ -159,3 +159,57 @@ TEST_CASE("a LoRA request names a loaded adapter; adapters are checked at start"
   twice.lora_modules.push_back(c.lora_modules[0]);
   CHECK_THROWS_WITH(Engine(twice), Catch::Contains("names 'ok' twice"));
 }
+
+TEST_CASE("adapters load and unload while the engine serves; a request in flight keeps its adapter to the end",
+          "[engine][lora]") {
+  TempDir dir("paged_lora_runtime");
+  const std::vector<LoraSpec> specs = every_projection(kModel, 8);
+  const auto pairs = write_lora_adapter(dir.path() / "adapter", specs, 16.0, false, 21);
+  write_merged_checkpoint(kModel, dir.path() / "merged", specs, pairs, 16.0, false);
+  Engine merged(cpu_config((dir.path() / "merged").string()));
+  EngineConfig c = cpu_config(kModel);
+  c.max_num_seqs = 4;
+  Engine engine(c);
+  CHECK(engine.lora_adapters().empty());
+  CHECK_THROWS_WITH(engine.load_lora("bad", (dir.path() / "nothing").string()), Catch::Contains("not a folder"));
+  CHECK(engine.lora_adapters().empty());
+  const int32_t id = engine.load_lora("a", (dir.path() / "adapter").string());
+  REQUIRE(engine.lora_adapters().size() == 1);
+  CHECK(engine.lora_adapters()[0].name == "a");
+  CHECK_THROWS_AS(engine.load_lora("a", (dir.path() / "adapter").string()), InvalidRequest);
+
+  // A long request of the adapter; unloaded while it runs, it still ends as the merged checkpoint's does.
+  const std::vector<TokenId> prompt = ids_of(read_json(kGolden).at("cases").at(0).at("prompt_ids"));
+  SamplingParams p{.max_tokens = 200, .temperature = 0.0f, .ignore_eos = true};
+  const auto want = merged.generate(std::vector<std::vector<TokenId>>{prompt}, p).at(0).outputs.at(0).token_ids;
+  p.lora = id;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TokenId> got;
+  bool done = false, started = false;
+  engine.submit(prompt, p, [&](RequestEvent ev) {
+    std::lock_guard lock(mu);
+    for (const auto& d : ev.deltas) got.insert(got.end(), d.token_ids.begin(), d.token_ids.end());
+    started = started || !got.empty();
+    done = done || ev.done;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return started; }));
+  }
+  CHECK(engine.unload_lora("a"));
+  CHECK_FALSE(engine.unload_lora("a"));
+  CHECK(engine.lora_adapters().empty());
+  CHECK_THROWS_AS(engine.submit(prompt, p, [](RequestEvent) {}), InvalidRequest);
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  }
+  CHECK(got == want);
+  // The name is free again: loaded anew, under a new id.
+  const int32_t again = engine.load_lora("a", (dir.path() / "adapter").string());
+  CHECK(again != id);
+  p.lora = again;
+  CHECK(engine.generate(std::vector<std::vector<TokenId>>{prompt}, p).at(0).outputs.at(0).token_ids == want);
+}

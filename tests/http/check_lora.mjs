@@ -2,9 +2,10 @@
 // NAME=DIR lists the adapter in /v1/models (parent the served model, root its folder), answers a request naming it as
 // a second server answers on the checkpoint with the adapter merged into its weights (make_lora.mjs), greedy and
 // seeded, whole and streamed, chat too, with the adapter's name as the answer's model; requests of the base model
-// and of the adapter at once each get their own answers; an unknown model is a 404.
+// and of the adapter at once each get their own answers; an unknown model is a 404. With --runtime 1 (a server
+// started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), /v1/load_lora_adapter and /v1/unload_lora_adapter too.
 // Usage: node check_lora.mjs --base http://127.0.0.1:PORT --merged http://127.0.0.1:PORT2 --adapter NAME
-//        --adapter-path DIR --golden .../stories260K-greedy.json
+//        --adapter-path DIR --golden .../stories260K-greedy.json [--runtime 1]
 import fs from "node:fs";
 import OpenAI from "openai";
 import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
@@ -59,5 +60,42 @@ try {
 } catch (e) {
   checkEqual(e.status, 404, "an unknown model is a 404");
   check(/no-such-adapter/.test(e.message), "the 404 names the model", e.message);
+}
+// Runtime updates (vLLM's, with VLLM_ALLOW_RUNTIME_LORA_UPDATING): the same adapter loaded under a second name
+// answers as the first; unloaded, it is a 404 and gone from /v1/models; bad bodies and adapters are 400s.
+if (args.runtime) {
+  const post = (path, body) => fetch(`${args.base}/v1/${path}`, { method: "POST", body: JSON.stringify(body),
+                                                                headers: { "Content-Type": "application/json" } });
+  let r = await post("load_lora_adapter", { lora_name: "second", lora_path: args["adapter-path"] });
+  checkEqual([r.status, await r.text()], [200, "Success: LoRA adapter 'second' added successfully."], "load");
+  check((await client.models.list()).data.some((m) => m.id === "second"), "a loaded adapter is listed");
+  const prompt = prompts[0];
+  const [a, b] = await Promise.all(["second", args.adapter].map((model) =>
+    client.completions.create({ model, prompt, max_tokens: 16, temperature: 0 })));
+  checkEqual(a.choices[0].text, b.choices[0].text, "the adapter loaded at runtime answers as the one loaded at start");
+  r = await post("load_lora_adapter", { lora_name: "second", lora_path: args["adapter-path"] });
+  checkEqual(r.status, 400, "a name served already is a 400");
+  r = await post("load_lora_adapter", { lora_name: baseModel, lora_path: args["adapter-path"] });
+  checkEqual(r.status, 400, "the model's own name is a 400");
+  r = await post("load_lora_adapter", { lora_name: "third", lora_path: "/no/such/folder" });
+  checkEqual(r.status, 400, "a folder without an adapter is a 400");
+  check(/lora_path/.test(JSON.stringify(await r.json())), "it names lora_path");
+  r = await post("load_lora_adapter", { lora_name: "third", lora_path: args["adapter-path"], rank: 3 });
+  checkEqual(r.status, 400, "an unknown field is a 400");
+  r = await post("unload_lora_adapter", { lora_name: "second" });
+  checkEqual([r.status, await r.text()], [200, "Success: LoRA adapter 'second' removed successfully."], "unload");
+  check(!(await client.models.list()).data.some((m) => m.id === "second"), "an unloaded adapter is not listed");
+  try {
+    await client.completions.create({ model: "second", prompt, max_tokens: 2 });
+    check(false, "an unloaded adapter's requests are refused");
+  } catch (e) {
+    checkEqual(e.status, 404, "an unloaded adapter is a 404");
+  }
+  r = await post("unload_lora_adapter", { lora_name: "second" });
+  checkEqual(r.status, 404, "unloading it again is a 404");
+} else {
+  const r = await fetch(`${args.base}/v1/load_lora_adapter`, { method: "POST",
+                                                              body: JSON.stringify({ lora_name: "x", lora_path: "/" }) });
+  checkEqual(r.status, 404, "runtime updates are off without VLLM_ALLOW_RUNTIME_LORA_UPDATING");
 }
 finish("check_lora");

@@ -159,10 +159,15 @@ kill -TERM "${PIDS[-1]}"
 # LoRA adapters: a server with an adapter (make_lora.mjs writes it and the checkpoint with it merged, in float64)
 # answers requests naming it as a server on the merged checkpoint does.
 node "$NODE_DIR/make_lora.mjs" --model "$MODEL" --adapter "$WORK/lora" --merged "$WORK/lora-merged" || fail make_lora
-start_server "$WORK/serve-lora.log" --chat-template "$TEMPLATE" --enable-lora --lora-modules "stories-lora=$WORK/lora" \
-  --max-loras 2
+# With VLLM_ALLOW_RUNTIME_LORA_UPDATING, adapters load and unload at runtime; without it those endpoints are off.
+VLLM_ALLOW_RUNTIME_LORA_UPDATING=True start_server "$WORK/serve-lora.log" --chat-template "$TEMPLATE" --enable-lora \
+  --lora-modules "stories-lora=$WORK/lora" --max-loras 2
 LORA_BASE="http://127.0.0.1:$PORT"
 MODEL="$WORK/lora-merged" start_server "$WORK/serve-lora-merged.log" --chat-template "$TEMPLATE"
-run_check check_lora.mjs --base "$LORA_BASE" --merged "http://127.0.0.1:$PORT" --adapter stories-lora \
-  --adapter-path "$WORK/lora" --golden "$GOLDEN" || fail check_lora
+MERGED_BASE="http://127.0.0.1:$PORT"
+run_check check_lora.mjs --base "$LORA_BASE" --merged "$MERGED_BASE" --adapter stories-lora \
+  --adapter-path "$WORK/lora" --golden "$GOLDEN" --runtime 1 || fail check_lora
+start_server "$WORK/serve-lora-fixed.log" --chat-template "$TEMPLATE" --enable-lora --lora-modules "stories-lora=$WORK/lora"
+run_check check_lora.mjs --base "http://127.0.0.1:$PORT" --merged "$MERGED_BASE" --adapter stories-lora \
+  --adapter-path "$WORK/lora" --golden "$GOLDEN" || fail "check_lora, no runtime updates"
 echo "http_openai: all passed"
