@@ -70,8 +70,10 @@ class PyEngine {
   /// exception `progress` raises) cancels the batch: its requests are aborted and the exception propagates once
   /// every one ended.
   std::vector<PyRequestOutput> generate(const std::variant<std::vector<std::string>, std::vector<std::vector<TokenId>>>& prompts,
-                                        const std::vector<std::string>& sampling_flags, const py::object& progress) {
-    const SamplingParams params = sampling_from_flags(sampling_flags);
+                                        const std::vector<std::string>& sampling_flags, const py::object& progress,
+                                        int32_t lora) {
+    SamplingParams params = sampling_from_flags(sampling_flags);
+    params.lora = lora;
     std::vector<RequestOutput> outputs;
     bool python_error = false;  // the Python error indicator holds why the batch was cancelled
     const GenerateWatch watch = [&](const GenerateProgress& p) {
@@ -98,6 +100,16 @@ class PyEngine {
     }
     if (python_error) throw py::error_already_set();
     return convert(outputs);
+  }
+
+  /// Engine::load_lora with the GIL released: the adapter's id. ValueError for a bad adapter or a name taken.
+  int32_t load_lora(const std::string& name, const std::string& path) {
+    try {
+      py::gil_scoped_release unlocked;
+      return engine_->load_lora(name, path);
+    } catch (const std::exception& e) {
+      throw py::value_error(e.what());
+    }
   }
 
   /// The prompt text of a conversation (`messages_json`: OpenAI messages as JSON) by the model's chat template, or
@@ -195,7 +207,8 @@ PYBIND11_MODULE(_paged, m) {
   py::class_<PyEngine>(m, "Engine")
       .def(py::init<const std::vector<std::string>&>(), py::arg("flags"))
       .def("generate", &PyEngine::generate, py::arg("prompts"), py::arg("sampling_flags"),
-           py::arg("progress") = py::none())
+           py::arg("progress") = py::none(), py::arg("lora") = 0)
+      .def("load_lora", &PyEngine::load_lora, py::arg("name"), py::arg("path"))
       .def("render_chat", &PyEngine::render_chat, py::arg("messages_json"), py::arg("template_source"),
            py::arg("add_generation_prompt"), py::arg("extra_json") = "", py::arg("continue_final") = false)
       .def("encode", &PyEngine::encode, py::arg("text"), py::arg("add_special"))

@@ -126,6 +126,8 @@ LoraAdapter load_lora_adapter(const std::string& path, const ModelConfig& config
                               int max_lora_rank) {
   const fs::path dir(path);
   if (!fs::is_directory(dir)) throw ModelError("LoRA adapter " + path + ": not a folder");
+  if (!fs::exists(dir / "adapter_config.json"))
+    throw ModelError("LoRA adapter " + path + ": no adapter_config.json (a PEFT adapter folder has it)");
   const AdapterConfig cfg = read_adapter_config(dir);
   if (!fs::exists(dir / "adapter_model.safetensors")) {
     if (fs::exists(dir / "adapter_model.bin"))

@@ -14,7 +14,7 @@ import time
 from . import _paged
 
 __all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "GuidedDecodingParams", "RequestOutput",
-           "CompletionOutput", "Logprob", "BeamSearchParams", "BeamSearchOutput", "BeamSearchSequence"]
+           "CompletionOutput", "Logprob", "BeamSearchParams", "BeamSearchOutput", "BeamSearchSequence", "LoRARequest"]
 
 # vLLM's engine argument names that the CLI spells otherwise.
 _ENGINE_ALIASES = {"num_gpu_blocks_override": "num_kv_blocks"}
@@ -232,6 +232,22 @@ def _logprobs(positions, asked):
     return result
 
 
+class LoRARequest:
+    """vLLM's LoRARequest(lora_name, lora_int_id, lora_path): a PEFT LoRA adapter folder for generate's and chat's
+    lora_request (an LLM built with enable_lora=True). The engine loads it on its first use; lora_int_id names it
+    afterwards, so one id stands for one adapter."""
+
+    def __init__(self, lora_name, lora_int_id, lora_path):
+        if not isinstance(lora_name, str) or not lora_name:
+            raise ValueError("lora_name must be a non-empty string")
+        if not isinstance(lora_int_id, int) or lora_int_id < 1:
+            raise ValueError("lora_int_id must be an integer >= 1")
+        self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, str(lora_path)
+
+    def __repr__(self):
+        return f"LoRARequest(lora_name={self.lora_name!r}, lora_int_id={self.lora_int_id}, lora_path={self.lora_path!r})"
+
+
 class _ProgressBar:
     """A tqdm-like bar of a batch on `stream`: "Processed prompts:  40%|████      | 4/10 [00:01<00:02, 3.1 it/s,
     512.0 tok/s]", redrawn in place at most 10 times a second, ended with a newline."""
@@ -275,6 +291,26 @@ class LLM:
             engine_args["speculative_config"] = json.dumps(engine_args["speculative_config"])
         self._engine = _paged.Engine(_flags({"model": model, **engine_args}, _ENGINE_ALIASES))
         self._generation_config = generation_config
+        self._enable_lora = bool(engine_args.get("enable_lora"))
+        self._loras = {}  # lora_int_id -> (lora_name, lora_path, the engine's id)
+
+    def _lora_id(self, lora_request):
+        """The engine's id of a LoRARequest's adapter (0: none), loading it on its first use."""
+        if lora_request is None:
+            return 0
+        if not isinstance(lora_request, LoRARequest):
+            raise TypeError("lora_request must be a LoRARequest")
+        if not self._enable_lora:
+            raise ValueError("lora_request needs an LLM built with enable_lora=True")
+        key = lora_request.lora_int_id
+        if key in self._loras:
+            name, path, engine_id = self._loras[key]
+            if (name, path) != (lora_request.lora_name, lora_request.lora_path):
+                raise ValueError(f"lora_int_id {key} is the adapter {name!r} ({path}) already")
+            return engine_id
+        engine_id = self._engine.load_lora(lora_request.lora_name, lora_request.lora_path)
+        self._loras[key] = (lora_request.lora_name, lora_request.lora_path, engine_id)
+        return engine_id
 
     def get_default_sampling_params(self):
         """The SamplingParams of a call without any: the model's generation_config.json temperature, top_p, top_k,
@@ -282,11 +318,13 @@ class LLM:
         defaults = self._engine.sampling_defaults() if self._generation_config == "auto" else {}
         return SamplingParams(**defaults)
 
-    def generate(self, prompts, sampling_params=None, use_tqdm=True):
+    def generate(self, prompts, sampling_params=None, use_tqdm=True, lora_request=None):
         """RequestOutput for each prompt, in order. `prompts`: a string, a list of strings, or of vLLM's token
         prompts ({"prompt_token_ids": [...]}). The engine runs them as one batch, the GIL released. `use_tqdm`: a
-        progress bar on stderr while it runs, when stderr is a terminal. Ctrl-C cancels the batch (its requests end,
-        their KV blocks are freed) and raises KeyboardInterrupt; the engine stays usable."""
+        progress bar on stderr while it runs, when stderr is a terminal. `lora_request`: a LoRARequest whose adapter
+        runs every prompt. Ctrl-C cancels the batch (its requests end, their KV blocks are freed) and raises
+        KeyboardInterrupt; the engine stays usable."""
+        lora = self._lora_id(lora_request)
         params = sampling_params if sampling_params is not None else self.get_default_sampling_params()
         if not isinstance(params, SamplingParams):
             raise TypeError("sampling_params must be one SamplingParams (one for every prompt)")
@@ -304,7 +342,7 @@ class LLM:
             raise TypeError("prompts must be strings or {'prompt_token_ids': [...]} dicts, all of one kind")
         bar = _ProgressBar(sys.stderr) if use_tqdm and sys.stderr is not None and sys.stderr.isatty() else None
         progress = None if bar is None else bar.update
-        raw = self._engine.generate(inputs, params._flags, progress)
+        raw = self._engine.generate(inputs, params._flags, progress, lora)
         if bar is not None:
             bar.update(len(inputs), len(inputs), sum(len(c[2]) for _, _, cs, _, _ in raw for c in cs), final=True)
         return self._outputs(raw, params)
@@ -332,7 +370,7 @@ class LLM:
         return results
 
     def chat(self, messages, sampling_params=None, use_tqdm=True, chat_template=None, add_generation_prompt=True,
-             continue_final_message=False, tools=None, chat_template_kwargs=None):
+             continue_final_message=False, tools=None, chat_template_kwargs=None, lora_request=None):
         """Generation after a conversation (a list of {"role", "content"}; or a list of such conversations), its
         prompt rendered by the model's chat template (or `chat_template`, a Jinja source); `use_tqdm` as generate's.
         vLLM's: `tools` (OpenAI function tools) and `chat_template_kwargs` (a dict) go to the template as variables;
@@ -350,7 +388,7 @@ class LLM:
                                             json.dumps(extra), continue_final_message)
                    for c in conversations]
         ids = [{"prompt_token_ids": self._engine.encode(p, False)} for p in prompts]
-        outputs = self.generate(ids, sampling_params, use_tqdm=use_tqdm)
+        outputs = self.generate(ids, sampling_params, use_tqdm=use_tqdm, lora_request=lora_request)
         for output, prompt in zip(outputs, prompts):
             output.prompt = prompt
         return outputs

@@ -1,17 +1,20 @@
 """The Python package (python/paged) on the in-repo stories260K, against Hugging Face's golden outputs
 (tests/golden/stories260K-greedy.json). ctest runs it (test `python`) with build/python on PYTHONPATH."""
+import array
 import json
 import math
 import os
+import random
 import re
 import pathlib
+import shutil
 import threading
 import time
 
 import jsonschema
 import pytest
 
-from paged import LLM, BeamSearchParams, GuidedDecodingParams, SamplingParams, StructuredOutputsParams
+from paged import LLM, BeamSearchParams, GuidedDecodingParams, LoRARequest, SamplingParams, StructuredOutputsParams
 
 SRC = pathlib.Path(os.environ.get("PAGED_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 MODEL = str(SRC / "models" / "stories260K")
@@ -332,3 +335,81 @@ def test_structural_tag(llm):
     with pytest.raises(ValueError, match="starts with no trigger"):
         llm.generate(["x"], SamplingParams(structured_outputs=StructuredOutputsParams(
             structural_tag={"triggers": ["<f="], "structures": [{"begin": "<g>", "end": "", "schema": {}}]})))
+
+
+def _read_safetensors(path):
+    raw = pathlib.Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        assert e["dtype"] == "F32"
+        values = array.array("f")
+        values.frombytes(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]])
+        out[name] = (e["shape"], values)
+    return out
+
+
+def _write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, (shape, values) in tensors.items():
+        blob = values.tobytes()
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    text = json.dumps(header).encode()
+    pathlib.Path(path).write_bytes(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def _lora_and_merged(tmp, rank=4, alpha=8.0, seed=1):
+    """A PEFT adapter of stories260K's attention projections, and the checkpoint with it merged (W + alpha/r B A),
+    written here in pure Python."""
+    rng = random.Random(seed)
+    base = _read_safetensors(pathlib.Path(MODEL) / "model.safetensors")
+    adapter, merged = {}, dict(base)
+    for name, (shape, w) in base.items():
+        if not re.search(r"self_attn\.(q|k|v|o)_proj\.weight$", name):
+            continue
+        out, inp = shape
+        module = name[:-len(".weight")]
+        a = array.array("f", [rng.uniform(-1, 1) / math.sqrt(inp) for _ in range(rank * inp)])
+        b = array.array("f", [0.5 * rng.uniform(-1, 1) / math.sqrt(rank) for _ in range(out * rank)])
+        adapter[f"base_model.model.{module}.lora_A.weight"] = ([rank, inp], a)
+        adapter[f"base_model.model.{module}.lora_B.weight"] = ([out, rank], b)
+        scale = alpha / rank
+        merged[name] = (shape, array.array("f", [w[o * inp + i] + scale * sum(b[o * rank + j] * a[j * inp + i]
+                                                                                for j in range(rank))
+                                                 for o in range(out) for i in range(inp)]))
+    lora_dir, merged_dir = tmp / "adapter", tmp / "merged"
+    lora_dir.mkdir()
+    _write_safetensors(lora_dir / "adapter_model.safetensors", adapter)
+    (lora_dir / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": rank, "lora_alpha": alpha}))
+    shutil.copytree(MODEL, merged_dir, ignore=shutil.ignore_patterns("model.safetensors"))
+    _write_safetensors(merged_dir / "model.safetensors", merged)
+    return lora_dir, merged_dir
+
+
+def test_lora_request_runs_the_adapter(tmp_path):
+    # vLLM's LLM(enable_lora=True) with generate(..., lora_request=LoRARequest(name, id, path)): the adapter's outputs
+    # are the merged checkpoint's; without it the base model's.
+    lora_dir, merged_dir = _lora_and_merged(tmp_path)
+    prompts = [c["prompt"] for c in GOLDEN]
+    params = SamplingParams(max_tokens=32, temperature=0, logprobs=1)
+    want = LLM(model=str(merged_dir), device="cpu").generate(prompts, params)
+    llm = LLM(model=MODEL, device="cpu", enable_lora=True, max_lora_rank=8)
+    request = LoRARequest("stories-attn", 1, str(lora_dir))
+    got = llm.generate(prompts, params, lora_request=request)
+    for g, w in zip(got, want):
+        assert g.outputs[0].token_ids == w.outputs[0].token_ids
+    base = llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in base] == [c["greedy_ids"][:32] for c in GOLDEN]
+    again = llm.generate(prompts[:1], params, lora_request=LoRARequest("stories-attn", 1, str(lora_dir)))
+    assert again[0].outputs[0].token_ids == want[0].outputs[0].token_ids
+    with pytest.raises(ValueError, match="lora_int_id 1 is the adapter"):
+        llm.generate(prompts[:1], params, lora_request=LoRARequest("other", 1, str(tmp_path)))
+    with pytest.raises(ValueError, match="no adapter_config.json"):
+        llm.generate(prompts[:1], params, lora_request=LoRARequest("bad", 2, str(tmp_path)))
+    with pytest.raises(ValueError, match="enable_lora"):
+        LLM(model=MODEL, device="cpu").generate(prompts[:1], params, lora_request=request)
