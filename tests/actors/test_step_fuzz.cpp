@@ -225,7 +225,7 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
     }
     return d.index(c.group_keeps.size());
   };
-  switch (d.in(0, 28)) {
+  switch (d.in(0, 29)) {
     case 0: any_of(c.tokens); break;
     case 1: c.start_pos = edge_int(d, limits); break;
     case 2: any_of(c.table_tail); break;
@@ -319,6 +319,7 @@ void mutate_field(Draw& d, WireStep& w, const StepLimits& limits) {
       }
       break;
     case 28: c.num_drafts = d.coin() ? edge_int(d, limits) : d.in(-1, 5); break;
+    case 29: c.lora = d.coin() ? edge_int(d, limits) : d.in(-1, 2); break;  // a worker takes none
   }
 }
 
