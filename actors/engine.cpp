@@ -88,6 +88,7 @@ struct Engine::Impl {
   std::mutex lora_load_mu;
   std::map<int32_t, LoraEntry> loras;
   int32_t next_lora = 1;
+  std::vector<uint64_t> worker_lora_hashes;  // with --workers: the first worker's adapters (every worker's must match)
   /// Gives adapter `id` to each executor of the replica in this process, rank r ranks[r]; the first error once every
   /// executor answered, empty when all took it.
   std::string give_lora(int32_t id, const std::vector<std::shared_ptr<const LoraAdapter>>& ranks);
@@ -150,7 +151,8 @@ namespace {
 
 // Why the engine of (resolved) config `c` cannot run LoRA adapters; empty when it can.
 std::string lora_unsupported(const EngineConfig& c) {
-  if (!c.workers.empty()) return "LoRA adapters are not served through --workers (the replica in this process takes them)";
+  if (!c.workers.empty())
+    return "with --workers the LoRA adapters are fixed at start: the same --lora-modules on the head and every worker";
   if (c.device != "cpu") return "LoRA adapters run on the CPU device (--device cpu); the CUDA executor has no LoRA kernels yet";
   return "";
 }
@@ -194,7 +196,6 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
     for (size_t j = 0; j < i; ++j)
       if (c.lora_modules[j].name == a.name) throw ModelError("--lora-modules names '" + a.name + "' twice");
   }
-  if (!c.lora_modules.empty() && !c.workers.empty()) throw ModelError("--lora-modules: " + lora_unsupported(c));
   if (!local_device) return max_model_len;
   if (c.device == "auto") c.device = cuda_available() ? "cuda" : "cpu";
   if (c.device != "cpu" && c.device != "cuda") throw ModelError("device must be cpu, cuda or auto");
@@ -353,6 +354,19 @@ std::string Engine::Impl::misfit(const WorkerInfo& info) const {
     return "the worker takes steps of at most " + std::to_string(info.max_num_seqs) + " sequences and " +
            std::to_string(info.max_num_batched_tokens) + " tokens; pass --max-num-seqs and " +
            "--max-num-batched-tokens no larger";
+  std::vector<std::string> loras;
+  for (const EngineConfig::LoraModule& a : config.lora_modules) loras.push_back(a.name);
+  if (info.lora_names != loras) {
+    const auto list = [](const std::vector<std::string>& names) {
+      std::string s;
+      for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+      return "[" + s + "]";
+    };
+    return "the worker serves the LoRA adapters " + list(info.lora_names) + ", this engine's --lora-modules names " +
+           list(loras) + " (give the head and every worker the same, in the same order)";
+  }
+  if (!worker_lora_hashes.empty() && info.lora_hashes != worker_lora_hashes)
+    return "the worker's LoRA adapters hold other weights than the first worker's of the same names";
   if (info.num_blocks < 1) return "the worker's KV cache has no blocks";
   if (max_seq_blocks > info.num_blocks - info.num_blocks / 100)
     return "the worker's KV cache holds fewer blocks per sequence than this engine admits (" +
@@ -564,6 +578,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
       for (const auto& r : m.replicas)
         if (r->address == address) throw ModelError("--workers names " + address + " twice");
       JoinedWorker joined = m.join_worker(address);
+      if (m.replicas.empty()) m.worker_lora_hashes = joined.info.lora_hashes;
       auto& r = m.replicas.emplace_back(std::make_unique<Replica>());
       r->index = m.replicas.size() - 1;
       r->address = address;
@@ -675,7 +690,13 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   router.metrics = &m.metrics;
   router.options.block_size = c.block_size;
   m.router = spawn_router(*m.system, std::move(router));
-  for (const EngineConfig::LoraModule& a : c.lora_modules) {
+  for (size_t i = 0; i < c.lora_modules.size(); ++i) {
+    const EngineConfig::LoraModule& a = c.lora_modules[i];
+    if (remote) {  // the workers loaded them, ids in this order (misfit checked their names and weights)
+      std::lock_guard lock(m.lora_mu);
+      m.loras[m.next_lora++] = {a.name, a.path, m.worker_lora_hashes.at(i)};
+      continue;
+    }
     try {
       load_lora(a.name, a.path);
     } catch (const std::exception& e) {
@@ -1011,6 +1032,7 @@ int32_t Engine::load_lora(const std::string& name, const std::string& path) {
 
 bool Engine::unload_lora(const std::string& name) {
   Impl& m = *impl_;
+  if (!m.config.workers.empty()) throw InvalidRequest(lora_unsupported(m.config), "lora_name");
   int32_t gone = 0;
   {
     std::lock_guard lock(m.lora_mu);

@@ -74,7 +74,8 @@ struct EngineConfig {
   NgramSpeculation speculative_config;
   /// vLLM's --enable-lora / --lora-modules: LoRA adapters (PEFT folders, model/lora/lora_adapter.h) served beside the
   /// base model, any mix of them and the base model in one step; a request picks one by SamplingParams::lora (the
-  /// HTTP API by its name as the request's model). Adapter i gets id i + 1. CPU device, no workers.
+  /// HTTP API by its name as the request's model). Adapter i gets id i + 1. CPU device; with workers, each worker
+  /// loads the same list (checked at connection) and Engine::load_lora is refused.
   struct LoraModule {
     std::string name, path;
   };

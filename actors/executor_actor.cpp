@@ -218,7 +218,8 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
                           .num_swap_blocks = info.num_swap_blocks,
                           .max_model_len = info.max_model_len,
                           .max_num_batched_tokens = info.max_num_batched_tokens,
-                          .kv_windows = info.kv_windows};
+                          .kv_windows = info.kv_windows,
+                          .num_loras = static_cast<int>(info.lora_names.size())};
   auto st = std::make_shared<WorkerState>(
       WorkerState{std::move(runner), std::move(info), limits, nullptr, WireDecoder(limits), {}, std::move(constraints)});
   self->set_down_handler([st](const caf::down_msg& down) {

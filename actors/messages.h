@@ -136,6 +136,10 @@ struct WorkerInfo {
   // kv_groups_of(its model): a step carries a table per group, with released entries before each group's window
   std::vector<int> kv_windows = {0};
   int layers_per_block = 0;
+  // Its LoRA adapters (its --lora-modules, adapter i + 1 the i-th) by name and LoraAdapter::content_hash: the
+  // engine's must be the same, in order
+  std::vector<std::string> lora_names;
+  std::vector<uint64_t> lora_hashes;
 };
 
 // CAF's inspect overloads (serialisation across the network layer, to_string) of the message types and what they
@@ -169,7 +173,8 @@ PAGED_INSPECT(PackedStep, x.bytes)
 PAGED_INSPECT(PackedResult, x.bytes)
 PAGED_INSPECT(WorkerInfo, x.device, x.num_layers, x.hidden_size, x.num_heads, x.num_kv_heads, x.head_dim,
               x.vocab_size, x.block_size, x.max_model_len, x.max_num_seqs, x.max_num_batched_tokens,
-              x.max_sampled_positions, x.num_blocks, x.num_swap_blocks, x.kv_windows, x.layers_per_block)
+              x.max_sampled_positions, x.num_blocks, x.num_swap_blocks, x.kv_windows, x.layers_per_block,
+              x.lora_names, x.lora_hashes)
 
 #undef PAGED_INSPECT
 

@@ -7,6 +7,7 @@
 #include "model/constraint/sequence_constraints.h"
 #include "model/kv/kv_groups.h"
 #include "model/loader/config.h"
+#include "model/lora/lora_adapter.h"
 #include "model/tokenizer/load_tokenizer.h"
 
 namespace paged {
@@ -35,6 +36,21 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
       c.load_format == "dummy" ? nullptr : std::make_unique<const SafeTensors>(c.model_dir, c.on_load_progress);
   const KvGroups groups = kv_groups_of(model);
   RankRunner built = make_local_runner(c, model, groups, max_model_len, weights.get());
+  // Its LoRA adapters, ids in --lora-modules' order (the engine's must be the same: WorkerInfo tells them).
+  std::vector<std::string> lora_names;
+  std::vector<uint64_t> lora_hashes;
+  for (size_t i = 0; i < c.lora_modules.size(); ++i) {
+    const EngineConfig::LoraModule& a = c.lora_modules[i];
+    LoraAdapter adapter;
+    try {
+      adapter = load_lora_adapter(a.path, model, 0, 1, c.max_lora_rank);
+    } catch (const ModelError& e) {
+      throw ModelError("--lora-modules " + a.name + ": " + e.what());
+    }
+    built.runner->add_lora(static_cast<int32_t>(i + 1), adapter);
+    lora_names.push_back(a.name);
+    lora_hashes.push_back(adapter.content_hash);
+  }
   // Structured outputs: the masks are made here, from the tokenizer's vocabulary, while each step runs.
   std::shared_ptr<const Tokenizer> tokenizer = load_tokenizer(c.model_dir);
   auto constraints = std::make_shared<constraint::SequenceConstraints>(
@@ -54,7 +70,9 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
                       .num_blocks = built.num_blocks,
                       .num_swap_blocks = built.num_swap_blocks,
                       .kv_windows = groups.windows,
-                      .layers_per_block = groups.layers_per_block};
+                      .layers_per_block = groups.layers_per_block,
+                      .lora_names = std::move(lora_names),
+                      .lora_hashes = std::move(lora_hashes)};
   m.system = std::make_unique<caf::actor_system>(*m.sys_cfg);
   // Not detached, although a step blocks its thread: the worker runs no other actor of its own, and a detached
   // actor would make the system's shutdown wait for the last reference to it, which a connection's teardown in

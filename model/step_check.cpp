@@ -123,8 +123,9 @@ std::optional<FieldError> check_chunk(const SeqChunk& c, const StepLimits& limit
       return bad(".num_drafts", "a chunk with drafts samples once, one candidate, with no deferred token and no "
                                 "prompt logprobs");
   }
-  if (c.lora != 0)  // a worker holds no LoRA adapters (Engine::load_lora serves them in-process only)
-    return bad(".lora", "LoRA adapter " + std::to_string(c.lora) + ": a worker runs the base model only");
+  if (c.lora < 0 || c.lora > limits.num_loras)
+    return bad(".lora", "LoRA adapter " + std::to_string(c.lora) + ": the runner holds " +
+                            std::to_string(limits.num_loras) + " (ids 1 to that; 0: none)");
   const PromptLogprobsSpec& scored = c.prompt_logprobs;
   if (scored.count < 0 || static_cast<size_t>(scored.count) > c.tokens.size())
     return bad(".prompt_logprobs.count", "count " + std::to_string(scored.count) + " is outside [0, " +

@@ -25,6 +25,7 @@ struct StepLimits {
   std::vector<int> kv_windows = {0};  // per KV group (KvGroups::windows): a chunk has a table per group, whose entries
                                       // before the chunk's first_window_block with its window may be kReleasedBlock
                                       // (read by no layer); 0: none may
+  int num_loras = 0;                  // LoRA adapters: a chunk's lora in [0, num_loras]
 };
 
 /// Most samples one chunk draws: a parallel-sampling group draws one per completion at its first token.

@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include "actors/engine.h"
+#include "actors/messages.h"
+#include "actors/worker.h"
 #include "tests/actors/engine_runs.h"
 #include "tests/model/lora/lora_files.h"
 #include "tests/test_data.h"
@@ -212,4 +214,39 @@ TEST_CASE("adapters load and unload while the engine serves; a request in flight
   CHECK(again != id);
   p.lora = again;
   CHECK(engine.generate(std::vector<std::vector<TokenId>>{prompt}, p).at(0).outputs.at(0).token_ids == want);
+}
+
+TEST_CASE("a worker serves the adapters of its --lora-modules: the head's requests of them cross the wire",
+          "[engine][lora][remote]") {
+  TempDir dir("paged_lora_worker");
+  const std::vector<LoraSpec> specs = every_projection(kModel, 4);
+  write_lora_adapter(dir.path() / "a", specs, 8.0, false, 31);
+  write_lora_adapter(dir.path() / "b", specs, 8.0, false, 32);
+  EngineConfig c = cpu_config(kModel);
+  c.max_num_seqs = 8;
+  c.max_loras = 2;
+  c.lora_modules = {{"a", (dir.path() / "a").string()}, {"b", (dir.path() / "b").string()}};
+  Worker worker(c, "127.0.0.1", 0);
+  CHECK(worker.info().lora_names == std::vector<std::string>{"a", "b"});
+  EngineConfig head = c;
+  head.device = "auto";
+  head.workers = {"127.0.0.1:" + std::to_string(worker.port())};
+  Engine local(c);
+  auto reqs = varied_requests();
+  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].second.lora = static_cast<int32_t>(i % 3);
+  const auto want = run_all(local, reqs);
+  {
+    Engine remote(head);
+    CHECK(remote.lora_adapters().size() == 2);
+    check_same_completions(run_all(remote, reqs), want, 1e-4);
+    CHECK_THROWS_WITH(remote.load_lora("c", (dir.path() / "a").string()), Catch::Contains("fixed at start"));
+  }
+  // The head and the worker must name the same adapters, in the same order, of the same weights.
+  const auto refused = [&](std::vector<EngineConfig::LoraModule> modules, const std::string& words) {
+    EngineConfig other = head;
+    other.lora_modules = std::move(modules);
+    CHECK_THROWS_WITH(Engine(other), Catch::Contains(words));
+  };
+  refused({{"b", (dir.path() / "b").string()}, {"a", (dir.path() / "a").string()}}, "the worker serves the LoRA adapters [a, b]");
+  refused({}, "this engine's --lora-modules names []");
 }
