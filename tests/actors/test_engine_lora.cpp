@@ -76,6 +76,12 @@ TEST_CASE("an adapter's requests run as the merged checkpoint does, base request
   for (size_t i = 0; i < n; ++i) differ += want_lora[i][0].tokens != want_base[i][0].tokens;
   CHECK(differ >= static_cast<int>(n) / 2);
 
+  // Speculation verifies an adapter's drafts with the adapter: the same completions.
+  EngineConfig spec = c;
+  spec.speculative_config = {.num_speculative_tokens = 3, .prompt_lookup_min = 1, .prompt_lookup_max = 3};
+  Engine speculating(spec);
+  check_same_completions(run_all(speculating, a), want_lora, 1e-3);
+
   // Tensor parallelism: each rank's shards of the pairs (B's rows of q/k/v and gate/up, A's columns of o and down).
   EngineConfig tp = c;
   tp.tensor_parallel_size = 2;
