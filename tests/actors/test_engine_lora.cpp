@@ -25,6 +25,16 @@ EngineConfig cpu_config(const std::string& model) {
   return c;
 }
 
+// The CPU config of stories260K serving two adapters of rank 4 on every projection, "a" and "b", written in `dir`.
+EngineConfig two_adapters(const std::filesystem::path& dir, uint32_t seed) {
+  const std::vector<LoraSpec> specs = every_projection(kModel, 4);
+  write_lora_adapter(dir / "a", specs, 8.0, false, seed);
+  write_lora_adapter(dir / "b", specs, 8.0, false, seed + 1);
+  EngineConfig c = cpu_config(kModel);
+  c.lora_modules = {{"a", (dir / "a").string()}, {"b", (dir / "b").string()}};
+  return c;
+}
+
 // `reqs` with every request's lora set to `lora`.
 std::vector<std::pair<std::vector<TokenId>, SamplingParams>> with_lora(
     std::vector<std::pair<std::vector<TokenId>, SamplingParams>> reqs, int32_t lora) {
@@ -93,12 +103,7 @@ TEST_CASE("an adapter's requests run as the merged checkpoint does, base request
 
 TEST_CASE("the prefix cache keeps an adapter's KV apart from the base model's and other adapters'", "[engine][lora]") {
   TempDir dir("paged_lora_cache");
-  const std::vector<LoraSpec> specs = every_projection(kModel, 4);
-  write_lora_adapter(dir.path() / "adapter", specs, 8.0, false, 3);
-  write_lora_adapter(dir.path() / "adapter2", specs, 8.0, false, 4);
-  EngineConfig c = cpu_config(kModel);
-  c.lora_modules = {{"a", (dir.path() / "adapter").string()}, {"b", (dir.path() / "adapter2").string()}};
-  Engine engine(c);
+  Engine engine(two_adapters(dir.path(), 3));
   std::vector<TokenId> prompt{1};
   for (int i = 0; i < 80; ++i) prompt.push_back(static_cast<TokenId>(10 + (i * 7) % 400));
   SamplingParams p{.max_tokens = 4, .temperature = 0.0f};
@@ -116,11 +121,7 @@ TEST_CASE("the prefix cache keeps an adapter's KV apart from the base model's an
 
 TEST_CASE("--max-loras holds a request of another adapter back until the running ones end", "[engine][lora]") {
   TempDir dir("paged_lora_max");
-  const std::vector<LoraSpec> specs = every_projection(kModel, 4);
-  write_lora_adapter(dir.path() / "adapter", specs, 8.0, false, 5);
-  write_lora_adapter(dir.path() / "adapter2", specs, 8.0, false, 6);
-  EngineConfig c = cpu_config(kModel);
-  c.lora_modules = {{"a", (dir.path() / "adapter").string()}, {"b", (dir.path() / "adapter2").string()}};
+  EngineConfig c = two_adapters(dir.path(), 5);
   c.max_loras = 2;
   Engine both(c);
   c.max_loras = 1;
@@ -225,13 +226,9 @@ TEST_CASE("adapters load and unload while the engine serves; a request in flight
 TEST_CASE("a worker serves the adapters of its --lora-modules: the head's requests of them cross the wire",
           "[engine][lora][remote]") {
   TempDir dir("paged_lora_worker");
-  const std::vector<LoraSpec> specs = every_projection(kModel, 4);
-  write_lora_adapter(dir.path() / "a", specs, 8.0, false, 31);
-  write_lora_adapter(dir.path() / "b", specs, 8.0, false, 32);
-  EngineConfig c = cpu_config(kModel);
+  EngineConfig c = two_adapters(dir.path(), 31);
   c.max_num_seqs = 8;
   c.max_loras = 2;
-  c.lora_modules = {{"a", (dir.path() / "a").string()}, {"b", (dir.path() / "b").string()}};
   Worker worker(c, "127.0.0.1", 0);
   CHECK(worker.info().lora_names == std::vector<std::string>{"a", "b"});
   EngineConfig head = c;
