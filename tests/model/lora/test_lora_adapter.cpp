@@ -128,3 +128,17 @@ TEST_CASE("an adapter is refused naming what does not fit", "[lora]") {
   std::ofstream(dir.path() / "bin" / "adapter_model.bin") << "pickle";
   CHECK_THROWS_WITH(load_lora_adapter((dir.path() / "bin").string(), c, 0, 1, 16), Catch::Contains("safe_serialization"));
 }
+
+TEST_CASE("a mixture of experts takes pairs on its attention, none on its experts", "[lora]") {
+  TempDir dir("paged_lora_moe");
+  ModelConfig c = small_config(false);
+  c.model_type = "qwen3_moe";
+  c.moe.num_experts = 4;
+  c.moe.top_k = 2;
+  write_lora_adapter(dir.path() / "attn", {{"model.layers.0.self_attn.o_proj", 16, 16, 2}}, 4.0, false, 5);
+  const LoraAdapter attn = load_lora_adapter((dir.path() / "attn").string(), c, 0, 1, 16);
+  CHECK(attn.layers[0].o.size() == 1);
+  write_lora_adapter(dir.path() / "expert", {{"model.layers.0.mlp.experts.1.gate_proj", 24, 16, 2}}, 4.0, false, 6);
+  CHECK_THROWS_WITH(load_lora_adapter((dir.path() / "expert").string(), c, 0, 1, 16),
+                    Catch::Contains("experts.1.gate_proj.lora_A.weight' adds to no linear layer of this qwen3_moe"));
+}
