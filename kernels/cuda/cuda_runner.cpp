@@ -446,10 +446,15 @@ void CudaModelRunner::Impl::tune_gemv_tiles() {
   cudaEvent_t start = nullptr, stop = nullptr;
   PAGED_CUDA_CHECK(cudaEventCreate(&start));
   PAGED_CUDA_CHECK(cudaEventCreate(&stop));
+  // The inputs' contents do not matter to the timing, but they are read: zeros, not memory no step wrote yet
+  // (compute-sanitizer's initcheck reported those reads).
+  PAGED_CUDA_CHECK(cudaMemsetAsync(residual.get(), 0, sizeof(bf16) * hidden, compute));
+  PAGED_CUDA_CHECK(cudaMemsetAsync(attn.get(), 0, sizeof(bf16) * heads * head_dim, compute));
+  PAGED_CUDA_CHECK(cudaMemsetAsync(act.get(), 0, sizeof(bf16) * inter, compute));
   for (int p = 0; p < kGemvProjections; ++p) {
     const auto proj_kind = static_cast<GemvProjection>(p);
     if (cfg.is_moe() && (proj_kind == kGemvGateUp || proj_kind == kGemvDown)) continue;  // the MoE block's
-    // The buffers the step itself uses (x and y never alias); their contents do not matter here.
+    // The buffers the step itself uses (x and y never alias).
     bf16* y = proj_kind == kGemvQkv ? qkv.get() : proj_kind == kGemvGateUp ? act.get() : proj.get();
     const bf16* x = proj_kind == kGemvO ? attn.get() : proj_kind == kGemvDown ? act.get() : residual.get();
     const auto pass = [&](int tile) {

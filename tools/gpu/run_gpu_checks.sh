@@ -266,11 +266,14 @@ if wanted golden && [ -d "$BIN/stories-distill-9M" ]; then
   G=$BIN/stories-distill-9M-greedy.json
   golden_prompts "$G" >"$LOG_DIR/golden.jsonl"
   greedy=(--model "$BIN/stories-distill-9M" --device cuda --max-tokens 64 --temperature 0 --json)
-  "$BIN/paged" generate --prompts-file "$LOG_DIR/golden.jsonl" "${greedy[@]}" >"$LOG_DIR/golden_batch.json" 2>&1
+  # stderr apart: a line of it that starts with "{" would shift every later prompt's output against its case
+  "$BIN/paged" generate --prompts-file "$LOG_DIR/golden.jsonl" "${greedy[@]}" >"$LOG_DIR/golden_batch.json" \
+    2>"$LOG_DIR/golden_batch.err"
   : >"$LOG_DIR/golden_alone.json"
   while read -r line; do
     echo "$line" >"$LOG_DIR/one.jsonl"
-    "$BIN/paged" generate --prompts-file "$LOG_DIR/one.jsonl" "${greedy[@]}" >>"$LOG_DIR/golden_alone.json" 2>&1
+    "$BIN/paged" generate --prompts-file "$LOG_DIR/one.jsonl" "${greedy[@]}" >>"$LOG_DIR/golden_alone.json" \
+      2>>"$LOG_DIR/golden_alone.err"
   done <"$LOG_DIR/golden.jsonl"
   for mode in batch alone; do
     result=$(golden_prefix "$G" "$LOG_DIR/golden_$mode.json")
@@ -280,9 +283,9 @@ if wanted golden && [ -d "$BIN/stories-distill-9M" ]; then
   # bar, all prompts in one batch and one sequence at a time (max_num_seqs 1: the drafts' rows beside its one).
   spec=(--speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}')
   "$BIN/paged" generate --prompts-file "$LOG_DIR/golden.jsonl" "${greedy[@]}" "${spec[@]}" \
-    >"$LOG_DIR/golden_spec_batch.json" 2>&1
+    >"$LOG_DIR/golden_spec_batch.json" 2>"$LOG_DIR/golden_spec_batch.err"
   "$BIN/paged" generate --prompts-file "$LOG_DIR/golden.jsonl" "${greedy[@]}" "${spec[@]}" --max-num-seqs 1 \
-    >"$LOG_DIR/golden_spec_alone.json" 2>&1
+    >"$LOG_DIR/golden_spec_alone.json" 2>"$LOG_DIR/golden_spec_alone.err"
   for mode in batch alone; do
     result=$(golden_prefix "$G" "$LOG_DIR/golden_spec_$mode.json")
     add_row "stories-distill-9M greedy on CUDA, n-gram speculation, $mode" "${result%%|*}" "${result#*|}"
