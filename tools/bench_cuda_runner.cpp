@@ -67,6 +67,7 @@ int main() {
 #else
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -400,7 +401,9 @@ int run_ops(std::map<std::string, std::string>& f) {
                                    .block_tables = d_tables, .context_lens = d_lens, .num_seqs = m,
                                    .max_blocks_per_seq = blocks_per_seq, .num_heads = heads, .num_kv_heads = kvh,
                                    .head_dim = D, .block_size = bs, .scale = 0.0884f};
-  const size_t attn_ws_bytes = cuda::paged_attention_decode_workspace(m, heads, D, ctx, 64);
+  // The runner's decode graphs cover contexts up to a power of two from 256: the grid it launches for `ctx`.
+  const int grid_ctx = std::max(256, int(std::bit_ceil(unsigned(ctx))));
+  const size_t attn_ws_bytes = cuda::paged_attention_decode_workspace(m, heads, D, grid_ctx, 64);
   void* attn_ws = device_array<char>(attn_ws_bytes);
 
   // One layer's kernel time two ways: the cuBLASLt path of batched steps and the GEMV path of single-token steps
@@ -421,7 +424,7 @@ int run_ops(std::map<std::string, std::string>& f) {
   // `norm`: the GEMV normalises its x itself (the QKV and gate/up projections of the runner's one-stream step);
   // `prefetch`: GemvArgs::prefetch_l2 (the O projection's).
   auto gemv = [&](bf16* y, const bf16* in, const bf16* w, int n, int k, cuda::GemvOutput out, bool norm = false,
-                  bool prefetch = false) {
+                  float prefetch = 0.0f) {
     cuda::GemvArgs g{.w = w, .n = n, .k = k, .output = out, .norm_weight = norm ? norm_w : nullptr,
                      .norm_eps = 1e-5f, .prefetch_l2 = prefetch};
     g.rope = {.k_cache = kc, .v_cache = vc, .inv_freq = d_freq, .num_heads = heads, .num_kv_heads = kvh,
@@ -443,10 +446,13 @@ int run_ops(std::map<std::string, std::string>& f) {
   time("rope_and_cache", 0, kCublas, [&] {
     return cuda::rope_and_cache(qkv, kc, vc, d_pos, d_slots, d_freq, m, heads, kvh, D, D, 1.0f, bs, qkv_dim, s);
   });
-  for (int partition : {64, 128, 512}) {
-    const std::string name = "attention decode, partition " + std::to_string(partition);
+  // Up to 8 partitions merge in one thread block cluster, more in a second kernel (attention.h).
+  for (int partition : {64, 128, 256, 512}) {
+    const int parts = (grid_ctx + partition - 1) / partition;
+    const std::string name = "attention decode, " + std::to_string(parts) + " x " + std::to_string(partition) +
+                             (parts > 1 && parts <= 8 ? " cluster" : "");
     time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == 64 ? kBoth : kNone, [&] {
-      return cuda::paged_attention_decode(a, ctx, partition, attn_ws, attn_ws_bytes, s);
+      return cuda::paged_attention_decode(a, grid_ctx, partition, attn_ws, attn_ws_bytes, s);
     });
   }
   time("gemm o", 2.0 * H * heads * D, kCublas,
@@ -470,14 +476,18 @@ int run_ops(std::map<std::string, std::string>& f) {
     // (more than L2 holds, so none stays there from the previous pass), without and with the prefetch.
     std::vector<bf16*> w_os{w_o};
     for (int l = 1; l < 4; ++l) w_os.push_back(random(size_t(H) * heads * D, 0.02f));
-    for (bool prefetch : {false, true}) {
-      const char* name = prefetch ? "attention + gemv o, prefetch to L2" : "attention + gemv o";
+    for (const auto& [partition, prefetch] : {std::pair{64, 0.0f}, std::pair{64, 0.5f}, std::pair{64, 1.0f},
+                                              std::pair{128, 0.0f}, std::pair{128, 0.5f}, std::pair{128, 1.0f}}) {
+      const std::string label = "attention (x " + std::to_string(partition) + ") + gemv o, prefetch " +
+                                std::to_string(prefetch).substr(0, 3);
+      const char* name = label.c_str();
       const double us = mean_launch_us(s, 4, 48, name, [&](int i) {
-        if (const cudaError_t e = cuda::paged_attention_decode(a, ctx, 64, attn_ws, attn_ws_bytes, s); e != cudaSuccess)
+        if (const cudaError_t e = cuda::paged_attention_decode(a, grid_ctx, partition, attn_ws, attn_ws_bytes, s);
+            e != cudaSuccess)
           return e;
         return gemv(res, attn, w_os[i % 4], H, heads * D, cuda::GemvOutput::kAddToResidual, false, prefetch);
       });
-      std::printf("  %-34s %8.1f us\n", name, us);
+      std::printf("  %-44s %8.1f us\n", name, us);
     }
   }
   const double head_us = time("lm head (float32 logits)", 2.0 * V * H, kNone,
@@ -604,7 +614,8 @@ int run_gemv(std::map<std::string, std::string>& f) {
 
   // The layers as the one-stream step runs them (default tiles): QKV with its norm, the decode attention (context
   // 640, latency-bound), O into the residual, gate/up with its norm, down; with GemvArgs::prefetch_l2 on the
-  // projections of each mask (q: QKV, o: O, g: gate/up, d: down).
+  // projections (q: QKV, o: O, g: gate/up, d: down) of each variant, "o1 g.25": all of O's weights, a quarter of
+  // gate/up's.
   const int ctx = 640, bs = 16, blocks = ctx / bs, kvh = cfg.num_kv_heads, heads = cfg.num_heads;
   const size_t cache_elems = size_t(blocks) * kvh * bs * D;
   bf16 *kc = device_array<bf16>(cache_elems), *vc = device_array<bf16>(cache_elems);
@@ -626,10 +637,15 @@ int run_gemv(std::map<std::string, std::string>& f) {
                                    .head_dim = D, .block_size = bs, .scale = 0.0884f};
   const size_t ws_bytes = cuda::paged_attention_decode_workspace(1, heads, D, ctx, 64);
   void* ws = device_array<char>(ws_bytes);
-  std::printf("the layer chain (QKV, attention at context %d, O, gate/up, down), us per layer over %d layers:\n", ctx,
-              layers);
+  int l2_bytes = 0;
+  cuda_ok(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "attribute");
+  std::printf("the layer chain (QKV, attention at context %d, O, gate/up, down), us per layer over %d layers "
+              "(L2: %.0f MB):\n", ctx, layers, l2_bytes / 1e6);
   for (const bool fp8 : {false, true})
-    for (const char* mask : {"", "o", "qo", "og", "qogd"}) {
+    for (const char* variant : {"", "o.5", "o.75", "o1", "o1 g.1", "o1 g.25", "q.1 o1 g.1 d.1", "q.25 o1 g.25 d.25"}) {
+      float fraction[4] = {};
+      std::stringstream in(variant);
+      for (std::string item; in >> item;) fraction[std::string("qogd").find(item[0])] = std::stof(item.substr(1));
       const auto chain = [&](int) {
         for (int l = 0; l < layers; ++l) {
           for (size_t p = 0; p < std::size(projections); ++p) {
@@ -640,7 +656,7 @@ int run_gemv(std::map<std::string, std::string>& f) {
                                    .w_fp8 = fp8 ? w.q : nullptr, .w_scale = fp8 ? w.scale : nullptr,
                                    .y = p == 0 ? qkv : p == 2 ? y : res, .n = pr.n, .k = pr.k, .output = pr.output,
                                    .norm_weight = normed ? norm_w : nullptr, .norm_eps = 1e-5f,
-                                   .prefetch_l2 = std::string(mask).find("qogd"[p]) != std::string::npos};
+                                   .prefetch_l2 = fraction[p]};
             if (const cudaError_t e = cuda::gemv(g, s); e != cudaSuccess) return e;
             if (p == 0)
               if (const cudaError_t e = cuda::paged_attention_decode(a, ctx, 64, ws, ws_bytes, s); e != cudaSuccess)
@@ -650,7 +666,7 @@ int run_gemv(std::map<std::string, std::string>& f) {
         return cudaSuccess;
       };
       const double us = mean_launch_us(s, 1, 5, "chain", chain) / layers;
-      std::printf("%-5s prefetch '%s': %7.1f us a layer, %.3f ms for 32\n", fp8 ? "fp8" : "bf16", mask, us,
+      std::printf("%-5s prefetch '%s': %7.1f us a layer, %.3f ms for 32\n", fp8 ? "fp8" : "bf16", variant, us,
                   32 * us / 1e3);
     }
   return 0;

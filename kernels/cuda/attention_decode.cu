@@ -3,10 +3,13 @@
 // Work split. A thread block owns (KV head, sequence, partition): it reads the partition's K and V rows of that KV
 // head exactly once and serves all `group` query heads that share them (GQA) on tensor cores, so the cache is read
 // once per KV head and not once per query head. A sequence that fits one partition writes its output directly;
-// longer ones write (normalised partial output, max, sum) per partition and paged_decode_reduce_kernel merges them.
+// longer ones merge their partitions' (normalised partial output, max, sum): up to kMaxDecodeCluster partitions as
+// one thread block cluster in distributed shared memory, more through global memory and paged_decode_reduce_kernel.
 #include "kernels/cuda/attention.h"
 
 #include <string>
+
+#include <cooperative_groups.h>
 
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/kv_fp8.h"
@@ -17,6 +20,7 @@ namespace paged::cuda {
 namespace {
 
 constexpr int kDecodeThreads = 128;
+constexpr int kMaxDecodeCluster = 8;  // partitions merged in one thread block cluster (the portable cluster size)
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 constexpr float kLog2e = 1.4426950408889634f;  // scores are kept in base 2 so that softmax uses exp2f
 
@@ -30,6 +34,32 @@ __device__ __forceinline__ void mma_bf16_16816_top(float (&d)[2], uint32_t a0, u
       "{%10, %11, %12, %12};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(unused0), "=f"(unused1)
       : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(d[0]), "f"(d[1]), "f"(0.f));
+}
+
+// Thread block clusters (sm_90): the partitions of one KV head and sequence merge in distributed shared memory
+// (launch_decode launches them so: cluster rank = partition). Elsewhere every block is its own cluster.
+__device__ __forceinline__ unsigned cluster_size() {
+#if __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().num_blocks();
+#else
+  return 1;
+#endif
+}
+
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().sync();
+#endif
+}
+
+// The same shared variable as *p in the cluster's block `rank`.
+template <class T>
+__device__ __forceinline__ const T* cluster_peer(const T* p, int rank) {
+#if __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().map_shared_rank(p, rank);
+#else
+  return p;
+#endif
 }
 
 // Loads 8 bf16 (16 bytes) as four 32-bit words into w[0..3].
@@ -106,6 +136,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
 
   __shared__ __align__(16) float warp_out[kDecodeWarps][kRows][HEAD_DIM];  // per-warp P.V, unnormalised
   __shared__ float warp_max[kDecodeWarps][kRows], warp_sum[kDecodeWarps][kRows];
+  __shared__ float part_max_smem[kRows], part_sum_smem[kRows];  // in a cluster: this partition's, for the merge
   __shared__ int blocks[kMaxBlocks];
 
   wait_for_previous_grid();  // launched early (launch_early): the cache write and the queries before it
@@ -113,12 +144,16 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
   const int kv_head = blockIdx.x, seq = blockIdx.y, part = blockIdx.z;
   const int ctx = a.context_lens[seq];
   const int start = part * partition_size;
-  if (start >= ctx) return;  // the grid is sized for max_context_len; shorter sequences have fewer partitions
-  const int len = min(partition_size, ctx - start);
   // The first position the query sees (sliding window); partitions wholly before it are skipped here and by the
-  // reduction alike, and tokens before it are masked.
+  // merge alike, and tokens before it are masked. The grid is sized for max_context_len: shorter sequences have
+  // fewer partitions, and the blocks past them have nothing to do either.
   const int lo = a.window > 0 ? max(0, ctx - a.window) : 0;
-  if (start + len <= lo) return;
+  const bool active = start < ctx && start + min(partition_size, ctx - start) > lo;
+  // Launched in clusters (one per KV head and sequence), the partitions merge in distributed shared memory and an
+  // idle block still takes part; otherwise it leaves.
+  const bool in_cluster = cluster_size() > 1;
+  if (!active && !in_cluster) return;
+  const int len = active ? min(partition_size, ctx - start) : 0;
   const int group = a.num_heads / a.num_kv_heads;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
@@ -126,7 +161,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
   // The block table slice goes to shared memory once: token lookups are then shared loads, one dependent global
   // load fewer on the path to each K/V row.
   const int first_block = start >> log2_block_size;
-  const int num_blocks = ((start + len - 1) >> log2_block_size) - first_block + 1;
+  const int num_blocks = len > 0 ? ((start + len - 1) >> log2_block_size) - first_block + 1 : 0;
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq + first_block;
   for (int i = threadIdx.x; i < num_blocks; i += kDecodeThreads) blocks[i] = table[i];
 
@@ -409,7 +444,13 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
     }
     const int64_t head = static_cast<int64_t>(seq) * a.num_heads + kv_head * group + row;
     if (num_parts == 1) {
-      a.out[head * HEAD_DIM + d] = __float2bfloat16_rn(acc / sum);
+      if (active) a.out[head * HEAD_DIM + d] = __float2bfloat16_rn(acc / sum);
+    } else if (in_cluster) {  // this partition's result for the merge (each element read above by this thread only)
+      warp_out[0][row][d] = active ? acc / sum : 0.f;
+      if (d == 0) {
+        part_max_smem[row] = active ? m : -INFINITY;
+        part_sum_smem[row] = active ? sum : 0.f;
+      }
     } else {
       part_out[(head * max_partitions + part) * HEAD_DIM + d] = acc / sum;
       if (d == 0) {
@@ -418,6 +459,27 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
       }
     }
   }
+  if (!in_cluster) return;
+  // The cluster's merge, by its first block: paged_decode_reduce_kernel's sums in its order, over the peers' shared
+  // memory. The second barrier keeps the peers' shared memory alive until it has been read.
+  cluster_sync();
+  if (part == 0 && num_parts > 1) {
+    const int first_part = a.window > 0 ? max(0, ctx - a.window) / partition_size : 0;
+    for (int idx = threadIdx.x; idx < group * HEAD_DIM; idx += kDecodeThreads) {
+      const int row = idx / HEAD_DIM, d = idx % HEAD_DIM;
+      float m = -INFINITY;
+      for (int p = first_part; p < num_parts; ++p) m = fmaxf(m, *cluster_peer(&part_max_smem[row], p));
+      float total = 0.f, out = 0.f;
+      for (int p = first_part; p < num_parts; ++p) {
+        const float w = *cluster_peer(&part_sum_smem[row], p) * exp2f(*cluster_peer(&part_max_smem[row], p) - m);
+        total += w;
+        out += w * *cluster_peer(&warp_out[0][row][d], p);
+      }
+      const int64_t head = static_cast<int64_t>(seq) * a.num_heads + kv_head * group + row;
+      a.out[head * HEAD_DIM + d] = __float2bfloat16_rn(out / total);
+    }
+  }
+  cluster_sync();
 }
 
 // grid: (num_heads, num_seqs); block: HEAD_DIM threads, one per output element. Merges the partitions of a sequence
@@ -456,18 +518,28 @@ struct DecodeLaunch {
   float *part_out, *part_max, *part_sum;
 };
 
+// Whether the current device launches thread block clusters (sm_90 on).
+bool clusters_available() {
+  int device = 0, available = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&available, cudaDevAttrClusterLaunch, device) == cudaSuccess && available != 0;
+}
+
 template <int HEAD_DIM>
 cudaError_t launch_decode(const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream) {
   const dim3 grid(a.num_kv_heads, a.num_seqs, l.max_partitions);
+  // Up to kMaxDecodeCluster partitions merge inside the decode kernel, as one cluster: no reduction kernel after it.
+  const bool clustered = l.max_partitions > 1 && l.max_partitions <= kMaxDecodeCluster && clusters_available();
+  const dim3 cluster(1, 1, clustered ? l.max_partitions : 1);
   const auto launch = [&](auto kernel) {
-    return launch_early(kernel, grid, dim3(kDecodeThreads), 0, stream, a, l.log2_block_size, l.partition_size,
-                        l.max_partitions, l.part_out, l.part_max, l.part_sum);
+    return launch_early_in_clusters(kernel, grid, dim3(kDecodeThreads), cluster, 0, stream, a, l.log2_block_size,
+                                    l.partition_size, l.max_partitions, l.part_out, l.part_max, l.part_sum);
   };
   const bool tall = a.num_heads / a.num_kv_heads > 8, fp8 = a.k_fp8 != nullptr;
   const cudaError_t e =
       tall ? launch(fp8 ? paged_decode_kernel<HEAD_DIM, true, true> : paged_decode_kernel<HEAD_DIM, true, false>)
            : launch(fp8 ? paged_decode_kernel<HEAD_DIM, false, true> : paged_decode_kernel<HEAD_DIM, false, false>);
-  if (e != cudaSuccess || l.max_partitions <= 1) return e;
+  if (e != cudaSuccess || l.max_partitions <= 1 || clustered) return e;
   return launch_early(paged_decode_reduce_kernel<HEAD_DIM>, dim3(a.num_heads, a.num_seqs), dim3(HEAD_DIM), 0, stream,
                       a, l.partition_size, l.max_partitions, static_cast<const float*>(l.part_out),
                       static_cast<const float*>(l.part_max), static_cast<const float*>(l.part_sum));

@@ -427,10 +427,11 @@ cuda::GemvArgs CudaModelRunner::Impl::gemv_args(GemvProjection p, const LayerWei
   switch (p) {
     case kGemvQkv: return args(L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, cuda::GemvOutput::kStore, L.attn_norm);
     case kGemvO: {
-      // It follows the decode attention, which leaves the memory idle: its weights go to L2 meanwhile if they fit
-      // in half of it (the 8B's 32 MB of bf16 do in the H200's 60 MB).
+      // It follows the decode attention, which leaves the memory idle: its weights go to L2 meanwhile, as much of
+      // them as half of L2 holds (the 8B's FP8 16 MB, half of its bf16 32 MB in the H100's 50 MB).
       cuda::GemvArgs a = args(L.wo, L.o8, nullptr, hidden, heads * head_dim, cuda::GemvOutput::kAddToResidual, nullptr);
-      a.prefetch_l2 = int64_t{hidden} * heads * head_dim * (L.o8.q ? 1 : 2) <= l2_bytes / 2;
+      const double bytes = double(hidden) * heads * head_dim * (L.o8.q ? 1 : 2);
+      a.prefetch_l2 = static_cast<float>(std::min(1.0, double(l2_bytes) / 2 / bytes));
       return a;
     }
     case kGemvGateUp:

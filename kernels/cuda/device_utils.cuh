@@ -153,21 +153,32 @@ __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddep
 // was launched normally).
 __device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed.
+// Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed, in thread
+// block clusters of `cluster` blocks (sm_90; (1, 1, 1): none).
 template <class... Params, class... Args>
-cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                         Args&&... args) {
+cudaError_t launch_early_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, dim3 cluster, size_t smem,
+                                     cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
+  cudaLaunchAttribute attribute[2];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  attribute[1].id = cudaLaunchAttributeClusterDimension;
+  attribute[1].val.clusterDim.x = cluster.x;
+  attribute[1].val.clusterDim.y = cluster.y;
+  attribute[1].val.clusterDim.z = cluster.z;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...);
+}
+
+template <class... Params, class... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         Args&&... args) {
+  return launch_early_in_clusters(kernel, grid, block, dim3(1, 1, 1), smem, stream, static_cast<Args&&>(args)...);
 }
 
 inline bool is_supported_block_size(int block_size) {

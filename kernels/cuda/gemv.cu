@@ -28,6 +28,11 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
+// How many of a warp's `count` loads of a row GemvArgs::prefetch_l2 asks ahead: the first `fraction` of them.
+__device__ __forceinline__ int prefetch_count(float fraction, int count) {
+  return fraction >= 1.0f ? count : fraction > 0.0f ? static_cast<int>(fraction * static_cast<float>(count)) : 0;
+}
+
 // The x elements one chunk of weights meets (8, or 16 with kFp8), as floats: converted once for all the chunk's rows.
 template <bool kFp8>
 __device__ __forceinline__ void load_x(const bf16* x, float (&xf)[kFp8 ? 16 : 8]) {
@@ -193,10 +198,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   };
   int base = c_begin + lane;
   load(base);
-  if (a.prefetch_l2 && lane == 0 && c_end > c_begin)
+  if (const int ahead = prefetch_count(a.prefetch_l2, c_end - c_begin); ahead > 0 && lane == 0)
 #pragma unroll
     for (int r = 0; r < kWeightRows; ++r)
-      if (valid[r]) prefetch_l2(w_row[r] + c_begin * 16, (c_end - c_begin) * 16);
+      if (valid[r]) prefetch_l2(w_row[r] + c_begin * 16, ahead * 16);
   allow_dependent_launch();
   wait_for_previous_grid();
   const bf16* x = a.x;
@@ -335,9 +340,9 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_mma_kernel(const GemvArgs a
       }
   };
   load(s_begin);
-  if (a.prefetch_l2 && q == 0 && s_end > s_begin) {  // lanes 0, 4, ..., 28: rows g and g + 8
-    if (valid_lo) prefetch_l2(w_lo + s_begin * 64, (s_end - s_begin) * 64);
-    if (valid_hi) prefetch_l2(w_hi + s_begin * 64, (s_end - s_begin) * 64);
+  if (const int ahead = prefetch_count(a.prefetch_l2, s_end - s_begin); ahead > 0 && q == 0) {  // rows g, g + 8
+    if (valid_lo) prefetch_l2(w_lo + s_begin * 64, ahead * 64);
+    if (valid_hi) prefetch_l2(w_hi + s_begin * 64, ahead * 64);
   }
   allow_dependent_launch();
   wait_for_previous_grid();

@@ -58,11 +58,11 @@ struct GemvArgs {
   // one-stream step launches no norm kernel before the projections that read a norm.
   const bf16* norm_weight = nullptr;  // [k]
   float norm_eps = 0.0f, norm_offset = 0.0f;
-  // Before it waits for the previous kernel (launched early, see below), each warp asks L2 for all of its weight rows
-  // at once (a bulk prefetch), so that weights which fit in L2 arrive while the previous kernel leaves the memory
-  // idle: the O projection after the decode attention, which is latency-bound at one token. Only for weights well
-  // within L2 (the runner's choice): larger ones would evict their own lines before the loads reach them.
-  bool prefetch_l2 = false;
+  // Before it waits for the previous kernel (launched early, see below), each warp asks L2 for the first
+  // prefetch_l2 (0..1) of its weight rows at once (bulk prefetches), so that these arrive while the previous kernel
+  // leaves the memory idle: the O projection after the decode attention, which is latency-bound at one token. The
+  // runner keeps the bytes asked for well within L2: more would evict their own lines before the loads reach them.
+  float prefetch_l2 = 0.0f;
   GemvRope rope;  // kRope only
 };
 

@@ -244,11 +244,11 @@ TEST_CASE("the FP8 GEMV is the CPU's product of the dequantised weights, with it
         CHECK(cuda::gemv(a, nullptr, tile) == cudaErrorInvalidValue);
         continue;
       }
-      a.prefetch_l2 = true;  // the same products with the weights asked into L2 first
+      a.prefetch_l2 = 0.5f;  // the same products with half the weights asked into L2 first
       CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
       check_close(to_float(d_y.download()), p, "store");
       DeviceArray<bf16> d_act(n / 2);
-      a.prefetch_l2 = false;
+      a.prefetch_l2 = 0.0f;
       a.y = d_act.get();
       a.output = cuda::GemvOutput::kSiluMul;
       CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));

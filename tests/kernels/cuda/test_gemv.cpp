@@ -64,10 +64,10 @@ TEST_CASE("gemv matches linear -> add / silu_and_mul on the CPU", "[gpu][gemv]")
       d_y.upload(to_bf16(residual));  // the residual stream, updated in place
       a.bias = nullptr;
       a.output = cuda::GemvOutput::kAddToResidual;
-      a.prefetch_l2 = true;  // as the runner's O projection: the weights asked into L2 first, the same sums
+      a.prefetch_l2 = 1.0f;  // as the runner's O projection: the weights asked into L2 first, the same sums
       CUDA_REQUIRE(cuda::gemv(a, nullptr, tile));
       check_close(to_float(d_y.download()), added, "add to residual");
-      a.prefetch_l2 = false;
+      a.prefetch_l2 = 0.0f;
 
       a.y = d_act.get();
       a.output = cuda::GemvOutput::kSiluMul;
