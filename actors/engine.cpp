@@ -1,5 +1,6 @@
 #include "actors/engine.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <limits>
@@ -1054,6 +1055,22 @@ std::vector<LoraInfo> Engine::lora_adapters() const {
   for (const auto& [id, e] : impl_->loras)
     if (e.served) out.push_back({id, e.name, e.path});
   return out;
+}
+
+std::string Engine::lora_prometheus() const {
+  const Impl& m = *impl_;
+  const auto [running, waiting] = m.metrics.lora_use.adapters();
+  std::lock_guard lock(m.lora_mu);
+  if (m.next_lora == 1) return "";  // no adapter was ever served
+  const auto names = [&](const std::vector<int32_t>& ids) {
+    std::vector<std::string> out;
+    for (int32_t id : ids)
+      if (const auto it = m.loras.find(id); it != m.loras.end()) out.push_back(it->second.name);
+    return out;
+  };
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return lora_requests_info(names(running), names(waiting), m.config.max_loras,
+                            std::chrono::duration<double>(now).count());
 }
 
 const ModelConfig& Engine::model_config() const { return impl_->model; }

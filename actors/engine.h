@@ -137,6 +137,10 @@ class Engine {
   bool unload_lora(const std::string& name);
   /// The adapters served, in load order (--lora-modules' first).
   std::vector<LoraInfo> lora_adapters() const;
+  /// vLLM's vllm:lora_requests_info gauge (labels max_lora, running_lora_adapters, waiting_lora_adapters: the names
+  /// of the adapters with running / waiting requests, joined by commas; the value the time of the scrape), once an
+  /// adapter was served; else empty.
+  std::string lora_prometheus() const;
 
  private:
   struct Impl;

@@ -213,6 +213,49 @@ void ReplicaMetricsWriter::clear(std::initializer_list<Field> gauges) {
   for (Field gauge : gauges) set(gauge, 0);
 }
 
+void LoraUse::add(const Counts& running, const Counts& waiting) {
+  std::lock_guard lock(mu_);
+  for (auto [into, from] : {std::pair{&running_, &running}, std::pair{&waiting_, &waiting}})
+    for (const auto& [id, n] : *from)
+      if (((*into)[id] += n) == 0) into->erase(id);
+}
+
+std::pair<std::vector<int32_t>, std::vector<int32_t>> LoraUse::adapters() const {
+  std::lock_guard lock(mu_);
+  std::pair<std::vector<int32_t>, std::vector<int32_t>> out;
+  for (const auto& [id, n] : running_)
+    if (n > 0) out.first.push_back(id);
+  for (const auto& [id, n] : waiting_)
+    if (n > 0) out.second.push_back(id);
+  return out;
+}
+
+void ReplicaMetricsWriter::set_lora_use(LoraUse::Counts running, LoraUse::Counts waiting) {
+  LoraPublished& last = *lora_published_;
+  if (running == last.running && waiting == last.waiting) return;
+  // The change: the new counts, less the old.
+  LoraUse::Counts d_running = running, d_waiting = waiting;
+  for (const auto& [id, n] : last.running) d_running[id] -= n;
+  for (const auto& [id, n] : last.waiting) d_waiting[id] -= n;
+  replica_->lora_use.add(d_running, d_waiting);
+  total_->lora_use.add(d_running, d_waiting);
+  last = {std::move(running), std::move(waiting)};
+}
+
+std::string lora_requests_info(const std::vector<std::string>& running, const std::vector<std::string>& waiting,
+                               int max_lora, double now) {
+  const auto joined = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+    return label_value(s);
+  };
+  std::ostringstream out;
+  out << "# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\n"
+      << "vllm:lora_requests_info{max_lora=\"" << max_lora << "\",running_lora_adapters=\"" << joined(running)
+      << "\",waiting_lora_adapters=\"" << joined(waiting) << "\"} " << std::fixed << now << '\n';
+  return out.str();
+}
+
 std::string replicas_prometheus(const std::vector<ReplicaView>& replicas) {
   std::ostringstream out;
   const auto series = [&](const char* name, const char* help, const char* type, int64_t (*of)(const Metrics&)) {

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -35,6 +37,20 @@ class Histogram {
   std::vector<uint64_t> counts_;
   uint64_t count_ = 0;
   double sum_ = 0.0;
+};
+
+/// Requests per LoRA adapter id, running and waiting (vLLM's vllm:lora_requests_info). Thread-safe.
+class LoraUse {
+ public:
+  using Counts = std::map<int32_t, int64_t>;  // adapter id -> requests (none listed: 0)
+  /// Adds `running` and `waiting` (which may be negative: a replica's change) to the counts.
+  void add(const Counts& running, const Counts& waiting);
+  /// The adapters with running requests, and with waiting ones, each in id order.
+  std::pair<std::vector<int32_t>, std::vector<int32_t>> adapters() const;
+
+ private:
+  mutable std::mutex mu_;
+  Counts running_, waiting_;
 };
 
 struct Metrics {
@@ -83,6 +99,7 @@ struct Metrics {
   Histogram decode_time;   // first token to the end
   StepProfile step_profile;  // the engine's steps by kind: device busy and idle, host time (paged bench --profile)
   Histogram iteration_tokens;  // tokens computed per engine step (a count, not seconds)
+  LoraUse lora_use;            // requests per LoRA adapter, running and waiting
 
   /// Prometheus text exposition, every name prefixed paged_.
   std::string prometheus() const;
@@ -108,12 +125,25 @@ class ReplicaMetricsWriter {
   void raise_peak(Field peak, int64_t (*of)(const Metrics&));
   /// Sets `gauges` to 0 (an actor of the replica ends: what it published leaves the totals; counters stay).
   void clear(std::initializer_list<Field> gauges);
+  /// The replica's requests per LoRA adapter are now `running` and `waiting`; the total moves by the difference.
+  void set_lora_use(LoraUse::Counts running, LoraUse::Counts waiting);
   Metrics& total() const { return *total_; }
 
  private:
   Metrics* total_;
   Metrics* replica_;
+  // What set_lora_use last gave, shared by the writer's copies (the scheduler's, and the one that clears what it
+  // published when it ends).
+  struct LoraPublished {
+    LoraUse::Counts running, waiting;
+  };
+  std::shared_ptr<LoraPublished> lora_published_ = std::make_shared<LoraPublished>();
 };
+
+/// vLLM's vllm:lora_requests_info gauge: the names of the LoRA adapters with running and with waiting requests, each
+/// joined by commas, and max_lora as labels; the value `now` (seconds since the epoch, as vLLM's).
+std::string lora_requests_info(const std::vector<std::string>& running, const std::vector<std::string>& waiting,
+                               int max_lora, double now);
 
 /// One replica as /metrics lists it: its index, where it runs ("local" or HOST:PORT) and its own figures.
 struct ReplicaView {

@@ -130,6 +130,7 @@ void free_seqs(Self* self, const std::vector<SeqId>& ids) {
 void publish_queue_metrics(Self* self) {
   auto& st = self->state;
   int64_t waiting = 0, running = 0, swapped = 0, running_seqs = 0;
+  LoraUse::Counts lora_running, lora_waiting;  // requests of each LoRA adapter
   for (const auto& [id, r] : st.requests) {
     bool any_running = false, any_swapped = false, all_waiting = true;
     for (SeqId s : r.seqs) {
@@ -141,8 +142,13 @@ void publish_queue_metrics(Self* self) {
     running += any_running;
     swapped += any_swapped && !any_running;
     waiting += all_waiting;
+    if (const int32_t lora = r.spec.params->lora; lora != 0) {
+      if (any_running) ++lora_running[lora];
+      if (all_waiting) ++lora_waiting[lora];
+    }
   }
   ReplicaMetricsWriter& m = st.setup.metrics;
+  m.set_lora_use(std::move(lora_running), std::move(lora_waiting));
   m.set(&Metrics::waiting_requests, waiting);
   m.set(&Metrics::running_requests, running);
   m.set(&Metrics::swapped_requests, swapped);
@@ -871,6 +877,7 @@ caf::actor spawn_scheduler(caf::actor_system& system, SchedulerSetup setup) {
   scheduler->attach_functor([metrics](const caf::error&) mutable {
     metrics.clear({&Metrics::waiting_requests, &Metrics::running_requests, &Metrics::swapped_requests,
                    &Metrics::running_seqs});
+    metrics.set_lora_use({}, {});
   });
   return scheduler;
 }

@@ -371,7 +371,7 @@ void HttpSession<Stream>::handle(Request&& req) {
   } else if (path == "/metrics") {
     respond(200,
             ctx_.engine.prometheus() + ctx_.engine.metrics().vllm_prometheus(ctx_.model_name) +
-                ctx_.counters.prometheus(),
+                ctx_.engine.lora_prometheus() + ctx_.counters.prometheus(),
             "text/plain; version=0.0.4");
   } else if (path == "/v1/models") {
     respond(200, openai::models_body(ctx_.model_info(), ctx_.max_model_len, std::time(nullptr)), "application/json");

@@ -64,12 +64,12 @@ ServerContext::ServerContext(Engine& eng, ServerOptions opts, std::shared_ptr<bo
                                                     : options.served_model_names.front()),
       max_model_len(eng.config().max_model_len.value_or(eng.model_config().max_position_embeddings)),
       responses(options.max_stored_responses),
+      tls(std::move(tls_context)),
       runtime_lora_updating([] {
         const char* v = std::getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
         const std::string s = v ? v : "";
         return s == "1" || s == "true" || s == "True" || s == "TRUE";
       }()),
-      tls(std::move(tls_context)),
       chat_template_(ChatTemplate::load(eng.config().model_dir, options.chat_template_file)) {
   model_info_.tokenizer = &eng.tokenizer();
   model_info_.vocab_size = eng.model_config().vocab_size;

@@ -180,6 +180,7 @@ TEST_CASE("adapters load and unload while the engine serves; a request in flight
   c.max_num_seqs = 4;
   Engine engine(c);
   CHECK(engine.lora_adapters().empty());
+  CHECK(engine.lora_prometheus().empty());  // until an adapter is served
   CHECK_THROWS_WITH(engine.load_lora("bad", (dir.path() / "nothing").string()), Catch::Contains("not a folder"));
   CHECK(engine.lora_adapters().empty());
   const int32_t id = engine.load_lora("a", (dir.path() / "adapter").string());
@@ -207,6 +208,9 @@ TEST_CASE("adapters load and unload while the engine serves; a request in flight
     std::unique_lock lock(mu);
     REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return started; }));
   }
+  // vLLM's vllm:lora_requests_info names the adapter of the running request.
+  CHECK_THAT(engine.lora_prometheus(), Catch::Contains("vllm:lora_requests_info{max_lora=\"1\","
+                                                       "running_lora_adapters=\"a\",waiting_lora_adapters=\"\"}"));
   CHECK(engine.unload_lora("a"));
   CHECK_FALSE(engine.unload_lora("a"));
   CHECK(engine.lora_adapters().empty());
@@ -216,6 +220,8 @@ TEST_CASE("adapters load and unload while the engine serves; a request in flight
     REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
   }
   CHECK(got == want);
+  engine.wait_idle();
+  CHECK_THAT(engine.lora_prometheus(), Catch::Contains("running_lora_adapters=\"\",waiting_lora_adapters=\"\""));
   // The name is free again: loaded anew, under a new id.
   const int32_t again = engine.load_lora("a", (dir.path() / "adapter").string());
   CHECK(again != id);

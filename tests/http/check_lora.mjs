@@ -8,7 +8,7 @@
 //        --adapter-path DIR --golden .../stories260K-greedy.json [--runtime 1]
 import fs from "node:fs";
 import OpenAI from "openai";
-import { check, checkEqual, finish, parseArgs, waitForHealth } from "./common.mjs";
+import { check, checkEqual, finish, parseArgs, sleep, waitForHealth } from "./common.mjs";
 
 const args = parseArgs();
 await waitForHealth(args.base);
@@ -40,6 +40,21 @@ for (const [i, prompt] of prompts.entries()) {
   }
 }
 check(differs >= prompts.length, "the adapter changes the answers", differs);
+
+// vLLM's vllm:lora_requests_info: the adapter of a request in flight runs; none once it ended.
+const lora_info = async () => (await (await fetch(`${args.base}/metrics`)).text())
+  .split("\n").find((l) => l.startsWith("vllm:lora_requests_info{"));
+const long = await client.completions.create({ model: args.adapter, prompt: prompts[0], max_tokens: 300,
+                                               ignore_eos: true, stream: true });
+let seenRunning = false;
+for await (const chunk of long) {
+  if (!seenRunning) seenRunning = (await lora_info())?.includes(`running_lora_adapters="${args.adapter}"`);
+}
+check(seenRunning, "vllm:lora_requests_info names the adapter while its request runs", await lora_info());
+const idle = /^vllm:lora_requests_info\{max_lora="\d+",running_lora_adapters="",waiting_lora_adapters=""\} \d/;
+let ended = false;  // the scheduler counts the request's end after its last tokens went out
+for (let i = 0; i < 50 && !ended; ++i) ended = idle.test(await lora_info()) || (await sleep(50), false);
+check(ended, "and none once it ended", await lora_info());
 
 // Streamed chat (the template of the served model) through the adapter.
 const messages = [{ role: "user", content: "Tell me about a cat." }];
