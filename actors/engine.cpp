@@ -95,6 +95,14 @@ struct Engine::Impl {
   std::string give_lora(int32_t id, const std::vector<std::shared_ptr<const LoraAdapter>>& ranks);
   /// Tells the executors to drop adapter `id` (no answer awaited).
   void drop_lora(int32_t id);
+  /// The entry of adapter `id` while it is served (lora_mu held); else throws InvalidRequest naming "model".
+  const LoraEntry& served_lora(int32_t id) const {
+    const auto it = loras.find(id);
+    if (it == loras.end() || !it->second.served)
+      throw InvalidRequest("no LoRA adapter " + std::to_string(id) + " is served", "model");
+    return it->second;
+  }
+  LoraEntry& served_lora(int32_t id) { return const_cast<LoraEntry&>(std::as_const(*this).served_lora(id)); }
   /// A request of adapter id ended: its weights go when it was unloaded and this was the last.
   void lora_request_ended(int32_t id);
   ~Impl();
@@ -774,9 +782,7 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
     throw InvalidRequest(bad->message, bad->field);
   if (p.lora != 0) {
     std::lock_guard lock(m.lora_mu);
-    const auto it = m.loras.find(p.lora);
-    if (it == m.loras.end() || !it->second.served)
-      throw InvalidRequest("no LoRA adapter " + std::to_string(p.lora) + " is served", "model");
+    m.served_lora(p.lora);
   }
   for (const auto& [asked, field] : {std::pair{p.logprobs, "logprobs"}, std::pair{p.prompt_logprobs, "prompt_logprobs"}})
     if (asked && *asked > m.config.max_logprobs)
@@ -863,11 +869,9 @@ RequestId Engine::start(std::vector<TokenId> prompt, SamplingParams params, Sink
   }
   if (params.lora != 0) {  // its KV is found by its own adapter's requests only; counted until it ends
     std::lock_guard lock(m.lora_mu);
-    const auto it = m.loras.find(params.lora);
-    if (it == m.loras.end() || !it->second.served)  // unloaded since validate()
-      throw InvalidRequest("no LoRA adapter " + std::to_string(params.lora) + " is served", "model");
-    params.cache_salt = hash_mix(params.cache_salt, it->second.hash);
-    ++it->second.in_flight;
+    auto& lora = m.served_lora(params.lora);  // again: it may have been unloaded since validate()
+    params.cache_salt = hash_mix(params.cache_salt, lora.hash);
+    ++lora.in_flight;
     sink = [&m, id = params.lora, sink = std::move(sink)](RequestEvent ev) {
       const bool done = ev.done;
       sink(std::move(ev));
@@ -975,6 +979,7 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::string>& prom
 }
 
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+
 std::string Engine::Impl::give_lora(int32_t id, const std::vector<std::shared_ptr<const LoraAdapter>>& ranks) {
   const std::vector<caf::actor>& executors = replicas.at(0)->executors;
   std::string error;

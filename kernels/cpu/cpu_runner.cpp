@@ -31,8 +31,8 @@ std::vector<float> read_param(const SafeTensors& weights, const RankParam& param
 
 // Adds each LoRA pair of `pairs` to one token's row of a linear layer's output: out[p.out_offset + i] +=
 // p.scale * (B (A x))[i], x the layer's input row of k values.
-void add_lora_pairs(float* out, const float* x, int k, const std::vector<LoraPair>& pairs) {
-  std::vector<float> ax;
+// `ax` is scratch (reused across calls: this runs per token and layer).
+void add_lora_pairs(float* out, const float* x, int k, const std::vector<LoraPair>& pairs, std::vector<float>& ax) {
   for (const LoraPair& p : pairs) {
     ax.assign(static_cast<size_t>(p.rank), 0.0f);
     for (int j = 0; j < p.rank; ++j) {
@@ -222,11 +222,12 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
   // A linear layer's LoRA pairs (the input rows as the base layer took them before any FP8 rounding): each token's
   // adapter's pairs of layer l, `which` of them, added to its output row; before the all-reduce of a row-parallel
   // layer, whose partial products it sums as the base layer's.
+  std::vector<float> lora_scratch;
   const auto lora = [&](float* out, const float* x, int l, std::vector<LoraPair> LoraLayer::*which, int n, int k) {
     if (!any_lora) return;
     for (int t = 0; t < T; ++t)
       if (const LoraAdapter* a = row_lora[t])
-        add_lora_pairs(out + int64_t{t} * n, x + int64_t{t} * k, k, a->layers[l].*which);
+        add_lora_pairs(out + int64_t{t} * n, x + int64_t{t} * k, k, a->layers[l].*which, lora_scratch);
   };
 
   for (int l = 0; l < cfg_.num_layers; ++l) {
