@@ -38,8 +38,9 @@ struct PagedAttentionArgs {
 /// Decode: query s is sequence s's last token (position context_lens[s] - 1). Grid (num_kv_heads, num_seqs,
 /// partitions): each thread block reads one KV head's blocks of one partition of partition_size tokens once, for all
 /// the query heads of its group, on tensor cores. Sequences with more than one partition merge partial results: in
-/// the thread block cluster of their partitions where the device has clusters (sm_90) and the grid has at most 8
-/// partitions, else through `workspace` and a second kernel (the workspace is sized for the second way). Requirements: every context_lens[s] <= max_context_len; partition_size a
+/// the thread block cluster of their partitions where the device has clusters (sm_90), the grid has at most 8
+/// partitions and all its blocks are resident at once (one wave), else through `workspace` and a second kernel (the
+/// workspace is sized for the second way). Requirements: every context_lens[s] <= max_context_len; partition_size a
 /// multiple of block_size and at most kMaxDecodePartition; num_heads / num_kv_heads <= 16 (GQA group); head_dim and
 /// block_size supported. Probabilities enter the P.V product rounded to bf16 (as in flash attention). The grid depends only on (num_seqs, max_context_len, partition_size), so a CUDA graph captured with a
 /// fixed max_context_len replays for any contexts up to it.
