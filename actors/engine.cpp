@@ -162,7 +162,9 @@ namespace {
 std::string lora_unsupported(const EngineConfig& c) {
   if (!c.workers.empty())
     return "with --workers the LoRA adapters are fixed at start: the same --lora-modules on the head and every worker";
-  if (c.device != "cpu") return "LoRA adapters run on the CPU device (--device cpu); the CUDA executor has no LoRA kernels yet";
+  if (!c.enable_lora) return "LoRA adapters need --enable-lora";
+  if (c.device == "cuda" && c.quantization == "fp8")
+    return "LoRA adapters with FP8 weights (--quantization fp8) are not supported on CUDA yet";
   return "";
 }
 
@@ -266,7 +268,9 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
           .max_model_len = max_model_len,
           .cuda_graphs = !c.enforce_eager,
           .fp8_weights = c.quantization == "fp8",
-          .fp8_kv = c.kv_cache_dtype == "fp8"};
+          .fp8_kv = c.kv_cache_dtype == "fp8",
+          .max_loras = c.enable_lora ? c.max_loras : 0,
+          .max_lora_rank = c.max_lora_rank};
 }
 #endif
 

@@ -72,10 +72,13 @@ struct EngineConfig {
   /// from the model's own distribution); steps are then planned one after another (async_scheduling is off). Not for
   /// beam search or the first token of n > 1. Off: num_speculative_tokens 0.
   NgramSpeculation speculative_config;
-  /// vLLM's --enable-lora / --lora-modules: LoRA adapters (PEFT folders, model/lora/lora_adapter.h) served beside the
-  /// base model, any mix of them and the base model in one step; a request picks one by SamplingParams::lora (the
-  /// HTTP API by its name as the request's model). Adapter i gets id i + 1. CPU device; with workers, each worker
-  /// loads the same list (checked at connection) and Engine::load_lora is refused.
+  /// vLLM's --enable-lora: the engine serves LoRA adapters (PEFT folders, model/lora/lora_adapter.h) beside the base
+  /// model, any mix of them and the base model in one step; a request picks one by SamplingParams::lora (the HTTP API
+  /// by its name as the request's model). On CUDA the executor keeps max_loras slots of max_lora_rank for them (the
+  /// KV pool gets what is left), not with FP8 weights. Off: lora_modules and Engine::load_lora are refused.
+  bool enable_lora = false;
+  /// --lora-modules: the adapters loaded at start; adapter i gets id i + 1. With workers, each worker loads the same
+  /// list (checked at connection) and Engine::load_lora is refused.
   struct LoraModule {
     std::string name, path;
   };

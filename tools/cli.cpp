@@ -257,11 +257,11 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   c.dtype = args.get("dtype").value_or(c.dtype);
   c.enforce_eager = args.get_bool("enforce-eager", c.enforce_eager);
   c.max_logprobs = args.get_int("max-logprobs", c.max_logprobs);
-  const bool enable_lora = args.get_bool("enable-lora", false);
+  c.enable_lora = args.get_bool("enable-lora", c.enable_lora);
   for (const std::string& value : args.get_all("lora-modules"))
     for (EngineConfig::LoraModule& m : lora_modules(value, args.label("lora-modules")))
       c.lora_modules.push_back(std::move(m));
-  if (!c.lora_modules.empty() && !enable_lora) throw UsageError("--lora-modules needs --enable-lora");
+  if (!c.lora_modules.empty() && !c.enable_lora) throw UsageError("--lora-modules needs --enable-lora");
   c.max_lora_rank = args.get_int("max-lora-rank", c.max_lora_rank);
   c.max_loras = args.get_int("max-loras", c.max_loras);
   if (c.max_lora_rank < 1 || c.max_lora_rank > 512) throw UsageError("--max-lora-rank must be in [1, 512]");

@@ -29,27 +29,6 @@ std::vector<float> read_param(const SafeTensors& weights, const RankParam& param
   return out;
 }
 
-// Adds each LoRA pair of `pairs` to one token's row of a linear layer's output: out[p.out_offset + i] +=
-// p.scale * (B (A x))[i], x the layer's input row of k values.
-// `ax` is scratch (reused across calls: this runs per token and layer).
-void add_lora_pairs(float* out, const float* x, int k, const std::vector<LoraPair>& pairs, std::vector<float>& ax) {
-  for (const LoraPair& p : pairs) {
-    ax.assign(static_cast<size_t>(p.rank), 0.0f);
-    for (int j = 0; j < p.rank; ++j) {
-      const float* a = &p.a[static_cast<size_t>(j) * k];
-      float sum = 0.0f;
-      for (int i = 0; i < k; ++i) sum += a[i] * x[i];
-      ax[j] = p.scale * sum;
-    }
-    for (int i = 0; i < p.out_rows; ++i) {
-      const float* b = &p.b[static_cast<size_t>(i) * p.rank];
-      float sum = 0.0f;
-      for (int j = 0; j < p.rank; ++j) sum += b[j] * ax[j];
-      out[p.out_offset + i] += sum;
-    }
-  }
-}
-
 // Throws ModelError naming the first pair outside the pools (check_block_pairs), before anything is copied.
 void require_pairs_in_pools(const std::vector<BlockPair>& pairs, PairOrder order, const CpuRunnerOptions& opt) {
   if (auto bad = check_block_pairs(pairs, order, opt.num_blocks, opt.num_swap_blocks))
@@ -227,7 +206,7 @@ std::vector<float> CpuModelRunner::run_layers(const StepBatch& batch) {
     if (!any_lora) return;
     for (int t = 0; t < T; ++t)
       if (const LoraAdapter* a = row_lora[t])
-        add_lora_pairs(out + int64_t{t} * n, x + int64_t{t} * k, k, a->layers[l].*which, lora_scratch);
+        cpu::add_lora_pairs(out + int64_t{t} * n, x + int64_t{t} * k, k, a->layers[l].*which, lora_scratch);
   };
 
   for (int l = 0; l < cfg_.num_layers; ++l) {

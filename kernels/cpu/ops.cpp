@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "model/lora/lora_adapter.h"
+
 namespace paged::cpu {
 
 namespace {
@@ -161,6 +163,24 @@ void soft_cap(float* x, int64_t n, float cap) {
 void copy_blocks(float* cache, std::span<const std::pair<int32_t, int32_t>> src_dst, int64_t block_elems) {
   for (const auto& [src, dst] : src_dst)
     std::memcpy(cache + dst * block_elems, cache + src * block_elems, sizeof(float) * block_elems);
+}
+
+void add_lora_pairs(float* out, const float* x, int k, const std::vector<LoraPair>& pairs, std::vector<float>& ax) {
+  for (const LoraPair& p : pairs) {
+    ax.assign(static_cast<size_t>(p.rank), 0.0f);
+    for (int j = 0; j < p.rank; ++j) {
+      const float* a = &p.a[static_cast<size_t>(j) * k];
+      float sum = 0.0f;
+      for (int i = 0; i < k; ++i) sum += a[i] * x[i];
+      ax[j] = p.scale * sum;
+    }
+    for (int i = 0; i < p.out_rows; ++i) {
+      const float* b = &p.b[static_cast<size_t>(i) * p.rank];
+      float sum = 0.0f;
+      for (int j = 0; j < p.rank; ++j) sum += b[j] * ax[j];
+      out[p.out_offset + i] += sum;
+    }
+  }
 }
 
 }  // namespace paged::cpu

@@ -11,6 +11,10 @@
 #include <utility>
 #include <vector>
 
+namespace paged {
+struct LoraPair;  // model/lora/lora_adapter.h
+}
+
 namespace paged::cpu {
 
 /// out = x / sqrt(mean(x^2) + eps) * weight, per row.
@@ -83,5 +87,10 @@ void soft_cap(float* x,  // [n]
 /// Copies whole blocks inside one cache array (copy-on-write): for each (src, dst), block dst := block src.
 void copy_blocks(float* cache,  // [num_blocks][block_elems]
                  std::span<const std::pair<int32_t, int32_t>> src_dst, int64_t block_elems);
+
+/// out[p.out_offset + i] += p.scale * (B (A x))[i] for each LoRA pair p of a fused linear layer, over one token's row:
+/// x its k inputs, out its output row. `ax` is scratch (kept by the caller: this runs per token and layer). The twin of
+/// kernels/cuda/lora.h's add_lora.
+void add_lora_pairs(float* out, const float* x, int k, const std::vector<LoraPair>& pairs, std::vector<float>& ax);
 
 }  // namespace paged::cpu

@@ -107,6 +107,12 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
                      ", without FP8 weights (--quantization fp8, or an FP8 checkpoint: --quantization none loads "
                      "it dequantised to bf16) (this model: " + std::to_string(cfg.moe.num_experts) +
                      " experts, top " + std::to_string(cfg.moe.top_k) + ")");
+  if (opt.max_loras < 0 || (opt.max_loras > 0 && opt.max_lora_rank < 1))
+    throw ModelError("LoRA slots: max_loras " + std::to_string(opt.max_loras) + " and max_lora_rank " +
+                     std::to_string(opt.max_lora_rank) + " must be positive");
+  if (opt.max_loras > 0 && opt.fp8_weights)
+    throw ModelError("LoRA adapters with FP8 weights (--quantization fp8, or an FP8 checkpoint) are not supported on "
+                     "CUDA yet; --quantization none loads an FP8 checkpoint dequantised to bf16");
   map = rank_weight_map(cfg, opt.tp_rank, opt.tp_size);
   const int tp = opt.tp_size;
   if (map.intermediate % 8 != 0)
@@ -385,6 +391,7 @@ void CudaModelRunner::Impl::allocate_runtime() {
   logits = device_alloc<float>(int64_t{max_rows} * vocab);
   sample_ws = device_alloc<char>(cuda::sampling_workspace_bytes(max_seqs, vocab));
   if (cfg.is_moe()) allocate_moe();
+  if (opt.max_loras > 0) allocate_lora();
 
   buckets = batch_buckets(max_seqs);
   ctx_buckets = context_buckets(opt.max_model_len);
@@ -517,6 +524,67 @@ void CudaModelRunner::Impl::allocate_kv() {
                          block_bytes};
 }
 
+void CudaModelRunner::Impl::allocate_lora() {
+  const bool dense_mlp = !cfg.is_moe();  // the experts take no pairs (load_lora_adapter refuses them)
+  lora_map = lora_layout(cfg.num_layers,
+                         {LoraShape{qkv_dim, hidden}, LoraShape{hidden, heads * head_dim},
+                          LoraShape{2 * inter, hidden, dense_mlp}, LoraShape{hidden, inter, dense_mlp}},
+                         opt.max_lora_rank);
+  lora_weights = device_alloc<bf16>(lora_map.weights * opt.max_loras);
+  lora_scales = device_alloc<float>(lora_map.scales * opt.max_loras);
+  lora_v = device_alloc<float>(int64_t{max_tokens} * lora_map.max_rank);
+  lora_rows.allocate(max_tokens);
+  slot_lora.assign(opt.max_loras, 0);
+  slot_used.assign(opt.max_loras, 0);
+}
+
+int CudaModelRunner::Impl::lora_slot(int32_t id, std::vector<int32_t>& step) {
+  const auto adapter = loras.find(id);
+  if (adapter == loras.end())
+    throw ModelError("chunk of LoRA adapter " + std::to_string(id) + ", which this runner does not hold");
+  int slot = static_cast<int>(std::find(slot_lora.begin(), slot_lora.end(), id) - slot_lora.begin());
+  if (slot == opt.max_loras) {
+    slot = static_cast<int>(std::find(slot_lora.begin(), slot_lora.end(), 0) - slot_lora.begin());
+    if (slot == opt.max_loras) {
+      slot = -1;
+      for (int s = 0; s < opt.max_loras; ++s)
+        if (std::find(step.begin(), step.end(), slot_lora[s]) == step.end() &&
+            (slot < 0 || slot_used[s] < slot_used[slot]))
+          slot = s;
+      if (slot < 0)
+        throw ModelError("step of more LoRA adapters than the runner's " + std::to_string(opt.max_loras) +
+                         " slots (max_loras)");
+    }
+    // After the steps before it on the compute stream, which may still read the slot's previous adapter.
+    const HostLora& host = adapter->second;
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(lora_weights.get() + slot * lora_map.weights, host.weights.data(),
+                                     host.weights.size() * sizeof(uint16_t), cudaMemcpyHostToDevice, compute));
+    PAGED_CUDA_CHECK(cudaMemcpyAsync(lora_scales.get() + slot * lora_map.scales, host.scales.data(),
+                                     host.scales.size() * sizeof(float), cudaMemcpyHostToDevice, compute));
+    slot_lora[slot] = id;
+  }
+  if (std::find(step.begin(), step.end(), id) == step.end()) step.push_back(id);
+  slot_used[slot] = ++lora_uses;
+  return slot;
+}
+
+void CudaModelRunner::add_lora(int32_t id, const LoraAdapter& adapter) {
+  Impl& m = *impl_;
+  if (m.opt.max_loras == 0)
+    throw ModelError("this CUDA runner has no LoRA slots (the engine starts it with them under --enable-lora)");
+  if (id <= 0 || m.loras.count(id)) throw ModelError("LoRA adapter id " + std::to_string(id) + " is taken or not > 0");
+  Impl::HostLora host;
+  pack_lora(adapter, m.lora_map, host.weights, host.scales);
+  m.loras.emplace(id, std::move(host));
+}
+
+void CudaModelRunner::remove_lora(int32_t id) {
+  Impl& m = *impl_;
+  m.loras.erase(id);
+  for (int32_t& held : m.slot_lora)
+    if (held == id) held = 0;  // free: a later upload into it follows every step that read it on the stream
+}
+
 CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batch) {
   Plan plan;
   const int B = opt.block_size;
@@ -537,8 +605,13 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
   query_start.host[0] = 0;
   int t = 0;
   plan.logits_row.assign(n, -1);
+  std::vector<int32_t> step_loras;  // the adapters this step has placed in slots
   for (int s = 0; s < n; ++s) {
     const SeqChunk& c = batch.seqs[s];
+    if (c.lora != 0 && opt.max_loras == 0)
+      throw ModelError("chunk of LoRA adapter " + std::to_string(c.lora) + ", and this runner has no LoRA slots");
+    const int lora = c.lora != 0 ? lora_slot(c.lora, step_loras) : -1;
+    plan.lora = plan.lora || lora >= 0;
     const int ctx = c.start_pos + static_cast<int>(c.tokens.size());
     const int needed = (ctx + B - 1) / B;
     if (ctx > opt.max_model_len)
@@ -558,6 +631,7 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
       const int pos = c.start_pos + static_cast<int>(i);
       token_ids.host[t] = c.tokens[i];
       positions.host[t] = pos;
+      if (opt.max_loras > 0) lora_rows.host[t] = lora;
       for (int g = 0; g < G; ++g) slots.host[int64_t{g} * max_tokens + t] = kv_slot(table_of(c, g), pos, B);
     }
     query_start.host[s + 1] = t;
@@ -585,6 +659,7 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     for (int s = n; s < rows; ++s) {
       token_ids.host[s] = 0;
       positions.host[s] = 0;
+      if (opt.max_loras > 0) lora_rows.host[s] = -1;
       query_start.host[s + 1] = s + 1;
       context_lens.host[s] = 1;
       for (int g = 0; g < G; ++g) {
@@ -600,6 +675,7 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
   // Uploads on the compute stream: ordered before the kernels that read them, after the previous step's.
   PAGED_CUDA_CHECK(token_ids.upload(plan.tokens, compute));
   PAGED_CUDA_CHECK(positions.upload(plan.tokens, compute));
+  if (plan.lora) PAGED_CUDA_CHECK(lora_rows.upload(plan.tokens, compute));
   for (int g = 0; g < G; ++g) {
     const int64_t group = int64_t{g} * max_tokens;
     PAGED_CUDA_CHECK(cudaMemcpyAsync(slots.device.get() + group, slots.host.get() + group,
@@ -639,7 +715,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   // they read themselves (no norm kernel between the sublayers, but before the LM head and a MoE block).
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
   // Not with Gemma's post norms either: a sublayer's output is normed before it joins the residual stream.
-  const bool fused = T == 1 && one_stream_gemvs();
+  const bool fused = T == 1 && one_stream_gemvs() && !plan.lora;
   // What the next add_rms_norm folds into the residual: `proj`, or with post norms `post_normed`.
   bf16* sublayer_out = cfg.sandwich_norms ? post_normed.get() : proj.get();
   const auto post_norm = [&](const bf16* weight) {
@@ -647,6 +723,15 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   };
   const auto gemv = [&](GemvProjection p, const LayerWeights& L, bf16* y, const bf16* x) {
     PAGED_CUDA_CHECK(cuda::gemv(gemv_args(p, L, y, x), s, gemv_tile[p]));
+  };
+  // Layer l's LoRA pairs of linear layer p over its input x, added to its output y (before any all-reduce: a
+  // row-parallel layer's pairs hold this rank's columns of A).
+  const auto lora = [&](bf16* y, const bf16* x, int l, LoraProjection p) {
+    if (!plan.lora) return;
+    const cuda::LoraArgs args{.row_slot = lora_rows.device.get(), .weights = lora_weights.get(),
+                              .scales = lora_scales.get(), .slot_weights = lora_map.weights,
+                              .slot_scales = lora_map.scales, .block = lora_map.layers[l][p]};
+    PAGED_CUDA_CHECK(cuda::add_lora(y, x, lora_v.get(), T, args, s));
   };
   const cuda::Fp8Rows fp8_rows{act_fp8.get(), act_scale.get()};  // the input codes of the next FP8 product
   // On one GPU without post norms, the scale pass of the O and down projections' FP8 products is left to the
@@ -684,6 +769,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
         PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.attn_norm, T, hidden, eps,
                                             norm_offset, s, qkv_in, std::exchange(pending, {})));
       linear(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, T, qkv_dim, hidden, qkv_in.q != nullptr);
+      lora(qkv.get(), normed.get(), l, kLoraQkv);
     }
     if (L.q_norm)
       PAGED_CUDA_CHECK(cuda::head_rms_norm(qkv.get(), L.q_norm, L.k_norm, T, heads, kv_heads, head_dim, qkv_dim, eps,
@@ -726,6 +812,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       pending = {act_scale.get(), L.o8.scale, L.bo};
     } else {
       linear(proj.get(), attn.get(), L.wo, L.o8, L.bo, T, hidden, heads * head_dim);
+      lora(proj.get(), attn.get(), l, kLoraO);
     }
     reduce_proj();
     post_norm(L.post_attn_norm);
@@ -751,11 +838,13 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       }
     } else {
       linear(gate_up.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, T, 2 * inter, hidden);
+      lora(gate_up.get(), normed.get(), l, kLoraGateUp);
       if (cfg.activation == Activation::gelu_tanh)
         PAGED_CUDA_CHECK(cuda::gelu_tanh_and_mul(act.get(), gate_up.get(), T, inter, s));
       else
         PAGED_CUDA_CHECK(cuda::silu_and_mul(act.get(), gate_up.get(), T, inter, s));
       linear(proj.get(), act.get(), L.w_down, L.down8, nullptr, T, hidden, inter);
+      lora(proj.get(), act.get(), l, kLoraDown);
     }
     reduce_proj();
     post_norm(L.post_ffn_norm);
@@ -813,7 +902,7 @@ void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
     enqueue_forward(plan);
     return;
   }
-  const std::pair<int, int> key{plan.seqs, plan.grid_ctx};
+  const std::tuple<int, int, bool> key{plan.seqs, plan.grid_ctx, plan.lora};
   if (auto it = graphs.find(key); it != graphs.end()) {
     PAGED_CUDA_CHECK(cudaGraphLaunch(it->second, compute));
     return;

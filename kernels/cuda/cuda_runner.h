@@ -41,6 +41,12 @@ struct CudaRunnerOptions {
   /// --kv-cache-dtype fp8: K and V stored as e4m3 with a scale per token and KV head (kernels/cuda/kv_fp8.h), about
   /// half the bytes of a bf16 block, so about twice the blocks in the same memory. Compute capability 8.9 or newer.
   bool fp8_kv = false;
+  /// LoRA (--enable-lora): adapters the device holds at once (vLLM's --max-loras), each in a slot with room for r up
+  /// to max_lora_rank on every linear layer (model/lora/lora_layout.h); 0: no LoRA. add_lora keeps any number of
+  /// adapters on the host; a step's adapters take slots (a free one, else the one least recently used that the step
+  /// does not need), at most max_loras in a step. Not with fp8_weights.
+  int max_loras = 0;
+  int max_lora_rank = 16;
   int device = 0;
   // Tensor parallelism: q/k/v and gate/up column-parallel (whole KV heads with their query heads per rank),
   // o_proj and down_proj row-parallel with an all-reduce of their output, embedding, norms and LM head replicated;
@@ -79,6 +85,11 @@ class CudaModelRunner final : public ModelRunner {
   int64_t host_block_bytes() const override;
   void read_host_block(int32_t block, std::span<std::byte> out) override;
   void write_host_block(int32_t block, std::span<const std::byte> in) override;
+
+  /// Takes adapter `id` (packed into the slot layout on the host; ModelError when the runner has no LoRA slots or
+  /// the adapter does not fit them); its chunks run with its pairs added after each linear layer.
+  void add_lora(int32_t id, const LoraAdapter& adapter) override;
+  void remove_lora(int32_t id) override;
 
   /// The step's logits [chunks with samples][vocab], float32, without sampling (parity checks); empty on ranks
   /// other than 0.

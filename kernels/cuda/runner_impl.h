@@ -24,6 +24,7 @@
 #include "kernels/cuda/kv_fp8.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layer_ops.h"
+#include "kernels/cuda/lora.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda/random_fill.h"
@@ -31,6 +32,7 @@
 #include "kernels/cuda/sampling.h"
 #include "model/kv/kv_groups.h"
 #include "model/loader/weight_map.h"
+#include "model/lora/lora_layout.h"
 #include "model/sampling/params_check.h"
 #include "model/sampling/sampler.h"
 
@@ -211,13 +213,29 @@ struct CudaModelRunner::Impl {
   Staged<int32_t> mask_rows;
   Staged<uint32_t> mask_bits;
 
+  // LoRA (opt.max_loras > 0): the slots' layout, their weights and scales on the device, each row's slot (-1: none;
+  // at a fixed address, so decode graphs with LoRA rows replay), the shrink's scratch [max_tokens][max_rank]; every
+  // adapter add_lora took, packed on the host; the adapter each slot holds (0: none) and its last use.
+  LoraLayout lora_map;
+  DevicePtr<bf16> lora_weights;
+  DevicePtr<float> lora_scales, lora_v;
+  Staged<int32_t> lora_rows;
+  struct HostLora {
+    std::vector<uint16_t> weights;
+    std::vector<float> scales;
+  };
+  std::map<int32_t, HostLora> loras;
+  std::vector<int32_t> slot_lora;
+  std::vector<uint64_t> slot_used;
+  uint64_t lora_uses = 0;
+
   // KV cache: device pool [2 * layers_per_block][num_blocks][block], pinned host pool likewise.
   DevicePtr<char> kv_memory;
   PinnedPtr<char> swap_memory;
   cuda::BlockPool kv, host;
 
   std::vector<int> buckets, ctx_buckets;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
+  std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs;  // decode graphs by (rows, grid context, LoRA)
   int captured = 0;         // graphs captured since the last execute() returned, and their capture time
   int64_t capture_us = 0;
 
@@ -259,6 +277,12 @@ struct CudaModelRunner::Impl {
   // group_experts, grouped gate/up, SiLU-and-mul, grouped down, combine_experts (added to out when accumulate).
   void moe_mlp(bf16* out, const bf16* x, const LayerWeights& L, int rows, bool accumulate);
   void allocate_kv();
+  // The LoRA slots and buffers above (opt.max_loras > 0).
+  void allocate_lora();
+  // The slot of adapter `id` for this step: the one holding it, else a free one, else the least recently used one
+  // whose adapter is not in `step` (the adapters this step has placed), filled from the host copy on the compute
+  // stream. ModelError for an adapter the runner does not hold or a step of more adapters than slots.
+  int lora_slot(int32_t id, std::vector<int32_t>& step);
 
   // Layer `layer`'s K and V caches (its slot of the blocks), and its group's slots and block tables.
   char* k_cache(int layer) const { return kv.block(2 * kv_groups.slot_of[layer], 0); }
@@ -275,6 +299,7 @@ struct CudaModelRunner::Impl {
     int grid_ctx = 0, partition = 0;  // decode: the context the grid is sized for, and the partition size
     std::vector<int> logits_row;      // per chunk: its (first) row of `logits`, -1 when it samples nothing
     int logits_rows = 0;
+    bool lora = false;  // some row runs an adapter (lora_rows uploaded)
   };
   Plan prepare(const StepBatch& batch);
   void enqueue_forward(const Plan& plan);

@@ -31,6 +31,7 @@ EngineConfig two_adapters(const std::filesystem::path& dir, uint32_t seed) {
   write_lora_adapter(dir / "a", specs, 8.0, false, seed);
   write_lora_adapter(dir / "b", specs, 8.0, false, seed + 1);
   EngineConfig c = cpu_config(kModel);
+  c.enable_lora = true;
   c.lora_modules = {{"a", (dir / "a").string()}, {"b", (dir / "b").string()}};
   return c;
 }
@@ -67,6 +68,7 @@ TEST_CASE("an adapter's requests run as the merged checkpoint does, base request
   const auto want_base = run_all(base, reqs);
 
   EngineConfig c = cpu_config(kModel);
+  c.enable_lora = true;
   c.lora_modules = {{"stories-a", (dir.path() / "adapter").string()}, {"stories-b", (dir.path() / "adapter2").string()}};
   c.max_loras = 2;
   Engine engine(c);
@@ -137,6 +139,7 @@ TEST_CASE("a LoRA request names a loaded adapter; adapters are checked at start"
   const std::vector<LoraSpec> specs = every_projection(kModel, 8);
   write_lora_adapter(dir.path() / "ok", specs, 16.0, false, 7);
   EngineConfig c = cpu_config(kModel);
+  c.enable_lora = true;
   c.lora_modules = {{"ok", (dir.path() / "ok").string()}};
   {
     Engine engine(c);
@@ -167,6 +170,13 @@ TEST_CASE("a LoRA request names a loaded adapter; adapters are checked at start"
   EngineConfig twice = c;
   twice.lora_modules.push_back(c.lora_modules[0]);
   CHECK_THROWS_WITH(Engine(twice), Catch::Contains("names 'ok' twice"));
+  // vLLM's rule: no adapter, at start or later, without --enable-lora.
+  EngineConfig off = c;
+  off.enable_lora = false;
+  CHECK_THROWS_WITH(Engine(off), Catch::Contains("--enable-lora"));
+  off.lora_modules.clear();
+  Engine plain(off);
+  CHECK_THROWS_WITH(plain.load_lora("ok", (dir.path() / "ok").string()), Catch::Contains("--enable-lora"));
 }
 
 TEST_CASE("adapters load and unload while the engine serves; a request in flight keeps its adapter to the end",
@@ -177,6 +187,7 @@ TEST_CASE("adapters load and unload while the engine serves; a request in flight
   write_merged_checkpoint(kModel, dir.path() / "merged", specs, pairs, 16.0, false);
   Engine merged(cpu_config((dir.path() / "merged").string()));
   EngineConfig c = cpu_config(kModel);
+  c.enable_lora = true;
   c.max_num_seqs = 4;
   Engine engine(c);
   CHECK(engine.lora_adapters().empty());
