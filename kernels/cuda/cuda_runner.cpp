@@ -455,8 +455,9 @@ void CudaModelRunner::Impl::tune_gemv_tiles() {
   PAGED_CUDA_CHECK(cudaEventCreate(&start));
   PAGED_CUDA_CHECK(cudaEventCreate(&stop));
   // The inputs' contents do not matter to the timing, but they are read: zeros, not memory no step wrote yet
-  // (compute-sanitizer's initcheck reported those reads).
+  // (compute-sanitizer's initcheck reported those reads), `proj` too (the O and down GEMVs add into it).
   PAGED_CUDA_CHECK(cudaMemsetAsync(residual.get(), 0, sizeof(bf16) * hidden, compute));
+  PAGED_CUDA_CHECK(cudaMemsetAsync(proj.get(), 0, sizeof(bf16) * hidden, compute));
   PAGED_CUDA_CHECK(cudaMemsetAsync(attn.get(), 0, sizeof(bf16) * heads * head_dim, compute));
   PAGED_CUDA_CHECK(cudaMemsetAsync(act.get(), 0, sizeof(bf16) * inter, compute));
   for (int p = 0; p < kGemvProjections; ++p) {
