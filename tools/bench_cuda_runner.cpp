@@ -46,6 +46,12 @@
 //       Gemm::linear_fp8 (the product of the codes and the scale pass), all three timed together, and beside them
 //       the quantisation and the scale pass each alone.
 //
+//   bench_cuda_runner lora [--rows 1,16,64,256,2048,16384] [--rank 16] [--slots 1]
+//       The LoRA pairs of one Llama-3-8B layer (kernels/cuda/lora.h) at each row count: rank-r pairs on every
+//       projection (q, k, v, o, gate, up, down) in slots of room for r, the rows all of one adapter (--slots S:
+//       rows taken round-robin by S adapters), each linear layer's add_lora in microseconds beside the layer's four
+//       bf16 products at the same rows (cuBLASLt), and the share of the products' time LoRA adds.
+//
 //   bench_cuda_runner parity --model DIR --prompts FILE --steps N --out PREFIX [--group G] [--cpu]
 //       Greedy generation on a checkpoint, for the Hugging Face comparison of tools/gpu/hf_parity.py. FILE holds
 //       one prompt per line as token ids; they run in groups of G sequences (default: all in one batch). Writes
@@ -88,12 +94,14 @@ int main() {
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/layer_ops.h"
+#include "kernels/cuda/lora.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cpu/cpu_runner.h"
 #include "model/kv/kv_groups.h"
+#include "model/lora/lora_layout.h"
 #include "model/moe/expert_routing.h"
 
 namespace {
@@ -764,6 +772,70 @@ int run_gemm(std::map<std::string, std::string>& f) {
   return 0;
 }
 
+int run_lora(std::map<std::string, std::string>& f) {
+  using cuda::bf16;
+  const std::vector<int> rows = int_list(f, "rows", "1,16,64,256,2048,16384");
+  const int rank = f.count("rank") ? std::stoi(f["rank"]) : 16;
+  const int slots = f.count("slots") ? std::stoi(f["slots"]) : 1;
+  if (rank < 1 || slots < 1) throw std::runtime_error("--rank and --slots must be positive");
+  const ModelConfig cfg = llama3_8b();
+  const int H = cfg.hidden_size, I = cfg.intermediate_size, D = cfg.head_dim;
+  const int qkv_dim = (cfg.num_heads + 2 * cfg.num_kv_heads) * D;
+  const std::array<LoraShape, kLoraProjections> shapes{LoraShape{qkv_dim, H}, LoraShape{H, cfg.num_heads * D},
+                                                       LoraShape{2 * I, H}, LoraShape{H, I}};
+  const char* names[kLoraProjections] = {"qkv", "o", "gate_up", "down"};
+  const LoraLayout layout = lora_layout(1, shapes, rank);
+  const int max_m = *std::max_element(rows.begin(), rows.end());
+  cudaStream_t s = nullptr;
+  cuda_ok(cudaStreamCreate(&s), "stream");
+  // Every rank column used (q, k and v pairs of rank r each; gate and up), scales 1: the slots' whole room.
+  bf16* weights = device_array<bf16>(size_t(layout.weights) * slots);
+  cuda_ok(cuda::fill_random_bf16(weights, size_t(layout.weights) * slots, 7, 0.02f, 0.f, s), "fill");
+  float* scales = device_array<float>(size_t(layout.scales) * slots);
+  const std::vector<float> ones(size_t(layout.scales) * slots, 1.0f);
+  cuda_ok(cudaMemcpy(scales, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice), "scales");
+  std::vector<int32_t> row_slot(max_m);
+  for (int i = 0; i < max_m; ++i) row_slot[i] = i % slots;
+  int32_t* d_slots = device_array<int32_t>(max_m);
+  cuda_ok(cudaMemcpy(d_slots, row_slot.data(), max_m * sizeof(int32_t), cudaMemcpyHostToDevice), "slots");
+  bf16* x = device_array<bf16>(size_t(max_m) * I);
+  cuda_ok(cuda::fill_random_bf16(x, size_t(max_m) * I, 3, 1.f, 0.f, s), "fill");
+  bf16* y = device_array<bf16>(size_t(max_m) * 2 * I);
+  float* v = device_array<float>(size_t(max_m) * layout.max_rank);
+  std::vector<bf16*> w(kLoraProjections);
+  for (int p = 0; p < kLoraProjections; ++p) {
+    const size_t n = size_t(shapes[p].n) * shapes[p].k;
+    w[p] = device_array<bf16>(n);
+    cuda_ok(cuda::fill_random_bf16(w[p], n, 11 + p, 0.02f, 0.f, s), "fill");
+  }
+  cuda::Gemm gemm;
+  std::printf("LoRA pairs of rank %d on every projection of a Llama-3-8B layer, %d adapter(s), us:\n", rank, slots);
+  std::printf("%6s | %-30s | %-30s | %s\n", "rows", "add_lora qkv / o / gate_up / down", "products qkv / o / gate_up / down",
+              "LoRA / products");
+  for (int m : rows) {
+    double lora_us[kLoraProjections], product_us[kLoraProjections], lora_sum = 0, product_sum = 0;
+    for (int p = 0; p < kLoraProjections; ++p) {
+      const cuda::LoraArgs args{.row_slot = d_slots, .weights = weights, .scales = scales,
+                                .slot_weights = layout.weights, .slot_scales = layout.scales,
+                                .block = layout.layers[0][p]};
+      lora_us[p] = mean_launch_us(s, 3, 20, names[p], [&](int) { return cuda::add_lora(y, x, v, m, args, s); });
+      product_us[p] = mean_launch_us(s, 3, 20, names[p], [&](int) {
+        return gemm.linear(y, x, w[p], nullptr, m, shapes[p].n, shapes[p].k, false, s);
+      });
+      lora_sum += lora_us[p];
+      product_sum += product_us[p];
+    }
+    std::printf("%6d | %6.1f %6.1f %7.1f %7.1f  | %6.1f %6.1f %7.1f %7.1f  | %.1f%%\n", m, lora_us[0], lora_us[1],
+                lora_us[2], lora_us[3], product_us[0], product_us[1], product_us[2], product_us[3],
+                100.0 * lora_sum / product_sum);
+  }
+  for (void* p : {static_cast<void*>(weights), static_cast<void*>(scales), static_cast<void*>(d_slots),
+                  static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(v)})
+    cudaFree(p);
+  for (bf16* p : w) cudaFree(p);
+  return 0;
+}
+
 int run_moe_gemm(std::map<std::string, std::string>& f) {
   using cuda::bf16;
   const std::vector<int> token_counts = int_list(f, "tokens", "1,16,64,256,1024,4096,16384");
@@ -1000,7 +1072,7 @@ int run_parity(std::map<std::string, std::string>& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemv|gemm|moe-gemm|fp8-error|parity [flags]\n");
+    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemv|gemm|lora|moe-gemm|fp8-error|parity [flags]\n");
     return 2;
   }
   if (paged::cuda_device_count() == 0) {
@@ -1015,6 +1087,7 @@ int main(int argc, char** argv) {
     if (mode == "ops") return run_ops(f);
     if (mode == "gemm") return run_gemm(f);
     if (mode == "gemv") return run_gemv(f);
+    if (mode == "lora") return run_lora(f);
     if (mode == "moe-gemm") return run_moe_gemm(f);
     if (mode == "fp8-error") return run_fp8_error(f);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
