@@ -9,7 +9,7 @@
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
 #   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner gemv parity throughput remote
-#            golden serve structured profile fp8 tiers families moe prefill preempt
+#            golden serve structured profile fp8 tiers families moe prefill preempt lora
 #   BASE_BIN prefill stage: a folder with a baseline build's paged and bench_cuda_attention (e.g. main before a
 #            change), run beside BIN's in the same call; without it the stage runs BIN's alone
 #   PARITY_ONLY  parity stage: comma-separated parts of config names to run (default: all)
@@ -19,7 +19,7 @@
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe prefill preempt"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe prefill preempt lora"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -475,6 +475,19 @@ if wanted families; then
   # logits (tools/gpu/make_family_refs.py), written under $LOG_DIR/models for tests/models/.
   run families 300 python3 "$HERE/make_family_refs.py" --out "$LOG_DIR/models"
   add_row "family references (HF float32)" "$(status_word $?)" "$(ls "$LOG_DIR/models" 2>/dev/null | paste -sd ' ' -)"
+fi
+if wanted lora; then
+  # LoRA on CUDA: the kernels against their CPU twin and the runner against merged checkpoints, memcheck of both,
+  # then what the pairs cost one Llama-3-8B layer beside its products (one adapter, and rows of four).
+  run lora_tests 200 "$BIN/paged_gpu_tests" "[lora]"
+  add_row "LoRA GPU tests" "$(status_word $?)" "$(grep -E 'test cases|assertions' "$LOG_DIR/lora_tests.log" | tail -n 1)"
+  PAGED_GPU_TESTS_QUICK=1 run lora_memcheck 300 "$SANITIZER" --tool memcheck --error-exitcode 99 "$BIN/paged_gpu_tests" "[lora]"
+  add_row "compute-sanitizer memcheck [lora]" "$(status_word $?)" "$(grep -E 'ERROR SUMMARY' "$LOG_DIR/lora_memcheck.log" | tail -n 1)"
+  for slots in 1 4; do
+    run "lora_bench_$slots" 200 "$BIN/bench_cuda_runner" lora --slots "$slots"
+    add_row "add_lora per layer, rank 16, $slots adapter(s): LoRA / products" "$(status_word $?)" \
+      "$(grep -E '^ *[0-9]+ \|' "$LOG_DIR/lora_bench_$slots.log" | awk -F'|' '{ gsub(/ /, "", $1); gsub(/ /, "", $4); printf "%s rows %s; ", $1, $4 }')"
+  done
 fi
 if wanted moe; then
   # Issue 16: a Qwen3-30B-A3B-shaped mixture of experts (128 experts, top-8; random bf16 weights) beside the dense
