@@ -14,6 +14,7 @@
 #include <memory>
 #include <sstream>
 #include <optional>
+#include <random>
 #include <iomanip>
 
 #include <signal.h>
@@ -254,10 +255,19 @@ int run_bench_command(Args& args) {
   const bool as_json = args.get_bool("json", false);
   const bool profile = args.get_bool("profile", false);
   const bool floor_only = args.get_bool("floor-only", false);
+  // vLLM's benchmark_throughput --lora-path: the adapter is loaded --max-loras times (names 1 .. N) and each request
+  // takes one of them at random (seeded), so that a step mixes up to --max-loras adapters.
+  const std::string lora_path = args.get("lora-path").value_or("");
   args.reject_unknown();
+  if (!lora_path.empty() && !config.enable_lora) throw UsageError("--lora-path needs --enable-lora");
+  if (!lora_path.empty() && floor_only) throw UsageError("--floor-only counts no LoRA pairs: leave out --lora-path");
 
   if (floor_only) return print_floor_only(config, data, as_json);
   Engine engine(config);
+  std::vector<int32_t> lora_ids;
+  if (!lora_path.empty())
+    for (int i = 1; i <= config.max_loras; ++i) lora_ids.push_back(engine.load_lora(std::to_string(i), lora_path));
+  std::mt19937 lora_pick(static_cast<uint32_t>(data.seed));
   const std::vector<bench::BenchRequest> requests =
       bench::dataset_requests(data, engine.model_config().vocab_size, engine.max_model_len(),
                               [&](const std::string& text) { return engine.tokenizer().encode(text, true); });
@@ -284,6 +294,7 @@ int run_bench_command(Args& args) {
     p.max_tokens = r.output_len;
     p.temperature = 0;
     p.ignore_eos = true;
+    if (!lora_ids.empty()) p.lora = lora_ids[lora_pick() % lora_ids.size()];
     engine.submit(r.prompt_ids, p, [&, prompt_len = r.prompt_len](const RequestEvent& ev) {
       if (!ev.done) return;
       std::lock_guard lock(mu);
@@ -318,6 +329,8 @@ int run_bench_command(Args& args) {
     using bench::fixed2, bench::table_row;
     std::cout << bench::table_title(" Offline Throughput Benchmark Result ", '=')
               << table_row("Device:", engine.config().device) << table_row("Dataset:", data.name)
+              << (lora_ids.empty() ? std::string()
+                                   : table_row("LoRA adapters:", std::to_string(lora_ids.size()) + " of " + lora_path))
               << table_row("Successful requests:", std::to_string(completed))
               << table_row("Failed requests:", std::to_string(failed))
               << table_row("Benchmark duration (s):", fixed2(seconds))
@@ -350,6 +363,7 @@ int run_bench_command(Args& args) {
   json::object o;
   o["device"] = engine.config().device;
   o["dataset"] = data.name;
+  o["lora_adapters"] = lora_ids.size();
   o["num_prompts"] = num_prompts;
   o["completed"] = completed;
   o["failed"] = failed;

@@ -37,10 +37,11 @@ constexpr const char* kUsage = R"(usage:
               [--config conf/serve.json] [engine flags]
   paged bench MODEL_DIR [--num-prompts 1000] [--dataset-name random|sharegpt-like|sharegpt] [--dataset-path FILE]
               [--random-input-len 512] [--random-output-len 128] [--random-range-ratio 0] [--random-prefix-len 0] [--seed S]
-              [--requests-out FILE.json] [--json] [--profile] [--floor-only] [engine flags]
+              [--requests-out FILE.json] [--json] [--profile] [--floor-only] [--lora-path DIR] [engine flags]
               (offline throughput through the engine: a table, or with --json one JSON line; on CUDA beside the
               H200 floor of the same requests; --profile adds the step profile: per kind of step, device busy and
-              idle time and host time, on stderr; --floor-only: that floor alone, from config.json, no run)
+              idle time and host time, on stderr; --floor-only: that floor alone, from config.json, no run;
+              --lora-path with --enable-lora: the adapter loaded --max-loras times, each request of one at random)
   paged bench MODEL_DIR --dataset-name multiturn [--num-conversations 32] [--num-turns 8] [--system-prompt-len 1024]
               [--message-len 128] [--output-len 128] [--think-time 0.5] [--seed S] [--json] [engine flags]
               (conversations that send their whole history each turn: TTFT p50/p99, output tok/s, hit tokens per

@@ -573,6 +573,24 @@ if expect_ok "multiturn, CPU tier on and off" "${MT[@]}" --kv-offloading-size 0.
   ' "$TMP/out" || fail "multiturn JSON"
 fi
 
+echo "== bench --lora-path"
+# vLLM's benchmark_throughput flags: the adapter (make_lora.mjs writes one for this model) loaded --max-loras times,
+# each request of one of them; refused without --enable-lora, and a missing folder is a runtime error.
+node "$SRC/tests/http/make_lora.mjs" --model "$MODEL" --adapter "$TMP/lora" --merged "$TMP/lora-merged" --rank 4 \
+  >/dev/null || fail "make_lora"
+LB=(bench --model "$MODEL" --device cpu --num-prompts 12 --random-input-len 32 --random-output-len 8 --json)
+expect_fail "--lora-path without --enable-lora" 2 "--lora-path needs --enable-lora" "${LB[@]}" --lora-path "$TMP/lora"
+expect_fail "--lora-path of no folder" 1 "not a folder" "${LB[@]}" --enable-lora --lora-path "$TMP/nothing"
+if expect_ok "bench with two adapters" "${LB[@]}" --enable-lora --lora-path "$TMP/lora" --max-loras 2; then
+  node -e '
+    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").pop());
+    if (r.lora_adapters !== 2 || r.completed !== 12 || r.failed !== 0 || r.output_tokens !== 96) {
+      console.error("  " + JSON.stringify(r)); process.exit(1);
+    }
+    console.log("ok   bench --lora-path: 12 requests over 2 adapters");
+  ' "$TMP/out" || fail "bench --lora-path JSON"
+fi
+
 echo "== bench --floor-only"
 # The H200 floor from config.json alone: a folder without weights or tokenizer will do; FP8 weights and KV cost less.
 mkdir -p "$TMP/config_only"
