@@ -609,8 +609,6 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
   std::vector<int32_t> step_loras;  // the adapters this step has placed in slots
   for (int s = 0; s < n; ++s) {
     const SeqChunk& c = batch.seqs[s];
-    if (c.lora != 0 && opt.max_loras == 0)
-      throw ModelError("chunk of LoRA adapter " + std::to_string(c.lora) + ", and this runner has no LoRA slots");
     const int lora = c.lora != 0 ? lora_slot(c.lora, step_loras) : -1;
     plan.lora = plan.lora || lora >= 0;
     const int ctx = c.start_pos + static_cast<int>(c.tokens.size());
