@@ -163,8 +163,6 @@ std::string lora_unsupported(const EngineConfig& c) {
   if (!c.workers.empty())
     return "with --workers the LoRA adapters are fixed at start: the same --lora-modules on the head and every worker";
   if (!c.enable_lora) return "LoRA adapters need --enable-lora";
-  if (c.device == "cuda" && c.quantization == "fp8")
-    return "LoRA adapters with FP8 weights (--quantization fp8) are not supported on CUDA yet";
   return "";
 }
 

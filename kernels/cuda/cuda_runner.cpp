@@ -110,9 +110,6 @@ void CudaModelRunner::Impl::init_shapes(const ModelConfig& config, const CudaRun
   if (opt.max_loras < 0 || (opt.max_loras > 0 && opt.max_lora_rank < 1))
     throw ModelError("LoRA slots: max_loras " + std::to_string(opt.max_loras) + " and max_lora_rank " +
                      std::to_string(opt.max_lora_rank) + " must be positive");
-  if (opt.max_loras > 0 && opt.fp8_weights)
-    throw ModelError("LoRA adapters with FP8 weights (--quantization fp8, or an FP8 checkpoint) are not supported on "
-                     "CUDA yet; --quantization none loads an FP8 checkpoint dequantised to bf16");
   map = rank_weight_map(cfg, opt.tp_rank, opt.tp_size);
   const int tp = opt.tp_size;
   if (map.intermediate % 8 != 0)
@@ -735,7 +732,8 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   const cuda::Fp8Rows fp8_rows{act_fp8.get(), act_scale.get()};  // the input codes of the next FP8 product
   // On one GPU without post norms, the scale pass of the O and down projections' FP8 products is left to the
   // add_rms_norm that reads them (with tensor parallelism the partial products are summed first, at their scales).
-  const bool defer_scales = opt.tp_size == 1 && !cfg.sandwich_norms;
+  // Not in steps with LoRA rows: their pairs add to the scaled products.
+  const bool defer_scales = opt.tp_size == 1 && !cfg.sandwich_norms && !plan.lora;
   cuda::Fp8Product pending;  // `proj` holds an FP8 product still to scale: its scales, for the next add_rms_norm
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
@@ -817,8 +815,9 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     post_norm(L.post_attn_norm);
     // FP8 MLP: the norm writes the gate/up product's input codes; the gate/up product's scale pass, the activation
     // and the quantisation of the down projection's input are one kernel (the passes around FP8 products, each a
-    // launch, took about a third of the products' time at decode batch sizes).
-    const bool fp8_mlp = !cfg.is_moe() && L.gate_up8.q && L.down8.q;
+    // launch, took about a third of the products' time at decode batch sizes). Steps with LoRA rows take the
+    // passes apart (the gate/up pairs add to the scaled product, before the activation).
+    const bool fp8_mlp = !cfg.is_moe() && L.gate_up8.q && L.down8.q && !plan.lora;
     PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.ffn_norm, T, hidden, eps,
                                         norm_offset, s, fp8_mlp ? fp8_rows : cuda::Fp8Rows{},
                                         std::exchange(pending, {})));

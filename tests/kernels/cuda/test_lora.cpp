@@ -156,7 +156,8 @@ TEST_CASE("add_lora adds each row's slot's pairs as add_lora_pairs does; rows wi
 }
 
 TEST_CASE("the CUDA runner's adapter rows give the merged checkpoint's logits, beside other adapters and the base "
-          "model, in prefill, decode graphs and alone; one slot takes turns", "[gpu][lora][runner]") {
+          "model, in prefill, decode graphs and alone, bf16 and FP8 weights; one slot takes turns",
+          "[gpu][lora][runner][fp8]") {
   require_device();
   test::TempDir dir("paged-lora-gpu-");
   const std::filesystem::path base = dir.path() / "base";
@@ -249,6 +250,38 @@ TEST_CASE("the CUDA runner's adapter rows give the merged checkpoint's logits, b
     bad.seqs[0].lora = 2;
     CHECK_THROWS_WITH(runner.execute(bad), Catch::Contains("LoRA adapter 2"));
     CHECK_THROWS_WITH(runner.add_lora(1, b), Catch::Contains("taken"));
+  }
+  // FP8 weights: the pairs add to the scaled products (the passes the FP8 path otherwise fuses come apart in steps
+  // with LoRA rows). Against the bf16 merged checkpoints, within what FP8 costs the merged checkpoints themselves.
+  {
+    CudaRunnerOptions fp8 = lora_opt, fp8_plain = opt;
+    fp8.fp8_weights = fp8_plain.fp8_weights = true;
+    CudaModelRunner runner(cfg, base_weights, fp8);
+    runner.add_lora(1, a);
+    runner.add_lora(2, b);
+    const auto got = run(runner, true);
+    const auto merged_fp8 = [&](const std::filesystem::path& folder) {
+      const SafeTensors w(folder.string());
+      CudaModelRunner r(load_model_config(folder.string()), w, fp8_plain);
+      return run(r, false);
+    };
+    const std::array<std::vector<std::vector<std::vector<float>>>, 3> fp8_want{
+        merged_fp8(base), merged_fp8(dir.path() / "merged_a"), merged_fp8(dir.path() / "merged_b")};
+    double lora_err = 0, merged_err = 0;
+    int rows = 0;
+    for (size_t st = 0; st < steps.size(); ++st)
+      for (size_t c = 0; c < steps[st].seqs.size(); ++c) {
+        const int s = static_cast<int>(steps[st].seqs[c].seq);
+        INFO("FP8, step " << st << ", sequence " << s << " (adapter " << lora_of[s] << ")");
+        const double err = relative_l2(got[st][c], want[s][st][c]);
+        if (s != 0) CHECK(err < 0.5 * relative_l2(want[s][st][c], want[0][st][c]));
+        lora_err += err;
+        merged_err += relative_l2(fp8_want[s][st][c], want[s][st][c]);
+        ++rows;
+      }
+    WARN("FP8 weights, means over " << rows << " rows against bf16 merged: with the pairs apart " << lora_err / rows
+                                    << ", FP8 merged checkpoints " << merged_err / rows);
+    CHECK(lora_err < 2 * merged_err + 0.02 * rows);
   }
   // One slot: the adapters take turns in it (uploaded again each time), a step of both is refused.
   lora_opt.max_loras = 1;
