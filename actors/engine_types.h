@@ -75,7 +75,7 @@ struct EngineConfig {
   /// vLLM's --enable-lora: the engine serves LoRA adapters (PEFT folders, model/lora/lora_adapter.h) beside the base
   /// model, any mix of them and the base model in one step; a request picks one by SamplingParams::lora (the HTTP API
   /// by its name as the request's model). On CUDA the executor keeps max_loras slots of max_lora_rank for them (the
-  /// KV pool gets what is left), not with FP8 weights. Off: lora_modules and Engine::load_lora are refused.
+  /// KV pool gets what is left), FP8 weights too. Off: lora_modules and Engine::load_lora are refused.
   bool enable_lora = false;
   /// --lora-modules: the adapters loaded at start; adapter i gets id i + 1. With workers, each worker loads the same
   /// list (checked at connection) and Engine::load_lora is refused.

@@ -801,7 +801,8 @@ int run_lora(std::map<std::string, std::string>& f) {
   bf16* x = device_array<bf16>(size_t(max_m) * I);
   cuda_ok(cuda::fill_random_bf16(x, size_t(max_m) * I, 3, 1.f, 0.f, s), "fill");
   bf16* y = device_array<bf16>(size_t(max_m) * 2 * I);
-  float* v = device_array<float>(size_t(max_m) * layout.max_rank);
+  float* v = device_array<float>(size_t(max_m) * slots * layout.max_rank);
+  bf16* v16 = device_array<bf16>(size_t(max_m) * slots * layout.max_rank);
   std::vector<bf16*> w(kLoraProjections);
   for (int p = 0; p < kLoraProjections; ++p) {
     const size_t n = size_t(shapes[p].n) * shapes[p].k;
@@ -815,10 +816,12 @@ int run_lora(std::map<std::string, std::string>& f) {
   for (int m : rows) {
     double lora_us[kLoraProjections], product_us[kLoraProjections], lora_sum = 0, product_sum = 0;
     for (int p = 0; p < kLoraProjections; ++p) {
-      const cuda::LoraArgs args{.row_slot = d_slots, .weights = weights, .scales = scales,
-                                .slot_weights = layout.weights, .slot_scales = layout.scales,
-                                .block = layout.layers[0][p]};
-      lora_us[p] = mean_launch_us(s, 3, 20, names[p], [&](int) { return cuda::add_lora(y, x, v, m, args, s); });
+      const LoraBlock& b = layout.layers[0][p];
+      const cuda::LoraArgs args{.row_slot = d_slots, .a = weights + slots * b.a, .b = weights + slots * b.b,
+                                .scales = scales + slots * b.scale, .slots = slots, .rank = b.rank, .n = b.n,
+                                .k = b.k};
+      lora_us[p] = mean_launch_us(s, 3, 20, names[p],
+                                  [&](int) { return cuda::add_lora(gemm, y, x, v, v16, m, args, s); });
       product_us[p] = mean_launch_us(s, 3, 20, names[p], [&](int) {
         return gemm.linear(y, x, w[p], nullptr, m, shapes[p].n, shapes[p].k, false, s);
       });
@@ -830,7 +833,7 @@ int run_lora(std::map<std::string, std::string>& f) {
                 100.0 * lora_sum / product_sum);
   }
   for (void* p : {static_cast<void*>(weights), static_cast<void*>(scales), static_cast<void*>(d_slots),
-                  static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(v)})
+                  static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(v), static_cast<void*>(v16)})
     cudaFree(p);
   for (bf16* p : w) cudaFree(p);
   return 0;

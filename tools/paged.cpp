@@ -81,7 +81,7 @@ engine flags:
   --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}' (drafts from
             the sequence's own earlier tokens, verified in one step; outputs as without it)
   --enable-lora --lora-modules NAME=PATH [NAME=PATH ...] (PEFT LoRA adapters, each served as a model; also
-            '{"name": ..., "path": ...}'; not with FP8 weights)  --max-lora-rank N (16)  --max-loras N (1: at once)
+            '{"name": ..., "path": ...}')  --max-lora-rank N (16)  --max-loras N (1: at once)
 )";
 
 namespace json = boost::json;

@@ -530,7 +530,8 @@ void CudaModelRunner::Impl::allocate_lora() {
                          opt.max_lora_rank);
   lora_weights = device_alloc<bf16>(lora_map.weights * opt.max_loras);
   lora_scales = device_alloc<float>(lora_map.scales * opt.max_loras);
-  lora_v = device_alloc<float>(int64_t{max_tokens} * lora_map.max_rank);
+  lora_v = device_alloc<float>(int64_t{max_tokens} * opt.max_loras * lora_map.max_rank);
+  lora_v16 = device_alloc<bf16>(int64_t{max_tokens} * opt.max_loras * lora_map.max_rank);
   lora_rows.allocate(max_tokens);
   slot_lora.assign(opt.max_loras, 0);
   slot_used.assign(opt.max_loras, 0);
@@ -555,10 +556,14 @@ int CudaModelRunner::Impl::lora_slot(int32_t id, std::vector<int32_t>& step) {
     }
     // After the steps before it on the compute stream, which may still read the slot's previous adapter.
     const HostLora& host = adapter->second;
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(lora_weights.get() + slot * lora_map.weights, host.weights.data(),
-                                     host.weights.size() * sizeof(uint16_t), cudaMemcpyHostToDevice, compute));
-    PAGED_CUDA_CHECK(cudaMemcpyAsync(lora_scales.get() + slot * lora_map.scales, host.scales.data(),
-                                     host.scales.size() * sizeof(float), cudaMemcpyHostToDevice, compute));
+    for (const LoraCopy& c : lora_slot_copies(lora_map, opt.max_loras, slot)) {
+      const size_t size = c.scales ? sizeof(float) : sizeof(uint16_t);
+      void* dst = c.scales ? static_cast<void*>(lora_scales.get() + c.dst) : static_cast<void*>(lora_weights.get() + c.dst);
+      const void* src = c.scales ? static_cast<const void*>(host.scales.data() + c.src)
+                                 : static_cast<const void*>(host.weights.data() + c.src);
+      PAGED_CUDA_CHECK(cudaMemcpy2DAsync(dst, c.dst_pitch * size, src, c.width * size, c.width * size, c.rows,
+                                         cudaMemcpyHostToDevice, compute));
+    }
     slot_lora[slot] = id;
   }
   if (std::find(step.begin(), step.end(), id) == step.end()) step.push_back(id);
@@ -724,10 +729,12 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   // row-parallel layer's pairs hold this rank's columns of A).
   const auto lora = [&](bf16* y, const bf16* x, int l, LoraProjection p) {
     if (!plan.lora) return;
-    const cuda::LoraArgs args{.row_slot = lora_rows.device.get(), .weights = lora_weights.get(),
-                              .scales = lora_scales.get(), .slot_weights = lora_map.weights,
-                              .slot_scales = lora_map.scales, .block = lora_map.layers[l][p]};
-    PAGED_CUDA_CHECK(cuda::add_lora(y, x, lora_v.get(), T, args, s));
+    const LoraBlock& b = lora_map.layers[l][p];
+    const int64_t S = opt.max_loras;
+    const cuda::LoraArgs args{.row_slot = lora_rows.device.get(), .a = lora_weights.get() + S * b.a,
+                              .b = lora_weights.get() + S * b.b, .scales = lora_scales.get() + S * b.scale,
+                              .slots = opt.max_loras, .rank = b.rank, .n = b.n, .k = b.k};
+    PAGED_CUDA_CHECK(cuda::add_lora(*gemm, y, x, lora_v.get(), lora_v16.get(), T, args, s));
   };
   const cuda::Fp8Rows fp8_rows{act_fp8.get(), act_scale.get()};  // the input codes of the next FP8 product
   // On one GPU without post norms, the scale pass of the O and down projections' FP8 products is left to the

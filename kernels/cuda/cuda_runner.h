@@ -44,7 +44,7 @@ struct CudaRunnerOptions {
   /// LoRA (--enable-lora): adapters the device holds at once (vLLM's --max-loras), each in a slot with room for r up
   /// to max_lora_rank on every linear layer (model/lora/lora_layout.h); 0: no LoRA. add_lora keeps any number of
   /// adapters on the host; a step's adapters take slots (a free one, else the one least recently used that the step
-  /// does not need), at most max_loras in a step. Not with fp8_weights.
+  /// does not need), at most max_loras in a step.
   int max_loras = 0;
   int max_lora_rank = 16;
   int device = 0;

@@ -73,7 +73,13 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, const vo
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof alignment);
-  const int wanted = key.m <= tuning_.max_rows ? std::max(1, tuning_.candidates) : 1;
+  if (key.accumulate) {
+    // Split-K partial sums in float only: reduced in place or in the output type, they would be added to y in bf16
+    // one part at a time (several roundings where linear_add promises one).
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
+  }
+  const int wanted = key.m <= tuning_.max_rows && !key.accumulate ? std::max(1, tuning_.candidates) : 1;
   std::vector<cublasLtMatmulHeuristicResult_t> results(wanted);
   int found = 0;
   s = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.w, p.x, p.y, p.y, pref, wanted, results.data(), &found);
@@ -142,7 +148,7 @@ cudaError_t Gemm::run(const Key& key, void* y, const void* x, const void* w, con
   }
   Plan& p = it->second;
   set_extras(p, key, extras);
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = key.accumulate ? 1.0f : 0.0f;
   const cublasStatus_t s = cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &p.algo,
                                           workspace_, workspace_bytes_, stream);
   if (s != CUBLAS_STATUS_SUCCESS) return cublas_failure("cublasLtMatmul", s);
@@ -156,7 +162,15 @@ cudaError_t Gemm::linear(void* y, const bf16* x, const bf16* w, const bf16* bias
     return launch_failure(cudaErrorInvalidValue, "Gemm::linear: n " + std::to_string(n) + " and k " +
                                                      std::to_string(k) +
                                                      " must be multiples of 8; bias needs a bf16 output");
-  return run({m, n, k, y_f32, bias != nullptr, false}, y, x, w, {.bias = bias}, stream);
+  return run({m, n, k, y_f32, bias != nullptr, false, false}, y, x, w, {.bias = bias}, stream);
+}
+
+cudaError_t Gemm::linear_add(bf16* y, const bf16* x, const bf16* w, int m, int n, int k, cudaStream_t stream) {
+  if (m <= 0) return cudaSuccess;
+  if (n % 8 != 0 || k % 8 != 0)
+    return launch_failure(cudaErrorInvalidValue, "Gemm::linear_add: n " + std::to_string(n) + " and k " +
+                                                     std::to_string(k) + " must be multiples of 8");
+  return run({m, n, k, false, false, false, true}, y, x, w, {}, stream);
 }
 
 cudaError_t Gemm::linear_fp8(bf16* y, const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale,
@@ -174,7 +188,7 @@ cudaError_t Gemm::product_fp8(bf16* y, const uint8_t* x, const uint8_t* w, int m
   if (n % 16 != 0 || k % 16 != 0)
     return launch_failure(cudaErrorInvalidValue, "Gemm::product_fp8: n " + std::to_string(n) + " and k " +
                                                      std::to_string(k) + " must be multiples of 16");
-  return run({m, n, k, false, false, true}, y, x, w, {}, stream);
+  return run({m, n, k, false, false, true, false}, y, x, w, {}, stream);
 }
 
 }  // namespace paged::cuda

@@ -44,6 +44,10 @@ class Gemm {
                      const bf16* bias,   // [n] or nullptr
                      int m, int n, int k, bool y_f32, cudaStream_t stream);
 
+  /// y += x * w^T, y bf16: the float32 sums added to y's values and rounded once (cuBLASLt's beta 1), for the
+  /// LoRA expand (cuda::add_lora). Same requirements as linear; the plan is cuBLASLt's heuristic choice (candidates
+  /// cannot be timed on y without adding to it).
+  cudaError_t linear_add(bf16* y, const bf16* x, const bf16* w, int m, int n, int k, cudaStream_t stream);
   /// y = (x * x_scale) (w * w_scale)^T (+ bias) from e4m3 operands quantised per row (cuda::quantize_rows_fp8): the
   /// FP8 tensor-core product of the codes, rounded to bf16 (product_fp8), then scaled per row of x and of w
   /// (scale_fp8_product). n and k multiples of 16; x, w 16-byte aligned. CPU twin: cpu::linear_fp8 (kernels/cpu/fp8.h).
@@ -65,7 +69,7 @@ class Gemm {
  private:
   struct Key {
     int m, n, k;
-    bool y_f32, bias, fp8;
+    bool y_f32, bias, fp8, accumulate;  // accumulate: y += the product (beta 1)
     auto operator<=>(const Key&) const = default;
   };
   /// The pointers one product reads besides its operands (they change per call; the plan does not).

@@ -213,11 +213,12 @@ struct CudaModelRunner::Impl {
   Staged<int32_t> mask_rows;
   Staged<uint32_t> mask_bits;
 
-  // LoRA (opt.max_loras > 0): the slots' layout, their weights and scales on the device, each row's slot (-1: none;
-  // at a fixed address, so decode graphs with LoRA rows replay), the shrink's scratch [max_tokens][max_rank]; every
-  // adapter add_lora took, packed on the host; the adapter each slot holds (0: none) and its last use.
+  // LoRA (opt.max_loras > 0): the slots' layout, their weights and scales on the device (every slot's block side by
+  // side, lora_slot_copies), each row's slot (-1: none; at a fixed address, so decode graphs with LoRA rows replay),
+  // the shrink's scratch [max_tokens][max_loras * max_rank] in float and bf16; every adapter add_lora took, packed on
+  // the host; the adapter each slot holds (0: none) and its last use.
   LoraLayout lora_map;
-  DevicePtr<bf16> lora_weights;
+  DevicePtr<bf16> lora_weights, lora_v16;
   DevicePtr<float> lora_scales, lora_v;
   Staged<int32_t> lora_rows;
   struct HostLora {

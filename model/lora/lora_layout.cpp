@@ -25,10 +25,10 @@ LoraLayout lora_layout(int num_layers, const std::array<LoraShape, kLoraProjecti
       LoraBlock& b = layer[p];
       b.n = s.n;
       b.k = s.k;
-      b.rank = s.lora ? kLoraMaxPairs[p] * max_lora_rank : 0;
+      b.rank = s.lora ? static_cast<int>(round_up8(int64_t{kLoraMaxPairs[p]} * max_lora_rank)) : 0;
       b.a = out.weights;
       out.weights += round_up8(int64_t{b.rank} * b.k);
-      b.bt = out.weights;
+      b.b = out.weights;
       out.weights += round_up8(int64_t{b.rank} * b.n);
       b.scale = out.scales;
       out.scales += b.rank;
@@ -70,13 +70,29 @@ void pack_lora(const LoraAdapter& adapter, const LoraLayout& layout, std::vector
             weights[static_cast<size_t>(b.a + row * b.k + i)] =
                 float_to_bf16(pair.a[static_cast<size_t>(j) * b.k + i]);
           for (int i = 0; i < pair.out_rows; ++i)
-            weights[static_cast<size_t>(b.bt + row * b.n + pair.out_offset + i)] =
+            weights[static_cast<size_t>(b.b + (pair.out_offset + i) * int64_t{b.rank} + row)] =
                 float_to_bf16(pair.b[static_cast<size_t>(i) * pair.rank + j]);
           scales[static_cast<size_t>(b.scale + row)] = pair.scale;
         }
         column += pair.rank;
       }
     }
+}
+
+std::vector<LoraCopy> lora_slot_copies(const LoraLayout& layout, int slots, int slot) {
+  std::vector<LoraCopy> out;
+  for (const auto& layer : layout.layers)
+    for (const LoraBlock& b : layer) {
+      if (b.rank == 0) continue;
+      const int64_t part = int64_t{slot} * b.rank;  // the slot's first row of A, column of B, scale
+      const int64_t a = int64_t{b.rank} * b.k;
+      out.push_back({.src = b.a, .dst = slots * b.a + part * b.k, .width = a, .dst_pitch = a});
+      out.push_back({.src = b.b, .dst = slots * b.b + part, .rows = b.n, .width = b.rank,
+                     .dst_pitch = int64_t{slots} * b.rank});
+      out.push_back({.scales = true, .src = b.scale, .dst = slots * b.scale + part, .width = b.rank,
+                     .dst_pitch = b.rank});
+    }
+  return out;
 }
 
 }  // namespace paged

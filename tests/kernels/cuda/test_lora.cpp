@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/cuda_runner.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/lora.h"
 #include "model/loader/config.h"
 #include "model/loader/safetensors.h"
@@ -19,6 +20,7 @@
 #include "tests/kernels/cuda/small_llama.h"
 #include "tests/kernels/step_chunks.h"
 #include "tests/model/lora/lora_files.h"
+#include "tests/model/lora/lora_slots.h"
 #include "tests/test_data.h"
 
 using namespace paged;
@@ -83,9 +85,9 @@ TEST_CASE("add_lora adds each row's slot's pairs as add_lora_pairs does; rows wi
           "[gpu][lora]") {
   require_device();
   std::mt19937 rng(17);
-  // One layer; down's k of 36 takes the kernel's scalar loads (rows not 16-byte multiples), the others its vectors.
+  // One layer, ranks rounded up to 8 in the layout (room 8: QKV 24, O 8, gate/up 16, down 8).
   const std::array<LoraShape, kLoraProjections> shapes{LoraShape{384, 256}, LoraShape{256, 256},
-                                                       LoraShape{1024, 256}, LoraShape{256, 36}};
+                                                       LoraShape{1024, 256}, LoraShape{256, 40}};
   const LoraLayout layout = lora_layout(1, shapes, 8);
   // Three adapters (slots 0, 1, 2), each with its own pairs: q/k/v of several ranks, some layers left alone.
   std::vector<LoraAdapter> adapters(3);
@@ -97,25 +99,22 @@ TEST_CASE("add_lora adds each row's slot's pairs as add_lora_pairs does; rows wi
     if (s != 2) L.o = {random_pair(0, 256, 1 + 3 * s, 256, 4.0f, rng)};
     L.gate_up = {random_pair(512, 512, 8, 256, 0.25f, rng)};
     if (s == 0) L.gate_up.push_back(random_pair(0, 512, 2, 256, 1.0f, rng));
-    L.down = {random_pair(0, 256, 6, 36, 1.5f, rng)};
+    L.down = {random_pair(0, 256, 6, 40, 1.5f, rng)};
   }
-  std::vector<uint16_t> weights;
-  std::vector<float> scales;
-  for (const LoraAdapter& a : adapters) {
-    std::vector<uint16_t> w;
-    std::vector<float> sc;
-    pack_lora(a, layout, w, sc);
-    weights.insert(weights.end(), w.begin(), w.end());
-    scales.insert(scales.end(), sc.begin(), sc.end());
-  }
-  std::vector<bf16> weight_bits(weights.size());
-  std::memcpy(weight_bits.data(), weights.data(), weights.size() * sizeof(uint16_t));
+  constexpr int kSlots = 3;
+  std::vector<std::pair<std::vector<uint16_t>, std::vector<float>>> packed(kSlots);
+  for (int s = 0; s < kSlots; ++s) pack_lora(adapters[s], layout, packed[s].first, packed[s].second);
+  const test::LoraSlots all = test::place_lora_slots(layout, packed);
+  std::vector<bf16> weight_bits(all.w.size());
+  std::memcpy(weight_bits.data(), all.w.data(), all.w.size() * sizeof(uint16_t));
   const DeviceArray<bf16> d_weights(weight_bits);
-  const DeviceArray<float> d_scales(scales);
+  const DeviceArray<float> d_scales(all.s);
   const std::vector<int32_t> row_slot{-1, 0, 2, 1, 0, -1, 2, 1};
   const int rows = static_cast<int>(row_slot.size());
   const DeviceArray<int32_t> d_slots(row_slot);
-  DeviceArray<float> v(static_cast<size_t>(rows) * layout.max_rank);
+  DeviceArray<float> v(static_cast<size_t>(rows) * kSlots * layout.max_rank);
+  DeviceArray<bf16> v16(static_cast<size_t>(rows) * kSlots * layout.max_rank);
+  cuda::Gemm gemm;
   const std::vector<LoraPair> LoraLayer::*which[] = {&LoraLayer::qkv, &LoraLayer::o, &LoraLayer::gate_up,
                                                      &LoraLayer::down};
   for (int p = 0; p < kLoraProjections; ++p) {
@@ -125,23 +124,37 @@ TEST_CASE("add_lora adds each row's slot's pairs as add_lora_pairs does; rows wi
     const std::vector<float> y = random_bf16_values(rng, static_cast<size_t>(rows) * b.n);
     const DeviceArray<bf16> d_x(to_bf16(x));
     DeviceArray<bf16> d_y(to_bf16(y));
-    const cuda::LoraArgs args{.row_slot = d_slots.get(), .weights = d_weights.get(), .scales = d_scales.get(),
-                              .slot_weights = layout.weights, .slot_scales = layout.scales, .block = b};
-    CUDA_REQUIRE(cuda::add_lora(d_y.get(), d_x.get(), v.get(), rows, args, nullptr));
+    const cuda::LoraArgs args{.row_slot = d_slots.get(), .a = d_weights.get() + kSlots * b.a,
+                              .b = d_weights.get() + kSlots * b.b, .scales = d_scales.get() + kSlots * b.scale,
+                              .slots = kSlots, .rank = b.rank, .n = b.n, .k = b.k};
+    CUDA_REQUIRE(cuda::add_lora(gemm, d_y.get(), d_x.get(), v.get(), v16.get(), rows, args, nullptr));
     const std::vector<float> got = to_float(d_y.download());
     int moved = 0;
     for (int t = 0; t < rows; ++t) {
       INFO("row " << t << ", slot " << row_slot[t]);
       std::vector<float> want(y.begin() + int64_t{t} * b.n, y.begin() + int64_t{t + 1} * b.n), scratch;
-      if (row_slot[t] >= 0)
-        cpu::add_lora_pairs(want.data(), x.data() + int64_t{t} * b.k, b.k, adapters[row_slot[t]].layers[0].*which[p],
-                            scratch);
+      // The size of the terms each output sums, sum_j |B[i][j]| |v_j|: the shrink rounds each v_j to bf16 (as PEFT's
+      // bf16 modules round A x), an error of up to 2^-9 of each term however much the terms cancel.
+      std::vector<double> terms(static_cast<size_t>(b.n), 0.0);
+      if (row_slot[t] >= 0) {
+        const float* xt = x.data() + int64_t{t} * b.k;
+        const std::vector<LoraPair>& pairs = adapters[row_slot[t]].layers[0].*which[p];
+        cpu::add_lora_pairs(want.data(), xt, b.k, pairs, scratch);
+        for (const LoraPair& q : pairs)
+          for (int j = 0; j < q.rank; ++j) {
+            double vj = 0.0;
+            for (int i = 0; i < b.k; ++i) vj += double(q.a[size_t(j) * b.k + i]) * xt[i];
+            for (int i = 0; i < q.out_rows; ++i)
+              terms[size_t(q.out_offset + i)] += std::abs(q.b[size_t(i) * q.rank + j] * q.scale * vj);
+          }
+      }
       for (int i = 0; i < b.n; ++i) {
         const float g = got[int64_t{t} * b.n + i], w = round_bf16(want[i]), before = y[int64_t{t} * b.n + i];
         if (row_slot[t] < 0) {
-          REQUIRE(g == before);  // not a bit changed
+          REQUIRE(g == before);  // the value unchanged (y + 0)
         } else {
-          REQUIRE(std::abs(g - w) <= 1e-2f * std::abs(w) + 1e-3f);  // a bf16 step either way
+          // A bf16 step of the result either way, and the shrink's rounding of each term.
+          REQUIRE(std::abs(g - w) <= 1e-2 * std::abs(w) + terms[size_t(i)] / 256.0 + 1e-3);
           moved += std::abs(w - before) > 0.05f;
         }
       }
@@ -149,9 +162,9 @@ TEST_CASE("add_lora adds each row's slot's pairs as add_lora_pairs does; rows wi
     CHECK(moved > rows * b.n / 8);  // the pairs move the rows they add to
   }
   // Bad shapes are refused with a message.
-  cuda::LoraArgs bad{.row_slot = d_slots.get(), .weights = d_weights.get(), .scales = d_scales.get()};
-  bad.block.rank = 4;
-  CHECK(cuda::add_lora(nullptr, nullptr, v.get(), 2, bad, nullptr) == cudaErrorInvalidValue);
+  const cuda::LoraArgs bad{.row_slot = d_slots.get(), .a = d_weights.get(), .b = d_weights.get(),
+                           .scales = d_scales.get(), .slots = 1, .rank = 4, .n = 36, .k = 36};
+  CHECK(cuda::add_lora(gemm, nullptr, nullptr, v.get(), v16.get(), 2, bad, nullptr) == cudaErrorInvalidValue);
   CHECK(cuda::describe_launch_error(cudaErrorInvalidValue).find("add_lora") != std::string::npos);
 }
 
