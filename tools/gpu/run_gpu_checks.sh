@@ -488,6 +488,23 @@ if wanted lora; then
     add_row "add_lora per layer, rank 16, $slots adapter(s): LoRA / products" "$(status_word $?)" \
       "$(grep -E '^ *[0-9]+ \|' "$LOG_DIR/lora_bench_$slots.log" | awk -F'|' '{ gsub(/ /, "", $1); gsub(/ /, "", $4); printf "%s rows %s; ", $1, $4 }')"
   done
+  # End to end: the ShareGPT-like mix on the Llama-3-8B shape without adapters and with four rank-16 adapters on
+  # every projection (vLLM's benchmark_throughput --enable-lora --lora-path --max-loras 4), bf16 and FP8 weights.
+  M=$(llama3_8b_shape)
+  python3 "$HERE/make_shaped_lora.py" "$M" "$LOG_DIR/lora8b" --rank 16 >/dev/null
+  declare -A lora_tok
+  for w in bf16 fp8; do
+    for with in none four; do
+      flags=(); [ $w = fp8 ] && flags+=(--quantization fp8)
+      [ $with = four ] && flags+=(--enable-lora --lora-path "$LOG_DIR/lora8b" --max-loras 4)
+      run "lora_e2e_${w}_$with" 300 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy --num-prompts 1000 \
+        --dataset-name sharegpt-like --json --max-num-seqs 1024 --max-num-batched-tokens 16384 "${flags[@]}"
+      lora_tok[${w}_$with]=$(tok_per_s "$(bench_json "lora_e2e_${w}_$with")")
+    done
+    add_row "paged bench ShareGPT-like 1000, $w: 4 LoRA adapters against none" \
+      "$( [ -n "${lora_tok[${w}_four]}" ] && echo DONE || echo FAIL)" \
+      "$(awk -v a="${lora_tok[${w}_four]}" -v b="${lora_tok[${w}_none]}" 'BEGIN { if (b > 0) printf "%.0f against %.0f tok/s (%.2fx)", a, b, a / b; else print "?" }')"
+  done
 fi
 if wanted moe; then
   # Issue 16: a Qwen3-30B-A3B-shaped mixture of experts (128 experts, top-8; random bf16 weights) beside the dense
