@@ -558,7 +558,8 @@ int CudaModelRunner::Impl::lora_slot(int32_t id, std::vector<int32_t>& step) {
     const HostLora& host = adapter->second;
     for (const LoraCopy& c : lora_slot_copies(lora_map, opt.max_loras, slot)) {
       const size_t size = c.scales ? sizeof(float) : sizeof(uint16_t);
-      void* dst = c.scales ? static_cast<void*>(lora_scales.get() + c.dst) : static_cast<void*>(lora_weights.get() + c.dst);
+      void* dst = c.scales ? static_cast<void*>(lora_scales.get() + c.dst)
+                           : static_cast<void*>(lora_weights.get() + c.dst);
       const void* src = c.scales ? static_cast<const void*>(host.scales.data() + c.src)
                                  : static_cast<const void*>(host.weights.data() + c.src);
       PAGED_CUDA_CHECK(cudaMemcpy2DAsync(dst, c.dst_pitch * size, src, c.width * size, c.width * size, c.rows,

@@ -49,8 +49,8 @@ struct LoraShape {
 LoraLayout lora_layout(int num_layers, const std::array<LoraShape, kLoraProjections>& shapes, int max_lora_rank);
 
 /// Writes `adapter` into one adapter's arrays (resized to the layout's and zeroed first): A and B rounded to bf16
-/// (their bits), the scales as floats. Throws ModelError naming the layer when a layer's pairs need more rank than its room,
-/// a pair lies outside the layer's rows or columns, or the adapter has another number of layers.
+/// (their bits), the scales as floats. Throws ModelError naming the layer when a layer's pairs need more rank than its
+/// room, a pair lies outside the layer's rows or columns, or the adapter has another number of layers.
 void pack_lora(const LoraAdapter& adapter, const LoraLayout& layout, std::vector<uint16_t>& weights,
                std::vector<float>& scales);
 

@@ -102,7 +102,7 @@ TEST_CASE("add_lora adds each row's slot's pairs as add_lora_pairs does; rows wi
     L.down = {random_pair(0, 256, 6, 40, 1.5f, rng)};
   }
   constexpr int kSlots = 3;
-  std::vector<std::pair<std::vector<uint16_t>, std::vector<float>>> packed(kSlots);
+  std::vector<test::PackedLora> packed(kSlots);
   for (int s = 0; s < kSlots; ++s) pack_lora(adapters[s], layout, packed[s].first, packed[s].second);
   const test::LoraSlots all = test::place_lora_slots(layout, packed);
   std::vector<bf16> weight_bits(all.w.size());

@@ -18,16 +18,18 @@ struct LoraSlots {
   std::vector<uint16_t> w;
   std::vector<float> s;
 };
-inline LoraSlots place_lora_slots(const LoraLayout& layout, const std::vector<std::pair<std::vector<uint16_t>, std::vector<float>>>& packed) {
+using PackedLora = std::pair<std::vector<uint16_t>, std::vector<float>>;  // pack_lora's weights and scales
+inline LoraSlots place_lora_slots(const LoraLayout& layout, const std::vector<PackedLora>& packed) {
   const int slots = static_cast<int>(packed.size());
   LoraSlots out{std::vector<uint16_t>(static_cast<size_t>(layout.weights * slots), 0),
-            std::vector<float>(static_cast<size_t>(layout.scales * slots), 0.0f)};
+                std::vector<float>(static_cast<size_t>(layout.scales * slots), 0.0f)};
   std::vector<int> w_written(out.w.size(), 0), s_written(out.s.size(), 0);
   for (int slot = 0; slot < slots; ++slot)
     for (const LoraCopy& c : lora_slot_copies(layout, slots, slot))
       for (int64_t r = 0; r < c.rows; ++r)
         for (int64_t i = 0; i < c.width; ++i) {
-          const auto src = static_cast<size_t>(c.src + r * c.width + i), dst = static_cast<size_t>(c.dst + r * c.dst_pitch + i);
+          const auto src = static_cast<size_t>(c.src + r * c.width + i);
+          const auto dst = static_cast<size_t>(c.dst + r * c.dst_pitch + i);
           if (c.scales) {
             REQUIRE(dst < out.s.size());
             out.s[dst] = packed[static_cast<size_t>(slot)].second.at(src);

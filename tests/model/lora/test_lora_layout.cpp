@@ -98,7 +98,8 @@ TEST_CASE("a packed LoRA slot adds what the CPU runner's pairs add, every layer 
   std::vector<uint16_t> w_other;
   std::vector<float> s_other;
   pack_lora(other, layout, w_other, s_other);
-  const test::LoraSlots all = test::place_lora_slots(layout, {{w_other, s_other}, {w, s}, {std::vector<uint16_t>(w.size(), 0), std::vector<float>(s.size(), 0.0f)}});
+  const test::PackedLora empty{std::vector<uint16_t>(w.size(), 0), std::vector<float>(s.size(), 0.0f)};
+  const test::LoraSlots all = test::place_lora_slots(layout, {{w_other, s_other}, {w, s}, empty});
   const LoraAdapter* in_slot[] = {&other, &adapter, nullptr};
 
   const std::vector<LoraPair> LoraLayer::*which[] = {&LoraLayer::qkv, &LoraLayer::o, &LoraLayer::gate_up,
