@@ -459,7 +459,7 @@ int run_ops(std::map<std::string, std::string>& f) {
   for (int partition : {64, 128, 256, 512}) {
     const int parts = (grid_ctx + partition - 1) / partition;
     const std::string name = "attention decode, " + std::to_string(parts) + " x " + std::to_string(partition) +
-                             (parts > 1 && parts <= 8 ? " (cluster in one wave)" : "");
+                             (parts > 1 && parts <= 8 ? " (a cluster if one wave)" : "");
     time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == 64 ? kBoth : kNone, [&] {
       return cuda::paged_attention_decode(a, grid_ctx, partition, attn_ws, attn_ws_bytes, s);
     });
