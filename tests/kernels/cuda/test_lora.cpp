@@ -231,13 +231,17 @@ TEST_CASE("the CUDA runner's adapter rows give the merged checkpoint's logits, b
     return out;
   };
   CudaRunnerOptions opt = small_runner_options(16, 4, 64);
-  const auto reference = [&](const std::filesystem::path& folder) {
-    const SafeTensors w(folder.string());
-    CudaModelRunner r(load_model_config(folder.string()), w, opt);
-    return run(r, false);
+  // The logits of the base model and of the two merged checkpoints, each run alone with options `o`.
+  using Logits = std::vector<std::vector<std::vector<float>>>;
+  const auto references = [&](const CudaRunnerOptions& o) {
+    const auto one = [&](const std::filesystem::path& folder) {
+      const SafeTensors w(folder.string());
+      CudaModelRunner r(load_model_config(folder.string()), w, o);
+      return run(r, false);
+    };
+    return std::array<Logits, 3>{one(base), one(dir.path() / "merged_a"), one(dir.path() / "merged_b")};
   };
-  const std::array<std::vector<std::vector<std::vector<float>>>, 3> want{
-      reference(base), reference(dir.path() / "merged_a"), reference(dir.path() / "merged_b")};
+  const std::array<Logits, 3> want = references(opt);
   const SafeTensors base_weights(base.string());
   CudaRunnerOptions lora_opt = opt;
   lora_opt.max_loras = 2;
@@ -273,13 +277,7 @@ TEST_CASE("the CUDA runner's adapter rows give the merged checkpoint's logits, b
     runner.add_lora(1, a);
     runner.add_lora(2, b);
     const auto got = run(runner, true);
-    const auto merged_fp8 = [&](const std::filesystem::path& folder) {
-      const SafeTensors w(folder.string());
-      CudaModelRunner r(load_model_config(folder.string()), w, fp8_plain);
-      return run(r, false);
-    };
-    const std::array<std::vector<std::vector<std::vector<float>>>, 3> fp8_want{
-        merged_fp8(base), merged_fp8(dir.path() / "merged_a"), merged_fp8(dir.path() / "merged_b")};
+    const std::array<Logits, 3> fp8_want = references(fp8_plain);
     double lora_err = 0, merged_err = 0;
     int rows = 0;
     for (size_t st = 0; st < steps.size(); ++st)
