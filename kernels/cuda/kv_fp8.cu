@@ -13,7 +13,8 @@ namespace {
 constexpr int kWarps = 4;
 constexpr float kFp8Max = 448.0f;
 
-// grid: (tokens, ceil(2 * num_kv_heads / kWarps)); block: 32 * kWarps. Warp w of block (t, y) takes head row
+// grid: (tokens, ceil(2 * num_kv_heads / kWarps)); block: 32 * kWarps; launched early (programmatic dependent
+// launch, as rope_and_cache: the one normal launch of a one-stream layer with the FP8 cache otherwise). Warp w of block (t, y) takes head row
 // y * kWarps + w of token t's K heads then V heads: its absmax over the warp, then each lane's HEAD_DIM / 32 codes.
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(32 * kWarps)
@@ -23,6 +24,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   constexpr int kPerLane = HEAD_DIM / 32;  // 2 or 4
   const int token = blockIdx.x, lane = threadIdx.x % 32;
   const int item = blockIdx.y * kWarps + threadIdx.x / 32;
+  wait_for_previous_grid();  // launched early (launch_early): the QKV product's results
+  allow_dependent_launch();  // the attention may launch now and wait for these codes itself
   const int64_t slot = slot_mapping[token];
   if (item >= 2 * num_kv_heads || slot < 0) return;
   const bool is_value = item >= num_kv_heads;
@@ -74,10 +77,9 @@ cudaError_t cache_kv_fp8(const bf16* qkv, uint8_t* k_cache, uint8_t* v_cache, co
   if (tokens <= 0) return cudaSuccess;
   const dim3 grid(tokens, (2 * num_kv_heads + kWarps - 1) / kWarps);
   PAGED_DISPATCH_HEAD_DIM("cache_kv_fp8", head_dim,
-                          cache_kv_fp8_kernel<HEAD_DIM><<<grid, 32 * kWarps, 0, stream>>>(
-                              qkv, k_cache, v_cache, slot_mapping, num_heads, num_kv_heads, log2_of(block_size),
-                              qkv_stride));
-  return cudaGetLastError();
+                          return launch_early(cache_kv_fp8_kernel<HEAD_DIM>, grid, dim3(32 * kWarps), 0, stream,
+                                              qkv, k_cache, v_cache, slot_mapping, num_heads, num_kv_heads,
+                                              log2_of(block_size), qkv_stride));
 }
 
 }  // namespace paged::cuda
