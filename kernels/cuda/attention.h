@@ -45,6 +45,8 @@ struct PagedAttentionArgs {
 /// block_size supported. Probabilities enter the P.V product rounded to bf16 (as in flash attention). The grid depends only on (num_seqs, max_context_len, partition_size), so a CUDA graph captured with a
 /// fixed max_context_len replays for any contexts up to it.
 inline constexpr int kMaxDecodePartition = 512;
+/// The most partitions that merge in one thread block cluster (the portable cluster size).
+inline constexpr int kMaxDecodeCluster = 8;
 
 /// Bytes of workspace paged_attention_decode needs (0 when max_context_len <= partition_size).
 size_t paged_attention_decode_workspace(int num_seqs, int num_heads, int head_dim, int max_context_len,

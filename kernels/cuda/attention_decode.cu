@@ -20,7 +20,6 @@ namespace paged::cuda {
 namespace {
 
 constexpr int kDecodeThreads = 128;
-constexpr int kMaxDecodeCluster = 8;  // partitions merged in one thread block cluster (the portable cluster size)
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 constexpr float kLog2e = 1.4426950408889634f;  // scores are kept in base 2 so that softmax uses exp2f
 
