@@ -26,8 +26,9 @@
 //       L2 error of the FP8 logits against bf16's after a prefill of random prompts, and how often argmax agrees.
 //
 //   bench_cuda_runner ops [--batch 1] [--context 576]
-//       Times each kernel of one decode step at the same shape (one layer's ops, the LM head, greedy sampling) with
-//       CUDA events, and the step they add up to: where a decode step's time goes. From batch 2, also whether two
+//       Times each kernel of one decode step at the same shape (one layer's ops, the attention at each partition
+//       size with '*' at the runner's, the LM head, greedy sampling) with CUDA events, and the step they add up to:
+//       where a decode step's time goes. From batch 2, also whether two
 //       halves of the batch overlap on two streams: one half's attention beside the other's gate/up and down
 //       products, alone and together (the question before splitting decode steps into nano-batches).
 //
@@ -415,8 +416,12 @@ int run_ops(std::map<std::string, std::string>& f) {
   void* attn_ws = device_array<char>(attn_ws_bytes);
 
   // One layer's kernel time two ways: the cuBLASLt path of batched steps and the GEMV path of single-token steps
-  // (the norms, RoPE and the cache write, residual adds and SiLU-and-mul inside the projections). The attention (partition 64)
-  // counts in both.
+  // (the norms, RoPE and the cache write, residual adds and SiLU-and-mul inside the projections). The attention at
+  // the runner's partition (cuda::decode_partition) counts in both.
+  int device = 0, sms = 0;
+  cuda_ok(cudaGetDevice(&device), "device");
+  cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "attribute");
+  const int runner_partition = cuda::decode_partition(m, kvh, grid_ctx, sms, bs);
   double cublas_layer_us = 0, gemv_layer_us = 0;
   enum Layer { kNone, kCublas, kGemv, kBoth };
   auto time = [&](const char* name, double bytes, Layer layer, auto&& launch) {
@@ -459,8 +464,9 @@ int run_ops(std::map<std::string, std::string>& f) {
   for (int partition : {64, 128, 256, 512}) {
     const int parts = (grid_ctx + partition - 1) / partition;
     const std::string name = "attention decode, " + std::to_string(parts) + " x " + std::to_string(partition) +
-                             (parts > 1 && parts <= 8 ? " (a cluster if one wave)" : "");
-    time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == 64 ? kBoth : kNone, [&] {
+                             (parts > 1 && parts <= 8 ? " (a cluster if one wave)" : "") +
+                             (partition == runner_partition ? " *" : "");
+    time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == runner_partition ? kBoth : kNone, [&] {
       return cuda::paged_attention_decode(a, grid_ctx, partition, attn_ws, attn_ws_bytes, s);
     });
   }

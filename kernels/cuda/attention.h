@@ -48,6 +48,26 @@ inline constexpr int kMaxDecodePartition = 512;
 /// The most partitions that merge in one thread block cluster (the portable cluster size).
 inline constexpr int kMaxDecodeCluster = 8;
 
+/// The partition size the runner gives paged_attention_decode for `batch` sequences of up to max_context tokens
+/// on sm_count SMs, from bench_cuda_runner ops (8B shape, 8 KV heads, 132 SMs; contexts 1,000 and 2,000 at batches
+/// 1-8). Where one wave of one block per SM holds the grid with at most kMaxDecodeCluster partitions, the
+/// smallest such partition: the partitions merge in a thread block cluster, no reduction kernel after them (H200, one
+/// sequence: 8 x 128 8.2 us a layer at context 640 against 16 x 64 and the reduction 10.1; 8 x 256 10.5 us at 2,000
+/// against 16 x 128 12.6 and 32 x 64 14.2). Else the largest of 512, 256, 128, 64 that gives at least one block for
+/// every two SMs: past that, more and shorter partitions cost more than they spread (H100, batch 8 at 2,000: 4 x 512
+/// 31.3 us, 8 x 256 36.6, 32 x 64 47.7; the rule before aimed at two blocks an SM and took 64-token partitions at
+/// batches 1-8, up to 1.6x slower).
+inline int decode_partition(int batch, int kv_heads, int max_context, int sm_count, int block_size) {
+  const auto blocks = [&](int p) { return int64_t{kv_heads} * batch * ((max_context + p - 1) / p); };
+  for (int p = 64; p <= kMaxDecodePartition; p *= 2) {
+    const int64_t parts = (max_context + p - 1) / p;
+    if (p >= block_size && parts > 1 && parts <= kMaxDecodeCluster && blocks(p) <= sm_count) return p;
+  }
+  int p = kMaxDecodePartition;
+  while (p > 64 && p / 2 >= block_size && 2 * blocks(p) < sm_count) p /= 2;
+  return p;
+}
+
 /// Bytes of workspace paged_attention_decode needs (0 when max_context_len <= partition_size).
 size_t paged_attention_decode_workspace(int num_seqs, int num_heads, int head_dim, int max_context_len,
                                         int partition_size);

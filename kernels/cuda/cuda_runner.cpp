@@ -56,25 +56,6 @@ std::vector<int> context_buckets(int max_model_len) {
   return c;
 }
 
-// Decode partition size, from bench_cuda_runner ops (8B shape, 8 KV heads, 132 SMs; contexts 1,000 and 2,000 at
-// batches 1-8). Where one wave of one block per SM holds the grid with at most kMaxDecodeCluster partitions, the
-// smallest such partition: the partitions merge in a thread block cluster, no reduction kernel after them (H200, one
-// sequence: 8 x 128 8.2 us a layer at context 640 against 16 x 64 and the reduction 10.1; 8 x 256 10.5 us at 2,000
-// against 16 x 128 12.6 and 32 x 64 14.2). Else the largest of 512, 256, 128, 64 that gives at least one block for
-// every two SMs: past that, more and shorter partitions cost more than they spread (H100, batch 8 at 2,000: 4 x 512
-// 31.3 us, 8 x 256 36.6, 32 x 64 47.7; the rule before aimed at two blocks an SM and took 64-token partitions at
-// batches 1-8, up to 1.6x slower).
-int decode_partition(int batch, int kv_heads, int max_context, int sm_count, int block_size) {
-  const auto blocks = [&](int p) { return int64_t{kv_heads} * batch * ((max_context + p - 1) / p); };
-  for (int p = 64; p <= cuda::kMaxDecodePartition; p *= 2) {
-    const int64_t parts = (max_context + p - 1) / p;
-    if (p >= block_size && parts > 1 && parts <= cuda::kMaxDecodeCluster && blocks(p) <= sm_count) return p;
-  }
-  int p = cuda::kMaxDecodePartition;
-  while (p > 64 && p / 2 >= block_size && 2 * blocks(p) < sm_count) p /= 2;
-  return p;
-}
-
 }  // namespace
 
 
@@ -407,7 +388,7 @@ void CudaModelRunner::Impl::allocate_runtime() {
     for (int c : ctx_buckets)
       decode_ws_bytes = std::max(decode_ws_bytes, cuda::paged_attention_decode_workspace(
                                                       b, heads, head_dim, c,
-                                                      decode_partition(b, kv_heads, c, sm_count, opt.block_size)));
+                                                      cuda::decode_partition(b, kv_heads, c, sm_count, opt.block_size)));
   decode_ws = device_alloc<char>(decode_ws_bytes);
 
   token_ids.allocate(T);
@@ -680,7 +661,7 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     }
     plan.tokens = plan.seqs = rows;
     plan.grid_ctx = *std::lower_bound(ctx_buckets.begin(), ctx_buckets.end(), plan.max_ctx);
-    plan.partition = decode_partition(rows, kv_heads, plan.grid_ctx, sm_count, B);
+    plan.partition = cuda::decode_partition(rows, kv_heads, plan.grid_ctx, sm_count, B);
     plan.logits_rows = rows;
   }
   // Uploads on the compute stream: ordered before the kernels that read them, after the previous step's.

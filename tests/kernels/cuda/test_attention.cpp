@@ -96,6 +96,22 @@ TEST_CASE("decode and prefill with a sliding window match the CPU twin", "[gpu][
     }
 }
 
+TEST_CASE("decode_partition: a one-wave cluster where it fits, else a block for every two SMs", "[attention]") {
+  // 8 KV heads on 132 SMs, 16-token blocks.
+  CHECK(cuda::decode_partition(1, 8, 1024, 132, 16) == 128);   // 8 partitions, 64 blocks: a cluster (64 tokens: 16)
+  CHECK(cuda::decode_partition(1, 8, 2048, 132, 16) == 256);   // 8 x 256
+  CHECK(cuda::decode_partition(4, 8, 1024, 132, 16) == 256);   // 4 partitions x 32: 128 blocks
+  CHECK(cuda::decode_partition(8, 8, 1024, 132, 16) == 512);   // 2 partitions x 64
+  CHECK(cuda::decode_partition(1, 8, 256, 132, 16) == 64);     // 4 x 64, the smallest partition
+  CHECK(cuda::decode_partition(8, 8, 2048, 132, 16) == 512);   // no cluster fits (256 blocks); 512 gives >= 66
+  CHECK(cuda::decode_partition(64, 8, 1024, 132, 16) == 512);  // large batches: the longest partition
+  CHECK(cuda::decode_partition(1, 8, 8192, 132, 16) == 512);   // 16 partitions: no cluster; 128 blocks
+  CHECK(cuda::decode_partition(1, 2, 16384, 132, 16) == 256);  // 512 gives 64 blocks (< 66); 256 gives 128
+  CHECK(cuda::decode_partition(1, 1, 8192, 132, 16) == 64);    // halved down to the shortest partition
+  CHECK(cuda::decode_partition(1, 8, 1024, 132, 128) == 128);  // never shorter than a KV block
+  CHECK(cuda::decode_partition(1, 8, 1024, 132, 256) == 256);
+}
+
 TEST_CASE("attention launchers name what they refuse", "[gpu][attention]") {
   require_device();
   cuda::PagedAttentionArgs a;
