@@ -176,6 +176,10 @@ void WebSocketSession<Stream>::on_event(const std::string& key, RequestEvent eve
                                       {"index", d.index},
                                       {"text", d.text},
                                       {"token_ids", std::move(ids)}}));
+    // A frame past the outbox bound closed the session, and abort_all() ended every generation: `gen` and `it`
+    // are gone (using them was a use-after-free, a crash of the server when a client that does not read filled
+    // its outbox in the middle of an event of several deltas).
+    if (closed_) return;
   }
   if (!event.done) return;
   if (event.error) {
@@ -194,6 +198,7 @@ void WebSocketSession<Stream>::on_event(const std::string& key, RequestEvent eve
                                {"completion_tokens", event.completion_tokens},
                                {"total_tokens", event.prompt_tokens + event.completion_tokens}}}}));
   }
+  if (closed_) return;  // as above: the last frame closed the session and took the generation with it
   generations_.erase(it);
   update_owed();
 }
