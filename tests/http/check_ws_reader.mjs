@@ -1,8 +1,9 @@
-// A WebSocket client that never reads cannot grow the server without bound: it asks for generations while its socket
-// is paused; the server closes the connection once its outbox passes ws_max_outbox_bytes, and its memory stays within
-// 100 MB of what it was (the server runs with a small KV pool: the CPU runner's pool is allocated whole but its pages
-// become resident as blocks are first used, which is no growth of the outbox). A reading client is served normally
-// afterwards.
+// A WebSocket client that never reads cannot grow the server without bound: it asks for generations (of 1 to 4
+// choices, half of them 2 tokens long: an event of several deltas, often the last one, may pass the bound in its
+// middle, which crashed the server before 545c0b1, in about one run of three) while its socket is paused; the server
+// closes the connection once its outbox passes ws_max_outbox_bytes, and its memory stays within 100 MB of what it
+// was (the server runs with a small KV pool: the CPU runner's pool is allocated whole but its pages become resident
+// as blocks are first used, which is no growth of the outbox). A reading client is served normally afterwards.
 // Usage: node check_ws_reader.mjs --base http://127.0.0.1:PORT --pid SERVER_PID
 import { readFileSync } from "node:fs";
 import WebSocket from "ws";
@@ -25,7 +26,8 @@ let code = null;
 closed.then((c) => { code = c; });
 while (code === null && Date.now() < deadline) {
   for (let i = 0; i < 16; ++i, ++sent)
-    ws.send(JSON.stringify({ type: "generate", id: sent, prompt: "Once upon a time", max_tokens: 480, ignore_eos: true }));
+    ws.send(JSON.stringify({ type: "generate", id: sent, prompt: "Once upon a time", ignore_eos: true,
+                             max_tokens: sent % 2 ? 480 : 2, n: 1 + (sent % 4) }));
   peak = Math.max(peak, rss());
   await sleep(20);
 }
