@@ -459,12 +459,12 @@ int run_ops(std::map<std::string, std::string>& f) {
   time("rope_and_cache", 0, kCublas, [&] {
     return cuda::rope_and_cache(qkv, kc, vc, d_pos, d_slots, d_freq, m, heads, kvh, D, D, 1.0f, bs, qkv_dim, s);
   });
-  // Up to 8 partitions merge in one thread block cluster when the grid is one wave, else in a second kernel
-  // (attention.h).
+  // Up to kMaxDecodeCluster partitions merge in one thread block cluster when the grid is one wave, else in a
+  // second kernel (attention.h).
   for (int partition : {64, 128, 256, 512}) {
     const int parts = (grid_ctx + partition - 1) / partition;
     const std::string name = "attention decode, " + std::to_string(parts) + " x " + std::to_string(partition) +
-                             (parts > 1 && parts <= 8 ? " (a cluster if one wave)" : "") +
+                             (parts > 1 && parts <= cuda::kMaxDecodeCluster ? " (a cluster if one wave)" : "") +
                              (partition == runner_partition ? " *" : "");
     time(name.c_str(), 4.0 * m * ctx * kvh * D, partition == runner_partition ? kBoth : kNone, [&] {
       return cuda::paged_attention_decode(a, grid_ctx, partition, attn_ws, attn_ws_bytes, s);

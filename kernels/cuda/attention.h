@@ -58,11 +58,10 @@ inline constexpr int kMaxDecodeCluster = 8;
 /// 31.3 us, 8 x 256 36.6, 32 x 64 47.7; the rule before aimed at two blocks an SM and took 64-token partitions at
 /// batches 1-8, up to 1.6x slower).
 inline int decode_partition(int batch, int kv_heads, int max_context, int sm_count, int block_size) {
-  const auto blocks = [&](int p) { return int64_t{kv_heads} * batch * ((max_context + p - 1) / p); };
-  for (int p = 64; p <= kMaxDecodePartition; p *= 2) {
-    const int64_t parts = (max_context + p - 1) / p;
-    if (p >= block_size && parts > 1 && parts <= kMaxDecodeCluster && blocks(p) <= sm_count) return p;
-  }
+  const auto parts = [&](int p) { return (max_context + p - 1) / p; };
+  const auto blocks = [&](int p) { return int64_t{kv_heads} * batch * parts(p); };
+  for (int p = 64; p <= kMaxDecodePartition; p *= 2)
+    if (p >= block_size && parts(p) > 1 && parts(p) <= kMaxDecodeCluster && blocks(p) <= sm_count) return p;
   int p = kMaxDecodePartition;
   while (p > 64 && p / 2 >= block_size && 2 * blocks(p) < sm_count) p /= 2;
   return p;

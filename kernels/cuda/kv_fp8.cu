@@ -14,8 +14,9 @@ constexpr int kWarps = 4;
 constexpr float kFp8Max = 448.0f;
 
 // grid: (tokens, ceil(2 * num_kv_heads / kWarps)); block: 32 * kWarps; launched early (programmatic dependent
-// launch, as rope_and_cache: the one normal launch of a one-stream layer with the FP8 cache otherwise). Warp w of block (t, y) takes head row
-// y * kWarps + w of token t's K heads then V heads: its absmax over the warp, then each lane's HEAD_DIM / 32 codes.
+// launch, as rope_and_cache: the one normal launch of a one-stream layer with the FP8 cache otherwise). Warp w of
+// block (t, y) takes head row y * kWarps + w of token t's K heads then V heads: its absmax over the warp, then each
+// lane's HEAD_DIM / 32 codes.
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(32 * kWarps)
     cache_kv_fp8_kernel(const bf16* __restrict__ qkv, uint8_t* __restrict__ k_cache, uint8_t* __restrict__ v_cache,
