@@ -151,7 +151,7 @@ int run_decode(int batch, int context, int iterations, const cudaDeviceProp& pro
   double best_fraction = 0.0, best_us[2] = {1e30, 1e30};
   for (const bool fp8 : {false, true}) {
     b.use_fp8(fp8);
-    for (const int partition : {128, 256, 512}) {
+    for (int partition = 128; partition <= paged::cuda::kMaxDecodePartition && partition < 2 * context; partition *= 2) {
       const size_t ws_bytes =
           paged::cuda::paged_attention_decode_workspace(batch, kHeads, kHeadDim, context, partition);
       DeviceArray<char> ws(ws_bytes);
@@ -164,7 +164,7 @@ int run_decode(int batch, int context, int iterations, const cudaDeviceProp& pro
       const double fraction = bytes / seconds / kPeakBytesPerSecond;
       if (!fp8) best_fraction = std::max(best_fraction, fraction);
       best_us[fp8] = std::min(best_us[fp8], seconds * 1e6);
-      std::printf("  %s partition %3d: %8.1f us  %6.2f TB/s  %5.1f%% of 4.3 TB/s\n", fp8 ? "FP8 " : "bf16",
+      std::printf("  %s partition %4d: %8.1f us  %6.2f TB/s  %5.1f%% of 4.3 TB/s\n", fp8 ? "FP8 " : "bf16",
                   partition, seconds * 1e6, bytes / seconds / 1e12, 100.0 * fraction);
     }
   }

@@ -412,7 +412,7 @@ int run_ops(std::map<std::string, std::string>& f) {
                                    .head_dim = D, .block_size = bs, .scale = 0.0884f};
   // The runner's decode graphs cover contexts up to a power of two from 256: the grid it launches for `ctx`.
   const int grid_ctx = std::max(256, int(std::bit_ceil(unsigned(ctx))));
-  const size_t attn_ws_bytes = cuda::paged_attention_decode_workspace(m, heads, D, grid_ctx, 64);
+  const size_t attn_ws_bytes = cuda::paged_attention_decode_workspace(m, heads, D, grid_ctx, 64);  // the most partitions
   void* attn_ws = device_array<char>(attn_ws_bytes);
 
   // One layer's kernel time two ways: the cuBLASLt path of batched steps and the GEMV path of single-token steps
@@ -461,7 +461,7 @@ int run_ops(std::map<std::string, std::string>& f) {
   });
   // Up to kMaxDecodeCluster partitions merge in one thread block cluster when the grid is one wave, else in a
   // second kernel (attention.h).
-  for (int partition : {64, 128, 256, 512}) {
+  for (int partition = 64; partition <= std::min(grid_ctx, cuda::kMaxDecodePartition); partition *= 2) {
     const int parts = (grid_ctx + partition - 1) / partition;
     const std::string name = "attention decode, " + std::to_string(parts) + " x " + std::to_string(partition) +
                              (parts > 1 && parts <= cuda::kMaxDecodeCluster ? " (a cluster if one wave)" : "") +

@@ -8,6 +8,7 @@
 // Query head h reads KV head h / (num_heads / num_kv_heads). Inputs and output bf16, arithmetic float32.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -44,27 +45,41 @@ struct PagedAttentionArgs {
 /// multiple of block_size and at most kMaxDecodePartition; num_heads / num_kv_heads <= 16 (GQA group); head_dim and
 /// block_size supported. Probabilities enter the P.V product rounded to bf16 (as in flash attention). The grid depends only on (num_seqs, max_context_len, partition_size), so a CUDA graph captured with a
 /// fixed max_context_len replays for any contexts up to it.
-inline constexpr int kMaxDecodePartition = 512;
+inline constexpr int kMaxDecodePartition = 4096;
 /// The most partitions that merge in one thread block cluster (the portable cluster size).
 inline constexpr int kMaxDecodeCluster = 8;
 
+/// Whole sequences (one partition each) are taken where they give at least this many thread blocks an SM.
+inline constexpr int kDecodeWholeBlocksPerSm = 4;
+
 /// The partition size the runner gives paged_attention_decode for `batch` sequences of up to max_context tokens
-/// on sm_count SMs, from bench_cuda_runner ops (8B shape, 8 KV heads, 132 SMs; contexts 1,000 and 2,000 at batches
-/// 1-8). Where one wave of one block per SM holds the grid with at most kMaxDecodeCluster partitions, the
-/// smallest such partition: the partitions merge in a thread block cluster, no reduction kernel after them (H200, one
-/// sequence: 8 x 128 8.2 us a layer at context 640 against 16 x 64 and the reduction 10.1; 8 x 256 10.5 us at 2,000
-/// against 16 x 128 12.6 and 32 x 64 14.2). Else the largest of 512, 256, 128, 64 that gives at least one block for
-/// every two SMs: past that, more and shorter partitions cost more than they spread (H100, batch 8 at 2,000: 4 x 512
-/// 31.3 us, 8 x 256 36.6, 32 x 64 47.7; the rule before aimed at two blocks an SM and took 64-token partitions at
-/// batches 1-8, up to 1.6x slower).
-inline int decode_partition(int batch, int kv_heads, int max_context, int sm_count, int block_size) {
+/// on sm_count SMs (8B shape, 8 KV heads, 132 SMs). Three cases, first match:
+/// - One wave of one block an SM holds the grid with at most kMaxDecodeCluster partitions of up to 512 tokens: the
+///   smallest such partition. The partitions merge in a thread block cluster, no reduction kernel after them (H200,
+///   one sequence: 8 x 128 8.2 us a layer at context 640 against 16 x 64 and the reduction 10.1; 8 x 256 10.5 us at
+///   2,000 against 16 x 128 12.6 and 32 x 64 14.2).
+/// - Whole sequences, one partition of up to kMaxDecodePartition tokens each, give at least whole_blocks_per_sm
+///   blocks an SM: that partition (no partial results to write and merge, no reduction kernel). H200,
+///   bench_cuda_attention, one layer: 900 sequences x 576 tokens bf16 515.6 us (96% of 4.3 TB/s) against 613.4 at
+///   512, FP8 cache 383.9 against 491.4; 400 x 1,500 bf16 588.1 against 631.6, FP8 406.3 against 469.6; 160 x 600
+///   bf16 114.0 against 122.1, FP8 80.4 against 94.5. End to end (same call): ShareGPT-like bf16 12,905 output
+///   tok/s against 12,484, fixed 512/128 7,075 against 6,859, FP8 + FP8 KV 1000/1000 13,441 against 12,678.
+/// - Else the largest of 512, 256, 128, 64 that gives at least one block for every two SMs: past that, more and
+///   shorter partitions cost more than they spread (H100, batch 8 at 2,000: 4 x 512 31.3 us, 8 x 256 36.6, 32 x 64
+///   47.7).
+inline int decode_partition(int batch, int kv_heads, int max_context, int sm_count, int block_size,
+                            int whole_blocks_per_sm = kDecodeWholeBlocksPerSm) {
   const auto parts = [&](int p) { return (max_context + p - 1) / p; };
   const auto blocks = [&](int p) { return int64_t{kv_heads} * batch * parts(p); };
-  for (int p = 64; p <= kMaxDecodePartition; p *= 2)
+  for (int p = 64; p <= 512; p *= 2)
     if (p >= block_size && parts(p) > 1 && parts(p) <= kMaxDecodeCluster && blocks(p) <= sm_count) return p;
-  int p = kMaxDecodePartition;
+  int whole = std::max(64, block_size);
+  while (whole < max_context && whole < kMaxDecodePartition) whole *= 2;
+  if (whole_blocks_per_sm > 0 && whole > 512 && blocks(whole) >= int64_t{whole_blocks_per_sm} * sm_count)
+    return whole;
+  int p = 512;
   while (p > 64 && p / 2 >= block_size && 2 * blocks(p) < sm_count) p /= 2;
-  return p;
+  return std::max(p, block_size);
 }
 
 /// Bytes of workspace paged_attention_decode needs (0 when max_context_len <= partition_size).

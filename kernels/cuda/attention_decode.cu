@@ -597,7 +597,8 @@ cudaError_t paged_attention_decode(const PagedAttentionArgs& a, int max_context_
   if (partition_size <= 0 || partition_size > kMaxDecodePartition || partition_size % a.block_size != 0)
     return launch_failure(cudaErrorInvalidValue, std::string(name) + ": partition_size " +
                                                      std::to_string(partition_size) +
-                                                     " must be a multiple of block_size and at most 512");
+                                                     " must be a multiple of block_size and at most " +
+                                                     std::to_string(kMaxDecodePartition));
   if (a.q_stride % 8 != 0 || a.q_stride < static_cast<int64_t>(a.num_heads) * a.head_dim)
     return launch_failure(cudaErrorInvalidValue, std::string(name) + ": q_stride must be a multiple of 8 >= "
                                                                      "num_heads * head_dim");

@@ -26,7 +26,9 @@ TEST_CASE("paged_attention_decode matches the CPU twin", "[gpu][attention]") {
       const int max_ctx = *std::max_element(ctx.begin(), ctx.end());
       // 512: the default; 64: many partitions per sequence; a max_context_len above the real one: what a CUDA
       // graph captured for longer contexts replays with.
-      for (const auto& [partition, max_len] : {std::pair{512, max_ctx}, std::pair{64, max_ctx}, std::pair{512, 4000}}) {
+      // 2048 and 4096: whole sequences, one partition each.
+      for (const auto& [partition, max_len] : {std::pair{512, max_ctx}, std::pair{64, max_ctx}, std::pair{512, 4000},
+                                               std::pair{2048, max_ctx}, std::pair{4096, 4000}}) {
         INFO(describe(shape) << ", partition " << partition << ", max_context_len " << max_len << ", q scale "
                              << q_scale);
         const size_t ws_bytes = cuda::paged_attention_decode_workspace(batch.total_q, shape.heads, shape.head_dim,
@@ -96,20 +98,32 @@ TEST_CASE("decode and prefill with a sliding window match the CPU twin", "[gpu][
     }
 }
 
-TEST_CASE("decode_partition: a one-wave cluster where it fits, else a block for every two SMs", "[attention]") {
+TEST_CASE("decode_partition: a one-wave cluster where it fits, whole sequences where they fill the SMs, else a block for every two SMs", "[attention]") {
   // 8 KV heads on 132 SMs, 16-token blocks.
-  CHECK(cuda::decode_partition(1, 8, 1024, 132, 16) == 128);   // 8 partitions, 64 blocks: a cluster (64 tokens: 16)
-  CHECK(cuda::decode_partition(1, 8, 2048, 132, 16) == 256);   // 8 x 256
-  CHECK(cuda::decode_partition(4, 8, 1024, 132, 16) == 256);   // 4 partitions x 32: 128 blocks
-  CHECK(cuda::decode_partition(8, 8, 1024, 132, 16) == 512);   // 2 partitions x 64
-  CHECK(cuda::decode_partition(1, 8, 256, 132, 16) == 64);     // 4 x 64, the smallest partition
-  CHECK(cuda::decode_partition(8, 8, 2048, 132, 16) == 512);   // no cluster fits (256 blocks); 512 gives >= 66
-  CHECK(cuda::decode_partition(64, 8, 1024, 132, 16) == 512);  // large batches: the longest partition
-  CHECK(cuda::decode_partition(1, 8, 8192, 132, 16) == 512);   // 16 partitions: no cluster; 128 blocks
-  CHECK(cuda::decode_partition(1, 2, 16384, 132, 16) == 256);  // 512 gives 64 blocks (< 66); 256 gives 128
-  CHECK(cuda::decode_partition(1, 1, 8192, 132, 16) == 64);    // halved down to the shortest partition
-  CHECK(cuda::decode_partition(1, 8, 1024, 132, 128) == 128);  // never shorter than a KV block
-  CHECK(cuda::decode_partition(1, 8, 1024, 132, 256) == 256);
+  CHECK(cuda::decode_partition(1, 8, 1024, 132, 16, 0) == 128);   // 8 partitions, 64 blocks: a cluster (64 tokens: 16)
+  CHECK(cuda::decode_partition(1, 8, 2048, 132, 16, 0) == 256);   // 8 x 256
+  CHECK(cuda::decode_partition(4, 8, 1024, 132, 16, 0) == 256);   // 4 partitions x 32: 128 blocks
+  CHECK(cuda::decode_partition(8, 8, 1024, 132, 16, 0) == 512);   // 2 partitions x 64
+  CHECK(cuda::decode_partition(1, 8, 256, 132, 16, 0) == 64);     // 4 x 64, the smallest partition
+  CHECK(cuda::decode_partition(8, 8, 2048, 132, 16, 0) == 512);   // no cluster fits (256 blocks); 512 gives >= 66
+  CHECK(cuda::decode_partition(64, 8, 1024, 132, 16, 0) == 512);  // large batches: the longest partition
+  CHECK(cuda::decode_partition(1, 8, 8192, 132, 16, 0) == 512);   // 16 partitions: no cluster; 128 blocks
+  CHECK(cuda::decode_partition(1, 2, 16384, 132, 16, 0) == 256);  // 512 gives 64 blocks (< 66); 256 gives 128
+  CHECK(cuda::decode_partition(1, 1, 8192, 132, 16, 0) == 64);    // halved down to the shortest partition
+  CHECK(cuda::decode_partition(1, 8, 1024, 132, 128, 0) == 128);  // never shorter than a KV block
+  CHECK(cuda::decode_partition(1, 8, 1024, 132, 256, 0) == 256);
+  // Whole sequences, one partition each, where they give at least `whole_blocks_per_sm` blocks an SM.
+  CHECK(cuda::decode_partition(160, 8, 2048, 132, 16, 4) == 2048);  // 1,280 blocks: 9.7 an SM
+  CHECK(cuda::decode_partition(160, 8, 1024, 132, 16, 4) == 1024);
+  CHECK(cuda::decode_partition(160, 8, 8192, 132, 16, 4) == 4096);  // at most kMaxDecodePartition: 2 partitions
+  CHECK(cuda::decode_partition(160, 8, 2048, 132, 16, 10) == 512);  // too few blocks: the rule above
+  CHECK(cuda::decode_partition(8, 8, 2048, 132, 16, 4) == 512);     // 64 blocks
+  CHECK(cuda::decode_partition(64, 8, 512, 132, 16, 4) == 512);     // a context of one 512 partition as before
+  CHECK(cuda::decode_partition(1, 8, 1024, 132, 16, 4) == 128);     // the one-wave cluster first
+  // The runner's default threshold (kDecodeWholeBlocksPerSm): batch 66 and up with 8 KV heads on 132 SMs.
+  CHECK(cuda::decode_partition(900, 8, 1024, 132, 16) == 1024);
+  CHECK(cuda::decode_partition(66, 8, 2048, 132, 16) == 2048);
+  CHECK(cuda::decode_partition(65, 8, 2048, 132, 16) == 512);
 }
 
 TEST_CASE("attention launchers name what they refuse", "[gpu][attention]") {

@@ -105,20 +105,24 @@ TEST_CASE("decode and prefill over an FP8 cache match the CPU twin over the valu
         dev.args.k_fp8 = dk.get();
         dev.args.v_fp8 = dv.get();
         dev.args.window = window;
-        CUDA_REQUIRE(cudaMemset(dev.out.get(), 0xff, dev.out.size() * sizeof(bf16)));
-        if (decode) {
-          const size_t ws_bytes =
-              cuda::paged_attention_decode_workspace(batch.total_q, shape.heads, shape.head_dim, 2048, 256);
-          DeviceArray<char> ws(ws_bytes);
-          CUDA_REQUIRE(cuda::paged_attention_decode(dev.args, 2048, 256, ws.get(), ws_bytes, nullptr));
-        } else {
-          CUDA_REQUIRE(cuda::paged_attention_prefill(dev.args, 128, nullptr));
+        // Decode: partitions of 256 (several a sequence) and 2048 (whole sequences); prefill once.
+        for (const int partition : decode ? std::vector<int>{256, 2048} : std::vector<int>{0}) {
+          CUDA_REQUIRE(cudaMemset(dev.out.get(), 0xff, dev.out.size() * sizeof(bf16)));
+          if (decode) {
+            const size_t ws_bytes =
+                cuda::paged_attention_decode_workspace(batch.total_q, shape.heads, shape.head_dim, 2048, partition);
+            DeviceArray<char> ws(ws_bytes);
+            CUDA_REQUIRE(cuda::paged_attention_decode(dev.args, 2048, partition, ws.get(), ws_bytes, nullptr));
+          } else {
+            CUDA_REQUIRE(cuda::paged_attention_prefill(dev.args, 128, nullptr));
+          }
+          // Decode takes the codes exactly and applies the scales in float32: bf16's error. Prefill rounds each
+          // dequantised K and V element to bf16 for its shared-memory tiles once more: twice bf16's budget.
+          const double factor = decode ? 1.0 : 2.0;
+          check_close(to_float(dev.out.download()), batch.reference(window),
+                      decode ? "decode, partition " + std::to_string(partition) : "prefill", factor * kBf16RelL2,
+                      factor * kBf16MaxNorm);
         }
-        // Decode takes the codes exactly and applies the scales in float32: bf16's error. Prefill rounds each
-        // dequantised K and V element to bf16 for its shared-memory tiles once more: twice bf16's budget.
-        const double factor = decode ? 1.0 : 2.0;
-        check_close(to_float(dev.out.download()), batch.reference(window), decode ? "decode" : "prefill",
-                    factor * kBf16RelL2, factor * kBf16MaxNorm);
       }
     }
   }
