@@ -151,7 +151,8 @@ int run_decode(int batch, int context, int iterations, const cudaDeviceProp& pro
   double best_fraction = 0.0, best_us[2] = {1e30, 1e30};
   for (const bool fp8 : {false, true}) {
     b.use_fp8(fp8);
-    for (int partition = 128; partition <= paged::cuda::kMaxDecodePartition && partition < 2 * context; partition *= 2) {
+    for (int partition = 128; partition <= paged::cuda::kMaxDecodePartition && partition < 2 * context;
+         partition *= 2) {
       const size_t ws_bytes =
           paged::cuda::paged_attention_decode_workspace(batch, kHeads, kHeadDim, context, partition);
       DeviceArray<char> ws(ws_bytes);

@@ -412,7 +412,8 @@ int run_ops(std::map<std::string, std::string>& f) {
                                    .head_dim = D, .block_size = bs, .scale = 0.0884f};
   // The runner's decode graphs cover contexts up to a power of two from 256: the grid it launches for `ctx`.
   const int grid_ctx = std::max(256, int(std::bit_ceil(unsigned(ctx))));
-  const size_t attn_ws_bytes = cuda::paged_attention_decode_workspace(m, heads, D, grid_ctx, 64);  // the most partitions
+  // Sized for the most partitions (64 tokens each).
+  const size_t attn_ws_bytes = cuda::paged_attention_decode_workspace(m, heads, D, grid_ctx, 64);
   void* attn_ws = device_array<char>(attn_ws_bytes);
 
   // One layer's kernel time two ways: the cuBLASLt path of batched steps and the GEMV path of single-token steps

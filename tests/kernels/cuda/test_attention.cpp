@@ -98,7 +98,8 @@ TEST_CASE("decode and prefill with a sliding window match the CPU twin", "[gpu][
     }
 }
 
-TEST_CASE("decode_partition: a one-wave cluster where it fits, whole sequences where they fill the SMs, else a block for every two SMs", "[attention]") {
+TEST_CASE("decode_partition: a one-wave cluster, else whole sequences that fill the SMs, else a block per two SMs",
+          "[attention]") {
   // 8 KV heads on 132 SMs, 16-token blocks.
   CHECK(cuda::decode_partition(1, 8, 1024, 132, 16, 0) == 128);   // 8 partitions, 64 blocks: a cluster (64 tokens: 16)
   CHECK(cuda::decode_partition(1, 8, 2048, 132, 16, 0) == 256);   // 8 x 256
