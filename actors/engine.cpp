@@ -175,6 +175,7 @@ int resolve_config(EngineConfig& c, const ModelConfig& model, bool local_device)
   if (c.block_size < 1 || c.block_size > 256) throw ModelError("block_size must be in [1, 256]");
   if (c.max_num_seqs < 1) throw ModelError("max_num_seqs must be positive");
   if (c.max_num_batched_tokens < 1) throw ModelError("max_num_batched_tokens must be positive");
+  if (c.long_prefill_token_threshold < 0) throw ModelError("long_prefill_token_threshold must be >= 0");
   if (c.tensor_parallel_size < 1) throw ModelError("tensor_parallel_size must be positive");
   if (const std::string bad = c.speculative_config.error(); !bad.empty())
     throw ModelError("speculative_config: " + bad);
@@ -425,7 +426,7 @@ void Engine::Impl::start_replica(Replica& r, int num_blocks, int num_host_blocks
       writer);
   SchedulerSetup setup;
   setup.limits = {config.max_num_seqs, config.max_num_batched_tokens, config.preemption_mode, sampled_positions,
-                  config.max_loras};
+                  config.max_loras, config.long_prefill_token_threshold};
   setup.max_model_len = max_model_len;
   setup.block_size = config.block_size;
   setup.executors = r.executors;

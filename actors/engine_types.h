@@ -61,6 +61,7 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.9;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;    // per-step token budget (prefill chunks + decodes)
+  int long_prefill_token_threshold = 0; // tokens one sequence computes per step at most (PlanLimits); 0: no limit
   std::optional<int> max_model_len;     // default: the model's max positions
   bool enable_prefix_caching = true;
   /// Two steps in flight on a replica of one executor (vLLM's --async-scheduling): step N+1 goes to the executor

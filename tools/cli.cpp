@@ -235,6 +235,7 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   c.gpu_memory_utilization = args.get_double("gpu-memory-utilization", c.gpu_memory_utilization);
   c.max_num_seqs = args.get_int("max-num-seqs", c.max_num_seqs);
   c.max_num_batched_tokens = args.get_int("max-num-batched-tokens", c.max_num_batched_tokens);
+  c.long_prefill_token_threshold = args.get_int("long-prefill-token-threshold", c.long_prefill_token_threshold);
   if (args.has("max-model-len")) c.max_model_len = args.get_int("max-model-len", 0);
   c.enable_prefix_caching = args.get_bool("enable-prefix-caching", c.enable_prefix_caching);
   c.async_scheduling = args.get_bool("async-scheduling", c.async_scheduling);
@@ -292,6 +293,7 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   if (c.block_size < 1 || c.block_size > 256) throw UsageError("--block-size must be in [1, 256]");
   if (c.max_num_seqs < 1) throw UsageError("--max-num-seqs must be positive");
   if (c.max_num_batched_tokens < 1) throw UsageError("--max-num-batched-tokens must be positive");
+  if (c.long_prefill_token_threshold < 0) throw UsageError("--long-prefill-token-threshold must be >= 0");
   if (c.max_model_len && *c.max_model_len < 1) throw UsageError("--max-model-len must be positive");
   if (c.tensor_parallel_size < 1) throw UsageError("--tensor-parallel-size must be positive");
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1))

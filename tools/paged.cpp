@@ -68,6 +68,7 @@ engine flags:
   --device cuda|cpu|auto  --block-size B  --num-kv-blocks N  --swap-space GiB  --gpu-memory-utilization F
   --kv-offloading-size GiB (the prefix cache's CPU tier)  --kv-disk-dir DIR --kv-disk-size GiB (its disk tier)
   --max-num-seqs N  --max-num-batched-tokens N  --max-model-len N  --[no-]enable-prefix-caching
+  --long-prefill-token-threshold N (a sequence's tokens in one step at most: long prompts in chunks; 0: no limit)
   --preemption-mode swap|recompute  --tensor-parallel-size N  --[no-]async-scheduling
   --scheduling-policy fcfs|priority (priority: a request's `priority`, lower first, then arrival)
   --max-waiting-requests N  --load-format auto|dummy  --quantization auto|fp8|none (FP8 weights, CUDA;

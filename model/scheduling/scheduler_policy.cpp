@@ -26,6 +26,10 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
   std::sort(waiting.begin(), waiting.end(), older);
 
   int budget = limits.max_num_batched_tokens;
+  // What one sequence may compute in this step, `left` of the budget remaining.
+  const auto chunk_limit = [&](int left) {
+    return limits.long_prefill_token_threshold > 0 ? std::min(left, limits.long_prefill_token_threshold) : left;
+  };
   auto schedule = [&](const PlanSeq& s, int start, int n) {
     PlannedChunk& c = plan.chunks.emplace_back(
         PlannedChunk{s.id, start, n, start + n >= s.num_tokens - s.num_drafts, kv.block_table(s.id), {}});
@@ -77,7 +81,7 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
     int left = budget;
     for (size_t k = i; k < next && static_cast<int>(plan.chunks.size() + work.size()) < limits.max_num_seqs; ++k) {
       const PlanSeq& s = *running[k];
-      const int n = std::min(s.num_tokens - s.num_computed, left);
+      const int n = std::min(s.num_tokens - s.num_computed, chunk_limit(left));
       if (n <= 0) continue;  // out of budget this step (or nothing to do)
       work.push_back({s.id, s.num_computed, s.num_computed + n});
       workers.push_back(&s);
@@ -141,7 +145,7 @@ StepPlan plan_queues(KvCacheManager& kv, const std::vector<PlanSeq>& seqs, const
     const std::span<const TokenId> tokens = s->token_span();
     if (kv.load_from_disk(tokens, s->salt)) return plan;  // FCFS: it waits for its blocks from disk
     const std::optional<KvCacheManager::Admission> admitted =
-        kv.admit(s->id, tokens, s->num_tokens, budget, s->salt);
+        kv.admit(s->id, tokens, s->num_tokens, chunk_limit(budget), s->salt);
     if (!admitted) break;
     kv.register_planned(s->id, tokens, admitted->held);  // the sequences admitted after it share its full blocks
     plan.admitted.emplace_back(s->id, admitted->cached);

@@ -55,6 +55,9 @@ struct PlanLimits {
   int max_sampled_positions = 0;
   /// LoRA adapters the running sequences use at most at once (vLLM's --max-loras); 0: any number.
   int max_loras = 0;
+  /// Tokens one sequence computes per step at most (vLLM's --long-prefill-token-threshold): a long prompt goes in
+  /// chunks of this many, so that the steps it shares with decoding sequences stay short; 0: no limit.
+  int long_prefill_token_threshold = 0;
 };
 
 /// Work of one sequence in the step: compute tokens [start_pos, start_pos + num_tokens).
@@ -84,7 +87,8 @@ struct StepPlan {
 };
 
 /// Plans one step. "Oldest" and "newest" below order by (priority, arrival): with priorities, the most urgent first.
-/// Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is left of it); when
+/// Order: running sequences oldest first (a decode costs 1 token of budget, a prefill chunk what is left of it, at
+/// most long_prefill_token_threshold, as a waiting sequence's first chunk); when
 /// one cannot grow, the newest running sequence is preempted (swap when asked, the CPU pool has room and its token in
 /// flight does not end it; else recompute: freed), possibly itself. Then, if nothing was preempted, swapped sequences
 /// oldest first while they fit above the watermark; then, if no sequence is swapped, waiting sequences FCFS while

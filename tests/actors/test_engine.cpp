@@ -223,18 +223,24 @@ TEST_CASE("64 concurrent mixed requests give exactly the greedy tokens each give
 
   EngineConfig batch_cfg = base_config();
   batch_cfg.max_num_batched_tokens = 256;  // long prompts are split over steps and mixed with decodes
-  Engine batched(batch_cfg);
-  const auto got = run_all(batched, prompts, params);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    INFO("request " << i << " prompt " << prompts[i].size() << " tokens, max_tokens " << params[i].max_tokens);
-    REQUIRE(!reference[i][0].tokens.empty());
-    CHECK(got[i][0].tokens == reference[i][0].tokens);
-    CHECK(got[i][0].text == reference[i][0].text);
-    CHECK(got[i][0].finish == reference[i][0].finish);
+  // And with every prompt in chunks of at most 16 tokens (--long-prefill-token-threshold).
+  EngineConfig chunked_cfg = batch_cfg;
+  chunked_cfg.long_prefill_token_threshold = 16;
+  for (const EngineConfig& cfg : {batch_cfg, chunked_cfg}) {
+    Engine batched(cfg);
+    const auto got = run_all(batched, prompts, params);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("threshold " << cfg.long_prefill_token_threshold << ", request " << i << " prompt " << prompts[i].size()
+                        << " tokens, max_tokens " << params[i].max_tokens);
+      REQUIRE(!reference[i][0].tokens.empty());
+      CHECK(got[i][0].tokens == reference[i][0].tokens);
+      CHECK(got[i][0].text == reference[i][0].text);
+      CHECK(got[i][0].finish == reference[i][0].finish);
+    }
+    CHECK(batched.metrics().peak_running_seqs >= 16);  // the batch really ran together
+    CHECK(batched.metrics().steps < alone.metrics().steps);
+    require_pool_drained(batched);
   }
-  CHECK(batched.metrics().peak_running_seqs >= 16);  // the batch really ran together
-  CHECK(batched.metrics().steps < alone.metrics().steps);
-  require_pool_drained(batched);
   require_pool_drained(alone);
 }
 

@@ -272,6 +272,8 @@ expect_fail "--block-size 0" 2 "--block-size" generate "${P[@]}" --block-size 0
 expect_fail "--block-size 1000" 2 "--block-size" generate "${P[@]}" --block-size 1000
 expect_fail "--num-kv-blocks 0" 2 "--num-kv-blocks" generate "${P[@]}" --num-kv-blocks 0
 expect_fail "--max-num-seqs 0" 2 "--max-num-seqs" generate "${P[@]}" --max-num-seqs 0
+expect_fail "--long-prefill-token-threshold negative" 2 "--long-prefill-token-threshold" generate "${P[@]}" \
+  --long-prefill-token-threshold -1
 expect_fail "--preemption-mode" 2 "--preemption-mode" generate "${P[@]}" --preemption-mode sometimes
 expect_fail "--device" 2 "--device" generate "${P[@]}" --device tpu
 expect_fail "--swap-space negative" 2 "--swap-space" generate "${P[@]}" --swap-space -4

@@ -163,6 +163,37 @@ TEST_CASE("the token budget: decodes of running sequences first, then prefill ch
   kv.check_invariants();
 }
 
+TEST_CASE("long_prefill_token_threshold caps each sequence's chunk, running or admitted, not the decodes",
+          "[policy]") {
+  auto kv = make_kv(64);
+  place(kv, 1, 7);
+  place(kv, 2, 10);
+  PlanLimits l = limits(8, 64);
+  l.long_prefill_token_threshold = 6;
+  // A decode, a running prompt with 20 tokens to go, two new prompts (4 and 30 tokens): 1 + 6 + 4 + 6 of 64.
+  StepPlan p = plan_step(kv, {running(1, 0, 7, 8), running(2, 1, 10, 30), waiting(3, 2, 4), waiting(4, 3, 30)}, l);
+  REQUIRE(chunk_ids(p) == std::vector<SeqId>{1, 2, 3, 4});
+  CHECK(p.chunks[0].num_tokens == 1);
+  CHECK(p.chunks[0].sample);
+  CHECK(p.chunks[1].start_pos == 10);
+  CHECK(p.chunks[1].num_tokens == 6);
+  CHECK_FALSE(p.chunks[1].sample);
+  CHECK(p.chunks[2].num_tokens == 4);  // a prompt shorter than the threshold goes whole and samples
+  CHECK(p.chunks[2].sample);
+  CHECK(p.chunks[3].start_pos == 0);
+  CHECK(p.chunks[3].num_tokens == 6);
+  CHECK_FALSE(p.chunks[3].sample);
+  CHECK(kv.block_table(4).size() == 2);  // blocks for this step's 6 tokens only
+  // The budget still binds below the threshold: 5 tokens left for the last prompt after 1 + 6 + 1 of 13.
+  l.max_num_batched_tokens = 13;
+  StepPlan q = plan_step(kv, {running(1, 0, 8, 9), running(2, 1, 16, 30), running(3, 2, 4, 5), running(4, 3, 6, 30)},
+                         l);
+  REQUIRE(chunk_ids(q) == std::vector<SeqId>{1, 2, 3, 4});
+  CHECK(q.chunks[1].num_tokens == 6);
+  CHECK(q.chunks[3].num_tokens == 5);
+  kv.check_invariants();
+}
+
 TEST_CASE("an exhausted budget leaves the newer running sequences for the next step, unpreempted", "[policy]") {
   auto kv = make_kv(64);
   place(kv, 1, 4);
