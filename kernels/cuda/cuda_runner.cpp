@@ -382,13 +382,14 @@ void CudaModelRunner::Impl::allocate_runtime() {
 
   buckets = batch_buckets(max_seqs);
   ctx_buckets = context_buckets(opt.max_model_len);
-  // The decode workspace serves every (batch, context) the runner may launch: the largest need over the buckets
-  // (eager decode of batches between buckets pads to the next bucket too).
-  for (int b : buckets)
-    for (int c : ctx_buckets)
-      decode_ws_bytes = std::max(decode_ws_bytes, cuda::paged_attention_decode_workspace(
-                                                      b, heads, head_dim, c,
-                                                      cuda::decode_partition(b, kv_heads, c, sm_count, opt.block_size)));
+  // The decode workspace serves every (sequences, context) the runner may launch: decode steps pad to a batch bucket,
+  // the decode rows of other steps (Plan::decode_seqs) are any number up to max_seqs.
+  for (int b = 1; b <= max_seqs; ++b)
+    for (int c : ctx_buckets) {
+      const int partition = cuda::decode_partition(b, kv_heads, c, sm_count, opt.block_size);
+      decode_ws_bytes =
+          std::max(decode_ws_bytes, cuda::paged_attention_decode_workspace(b, heads, head_dim, c, partition));
+    }
   decode_ws = device_alloc<char>(decode_ws_bytes);
 
   token_ids.allocate(T);
@@ -598,6 +599,7 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
   plan.decode = decode;
   query_start.host[0] = 0;
   int t = 0;
+  int lead_ctx = 0;  // the longest context of the leading one-token chunks (plan.decode_seqs of them)
   plan.logits_row.assign(n, -1);
   std::vector<int32_t> step_loras;  // the adapters this step has placed in slots
   for (int s = 0; s < n; ++s) {
@@ -630,6 +632,10 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     context_lens.host[s] = ctx;
     plan.max_q = std::max(plan.max_q, static_cast<int>(c.tokens.size()));
     plan.max_ctx = std::max(plan.max_ctx, ctx);
+    if (plan.decode_seqs == s && c.tokens.size() == 1) {
+      ++plan.decode_seqs;
+      lead_ctx = std::max(lead_ctx, ctx);
+    }
     if (!c.samples.empty()) {
       // Decode steps run the LM head on every row (row s is sequence s); others gather the sampled rows first: the
       // last token's, or with drafts each position verified (chunk_sample), in order from logits_row[s].
@@ -659,10 +665,14 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
         block_tables.host[(int64_t{g} * max_seqs + s) * table_stride] = 0;
       }
     }
-    plan.tokens = plan.seqs = rows;
-    plan.grid_ctx = *std::lower_bound(ctx_buckets.begin(), ctx_buckets.end(), plan.max_ctx);
-    plan.partition = cuda::decode_partition(rows, kv_heads, plan.grid_ctx, sm_count, B);
+    plan.tokens = plan.seqs = plan.decode_seqs = rows;
     plan.logits_rows = rows;
+  } else if (int64_t{plan.decode_seqs} * kv_heads < sm_count) {
+    plan.decode_seqs = 0;
+  }
+  if (plan.decode_seqs > 0) {
+    plan.grid_ctx = *std::lower_bound(ctx_buckets.begin(), ctx_buckets.end(), lead_ctx);
+    plan.partition = cuda::decode_partition(plan.decode_seqs, kv_heads, plan.grid_ctx, sm_count, B);
   }
   // Uploads on the compute stream: ordered before the kernels that read them, after the previous step's.
   PAGED_CUDA_CHECK(token_ids.upload(plan.tokens, compute));
@@ -785,11 +795,20 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     a.v_cache = rope.v_cache;
     a.window = cfg.sliding_window(l);
     a.block_tables = layer_tables(l);
-    if (plan.decode)
-      PAGED_CUDA_CHECK(cuda::paged_attention_decode(a, plan.grid_ctx, plan.partition, decode_ws.get(),
+    if (plan.decode_seqs > 0) {
+      cuda::PagedAttentionArgs d = a;
+      d.num_seqs = plan.decode_seqs;
+      PAGED_CUDA_CHECK(cuda::paged_attention_decode(d, plan.grid_ctx, plan.partition, decode_ws.get(),
                                                     decode_ws_bytes, s));
-    else
-      PAGED_CUDA_CHECK(cuda::paged_attention_prefill(a, plan.max_q, s));
+    }
+    if (plan.decode_seqs < plan.seqs) {  // the other sequences: their rows of the same arrays
+      cuda::PagedAttentionArgs p = a;
+      p.block_tables += int64_t{plan.decode_seqs} * table_stride;
+      p.query_start += plan.decode_seqs;
+      p.context_lens += plan.decode_seqs;
+      p.num_seqs = plan.seqs - plan.decode_seqs;
+      PAGED_CUDA_CHECK(cuda::paged_attention_prefill(p, plan.max_q, s));
+    }
     if (fused) {
       gemv(kGemvO, L, residual.get(), attn.get());
       if (cfg.is_moe()) {

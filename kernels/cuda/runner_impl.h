@@ -297,7 +297,11 @@ struct CudaModelRunner::Impl {
     int tokens = 0, seqs = 0;  // rows run (decode graphs: the bucket, padding included)
     int max_q = 0, max_ctx = 0;
     bool decode = false;
-    int grid_ctx = 0, partition = 0;  // decode: the context the grid is sized for, and the partition size
+    // The leading sequences whose attention runs through the decode kernel: every row of a decode step; in other
+    // steps the leading one-token chunks when they alone give every SM a block (else the prefill kernel takes them
+    // with the rest, at no extra launch). grid_ctx and partition: the decode kernel's grid context and partition.
+    int decode_seqs = 0;
+    int grid_ctx = 0, partition = 0;
     std::vector<int> logits_row;      // per chunk: its (first) row of `logits`, -1 when it samples nothing
     int logits_rows = 0;
     bool lora = false;  // some row runs an adapter (lora_rows uploaded)
