@@ -58,11 +58,13 @@ qwen3_30b_a3b_shape() {
  "dtype": "bfloat16"}'
 }
 
-# serve_8b_shape PORT NAME: `paged serve` of the Llama-3-8B shape (random bf16) on PORT in the background, its log
-# $LOG_DIR/NAME.log; returns once it answers /health, its pid in $server.
+# serve_8b_shape PORT NAME [FLAG...]: `paged serve` of the Llama-3-8B shape (random bf16) on PORT in the
+# background with any further engine flags, its log $LOG_DIR/NAME.log; returns once it answers /health, its pid in
+# $server.
 serve_8b_shape() {
   "$BIN/paged" serve "$(llama3_8b_shape)" --device cuda --load-format dummy --port "$1" --stats-interval 0 \
-    --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}" >"$LOG_DIR/$2.log" 2>&1 &
+    --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}" "${@:3}" \
+    >"$LOG_DIR/$2.log" 2>&1 &
   server=$!
   await_health "$1"
 }
@@ -328,6 +330,17 @@ if wanted serve; then
     add_row "paged bench serve, ShareGPT-like, $load" "$(status_word $s)" "$(grep -E 'Output token throughput|Median TTFT|P99 TTFT|Median TPOT|P99 ITL|Failed' \
       "$LOG_DIR/serve_$load.log" | sed 's/  */ /g' | paste -sd ';' -)"
   done
+  kill "$server"
+  wait "$server" 2>/dev/null
+  # The same rate with long prompts in chunks of 128 tokens a step (--long-prefill-token-threshold): the steps they
+  # share with the decoding streams stay short (H100: ITL p99 27.2 ms without, 16.7 with; TTFT p50 29 -> 33 ms).
+  serve_8b_shape 8400 serve_chunked --long-prefill-token-threshold 128
+  run serve_rate32_chunked 400 "$BIN/paged" bench serve --base-url http://127.0.0.1:8400 --dataset-name sharegpt-like \
+    --ignore-eos --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 --num-prompts 1000 --request-rate 32
+  s=$?
+  add_row "paged bench serve, ShareGPT-like, rate32, --long-prefill-token-threshold 128" "$(status_word $s)" \
+    "$(grep -E 'Output token throughput|Median TTFT|P99 TTFT|Median TPOT|P99 ITL|Failed' \
+    "$LOG_DIR/serve_rate32_chunked.log" | sed 's/  */ /g' | paste -sd ';' -)"
   kill "$server"
   wait "$server" 2>/dev/null
 fi
