@@ -631,7 +631,6 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     query_start.host[s + 1] = t;
     context_lens.host[s] = ctx;
     plan.max_q = std::max(plan.max_q, static_cast<int>(c.tokens.size()));
-    plan.max_ctx = std::max(plan.max_ctx, ctx);
     if (plan.decode_seqs == s && c.tokens.size() == 1) {
       ++plan.decode_seqs;
       lead_ctx = std::max(lead_ctx, ctx);

@@ -295,7 +295,7 @@ struct CudaModelRunner::Impl {
 
   struct Plan {
     int tokens = 0, seqs = 0;  // rows run (decode graphs: the bucket, padding included)
-    int max_q = 0, max_ctx = 0;
+    int max_q = 0;
     bool decode = false;
     // The leading sequences whose attention runs through the decode kernel: every row of a decode step; in other
     // steps the leading one-token chunks when they alone give every SM a block (else the prefill kernel takes them
