@@ -321,6 +321,12 @@ __global__ void __launch_bounds__(kDecodeThreads, kFp8 && !kTall ? 3 : 1)
   if constexpr (kFp8) {
     // 32 tokens a warp and iteration: the codes and scales of two chunks in flight at once, as many bytes as one bf16
     // chunk's (the loads' latency, not the bytes, bounds this loop), converted once all are issued.
+    // Measured and not kept (bench_cuda_attention, best partition): a per-warp shared-memory ring of four 16-token
+    // stages, filled by the lanes' cp.async or by bulk copies with an mbarrier, matched this loop at 1000 x 2,000 on
+    // an H100 (~2.85 TB/s, that card's DRAM bound) and lost 10-40% at small batches (160 x 600, 32 x 300); with L2-only
+    // cp.async.cg of the K slices (two half sectors a lane) it lost 37%. f16 operands (one cvt.rn.f16x2.e4m3x2 a code
+    // pair, Q pre-scaled, P over a running value scale) take 22% fewer instructions but ~190 registers here: spilling
+    // at three blocks an SM they lose 8-20%; at two (H200) 900 x 576 takes 421 us against 386, 64 x 4,000 168 vs 184.
     for (int t0 = warp * 32; t0 < len; t0 += kDecodeWarps * 32) {
       if (start + t0 + 32 <= lo) continue;  // both chunks are before the window
       uint2 k_codes[2][2][kSlice / 8], v_codes[2][4][kVSlice / 8];
