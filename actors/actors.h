@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <optional>
 
@@ -39,9 +40,12 @@ caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<Model
 /// against the runner's limits in `info` before the runner sees it: a bad one (or bytes that are no packed step) gets
 /// an invalid_step / invalid_swap error, a runner that throws a runner_failed one, and the next good message is
 /// executed as usual. Published by a Worker (actors/worker.h). `constraints` gives the samples of structured outputs
-/// their masks (a step whose output ids a constraint refuses is an invalid_step error).
+/// their masks (a step whose output ids a constraint refuses is an invalid_step error). CAF's exit and error messages
+/// reach it from the network like any other (an exit's source is the sender's to write): it quits on an exit only
+/// once `stopping` is set (Worker's own shutdown), drops errors and messages it does not take.
 caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
-                                    WorkerInfo info, std::shared_ptr<constraint::SequenceConstraints> constraints);
+                                    WorkerInfo info, std::shared_ptr<constraint::SequenceConstraints> constraints,
+                                    std::shared_ptr<const std::atomic<bool>> stopping);
 
 /// Stands in the engine for a worker's executor (`remote`, reached through CAF's middleman): forwards the hello,
 /// steps as PackedSteps (deltas, actors/step_wire.h) and the swap orders as they are, in arrival order, and answers

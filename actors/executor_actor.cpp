@@ -211,7 +211,8 @@ caf::behavior executor_actor(caf::event_based_actor* /*self*/, std::shared_ptr<M
 }
 
 caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_ptr<ModelRunner> runner,
-                                    WorkerInfo info, std::shared_ptr<constraint::SequenceConstraints> constraints) {
+                                    WorkerInfo info, std::shared_ptr<constraint::SequenceConstraints> constraints,
+                                    std::shared_ptr<const std::atomic<bool>> stopping) {
   const StepLimits limits{.vocab_size = info.vocab_size,
                           .block_size = info.block_size,
                           .num_blocks = info.num_blocks,
@@ -225,6 +226,16 @@ caf::behavior worker_executor_actor(caf::event_based_actor* self, std::shared_pt
   self->set_down_handler([st](const caf::down_msg& down) {
     if (st->head && down.source == st->head.address()) st->head = nullptr;  // the engine served went away
   });
+  // CAF's system messages come from the network like any other: under CAF's defaults an exit or an unsolicited error
+  // from a peer would end this actor (any node that reaches the port could stop the worker), and an exit's source
+  // is whatever the sender wrote. So an exit ends it only once Worker's shutdown set `stopping`; errors and unknown
+  // messages are dropped. (CAF ends any actor on exit_reason::kill before a handler sees it: that one stays with
+  // the transport's trust, plain TCP on loopback only, else TLS with the deployment's certificate.)
+  self->set_exit_handler([self, stopping](caf::exit_msg& exit) {
+    if (stopping->load()) self->quit(std::move(exit.reason));
+  });
+  self->set_error_handler([](caf::error&) {});
+  self->set_default_handler(caf::drop);
   return {
       [self, st](hello_atom) { return hello(self, st); },
       [self, st](step_atom, const PackedStep& packed) -> caf::result<PackedResult> {

@@ -12,12 +12,24 @@
 
 namespace paged {
 
+namespace {
+
+// Ends the executor: it takes an exit only once `stopping` is set (worker_executor_actor).
+void stop_executor(std::atomic<bool>& stopping, caf::actor& executor) {
+  stopping = true;
+  caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
+  executor = nullptr;
+}
+
+}  // namespace
+
 struct Worker::Impl {
   WorkerInfo info;
   std::unique_ptr<HeldTlsFiles> tls_files;  // outlives the system, which reads them on every connection
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> system;
   caf::actor executor;
+  std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
   uint16_t port = 0;
 };
 
@@ -77,11 +89,11 @@ Worker::Worker(EngineConfig c, const std::string& host, uint16_t port) : impl_(s
   // Not detached, although a step blocks its thread: the worker runs no other actor of its own, and a detached
   // actor would make the system's shutdown wait for the last reference to it, which a connection's teardown in
   // CAF's network layer sometimes keeps (the shutdown then hung).
-  m.executor = m.system->spawn(worker_executor_actor, std::move(built.runner), m.info, std::move(constraints));
+  m.executor = m.system->spawn(worker_executor_actor, std::move(built.runner), m.info, std::move(constraints),
+                                std::shared_ptr<const std::atomic<bool>>(m.stopping));
   auto bound = publish_executor(m.executor, host, port);
   if (!bound) {
-    caf::anon_send_exit(m.executor, caf::exit_reason::user_shutdown);
-    m.executor = nullptr;
+    stop_executor(*m.stopping, m.executor);
     const std::string why = m.system->render(bound.error());
     m.system.reset();
     throw ModelError("cannot listen on " + host + ":" + std::to_string(port) + ": " + why);
@@ -93,8 +105,7 @@ Worker::~Worker() {
   if (!impl_ || !impl_->system) return;
   // The middleman holds the published actor: without the unpublish the system would wait for it forever.
   impl_->system->middleman().unpublish(impl_->executor, impl_->port);
-  caf::anon_send_exit(impl_->executor, caf::exit_reason::user_shutdown);
-  impl_->executor = nullptr;
+  stop_executor(*impl_->stopping, impl_->executor);
   impl_->system.reset();
 }
 

@@ -105,6 +105,16 @@ class RawHead {
   std::pair<std::optional<StepResult>, std::string> step(const WireStep& wire) { return step_bytes(pack_step(wire)); }
   // The error the worker answers a step with ("" when it executes it).
   std::string step_error(const WireStep& wire) { return step(wire).second; }
+  // What any node that reaches the port can send: CAF's exit (anonymous and from an actor of its own) and error
+  // messages, and a message of a type the worker does not take. (Not exit_reason::kill: CAF ends any actor on it,
+  // before its exit handler; see worker_executor_actor.)
+  void send_system_messages() {
+    caf::anon_send_exit(worker_, caf::exit_reason::user_shutdown);  // its source: the worker's own address
+    (*self_)->send_exit(worker_, caf::exit_reason::unreachable);
+    caf::anon_send(worker_, caf::make_error(caf::sec::runtime_error));
+    (*self_)->send(worker_, caf::make_error(caf::sec::request_receiver_down));
+    (*self_)->send(worker_, std::string("not a message a worker takes"));
+  }
 
  private:
   caf::actor_system_config cfg_;
@@ -559,7 +569,8 @@ TEST_CASE("an executor answers what its runner throws with an error and takes th
     std::shared_ptr<const Tokenizer> tokenizer = load_tokenizer(kModel);
     const caf::actor executor = system.spawn(
         worker_executor_actor, runner, info,
-        std::make_shared<constraint::SequenceConstraints>(std::make_shared<const constraint::TokenTrie>(*tokenizer), tokenizer));
+        std::make_shared<constraint::SequenceConstraints>(std::make_shared<const constraint::TokenTrie>(*tokenizer), tokenizer),
+        std::make_shared<const std::atomic<bool>>(false));
     const auto step = [&](SeqId seq) {
       return error_reply<PackedResult>(self, executor, step_atom::value,
                                        PackedStep{pack_step(first_wire_step(one_token_step(seq)))});
@@ -648,6 +659,31 @@ TEST_CASE("a worker serves one engine at a time: another is refused while the fi
   first.reset();
   Engine third(config);  // the first is gone: the worker takes a new engine
   CHECK(completions(third.generate(ps, greedy)) == want);
+}
+
+TEST_CASE("a worker outlives a peer's exit and error messages (CAF's), and serves an engine after them",
+          "[remote]") {
+  Worker worker(cpu_config(), "127.0.0.1", 0);
+  {
+    RawHead intruder(worker.port());
+    intruder.send_system_messages();
+    // One sender's messages arrive in order: the worker answers this hello after it took the ones above.
+    CHECK(intruder.ask<WorkerInfo>(hello_atom::value).first);
+  }
+  EngineConfig config = cpu_config();
+  config.workers = {"127.0.0.1:" + std::to_string(worker.port())};
+  Engine local(cpu_config());
+  const std::vector<std::vector<TokenId>> ps(prompts(local.model_config().vocab_size));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = 8;
+  Engine remote(config);
+  {  // While it serves that engine, too.
+    RawHead intruder(worker.port());
+    intruder.send_system_messages();
+    CHECK(contains(intruder.ask<WorkerInfo>(hello_atom::value).second, "already serving another engine"));
+  }
+  CHECK(completions(remote.generate(ps, greedy)) == completions(local.generate(ps, greedy)));
 }
 
 TEST_CASE("a worker knows none of an engine's sequences when it serves the next one", "[remote]") {
