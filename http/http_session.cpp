@@ -27,6 +27,7 @@ struct HttpExchange {
   std::string id;              // the response's id (cmpl-..., chatcmpl-...), for the request log
   std::string request_id;      // the client's X-Request-Id, echoed in the response's; empty: none given
   std::string owner;           // whose a stored response is (ServerContext::key_owner)
+  std::shared_ptr<void> held;  // a response to store: its id, held while it is generated (ResponseStore::reserve)
   std::shared_ptr<http::response<http::string_body>> complete;  // a whole response, ready to write
   // SSE: the header once, then frames as they come, then the last chunk.
   bool streaming = false;
@@ -445,8 +446,12 @@ void HttpSession<Stream>::start_generation(openai::Endpoint endpoint, const Requ
                                                                    : "cmpl";
     ex.id = ex.request_id.empty() ? ctx_.next_id(prefix) : std::string(prefix) + "-" + ex.request_id;
     if (endpoint == openai::Endpoint::responses) ex.id[4] = '_';  // OpenAI's response ids: resp_...
-    if (request.responses && request.responses->store && ctx_.responses.taken(ex.id))
-      throw InvalidRequest("X-Request-Id " + ex.request_id + " names a stored response already", "X-Request-Id");
+    // A response to store holds its id from now on: two requests naming one X-Request-Id at once cannot both be
+    // answered as the response stored under it.
+    if (request.responses && request.responses->store && !(ex.held = ctx_.responses.reserve(ex.id, ex.owner)))
+      throw InvalidRequest(
+          "X-Request-Id " + ex.request_id + " names a stored response, or one being generated, already",
+          "X-Request-Id");
     // The model the request named: an adapter's name for its requests (as vLLM answers them).
     const std::string& model = request.lora_name.empty() ? ctx_.model_name : request.lora_name;
     ex.builder = std::make_unique<openai::ResponseBuilder>(request, ctx_.engine.tokenizer(), model, ex.id,

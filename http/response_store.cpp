@@ -7,10 +7,29 @@ namespace paged::openai {
 
 namespace json = boost::json;
 
+std::shared_ptr<void> ResponseStore::reserve(const std::string& id, const std::string& owner) {
+  if (capacity_ == 0) return nullptr;
+  const std::lock_guard lock(mutex_);
+  if (by_id_.count(id) || held_.count(id)) return nullptr;
+  const uint64_t serial = ++next_serial_;
+  held_.emplace(id, Held{owner, serial});
+  // A non-null handle whose end lets go of the hold (the store outlives the requests that hold its ids).
+  return std::shared_ptr<void>(this, [this, id, serial](void*) { release(id, serial); });
+}
+
+void ResponseStore::release(const std::string& id, uint64_t serial) {
+  const std::lock_guard lock(mutex_);
+  if (const auto it = held_.find(id); it != held_.end() && it->second.serial == serial) held_.erase(it);
+}
+
 bool ResponseStore::put(const std::string& id, const std::string& owner, StoredResponse response) {
   if (capacity_ == 0) return false;
   const std::lock_guard lock(mutex_);
   if (by_id_.count(id)) return false;
+  if (const auto held = held_.find(id); held != held_.end()) {
+    if (held->second.owner != owner) return false;
+    held_.erase(held);  // stored now: taken as such
+  }
   while (by_id_.size() >= capacity_ && !order_.empty()) {
     by_id_.erase(order_.front());  // gone already when it was deleted
     order_.pop_front();
@@ -44,7 +63,7 @@ bool ResponseStore::erase(std::string_view id, std::string_view owner) {
 
 bool ResponseStore::taken(std::string_view id) const {
   const std::lock_guard lock(mutex_);
-  return by_id_.find(id) != by_id_.end();
+  return by_id_.find(id) != by_id_.end() || held_.find(id) != held_.end();
 }
 
 size_t ResponseStore::size() const {

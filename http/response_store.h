@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -39,8 +40,11 @@ class ResponseStore {
   explicit ResponseStore(size_t capacity) : capacity_(capacity) {}
 
   bool enabled() const { return capacity_ > 0; }
+  /// Holds `id` for `owner`'s response while it is generated: taken() for every other request until put() stores it
+  /// or the handle goes (the id is free again). Null when the id is taken or the store is off.
+  std::shared_ptr<void> reserve(const std::string& id, const std::string& owner);
   /// Keeps `response` under `id` for `owner`, pushing out the oldest when full. False (and nothing changes) when the
-  /// id is taken or the store is off.
+  /// id is taken (stored, or held by another owner's reserve()) or the store is off.
   bool put(const std::string& id, const std::string& owner, StoredResponse response);
   /// The response `owner` stored under `id`, or null.
   std::shared_ptr<const StoredResponse> find(std::string_view id, std::string_view owner) const;
@@ -48,7 +52,7 @@ class ResponseStore {
   std::shared_ptr<const StoredResponse> get(std::string_view id, std::string_view owner, const std::string& param) const;
   /// Forgets `owner`'s `id`; false when it was not stored.
   bool erase(std::string_view id, std::string_view owner);
-  /// Whether any owner stored `id`.
+  /// Whether any owner stored or holds `id`.
   bool taken(std::string_view id) const;
   size_t size() const;
 
@@ -57,9 +61,16 @@ class ResponseStore {
     std::string owner;
     std::shared_ptr<const StoredResponse> response;
   };
+  struct Held {  // an id reserve() holds
+    std::string owner;
+    uint64_t serial;  // which reserve() (a handle lets go of its own hold only)
+  };
+  void release(const std::string& id, uint64_t serial);
   const size_t capacity_;
   mutable std::mutex mutex_;
   std::map<std::string, Entry, std::less<>> by_id_;
+  std::map<std::string, Held, std::less<>> held_;
+  uint64_t next_serial_ = 0;
   std::deque<std::string> order_;  // ids oldest first (erased ones are skipped when found gone)
 };
 

@@ -169,6 +169,18 @@ if (args.tools) {
   checkEqual([badPage.status, (await badPage.json()).error?.param], [400, "limit"], "input_items: a bad limit is a 400");
   const put = await fetch(`${args.base}/v1/responses/${second.id}`, { method: "PUT" });
   checkEqual(put.status, 405, "PUT /v1/responses/{id}: 405");
+  // Two requests naming one X-Request-Id at once: one is answered as the response stored under it, the other is
+  // refused naming the header (not both told "stored" while the store keeps one).
+  const named = (input) => fetch(`${args.base}/v1/responses`, {
+    method: "POST", headers: { "Content-Type": "application/json", "X-Request-Id": "twice" },
+    body: JSON.stringify({ model, input, max_output_tokens: 64, temperature: 0 }),
+  }).then(async (r) => ({ status: r.status, body: await r.json() }));
+  const both = await Promise.all([named("Once upon a time"), named("Tell me about a cat")]);
+  checkEqual(both.map((r) => r.status).sort(), [200, 400], "one X-Request-Id at once: one answered, one refused");
+  const answered = both.find((r) => r.status === 200), refused = both.find((r) => r.status === 400);
+  checkEqual(refused?.body.error?.param, "X-Request-Id", "the refusal names X-Request-Id");
+  checkEqual((await client.responses.retrieve("resp_twice")).output, answered?.body.output,
+    "the response stored under it is the one answered");
 }
 
 // ---- refusals --------------------------------------------------------------------------------------------------

@@ -186,6 +186,34 @@ TEST_CASE("stored responses: kept, pushed out oldest first, found by id, deleted
   ResponseStore off(0);
   CHECK_FALSE(off.enabled());
   CHECK_FALSE(off.put("a", "", {}));
+  CHECK(off.reserve("a", "") == nullptr);
+}
+
+TEST_CASE("a response's id is held while it is generated: no other request takes it, and it is free if never stored",
+          "[http][responses]") {
+  ResponseStore store(4);
+  std::shared_ptr<void> first = store.reserve("r", "k");
+  REQUIRE(first);
+  CHECK(store.taken("r"));
+  CHECK(store.reserve("r", "k") == nullptr);  // a second request naming the same id, while the first runs
+  CHECK(store.reserve("r", "other") == nullptr);
+  CHECK(store.find("r", "k") == nullptr);     // nothing to read until it is stored
+  CHECK_FALSE(store.put("r", "other", {}));  // another owner cannot store under it
+  CHECK(store.put("r", "k", {}));
+  CHECK(store.find("r", "k") != nullptr);
+  CHECK(store.reserve("r", "k") == nullptr);  // stored: taken as such
+  // Deleted while its request still holds the handle, then held by a later request: the first handle's end does
+  // not let go of the later hold.
+  CHECK(store.erase("r", "k"));
+  std::shared_ptr<void> later = store.reserve("r", "k");
+  REQUIRE(later);
+  first.reset();
+  CHECK(store.taken("r"));
+  CHECK(store.reserve("r", "k") == nullptr);
+  // A request that stores nothing (an error, a client gone) lets go of its id.
+  later.reset();
+  CHECK_FALSE(store.taken("r"));
+  CHECK(store.reserve("r", "k") != nullptr);
 }
 
 TEST_CASE("store and previous_response_id: a conversation continues, without the earlier instructions",
