@@ -20,6 +20,9 @@ const json::object& function_of(const json::value& tool, size_t i) {
   const json::value* type = t ? t->if_contains("type") : nullptr;
   if (!type || !type->is_string() || type->get_string() != "function")
     invalid("'" + at + ".type' must be \"function\"", "tools");
+  for (const auto& kv : *t)
+    if (kv.key() != "type" && kv.key() != "function")
+      invalid("'" + at + "." + std::string(kv.key()) + "' is not supported by this server", "tools");
   const json::value* f = t->if_contains("function");
   if (!f || !f->is_object()) invalid("'" + at + ".function' must be an object", "tools");
   for (const auto& kv : f->get_object())
@@ -81,10 +84,20 @@ ToolRequest parse_tools(const json::value* tools, const json::value* tool_choice
     r.constraint = {StructuredOutput::Kind::json_schema, json::serialize(list), "tool_choice"};
     return r;
   }
+  // A named function: {"type": "function", "function": {"name": NAME}}, nothing else.
   const json::object* named = tool_choice->if_object();
+  const json::value* type = named ? named->if_contains("type") : nullptr;
   const json::value* fn = named ? named->if_contains("function") : nullptr;
   const json::value* name = fn && fn->is_object() ? fn->get_object().if_contains("name") : nullptr;
-  if (!name || !name->is_string())
+  if (named)
+    for (const auto& kv : *named)
+      if (kv.key() != "type" && kv.key() != "function")
+        invalid("'tool_choice." + std::string(kv.key()) + "' is not supported by this server", "tool_choice");
+  if (fn && fn->is_object())
+    for (const auto& kv : fn->get_object())
+      if (kv.key() != "name")
+        invalid("'tool_choice.function." + std::string(kv.key()) + "' is not supported by this server", "tool_choice");
+  if (!type || !type->is_string() || type->get_string() != "function" || !name || !name->is_string())
     invalid("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
             "{\"name\": NAME}}",
             "tool_choice");

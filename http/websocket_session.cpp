@@ -128,13 +128,25 @@ void WebSocketSession<Stream>::start_generation(json::object frame, const json::
                                            "invalid_request_error", "", "too_many_generations"));
     return;
   }
-  for (const char* transport_field : {"type", "id", "stream", "stream_options"}) frame.erase(transport_field);
   const auto endpoint = frame.contains("messages") ? openai::Endpoint::chat : openai::Endpoint::completions;
   if (ctx_.draining) {
     send_error(id, 503, openai::error_body("the server is shutting down", "server_error", "", "shutting_down"));
     return;
   }
   try {
+    // Every generation here streams: 'stream' may say so, and 'stream_options' ask the usage its done frame always
+    // carries; anything else they say is refused, not ignored.
+    if (const json::value* stream = frame.if_contains("stream"); stream && *stream != json::value(true))
+      throw InvalidRequest("'stream' must be true or left out: a WebSocket generation always streams", "stream");
+    if (const json::value* options = frame.if_contains("stream_options")) {
+      if (!options->is_object()) throw InvalidRequest("'stream_options' must be an object", "stream_options");
+      for (const auto& kv : options->get_object())
+        if (kv.key() != "include_usage" || !kv.value().is_bool())
+          throw InvalidRequest("'stream_options." + std::string(kv.key()) +
+                                   "' is not available on the WebSocket stream (its done frame carries the usage)",
+                               "stream_options");
+    }
+    for (const char* transport_field : {"type", "id", "stream", "stream_options"}) frame.erase(transport_field);
     // Token frames carry text and ids only: what would shape another response is refused, not ignored.
     for (const char* field : {"logprobs", "top_logprobs", "prompt_logprobs", "echo", "return_token_ids"})
       if (const json::value* v = frame.if_contains(field); v && !v->is_null() && *v != json::value(false))

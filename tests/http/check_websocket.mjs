@@ -39,8 +39,8 @@ const allDone = new Promise((resolve, reject) => {
     } else if (f.type === "error") {
       errors[f.id] = f;
     }
-    const expectedErrors = ["bad", "dup-check", "404", "nope", "lp", "plp", "echo"];
-    if (["a", "b", "c"].every((id) => gens[id]?.done) && expectedErrors.every((id) => errors[id])) {
+    const expectedErrors = ["bad", "dup-check", "404", "nope", "lp", "plp", "echo", "st", "so"];
+    if (["a", "b", "c", "u"].every((id) => gens[id]?.done) && expectedErrors.every((id) => errors[id])) {
       clearTimeout(timer);
       resolve();
     }
@@ -61,6 +61,11 @@ ws.send(JSON.stringify({ type: "frobnicate", id: "nope" }));
 ws.send(JSON.stringify({ type: "generate", id: "lp", prompt: "x", logprobs: 2 }));
 ws.send(JSON.stringify({ type: "generate", id: "plp", prompt: "x", prompt_logprobs: 0 }));
 ws.send(JSON.stringify({ type: "generate", id: "echo", prompt: "x", echo: true }));
+// Every generation streams: 'stream' true and 'stream_options.include_usage' are taken, anything else they say is not.
+ws.send(JSON.stringify({ type: "generate", id: "u", prompt: "x", max_tokens: 2, stream: true,
+                         stream_options: { include_usage: true } }));
+ws.send(JSON.stringify({ type: "generate", id: "st", prompt: "x", stream: false }));
+ws.send(JSON.stringify({ type: "generate", id: "so", prompt: "x", stream_options: { continuous_usage_stats: true } }));
 await allDone;
 
 checkEqual(gens.a.text, a.text, "ws generation a equals the golden continuation");
@@ -80,7 +85,9 @@ checkEqual(errors.bad.error.param, "temperature", "invalid generate frame names 
 checkEqual(errors["dup-check"].error.code, 400, "max_tokens 0: error 400");
 checkEqual(errors["404"].error.code, 404, "cancel of an unknown id: error 404");
 checkEqual(errors.nope.error.code, 400, "unknown frame type: error 400");
-for (const [id, field] of [["lp", "logprobs"], ["plp", "prompt_logprobs"], ["echo", "echo"]]) {
+checkEqual(gens.u.done.usage?.completion_tokens, 2, "stream true with include_usage: served, usage in its done frame");
+for (const [id, field] of [["lp", "logprobs"], ["plp", "prompt_logprobs"], ["echo", "echo"], ["st", "stream"],
+                           ["so", "stream_options"]]) {
   checkEqual(errors[id].error.code, 400, `${field} on the WebSocket: error 400`);
   checkEqual(errors[id].error.param, field, `${field} on the WebSocket: names the field`);
 }

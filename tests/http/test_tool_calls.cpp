@@ -122,6 +122,17 @@ TEST_CASE("tools and tool_choice that cannot be served are refused by field", "[
   CHECK_THAT(refused(&bad_tool, json::value("required")), Catch::StartsWith("tools") && Catch::Contains("extra"));
   const json::value not_function = json::parse(R"([{"type": "code_interpreter"}])");
   CHECK_THAT(refused(&not_function, json::value("required")), Catch::StartsWith("tools"));
+  // Keys no tool or tool_choice of OpenAI's has are refused by name, not passed over.
+  const json::value tool_extra = json::parse(R"([{"type": "function", "function": {"name": "f"}, "bogus": 1}])");
+  CHECK_THAT(refused(&tool_extra, json::value("required")), Catch::StartsWith("tools") && Catch::Contains("bogus"));
+  CHECK_THAT(refused(&kTools, json::parse(R"({"type": "banana", "function": {"name": "get_weather"}})")),
+             Catch::StartsWith("tool_choice"));
+  CHECK_THAT(refused(&kTools, json::parse(R"({"function": {"name": "get_weather"}})")),
+             Catch::StartsWith("tool_choice"));
+  CHECK_THAT(refused(&kTools, json::parse(R"({"type": "function", "function": {"name": "get_weather"}, "x": 2})")),
+             Catch::StartsWith("tool_choice") && Catch::Contains("'tool_choice.x'"));
+  CHECK_THAT(refused(&kTools, json::parse(R"({"type": "function", "function": {"name": "get_weather", "zzz": 1}})")),
+             Catch::StartsWith("tool_choice") && Catch::Contains("'tool_choice.function.zzz'"));
   try {
     parse_tools(&kTools, nullptr);
     FAIL("tools without tool_choice (OpenAI's auto) was accepted");
