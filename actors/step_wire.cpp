@@ -155,9 +155,26 @@ struct WireDecoder::Change {
 
 WireDecoder::WireDecoder(const StepLimits& limits, WireBounds bounds) : limits_(limits), bounds_(bounds) {}
 
-size_t WireDecoder::tokens_of(const SeqState& s) {
-  return (s.context ? s.context->prompt.size() + s.context->stop_ids.size() : 0) + s.output.size();
+namespace {
+
+// What a sequence's context holds, in ids: its prompt and stop ids, and its parameters' lists and strings at 4 bytes
+// an id (a structured output's schema, stop strings, bad words, ...), so that WireBounds::max_tokens bounds them
+// all: a head cannot make a worker hold unbounded text through contexts.
+size_t context_ids(const WireContext& c) {
+  const SamplingParams& p = c.params;
+  const StructuredOutput& so = p.structured;
+  size_t bytes = so.spec.size() + so.field.size() + so.after.size() + (so.whitespace ? so.whitespace->size() : 0);
+  for (const std::string& x : p.stop) bytes += x.size();
+  for (const std::string& x : p.bad_words) bytes += x.size();
+  size_t ids = c.prompt.size() + c.stop_ids.size() + p.stop_token_ids.size() + p.allowed_token_ids.size() +
+               2 * p.logit_bias.size();
+  for (const std::vector<TokenId>& word : p.bad_words_token_ids) ids += word.size();
+  return ids + (bytes + sizeof(TokenId) - 1) / sizeof(TokenId);
 }
+
+}  // namespace
+
+size_t WireDecoder::tokens_of(const SeqState& s) { return (s.context ? context_ids(*s.context) : 0) + s.output.size(); }
 
 std::optional<FieldError> WireDecoder::check_chunk(size_t i, const WireChunk& wc, const SeqState* old,
                                                    size_t& tokens) const {
@@ -204,7 +221,7 @@ std::optional<FieldError> WireDecoder::check_chunk(size_t i, const WireChunk& wc
       return FieldError{seq_field(i, "output_tail") + e->field, e->message};
     output = static_cast<size_t>(wc.output_keep) + wc.output_tail.size();
   }
-  tokens = (context ? context->prompt.size() + context->stop_ids.size() : 0) + output;
+  tokens = (context ? context_ids(*context) : 0) + output;
   return std::nullopt;
 }
 
@@ -559,6 +576,9 @@ SamplingParams unpack_params(Unpacker& in, const At& at) {
     in.fail(at("structured.kind"), "unknown structured output kind " + std::to_string(kind));
   p.structured.kind = static_cast<StructuredOutput::Kind>(kind);
   p.structured.spec = in.text(at("structured.spec"));
+  if (!p.structured.spec.empty() &&
+      (p.structured.kind == StructuredOutput::Kind::none || p.structured.kind == StructuredOutput::Kind::json_object))
+    in.fail(at("structured.spec"), "a structured output of this kind has no spec");
   p.structured.field = in.text(at("structured.field"));
   p.structured.after = in.text(at("structured.after"));
   if (in.flag(at("structured.whitespace"))) p.structured.whitespace = in.text(at("structured.whitespace"));

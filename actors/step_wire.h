@@ -95,7 +95,8 @@ class WireEncoder {
 /// How much a WireDecoder holds at most, over all its sequences: a step that would hold more is refused.
 struct WireBounds {
   size_t max_sequences = 65536;
-  size_t max_tokens = size_t{1} << 26;  // prompt, output and stop ids
+  size_t max_tokens = size_t{1} << 26;  // ids held: prompt, output and stop ids, a context's lists and strings
+                                        // (at 4 bytes an id)
 };
 
 /// The worker's side: rebuilds each step from its delta and what the steps before sent, checked against the
@@ -171,8 +172,9 @@ struct PackedResult {
 std::string pack_step(const WireStep& step);
 /// The step that `bytes` hold; or, for bytes that are no packed step (cut short, a count beyond the bytes left, a
 /// flag neither 0 nor 1, logit_bias keys out of order or twice, stop strings over kMaxStopBytes, bad words over
-/// kMaxBadWordBytes, bytes after the end), the field where they fail, with its byte offset. Untrusted input: nothing is allocated before the bytes
-/// left are known to hold it. Values are not checked (the WireDecoder and check_step do that).
+/// kMaxBadWordBytes, a spec for a structured output of a kind that has none, bytes after the end), the field where
+/// they fail, with its byte offset. Untrusted input: nothing is allocated before the bytes left are known to hold
+/// it. Values are not checked (the WireDecoder and check_step do that).
 std::variant<WireStep, FieldError> unpack_step(std::string_view bytes);
 /// `result` as bytes. Throws std::length_error for a list of more than 2^32 - 1 entries.
 std::string pack_result(const StepResult& result);

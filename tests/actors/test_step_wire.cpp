@@ -222,7 +222,8 @@ TEST_CASE("a run of steps decodes to the steps sent, each carrying only what cha
   CHECK(w.seqs[2].context->params == e.params);
   CHECK(decoder.num_sequences() == 5);
   const size_t held = a.prompt.size() + a.output.size() + c.prompt.size() + c.output.size() + f4.prompt.size() +
-                      f4.output.size() + d.prompt.size() + e.prompt.size() + 5 * 1;  // one stop id each
+                      f4.output.size() + d.prompt.size() + e.prompt.size() + 5 * 1 +  // one stop id each
+                      2 * a.params.logit_bias.size();  // a's bias: a token and a value each
   CHECK(decoder.num_tokens() == held);
 
   // The encoder forgets: its next step goes whole and decodes on a decoder that holds the old state.
@@ -366,6 +367,21 @@ TEST_CASE("a decoder holds a bounded state, and a step it refuses changes none o
     w.seqs[0].context->prompt.pop_back();
     CHECK(refusal(decoder, w).empty());
     CHECK(decoder.num_tokens() == 50);
+  }
+  SECTION("a context's strings and lists count against the bound too, at 4 bytes an id") {
+    WireDecoder decoder(kLimits, {.max_sequences = 8, .max_tokens = 50});
+    WireStep w;
+    w.seqs = {raw_chunk(1, 0, 0, {1}, 1)};
+    SamplingParams fat;
+    fat.structured = {StructuredOutput::Kind::regex, std::string(160, 'a'), "guided_regex"};  // 40 + 3 ids' worth
+    fat.stop = {"abcd"};                                                                       // 1
+    fat.stop_token_ids = {3, 4};                                                               // 2
+    w.seqs[0].context = WireContext{.params = fat, .prompt = run_of(10, 4), .stop_ids = {}};
+    CHECK(refusal(decoder, w).empty());
+    CHECK(decoder.num_tokens() == 50);
+    w.seqs = {raw_chunk(2, 0, 0, {2}, 1)};
+    w.seqs[0].context = WireContext{.params = {}, .prompt = {5}, .stop_ids = {}};
+    CHECK(refusal(decoder, w) == "seqs[0]: 51 token ids would be held, more than the 50 held at most");
   }
   SECTION("a refused step, whatever refused it, is as if it never came") {
     // The same steps to two decoders; bad ones in between to one of them.
