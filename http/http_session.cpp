@@ -139,12 +139,37 @@ void HttpSession<Stream>::do_read() {
     update_read_deadline();
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&HttpSession::on_read, this->shared_from_this()));
+  } else if (stop_reading_ && !queue_.empty()) {
+    do_watch();
   }
   // Every caller runs in a handler holding the session, so letting go here never ends it mid-call.
   if (!reading_ && !queue_.empty() && !closed_)
     held_while_answering_ = this->shared_from_this();
   else
     held_while_answering_.reset();
+}
+
+// After a request that closes the connection nothing more is read as a request, but a read stays pending all the same
+// while its answer is due: a client that goes away is seen then (its generations aborted, as on a keep-alive
+// connection), not only when the answer fails to go out. What it still sends is dropped.
+template <class Stream>
+void HttpSession<Stream>::do_watch() {
+  if (reading_ || closed_) return;
+  reading_ = true;
+  auto scratch = std::make_shared<std::array<char, 512>>();
+  stream_.async_read_some(net::buffer(*scratch), [self = this->shared_from_this(), scratch](beast::error_code ec,
+                                                                                             size_t) {
+    self->reading_ = false;
+    if (self->closed_) return;
+    if (ec) {  // the client went away before its answer
+      self->abort_all();
+      self->closed_ = true;
+      beast::error_code ignored;
+      beast::get_lowest_layer(self->stream_).socket().close(ignored);
+      return;
+    }
+    self->do_watch();
+  });
 }
 
 template <class Stream>

@@ -43,6 +43,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
   void on_write(boost::beast::error_code ec, bool exchange_done, bool close);
   void do_close();
   void do_drain();
+  void do_watch();
 
   /// Routes a request; queues its exchange (answered at once, or when the engine is done).
   void handle(Request&& req);

@@ -11,12 +11,14 @@ const before = await waitForDrained(base);
 const url = new URL(`${base}/v1/completions`);
 
 /// Starts a long generation and destroys the connection once `dropWhen` says so; resolves with the bytes seen.
-function droppedRequest(stream, dropWhen) {
+/// `close`: the request says "Connection: close" (the server reads no further request on it).
+function droppedRequest(stream, dropWhen, close = false) {
   return new Promise((resolve) => {
     const body = JSON.stringify({ prompt: "Once upon a time", max_tokens: 400, ignore_eos: true, temperature: 0, stream });
     let seen = "";
     const req = http.request(
-      { host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { "content-type": "application/json" } },
+      { host: url.hostname, port: url.port, path: url.pathname, method: "POST",
+        headers: { "content-type": "application/json", ...(close ? { connection: "close" } : {}) } },
       (res) => {
         res.on("data", (d) => {
           seen += d.toString();
@@ -54,4 +56,13 @@ m = await waitForDrained(base);
 checkEqual(m.paged_kv_blocks_free, m.paged_kv_blocks_total, "blocks of the dropped request are free again");
 checkEqual(m.paged_request_aborted_total - before.paged_request_aborted_total, 2, "the dropped request was aborted");
 checkEqual(m.paged_num_requests_running, 0, "nothing runs after the drops");
+
+// The same with "Connection: close": the server reads no next request there, and sees the client leave all the same.
+const closing = await droppedRequest(false, () => false, true);
+checkEqual(closing, "", "the Connection: close client left before any response");
+await sleep(50);
+m = await waitForDrained(base);
+checkEqual(m.paged_kv_blocks_free, m.paged_kv_blocks_total, "blocks of the Connection: close request are free again");
+checkEqual(m.paged_request_aborted_total - before.paged_request_aborted_total, 3,
+           "the Connection: close request was aborted");
 finish("check_disconnect");
