@@ -380,6 +380,10 @@ std::string Engine::Impl::misfit(const WorkerInfo& info) const {
   if (!worker_lora_hashes.empty() && info.lora_hashes != worker_lora_hashes)
     return "the worker's LoRA adapters hold other weights than the first worker's of the same names";
   if (info.num_blocks < 1) return "the worker's KV cache has no blocks";
+  if (info.num_swap_blocks < 0) return "the worker reports " + std::to_string(info.num_swap_blocks) + " swap blocks";
+  if (info.max_sampled_positions < config.max_num_seqs)
+    return "the worker samples at most " + std::to_string(info.max_sampled_positions) +
+           " positions a step, fewer than --max-num-seqs " + std::to_string(config.max_num_seqs);
   if (max_seq_blocks > info.num_blocks - info.num_blocks / 100)
     return "the worker's KV cache holds fewer blocks per sequence than this engine admits (" +
            std::to_string(max_seq_blocks) + ")";

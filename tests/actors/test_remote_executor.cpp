@@ -435,6 +435,26 @@ TEST_CASE("an engine refuses a worker it cannot use, naming why", "[remote]") {
   expect_refused(c, "--tensor-parallel-size");
 }
 
+TEST_CASE("an engine refuses a worker whose hello reports pools it cannot plan with", "[remote]") {
+  Worker real(cpu_config(), "127.0.0.1", 0);
+  for (const bool swap : {true, false}) {
+    WorkerInfo info = real.info();
+    (swap ? info.num_swap_blocks : info.max_sampled_positions) = swap ? -1 : 0;
+    // A node of the test's own that answers hello with that info (a worker the engine must not trust blindly).
+    caf::actor_system_config cfg;
+    register_message_types(cfg);
+    cfg.load<caf::io::middleman>();
+    caf::actor_system system(cfg);
+    const caf::actor fake = system.spawn([info]() -> caf::behavior { return {[info](hello_atom) { return info; }}; });
+    const auto port = system.middleman().publish(fake, 0, "127.0.0.1");
+    REQUIRE(port);
+    EngineConfig c = cpu_config();
+    c.workers = {"127.0.0.1:" + std::to_string(*port)};
+    expect_refused(c, swap ? "-1 swap blocks" : "positions a step");
+    system.middleman().unpublish(fake, *port);
+    caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);
+  }
+}
 
 TEST_CASE("a worker refuses bad steps and swap orders with an error, writes nothing for them, and stays healthy",
           "[remote]") {
