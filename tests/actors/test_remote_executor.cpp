@@ -646,9 +646,14 @@ TEST_CASE("a proxy answers with the result a worker packed, or with an error whe
   caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("a worker serves one engine at a time: another is refused while the first is there, served after",
-          "[remote]") {
+TEST_CASE("a worker serves one engine at a time: another is refused while the first is there, served after; no "
+          "peer's exit or error message ends it", "[remote]") {
   Worker worker(cpu_config(), "127.0.0.1", 0);
+  {  // CAF's system messages from a node of its own, then its hello: answered (the worker took the others).
+    RawHead intruder(worker.port());
+    intruder.send_system_messages();
+    CHECK(intruder.ask<WorkerInfo>(hello_atom::value).first);
+  }
   EngineConfig config = cpu_config();
   config.workers = {"127.0.0.1:" + std::to_string(worker.port())};
   Engine local(cpu_config());
@@ -667,8 +672,10 @@ TEST_CASE("a worker serves one engine at a time: another is refused while the fi
     CHECK(contains(e.what(), "--workers 127.0.0.1:"));
     CHECK(contains(e.what(), "refused: the worker is already serving another engine"));
   }
-  {  // A node that never said hello: its steps and swaps are refused, its hello too.
+  {  // A node that never said hello: its steps and swaps are refused, its hello too; its exits and errors change
+     // nothing.
     RawHead intruder(worker.port());
+    intruder.send_system_messages();
     const WireStep step = first_wire_step(one_token_step(1));
     CHECK(contains(intruder.step_error(step), "already serving another engine"));
     CHECK(contains(intruder.ask<bool>(swap_in_atom::value, std::vector<BlockPair>{{0, 0}}).second,
@@ -679,31 +686,6 @@ TEST_CASE("a worker serves one engine at a time: another is refused while the fi
   first.reset();
   Engine third(config);  // the first is gone: the worker takes a new engine
   CHECK(completions(third.generate(ps, greedy)) == want);
-}
-
-TEST_CASE("a worker outlives a peer's exit and error messages (CAF's), and serves an engine after them",
-          "[remote]") {
-  Worker worker(cpu_config(), "127.0.0.1", 0);
-  {
-    RawHead intruder(worker.port());
-    intruder.send_system_messages();
-    // One sender's messages arrive in order: the worker answers this hello after it took the ones above.
-    CHECK(intruder.ask<WorkerInfo>(hello_atom::value).first);
-  }
-  EngineConfig config = cpu_config();
-  config.workers = {"127.0.0.1:" + std::to_string(worker.port())};
-  Engine local(cpu_config());
-  const std::vector<std::vector<TokenId>> ps(prompts(local.model_config().vocab_size));
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  greedy.max_tokens = 8;
-  Engine remote(config);
-  {  // While it serves that engine, too.
-    RawHead intruder(worker.port());
-    intruder.send_system_messages();
-    CHECK(contains(intruder.ask<WorkerInfo>(hello_atom::value).second, "already serving another engine"));
-  }
-  CHECK(completions(remote.generate(ps, greedy)) == completions(local.generate(ps, greedy)));
 }
 
 TEST_CASE("a worker knows none of an engine's sequences when it serves the next one", "[remote]") {
