@@ -4,9 +4,9 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
-#include <atomic>
 #include <memory>
 #include <optional>
 

@@ -61,11 +61,6 @@ bool ResponseStore::erase(std::string_view id, std::string_view owner) {
   return true;
 }
 
-bool ResponseStore::taken(std::string_view id) const {
-  const std::lock_guard lock(mutex_);
-  return by_id_.find(id) != by_id_.end() || held_.find(id) != held_.end();
-}
-
 size_t ResponseStore::size() const {
   const std::lock_guard lock(mutex_);
   return by_id_.size();

@@ -6,13 +6,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -40,8 +40,8 @@ class ResponseStore {
   explicit ResponseStore(size_t capacity) : capacity_(capacity) {}
 
   bool enabled() const { return capacity_ > 0; }
-  /// Holds `id` for `owner`'s response while it is generated: taken() for every other request until put() stores it
-  /// or the handle goes (the id is free again). Null when the id is taken or the store is off.
+  /// Holds `id` for `owner`'s response while it is generated: no other request holds it until put() stores it
+  /// or the handle goes (the id is free again). Null when the id is stored or held already, or the store is off.
   std::shared_ptr<void> reserve(const std::string& id, const std::string& owner);
   /// Keeps `response` under `id` for `owner`, pushing out the oldest when full. False (and nothing changes) when the
   /// id is taken (stored, or held by another owner's reserve()) or the store is off.
@@ -52,8 +52,6 @@ class ResponseStore {
   std::shared_ptr<const StoredResponse> get(std::string_view id, std::string_view owner, const std::string& param) const;
   /// Forgets `owner`'s `id`; false when it was not stored.
   bool erase(std::string_view id, std::string_view owner);
-  /// Whether any owner stored or holds `id`.
-  bool taken(std::string_view id) const;
   size_t size() const;
 
  private:

@@ -1,5 +1,9 @@
 #include "http/tool_calls.h"
 
+#include <algorithm>
+#include <initializer_list>
+#include <string_view>
+
 #include <boost/json.hpp>
 
 #include "model/hash_mix.h"
@@ -12,6 +16,14 @@ namespace {
 
 [[noreturn]] void invalid(const std::string& message, const std::string& param) { throw InvalidRequest(message, param); }
 
+// Refuses, naming it, any key of `object` (the request's `where`) not in `allowed`.
+void refuse_other_keys(const json::object& object, std::initializer_list<std::string_view> allowed,
+                       const std::string& where, const std::string& param) {
+  for (const auto& kv : object)
+    if (std::find(allowed.begin(), allowed.end(), kv.key()) == allowed.end())
+      invalid("'" + where + "." + std::string(kv.key()) + "' is not supported by this server", param);
+}
+
 // The function object of a tool: {"type": "function", "function": {"name", "description"?, "parameters"?,
 // "strict"?}}.
 const json::object& function_of(const json::value& tool, size_t i) {
@@ -20,14 +32,10 @@ const json::object& function_of(const json::value& tool, size_t i) {
   const json::value* type = t ? t->if_contains("type") : nullptr;
   if (!type || !type->is_string() || type->get_string() != "function")
     invalid("'" + at + ".type' must be \"function\"", "tools");
-  for (const auto& kv : *t)
-    if (kv.key() != "type" && kv.key() != "function")
-      invalid("'" + at + "." + std::string(kv.key()) + "' is not supported by this server", "tools");
+  refuse_other_keys(*t, {"type", "function"}, at, "tools");
   const json::value* f = t->if_contains("function");
   if (!f || !f->is_object()) invalid("'" + at + ".function' must be an object", "tools");
-  for (const auto& kv : f->get_object())
-    if (kv.key() != "name" && kv.key() != "description" && kv.key() != "parameters" && kv.key() != "strict")
-      invalid("'" + at + ".function." + std::string(kv.key()) + "' is not supported by this server", "tools");
+  refuse_other_keys(f->get_object(), {"name", "description", "parameters", "strict"}, at + ".function", "tools");
   const json::value* name = f->get_object().if_contains("name");
   if (!name || !name->is_string() || name->get_string().empty())
     invalid("'" + at + ".function.name' must be a non-empty string", "tools");
@@ -89,14 +97,8 @@ ToolRequest parse_tools(const json::value* tools, const json::value* tool_choice
   const json::value* type = named ? named->if_contains("type") : nullptr;
   const json::value* fn = named ? named->if_contains("function") : nullptr;
   const json::value* name = fn && fn->is_object() ? fn->get_object().if_contains("name") : nullptr;
-  if (named)
-    for (const auto& kv : *named)
-      if (kv.key() != "type" && kv.key() != "function")
-        invalid("'tool_choice." + std::string(kv.key()) + "' is not supported by this server", "tool_choice");
-  if (fn && fn->is_object())
-    for (const auto& kv : fn->get_object())
-      if (kv.key() != "name")
-        invalid("'tool_choice.function." + std::string(kv.key()) + "' is not supported by this server", "tool_choice");
+  if (named) refuse_other_keys(*named, {"type", "function"}, "tool_choice", "tool_choice");
+  if (fn && fn->is_object()) refuse_other_keys(fn->get_object(), {"name"}, "tool_choice.function", "tool_choice");
   if (!type || !type->is_string() || type->get_string() != "function" || !name || !name->is_string())
     invalid("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
             "{\"name\": NAME}}",
