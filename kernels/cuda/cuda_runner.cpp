@@ -943,6 +943,48 @@ void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
   capture_us += (std::chrono::steady_clock::now() - capture_start) / std::chrono::microseconds(1);
 }
 
+void CudaModelRunner::Impl::tune_decode_gemms() {
+  // The decode steps' products, each over up to eight layers' own weights (of every kind the layers hold: bf16, or
+  // FP8 codes); their inputs random rows (timing on zeros would run at clocks that real data does not).
+  const int top = buckets.back();
+  PAGED_CUDA_CHECK(cuda::fill_random_bf16(normed.get(), int64_t{top} * hidden, 1, 1.f, 0.f, compute));
+  PAGED_CUDA_CHECK(cuda::fill_random_bf16(attn.get(), int64_t{top} * heads * head_dim, 2, 1.f, 0.f, compute));
+  PAGED_CUDA_CHECK(cuda::fill_random_bf16(act.get(), int64_t{top} * inter, 3, 1.f, 0.f, compute));
+  if (act_fp8) PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(act.get(), top, inter, act_fp8.get(), act_scale.get(), compute));
+  const int step = std::max(1, cfg.num_layers / 8);
+  const auto tune = [&](int m, bf16* y, const bf16* x, int n, int k, auto bf16_of, auto fp8_of, const bf16* bias) {
+    std::vector<const bf16*> ws;
+    std::vector<const uint8_t*> codes;
+    for (int l = 0; l < cfg.num_layers; l += step) {
+      if (const Fp8Weight& w8 = fp8_of(layers[l]); w8.q)
+        codes.push_back(w8.q);
+      else
+        ws.push_back(bf16_of(layers[l]));
+    }
+    if (!ws.empty()) PAGED_CUDA_CHECK(gemm->tune_linear(y, x, ws, bias, m, n, k, false, compute));
+    if (!codes.empty()) PAGED_CUDA_CHECK(gemm->tune_product_fp8(y, act_fp8.get(), codes, m, n, k, compute));
+  };
+  const LayerWeights& L0 = layers.front();
+  for (const int m : buckets) {
+    if (m > 1 || !one_stream_gemvs()) {
+      tune(m, qkv.get(), normed.get(), qkv_dim, hidden, [](const LayerWeights& L) { return L.wqkv; },
+           [](const LayerWeights& L) -> const Fp8Weight& { return L.qkv8; }, L0.bqkv);
+      tune(m, proj.get(), attn.get(), hidden, heads * head_dim, [](const LayerWeights& L) { return L.wo; },
+           [](const LayerWeights& L) -> const Fp8Weight& { return L.o8; }, L0.bo);
+      if (!cfg.is_moe()) {
+        tune(m, gate_up.get(), normed.get(), 2 * inter, hidden, [](const LayerWeights& L) { return L.w_gate_up; },
+             [](const LayerWeights& L) -> const Fp8Weight& { return L.gate_up8; }, nullptr);
+        tune(m, proj.get(), act.get(), hidden, inter, [](const LayerWeights& L) { return L.w_down; },
+             [](const LayerWeights& L) -> const Fp8Weight& { return L.down8; }, nullptr);
+      }
+    }
+    if (opt.tp_rank == 0) {
+      const bf16* head[] = {lm_head};
+      PAGED_CUDA_CHECK(gemm->tune_linear(logits.get(), normed.get(), head, nullptr, m, vocab, hidden, true, compute));
+    }
+  }
+}
+
 CudaModelRunner::CudaModelRunner(const ModelConfig& config, const SafeTensors& weights, CudaRunnerOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->init_shapes(with_expert_layout(config, weights), options);
@@ -953,6 +995,7 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& config, const SafeTensors& w
   impl_->allocate_runtime();
   impl_->allocate_kv();
   impl_->tune_gemv_tiles();
+  impl_->tune_decode_gemms();
 }
 
 CudaModelRunner::CudaModelRunner(const ModelConfig& config, uint64_t seed, CudaRunnerOptions options)
@@ -963,6 +1006,7 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& config, uint64_t seed, CudaR
   impl_->allocate_runtime();
   impl_->allocate_kv();
   impl_->tune_gemv_tiles();
+  impl_->tune_decode_gemms();
 }
 
 CudaModelRunner::~CudaModelRunner() {

@@ -62,7 +62,8 @@ int cuda_device_count();
 class CudaModelRunner final : public ModelRunner {
  public:
   /// Loads the weights (kept bf16; float32 and f16 checkpoints are converted once; with tp_size > 1 only this
-  /// rank's shard), allocates activations, then the KV pool and the pinned swap pool. Throws ModelError for a model
+  /// rank's shard), allocates activations, then the KV pool and the pinned swap pool, and times cuBLASLt's
+  /// candidates for the products of every decode batch bucket. Throws ModelError for a model
   /// the kernels do not support (head_dim other than 64 or 128, a GQA group above 16, a block size other than
   /// 8/16/32), for head counts or an intermediate size that tp_size does not divide, and for a missing or
   /// mismatched communicator; GpuError for CUDA failures, including too little memory for one block per sequence.

@@ -15,6 +15,14 @@ cudaError_t cublas_failure(const char* call, cublasStatus_t status) {
   return launch_failure(cudaErrorUnknown, std::string(call) + ": " + cublasGetStatusString(status));
 }
 
+// Why a shape cannot be taken (n and k multiples of `multiple`; a bias only with a bf16 output), or cudaSuccess.
+cudaError_t shape_error(const char* call, int n, int k, int multiple, bool bias = false, bool y_f32 = false) {
+  if (n % multiple == 0 && k % multiple == 0 && !(bias && y_f32)) return cudaSuccess;
+  return launch_failure(cudaErrorInvalidValue, std::string(call) + ": n " + std::to_string(n) + " and k " +
+                                                   std::to_string(k) + " must be multiples of " +
+                                                   std::to_string(multiple) + "; a bias needs a bf16 output");
+}
+
 }  // namespace
 
 Gemm::Gemm(size_t workspace_bytes, GemmTuning tuning) : workspace_bytes_(workspace_bytes), tuning_(tuning) {
@@ -27,12 +35,7 @@ Gemm::Gemm(size_t workspace_bytes, GemmTuning tuning) : workspace_bytes_(workspa
 }
 
 Gemm::~Gemm() {
-  for (auto& [key, p] : plans_) {
-    cublasLtMatrixLayoutDestroy(p.w);
-    cublasLtMatrixLayoutDestroy(p.x);
-    cublasLtMatrixLayoutDestroy(p.y);
-    cublasLtMatmulDescDestroy(p.op);
-  }
+  for (auto& [key, p] : plans_) destroy(p);
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
 }
@@ -41,8 +44,8 @@ Gemm::~Gemm() {
 // y^T = W * x^T where row-major W[n][k] is the column-major k x n matrix W^T (hence TRANSA = T) and row-major
 // x[m][k] is the column-major k x m matrix x^T (TRANSB = N). That is also the "TN" layout FP8 products require; their
 // scale vectors have the rows of op(A) (W's n rows) and the columns of B (x's m rows).
-cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, const void* w, const Extras& extras,
-                       cudaStream_t stream) {
+cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, std::span<const void* const> weights,
+                       const Extras& extras, bool timed, cudaStream_t stream) {
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   const cudaDataType_t scale_type = CUDA_R_32F, y_type = key.y_f32 ? CUDA_R_32F : CUDA_R_16BF;
   const cudaDataType_t in_type = key.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
@@ -79,7 +82,9 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, const vo
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
   }
-  const int wanted = key.m <= tuning_.max_rows && !key.accumulate ? std::max(1, tuning_.candidates) : 1;
+  // Candidates cannot be timed on an accumulating y without adding to it.
+  timed = timed && !key.accumulate && !weights.empty();
+  const int wanted = timed ? std::max(1, tuning_.candidates) : 1;
   std::vector<cublasLtMatmulHeuristicResult_t> results(wanted);
   int found = 0;
   s = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.w, p.x, p.y, p.y, pref, wanted, results.data(), &found);
@@ -91,9 +96,11 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, const vo
   if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess) return e;
   if (found == 1 || capture != cudaStreamCaptureStatusNone) return cudaSuccess;
 
-  // Time each candidate on the call's buffers (the product is idempotent, so the runs only overwrite y with the
-  // same values); a candidate that fails to launch is skipped.
+  // Each candidate runs over the weights in turn: a warm-up pass (which also skips a candidate that fails to launch),
+  // then passes timed together, at least kTimedRuns products (every product only overwrites y).
   set_extras(p, key, extras);
+  constexpr size_t kTimedRuns = 4;
+  const size_t passes = (kTimedRuns + weights.size() - 1) / weights.size();
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaError_t e = cudaEventCreate(&start); e != cudaSuccess) return e;
   if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
@@ -104,14 +111,16 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, const vo
   float best_ms = 0.f;
   bool have_best = false;
   for (int i = 0; i < found; ++i) {
-    auto run = [&] {
-      return cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &results[i].algo,
-                            workspace_, workspace_bytes_, stream);
+    auto pass = [&] {
+      for (const void* w : weights)
+        if (cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &results[i].algo,
+                           workspace_, workspace_bytes_, stream) != CUBLAS_STATUS_SUCCESS)
+          return false;
+      return true;
     };
-    if (run() != CUBLAS_STATUS_SUCCESS) continue;
-    constexpr int kReps = 5;
+    if (!pass()) continue;
     bool ok = cudaEventRecord(start, stream) == cudaSuccess;
-    for (int r = 0; r < kReps && ok; ++r) ok = run() == CUBLAS_STATUS_SUCCESS;
+    for (size_t r = 0; r < passes && ok; ++r) ok = pass();
     ok = ok && cudaEventRecord(stop, stream) == cudaSuccess && cudaEventSynchronize(stop) == cudaSuccess;
     float ms = 0.f;
     if (!ok || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) continue;
@@ -127,6 +136,14 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, const vo
   return cudaSuccess;
 }
 
+void Gemm::destroy(Plan& p) {
+  if (p.w) cublasLtMatrixLayoutDestroy(p.w);
+  if (p.x) cublasLtMatrixLayoutDestroy(p.x);
+  if (p.y) cublasLtMatrixLayoutDestroy(p.y);
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+  p = {};
+}
+
 void Gemm::set_extras(Plan& p, const Key& key, const Extras& extras) {
   if (key.bias)  // the pointer changes per layer; the plan does not
     cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &extras.bias, sizeof extras.bias);
@@ -137,11 +154,10 @@ cudaError_t Gemm::run(const Key& key, void* y, const void* x, const void* w, con
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     Plan p;
-    if (cudaError_t e = plan(key, p, y, x, w, extras, stream); e != cudaSuccess) {
-      if (p.w) cublasLtMatrixLayoutDestroy(p.w);
-      if (p.x) cublasLtMatrixLayoutDestroy(p.x);
-      if (p.y) cublasLtMatrixLayoutDestroy(p.y);
-      if (p.op) cublasLtMatmulDescDestroy(p.op);
+    const bool timed = key.m <= tuning_.max_rows;
+    if (cudaError_t e = plan(key, p, y, x, std::span<const void* const>(&w, 1), extras, timed, stream);
+        e != cudaSuccess) {
+      destroy(p);
       return e;
     }
     it = plans_.emplace(key, p).first;
@@ -155,21 +171,33 @@ cudaError_t Gemm::run(const Key& key, void* y, const void* x, const void* w, con
   return cudaSuccess;
 }
 
+cudaError_t Gemm::tune(const Key& key, void* y, const void* x, std::span<const void* const> weights,
+                       const Extras& extras, cudaStream_t stream) {
+  if (key.m <= 0 || weights.empty()) return cudaSuccess;
+  Plan p;
+  if (cudaError_t e = plan(key, p, y, x, weights, extras, true, stream); e != cudaSuccess) {
+    destroy(p);
+    return e;
+  }
+  if (auto it = plans_.find(key); it != plans_.end()) {
+    destroy(it->second);
+    it->second = p;
+  } else {
+    plans_.emplace(key, p);
+  }
+  return cudaSuccess;
+}
+
 cudaError_t Gemm::linear(void* y, const bf16* x, const bf16* w, const bf16* bias, int m, int n, int k, bool y_f32,
                          cudaStream_t stream) {
   if (m <= 0) return cudaSuccess;
-  if (n % 8 != 0 || k % 8 != 0 || (bias && y_f32))
-    return launch_failure(cudaErrorInvalidValue, "Gemm::linear: n " + std::to_string(n) + " and k " +
-                                                     std::to_string(k) +
-                                                     " must be multiples of 8; bias needs a bf16 output");
+  if (cudaError_t e = shape_error("Gemm::linear", n, k, 8, bias, y_f32); e != cudaSuccess) return e;
   return run({m, n, k, y_f32, bias != nullptr, false, false}, y, x, w, {.bias = bias}, stream);
 }
 
 cudaError_t Gemm::linear_add(bf16* y, const bf16* x, const bf16* w, int m, int n, int k, cudaStream_t stream) {
   if (m <= 0) return cudaSuccess;
-  if (n % 8 != 0 || k % 8 != 0)
-    return launch_failure(cudaErrorInvalidValue, "Gemm::linear_add: n " + std::to_string(n) + " and k " +
-                                                     std::to_string(k) + " must be multiples of 8");
+  if (cudaError_t e = shape_error("Gemm::linear_add", n, k, 8); e != cudaSuccess) return e;
   return run({m, n, k, false, false, false, true}, y, x, w, {}, stream);
 }
 
@@ -185,10 +213,22 @@ cudaError_t Gemm::linear_fp8(bf16* y, const uint8_t* x, const float* x_scale, co
 
 cudaError_t Gemm::product_fp8(bf16* y, const uint8_t* x, const uint8_t* w, int m, int n, int k, cudaStream_t stream) {
   if (m <= 0) return cudaSuccess;
-  if (n % 16 != 0 || k % 16 != 0)
-    return launch_failure(cudaErrorInvalidValue, "Gemm::product_fp8: n " + std::to_string(n) + " and k " +
-                                                     std::to_string(k) + " must be multiples of 16");
+  if (cudaError_t e = shape_error("Gemm::product_fp8", n, k, 16); e != cudaSuccess) return e;
   return run({m, n, k, false, false, true, false}, y, x, w, {}, stream);
+}
+
+cudaError_t Gemm::tune_linear(void* y, const bf16* x, std::span<const bf16* const> weights, const bf16* bias, int m,
+                              int n, int k, bool y_f32, cudaStream_t stream) {
+  if (cudaError_t e = shape_error("Gemm::tune_linear", n, k, 8, bias, y_f32); e != cudaSuccess) return e;
+  const std::vector<const void*> ws(weights.begin(), weights.end());
+  return tune({m, n, k, y_f32, bias != nullptr, false, false}, y, x, ws, {.bias = bias}, stream);
+}
+
+cudaError_t Gemm::tune_product_fp8(bf16* y, const uint8_t* x, std::span<const uint8_t* const> weights, int m, int n,
+                                   int k, cudaStream_t stream) {
+  if (cudaError_t e = shape_error("Gemm::tune_product_fp8", n, k, 16); e != cudaSuccess) return e;
+  const std::vector<const void*> ws(weights.begin(), weights.end());
+  return tune({m, n, k, false, false, true, false}, y, x, ws, {}, stream);
 }
 
 }  // namespace paged::cuda

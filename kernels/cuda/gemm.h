@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstddef>
 #include <map>
+#include <span>
 
 #include "kernels/cuda/launch.h"
 
@@ -24,8 +25,9 @@ struct GemmTuning {
 /// Not thread-safe: one owner (the executor) at a time. A plan is made on first use of a shape; for decode-sized
 /// products (m <= tuning.max_rows) it times cuBLASLt's candidate algorithms on the call's own buffers and keeps the
 /// fastest (the heuristic's first choice leaves up to a fifth of the bandwidth unused there), which synchronises
-/// the stream once; under CUDA graph capture it takes the heuristic's choice. Replaying a captured linear() is fine
-/// (the workspace is fixed, cuBLASLt allocates nothing).
+/// the stream once; under CUDA graph capture it takes the heuristic's choice. tune_linear / tune_product_fp8 plan a
+/// shape ahead of its first use over many weights (a runner's decode buckets at start-up, at any m). Replaying a
+/// captured linear() is fine (the workspace is fixed, cuBLASLt allocates nothing).
 class Gemm {
  public:
   /// Creates the handle and a device workspace of `workspace_bytes` on the current device; throws
@@ -66,6 +68,17 @@ class Gemm {
                           const uint8_t* w,  // [n][k] e4m3
                           int m, int n, int k, cudaStream_t stream);
 
+  /// Plans linear(y, x, w, bias, m, n, k, y_f32) for every w of the shape ahead of its first use, whatever m:
+  /// cuBLASLt's first tuning.candidates algorithms each run over `weights` in turn (a warm-up pass, then timed ones;
+  /// weights that do not fit in L2 together time what a step walking its layers sees, not a product served from
+  /// L2) and the fastest is kept (replacing the shape's plan if it had one). Synchronises the stream. The products
+  /// overwrite y; x is read.
+  cudaError_t tune_linear(void* y, const bf16* x, std::span<const bf16* const> weights, const bf16* bias, int m, int n,
+                          int k, bool y_f32, cudaStream_t stream);
+  /// The same for product_fp8.
+  cudaError_t tune_product_fp8(bf16* y, const uint8_t* x, std::span<const uint8_t* const> weights, int m, int n, int k,
+                               cudaStream_t stream);
+
  private:
   struct Key {
     int m, n, k;
@@ -81,7 +94,13 @@ class Gemm {
     cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  cudaError_t plan(const Key& key, Plan& out, void* y, const void* x, const void* w, const Extras& extras,
+  // Makes key's descriptors and picks its algorithm: cuBLASLt's first choice, or with `timed` the fastest of its
+  // first tuning.candidates over `weights` in turn (not under graph capture).
+  cudaError_t plan(const Key& key, Plan& out, void* y, const void* x, std::span<const void* const> weights,
+                   const Extras& extras, bool timed, cudaStream_t stream);
+  static void destroy(Plan& p);
+  // A timed plan of `key` over `weights`, replacing the shape's plan.
+  cudaError_t tune(const Key& key, void* y, const void* x, std::span<const void* const> weights, const Extras& extras,
                    cudaStream_t stream);
   // Sets the per-call pointers of `extras` on the plan's descriptor.
   static void set_extras(Plan& p, const Key& key, const Extras& extras);

@@ -33,3 +33,36 @@ TEST_CASE("Gemm::linear matches cpu::linear", "[gpu][gemm]") {
     }
   }
 }
+
+TEST_CASE("Gemm::tune_linear plans a shape over several weights; its products still match cpu::linear",
+          "[gpu][gemm]") {
+  require_device();
+  std::mt19937 rng(11);
+  cuda::Gemm gemm;
+  const int m = 96, n = 512, k = 256;
+  const auto x = random_bf16_values(rng, static_cast<size_t>(m) * k);
+  const auto bias = random_bf16_values(rng, n);
+  std::vector<std::vector<float>> ws;
+  for (int i = 0; i < 3; ++i) ws.push_back(random_bf16_values(rng, static_cast<size_t>(n) * k, 0.05f));
+  DeviceArray<bf16> d_w0(to_bf16(ws[0])), d_w1(to_bf16(ws[1])), d_w2(to_bf16(ws[2]));
+  const std::vector<const bf16*> ptrs{d_w0.get(), d_w1.get(), d_w2.get()};
+  DeviceArray<bf16> d_x(to_bf16(x)), d_b(to_bf16(bias)), d_y(static_cast<size_t>(m) * n);
+  DeviceArray<float> d_y32(static_cast<size_t>(m) * n);
+  CUDA_REQUIRE(gemm.tune_linear(d_y.get(), d_x.get(), ptrs, d_b.get(), m, n, k, false, nullptr));
+  CUDA_REQUIRE(gemm.tune_linear(d_y32.get(), d_x.get(), ptrs, nullptr, m, n, k, true, nullptr));
+  // Tuning again replaces the plan.
+  CUDA_REQUIRE(gemm.tune_linear(d_y32.get(), d_x.get(), ptrs, nullptr, m, n, k, true, nullptr));
+  std::vector<float> ref(static_cast<size_t>(m) * n);
+  for (int i = 0; i < 3; ++i) {
+    INFO("weight " << i);
+    cpu::linear(ref.data(), x.data(), ws[i].data(), bias.data(), m, n, k);
+    CUDA_REQUIRE(gemm.linear(d_y.get(), d_x.get(), ptrs[i], d_b.get(), m, n, k, false, nullptr));
+    check_close(to_float(d_y.download()), ref, "bf16 out, bias");
+    cpu::linear(ref.data(), x.data(), ws[i].data(), nullptr, m, n, k);
+    CUDA_REQUIRE(gemm.linear(d_y32.get(), d_x.get(), ptrs[i], nullptr, m, n, k, true, nullptr));
+    check_close(d_y32.download(), ref, "f32 out", 1e-5, 1e-5);
+  }
+  const cudaError_t bad = gemm.tune_linear(d_y.get(), d_x.get(), ptrs, nullptr, m, n, k + 4, false, nullptr);
+  CHECK(bad == cudaErrorInvalidValue);
+  CHECK(cuda::describe_launch_error(bad).find("multiples of 8") != std::string::npos);
+}
