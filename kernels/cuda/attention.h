@@ -89,9 +89,14 @@ size_t paged_attention_decode_workspace(int num_seqs, int num_heads, int head_di
 cudaError_t paged_attention_decode(const PagedAttentionArgs& args, int max_context_len, int partition_size,
                                    void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-/// Prefill (any number of queries per sequence, causal). Grid (ceil(max_q_len * group / 32), num_kv_heads,
-/// num_seqs): a thread block takes 32 (query, head) rows of one KV head's group and streams the KV tiles up to its
-/// last query's position through shared memory with an online softmax. max_q_len >= every sequence's query count.
+/// Chunks of more (query, head) rows a KV head than this (max_q_len * group) take the prefill kernel with two m-tiles
+/// a warp (128 rows a block), shorter ones the kernel with one (64 rows).
+inline constexpr int kPrefillTwoTileRows = 1024;
+
+/// Prefill (any number of queries per sequence, causal). Grid (ceil(max_q_len * group / rows), num_kv_heads,
+/// num_seqs): a thread block takes 64 or 128 (query, head) rows (kPrefillTwoTileRows) of one KV head's group and
+/// streams the KV tiles up to its last query's position through shared memory with an online softmax. max_q_len >=
+/// every sequence's query count.
 cudaError_t paged_attention_prefill(const PagedAttentionArgs& args, int max_q_len, cudaStream_t stream);
 
 }  // namespace paged::cuda

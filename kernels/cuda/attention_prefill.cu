@@ -4,14 +4,18 @@
 //
 // Work split. A thread block owns kRows (query, head) rows of one sequence and one KV head: row r is query
 // r / group, head kv_head * group + r % group, so the rows of a GQA group share every K/V tile the block loads.
-// Warp w owns rows w*16 .. w*16+15 as the M dimension of m16n8k16 MMAs (kernels/cuda/mma.cuh), its queries held in
-// A registers for the whole walk. The block walks the cache in tiles of kTile tokens up to its last query's
-// position; each tile's K and V go to shared memory by cp.async, two stages deep (tile i+1 loads while tile i is
-// computed). The FP8 cache's codes and scales load the same way into a staging area, and are dequantised into one bf16
-// tile just before it is computed. Per tile a warp computes S = Q K^T (K rows by ldmatrix), scales
-// and masks it, runs the online softmax on the accumulators (a row's 64 scores live in the four lanes of a quad), and
-// adds P V (P's A registers are the score accumulators rounded to bf16, V by transposed ldmatrix). A warp skips the
-// tiles none of its rows sees (past its last position, or before its window).
+// Warp w owns M_TILES m16 tiles of rows (w * 16 * M_TILES on) as the M dimension of m16n8k16 MMAs
+// (kernels/cuda/mma.cuh): every K or V fragment a warp loads from shared memory feeds M_TILES MMAs (two for long
+// chunks, where shared-memory reads bound the one-tile loop; one for short ones, whose blocks would be mostly
+// padding or masked). With one m-tile a warp holds its queries as A registers for the whole walk; with two (the
+// accumulators fill the registers) the block's queries go to shared memory once and each k-step loads its A
+// registers from there. The block walks the cache in tiles of kTile tokens up to its last query's position; each tile's K and
+// V go to shared memory by cp.async, two stages deep (tile i+1 loads while tile i is computed). The FP8 cache's codes
+// and scales load the same way into a staging area, and are dequantised into one bf16 tile just before it is
+// computed. Per tile a warp computes S = Q K^T (Q and K rows by ldmatrix), scales and masks it, runs the online
+// softmax on the accumulators (a row's 64 scores live in the four lanes of a quad), and adds P V (P's A registers
+// are the score accumulators rounded to bf16, V by transposed ldmatrix). A warp skips the tiles none of its rows sees
+// (past its last position, or before its window).
 #include "kernels/cuda/attention.h"
 
 #include <string>
@@ -26,7 +30,9 @@ namespace {
 
 constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = kPrefillWarps * 32;
-constexpr int kRows = kPrefillWarps * 16;  // (query, head) rows per block: 16 per warp, the MMA's M
+// (query, head) rows per block: 16 (the MMA's M) per m-tile, M_TILES m-tiles per warp.
+template <int M_TILES>
+constexpr int kRows = kPrefillWarps * 16 * M_TILES;
 constexpr int kTile = 64;                  // tokens per K/V tile
 constexpr float kLog2e = 1.4426950408889634f;  // scores are kept in base 2 so that softmax uses exp2f
 
@@ -38,11 +44,13 @@ constexpr int kPitch = HEAD_DIM + 8;
 template <int HEAD_DIM>
 constexpr int kFp8StageBytes = 2 * kTile * HEAD_DIM + 2 * kTile * static_cast<int>(sizeof(float));
 
-// Dynamic shared memory of one block: bf16 K and V tiles (two stages, or one beside two raw FP8 stages).
-template <int HEAD_DIM, bool kFp8>
+// Dynamic shared memory of one block: with two m-tiles the queries [kRows][pitch], then bf16 K and V tiles (two
+// stages, or one beside two raw FP8 stages).
+template <int HEAD_DIM, bool kFp8, int M_TILES>
 constexpr int prefill_smem_bytes() {
+  const int queries = M_TILES == 1 ? 0 : kRows<M_TILES> * kPitch<HEAD_DIM> * static_cast<int>(sizeof(bf16));
   const int bf16_tiles = (kFp8 ? 1 : 2) * 2 * kTile * kPitch<HEAD_DIM> * static_cast<int>(sizeof(bf16));
-  return bf16_tiles + (kFp8 ? 2 * kFp8StageBytes<HEAD_DIM> : 0);
+  return queries + bf16_tiles + (kFp8 ? 2 * kFp8StageBytes<HEAD_DIM> : 0);
 }
 
 // Eight e4m3 codes (8-byte aligned, shared memory) times their row's scale, as bf16.
@@ -54,23 +62,23 @@ __device__ __forceinline__ Bf16x8 fp8x8_to_bf16x8(const uint8_t* p, float scale)
   return float_to_bf16x8(f);
 }
 
-__device__ __forceinline__ uint32_t load_word(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// grid: (ceil(max_q_len * group / kRows), num_kv_heads, num_seqs); block: kPrefillThreads; dynamic shared memory:
-// prefill_smem_bytes<HEAD_DIM, kFp8>(). kFp8: the cache is the FP8 one (k_fp8 / v_fp8).
-template <int HEAD_DIM, bool kFp8>
+// grid: (ceil(max_q_len * group / kRows<M_TILES>), num_kv_heads, num_seqs); block: kPrefillThreads; dynamic
+// shared memory: prefill_smem_bytes<HEAD_DIM, kFp8, M_TILES>(). kFp8: the cache is the FP8 one (k_fp8 / v_fp8).
+template <int HEAD_DIM, bool kFp8, int M_TILES>
 __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAttentionArgs a, int log2_block_size) {
   constexpr int kPitchD = kPitch<HEAD_DIM>;
+  constexpr int kBlockRows = kRows<M_TILES>;
   constexpr int kSteps = HEAD_DIM / 16;      // k-steps of S = Q K^T
   constexpr int kDimTiles = HEAD_DIM / 8;    // n-tiles of O = P V
   constexpr int kTokenTiles = kTile / 8;     // n-tiles of S
-  constexpr int kVecsPerRow = HEAD_DIM / 8;  // 16-byte chunks of a K or V row
+  constexpr int kVecsPerRow = HEAD_DIM / 8;  // 16-byte chunks of a Q, K or V row
   constexpr int kTileElems = kTile * kPitchD;
   static_assert(kPrefillThreads == 2 * kTile, "one thread per K or V scale of an FP8 tile");
   extern __shared__ __align__(16) unsigned char prefill_smem[];
-  bf16* const tiles = reinterpret_cast<bf16*>(prefill_smem);  // [stage][K, V][kTile][kPitchD]; FP8: one stage
+  bf16* const qs = reinterpret_cast<bf16*>(prefill_smem);  // two m-tiles: [kBlockRows][kPitchD]
+  bf16* const tiles = qs + (M_TILES == 1 ? 0 : kBlockRows * kPitchD);  // [stage][K, V][kTile][kPitchD]; FP8: one stage
   // FP8 only: [stage][kFp8StageBytes] after the bf16 tile.
-  uint8_t* const raw = prefill_smem + 2 * kTileElems * sizeof(bf16);
+  uint8_t* const raw = reinterpret_cast<uint8_t*>(tiles + 2 * kTileElems);
 
   const int kv_head = blockIdx.y, seq = blockIdx.z;
   const int q_begin = a.query_start[seq];
@@ -78,7 +86,7 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
   const int group = a.num_heads / a.num_kv_heads;
   const int num_rows = q_len * group;
   // The last row blocks first: under the causal mask they walk the most tiles.
-  const int row0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+  const int row0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;
   if (row0 >= num_rows) return;
   const int ctx = a.context_lens[seq];
   const int first_pos = ctx - q_len;  // position of the sequence's first query
@@ -86,34 +94,50 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
 
-  // This lane's rows g and g + 8 of the warp's 16 (position -1: padding past the last row, never written).
-  const int warp_row0 = row0 + warp * 16;
-  const int row_lo = warp_row0 + g, row_hi = warp_row0 + g + 8;
-  const int pos_lo = row_lo < num_rows ? first_pos + row_lo / group : -1;
-  const int pos_hi = row_hi < num_rows ? first_pos + row_hi / group : -1;
+  // This lane's rows g and g + 8 of each of the warp's m-tiles (position -1: padding past the last row, never
+  // written).
+  const int warp_row0 = row0 + warp * 16 * M_TILES;
+  int pos_lo[M_TILES], pos_hi[M_TILES];
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt) {
+    const int lo = warp_row0 + 16 * mt + g, hi = lo + 8;
+    pos_lo[mt] = lo < num_rows ? first_pos + lo / group : -1;
+    pos_hi[mt] = hi < num_rows ? first_pos + hi / group : -1;
+  }
   const bool warp_active = warp_row0 < num_rows;
   const int warp_min_pos = first_pos + warp_row0 / group;
-  const int warp_max_pos = first_pos + (min(warp_row0 + 16, num_rows) - 1) / group;
+  const int warp_max_pos = first_pos + (min(warp_row0 + 16 * M_TILES, num_rows) - 1) / group;
 
-  // Q as A registers, k-step s: q[s] = {row g cols 16s+2c.., row g+8 cols 16s+2c.., row g cols 16s+2c+8.., ...}.
-  uint32_t q[kSteps][4];
-  {
-    const auto row_ptr = [&](int row) {
-      return a.q + static_cast<int64_t>(q_begin + row / group) * a.q_stride +
-             static_cast<int64_t>(kv_head * group + row % group) * HEAD_DIM + 2 * c;
-    };
-    const bf16* q_lo = row_ptr(row_lo);
-    const bf16* q_hi = row_ptr(row_hi);
+  // One m-tile: the warp's queries as A registers, k-step s: q_regs[s] = {row g cols 16s+2c.., row g+8 cols
+  // 16s+2c.., row g cols 16s+2c+8.., row g+8 cols 16s+2c+8..}. Two: the block's queries into shared memory (zeros
+  // past the last row), in the first tile's cp.async group.
+  const auto query = [&](int row) {
+    return a.q + static_cast<int64_t>(q_begin + row / group) * a.q_stride +
+           static_cast<int64_t>(kv_head * group + row % group) * HEAD_DIM;
+  };
+  uint32_t q_regs[M_TILES == 1 ? kSteps : 1][4];
+  if constexpr (M_TILES == 1) {
+    // Rows past the last get an address too, never read (a select here cost the loop ~20% on the H100).
+    const bf16* q_lo = query(warp_row0 + g) + 2 * c;
+    const bf16* q_hi = query(warp_row0 + g + 8) + 2 * c;
+    const auto word = [](const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); };
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      q[s][0] = pos_lo >= 0 ? load_word(q_lo + 16 * s) : 0u;
-      q[s][1] = pos_hi >= 0 ? load_word(q_hi + 16 * s) : 0u;
-      q[s][2] = pos_lo >= 0 ? load_word(q_lo + 16 * s + 8) : 0u;
-      q[s][3] = pos_hi >= 0 ? load_word(q_hi + 16 * s + 8) : 0u;
+    for (int k = 0; k < kSteps; ++k) {
+      q_regs[k][0] = pos_lo[0] >= 0 ? word(q_lo + 16 * k) : 0u;
+      q_regs[k][1] = pos_hi[0] >= 0 ? word(q_hi + 16 * k) : 0u;
+      q_regs[k][2] = pos_lo[0] >= 0 ? word(q_lo + 16 * k + 8) : 0u;
+      q_regs[k][3] = pos_hi[0] >= 0 ? word(q_hi + 16 * k + 8) : 0u;
+    }
+  } else {
+    for (int i = threadIdx.x; i < kBlockRows * kVecsPerRow; i += kPrefillThreads) {
+      const int r = i / kVecsPerRow, col = (i % kVecsPerRow) * 8, row = row0 + r;
+      const bool valid = row < num_rows;
+      cp_async_16(&qs[r * kPitchD + col], query(valid ? row : 0) + col, valid);
     }
   }
+  const bf16* const warp_qs = qs + (warp * 16 * M_TILES) * kPitchD;
 
-  const int last_row = min(row0 + kRows, num_rows) - 1;
+  const int last_row = min(row0 + kBlockRows, num_rows) - 1;
   const int num_tiles = (first_pos + last_row / group) / kTile + 1;  // tiles up to the block's last position
   const int first_tile = W > 0 ? max(0, first_pos + row0 / group - W + 1) / kTile : 0;
 
@@ -172,11 +196,16 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
   };
 
   const float score_scale = a.scale * kLog2e;
-  float o[kDimTiles][4];
+  float o[M_TILES][kDimTiles][4];
+  float m_lo[M_TILES], m_hi[M_TILES];  // running maxima of rows g and g + 8 of each m-tile
+  float l_lo[M_TILES], l_hi[M_TILES];  // this lane's part of their running sums
 #pragma unroll
-  for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  float m_lo = -INFINITY, m_hi = -INFINITY;  // running maxima of rows g and g + 8
-  float l_lo = 0.f, l_hi = 0.f;              // this lane's part of their running sums
+  for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kDimTiles; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+    m_lo[mt] = m_hi[mt] = -INFINITY;
+    l_lo[mt] = l_hi[mt] = 0.f;
+  }
 
   if (first_tile < num_tiles) load_tile(first_tile, 0);
   for (int tile = first_tile; tile < num_tiles; ++tile) {
@@ -197,81 +226,116 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
     if (warp_active && t0 <= warp_max_pos && !(W > 0 && t0 + kTile - 1 <= warp_min_pos - W)) {
       const bf16* ks = tiles + (kFp8 ? 0 : stage) * 2 * kTileElems;
       const bf16* vs = ks + kTileElems;
-      // S = Q K^T: n-tile j is tokens 8j .. 8j+7; one ldmatrix gives the B registers of two k-steps.
-      float s[kTokenTiles][4];
+      // S = Q K^T: n-tile j is tokens 8j .. 8j+7.
+      float s[M_TILES][kTokenTiles][4];
 #pragma unroll
-      for (int j = 0; j < kTokenTiles; ++j) {
-        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
-        for (int k = 0; k < kSteps; k += 2) {
-          uint32_t b[4];
-          ldmatrix_x4(b, &ks[(8 * j + (lane & 7)) * kPitchD + 16 * k + 8 * (lane >> 3)]);
-          mma_bf16_16816(s[j], q[k][0], q[k][1], q[k][2], q[k][3], b[0], b[1]);
-          mma_bf16_16816(s[j], q[k + 1][0], q[k + 1][1], q[k + 1][2], q[k + 1][3], b[2], b[3]);
+        for (int j = 0; j < kTokenTiles; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+      if constexpr (M_TILES == 1) {
+        // One ldmatrix gives the B registers of two k-steps, which the held A registers multiply.
+#pragma unroll
+        for (int j = 0; j < kTokenTiles; ++j)
+#pragma unroll
+          for (int k = 0; k < kSteps; k += 2) {
+            uint32_t b[4];
+            ldmatrix_x4(b, &ks[(8 * j + (lane & 7)) * kPitchD + 16 * k + 8 * (lane >> 3)]);
+            mma_bf16_16816(s[0][j], q_regs[k][0], q_regs[k][1], q_regs[k][2], q_regs[k][3], b[0], b[1]);
+            mma_bf16_16816(s[0][j], q_regs[k + 1][0], q_regs[k + 1][1], q_regs[k + 1][2], q_regs[k + 1][3], b[2],
+                           b[3]);
+          }
+      } else {
+        // Per k-step the A registers of every m-tile (one ldmatrix each), then per n-tile one ldmatrix of K's B
+        // registers, which all of them multiply.
+#pragma unroll
+        for (int k = 0; k < kSteps; ++k) {
+          uint32_t q[M_TILES][4];
+#pragma unroll
+          for (int mt = 0; mt < M_TILES; ++mt)
+            ldmatrix_x4(q[mt], &warp_qs[(16 * mt + (lane & 15)) * kPitchD + 16 * k + 8 * (lane >> 4)]);
+#pragma unroll
+          for (int j = 0; j < kTokenTiles; ++j) {
+            uint32_t b[2];
+            ldmatrix_x2(b, &ks[(8 * j + (lane & 7)) * kPitchD + 16 * k + 8 * ((lane >> 3) & 1)]);
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; ++mt)
+              mma_bf16_16816(s[mt][j], q[mt][0], q[mt][1], q[mt][2], q[mt][3], b[0], b[1]);
+          }
         }
       }
       // Scale; mask where a row of the warp does not see the whole tile (causal edge, window edge). Padding rows
       // (zero queries, scores 0) need no mask: their results are never written.
       const bool masked = t0 + kTile - 1 > warp_min_pos || (W > 0 && t0 <= warp_max_pos - W);
-      float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < kTokenTiles; ++j)
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = s[j][e] * score_scale;
-          if (masked) {
-            const int t = t0 + 8 * j + 2 * c + (e & 1), pos = e < 2 ? pos_lo : pos_hi;
-            v = t <= pos && (W == 0 || t > pos - W) ? v : -INFINITY;
+        for (int j = 0; j < kTokenTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float v = s[mt][j][e] * score_scale;
+            if (masked) {
+              const int t = t0 + 8 * j + 2 * c + (e & 1), pos = e < 2 ? pos_lo[mt] : pos_hi[mt];
+              v = t <= pos && (W == 0 || t > pos - W) ? v : -INFINITY;
+            }
+            s[mt][j][e] = v;
+            if (e < 2)
+              mx_lo = fmaxf(mx_lo, v);
+            else
+              mx_hi = fmaxf(mx_hi, v);
           }
-          s[j][e] = v;
-          if (e < 2)
-            mx_lo = fmaxf(mx_lo, v);
-          else
-            mx_hi = fmaxf(mx_hi, v);
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+          mx_lo = fmaxf(mx_lo, __shfl_xor_sync(kFullMask, mx_lo, off));
+          mx_hi = fmaxf(mx_hi, __shfl_xor_sync(kFullMask, mx_hi, off));
         }
+        // A row may see nothing of this tile yet (all -inf so far): it subtracts 0 instead, keeping p and alpha 0.
+        const float new_lo = fmaxf(m_lo[mt], mx_lo), new_hi = fmaxf(m_hi[mt], mx_hi);
+        const float ref_lo = new_lo == -INFINITY ? 0.f : new_lo, ref_hi = new_hi == -INFINITY ? 0.f : new_hi;
+        const float alpha_lo = exp2f(m_lo[mt] - ref_lo), alpha_hi = exp2f(m_hi[mt] - ref_hi);
+        m_lo[mt] = new_lo;
+        m_hi[mt] = new_hi;
+        float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(kFullMask, mx_lo, off));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(kFullMask, mx_hi, off));
-      }
-      // A row may see nothing of this tile yet (all -inf so far): it subtracts 0 instead, keeping p and alpha 0.
-      const float new_lo = fmaxf(m_lo, mx_lo), new_hi = fmaxf(m_hi, mx_hi);
-      const float ref_lo = new_lo == -INFINITY ? 0.f : new_lo, ref_hi = new_hi == -INFINITY ? 0.f : new_hi;
-      const float alpha_lo = exp2f(m_lo - ref_lo), alpha_hi = exp2f(m_hi - ref_hi);
-      m_lo = new_lo;
-      m_hi = new_hi;
-      float sum_lo = 0.f, sum_hi = 0.f;
+        for (int j = 0; j < kTokenTiles; ++j) {
+          s[mt][j][0] = exp2f(s[mt][j][0] - ref_lo);
+          s[mt][j][1] = exp2f(s[mt][j][1] - ref_lo);
+          s[mt][j][2] = exp2f(s[mt][j][2] - ref_hi);
+          s[mt][j][3] = exp2f(s[mt][j][3] - ref_hi);
+          sum_lo += s[mt][j][0] + s[mt][j][1];
+          sum_hi += s[mt][j][2] + s[mt][j][3];
+        }
+        l_lo[mt] = l_lo[mt] * alpha_lo + sum_lo;
+        l_hi[mt] = l_hi[mt] * alpha_hi + sum_hi;
 #pragma unroll
-      for (int j = 0; j < kTokenTiles; ++j) {
-        s[j][0] = exp2f(s[j][0] - ref_lo);
-        s[j][1] = exp2f(s[j][1] - ref_lo);
-        s[j][2] = exp2f(s[j][2] - ref_hi);
-        s[j][3] = exp2f(s[j][3] - ref_hi);
-        sum_lo += s[j][0] + s[j][1];
-        sum_hi += s[j][2] + s[j][3];
-      }
-      l_lo = l_lo * alpha_lo + sum_lo;
-      l_hi = l_hi * alpha_hi + sum_hi;
-#pragma unroll
-      for (int j = 0; j < kDimTiles; ++j) {
-        o[j][0] *= alpha_lo;
-        o[j][1] *= alpha_lo;
-        o[j][2] *= alpha_hi;
-        o[j][3] *= alpha_hi;
+        for (int j = 0; j < kDimTiles; ++j) {
+          o[mt][j][0] *= alpha_lo;
+          o[mt][j][1] *= alpha_lo;
+          o[mt][j][2] *= alpha_hi;
+          o[mt][j][3] *= alpha_hi;
+        }
       }
       // O += P V: k-step k is tokens 16k .. 16k+15, whose A registers are the accumulators of S's n-tiles 2k and
-      // 2k+1; one transposed ldmatrix gives the B registers of two dimension tiles.
+      // 2k+1; one transposed ldmatrix gives the B registers of two dimension tiles, for every m-tile.
 #pragma unroll
       for (int k = 0; k < kTile / 16; ++k) {
-        const uint32_t p0 = pack_bf16(s[2 * k][0], s[2 * k][1]), p1 = pack_bf16(s[2 * k][2], s[2 * k][3]);
-        const uint32_t p2 = pack_bf16(s[2 * k + 1][0], s[2 * k + 1][1]);
-        const uint32_t p3 = pack_bf16(s[2 * k + 1][2], s[2 * k + 1][3]);
+        uint32_t p[M_TILES][4];
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          p[mt][0] = pack_bf16(s[mt][2 * k][0], s[mt][2 * k][1]);
+          p[mt][1] = pack_bf16(s[mt][2 * k][2], s[mt][2 * k][3]);
+          p[mt][2] = pack_bf16(s[mt][2 * k + 1][0], s[mt][2 * k + 1][1]);
+          p[mt][3] = pack_bf16(s[mt][2 * k + 1][2], s[mt][2 * k + 1][3]);
+        }
 #pragma unroll
         for (int j = 0; j < kDimTiles; j += 2) {
           uint32_t b[4];
           ldmatrix_x4_trans(b, &vs[(16 * k + (lane & 15)) * kPitchD + 8 * j + 8 * (lane >> 4)]);
-          mma_bf16_16816(o[j], p0, p1, p2, p3, b[0], b[1]);
-          mma_bf16_16816(o[j + 1], p0, p1, p2, p3, b[2], b[3]);
+#pragma unroll
+          for (int mt = 0; mt < M_TILES; ++mt) {
+            mma_bf16_16816(o[mt][j], p[mt][0], p[mt][1], p[mt][2], p[mt][3], b[0], b[1]);
+            mma_bf16_16816(o[mt][j + 1], p[mt][0], p[mt][1], p[mt][2], p[mt][3], b[2], b[3]);
+          }
         }
       }
     }
@@ -280,33 +344,51 @@ __global__ void __launch_bounds__(kPrefillThreads) paged_prefill_kernel(PagedAtt
 
   // A row's sum lives in the four lanes of its quad.
 #pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l_lo += __shfl_xor_sync(kFullMask, l_lo, off);
-    l_hi += __shfl_xor_sync(kFullMask, l_hi, off);
-  }
-  const auto store_row = [&](int row, float l, int half) {
-    bf16* out = a.out + (static_cast<int64_t>(q_begin + row / group) * a.num_heads + kv_head * group + row % group) *
-                            HEAD_DIM + 2 * c;
-    const float inv = 1.0f / l;  // every real row sees its own position: l > 0
+  for (int mt = 0; mt < M_TILES; ++mt) {
+    float sum_lo = l_lo[mt], sum_hi = l_hi[mt];
 #pragma unroll
-    for (int j = 0; j < kDimTiles; ++j)
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) =
-          __floats2bfloat162_rn(o[j][2 * half] * inv, o[j][2 * half + 1] * inv);
-  };
-  if (pos_lo >= 0) store_row(row_lo, l_lo, 0);
-  if (pos_hi >= 0) store_row(row_hi, l_hi, 1);
+    for (int off = 1; off <= 2; off <<= 1) {
+      sum_lo += __shfl_xor_sync(kFullMask, sum_lo, off);
+      sum_hi += __shfl_xor_sync(kFullMask, sum_hi, off);
+    }
+    const auto store_row = [&](int row, float l, int half) {
+      bf16* out = a.out +
+                  (static_cast<int64_t>(q_begin + row / group) * a.num_heads + kv_head * group + row % group) *
+                      HEAD_DIM + 2 * c;
+      const float inv = 1.0f / l;  // every real row sees its own position: l > 0
+#pragma unroll
+      for (int j = 0; j < kDimTiles; ++j)
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) =
+            __floats2bfloat162_rn(o[mt][j][2 * half] * inv, o[mt][j][2 * half + 1] * inv);
+    };
+    const int row_lo = warp_row0 + 16 * mt + g;
+    if (pos_lo[mt] >= 0) store_row(row_lo, sum_lo, 0);
+    if (pos_hi[mt] >= 0) store_row(row_lo + 8, sum_hi, 1);
+  }
 }
 
-template <int HEAD_DIM, bool kFp8>
-cudaError_t launch_prefill(const PagedAttentionArgs& a, dim3 grid, int log2_block_size, cudaStream_t stream) {
-  constexpr int smem = prefill_smem_bytes<HEAD_DIM, kFp8>();
+// One launch of the kernel with M_TILES m-tiles a warp.
+template <int HEAD_DIM, bool kFp8, int M_TILES>
+cudaError_t launch_prefill(const PagedAttentionArgs& a, int max_rows, int log2_block_size, cudaStream_t stream) {
+  constexpr int smem = prefill_smem_bytes<HEAD_DIM, kFp8, M_TILES>();
   // Above 48 KiB a kernel must opt in, on each device it runs on (tensor-parallel ranks share the process): set at
   // every launch, a host-side call that is not a stream operation.
-  const cudaError_t opt_in =
-      cudaFuncSetAttribute(paged_prefill_kernel<HEAD_DIM, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const auto kernel = paged_prefill_kernel<HEAD_DIM, kFp8, M_TILES>;
+  const cudaError_t opt_in = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (opt_in != cudaSuccess) return opt_in;
-  paged_prefill_kernel<HEAD_DIM, kFp8><<<grid, kPrefillThreads, smem, stream>>>(a, log2_block_size);
+  const dim3 grid((max_rows + kRows<M_TILES> - 1) / kRows<M_TILES>, a.num_kv_heads, a.num_seqs);
+  kernel<<<grid, kPrefillThreads, smem, stream>>>(a, log2_block_size);
   return cudaGetLastError();
+}
+
+// Two m-tiles a warp for long chunks. H100, head_dim 128, group 4, bench_cuda_attention prefill, us (one m-tile a
+// warp throughout / this choice): 32 prompts of 512 446 / 405 (FP8 cache 564 / 452), 8 of 2,048 1,344 / 1,203
+// (1,766 / 1,401), 4 chunks of 2,048 after 2,048 1,888 / 1,676 (2,491 / 1,975); two m-tiles on 64 prompts of 256
+// (1,024 rows) took 305 against one's 297.
+template <int HEAD_DIM, bool kFp8>
+cudaError_t launch_prefill(const PagedAttentionArgs& a, int max_rows, int log2_block_size, cudaStream_t stream) {
+  return max_rows > kPrefillTwoTileRows ? launch_prefill<HEAD_DIM, kFp8, 2>(a, max_rows, log2_block_size, stream)
+                                         : launch_prefill<HEAD_DIM, kFp8, 1>(a, max_rows, log2_block_size, stream);
 }
 
 }  // namespace
@@ -324,12 +406,11 @@ cudaError_t paged_attention_prefill(const PagedAttentionArgs& a, int max_q_len, 
     return launch_failure(cudaErrorInvalidValue, std::string(name) + ": q_stride must be a multiple of 8 >= "
                                                                      "num_heads * head_dim");
   if (a.num_seqs <= 0 || max_q_len <= 0) return cudaSuccess;
-  const int group = a.num_heads / a.num_kv_heads;
-  const dim3 grid((max_q_len * group + kRows - 1) / kRows, a.num_kv_heads, a.num_seqs);
+  const int max_rows = max_q_len * (a.num_heads / a.num_kv_heads);
   const int log2_bs = log2_of(a.block_size);
   PAGED_DISPATCH_HEAD_DIM(name, a.head_dim,
-                          return a.k_fp8 ? launch_prefill<HEAD_DIM, true>(a, grid, log2_bs, stream)
-                                         : launch_prefill<HEAD_DIM, false>(a, grid, log2_bs, stream));
+                          return a.k_fp8 ? launch_prefill<HEAD_DIM, true>(a, max_rows, log2_bs, stream)
+                                         : launch_prefill<HEAD_DIM, false>(a, max_rows, log2_bs, stream));
   return cudaSuccess;
 }
 

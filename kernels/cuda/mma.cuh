@@ -38,6 +38,13 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
                : "r"(at));
 }
 
+// Two 8x8 bf16 matrices: lanes 0-15 give the row addresses as for ldmatrix_x4 (the others' are not read): the two B
+// registers of one k-step.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(at));
+}
+
 // The same, each matrix transposed: r[m] = matrix m's column L / 4, rows 2 (L % 4) .. +1 (B registers from a matrix
 // stored with K along rows, as V [token][dim] is for P V).
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {

@@ -47,23 +47,31 @@ TEST_CASE("paged_attention_prefill matches the CPU twin: prefill, cached prefix,
   require_device();
   std::mt19937 rng(6);
   for (const Shape& shape : shapes()) {
-    // (context, queries): whole prompts, a cached prefix with a new chunk, single decode tokens, odd sizes.
-    std::vector<std::pair<int, int>> seqs = {{1, 1}, {5, 5}, {33, 33}, {100, 37}, {300, 1}, {64, 64}, {257, 200},
-                                             {18, 3}, {129, 128}, {40, 1}};
-    std::shuffle(seqs.begin(), seqs.end(), rng);
-    std::vector<int> ctx, q_len;
-    for (auto [c, q] : seqs) {
-      ctx.push_back(c);
-      q_len.push_back(q);
+    // (context, queries): whole prompts, a cached prefix with a new chunk, single decode tokens, odd sizes, chunks
+    // cut to kPrefillTwoTileRows rows (the kernel with one m-tile a warp); then the same with a longer chunk (two).
+    const int group = shape.heads / shape.kv_heads, q_short = cuda::kPrefillTwoTileRows / group;
+    std::vector<std::pair<int, int>> mixed;
+    for (auto [c, q] : {std::pair{1, 1}, {5, 5}, {33, 33}, {100, 37}, {300, 1}, {64, 64}, {257, 200}, {18, 3},
+                        {129, 128}, {40, 1}})
+      mixed.push_back({c, std::min(q, q_short)});
+    std::vector<std::pair<int, int>> with_long = mixed;
+    with_long.push_back({q_short + 101, q_short + 40});
+    for (auto seqs : {mixed, with_long}) {
+      std::shuffle(seqs.begin(), seqs.end(), rng);
+      std::vector<int> ctx, q_len;
+      for (auto [c, q] : seqs) {
+        ctx.push_back(c);
+        q_len.push_back(q);
+      }
+      const PagedBatch batch(rng, shape, ctx, q_len, 2.0f);
+      const auto ref = batch.reference();
+      DeviceBatch dev(batch);
+      const int max_q = *std::max_element(q_len.begin(), q_len.end());
+      INFO(describe(shape) << ", longest chunk " << max_q);
+      CUDA_REQUIRE(cudaMemset(dev.out.get(), 0xff, dev.out.size() * sizeof(bf16)));
+      CUDA_REQUIRE(cuda::paged_attention_prefill(dev.args, max_q, nullptr));
+      check_close(to_float(dev.out.download()), ref, "prefill");
     }
-    const PagedBatch batch(rng, shape, ctx, q_len, 2.0f);
-    const auto ref = batch.reference();
-    DeviceBatch dev(batch);
-    INFO(describe(shape));
-    CUDA_REQUIRE(cudaMemset(dev.out.get(), 0xff, dev.out.size() * sizeof(bf16)));
-    const int max_q = *std::max_element(q_len.begin(), q_len.end());
-    CUDA_REQUIRE(cuda::paged_attention_prefill(dev.args, max_q, nullptr));
-    check_close(to_float(dev.out.download()), ref, "prefill");
   }
 }
 

@@ -85,8 +85,11 @@ TEST_CASE("decode and prefill over an FP8 cache match the CPU twin over the valu
     INFO(describe(shape));
     for (const int window : {0, 100}) {
       INFO("window " << window);
-      // Decode rows over ragged contexts (several partitions), and a prefill batch with cached prefixes.
-      const std::vector<int> ctx = {1, 17, 100, 513, 1100}, p_ctx = {33, 300, 129, 40}, p_q = {33, 37, 128, 1};
+      // Decode rows over ragged contexts (several partitions), and a prefill batch with cached prefixes and a chunk
+      // long enough for the prefill kernel's two m-tiles a warp.
+      const int q_long = cuda::kPrefillTwoTileRows / (shape.heads / shape.kv_heads) + 40;
+      const std::vector<int> ctx = {1, 17, 100, 513, 1100}, p_ctx = {33, 300, 129, 40, q_long + 61},
+                             p_q = {33, 37, 128, 1, q_long};
       for (const bool decode : {true, false}) {
         PagedBatch batch(rng, shape, decode ? ctx : p_ctx, decode ? std::vector<int>(ctx.size(), 1) : p_q, 2.0f);
         // Values of very different sizes per head row: the per-row scales matter.
@@ -114,11 +117,12 @@ TEST_CASE("decode and prefill over an FP8 cache match the CPU twin over the valu
             DeviceArray<char> ws(ws_bytes);
             CUDA_REQUIRE(cuda::paged_attention_decode(dev.args, 2048, partition, ws.get(), ws_bytes, nullptr));
           } else {
-            CUDA_REQUIRE(cuda::paged_attention_prefill(dev.args, 128, nullptr));
+            CUDA_REQUIRE(cuda::paged_attention_prefill(dev.args, *std::max_element(p_q.begin(), p_q.end()), nullptr));
           }
           // Decode takes the codes exactly and applies the scales in float32: bf16's error. Prefill rounds each
-          // dequantised K and V element to bf16 for its shared-memory tiles once more: twice bf16's budget.
-          const double factor = decode ? 1.0 : 2.0;
+          // dequantised K and V element to bf16 for its shared-memory tiles once more: twice bf16's budget, and a
+          // quarter more for the largest error of its over a thousand long-chunk rows.
+          const double factor = decode ? 1.0 : 2.5;
           check_close(to_float(dev.out.download()), batch.reference(window),
                       decode ? "decode, partition " + std::to_string(partition) : "prefill", factor * kBf16RelL2,
                       factor * kBf16MaxNorm);
