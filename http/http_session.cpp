@@ -231,6 +231,10 @@ void HttpSession<Stream>::on_read(beast::error_code ec, size_t) {
     } else if (!queue_.empty()) {
       respond(400, openai::error_body("WebSocket upgrade while responses are pending", "invalid_request_error"),
               "application/json", true);
+    } else if (const HandshakeFault fault = websocket_handshake_fault(req); fault.status != 0) {
+      // Answered here, as every other refusal is, rather than by Beast's accept in plain text.
+      respond(fault.status, openai::error_body(fault.message, "invalid_request_error"), "application/json", true,
+              {{http::field::sec_websocket_version, fault.status == 426 ? "13" : ""}});
     } else {
       // The socket moves to the WebSocket session; this session ends here.
       ctx_.counters.count(101);
@@ -257,7 +261,7 @@ void HttpSession<Stream>::on_read(beast::error_code ec, size_t) {
 
 template <class Stream>
 void HttpSession<Stream>::respond(unsigned status, std::string body, const char* content_type, bool close,
-                          std::string_view allow, std::string_view set_cookie) {
+                                  std::initializer_list<std::pair<http::field, std::string_view>> headers) {
   auto ex = std::make_shared<Exchange>();
   ex->version = request_version_;
   ex->keep_alive = request_keep_alive_ && !close && !ctx_.draining;
@@ -266,8 +270,8 @@ void HttpSession<Stream>::respond(unsigned status, std::string body, const char*
   allow_origin(*res, ex->cors_origin);
   res->set(http::field::server, "paged");
   res->set(http::field::content_type, content_type);
-  if (!allow.empty()) res->set(http::field::allow, allow);
-  if (!set_cookie.empty()) res->set(http::field::set_cookie, set_cookie);
+  for (const auto& [field, value] : headers)
+    if (!value.empty()) res->set(field, value);
   res->keep_alive(ex->keep_alive);
   res->body() = std::move(body);
   res->prepare_payload();
@@ -292,14 +296,14 @@ void HttpSession<Stream>::respond_dashboard(const Request& req) {
   } else if (req.method() != http::verb::get) {
     respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
                                       "; use GET").body,
-            "application/json", false, "GET");
+            "application/json", false, {{http::field::allow, "GET"}});
   } else if (!ctx_.dashboard_authorized(req[http::field::authorization], req.target(), req[http::field::cookie])) {
     respond(401, error_reply(401, "missing or invalid API key: open /dashboard?key=KEY").body, "application/json");
   } else {
     // A key given in the URL becomes the cookie that the page's files and its WebSocket send.
     const std::string key = query_param(req.target(), "key");
-    respond(200, std::string(asset->body), asset->content_type, false, {},
-            key.empty() ? std::string() : dashboard_key_cookie(key));
+    const std::string cookie = key.empty() ? std::string() : dashboard_key_cookie(key);
+    respond(200, std::string(asset->body), asset->content_type, false, {{http::field::set_cookie, cookie}});
   }
 }
 
@@ -317,7 +321,7 @@ void HttpSession<Stream>::respond_stored_response(const Request& req) {
     const char* allow = items ? "GET" : "GET, DELETE";
     respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
                                       "; use " + allow).body,
-            "application/json", false, allow);
+            "application/json", false, {{http::field::allow, allow}});
   } else if (!ctx_.authorized(req[http::field::authorization])) {
     respond(401, error_reply(401, "missing or invalid API key (expected \"Authorization: Bearer KEY\")").body,
             "application/json");
@@ -383,7 +387,7 @@ void HttpSession<Stream>::handle(Request&& req) {
     respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
                                       "; use " + std::string(http::to_string(route->method)))
                      .body,
-            "application/json", false, http::to_string(route->method));
+            "application/json", false, {{http::field::allow, http::to_string(route->method)}});
     return;
   }
   if (route->needs_key && !ctx_.authorized(req[http::field::authorization])) {

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <deque>
+#include <initializer_list>
+#include <utility>
 #include <memory>
 #include <optional>
 
@@ -51,10 +53,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
                         const std::shared_ptr<Exchange>& handle);
   /// An engine event of prompt `prompt_index` of `ex`, on the strand.
   void on_event(const std::shared_ptr<Exchange>& ex, size_t prompt_index, RequestEvent event);
-  /// Queues a whole response; `close` ends the connection after it; `allow` fills the Allow header (405),
-  /// `set_cookie` the Set-Cookie header.
+  /// Queues a whole response; `close` ends the connection after it; `headers` are set on it (Allow of a 405,
+  /// Set-Cookie, ...; an empty value is left out).
   void respond(unsigned status, std::string body, const char* content_type, bool close = false,
-               std::string_view allow = {}, std::string_view set_cookie = {});
+               std::initializer_list<std::pair<boost::beast::http::field, std::string_view>> headers = {});
   /// GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items: the responses ctx_.responses keeps.
   void respond_stored_response(const Request& req);
   /// GET /dashboard and its files (http/dashboard.h), behind the API key when one is set.

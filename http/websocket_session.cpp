@@ -1,5 +1,7 @@
 #include "http/websocket_session.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <optional>
 
@@ -16,6 +18,24 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 namespace net = boost::asio;
 namespace json = boost::json;
+
+HandshakeFault websocket_handshake_fault(const http::request<http::string_body>& req) {
+  const std::string_view version = req[http::field::sec_websocket_version];
+  if (version != "13")
+    return {426, version.empty() ? std::string("Sec-WebSocket-Version is missing: this server speaks version 13")
+                                 : "Sec-WebSocket-Version " + std::string(version.substr(0, 32)) +
+                                       " is not supported: this server speaks version 13"};
+  // 16 bytes in base64: 22 characters of the alphabet, then "==".
+  const std::string_view key = req[http::field::sec_websocket_key];
+  const bool base64_16 = key.size() == 24 && key.ends_with("==") &&
+                         std::all_of(key.begin(), key.end() - 2, [](char ch) {
+                           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '+' || ch == '/';
+                         });
+  if (!base64_16)
+    return {400, key.empty() ? std::string("Sec-WebSocket-Key is missing")
+                             : "Sec-WebSocket-Key must be the base64 of 16 bytes (24 characters)"};
+  return {};
+}
 using tcp = net::ip::tcp;
 
 template <class Stream>

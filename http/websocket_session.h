@@ -24,6 +24,16 @@
 
 namespace paged::server {
 
+/// Why an upgrade request's WebSocket handshake fields fail RFC 6455 section 4.2.1 (status 426 for a
+/// Sec-WebSocket-Version other than 13, which the answer must name; 400 for a Sec-WebSocket-Key that is not the
+/// base64 of 16 bytes), or status 0 when they hold. The upgrade headers themselves (GET, Connection: upgrade,
+/// Upgrade: websocket) are websocket::is_upgrade's.
+struct HandshakeFault {
+  unsigned status = 0;
+  std::string message;
+};
+HandshakeFault websocket_handshake_fault(const boost::beast::http::request<boost::beast::http::string_body>& req);
+
 template <class Stream>
 class WebSocketSession : public std::enable_shared_from_this<WebSocketSession<Stream>> {
  public:

@@ -1,9 +1,10 @@
 // A `ws` client on /v1/stream: two generations at once on one socket (their frames interleave), a third cancelled
 // mid-way, and error frames for bad frames.
 // Usage: node check_websocket.mjs --base http://127.0.0.1:PORT --golden .../stories260K-greedy.json
+import net from "node:net";
 import WebSocket from "ws";
 import { goldenContinuations } from "./golden_text.mjs";
-import { check, checkEqual, finish, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
+import { check, checkEqual, finish, metrics, parseArgs, waitForDrained, waitForHealth } from "./common.mjs";
 
 const args = parseArgs();
 const base = args.base;
@@ -118,6 +119,45 @@ await rawDone;
 checkEqual(rawErrors.map((f) => [f.type, f.error?.code, f.error?.param]),
            [["error", 400, "max_tokens"], ["error", 400, "id"]], "raw frames: a key twice, an infinite id");
 raw.close();
+
+// Upgrades whose handshake fields RFC 6455 refuses (a client of another protocol version, a malformed key): an
+// OpenAI-style JSON answer (426 naming the version this server speaks, or 400), not a WebSocket, and not counted as
+// an upgrade in /metrics.
+const rawUpgrade = (headers) =>
+  new Promise((resolve, reject) => {
+    const url = new URL(base);
+    const socket = net.connect(Number(url.port), url.hostname);
+    let text = "";
+    socket.setTimeout(10000, () => reject(new Error("no answer to a raw upgrade")));
+    socket.on("data", (d) => (text += d.toString()));
+    socket.on("end", () => resolve(text));
+    socket.on("error", reject);
+    socket.write(`GET /v1/stream HTTP/1.1\r\nHost: ${url.host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
+                 headers.map((h) => h + "\r\n").join("") + "\r\n");
+  });
+const upgradesBefore = (await metrics(base))['paged_http_responses_total{code="101"}'] ?? 0;
+const goodKey = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==";
+for (const [headers, status, named] of [
+  [["Sec-WebSocket-Version: 8", goodKey], 426, "Sec-WebSocket-Version"],
+  [[goodKey], 426, "Sec-WebSocket-Version"],
+  [["Sec-WebSocket-Version: 13"], 400, "Sec-WebSocket-Key"],
+  [["Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: abc"], 400, "Sec-WebSocket-Key"],
+]) {
+  const answer = await rawUpgrade(headers);
+  const [head, body] = answer.split("\r\n\r\n");
+  checkEqual(Number(head.split(" ")[1]), status, `upgrade with ${headers.join(", ")}: status`);
+  if (status === 426) check(/\r\nSec-WebSocket-Version: 13\r\n/i.test(head), "a 426 names version 13", head);
+  let error;
+  try {
+    error = JSON.parse(body).error;
+  } catch {
+    error = undefined;
+  }
+  check(error?.message?.includes(named), `upgrade with ${headers.join(", ")}: a JSON error naming ${named}`, body);
+}
+checkEqual((await metrics(base))['paged_http_responses_total{code="101"}'] ?? 0, upgradesBefore,
+           "refused upgrades are not counted as 101");
+
 const drained = await waitForDrained(base);
 check(drained.paged_kv_blocks_free === drained.paged_kv_blocks_total, "KV pool drained after the WebSocket", drained);
 finish("check_websocket");

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "http/server.h"
+#include "http/websocket_session.h"
 
 using paged::ServerOptions;
 
@@ -134,4 +135,29 @@ TEST_CASE("reasoning parser option: the format chat answers' reasoning is split 
   o.reasoning_parser = "granite";
   CHECK_THROWS_WITH(paged::reasoning_format(o), Catch::Contains("--reasoning-parser: unknown parser 'granite'"));
   CHECK_THROWS_AS(paged::load_server_options(write_temp(R"({"server": {"reasoning_parser": true}})")), std::runtime_error);
+}
+
+TEST_CASE("a WebSocket upgrade's handshake fields are checked as RFC 6455 asks", "[http]") {
+  namespace http = boost::beast::http;
+  const auto upgrade = [](std::string_view version, std::string_view key) {
+    http::request<http::string_body> req(http::verb::get, "/v1/stream", 11);
+    req.set(http::field::connection, "Upgrade");
+    req.set(http::field::upgrade, "websocket");
+    if (!version.empty()) req.set(http::field::sec_websocket_version, version);
+    if (!key.empty()) req.set(http::field::sec_websocket_key, key);
+    return req;
+  };
+  const std::string rfc_key = "dGhlIHNhbXBsZSBub25jZQ==";  // RFC 6455 section 1.3's sample nonce
+  CHECK(paged::server::websocket_handshake_fault(upgrade("13", rfc_key)).status == 0);
+  const auto old_version = paged::server::websocket_handshake_fault(upgrade("8", rfc_key));
+  CHECK(old_version.status == 426);
+  CHECK(old_version.message.find("Sec-WebSocket-Version 8") != std::string::npos);
+  CHECK(paged::server::websocket_handshake_fault(upgrade("", rfc_key)).status == 426);
+  for (const std::string_view key : {"", "abc", "dGhlIHNhbXBsZSBub25jZQ=", "dGhlIHNhbXBsZSBub25jZQ==x",
+                                     "dGhlIHNhbXBsZSBub25j*Q==", "dGhlIHNhbXBsZSBub25jZQAA"}) {
+    INFO("key " << key);
+    const auto fault = paged::server::websocket_handshake_fault(upgrade("13", key));
+    CHECK(fault.status == 400);
+    CHECK(fault.message.find("Sec-WebSocket-Key") != std::string::npos);
+  }
 }
