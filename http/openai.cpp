@@ -780,7 +780,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, const Tokenizer& tokeni
   }
   if (stream_ && chat_like() && tools_.format != ToolCallFormat::none)
     for (size_t c = 0; c < choices_.size(); ++c) choices_[c].tool_stream.emplace(tools_, call_id_prefix(c));
-  if (stream_ && chat_like() && reasoning_ != ReasoningFormat::none)
+  if (chat_like() && reasoning_ != ReasoningFormat::none)
     for (Choice& c : choices_) c.reasoning_stream.emplace(reasoning_);
   if (stream_ && endpoint_ == Endpoint::responses)
     responses_events_ = std::make_unique<ResponsesEvents>(responses_->echo, id_, model_name_, created_);
@@ -805,10 +805,18 @@ json::object ResponseBuilder::usage_json() const {
   int cached = 0;
   for (int t : cached_tokens_) cached += t;
   // OpenAI's prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache held.
-  return json::object{{"prompt_tokens", p},
-                      {"completion_tokens", c},
-                      {"total_tokens", p + c},
-                      {"prompt_tokens_details", json::object{{"cached_tokens", cached}}}};
+  json::object usage{{"prompt_tokens", p},
+                     {"completion_tokens", c},
+                     {"total_tokens", p + c},
+                     {"prompt_tokens_details", json::object{{"cached_tokens", cached}}}};
+  // With a reasoning parser, OpenAI's completion_tokens_details.reasoning_tokens: the tokens generated inside the
+  // think blocks (ReasoningStream::in_reasoning).
+  if (chat_like() && reasoning_ != ReasoningFormat::none) {
+    int reasoning = 0;
+    for (const Choice& choice : choices_) reasoning += choice.reasoning_tokens;
+    usage["completion_tokens_details"] = json::object{{"reasoning_tokens", reasoning}};
+  }
+  return usage;
 }
 
 json::object ResponseBuilder::chunk_header() const {
@@ -944,12 +952,18 @@ std::string ResponseBuilder::add(size_t prompt_index, const RequestEvent& event)
       ending = {.index = given.index, .finish_reason = given.finish_reason == "cancelled" ? "cancelled" : "length"};
     }
     const CompletionDelta& d = echo_only_ ? ending : given;
+    if (c.reasoning_stream && c.reasoning_stream->in_reasoning())
+      c.reasoning_tokens += static_cast<int>(d.token_ids.size());
     if (!stream_ || responses_events_) {  // a streamed response ends with the whole response object too
       c.text += d.text;
       c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
       c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
       if (d.finish_reason) c.finish_reason = d.finish_reason;
-      if (!stream_) continue;
+      if (!stream_) {
+        // The whole answer is split at its end; the stream only follows where it is.
+        if (c.reasoning_stream) c.reasoning_stream->add(d.text, d.finish_reason.has_value());
+        continue;
+      }
     }
     if (d.text.empty() && d.token_ids.empty() && !d.finish_reason && c.started) continue;
     json::object choice;

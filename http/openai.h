@@ -151,7 +151,10 @@ class ResponseBuilder {
     bool started = false;       // a chunk of this choice was sent (chat: the role; completions: the echo)
     size_t text_offset = 0;     // completions logprobs: offset of the next token in the text
     std::optional<ToolCallStream> tool_stream;  // a streamed chat choice of a request with tool calls
-    std::optional<ReasoningStream> reasoning_stream;  // a streamed chat choice of a server with a reasoning parser
+    // A chat choice of a server with a reasoning parser: the answer read so far (streamed, it also splits the
+    // deltas), and how many of its tokens came while it was inside its reasoning.
+    std::optional<ReasoningStream> reasoning_stream;
+    int reasoning_tokens = 0;
   };
 
   /// Chat and responses: the answers are chat messages (responses translate them).

@@ -37,6 +37,11 @@ class ReasoningStream {
   explicit ReasoningStream(ReasoningFormat format);
   /// The reasoning and content that the answer's next piece `text` settles; `ended`: the answer ends with it.
   ReasoningSplit add(std::string_view text, bool ended);
+  /// Whether the answer read so far is inside its reasoning: not yet past the tag that ends it (qwen3: past the one
+  /// that opens it). The tokens of a piece added in that state are reasoning tokens (the closing tag's included).
+  bool in_reasoning() const {
+    return phase_ == Phase::thinking || (phase_ == Phase::opening && format_ == ReasoningFormat::deepseek_r1);
+  }
 
  private:
   enum class Phase { opening, thinking, answer };  // before any tag, inside the think block, after "</think>"

@@ -315,6 +315,8 @@ json::object response_object(const json::object& chat, const json::object& echo,
   if (called)
     for (const json::value& call : calls->get_array()) output.push_back(function_call_item(call.as_object()));
   const json::object& usage = chat.at("usage").as_object();
+  const json::value* details = usage.if_contains("completion_tokens_details");
+  const json::value reasoning_tokens = details ? details->at("reasoning_tokens") : json::value(0);
   json::object o = echo;
   o["id"] = id;
   o["object"] = "response";
@@ -328,7 +330,7 @@ json::object response_object(const json::object& chat, const json::object& echo,
       {"input_tokens", usage.at("prompt_tokens")},
       {"input_tokens_details", json::object{{"cached_tokens", usage.at("prompt_tokens_details").at("cached_tokens")}}},
       {"output_tokens", usage.at("completion_tokens")},
-      {"output_tokens_details", json::object{{"reasoning_tokens", 0}}},
+      {"output_tokens_details", json::object{{"reasoning_tokens", reasoning_tokens}}},
       {"total_tokens", usage.at("total_tokens")}};
   return o;
 }

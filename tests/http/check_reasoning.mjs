@@ -4,7 +4,9 @@
 // answer's raw text comes from a server without the parser (--plain, the same seed), where the tags stay in the
 // content. The parser's message.reasoning_content (and its alias message.reasoning) and message.content must be the
 // raw text split by this file's own reading of vLLM's rules, and the stream's delta.reasoning_content fragments,
-// then delta.content ones, must join to the same (and their token_ids to the whole answer's). With --tool-parser
+// then delta.content ones, must join to the same (and their token_ids to the whole answer's); the usage's
+// completion_tokens_details.reasoning_tokens, whole and streamed, must count the tokens generated inside the think
+// block by the same reading of the plain answer's tokens (their texts from its logprobs). With --tool-parser
 // hermes: a call written after the think block is read from the content, one written inside it stays reasoning.
 // Usage: node check_reasoning.mjs --base URL --plain URL --parser deepseek_r1|qwen3 [--tool-parser hermes]
 import OpenAI from "openai";
@@ -41,12 +43,28 @@ function expectedSplit(parser, raw) {
   return { reasoning: reasoning || null, content: content || null };
 }
 
+// How many of an answer's tokens (their texts, in order) come while it is inside its reasoning, by this file's reading
+// of the same rules: from the start (deepseek_r1) or the token after the one completing <think> (qwen3), through the
+// token that completes the first </think> after it.
+function expectedReasoningTokens(parser, tokens) {
+  let text = "", open = parser === "deepseek_r1" ? 0 : -1, closed = false, count = 0;
+  for (const token of tokens) {
+    if (open >= 0 && !closed) ++count;
+    text += token;
+    if (open < 0 && text.includes(OPEN)) open = text.indexOf(OPEN) + OPEN.length;
+    if (open >= 0 && !closed && text.indexOf(CLOSE, open) >= 0) closed = true;
+  }
+  return count;
+}
+
 // The stream of `request`: its reasoning and content joined, and whether any content came before reasoning ended.
 async function streamed(request) {
-  const stream = await client.chat.completions.create({ ...request, stream: true });
-  let reasoning = "", alias = "", content = "", fragments = 0, interleaved = false, finish = null;
+  const stream = await client.chat.completions.create({ ...request, stream: true,
+                                                        stream_options: { include_usage: true } });
+  let reasoning = "", alias = "", content = "", fragments = 0, interleaved = false, finish = null, usage = null;
   const ids = [];
   for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
     const choice = chunk.choices[0];
     if (!choice) continue;
     ids.push(...(choice.token_ids ?? []));
@@ -61,7 +79,7 @@ async function streamed(request) {
     finish = choice.finish_reason ?? finish;
   }
   return { reasoning: reasoning || null, alias: alias || null, content: content || null, fragments, interleaved, finish,
-           ids };
+           ids, usage };
 }
 
 const regexes = {
@@ -77,11 +95,18 @@ for (let seed = 0; seed < 6; ++seed) {
       const request = { model, messages, temperature: 1, seed, max_tokens, structured_outputs: { regex },
                         return_token_ids: true };
       const label = `seed ${seed}, ${what}, max_tokens ${max_tokens}`;
-      const raw = (await plain.chat.completions.create(request)).choices[0].message.content;
+      const plainChoice = (await plain.chat.completions.create({ ...request, logprobs: true })).choices[0];
+      const raw = plainChoice.message.content;
+      const tokens = plainChoice.logprobs.content.map((t) => t.token);
+      checkEqual(tokens.join(""), raw, `${label}: the plain answer's tokens spell it`);
+      const reasoningTokens = expectedReasoningTokens(args.parser, tokens);
       if (max_tokens === 200 && what !== "no think block")
         check(raw.includes(CLOSE), `${label}: without the parser the tags stay in the content`, raw);
       const want = expectedSplit(args.parser, raw);
-      const whole = (await client.chat.completions.create(request)).choices[0];
+      const wholeAnswer = await client.chat.completions.create(request);
+      const whole = wholeAnswer.choices[0];
+      checkEqual(wholeAnswer.usage.completion_tokens_details?.reasoning_tokens, reasoningTokens,
+                 `${label}: usage.completion_tokens_details.reasoning_tokens`);
       const got = { reasoning: whole.message.reasoning_content ?? null, content: whole.message.content ?? null };
       checkEqual(got, want, `${label}: the answer split into reasoning and content`);
       checkEqual(whole.message.reasoning ?? null, got.reasoning, `${label}: message.reasoning is reasoning_content`);
@@ -89,6 +114,8 @@ for (let seed = 0; seed < 6; ++seed) {
       checkEqual({ reasoning: s.reasoning, content: s.content }, want, `${label}: the stream joins to the same split`);
       checkEqual(s.alias, s.reasoning, `${label}: delta.reasoning is delta.reasoning_content`);
       checkEqual(s.finish, whole.finish_reason, `${label}: the finish reason streamed`);
+      checkEqual(s.usage?.completion_tokens_details?.reasoning_tokens, reasoningTokens,
+                 `${label}: the streamed usage's reasoning tokens`);
       checkEqual(s.ids, whole.token_ids, `${label}: the stream's token ids (return_token_ids), held-back text's too`);
       check(!s.interleaved, `${label}: no reasoning after content`);
       if (want.reasoning && want.content) ++split;

@@ -19,7 +19,7 @@ const reasoning = Boolean(args.reasoning);
 /// The chat completion of the same request, for comparison.
 async function chatAnswer(messages, maxTokens, extra = {}) {
   const r = await client.chat.completions.create({ model, messages, max_tokens: maxTokens, temperature: 0, ...extra });
-  return r.choices[0];
+  return { ...r.choices[0], usage: r.usage };
 }
 
 function messageText(response) {
@@ -50,6 +50,8 @@ for (const [input, instructions] of [["Once upon a time", undefined], ["Tell me 
     "status and incomplete_details follow the finish reason");
   check(r.usage.input_tokens > 0 && r.usage.output_tokens > 0 &&
     r.usage.total_tokens === r.usage.input_tokens + r.usage.output_tokens, "usage", r.usage);
+  checkEqual(r.usage.output_tokens_details?.reasoning_tokens, chat.usage.completion_tokens_details?.reasoning_tokens ?? 0,
+    `the reasoning tokens of "${input}" are chat's`);
 }
 // Messages with input_text parts, a developer message, metadata repeated.
 {
@@ -88,7 +90,8 @@ for (const [input, instructions] of [["Once upon a time", undefined], ["Tell me 
     "the message item closes before the response ends");
   checkEqual(deltas, messageText(whole), "streamed deltas add up to the whole answer's text");
   checkEqual(messageText(last.response), deltas, "the final response holds the streamed text");
-  const tokens = (u) => [u.input_tokens, u.output_tokens, u.total_tokens];  // the prefix cache may differ
+  // The prefix cache may differ.
+  const tokens = (u) => [u.input_tokens, u.output_tokens, u.total_tokens, u.output_tokens_details?.reasoning_tokens];
   checkEqual(tokens(last.response.usage), tokens(whole.usage), "streamed usage == whole usage");
   if (reasoning) checkEqual(reasoningDeltas, reasoningText(whole) ?? "", "streamed reasoning == whole reasoning item");
 }

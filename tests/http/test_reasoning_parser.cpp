@@ -116,4 +116,24 @@ TEST_CASE("a streamed tail that may begin a tag is held back until the next piec
   CHECK((s.reasoning == "<" && s.content.empty()));
 }
 
+
+TEST_CASE("in_reasoning: whether the pieces read so far leave the answer inside its think block", "[openai][reasoning]") {
+  // (piece, in_reasoning after it), for each format; a tag cut across pieces counts once whole.
+  const auto states = [](ReasoningFormat format, const std::vector<std::string>& pieces) {
+    ReasoningStream stream(format);
+    std::vector<bool> out{stream.in_reasoning()};
+    for (const std::string& piece : pieces) {
+      stream.add(piece, false);
+      out.push_back(stream.in_reasoning());
+    }
+    return out;
+  };
+  const std::vector<std::string> pieces = {"Hi ", "<thi", "nk>", "so ", "</th", "ink>", "yes", "</think>"};
+  CHECK(states(ReasoningFormat::deepseek_r1, pieces) ==
+        std::vector<bool>{true, true, true, true, true, true, false, false, false});
+  CHECK(states(ReasoningFormat::qwen3, pieces) ==
+        std::vector<bool>{false, false, false, true, true, true, false, false, false});
+  CHECK(states(ReasoningFormat::none, pieces) == std::vector<bool>(pieces.size() + 1, false));
+}
+
 }  // namespace paged::openai

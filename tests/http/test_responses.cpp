@@ -115,7 +115,8 @@ TEST_CASE("a chat answer becomes the response object; streamed, its events come 
   const json::object chat = json::parse(R"({"model": "m", "choices": [{"index": 0, "finish_reason": "length",
       "message": {"role": "assistant", "content": "Hello", "reasoning_content": "think"}}],
       "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
-                "prompt_tokens_details": {"cached_tokens": 2}}})").as_object();
+                "prompt_tokens_details": {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 2}}})")
+                                .as_object();
   const json::object r = response_object(chat, echo, "resp_abc", 100);
   CHECK(r.at("status") == "incomplete");
   CHECK(r.at("incomplete_details") == json::parse(R"({"reason": "max_output_tokens"})"));
@@ -126,7 +127,7 @@ TEST_CASE("a chat answer becomes the response object; streamed, its events come 
   CHECK(output[1].at("id") == "msg_abc");
   CHECK(output[1].at("content").at(0).at("text") == "Hello");
   CHECK(r.at("usage") == json::parse(R"({"input_tokens": 4, "input_tokens_details": {"cached_tokens": 2},
-      "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7})"));
+      "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 7})"));
 
   // An answer that only calls a tool: a function_call item, no message.
   const json::object calling = json::parse(R"({"model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls",
