@@ -812,15 +812,22 @@ void Engine::validate(const SamplingParams& p, size_t prompt_len) const {
   // (forks, swaps; after a recompute preemption through the prefix cache only).
   if (p.use_beam_search) {
     const int beams = std::max({1, p.n, p.best_of});
-    const int64_t needed = most_blocks_held_by_forks(
-        m.kv_groups.windows, static_cast<int64_t>(prompt_len), static_cast<int64_t>(prompt_len) + p.max_tokens, beams,
-        m.config.block_size, m.config.max_num_batched_tokens, m.config.enable_prefix_caching);
-    if (needed > m.max_seq_blocks)
+    const auto needed = [&](int64_t max_tokens) {
+      return most_blocks_held_by_forks(m.kv_groups.windows, static_cast<int64_t>(prompt_len),
+                                       static_cast<int64_t>(prompt_len) + max_tokens, beams, m.config.block_size,
+                                       m.config.max_num_batched_tokens, m.config.enable_prefix_caching);
+    };
+    if (const int64_t blocks = needed(p.max_tokens); blocks > m.max_seq_blocks) {
+      // The width is at fault when even one token a beam does not fit; else the length.
+      const bool too_wide = needed(1) > m.max_seq_blocks;
       throw InvalidRequest(std::to_string(beams) + " beams of the prompt (" + std::to_string(prompt_len) +
                                " tokens) plus max_tokens (" + std::to_string(p.max_tokens) + ") need " +
-                               std::to_string(needed) + " KV-cache blocks at once; the pool holds " +
-                               std::to_string(m.max_seq_blocks) + " (see --num-kv-blocks)",
-                           "max_tokens");
+                               std::to_string(blocks) + " KV-cache blocks at once; the pool holds " +
+                               std::to_string(m.max_seq_blocks) +
+                               (too_wide ? ", too few for that many beams even for one token" : "") +
+                               " (see --num-kv-blocks)",
+                           !too_wide ? "max_tokens" : p.best_of > p.n ? "best_of" : "n");
+    }
   }
 }
 

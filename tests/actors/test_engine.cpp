@@ -541,6 +541,20 @@ TEST_CASE("beam searches whose beams overflow a small pool together finish with 
         CHECK(e.param == "max_tokens");
         CHECK_THAT(e.what(), Catch::Contains("3 beams"));
       }
+      // So many beams that one token each overflows the pool: the width is named, n or best_of.
+      for (const auto& [n, best_of, param] : {std::tuple{40, 0, "n"}, std::tuple{2, 40, "best_of"}}) {
+        SamplingParams many = p;
+        many.max_tokens = 1;
+        many.n = n;
+        many.best_of = best_of;
+        try {
+          engine.submit(text_prompt(0, 20), many, [](RequestEvent) {});
+          FAIL("a search of 40 beams was accepted into a pool of 24 blocks");
+        } catch (const InvalidRequest& e) {
+          CHECK(e.param == param);
+          CHECK_THAT(e.what(), Catch::Contains("40 beams"));
+        }
+      }
       wide.use_beam_search = false;
       wide.n = 1;
       CHECK(engine.generate({text_prompt(0, 20)}, wide)[0].outputs[0].token_ids.size() == 150u);
