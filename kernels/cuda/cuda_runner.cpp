@@ -952,14 +952,16 @@ void CudaModelRunner::Impl::tune_decode_gemms() {
   PAGED_CUDA_CHECK(cuda::fill_random_bf16(act.get(), int64_t{top} * inter, 3, 1.f, 0.f, compute));
   if (act_fp8) PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(act.get(), top, inter, act_fp8.get(), act_scale.get(), compute));
   const int step = std::max(1, cfg.num_layers / 8);
-  const auto tune = [&](int m, bf16* y, const bf16* x, int n, int k, auto bf16_of, auto fp8_of, const bf16* bias) {
+  // One product over the sampled layers' weights of member `w` (bf16) or `w8` (FP8 codes), whichever each holds.
+  const auto tune = [&](int m, bf16* y, const bf16* x, int n, int k, bf16* LayerWeights::*w,
+                        Fp8Weight LayerWeights::*w8, const bf16* bias) {
     std::vector<const bf16*> ws;
     std::vector<const uint8_t*> codes;
     for (int l = 0; l < cfg.num_layers; l += step) {
-      if (const Fp8Weight& w8 = fp8_of(layers[l]); w8.q)
-        codes.push_back(w8.q);
+      if (const Fp8Weight& q = layers[l].*w8; q.q)
+        codes.push_back(q.q);
       else
-        ws.push_back(bf16_of(layers[l]));
+        ws.push_back(layers[l].*w);
     }
     if (!ws.empty()) PAGED_CUDA_CHECK(gemm->tune_linear(y, x, ws, bias, m, n, k, false, compute));
     if (!codes.empty()) PAGED_CUDA_CHECK(gemm->tune_product_fp8(y, act_fp8.get(), codes, m, n, k, compute));
@@ -967,15 +969,12 @@ void CudaModelRunner::Impl::tune_decode_gemms() {
   const LayerWeights& L0 = layers.front();
   for (const int m : buckets) {
     if (m > 1 || !one_stream_gemvs()) {
-      tune(m, qkv.get(), normed.get(), qkv_dim, hidden, [](const LayerWeights& L) { return L.wqkv; },
-           [](const LayerWeights& L) -> const Fp8Weight& { return L.qkv8; }, L0.bqkv);
-      tune(m, proj.get(), attn.get(), hidden, heads * head_dim, [](const LayerWeights& L) { return L.wo; },
-           [](const LayerWeights& L) -> const Fp8Weight& { return L.o8; }, L0.bo);
+      tune(m, qkv.get(), normed.get(), qkv_dim, hidden, &LayerWeights::wqkv, &LayerWeights::qkv8, L0.bqkv);
+      tune(m, proj.get(), attn.get(), hidden, heads * head_dim, &LayerWeights::wo, &LayerWeights::o8, L0.bo);
       if (!cfg.is_moe()) {
-        tune(m, gate_up.get(), normed.get(), 2 * inter, hidden, [](const LayerWeights& L) { return L.w_gate_up; },
-             [](const LayerWeights& L) -> const Fp8Weight& { return L.gate_up8; }, nullptr);
-        tune(m, proj.get(), act.get(), hidden, inter, [](const LayerWeights& L) { return L.w_down; },
-             [](const LayerWeights& L) -> const Fp8Weight& { return L.down8; }, nullptr);
+        tune(m, gate_up.get(), normed.get(), 2 * inter, hidden, &LayerWeights::w_gate_up, &LayerWeights::gate_up8,
+             nullptr);
+        tune(m, proj.get(), act.get(), hidden, inter, &LayerWeights::w_down, &LayerWeights::down8, nullptr);
       }
     }
     if (opt.tp_rank == 0) {
