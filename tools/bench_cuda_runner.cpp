@@ -92,6 +92,7 @@ int main() {
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_runner.h"
 #include "kernels/cuda/fp8.h"
+#include "kernels/cuda/kv_fp8.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/layer_ops.h"
@@ -460,6 +461,31 @@ int run_ops(std::map<std::string, std::string>& f) {
   time("rope_and_cache", 0, kCublas, [&] {
     return cuda::rope_and_cache(qkv, kc, vc, d_pos, d_slots, d_freq, m, heads, kvh, D, D, 1.0f, bs, qkv_dim, s);
   });
+  {  // With FP8 weights and the FP8 cache: the QKV product's scale pass, RoPE and the quantised cache write, as
+     // three passes and as rope_and_cache's one (the caches' bytes hold the FP8 layout too).
+    float* sx = device_array<float>(m);
+    float* sw = device_array<float>(qkv_dim);
+    cuda_ok(cuda::fill_random_bf16(x, size_t(m) * H, 5, 1.f, 0.f, s), "fill");
+    cuda_ok(cuda::quantize_rows_fp8(x, m, H, reinterpret_cast<uint8_t*>(gu), sx, s), "quantise");
+    cuda_ok(cuda::quantize_rows_fp8(w_qkv, qkv_dim, H, reinterpret_cast<uint8_t*>(gu), sw, s), "quantise");
+    auto* k8 = reinterpret_cast<uint8_t*>(kc);
+    auto* v8 = reinterpret_cast<uint8_t*>(vc);
+    time("scale + rope + cache_kv_fp8 (3 passes)", 0, kNone, [&] {
+      cudaError_t e = cuda::scale_fp8_product(qkv, sx, sw, nullptr, m, qkv_dim, s);
+      if (e == cudaSuccess)
+        e = cuda::rope_and_cache(qkv, nullptr, nullptr, d_pos, d_slots, d_freq, m, heads, kvh, D, D, 1.0f, bs,
+                                 qkv_dim, s);
+      return e == cudaSuccess ? cuda::cache_kv_fp8(qkv, k8, v8, d_slots, m, heads, kvh, D, bs, qkv_dim, s) : e;
+    });
+    time("rope_and_cache, FP8 product and cache", 0, kNone, [&] {
+      return cuda::rope_and_cache(qkv, nullptr, nullptr, d_pos, d_slots, d_freq, m, heads, kvh, D, D, 1.0f, bs,
+                                  qkv_dim, s, {.product = {sx, sw, nullptr}, .k_fp8 = k8, .v_fp8 = v8});
+    });
+    // bf16 values again
+    cuda_ok(cuda::fill_random_bf16(qkv, size_t(m) * qkv_dim, 6, 1.f, 0.f, s), "fill");
+    cuda_ok(cuda::fill_random_bf16(kc, cache_elems, 7, 1.f, 0.f, s), "fill");
+    cuda_ok(cuda::fill_random_bf16(vc, cache_elems, 8, 1.f, 0.f, s), "fill");
+  }
   // Up to kMaxDecodeCluster partitions merge in one thread block cluster when the grid is one wave, else in a
   // second kernel (attention.h).
   for (int partition = 64; partition <= std::min(grid_ctx, cuda::kMaxDecodePartition); partition *= 2) {
@@ -478,14 +504,17 @@ int run_ops(std::map<std::string, std::string>& f) {
        [&] { return gemm.linear(gu, normed, w_gu, nullptr, m, 2 * I, H, false, s); });
   time("silu_and_mul", 0, kCublas, [&] { return cuda::silu_and_mul(act, gu, m, I, s); });
   time("gemm down", 2.0 * H * I, kCublas, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
-  time("gemv qkv (+norm, rope, cache)", 2.0 * qkv_dim * H, kGemv,
-       [&] { return gemv(qkv, res, w_qkv, qkv_dim, H, cuda::GemvOutput::kRope, true); });
-  time("gemv o (+residual)", 2.0 * H * heads * D, kGemv,
-       [&] { return gemv(res, attn, w_o, H, heads * D, cuda::GemvOutput::kAddToResidual); });
-  time("gemv gate_up (+norm, silu_and_mul)", 4.0 * I * H, kGemv,
-       [&] { return gemv(act, res, w_gu, 2 * I, H, cuda::GemvOutput::kSiluMul, true); });
-  time("gemv down (+residual)", 2.0 * H * I, kGemv,
-       [&] { return gemv(res, act, w_down, H, I, cuda::GemvOutput::kAddToResidual); });
+  // The GEMV path at a large batch: a launch a row, seconds a projection, and never the runner's path there.
+  if (m <= 256) {
+    time("gemv qkv (+norm, rope, cache)", 2.0 * qkv_dim * H, kGemv,
+         [&] { return gemv(qkv, res, w_qkv, qkv_dim, H, cuda::GemvOutput::kRope, true); });
+    time("gemv o (+residual)", 2.0 * H * heads * D, kGemv,
+         [&] { return gemv(res, attn, w_o, H, heads * D, cuda::GemvOutput::kAddToResidual); });
+    time("gemv gate_up (+norm, silu_and_mul)", 4.0 * I * H, kGemv,
+         [&] { return gemv(act, res, w_gu, 2 * I, H, cuda::GemvOutput::kSiluMul, true); });
+    time("gemv down (+residual)", 2.0 * H * I, kGemv,
+         [&] { return gemv(res, act, w_down, H, I, cuda::GemvOutput::kAddToResidual); });
+  }
   if (m == 1) {
     // The decode attention leaves the memory idle (latency-bound at one token): the O projection launched early
     // can pull its weights into L2 meanwhile. Attention and O back to back, over four layers' O weights in turn
@@ -512,7 +541,7 @@ int run_ops(std::map<std::string, std::string>& f) {
     return cuda::sample_tokens(d_tok, d_logprobs, logits, nullptr, d_rows, m, V, sample_ws, sample_ws_bytes, s);
   });
   for (const auto& [label, us] : {std::pair{"one layer", cublas_layer_us}, std::pair{"one GEMV layer", gemv_layer_us}})
-    std::printf("  %s %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n", label, us,
+    if (us != gemv_layer_us || m <= 256) std::printf("  %s %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n", label, us,
                 (32 * us + head_us + sample_us) / 1e3);
   if (m < 2) return 0;
   // Whether two halves of the batch overlap on two streams: one half's attention (reads the KV cache) beside the

@@ -742,6 +742,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   // Not in steps with LoRA rows: their pairs add to the scaled products.
   const bool defer_scales = opt.tp_size == 1 && !cfg.sandwich_norms && !plan.lora;
   cuda::Fp8Product pending;  // `proj` holds an FP8 product still to scale: its scales, for the next add_rms_norm
+  cuda::Fp8Product qkv_scales;  // `qkv` likewise, for rope_and_cache
   for (int l = 0; l < cfg.num_layers; ++l) {
     const LayerWeights& L = layers[l];
     // Gemma 3's sliding layers: their own RoPE base, no scaling. The FP8 cache: RoPE in place (no caches here),
@@ -772,24 +773,33 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       else
         PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.attn_norm, T, hidden, eps,
                                             norm_offset, s, qkv_in, std::exchange(pending, {})));
-      linear(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, T, qkv_dim, hidden, qkv_in.q != nullptr);
-      lora(qkv.get(), normed.get(), l, kLoraQkv);
+      // FP8 QKV: the product's scale pass is rope_and_cache's (not with LoRA rows: their pairs add to the scaled
+      // product).
+      if (L.qkv8.q && !plan.lora) {
+        PAGED_CUDA_CHECK(gemm->product_fp8(qkv.get(), act_fp8.get(), L.qkv8.q, T, qkv_dim, hidden, s));
+        qkv_scales = {act_scale.get(), L.qkv8.scale, L.bqkv};
+      } else {
+        linear(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, T, qkv_dim, hidden, qkv_in.q != nullptr);
+        lora(qkv.get(), normed.get(), l, kLoraQkv);
+      }
     }
-    if (L.q_norm)
-      PAGED_CUDA_CHECK(cuda::head_rms_norm(qkv.get(), L.q_norm, L.k_norm, T, heads, kv_heads, head_dim, qkv_dim, eps,
-                                           norm_offset, s));
-    if (!rope_in_gemv)
+    auto* const k8 = opt.fp8_kv ? reinterpret_cast<uint8_t*>(k_cache(l)) : nullptr;
+    auto* const v8 = opt.fp8_kv ? reinterpret_cast<uint8_t*>(v_cache(l)) : nullptr;
+    if (rope_in_gemv) {
+      if (opt.fp8_kv)  // the GEMV rotated the keys in place
+        PAGED_CUDA_CHECK(cuda::cache_kv_fp8(qkv.get(), k8, v8, layer_slots(l), T, heads, kv_heads, head_dim,
+                                            opt.block_size, qkv_dim, s));
+    } else {
+      // The product's scales, the per-head norms, RoPE and the cache write (FP8: quantised) in one pass.
+      const cuda::RopeExtras extras{.product = std::exchange(qkv_scales, {}), .q_norm = L.q_norm,
+                                    .k_norm = L.k_norm, .norm_eps = eps, .norm_offset = norm_offset, .k_fp8 = k8,
+                                    .v_fp8 = v8};
       PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), rope.k_cache, rope.v_cache, rope.position, rope.slot,
                                             rope.inv_freq, T, heads, kv_heads, head_dim, rope.rotary_dim,
-                                            rope.attention_factor, opt.block_size, qkv_dim, s));
-    if (opt.fp8_kv) {
-      auto* const k8 = reinterpret_cast<uint8_t*>(k_cache(l));
-      auto* const v8 = reinterpret_cast<uint8_t*>(v_cache(l));
-      PAGED_CUDA_CHECK(cuda::cache_kv_fp8(qkv.get(), k8, v8, layer_slots(l), T, heads, kv_heads, head_dim,
-                                          opt.block_size, qkv_dim, s));
-      a.k_fp8 = k8;
-      a.v_fp8 = v8;
+                                            rope.attention_factor, opt.block_size, qkv_dim, s, extras));
     }
+    a.k_fp8 = k8;
+    a.v_fp8 = v8;
     a.k_cache = rope.k_cache;
     a.v_cache = rope.v_cache;
     a.window = cfg.sliding_window(l);

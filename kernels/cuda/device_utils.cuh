@@ -123,6 +123,27 @@ __device__ __forceinline__ void quantize_own_chunks(float absmax, float* scratch
     *reinterpret_cast<uint2*>(q + c) = packed;
   }
 }
+// A row of `32 * E` elements held by one warp, lane l owning elements [l * E, l * E + E): quantised as
+// quantize_rows_fp8 does a row (the same codes and scale), codes to row_codes, the scale by lane 0. All lanes call it.
+template <int E>
+__device__ __forceinline__ void quantize_warp_row(const float (&v)[E], uint8_t* row_codes, float* scale) {
+  float absmax = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) absmax = fmaxf(absmax, fabsf(v[e]));
+  absmax = warp_max(absmax);
+  const float multiplier = fp8_row_multiplier(absmax);
+  uint8_t codes[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) codes[e] = e4m3_code(v[e] * multiplier);
+  const int lane = threadIdx.x % 32;
+  if constexpr (E == 4) {
+    *reinterpret_cast<uint32_t*>(row_codes + lane * E) = *reinterpret_cast<const uint32_t*>(codes);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) row_codes[lane * E + e] = codes[e];
+  }
+  if (lane == 0) *scale = fp8_row_scale(absmax);
+}
 // One element of a product of row-quantised codes with its scales (and bias) applied: scale_fp8_product.
 __device__ __forceinline__ float scale_fp8_element(float product, float x_scale, float w_scale, float bias) {
   return product * x_scale * w_scale + bias;
@@ -197,6 +218,12 @@ inline cudaError_t unsupported_head_dim(const char* kernel, int head_dim) {
   return launch_failure(cudaErrorInvalidValue, std::string(kernel) + ": head_dim " + std::to_string(head_dim) +
                                                    " is not supported (supported: 64, 128)");
 }
+
+// One RoPE rotation pair (a, b) = (x[i], x[i + rotary_dim / 2]) by the angle whose cosine and sine (times the
+// attention factor) are c and s: the new x[i] and x[i + rotary_dim / 2]. One expression for every kernel that
+// rotates, so that they agree bit for bit.
+__device__ __forceinline__ float rope_lo(float a, float b, float c, float s) { return a * c - b * s; }
+__device__ __forceinline__ float rope_hi(float a, float b, float c, float s) { return b * c + a * s; }
 
 }  // namespace paged::cuda
 

@@ -99,7 +99,7 @@ __device__ __forceinline__ void store_rope_pair(const GemvArgs& a, int column, f
     sincosf(static_cast<float>(*r.position) * r.inv_freq[i], &s, &c);
     s *= r.attention_factor;
     c *= r.attention_factor;
-    const bf16 lo = __float2bfloat16_rn(v0 * c - v1 * s), hi = __float2bfloat16_rn(v1 * c + v0 * s);
+    const bf16 lo = __float2bfloat16_rn(rope_lo(v0, v1, c, s)), hi = __float2bfloat16_rn(rope_hi(v0, v1, c, s));
     bf16* row = a.y + head * r.head_dim;
     if (cache) {
       cache[i] = lo;

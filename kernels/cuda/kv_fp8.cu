@@ -11,7 +11,6 @@ namespace paged::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr float kFp8Max = 448.0f;
 
 // grid: (tokens, ceil(2 * num_kv_heads / kWarps)); block: 32 * kWarps; launched early (programmatic dependent
 // launch, as rope_and_cache: the one normal launch of a one-stream layer with the FP8 cache otherwise). Warp w of
@@ -39,29 +38,12 @@ __global__ void __launch_bounds__(32 * kWarps)
     f[i] = p.x;
     f[i + 1] = p.y;
   }
-  float absmax = 0.f;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) absmax = fmaxf(absmax, fabsf(f[i]));
-  absmax = warp_max(absmax);
-  // IEEE divisions, as quantize_rows_fp8 and the CPU twin compute them.
-  const float inv = absmax > 0.f ? __fdiv_rn(kFp8Max, absmax) : 1.f;
   const int64_t block = slot >> log2_block_size, offset = slot & ((1 << log2_block_size) - 1);
   const int64_t row = (static_cast<int64_t>(head) << log2_block_size) + offset;  // the head's row in the block
   const int block_size = 1 << log2_block_size;
-  const int64_t block_bytes = kv_fp8_block_bytes(num_kv_heads, block_size, HEAD_DIM);
-  uint8_t* base = (is_value ? v_cache : k_cache) + block * block_bytes;
-  uint8_t codes[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) codes[i] = __nv_cvt_float_to_fp8(f[i] * inv, __NV_SATFINITE, __NV_E4M3);
-  uint8_t* dst = base + row * HEAD_DIM + lane * kPerLane;
-  if constexpr (kPerLane == 4)
-    *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(codes);
-  else
-    *reinterpret_cast<uint16_t*>(dst) = *reinterpret_cast<const uint16_t*>(codes);
-  if (lane == 0) {
-    float* scales = reinterpret_cast<float*>(base + kv_fp8_scales_offset(num_kv_heads, block_size, HEAD_DIM));
-    scales[row] = absmax > 0.f ? __fdiv_rn(absmax, kFp8Max) : 1.f;
-  }
+  uint8_t* base = (is_value ? v_cache : k_cache) + block * kv_fp8_block_bytes(num_kv_heads, block_size, HEAD_DIM);
+  float* scales = reinterpret_cast<float*>(base + kv_fp8_scales_offset(num_kv_heads, block_size, HEAD_DIM));
+  quantize_warp_row<kPerLane>(f, base + row * HEAD_DIM, scales + row);
 }
 
 }  // namespace

@@ -98,34 +98,6 @@ __global__ void __launch_bounds__(kRowThreads)
   if (fp8.q) quantize_own_chunks(absmax, scratch, out + row, hidden, fp8.q + row, fp8.scale + blockIdx.x);
 }
 
-constexpr int kHeadsPerBlock = 8;  // head_rms_norm: one warp per head
-
-// grid: (tokens, ceil((num_heads + num_kv_heads) / kHeadsPerBlock)); block: 32 * kHeadsPerBlock. Warp w of block
-// (t, y) normalises head 8y + w of token t (a q head, or a k head from num_heads on) in place, two elements per lane
-// and step; the second pass re-reads what the same lane read, so no barrier is needed.
-__global__ void __launch_bounds__(32 * kHeadsPerBlock)
-    head_rms_norm_kernel(bf16* __restrict__ qkv, const bf16* __restrict__ q_weight,
-                         const bf16* __restrict__ k_weight, int num_heads, int num_kv_heads, int head_dim,
-                         int64_t qkv_stride, float eps, float weight_offset) {
-  const int head = blockIdx.y * kHeadsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (head >= num_heads + num_kv_heads) return;
-  bf16* x = qkv + blockIdx.x * qkv_stride + static_cast<int64_t>(head) * head_dim;
-  const bf16* weight = head < num_heads ? q_weight : k_weight;
-  float sum_sq = 0.f;
-  for (int i = 2 * lane; i < head_dim; i += 64) {
-    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x + i));
-    sum_sq += v.x * v.x + v.y * v.y;
-  }
-  sum_sq = warp_sum(sum_sq);
-  const float inv = 1.0f / sqrtf(sum_sq / head_dim + eps);
-  for (int i = 2 * lane; i < head_dim; i += 64) {
-    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x + i));
-    const float2 w = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(weight + i));
-    *reinterpret_cast<__nv_bfloat162*>(x + i) =
-        __floats2bfloat162_rn((w.x + weight_offset) * (v.x * inv), (w.y + weight_offset) * (v.y * inv));
-  }
-}
-
 // grid: (ceil(tokens * inter / 8 / kRowThreads)); block: kRowThreads. One thread per 8 outputs.
 template <GateActivation kAct>
 __global__ void __launch_bounds__(kRowThreads)
@@ -205,21 +177,6 @@ cudaError_t add_rms_norm(bf16* out, bf16* residual, const bf16* x, const bf16* w
   if (rows <= 0) return cudaSuccess;
   rms_norm_kernel<true>
       <<<rows, kRowThreads, 0, stream>>>(out, residual, x, weight, hidden, eps, weight_offset, fp8, x_product);
-  return cudaGetLastError();
-}
-
-cudaError_t head_rms_norm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int tokens, int num_heads,
-                          int num_kv_heads, int head_dim, int64_t qkv_stride, float eps, float weight_offset,
-                          cudaStream_t stream) {
-  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > 256 || qkv_stride % 2 != 0 ||
-      qkv_stride < static_cast<int64_t>(num_heads + num_kv_heads) * head_dim)
-    return launch_failure(cudaErrorInvalidValue, "head_rms_norm: head_dim " + std::to_string(head_dim) +
-                                                     " must be even and at most 256, and qkv_stride even and "
-                                                     "hold the q and k heads");
-  if (tokens <= 0 || num_heads + num_kv_heads <= 0) return cudaSuccess;
-  const dim3 grid(tokens, (num_heads + num_kv_heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
-  head_rms_norm_kernel<<<grid, 32 * kHeadsPerBlock, 0, stream>>>(qkv, q_weight, k_weight, num_heads, num_kv_heads,
-                                                                 head_dim, qkv_stride, eps, weight_offset);
   return cudaGetLastError();
 }
 

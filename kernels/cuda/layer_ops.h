@@ -1,11 +1,10 @@
 // Row-wise kernels of the Llama layer on bf16 activations: embedding lookup / row gather (scaled: Gemma's
-// embeddings), RMSNorm (alone, fused with the residual add, and per attention head: Qwen3's and Gemma 3's q/k
-// norms; Gemma's (1 + weight) through weight_offset 1; the first two can also quantise their rows for an FP8
-// product), SiLU-and-mul and GeGLU (tanh GELU-and-mul), and the soft-cap of float32 logits. Arithmetic in float32,
-// results rounded to bf16 once.
+// embeddings), RMSNorm (alone and fused with the residual add; Gemma's (1 + weight) through weight_offset 1; both can
+// also quantise their rows for an FP8 product), SiLU-and-mul and GeGLU (tanh GELU-and-mul), and the soft-cap of
+// float32 logits. Arithmetic in float32, results rounded to bf16 once. (Qwen3's and Gemma 3's per-head q/k norms are
+// rope_and_cache's: kernels/cuda/rope_cache.h.)
 // CPU twins: kernels/cpu/ops.h (rms_norm, add_rms_norm with the weights plus weight_offset, silu_and_mul,
-// gelu_tanh_and_mul, soft_cap; head_rms_norm is rms_norm over rows of head_dim); gather_rows is a row copy times
-// scale.
+// gelu_tanh_and_mul, soft_cap); gather_rows is a row copy times scale.
 // Every launcher enqueues on `stream` and returns the launch status; widths must be multiples of 8 (16-byte vectors)
 // and pointers 16-byte aligned, otherwise cudaErrorInvalidValue with a message (describe_launch_error).
 #pragma once
@@ -55,15 +54,6 @@ cudaError_t add_rms_norm(bf16* out,           // [rows][hidden]
                          const bf16* weight,  // [hidden]
                          int rows, int hidden, float eps, float weight_offset, cudaStream_t stream,
                          Fp8Rows fp8 = {}, Fp8Product x_product = {});
-
-/// Qwen3's and Gemma 3's q_norm / k_norm, in place on the fused QKV rows: every query head x of a token becomes
-/// x / sqrt(mean(x^2) + eps) * (q_weight + weight_offset), every key head likewise with k_weight; value heads are
-/// left alone. Grid (tokens, ceil((num_heads + num_kv_heads) / 8)), one warp per head. head_dim even and at most 256.
-cudaError_t head_rms_norm(bf16* qkv,              // [tokens][qkv_stride]: q heads, k heads, v heads of head_dim
-                          const bf16* q_weight,   // [head_dim]
-                          const bf16* k_weight,   // [head_dim]
-                          int tokens, int num_heads, int num_kv_heads, int head_dim, int64_t qkv_stride, float eps,
-                          float weight_offset, cudaStream_t stream);
 
 /// out = silu(gate) * up.
 cudaError_t silu_and_mul(bf16* out,            // [tokens][inter]

@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "kernels/cpu/fp8.h"
+#include "kernels/cuda/fp8.h"
 #include "kernels/cuda/kv_fp8.h"
+#include "kernels/cuda/rope_cache.h"
 #include "tests/kernels/cuda/paged_batch.h"
 
 using namespace paged;
@@ -76,6 +78,90 @@ TEST_CASE("cache_kv_fp8 writes the CPU twin's codes and scales at each slot", "[
     CHECK(got[0] == want[0]);
     CHECK(got[1] == want[1]);
   }
+}
+
+TEST_CASE("rope_and_cache's FP8 extras are scale_fp8_product, rope_and_cache in place and cache_kv_fp8 in one pass",
+          "[gpu][fp8][kv][rope]") {
+  require_device();
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> scales(0.01f, 2.0f);
+  for (const Shape& s : {Shape{64, 16, 8, 2}, Shape{128, 8, 32, 8}, Shape{128, 32, 4, 4}, Shape{128, 16, 14, 2}})
+    for (const bool product : {false, true})
+      for (const bool norms : {false, true})
+        for (const bool fp8_cache : {false, true}) {
+          if (!product && !fp8_cache) continue;  // the plain kernel: test_rope_cache.cpp
+          INFO(describe(s) << (product ? ", FP8 product" : "") << (norms ? ", head norms" : "")
+                           << (fp8_cache ? ", FP8 cache" : ", bf16 cache"));
+          const int tokens = 41, num_blocks = 12, D = s.head_dim, rotary = D * 3 / 4;
+          const int64_t width = int64_t{s.heads + 2 * s.kv_heads} * D, stride = width + 8;
+          // A product of codes as Gemm::product_fp8 leaves it (large, unscaled), or plain values.
+          std::vector<float> qkv = random_bf16_values(rng, size_t(tokens) * stride, 3.0f);
+          if (product)
+            for (float& v : qkv) v = round_bf16(v * 100.0f);
+          std::vector<float> x_scale(tokens), w_scale(width);
+          for (float& v : x_scale) v = scales(rng);
+          for (float& v : w_scale) v = scales(rng) * 0.01f;
+          const std::vector<float> bias = random_bf16_values(rng, width, 0.5f);
+          std::vector<int32_t> positions(tokens);
+          std::uniform_int_distribution<int32_t> pos(0, 70000);
+          for (auto& p : positions) p = pos(rng);
+          std::vector<int64_t> free_slots(size_t(num_blocks) * s.block_size), slots(tokens);
+          std::iota(free_slots.begin(), free_slots.end(), 0);
+          std::shuffle(free_slots.begin(), free_slots.end(), rng);
+          for (int t = 0; t < tokens; ++t) slots[t] = t % 7 == 3 ? -1 : free_slots[t];
+          const auto q_w = random_bf16_values(rng, D, 0.5f), k_w = random_bf16_values(rng, D, 0.5f);
+          DeviceArray<float> d_sx(x_scale), d_sw(w_scale), d_freq(test_inv_freq(rotary));
+          DeviceArray<bf16> d_bias(to_bf16(bias)), d_qw(to_bf16(q_w)), d_kw(to_bf16(k_w));
+          DeviceArray<int32_t> d_pos(positions);
+          DeviceArray<int64_t> d_slots(slots);
+          const size_t cache_bytes = fp8_cache ? cuda::kv_fp8_block_bytes(s.kv_heads, s.block_size, D) * num_blocks
+                                               : size_t(num_blocks) * s.kv_heads * s.block_size * D * sizeof(bf16);
+          struct Out {  // the row buffer and the two caches (bf16 or FP8 bytes), fresh
+            Out(const std::vector<float>& qkv, size_t cache_bytes) : qkv(to_bf16(qkv)), k(cache_bytes), v(cache_bytes) {
+              CUDA_REQUIRE(cudaMemset(k.get(), 0xab, cache_bytes));
+              CUDA_REQUIRE(cudaMemset(v.get(), 0xab, cache_bytes));
+            }
+            DeviceArray<bf16> qkv;
+            DeviceArray<uint8_t> k, v;
+          };
+          const cuda::Fp8Product scaled{d_sx.get(), d_sw.get(), d_bias.get()};
+          cuda::RopeExtras x;
+          if (norms) x = {.q_norm = d_qw.get(), .k_norm = d_kw.get(), .norm_eps = 1e-6f, .norm_offset = 0.0f};
+          const auto rope = [&](Out& o, bool caches, const cuda::RopeExtras& e) {
+            bf16* k = caches && !fp8_cache ? reinterpret_cast<bf16*>(o.k.get()) : nullptr;
+            bf16* v = caches && !fp8_cache ? reinterpret_cast<bf16*>(o.v.get()) : nullptr;
+            return cuda::rope_and_cache(o.qkv.get(), k, v, d_pos.get(), d_slots.get(), d_freq.get(), tokens, s.heads,
+                                        s.kv_heads, D, rotary, 1.0f, s.block_size, stride, nullptr, e);
+          };
+          // The passes one at a time, each checked against its CPU twin (test_fp8.cpp, test_rope_cache.cpp, above).
+          Out want(qkv, cache_bytes);
+          if (product) {
+            for (int t = 0; t < tokens; ++t)  // scale_fp8_product on each row's width (the rows are padded)
+              CUDA_REQUIRE(cuda::scale_fp8_product(want.qkv.get() + t * stride, d_sx.get() + t, d_sw.get(),
+                                                   d_bias.get(), 1, int(width), nullptr));
+          }
+          if (fp8_cache) {
+            CUDA_REQUIRE(rope(want, false, x));
+            CUDA_REQUIRE(cuda::cache_kv_fp8(want.qkv.get(), want.k.get(), want.v.get(), d_slots.get(), tokens,
+                                            s.heads, s.kv_heads, D, s.block_size, stride, nullptr));
+          } else {
+            CUDA_REQUIRE(rope(want, true, x));
+          }
+          // In one pass.
+          Out got(qkv, cache_bytes);
+          cuda::RopeExtras fused = x;
+          if (product) fused.product = scaled;
+          if (fp8_cache) {
+            fused.k_fp8 = got.k.get();
+            fused.v_fp8 = got.v.get();
+          }
+          CUDA_REQUIRE(rope(got, true, fused));
+          const auto got_qkv = to_float(got.qkv.download()), want_qkv = to_float(want.qkv.download());
+          for (int t = 0; t < tokens; ++t)  // the query heads, rotated (the rest of the row is not the output)
+            for (int c = 0; c < s.heads * D; ++c) REQUIRE(got_qkv[t * stride + c] == want_qkv[t * stride + c]);
+          CHECK(got.k.download() == want.k.download());
+          CHECK(got.v.download() == want.v.download());
+        }
 }
 
 TEST_CASE("decode and prefill over an FP8 cache match the CPU twin over the values it holds", "[gpu][fp8][kv]") {

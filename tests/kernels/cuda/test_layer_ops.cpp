@@ -1,4 +1,4 @@
-// gather_rows, rms_norm, add_rms_norm, head_rms_norm (also with Gemma's weight offset 1), silu_and_mul,
+// gather_rows, rms_norm, add_rms_norm (also with Gemma's weight offset 1), silu_and_mul,
 // gelu_tanh_and_mul and soft_cap against their CPU twins.
 #include <tuple>
 
@@ -65,51 +65,6 @@ TEST_CASE("rms_norm and add_rms_norm match the CPU twins, with weight offsets 0 
       check_close(to_float(d_res.download()), ref_res, "add_rms_norm residual, hidden " + std::to_string(hidden));
     }
   }
-}
-
-TEST_CASE("head_rms_norm matches rms_norm over each q and k head; v heads and row padding stay", "[gpu][layer_ops]") {
-  require_device();
-  std::mt19937 rng(7);
-  for (const float offset : {0.0f, 1.0f})  // 1: Gemma 3's (1 + weight)
-  for (const int head_dim : {64, 128})
-    for (const auto& [heads, kv_heads] : {std::pair{8, 8}, std::pair{14, 2}, std::pair{32, 4}, std::pair{2, 1}})
-      for (const int tokens : {1, 37}) {
-        INFO("head_dim " << head_dim << " heads " << heads << "/" << kv_heads << " tokens " << tokens << " offset "
-                         << offset);
-        const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim + 8;  // padded row
-        const auto qkv = random_bf16_values(rng, tokens * stride, 3.0f);
-        auto q_w = random_bf16_values(rng, head_dim, 0.5f), k_w = random_bf16_values(rng, head_dim, 0.5f);
-        for (auto& w : q_w) w = round_bf16(w + 1.0f);
-        std::vector<float> q_applied = q_w, k_applied = k_w;
-        for (auto& w : q_applied) w += offset;
-        for (auto& w : k_applied) w += offset;
-        const float eps = 1e-6f;
-        // CPU: the q heads and the k heads of every token as rows of head_dim, each normalised by cpu::rms_norm.
-        std::vector<float> want = qkv;
-        for (int t = 0; t < tokens; ++t) {
-          float* row = &want[t * stride];
-          cpu::rms_norm(row, row, q_applied.data(), heads, head_dim, eps);
-          cpu::rms_norm(row + heads * head_dim, row + heads * head_dim, k_applied.data(), kv_heads, head_dim, eps);
-        }
-        DeviceArray<bf16> d_qkv(to_bf16(qkv)), d_q(to_bf16(q_w)), d_k(to_bf16(k_w));
-        CUDA_REQUIRE(cuda::head_rms_norm(d_qkv.get(), d_q.get(), d_k.get(), tokens, heads, kv_heads, head_dim, stride,
-                                         eps, offset, nullptr));
-        const auto got = to_float(d_qkv.download());
-        std::vector<float> got_qk, want_qk;
-        for (int t = 0; t < tokens; ++t)
-          for (int64_t c = 0; c < stride; ++c) {
-            const size_t i = t * stride + c;
-            if (c < static_cast<int64_t>(heads + kv_heads) * head_dim) {
-              got_qk.push_back(got[i]);
-              want_qk.push_back(want[i]);
-            } else {
-              REQUIRE(got[i] == qkv[i]);  // v heads and padding untouched
-            }
-          }
-        check_close(got_qk, want_qk, "head_rms_norm");
-      }
-  CHECK(cuda::head_rms_norm(nullptr, nullptr, nullptr, 1, 8, 2, 300, 8 * 300 * 3, 1e-6f, 0.0f, nullptr) ==
-        cudaErrorInvalidValue);
 }
 
 TEST_CASE("silu_and_mul and gelu_tanh_and_mul (Gemma's GeGLU) match the CPU twins", "[gpu][layer_ops]") {
