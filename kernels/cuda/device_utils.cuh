@@ -104,6 +104,14 @@ __device__ __forceinline__ float fp8_row_multiplier(float absmax) {
 }
 __device__ __forceinline__ float fp8_row_scale(float absmax) { return absmax > 0.f ? __fdiv_rn(absmax, kFp8Max) : 1.f; }
 __device__ __forceinline__ uint8_t e4m3_code(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
+// Eight values times multiplier as e4m3 codes, one 8-byte store (q 8-byte aligned).
+__device__ __forceinline__ void store_e4m3x8(uint8_t* q, const float (&f)[8], float multiplier) {
+  uint2 packed;
+  uint8_t* b = reinterpret_cast<uint8_t*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) b[i] = e4m3_code(f[i] * multiplier);
+  *reinterpret_cast<uint2*>(q) = packed;
+}
 // The end of quantising one bf16 row per block (quantize_rows_fp8 and the kernels that fuse it), called by every
 // thread: `absmax` is this thread's part of the row's absmax, over the chunks it owns (elements i..i+7 for i =
 // threadIdx.x * 8, stepping by blockDim.x * 8), which it then reads back from `row` (written by this same thread, or
@@ -116,11 +124,7 @@ __device__ __forceinline__ void quantize_own_chunks(float absmax, float* scratch
   for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
     float f[8];
     bf16x8_to_float(load_bf16x8(row + c), f);
-    uint2 packed;
-    uint8_t* b = reinterpret_cast<uint8_t*>(&packed);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) b[i] = e4m3_code(f[i] * multiplier);
-    *reinterpret_cast<uint2*>(q + c) = packed;
+    store_e4m3x8(q + c, f, multiplier);
   }
 }
 // A row of `32 * E` elements held by one warp, lane l owning elements [l * E, l * E + E): quantised as

@@ -41,25 +41,31 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// grid: (rows); block: kRowThreads. Block r normalises row r. With kAdd, residual[r] += x[r] first and the rounded
-// sum is normalised; the second pass re-reads the row the same thread wrote, so no barrier is needed between them.
-// With fp8.q, the normalised row is also quantised as quantize_rows_fp8 does (a third pass over what the thread
-// wrote): the input of an FP8 product, without a launch of its own. With product.x_scale (kAdd), x is a product of
-// FP8 codes that gets its scales (scale_fp8_product's pass) as it is read.
-template <bool kAdd>
-__global__ void __launch_bounds__(kRowThreads)
+// grid: (rows); block: kThreads. Block r normalises row r; thread t owns the chunks (8 elements) at
+// i = (t + c * kThreads) * 8, c < kChunks, and holds them in registers from its one read to its last write. With
+// kAdd, residual[r] += x[r] first and the rounded sum is normalised. With fp8.q, the normalised row is also
+// quantised as quantize_rows_fp8 does: the input of an FP8 product, without a launch of its own. With
+// product.x_scale (kAdd), x is a product of FP8 codes that gets its scales (scale_fp8_product's pass) as it is read.
+// A thread's chunks in this order and the block sum are the order of operations the GEMV's own norm repeats
+// (gemv.cu's for_x_chunks: 256 threads), so both give the same bits.
+template <bool kAdd, int kThreads, int kChunks>
+__global__ void __launch_bounds__(kThreads)
     rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ residual, const bf16* __restrict__ x,
                     const bf16* __restrict__ weight, int hidden, float eps, float weight_offset, Fp8Rows fp8,
                     Fp8Product product) {
   allow_dependent_launch();  // the projection after the norm may start streaming its weights
-  __shared__ float scratch[kRowThreads / 32];
+  __shared__ float scratch[kThreads / 32];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * hidden;
   const bf16* src = kAdd ? residual + row : x + row;
   const float sx = product.x_scale ? product.x_scale[blockIdx.x] : 1.f;  // before fp8.scale[row] is written
+  const auto at = [&](int c) { return (static_cast<int>(threadIdx.x) + c * kThreads) * 8; };
+  float v[kChunks][8];
   float sum_sq = 0.f;
-  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
-    float v[8];
-    bf16x8_to_float(load_bf16x8(src + i), v);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = at(c);
+    if (i >= hidden) continue;
+    bf16x8_to_float(load_bf16x8(src + i), v[c]);
     if constexpr (kAdd) {
       float a[8];
       bf16x8_to_float(load_bf16x8(x + row + i), a);
@@ -70,32 +76,68 @@ __global__ void __launch_bounds__(kRowThreads)
         for (int j = 0; j < 8; ++j) a[j] = round_bf16(scale_fp8_element(a[j], sx, product.w_scale[i + j], b[j]));
       }
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] += a[j];
-      const Bf16x8 rounded = float_to_bf16x8(v);
+      for (int j = 0; j < 8; ++j) v[c][j] += a[j];
+      const Bf16x8 rounded = float_to_bf16x8(v[c]);
       store_bf16x8(residual + row + i, rounded);
-      bf16x8_to_float(rounded, v);  // HF normalises the bf16 residual, not the float sum
+      bf16x8_to_float(rounded, v[c]);  // HF normalises the bf16 residual, not the float sum
     }
 #pragma unroll
-    for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+    for (int j = 0; j < 8; ++j) sum_sq += v[c][j] * v[c][j];
   }
   sum_sq = block_sum(sum_sq, scratch);
   const float inv = 1.0f / sqrtf(sum_sq / hidden + eps);
   float absmax = 0.f;
-  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
-    float v[8], w[8];
-    bf16x8_to_float(load_bf16x8(src + i), v);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = at(c);
+    if (i >= hidden) continue;
+    float w[8];
     bf16x8_to_float(load_bf16x8(weight + i), w);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = (w[j] + weight_offset) * (v[j] * inv);
-    const Bf16x8 rounded = float_to_bf16x8(v);
+    for (int j = 0; j < 8; ++j) v[c][j] = (w[j] + weight_offset) * (v[c][j] * inv);
+    const Bf16x8 rounded = float_to_bf16x8(v[c]);
     store_bf16x8(out + row + i, rounded);
     if (fp8.q) {
-      bf16x8_to_float(rounded, v);
+      bf16x8_to_float(rounded, v[c]);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) absmax = fmaxf(absmax, fabsf(v[j]));
+      for (int j = 0; j < 8; ++j) absmax = fmaxf(absmax, fabsf(v[c][j]));
     }
   }
-  if (fp8.q) quantize_own_chunks(absmax, scratch, out + row, hidden, fp8.q + row, fp8.scale + blockIdx.x);
+  if (!fp8.q) return;
+  absmax = block_max(absmax, scratch);
+  const float multiplier = fp8_row_multiplier(absmax);
+  if (threadIdx.x == 0) fp8.scale[blockIdx.x] = fp8_row_scale(absmax);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = at(c);
+    if (i < hidden) store_e4m3x8(fp8.q + row + i, v[c], multiplier);
+  }
+}
+
+constexpr int kMaxNormHidden = 1024 * 8 * 8;  // the widest row rms_norm_kernel's registers hold
+
+cudaError_t too_wide(const char* kernel, int hidden) {
+  return launch_failure(cudaErrorInvalidValue, std::string(kernel) + ": hidden " + std::to_string(hidden) +
+                                                   " is more than the " + std::to_string(kMaxNormHidden) +
+                                                   " a block's registers hold");
+}
+
+// rms_norm_kernel for a row of `hidden`: 256 threads holding up to 8 chunks each (hidden <= 16,384, the GEMV's
+// kMaxNormedK), else 1,024 threads (hidden <= kMaxNormHidden).
+template <bool kAdd>
+cudaError_t launch_rms_norm(int rows, int hidden, cudaStream_t stream, bf16* out, bf16* residual, const bf16* x,
+                            const bf16* weight, float eps, float weight_offset, const Fp8Rows& fp8,
+                            const Fp8Product& product) {
+  const auto launch = [&](auto kernel, int threads) {
+    kernel<<<rows, threads, 0, stream>>>(out, residual, x, weight, hidden, eps, weight_offset, fp8, product);
+    return cudaGetLastError();
+  };
+  const int chunks = (hidden / 8 + kRowThreads - 1) / kRowThreads;
+  if (chunks <= 1) return launch(rms_norm_kernel<kAdd, kRowThreads, 1>, kRowThreads);
+  if (chunks <= 2) return launch(rms_norm_kernel<kAdd, kRowThreads, 2>, kRowThreads);
+  if (chunks <= 4) return launch(rms_norm_kernel<kAdd, kRowThreads, 4>, kRowThreads);
+  if (chunks <= 8) return launch(rms_norm_kernel<kAdd, kRowThreads, 8>, kRowThreads);
+  return launch(rms_norm_kernel<kAdd, 1024, 8>, 1024);
 }
 
 // grid: (ceil(tokens * inter / 8 / kRowThreads)); block: kRowThreads. One thread per 8 outputs.
@@ -159,12 +201,11 @@ cudaError_t rms_norm(bf16* out, const bf16* x, const bf16* weight, int rows, int
                      float weight_offset, cudaStream_t stream, Fp8Rows fp8) {
   if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(weight))
     return bad_width("rms_norm", "hidden", hidden);
+  if (hidden > kMaxNormHidden) return too_wide("rms_norm", hidden);
   if (const std::string why = fp8_arguments_error(fp8, {}); !why.empty())
     return launch_failure(cudaErrorInvalidValue, "rms_norm: " + why);
   if (rows <= 0) return cudaSuccess;
-  rms_norm_kernel<false>
-      <<<rows, kRowThreads, 0, stream>>>(out, nullptr, x, weight, hidden, eps, weight_offset, fp8, Fp8Product{});
-  return cudaGetLastError();
+  return launch_rms_norm<false>(rows, hidden, stream, out, nullptr, x, weight, eps, weight_offset, fp8, {});
 }
 
 cudaError_t add_rms_norm(bf16* out, bf16* residual, const bf16* x, const bf16* weight, int rows, int hidden,
@@ -172,12 +213,11 @@ cudaError_t add_rms_norm(bf16* out, bf16* residual, const bf16* x, const bf16* w
   if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(residual) || !aligned16(x) ||
       !aligned16(weight))
     return bad_width("add_rms_norm", "hidden", hidden);
+  if (hidden > kMaxNormHidden) return too_wide("add_rms_norm", hidden);
   if (const std::string why = fp8_arguments_error(fp8, x_product); !why.empty())
     return launch_failure(cudaErrorInvalidValue, "add_rms_norm: " + why);
   if (rows <= 0) return cudaSuccess;
-  rms_norm_kernel<true>
-      <<<rows, kRowThreads, 0, stream>>>(out, residual, x, weight, hidden, eps, weight_offset, fp8, x_product);
-  return cudaGetLastError();
+  return launch_rms_norm<true>(rows, hidden, stream, out, residual, x, weight, eps, weight_offset, fp8, x_product);
 }
 
 cudaError_t silu_and_mul(bf16* out, const bf16* gate_up, int tokens, int inter, cudaStream_t stream) {

@@ -38,7 +38,9 @@ TEST_CASE("rms_norm and add_rms_norm match the CPU twins, with weight offsets 0 
   require_device();
   std::mt19937 rng(2);
   for (const float offset : {0.0f, 1.0f})
-  for (const int hidden : {64, 896, 4096}) {
+  // Widths for each register layout of the kernel (1, 2, 4 and 8 chunks a thread of 256; 1,024 threads past 16,384),
+  // full and ragged.
+  for (const int hidden : {64, 896, 2048, 4096, 5120, 8192, 12296, 16384, 28680}) {
     for (const int rows : {1, 5, 130}) {
       INFO("weight offset " << offset);
       const size_t n = static_cast<size_t>(rows) * hidden;
@@ -113,4 +115,7 @@ TEST_CASE("row kernels refuse widths that are not multiples of 8", "[gpu][layer_
   const cudaError_t e = cuda::rms_norm(buf.get(), buf.get(), buf.get(), 1, 12, 1e-5f, 0.0f, nullptr);
   CHECK(e == cudaErrorInvalidValue);
   CHECK(cuda::describe_launch_error(e).find("hidden 12") != std::string::npos);
+  const cudaError_t wide = cuda::add_rms_norm(buf.get(), buf.get(), buf.get(), buf.get(), 1, 65544, 1e-5f, 0.0f, nullptr);
+  CHECK(wide == cudaErrorInvalidValue);
+  CHECK(cuda::describe_launch_error(wide).find("hidden 65544") != std::string::npos);
 }
