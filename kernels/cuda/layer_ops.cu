@@ -1,5 +1,6 @@
 #include "kernels/cuda/layer_ops.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/device_utils.cuh"
@@ -140,21 +141,21 @@ cudaError_t launch_rms_norm(int rows, int hidden, cudaStream_t stream, bf16* out
   return launch(rms_norm_kernel<kAdd, 1024, 8>, 1024);
 }
 
-// grid: (ceil(tokens * inter / 8 / kRowThreads)); block: kRowThreads. One thread per 8 outputs.
+// grid: (ceil(inter / 8 / kRowThreads), min(tokens, 65535)); block: kRowThreads. One thread per 8 outputs of a row
+// (no 64-bit division of a flat index: it cost as much as the activation), rows strided by the grid's height.
 template <GateActivation kAct>
 __global__ void __launch_bounds__(kRowThreads)
-    act_and_mul_kernel(bf16* __restrict__ out, const bf16* __restrict__ gate_up, int64_t tokens, int inter) {
-  const int64_t vec = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int vecs_per_row = inter / 8;
-  if (vec >= tokens * vecs_per_row) return;
-  const int64_t t = vec / vecs_per_row;
-  const int c = static_cast<int>(vec % vecs_per_row) * 8;
-  float g[8], u[8];
-  bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + c), g);
-  bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + inter + c), u);
+    act_and_mul_kernel(bf16* __restrict__ out, const bf16* __restrict__ gate_up, int tokens, int inter) {
+  const int c = (blockIdx.x * kRowThreads + threadIdx.x) * 8;
+  if (c >= inter) return;
+  for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y) {
+    float g[8], u[8];
+    bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + c), g);
+    bf16x8_to_float(load_bf16x8(gate_up + t * 2 * inter + inter + c), u);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) g[j] = gate_times_up<kAct>(g[j], u[j]);
-  store_bf16x8(out + t * inter + c, float_to_bf16x8(g));
+    for (int j = 0; j < 8; ++j) g[j] = gate_times_up<kAct>(g[j], u[j]);
+    store_bf16x8(out + t * inter + c, float_to_bf16x8(g));
+  }
 }
 
 template <GateActivation kAct>
@@ -162,9 +163,8 @@ cudaError_t act_and_mul(const char* name, bf16* out, const bf16* gate_up, int to
                         cudaStream_t stream) {
   if (inter <= 0 || inter % 8 != 0 || !aligned16(out) || !aligned16(gate_up)) return bad_width(name, "inter", inter);
   if (tokens <= 0) return cudaSuccess;
-  const int64_t vecs = static_cast<int64_t>(tokens) * (inter / 8);
-  const auto blocks = static_cast<unsigned>((vecs + kRowThreads - 1) / kRowThreads);
-  act_and_mul_kernel<kAct><<<blocks, kRowThreads, 0, stream>>>(out, gate_up, tokens, inter);
+  const dim3 grid((inter / 8 + kRowThreads - 1) / kRowThreads, std::min(tokens, 65535));
+  act_and_mul_kernel<kAct><<<grid, kRowThreads, 0, stream>>>(out, gate_up, tokens, inter);
   return cudaGetLastError();
 }
 
