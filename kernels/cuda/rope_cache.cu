@@ -8,9 +8,7 @@ namespace paged::cuda {
 namespace {
 
 constexpr int kRopeWarps = 4;
-constexpr int kRopeHeadsPerWarp = 4;  // loaded together, then processed one after the other
-// A token's heads spread over several blocks: a decode step has few tokens.
-constexpr int kRopeHeadsPerBlock = kRopeWarps * kRopeHeadsPerWarp;
+constexpr int kRopeHeadsPerBlock = 8;  // a token's heads spread over several blocks: a decode step has few tokens
 
 // Loads / stores the E (2 or 4) bf16 elements a lane owns as floats.
 template <int E>
@@ -40,11 +38,10 @@ __device__ __forceinline__ void store_lane(bf16* p, const float (&v)[E]) {
 
 // grid: (tokens, ceil((num_heads + 2 * num_kv_heads) / kRopeHeadsPerBlock)); block: 32 * kRopeWarps.
 // The heads of a token are numbered q heads, k heads, v heads, as in the row; block (t, y) takes heads
-// [16y, 16y + 16), warp w the heads w, w + 4, w + 8, w + 12 of them: lane l holds elements [l * E, l * E + E) of each
-// (E = HEAD_DIM / 32). The warp's loads are all issued first, then the block's cosines and sines are computed once for
-// all its heads, then each head in turn is scaled (FP8 product) and normalised (q/k norms, a warp sum) in registers
-// and rotated, a rotation pair meeting through the warp's row in shared memory. kFp8Cache: keys and values go to the
-// FP8 cache, a head row quantised by its warp.
+// [8y, 8y + 8), warp w the heads w, w + 4 of them, one at a time: lane l holds elements [l * E, l * E + E) of the
+// head (E = HEAD_DIM / 32), scaled (FP8 product) and normalised (q/k norms, a warp sum) in registers; a rotation pair
+// meets through the warp's row in shared memory. The block's cosines and sines are computed once, for all its heads.
+// kFp8Cache: keys and values go to the FP8 cache, a head row quantised by its warp.
 template <int HEAD_DIM, bool kFp8Cache>
 __global__ void __launch_bounds__(32 * kRopeWarps)
     rope_and_cache_kernel(bf16* __restrict__ qkv, bf16* __restrict__ k_cache, bf16* __restrict__ v_cache,
@@ -57,17 +54,7 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   wait_for_previous_grid();  // launched early (launch_early): the QKV projection's results
   allow_dependent_launch();  // the attention may launch now and wait for these results itself
   const int token = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int half = rotary_dim / 2, d0 = lane * E;
-  const int rotated_heads = num_heads + num_kv_heads, total_heads = rotated_heads + num_kv_heads;
-  const int first = blockIdx.y * kRopeHeadsPerBlock + warp;
-  const int head_end = min(static_cast<int>(blockIdx.y + 1) * kRopeHeadsPerBlock, total_heads);
-  bf16* row = qkv + token * qkv_stride;
-  // Every load of the warp in flight at once (padding rows too: what is done with them is decided below).
-  float vs[kRopeHeadsPerWarp][E];
-#pragma unroll
-  for (int h = 0; h < kRopeHeadsPerWarp; ++h)
-    if (const int head = first + h * kRopeWarps; head < head_end)
-      load_lane<E>(row + static_cast<int64_t>(head) * HEAD_DIM + d0, vs[h]);
+  const int half = rotary_dim / 2;
   {
     const float pos = static_cast<float>(positions[token]);
     // Full-precision sincosf: positions reach 10^5, where the fast intrinsics lose the angle.
@@ -81,18 +68,20 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   __syncthreads();
   const int64_t slot = slot_mapping[token];
   const bool caches = kFp8Cache || k_cache != nullptr;  // else every head goes back in place
+  const int rotated_heads = num_heads + num_kv_heads, total_heads = rotated_heads + num_kv_heads;
+  const int head_end = min(static_cast<int>(blockIdx.y + 1) * kRopeHeadsPerBlock, total_heads);
+  const int d0 = lane * E;
+  bf16* row = qkv + token * qkv_stride;
   const float sx = x.product.x_scale ? x.product.x_scale[token] : 1.f;
   int64_t block = 0, offset = 0;
   if (slot >= 0) block = slot >> log2_block_size, offset = slot & ((1 << log2_block_size) - 1);
-#pragma unroll
-  for (int h = 0; h < kRopeHeadsPerWarp; ++h) {
-    const int head = first + h * kRopeWarps;
-    if (head >= head_end) break;
-    float (&v)[E] = vs[h];
+  for (int head = blockIdx.y * kRopeHeadsPerBlock + warp; head < head_end; head += kRopeWarps) {
     const bool is_query = head < num_heads, is_value = head >= rotated_heads;
-    if (!is_query && caches && slot < 0) continue;            // padding: no cache row to write
-    if (is_value && !caches && !x.product.x_scale) continue;  // in place, nothing changes a value head
+    if (!is_query && caches && slot < 0) continue;                 // padding: no cache row to write
+    if (is_value && !caches && !x.product.x_scale) continue;       // in place, nothing changes a value head
     bf16* src = row + static_cast<int64_t>(head) * HEAD_DIM + d0;
+    float v[E];
+    load_lane<E>(src, v);
     if (x.product.x_scale) {
       const int col = head * HEAD_DIM + d0;
 #pragma unroll
