@@ -504,7 +504,8 @@ int run_ops(std::map<std::string, std::string>& f) {
        [&] { return gemm.linear(gu, normed, w_gu, nullptr, m, 2 * I, H, false, s); });
   time("silu_and_mul", 0, kCublas, [&] { return cuda::silu_and_mul(act, gu, m, I, s); });
   time("gemm down", 2.0 * H * I, kCublas, [&] { return gemm.linear(x, act, w_down, nullptr, m, H, I, false, s); });
-  // The GEMV path at a large batch: a launch a row, seconds a projection, and never the runner's path there.
+  // The GEMV path at a large batch: a launch a row, seconds a projection, and never the runner's path there (the
+  // layer total below skips it too).
   if (m <= 256) {
     time("gemv qkv (+norm, rope, cache)", 2.0 * qkv_dim * H, kGemv,
          [&] { return gemv(qkv, res, w_qkv, qkv_dim, H, cuda::GemvOutput::kRope, true); });
@@ -540,9 +541,12 @@ int run_ops(std::map<std::string, std::string>& f) {
   const double sample_us = time("greedy sampling", 0, kNone, [&] {
     return cuda::sample_tokens(d_tok, d_logprobs, logits, nullptr, d_rows, m, V, sample_ws, sample_ws_bytes, s);
   });
-  for (const auto& [label, us] : {std::pair{"one layer", cublas_layer_us}, std::pair{"one GEMV layer", gemv_layer_us}})
-    if (us != gemv_layer_us || m <= 256) std::printf("  %s %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n", label, us,
+  const auto per_step = [&](const char* label, double us) {
+    std::printf("  %s %.1f us; 32 layers + head + sampling = %.2f ms of kernels per step\n", label, us,
                 (32 * us + head_us + sample_us) / 1e3);
+  };
+  per_step("one layer", cublas_layer_us);
+  if (m <= 256) per_step("one GEMV layer", gemv_layer_us);
   if (m < 2) return 0;
   // Whether two halves of the batch overlap on two streams: one half's attention (reads the KV cache) beside the
   // other half's gate/up and down products (read the weights, and compute), each alone and then together.

@@ -112,15 +112,20 @@ __device__ __forceinline__ void store_e4m3x8(uint8_t* q, const float (&f)[8], fl
   for (int i = 0; i < 8; ++i) b[i] = e4m3_code(f[i] * multiplier);
   *reinterpret_cast<uint2*>(q) = packed;
 }
+// The middle of quantising one row per block, called by every thread with its part of the row's absmax: the row's
+// scale written by thread 0, its multiplier returned. Two __syncthreads (block_max).
+__device__ __forceinline__ float block_row_multiplier(float absmax, float* scratch, float* scale) {
+  absmax = block_max(absmax, scratch);
+  if (threadIdx.x == 0) *scale = fp8_row_scale(absmax);
+  return fp8_row_multiplier(absmax);
+}
 // The end of quantising one bf16 row per block (quantize_rows_fp8 and the kernels that fuse it), called by every
 // thread: `absmax` is this thread's part of the row's absmax, over the chunks it owns (elements i..i+7 for i =
 // threadIdx.x * 8, stepping by blockDim.x * 8), which it then reads back from `row` (written by this same thread, or
 // never written in this kernel) as codes into q; thread 0 writes the row's scale. Two __syncthreads (block_max).
 __device__ __forceinline__ void quantize_own_chunks(float absmax, float* scratch, const bf16* row, int cols,
                                                     uint8_t* q, float* scale) {
-  absmax = block_max(absmax, scratch);
-  const float multiplier = fp8_row_multiplier(absmax);
-  if (threadIdx.x == 0) *scale = fp8_row_scale(absmax);
+  const float multiplier = block_row_multiplier(absmax, scratch, scale);
   for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
     float f[8];
     bf16x8_to_float(load_bf16x8(row + c), f);

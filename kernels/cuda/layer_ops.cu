@@ -105,9 +105,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (!fp8.q) return;
-  absmax = block_max(absmax, scratch);
-  const float multiplier = fp8_row_multiplier(absmax);
-  if (threadIdx.x == 0) fp8.scale[blockIdx.x] = fp8_row_scale(absmax);
+  const float multiplier = block_row_multiplier(absmax, scratch, fp8.scale + blockIdx.x);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int i = at(c);
