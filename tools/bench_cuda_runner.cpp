@@ -465,9 +465,11 @@ int run_ops(std::map<std::string, std::string>& f) {
      // three passes and as rope_and_cache's one (the caches' bytes hold the FP8 layout too).
     float* sx = device_array<float>(m);
     float* sw = device_array<float>(qkv_dim);
+    // Only the scales are used: the codes of x and of the weight share one buffer, as large as the larger.
+    uint8_t* codes = device_array<uint8_t>(size_t(std::max(m, qkv_dim)) * H);
     cuda_ok(cuda::fill_random_bf16(x, size_t(m) * H, 5, 1.f, 0.f, s), "fill");
-    cuda_ok(cuda::quantize_rows_fp8(x, m, H, reinterpret_cast<uint8_t*>(gu), sx, s), "quantise");
-    cuda_ok(cuda::quantize_rows_fp8(w_qkv, qkv_dim, H, reinterpret_cast<uint8_t*>(gu), sw, s), "quantise");
+    cuda_ok(cuda::quantize_rows_fp8(x, m, H, codes, sx, s), "quantise");
+    cuda_ok(cuda::quantize_rows_fp8(w_qkv, qkv_dim, H, codes, sw, s), "quantise");
     auto* k8 = reinterpret_cast<uint8_t*>(kc);
     auto* v8 = reinterpret_cast<uint8_t*>(vc);
     time("scale + rope + cache_kv_fp8 (3 passes)", 0, kNone, [&] {
