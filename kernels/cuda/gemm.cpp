@@ -97,7 +97,7 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, std::spa
   if (!timed || capture != cudaStreamCaptureStatusNone) return cudaSuccess;
   std::vector<cublasLtMatmulAlgo_t> algos;
   for (int i = 0; i < found; ++i) algos.push_back(results[i].algo);
-  if (key.m <= tuning_.split_k_rows) add_split_k(p, algos);
+  if (tuning_.candidates > 1 && key.m <= tuning_.split_k_rows) add_split_k(p, algos);
   if (algos.size() == 1) return cudaSuccess;
 
   // Each candidate runs over the weights in turn: a warm-up pass (which also skips a candidate that fails to launch),

@@ -17,9 +17,9 @@ namespace paged::cuda {
 
 /// How a Gemm picks the algorithm of a new shape: for m <= max_rows it times up to `candidates` of cuBLASLt's
 /// heuristic choices and keeps the fastest; above, or with candidates <= 1, it takes the heuristic's first. Where it
-/// times and m <= split_k_rows, the candidates also include the heuristic's first two split over K in 2 ..
-/// max_split_k parts (summed in float): a decode-sized product's grid of output tiles can leave SMs idle (160 x 4096
-/// in 128 x 128 tiles is 64 blocks on an H100's 132 SMs).
+/// times (candidates > 1) and m <= split_k_rows, the candidates also include the heuristic's first two split over K
+/// in 2 .. max_split_k parts (summed in float): a decode-sized product's grid of output tiles can leave SMs idle
+/// (160 x 4096 in 128 x 128 tiles is 64 blocks on an H100's 132 SMs).
 struct GemmTuning {
   int max_rows = 64;
   int candidates = 8;
