@@ -41,8 +41,8 @@
 //
 //   bench_cuda_runner gemm [--rows 16,64,160,256,512,1024,4096] [--candidates 8,32] [--fp8]
 //       Each Linear of the Llama-3-8B shape (qkv, o, gate_up, down, LM head) at each m, through Gemm::linear with
-//       cuBLASLt's heuristic choice, with the fastest of its first K candidates for each K of --candidates, and as
-//       the runner tunes (the first K's candidates and their split-K variants, GemmTuning); weights rotate over copies of >= 512 MB, so that none is served from L2 as in a real step.
+//       cuBLASLt's heuristic choice and with the fastest of its first K candidates for each K of --candidates (bf16:
+//       "sN", the plan splits k in N parts); weights rotate over copies of >= 512 MB, so that none is served from L2 as in a real step.
 //       --fp8: the FP8 path of --quantization fp8 instead (no LM head): the activations quantised per row, then
 //       Gemm::linear_fp8 (the product of the codes and the scale pass), all three timed together, and beside them
 //       the quantisation and the scale pass each alone.
@@ -755,11 +755,7 @@ int run_gemm(std::map<std::string, std::string>& f) {
   uint8_t* x8 = fp8 ? device_array<uint8_t>(size_t(max_m) * I) : nullptr;
   float* x_scale = fp8 ? device_array<float>(max_m) : nullptr;
   std::vector<std::pair<std::string, cuda::GemmTuning>> configs{{"heuristic", {.max_rows = 0, .candidates = 1}}};
-  for (int c : candidates)
-    configs.push_back({"best of " + std::to_string(c), {.max_rows = 1 << 20, .candidates = c, .split_k_rows = 0}});
-  // The runner's tuning: the first count's candidates and their split-K variants (GemmTuning).
-  configs.push_back({"best of " + std::to_string(candidates.front()) + " + split-K",
-                     {.max_rows = 1 << 20, .candidates = candidates.front()}});
+  for (int c : candidates) configs.push_back({"best of " + std::to_string(c), {.max_rows = 1 << 20, .candidates = c}});
   std::printf("%s products\n%-8s %6s", fp8 ? "FP8 (quantise x, product, scales)" : "bf16", "linear", "m");
   for (const auto& [label, tuning] : configs) std::printf(" | %-22s", label.c_str());
   if (fp8) std::printf(" | of which: quantise x, scale pass");

@@ -94,11 +94,7 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, std::spa
   p.algo = results[0].algo;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess) return e;
-  if (!timed || capture != cudaStreamCaptureStatusNone) return cudaSuccess;
-  std::vector<cublasLtMatmulAlgo_t> algos;
-  for (int i = 0; i < found; ++i) algos.push_back(results[i].algo);
-  if (tuning_.candidates > 1 && key.m <= tuning_.split_k_rows) add_split_k(p, algos);
-  if (algos.size() == 1) return cudaSuccess;
+  if (found == 1 || capture != cudaStreamCaptureStatusNone) return cudaSuccess;
 
   // Each candidate runs over the weights in turn: a warm-up pass (which also skips a candidate that fails to launch),
   // then passes timed together, at least kTimedRuns products (every product only overwrites y).
@@ -114,10 +110,10 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, std::spa
   const float alpha = 1.0f, beta = 0.0f;
   float best_ms = 0.f;
   bool have_best = false;
-  for (const cublasLtMatmulAlgo_t& algo : algos) {
+  for (int i = 0; i < found; ++i) {
     auto pass = [&] {
       for (const void* w : weights)
-        if (cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &algo,
+        if (cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &results[i].algo,
                            workspace_, workspace_bytes_, stream) != CUBLAS_STATUS_SUCCESS)
           return false;
       return true;
@@ -131,44 +127,13 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, std::spa
     if (!have_best || ms < best_ms) {
       best_ms = ms;
       have_best = true;
-      p.algo = algo;
+      p.algo = results[i].algo;
     }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaGetLastError();  // a failed candidate must not leave its error for the next launcher to report
   return cudaSuccess;
-}
-
-void Gemm::add_split_k(const Plan& p, std::vector<cublasLtMatmulAlgo_t>& algos) const {
-  const size_t first = std::min<size_t>(algos.size(), 2);
-  for (size_t i = 0; i < first; ++i) {
-    const cublasLtMatmulAlgo_t base = algos[i];
-    int32_t supported = 0, splits_now = 1;
-    uint32_t schemes = 0;
-    size_t written = 0;
-    if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &supported, sizeof supported,
-                                          &written) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes,
-                                          &written) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits_now, sizeof splits_now,
-                                             &written) != CUBLAS_STATUS_SUCCESS)
-      continue;
-    // The parts summed in float (in place or in bf16 they would be rounded once a part).
-    const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    if (!supported || splits_now > 1 || !(schemes & scheme)) continue;
-    for (int32_t splits = 2; splits <= tuning_.max_split_k; ++splits) {
-      cublasLtMatmulAlgo_t split = base;
-      cublasLtMatmulHeuristicResult_t check{};
-      if (cublasLtMatmulAlgoConfigSetAttribute(&split, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits) ==
-              CUBLAS_STATUS_SUCCESS &&
-          cublasLtMatmulAlgoConfigSetAttribute(&split, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                               sizeof scheme) == CUBLAS_STATUS_SUCCESS &&
-          cublasLtMatmulAlgoCheck(handle_, p.op, p.w, p.x, p.y, p.y, &split, &check) == CUBLAS_STATUS_SUCCESS &&
-          check.workspaceSize <= workspace_bytes_)
-        algos.push_back(split);
-    }
-  }
 }
 
 int Gemm::plan_splits(int m, int n, int k, bool y_f32, bool bias) const {

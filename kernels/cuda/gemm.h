@@ -9,22 +9,16 @@
 #include <cstddef>
 #include <map>
 #include <span>
-#include <vector>
 
 #include "kernels/cuda/launch.h"
 
 namespace paged::cuda {
 
 /// How a Gemm picks the algorithm of a new shape: for m <= max_rows it times up to `candidates` of cuBLASLt's
-/// heuristic choices and keeps the fastest; above, or with candidates <= 1, it takes the heuristic's first. Where it
-/// times (candidates > 1) and m <= split_k_rows, the candidates also include the heuristic's first two split over K
-/// in 2 .. max_split_k parts (summed in float): a decode-sized product's grid of output tiles can leave SMs idle
-/// (160 x 4096 in 128 x 128 tiles is 64 blocks on an H100's 132 SMs).
+/// heuristic choices and keeps the fastest; above, or with candidates <= 1, it takes the heuristic's first.
 struct GemmTuning {
   int max_rows = 64;
   int candidates = 8;
-  int split_k_rows = 512;
-  int max_split_k = 4;
 };
 
 /// One cuBLASLt handle, its workspace and the plans (descriptors + chosen algorithm) of every shape seen so far.
@@ -75,8 +69,7 @@ class Gemm {
                           int m, int n, int k, cudaStream_t stream);
 
   /// Plans linear(y, x, w, bias, m, n, k, y_f32) for every w of the shape ahead of its first use, whatever m:
-  /// cuBLASLt's first tuning.candidates algorithms (and their split-K variants, see GemmTuning) each run over
-  /// `weights` in turn (a warm-up pass, then timed ones;
+  /// cuBLASLt's first tuning.candidates algorithms each run over `weights` in turn (a warm-up pass, then timed ones;
   /// weights that do not fit in L2 together time what a step walking its layers sees, not a product served from
   /// L2) and the fastest is kept (replacing the shape's plan if it had one). Synchronises the stream. The products
   /// overwrite y; x is read.
@@ -85,8 +78,8 @@ class Gemm {
   /// The same for product_fp8.
   cudaError_t tune_product_fp8(bf16* y, const uint8_t* x, std::span<const uint8_t* const> weights, int m, int n, int k,
                                cudaStream_t stream);
-  /// The number of K parts of the plan of linear(y, x, w, bias, m, n, k, y_f32) (1: not split), 0 before the shape
-  /// has a plan.
+  /// The number of K parts of the plan of linear(y, x, w, bias, m, n, k, y_f32) (1: not split; cuBLASLt's own
+  /// choice, e.g. 12 for 16 x 128 outputs over k 16,384 on an H100), 0 before the shape has a plan.
   int plan_splits(int m, int n, int k, bool y_f32, bool bias) const;
 
  private:
@@ -105,14 +98,10 @@ class Gemm {
     cublasLtMatmulAlgo_t algo{};
   };
   // Makes key's descriptors and picks its algorithm: cuBLASLt's first choice, or with `timed` the fastest of its
-  // first tuning.candidates (and their split-K variants, see GemmTuning) over `weights` in turn (not under graph
-  // capture).
+  // first tuning.candidates over `weights` in turn (not under graph capture).
   cudaError_t plan(const Key& key, Plan& out, void* y, const void* x, std::span<const void* const> weights,
                    const Extras& extras, bool timed, cudaStream_t stream);
   static void destroy(Plan& p);
-  // Appends to `algos` the split-K variants (2 .. tuning.max_split_k parts, float partial sums) of its first two
-  // entries that support them and that cuBLASLt accepts for p's shape within the workspace.
-  void add_split_k(const Plan& p, std::vector<cublasLtMatmulAlgo_t>& algos) const;
   // A timed plan of `key` over `weights`, replacing the shape's plan.
   cudaError_t tune(const Key& key, void* y, const void* x, std::span<const void* const> weights, const Extras& extras,
                    cudaStream_t stream);
