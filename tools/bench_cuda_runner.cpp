@@ -42,7 +42,8 @@
 //   bench_cuda_runner gemm [--rows 16,64,160,256,512,1024,4096] [--candidates 8,32] [--fp8]
 //       Each Linear of the Llama-3-8B shape (qkv, o, gate_up, down, LM head) at each m, through Gemm::linear with
 //       cuBLASLt's heuristic choice and with the fastest of its first K candidates for each K of --candidates (bf16:
-//       "sN", the plan splits k in N parts); weights rotate over copies of >= 512 MB, so that none is served from L2 as in a real step.
+//       "sN", the plan splits k in N parts); weights rotate over copies of >= 512 MB, so that none is served from L2
+//       as in a real step.
 //       --fp8: the FP8 path of --quantization fp8 instead (no LM head): the activations quantised per row, then
 //       Gemm::linear_fp8 (the product of the codes and the scale pass), all three timed together, and beside them
 //       the quantisation and the scale pass each alone.
