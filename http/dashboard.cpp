@@ -7,9 +7,6 @@
 namespace paged::server {
 namespace json = boost::json;
 
-namespace {
-
-// `text` with every %XX replaced by its byte (a malformed escape is kept as it is).
 std::string percent_decoded(std::string_view text) {
   auto hex = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
@@ -28,6 +25,8 @@ std::string percent_decoded(std::string_view text) {
   }
   return out;
 }
+
+namespace {
 
 // The value of `name` among `separator`-separated NAME=VALUE pairs (spaces before a name skipped).
 std::string pair_value(std::string_view pairs, char separator, std::string_view name) {

@@ -35,6 +35,9 @@ DashboardFigures dashboard_figures(const Metrics& metrics);
 std::string dashboard_frame(const std::vector<ReplicaKv>& replicas, const DashboardFigures& figures, int64_t time_ms,
                             uint64_t seq);
 
+/// `text` (a path segment, a query value) with every %XX replaced by its byte; a malformed escape is kept as it is.
+std::string percent_decoded(std::string_view text);
+
 /// The value of query parameter `name` in a request target ("/dashboard?key=K"), percent-decoded; empty when absent.
 std::string query_param(std::string_view target, std::string_view name);
 /// Every query parameter of a request target as (name, value), percent-decoded, in order.

@@ -348,6 +348,30 @@ void HttpSession<Stream>::respond_stored_response(const Request& req) {
 }
 
 template <class Stream>
+void HttpSession<Stream>::respond_model(const Request& req) {
+  // /v1/models/{id} (GET): the id percent-decoded, so that a name with a slash ("org/model") matches however the
+  // client sent it (the official clients encode it as %2F).
+  const std::string_view path = path_of(req.target());
+  const std::string id = percent_decoded(path.substr(std::string_view("/v1/models/").size()));
+  if (req.method() != http::verb::get) {
+    respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
+                                      "; use GET").body,
+            "application/json", false, {{http::field::allow, "GET"}});
+  } else if (!ctx_.authorized(req[http::field::authorization])) {
+    respond(401, error_reply(401, "missing or invalid API key (expected \"Authorization: Bearer KEY\")").body,
+            "application/json");
+  } else {
+    try {
+      respond(200, openai::model_body(ctx_.model_info(), ctx_.max_model_len, std::time(nullptr), id),
+              "application/json");
+    } catch (...) {
+      const ErrorReply err = error_reply(std::current_exception());
+      respond(err.status, err.body, "application/json");
+    }
+  }
+}
+
+template <class Stream>
 void HttpSession<Stream>::handle(Request&& req) {
   const std::string_view path = path_of(req.target());
   const http::verb method = req.method();
@@ -357,6 +381,10 @@ void HttpSession<Stream>::handle(Request&& req) {
   }
   if (path.starts_with("/v1/responses/")) {
     respond_stored_response(req);
+    return;
+  }
+  if (path.starts_with("/v1/models/")) {
+    respond_model(req);
     return;
   }
   struct Route {

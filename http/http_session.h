@@ -59,6 +59,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
                std::initializer_list<std::pair<boost::beast::http::field, std::string_view>> headers = {});
   /// GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items: the responses ctx_.responses keeps.
   void respond_stored_response(const Request& req);
+  /// GET /v1/models/{id}: the card of one served name (openai::model_body).
+  void respond_model(const Request& req);
   /// GET /dashboard and its files (http/dashboard.h), behind the API key when one is set.
   void respond_dashboard(const Request& req);
   /// Answers a CORS preflight (OPTIONS with Origin) when the server allows CORS: its methods and headers, or 400 for

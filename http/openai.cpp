@@ -716,7 +716,10 @@ std::string error_body(std::string_view message, std::string_view type, std::str
   return json::serialize(json::object{{"error", std::move(err)}});
 }
 
-std::string models_body(const ModelInfo& model, int max_model_len, int64_t created) {
+namespace {
+
+// The cards of /v1/models: the served model under each of its names, then each LoRA adapter.
+json::array model_cards(const ModelInfo& model, int max_model_len, int64_t created) {
   const std::string root = model.model_path.empty() ? model.served_model_name : model.model_path;
   json::array data;
   const auto card = [&](const std::string& name) {
@@ -731,7 +734,19 @@ std::string models_body(const ModelInfo& model, int max_model_len, int64_t creat
       data.back().get_object()["root"] = l.path;
       data.back().get_object()["parent"] = model.served_model_name;
     }
-  return json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
+  return data;
+}
+
+}  // namespace
+
+std::string models_body(const ModelInfo& model, int max_model_len, int64_t created) {
+  return json::serialize(json::object{{"object", "list"}, {"data", model_cards(model, max_model_len, created)}});
+}
+
+std::string model_body(const ModelInfo& model, int max_model_len, int64_t created, std::string_view id) {
+  for (const json::value& card : model_cards(model, max_model_len, created))
+    if (card.as_object().at("id").as_string() == id) return json::serialize(card);
+  throw ModelNotFound("The model `" + std::string(id) + "` does not exist", "model");
 }
 
 std::string token_text(const Tokenizer& tokenizer, TokenId id) {

@@ -95,6 +95,10 @@ std::string error_body(std::string_view message, std::string_view type, std::str
 /// GET /v1/models: the served model, a card under each of its names (vLLM's), the model folder as their root.
 std::string models_body(const ModelInfo& model, int max_model_len, int64_t created);
 
+/// GET /v1/models/{id} (OpenAI's retrieve, the official clients' models.retrieve): the card /v1/models lists under
+/// `id`. Throws ModelNotFound (404, model_not_found) for any other name.
+std::string model_body(const ModelInfo& model, int max_model_len, int64_t created, std::string_view id);
+
 /// POST /tokenize (vLLM's): {"prompt": TEXT, "add_special_tokens"?: true} or {"messages": [...],
 /// "add_generation_prompt"?: true, "add_special_tokens"?: false, "chat_template_kwargs"?} (rendered by the chat
 /// template), "model" optional -> {"count", "max_model_len", "tokens"}. Throws InvalidRequest (ModelNotFound) as

@@ -17,6 +17,16 @@ const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries:
 const models = await client.models.list();
 const model = models.data[0].id;
 checkEqual(model, "stories260K", "GET /v1/models names the served model");
+const card = await client.models.retrieve(model);
+checkEqual(card, models.data[0], "GET /v1/models/{id} (models.retrieve): the listed card");
+let missing = null;
+try {
+  await client.models.retrieve("no/such-model");
+} catch (e) {
+  missing = e;
+}
+checkEqual([missing instanceof OpenAI.NotFoundError, missing?.code, missing?.param], [true, "model_not_found", "model"],
+  "models.retrieve of a name not served: NotFoundError, model_not_found");
 
 const health = await fetch(`${base}/health`);
 checkEqual([health.status, health.headers.get("content-type"), await health.json()],

@@ -826,6 +826,12 @@ TEST_CASE("error and model bodies have the OpenAI shape", "[openai]") {
   CHECK(refused_param(Endpoint::completions, R"({"model": "tiny", "prompt": "a"})", &info) == "<accepted>");
   CHECK(refused_param(Endpoint::completions, R"({"model": "models/stories260K", "prompt": "a"})", &info) == "<accepted>");
   CHECK(refused_param(Endpoint::completions, R"({"model": "other", "prompt": "a"})", &info) == "model");
+  // GET /v1/models/{id}: the listed card of that name, any of them; another name is a 404 naming the model.
+  const auto one = json::parse(openai::model_body(info, 512, 5, "tiny-v2")).as_object();
+  CHECK(one == several.at("data").at(2).as_object());
+  CHECK(json::parse(openai::model_body(info, 512, 5, "stories260K")).at("root") == "models/stories260K");
+  CHECK_THROWS_AS(openai::model_body(info, 512, 5, "other"), openai::ModelNotFound);
+  CHECK_THROWS_AS(openai::model_body(info, 512, 5, "models/stories260K"), openai::ModelNotFound);  // not a card
 }
 
 TEST_CASE("a request's own chat_template needs a server that trusts them", "[openai]") {
