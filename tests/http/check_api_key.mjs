@@ -35,6 +35,9 @@ for (const [name, headers] of [
 checkEqual((await status("/v1/models")).status, 401, "models without the key: 401");
 checkEqual((await status("/v1/chat/completions", post({}))).status, 401, "chat without the key: 401");
 checkEqual((await status("/v1/models", { headers: { authorization: `Bearer ${args.key}` } })).status, 200, "models with the key: 200");
+checkEqual((await status("/v1/models/stories260K")).status, 401, "a model's card without the key: 401");
+checkEqual((await status("/v1/models/stories260K", { headers: { authorization: `Bearer ${args.key}` } })).status, 200,
+  "a model's card with the key: 200");
 checkEqual((await status("/health")).status, 200, "health needs no key");
 checkEqual((await status("/metrics")).status, 200, "metrics need no key");
 
