@@ -294,9 +294,7 @@ void HttpSession<Stream>::respond_dashboard(const Request& req) {
   } else if (!asset) {
     respond(404, error_reply(404, "no route for " + std::string(path)).body, "application/json");
   } else if (req.method() != http::verb::get) {
-    respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
-                                      "; use GET").body,
-            "application/json", false, {{http::field::allow, "GET"}});
+    respond_not_allowed(req, "GET");
   } else if (!ctx_.dashboard_authorized(req[http::field::authorization], req.target(), req[http::field::cookie])) {
     respond(401, error_reply(401, "missing or invalid API key: open /dashboard?key=KEY").body, "application/json");
   } else {
@@ -305,6 +303,19 @@ void HttpSession<Stream>::respond_dashboard(const Request& req) {
     const std::string cookie = key.empty() ? std::string() : dashboard_key_cookie(key);
     respond(200, std::string(asset->body), asset->content_type, false, {{http::field::set_cookie, cookie}});
   }
+}
+
+template <class Stream>
+void HttpSession<Stream>::respond_not_allowed(const Request& req, std::string_view allow) {
+  respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " +
+                                    std::string(path_of(req.target())) + "; use " + std::string(allow)).body,
+          "application/json", false, {{http::field::allow, allow}});
+}
+
+template <class Stream>
+void HttpSession<Stream>::respond_unauthorized() {
+  respond(401, error_reply(401, "missing or invalid API key (expected \"Authorization: Bearer KEY\")").body,
+          "application/json");
 }
 
 template <class Stream>
@@ -318,13 +329,9 @@ void HttpSession<Stream>::respond_stored_response(const Request& req) {
   if (id.empty() || id.find('/') != std::string_view::npos) {
     respond(404, error_reply(404, "no route for " + std::string(path)).body, "application/json");
   } else if (method != http::verb::get && (items || method != http::verb::delete_)) {
-    const char* allow = items ? "GET" : "GET, DELETE";
-    respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
-                                      "; use " + allow).body,
-            "application/json", false, {{http::field::allow, allow}});
+    respond_not_allowed(req, items ? "GET" : "GET, DELETE");
   } else if (!ctx_.authorized(req[http::field::authorization])) {
-    respond(401, error_reply(401, "missing or invalid API key (expected \"Authorization: Bearer KEY\")").body,
-            "application/json");
+    respond_unauthorized();
   } else {
     try {
       // A key finds only what it stored itself.
@@ -354,12 +361,9 @@ void HttpSession<Stream>::respond_model(const Request& req) {
   const std::string_view path = path_of(req.target());
   const std::string id = percent_decoded(path.substr(std::string_view("/v1/models/").size()));
   if (req.method() != http::verb::get) {
-    respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
-                                      "; use GET").body,
-            "application/json", false, {{http::field::allow, "GET"}});
+    respond_not_allowed(req, "GET");
   } else if (!ctx_.authorized(req[http::field::authorization])) {
-    respond(401, error_reply(401, "missing or invalid API key (expected \"Authorization: Bearer KEY\")").body,
-            "application/json");
+    respond_unauthorized();
   } else {
     try {
       respond(200, openai::model_body(ctx_.model_info(), ctx_.max_model_len, std::time(nullptr), id),
@@ -412,15 +416,11 @@ void HttpSession<Stream>::handle(Request&& req) {
     return;
   }
   if (method != route->method) {
-    respond(405, error_reply(405, std::string(req.method_string()) + " is not allowed on " + std::string(path) +
-                                      "; use " + std::string(http::to_string(route->method)))
-                     .body,
-            "application/json", false, {{http::field::allow, http::to_string(route->method)}});
+    respond_not_allowed(req, http::to_string(route->method));
     return;
   }
   if (route->needs_key && !ctx_.authorized(req[http::field::authorization])) {
-    respond(401, error_reply(401, "missing or invalid API key (expected \"Authorization: Bearer KEY\")").body,
-            "application/json");
+    respond_unauthorized();
     return;
   }
   if (path == "/health") {

@@ -57,6 +57,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
   /// Set-Cookie, ...; an empty value is left out).
   void respond(unsigned status, std::string body, const char* content_type, bool close = false,
                std::initializer_list<std::pair<boost::beast::http::field, std::string_view>> headers = {});
+  /// 405 for `req`'s method, naming the path and the methods it takes (`allow`, also the Allow header).
+  void respond_not_allowed(const Request& req, std::string_view allow);
+  /// 401 for a missing or wrong API key on the OpenAI routes.
+  void respond_unauthorized();
   /// GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items: the responses ctx_.responses keeps.
   void respond_stored_response(const Request& req);
   /// GET /v1/models/{id}: the card of one served name (openai::model_body).
