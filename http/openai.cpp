@@ -368,6 +368,7 @@ std::string tokenize_body(std::string_view body, const ModelInfo& model) {
   const Fields f(o);
   check_model(f, model);
   const bool chat = f.get("messages") != nullptr;
+  if (chat && o.contains("prompt")) invalid("/tokenize takes 'prompt' or 'messages', not both", "prompt");
   const bool add_special_tokens = f.boolean("add_special_tokens").value_or(!chat);
   Request req;
   if (chat)

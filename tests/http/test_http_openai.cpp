@@ -157,6 +157,8 @@ TEST_CASE("/tokenize gives the golden prompt ids and /detokenize their text", "[
       boost::json::parse(openai::tokenize_body(R"({"messages": [{"role": "user", "content": "hi"}]})", info));
   CHECK(chat.at("tokens") == boost::json::value_from(parse(Endpoint::chat, R"({"messages": [{"role": "user", "content": "hi"}]})").prompts[0]));
   CHECK_THROWS_AS(openai::tokenize_body(R"({"prompt": "x", "bogus": 1})", info), InvalidRequest);
+  CHECK_THROWS_WITH(openai::tokenize_body(R"({"prompt": "x", "messages": [{"role": "user", "content": "hi"}]})", info),
+                    "/tokenize takes 'prompt' or 'messages', not both");
   CHECK_THROWS_AS(openai::tokenize_body(R"({"model": "gpt-4", "prompt": "x"})", info), openai::ModelNotFound);
   CHECK_THROWS_AS(openai::detokenize_body(R"({"tokens": [9999]})", info), InvalidRequest);
   CHECK_THROWS_AS(openai::detokenize_body(R"({"tokens": "x"})", info), InvalidRequest);
