@@ -405,6 +405,7 @@ void HttpSession<Stream>::handle(Request&& req) {
       {"/version", http::verb::get, false},          {"/ping", http::verb::get, false},
       {"/ping", http::verb::post, false},
       {"/v1/load_lora_adapter", http::verb::post, true}, {"/v1/unload_lora_adapter", http::verb::post, true},
+      {"/invocations", http::verb::post, true},
   };
   // The route of this path and method; else one of this path (405 names its method).
   const Route* route = nullptr;
@@ -468,6 +469,18 @@ void HttpSession<Stream>::handle(Request&& req) {
     respond(503, openai::error_body("the server is shutting down", "server_error", "", "shutting_down"),
             "application/json", true);
   } else {
+    openai::Endpoint endpoint = path == "/v1/completions" ? openai::Endpoint::completions
+                                : path == "/v1/responses"  ? openai::Endpoint::responses
+                                                           : openai::Endpoint::chat;
+    if (path == "/invocations") {  // SageMaker's: chat or a completion, by the body's fields
+      try {
+        endpoint = openai::invocation_endpoint(req.body());
+      } catch (...) {
+        const ErrorReply err = error_reply(std::current_exception());
+        respond(err.status, err.body, "application/json");
+        return;
+      }
+    }
     auto ex = std::make_shared<Exchange>();
     ex->version = request_version_;
     ex->keep_alive = request_keep_alive_;
@@ -475,10 +488,7 @@ void HttpSession<Stream>::handle(Request&& req) {
     ex->owed = ctx_.owe_client();
     queue_.push_back(ex);
     update_read_deadline();
-    start_generation(path == "/v1/completions" ? openai::Endpoint::completions
-                     : path == "/v1/responses"  ? openai::Endpoint::responses
-                                                : openai::Endpoint::chat,
-                     req, *ex, ex);
+    start_generation(endpoint, req, *ex, ex);
     do_write();
   }
 }

@@ -363,6 +363,14 @@ Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo&
   return parse_request(endpoint, parse_object(body), model, store, owner);
 }
 
+Endpoint invocation_endpoint(std::string_view body) {
+  const json::object o = parse_object(body);
+  if (o.contains("messages")) return Endpoint::chat;
+  if (o.contains("prompt")) return Endpoint::completions;
+  invalid("/invocations takes a chat completion body (with 'messages') or a completion body (with 'prompt')",
+          "messages");
+}
+
 std::string tokenize_body(std::string_view body, const ModelInfo& model) {
   const json::object o = parse_object(body);
   const Fields f(o);

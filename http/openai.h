@@ -88,6 +88,11 @@ Request parse_request(Endpoint endpoint, std::string_view body, const ModelInfo&
 Request parse_request(Endpoint endpoint, const boost::json::object& body, const ModelInfo& model,
                       const ResponseStore* store = nullptr, std::string_view owner = {});
 
+/// POST /invocations (SageMaker's inference route, as vLLM serves it): the endpoint a body is for, chat when it holds
+/// "messages", else completions when it holds "prompt" (the body is then parsed as that endpoint's). Throws
+/// InvalidRequest for a body that is not a JSON object or holds neither.
+Endpoint invocation_endpoint(std::string_view body);
+
 /// The OpenAI error body {"error": {"message", "type", "param", "code"}}; an empty param or code is null.
 std::string error_body(std::string_view message, std::string_view type, std::string_view param = {},
                        std::string_view code = {});

@@ -38,6 +38,10 @@ checkEqual((await status("/v1/models", { headers: { authorization: `Bearer ${arg
 checkEqual((await status("/v1/models/stories260K")).status, 401, "a model's card without the key: 401");
 checkEqual((await status("/v1/models/stories260K", { headers: { authorization: `Bearer ${args.key}` } })).status, 200,
   "a model's card with the key: 200");
+checkEqual((await status("/invocations", post({}))).status, 401, "SageMaker's /invocations without the key: 401");
+const invoked = await status("/invocations", post({ authorization: `Bearer ${args.key}` }));
+checkEqual([invoked.status, JSON.parse(invoked.text).object], [200, "text_completion"],
+  "/invocations with the key: the completion");
 checkEqual((await status("/health")).status, 200, "health needs no key");
 checkEqual((await status("/metrics")).status, 200, "metrics need no key");
 

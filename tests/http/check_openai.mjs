@@ -300,6 +300,34 @@ for (const g of golden) {
   checkEqual([chatPrompt, chatIds], [chatTokens, c.choices[0].token_ids], "chat streamed token ids == whole");
 }
 
+// ---- SageMaker's /invocations (vLLM's): chat or a completion by the body's fields, answered as those are --------
+{
+  const invoke = (body) => fetch(`${base}/invocations`, { method: "POST",
+    headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const g = golden[1];
+  const completion = await (await invoke({ model, prompt: g.prompt, max_tokens: 64, temperature: 0 })).json();
+  checkEqual([completion.object, completion.choices[0].text], ["text_completion", g.text],
+    "/invocations with a prompt: the greedy completion");
+  const messages = [{ role: "user", content: "Once upon a time" }];
+  const chat = await (await invoke({ model, messages, max_tokens: 12, temperature: 0 })).json();
+  const direct = await client.chat.completions.create({ model, messages, max_tokens: 12, temperature: 0 });
+  checkEqual([chat.object, chat.id.startsWith("chatcmpl-"), chat.choices[0].message.content],
+    ["chat.completion", true, direct.choices[0].message.content], "/invocations with messages: the chat completion");
+  const streamed = await invoke({ model, prompt: g.prompt, max_tokens: 64, temperature: 0, stream: true });
+  const sse = await streamed.text();
+  const pieces = sse.split("\n").filter((l) => l.startsWith("data: ") && l !== "data: [DONE]")
+    .map((l) => JSON.parse(l.slice(6)).choices.map((c) => c.text).join(""));
+  checkEqual([streamed.headers.get("content-type"), pieces.join(""), sse.trimEnd().endsWith("data: [DONE]")],
+    ["text/event-stream", g.text, true], "/invocations streamed: SSE of the same completion");
+  const neither = await invoke({ model, input: "Once upon a time" });
+  const e = (await neither.json()).error;
+  checkEqual([neither.status, e.param], [400, "messages"], "/invocations with neither messages nor a prompt: 400");
+  checkEqual((await fetch(`${base}/invocations`)).status, 405, "GET /invocations: 405");
+  const both = await invoke({ model, messages, prompt: "x" });
+  checkEqual([both.status, (await both.json()).error.param], [400, "prompt"],
+    "/invocations with messages and a prompt: chat, which refuses the prompt");
+}
+
 // ---- pipelining: two requests written at once on one connection are answered in order ------------------------
 {
   const url = new URL(base);

@@ -164,6 +164,23 @@ TEST_CASE("/tokenize gives the golden prompt ids and /detokenize their text", "[
   CHECK_THROWS_AS(openai::detokenize_body(R"({"tokens": "x"})", info), InvalidRequest);
 }
 
+TEST_CASE("/invocations: a body with messages is chat, else one with a prompt is a completion", "[openai]") {
+  CHECK(openai::invocation_endpoint(R"({"messages": [{"role": "user", "content": "hi"}]})") == Endpoint::chat);
+  CHECK(openai::invocation_endpoint(R"({"prompt": "Once", "max_tokens": 3})") == Endpoint::completions);
+  CHECK(openai::invocation_endpoint(R"({"prompt": [1, 403]})") == Endpoint::completions);
+  // Chat first, as vLLM's order of request types: the chat parser then refuses the stray prompt, naming it.
+  CHECK(openai::invocation_endpoint(R"({"messages": [], "prompt": "x"})") == Endpoint::chat);
+  CHECK(refused_param(Endpoint::chat, R"({"messages": [{"role": "user", "content": "hi"}], "prompt": "x"})") ==
+        "prompt");
+  for (const char* body : {R"({})", R"({"max_tokens": 3})", R"([{"prompt": "x"}])", R"("prompt")", "{\"prompt\"",
+                           R"({"prompt": "a", "prompt": "b"})"}) {
+    INFO(body);
+    CHECK_THROWS_AS(openai::invocation_endpoint(body), InvalidRequest);
+  }
+  CHECK_THROWS_WITH(openai::invocation_endpoint(R"({"input": "hi"})"),
+                    "/invocations takes a chat completion body (with 'messages') or a completion body (with 'prompt')");
+}
+
 TEST_CASE("a request holds at most max_prompts prompts and generates at most max_sequences sequences", "[openai]") {
   const auto prompts = [](size_t count) {
     std::string list = "[";
