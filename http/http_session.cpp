@@ -405,7 +405,7 @@ void HttpSession<Stream>::handle(Request&& req) {
       {"/version", http::verb::get, false},          {"/ping", http::verb::get, false},
       {"/ping", http::verb::post, false},
       {"/v1/load_lora_adapter", http::verb::post, true}, {"/v1/unload_lora_adapter", http::verb::post, true},
-      {"/invocations", http::verb::post, true},
+      {"/invocations", http::verb::post, true},       {"/load", http::verb::get, false},
   };
   // The route of this path and method; else one of this path (405 names its method).
   const Route* route = nullptr;
@@ -434,6 +434,8 @@ void HttpSession<Stream>::handle(Request&& req) {
             "text/plain; version=0.0.4");
   } else if (path == "/v1/models") {
     respond(200, openai::models_body(ctx_.model_info(), ctx_.max_model_len, std::time(nullptr)), "application/json");
+  } else if (path == "/load") {  // vLLM's server load: the requests in flight, for a load balancer
+    respond(200, R"({"server_load":)" + std::to_string(ctx_.owed()) + "}", "application/json");
   } else if (path == "/ping") {
     respond(200, "", "application/json");
   } else if (path == "/version") {

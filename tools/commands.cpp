@@ -173,6 +173,7 @@ int run_serve_command(Args& args) {
   if (args.get_bool("disable-log-stats", false)) options.stats_interval_s = 0;  // vLLM's
   options.log_requests = args.get_bool("enable-log-requests", options.log_requests);
   if (args.get_bool("disable-log-requests", false)) options.log_requests = false;  // vLLM's older switch
+  args.get_bool("enable-server-load-tracking", true);  // vLLM's switch for GET /load, which always counts here
   options.trust_request_chat_template =
       args.get_bool("trust-request-chat-template", options.trust_request_chat_template);
   options.enable_auto_tool_choice = args.get_bool("enable-auto-tool-choice", options.enable_auto_tool_choice);

@@ -328,6 +328,27 @@ for (const g of golden) {
     "/invocations with messages and a prompt: chat, which refuses the prompt");
 }
 
+// ---- GET /load (vLLM's server load): the requests generating now ---------------------------------------------
+{
+  const load = async () => (await (await fetch(`${base}/load`)).json()).server_load;
+  await waitForDrained(base);
+  checkEqual(await load(), 0, "GET /load with nothing in flight: 0");
+  // Two streams held open (a chunk read from each), then the first closed early by its client.
+  const streams = [], iterators = [];
+  for (let i = 0; i < 2; ++i) {
+    streams.push(await client.completions.create({ model, prompt: golden[i].prompt, max_tokens: 400, stream: true,
+      ignore_eos: true }));
+    iterators.push(streams[i][Symbol.asyncIterator]());
+    await iterators[i].next();
+  }
+  checkEqual(await load(), 2, "GET /load with two streams open: 2");
+  streams[0].controller.abort();
+  for (let r = await iterators[1].next(); !r.done; r = await iterators[1].next());
+  let after = await load();
+  for (let i = 0; i < 100 && after !== 0; ++i, after = await load()) await new Promise((r) => setTimeout(r, 50));
+  checkEqual(after, 0, "GET /load once one stream ended and the other's client left: 0");
+}
+
 // ---- pipelining: two requests written at once on one connection are answered in order ------------------------
 {
   const url = new URL(base);
