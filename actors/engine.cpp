@@ -553,6 +553,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.config = std::move(config);
   EngineConfig& c = m.config;
+  if (c.seed) m.seed_rng.seed(*c.seed);
   m.model = load_model_config(c.model_dir);
   m.kv_groups = kv_groups_of(m.model);
   m.tokenizer = load_tokenizer(c.model_dir);

@@ -42,6 +42,10 @@ struct EngineConfig {
   std::string dtype = "auto";
   /// vLLM's --enforce-eager: no CUDA graphs (every decode step launched kernel by kernel).
   bool enforce_eager = false;
+  /// vLLM's --seed (`paged serve`): the seeds of requests that give none are drawn from a generator started at
+  /// this value, one a request in the order they arrive, so that the same requests sent in the same order sample
+  /// the same tokens; unset: started from std::random_device.
+  std::optional<uint64_t> seed;
   /// vLLM's --max-logprobs: most logprobs / prompt_logprobs a request may ask, at most kMaxLogprobs.
   int max_logprobs = 20;
   int block_size = 16;

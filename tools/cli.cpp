@@ -310,6 +310,21 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   return c;
 }
 
+std::optional<uint64_t> seed_flag(Args& args) {
+  const std::optional<std::string> v = args.get("seed");
+  if (!v) return std::nullopt;
+  try {
+    size_t pos = 0;
+    // stoull would accept "-1" (as 2^64 - 1) and "12abc" (as 12).
+    if (v->empty() || !std::isdigit(static_cast<unsigned char>((*v)[0]))) throw std::invalid_argument("");
+    const uint64_t seed = std::stoull(*v, &pos);
+    if (pos != v->size()) throw std::invalid_argument("");
+    return seed;
+  } catch (const std::exception&) {
+    throw UsageError("--seed expects a non-negative integer, got '" + *v + "'");
+  }
+}
+
 SamplingParams sampling_params(Args& args) {
   SamplingParams p;
   p.max_tokens = args.get_int("max-tokens", p.max_tokens);
@@ -318,18 +333,7 @@ SamplingParams sampling_params(Args& args) {
   p.top_p = static_cast<float>(args.get_double("top-p", p.top_p));
   p.top_k = args.get_int("top-k", p.top_k);
   p.min_p = static_cast<float>(args.get_double("min-p", p.min_p));
-  if (args.has("seed")) {
-    auto v = args.get("seed");
-    try {
-      size_t pos = 0;
-      // stoull would accept "-1" (as 2^64 - 1) and "12abc" (as 12).
-      if (v->empty() || !std::isdigit(static_cast<unsigned char>((*v)[0]))) throw std::invalid_argument("");
-      p.seed = std::stoull(*v, &pos);
-      if (pos != v->size()) throw std::invalid_argument("");
-    } catch (const std::exception&) {
-      throw UsageError("--seed expects a non-negative integer, got '" + *v + "'");
-    }
-  }
+  if (const std::optional<uint64_t> seed = seed_flag(args)) p.seed = *seed;
   p.n = args.get_int("n", p.n);
   p.best_of = args.get_int("best-of", p.best_of);
   p.use_beam_search = args.get_bool("use-beam-search", false);

@@ -72,6 +72,8 @@ NgramSpeculation speculative_config(const std::string& text, const std::string& 
 /// --guided-json SCHEMA, --guided-regex RE, --guided-choice '["a", "b"]', --guided-grammar GBNF,
 /// --guided-structural-tag JSON or --guided-json-object, with --guided-whitespace-pattern RE for the JSON ones.
 SamplingParams sampling_params(Args& args);
+/// --seed as a non-negative integer (below 2^64), nullopt when absent. Throws UsageError for anything else.
+std::optional<uint64_t> seed_flag(Args& args);
 /// Switches the two functions above understand.
 std::vector<std::string> engine_switches();
 

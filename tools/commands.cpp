@@ -223,6 +223,7 @@ int run_serve_command(Args& args) {
   options.return_tokens_as_token_ids = args.get_bool("return-tokens-as-token-ids", options.return_tokens_as_token_ids);
   if (auto v = args.get("override-generation-config")) options.override_generation_config = *v;
   EngineConfig config = engine_config(args, options.model);
+  config.seed = seed_flag(args);  // vLLM's: the seeds of requests that give none
   args.reject_unknown();
   try {  // a bad generation config fails before the model loads
     sampling_defaults(options, config.model_dir);

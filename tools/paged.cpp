@@ -27,7 +27,7 @@ constexpr const char* kUsage = R"(usage:
                  [--lora NAME] [--json] [--stats] [engine flags]
   paged serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template FILE]
               [--served-model-name NAME] [--shutdown-timeout 30] [--stats-interval 10 | --disable-log-stats]
-              [--enable-log-requests | --disable-log-requests] [--enable-server-load-tracking]
+              [--enable-log-requests | --disable-log-requests] [--enable-server-load-tracking] [--seed S]
               [--allowed-origins '["*"]' | ORIGIN,ORIGIN] [--trust-request-chat-template]
               [--enable-auto-tool-choice --tool-call-parser llama3_json|hermes|mistral|pythonic]
               [--reasoning-parser deepseek_r1|qwen3]
