@@ -60,6 +60,7 @@ class PyEngine {
   explicit PyEngine(const std::vector<std::string>& flags) {
     cli::Args args = parse_flags(flags);
     EngineConfig config = cli::engine_config(args);
+    config.seed = cli::seed_flag(args);  // vLLM's LLM(seed=...): the seeds of requests that give none
     args.reject_unknown();
     py::gil_scoped_release unlocked;
     engine_ = std::make_unique<Engine>(std::move(config));

@@ -280,7 +280,8 @@ class LLM:
     """vLLM's offline LLM: LLM(model=DIR, **engine_args) with vLLM's engine argument names (device, block_size,
     num_gpu_blocks_override, swap_space, gpu_memory_utilization, max_num_seqs, max_num_batched_tokens,
     max_model_len, enable_prefix_caching, preemption_mode, tensor_parallel_size, quantization, load_format,
-    speculative_config={"method": "ngram", ...}, ...; the `paged` CLI's engine flags). Raises ValueError for an unknown argument, RuntimeError for a bad model.
+    speculative_config={"method": "ngram", ...}, seed (the seeds of requests that give none drawn from a generator
+    started there), ...; the `paged` CLI's engine flags). Raises ValueError for an unknown argument, RuntimeError for a bad model.
     `generation_config`: "auto" (vLLM's default: without sampling_params, generate and chat sample with the model's
     generation_config.json defaults, get_default_sampling_params) or "vllm" (SamplingParams()'s own)."""
 

@@ -186,6 +186,19 @@ def test_sampling_seed_and_n(llm):
     assert params.seed == 7 and params.n == 3
 
 
+def test_engine_seed_makes_unseeded_requests_repeat():
+    # vLLM's LLM(seed=...): requests without a seed draw theirs from a generator started there, in order.
+    params = SamplingParams(max_tokens=16, temperature=1.0, ignore_eos=True)
+    prompts = ["Once upon a time", "The little dog"]
+    def run(**seed):
+        engine = LLM(model=MODEL, device="cpu", **seed)
+        return [o.outputs[0].token_ids for o in engine.generate(prompts, params)]
+    first = run(seed=3)
+    assert first == run(seed=3)
+    assert first != run(seed=4)
+    assert all(len(t) == 16 for t in first)
+
+
 def test_chat_renders_the_template(llm):
     case = GOLDEN[0]
     out = llm.chat([{"role": "user", "content": case["prompt"]}], SamplingParams(max_tokens=8, temperature=0),
