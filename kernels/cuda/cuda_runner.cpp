@@ -2,11 +2,12 @@
 // kernel for kernel; every kernel here has its CPU twin there. Both load the weights the one map of
 // model/loader/weight_map.h names, sharded and laid out alike.
 //
-// Step flow on the compute stream: wait for pending swaps -> copy-on-write copies -> metadata upload -> embedding ->
-// layers (norm, fused QKV GEMM (+bias), Qwen3's q/k head norms, RoPE + cache write, paged attention (the layer's
-// sliding window), O GEMM (+bias), residual + norm, fused gate/up GEMM, SiLU-and-mul, down GEMM) -> final norm ->
-// LM head on the sampled rows -> sampling -> one synchronisation for the sampled tokens -> prompt logprobs, when a
-// chunk asks (LM head and score_tokens over at most max_num_seqs rows at a time, one synchronisation each).
+// Step flow on the compute stream: wait for the swaps whose blocks it uses -> copy-on-write copies -> metadata
+// upload -> embedding -> layers (norm, fused QKV GEMM (+bias), Qwen3's q/k head norms, RoPE + cache write, paged
+// attention (the layer's sliding window), O GEMM (+bias), residual + norm, fused gate/up GEMM, SiLU-and-mul, down
+// GEMM) -> final norm -> LM head on the sampled rows -> sampling -> one synchronisation for the sampled tokens ->
+// prompt logprobs, when a chunk asks (LM head and score_tokens over at most max_num_seqs rows at a time, one
+// synchronisation each).
 // Gemma 3 adds the post norms of both sublayers' outputs (into post_normed), GeGLU for SiLU-and-mul, (1 + weight)
 // norms, scaled embeddings, its sliding layers' RoPE, and the final logits' soft-cap; its one-token steps take the
 // GEMMs, not the fused GEMVs.
@@ -511,6 +512,7 @@ void CudaModelRunner::Impl::allocate_kv() {
   host = cuda::BlockPool{swap_memory.get(), 2 * kv_groups.layers_per_block,
                          static_cast<int>(std::max<int64_t>(swap_blocks, 0)),
                          block_bytes};
+  swapping = BlocksInFlight(kv.num_blocks);
 }
 
 void CudaModelRunner::Impl::allocate_lora() {
@@ -898,9 +900,17 @@ void CudaModelRunner::Impl::lm_head_logits(const bf16* rows, int n) {
 
 void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
   PAGED_CUDA_CHECK(cudaSetDevice(opt.device));
-  if (swap_pending) {  // swapped-in blocks are read, swapped-out ones may be overwritten by this step
-    PAGED_CUDA_CHECK(cudaStreamWaitEvent(compute, swap_done, 0));
-    swap_pending = false;
+  if (!swapping.empty()) {
+    // Swaps still copying: this step waits for them only if it reads a swapped-in block or writes over a
+    // swapped-out one (a block of its tables or copies); else it runs beside them on the compute stream.
+    const cudaError_t copied = cudaEventQuery(swap_done);
+    if (copied != cudaErrorNotReady) {
+      PAGED_CUDA_CHECK(copied);
+      swapping.clear();
+    } else if (swapping.touched_by(batch)) {
+      PAGED_CUDA_CHECK(cudaStreamWaitEvent(compute, swap_done, 0));
+      swapping.clear();
+    }
   }
   PAGED_CUDA_CHECK(cudaEventRecord(step_start, compute));
   if (!batch.copies.empty()) {
@@ -1074,9 +1084,9 @@ void CudaModelRunner::Impl::swap(const cuda::BlockPool& from, const cuda::BlockP
                                  const std::vector<BlockPair>& pairs) {
   if (pairs.empty()) return;
   PAGED_CUDA_CHECK(cudaSetDevice(opt.device));
-  // After the last step that wrote the blocks (compute_done), before the next that may reuse them (swap_pending).
-  PAGED_CUDA_CHECK(cuda::swap_blocks(from, to, pairs, copy, compute_done, swap_done));
-  swap_pending = true;
+  // After the last step that wrote the blocks (compute_done), before the next that uses them (`swapping`).
+  PAGED_CUDA_CHECK(cuda::swap_blocks(from, to, pairs, copy, compute_done, swap_done));  // checks every pair first
+  for (const auto& [src, dst] : pairs) swapping.add(&from == &kv ? src : dst);
 }
 
 void CudaModelRunner::swap_out(const std::vector<BlockPair>& device_to_cpu) {

@@ -28,6 +28,7 @@
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda/random_fill.h"
+#include "model/kv/blocks_in_flight.h"
 #include "kernels/cuda/rope_cache.h"
 #include "kernels/cuda/sampling.h"
 #include "model/kv/kv_groups.h"
@@ -148,7 +149,9 @@ struct CudaModelRunner::Impl {
   // The step's device time (StepCost): its start, the end of its forward pass and sampling, and the previous end.
   cudaEvent_t step_start = nullptr, step_end = nullptr, prev_end = nullptr;
   bool prev_end_recorded = false;
-  bool swap_pending = false;
+  // The device blocks of the swaps enqueued on `copy` since a step last waited for them (swap_done): a step that
+  // uses one waits, others run beside the copies.
+  BlocksInFlight swapping;
 
   // Weights: one arena, every tensor 256-byte aligned inside it. FP8 weights: their codes, their scales, and the
   // bf16 staging of one tensor while it loads (freed once all are quantised).

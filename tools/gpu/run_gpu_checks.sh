@@ -281,6 +281,15 @@ if wanted golden && [ -d "$BIN/stories-distill-9M" ]; then
     result=$(golden_prefix "$G" "$LOG_DIR/golden_$mode.json")
     add_row "stories-distill-9M greedy on CUDA vs HF float32, $mode" "${result%%|*}" "${result#*|}"
   done
+  # Under swap preemption: a pool of 24 blocks for every prompt at once, so sequences go to the CPU pool and come
+  # back while others run (the steps wait only for the swaps whose blocks they use); the same bar, and swaps seen.
+  "$BIN/paged" generate --prompts-file "$LOG_DIR/golden.jsonl" "${greedy[@]}" --stats --num-kv-blocks 24 \
+    --preemption-mode swap --swap-space 1 >"$LOG_DIR/golden_swap.json" 2>"$LOG_DIR/golden_swap.err"
+  result=$(golden_prefix "$G" "$LOG_DIR/golden_swap.json")
+  swapped=$(grep -o '"swapped_out_blocks":[0-9]*' "$LOG_DIR/golden_swap.json" | cut -d: -f2)
+  [ "${swapped:-0}" -gt 0 ] || result="FAIL|no block was swapped out; ${result#*|}"
+  add_row "stories-distill-9M greedy on CUDA vs HF float32, swap preemption" "${result%%|*}" \
+    "${result#*|}, ${swapped:-0} blocks swapped out"
   # Speculative decoding (n-gram drafts verified in one step, each position sampled in its own logits row): the same
   # bar, all prompts in one batch and one sequence at a time (max_num_seqs 1: the drafts' rows beside its one).
   spec=(--speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}')
