@@ -13,6 +13,17 @@ using namespace paged;
 using namespace paged::gpu_test;
 using paged::test::chunk_of;
 
+namespace {
+
+// 33 token ids of the model's vocabulary.
+std::vector<TokenId> random_tokens(std::mt19937& rng, const ModelConfig& cfg) {
+  std::vector<TokenId> tokens(33);
+  for (auto& t : tokens) t = static_cast<TokenId>(rng() % cfg.vocab_size);
+  return tokens;
+}
+
+}  // namespace
+
 TEST_CASE("the CUDA runner's host blocks read and written back carry a sequence's KV exactly", "[gpu][runner]") {
   require_device();
   const ModelConfig cfg = small_llama();
@@ -20,8 +31,7 @@ TEST_CASE("the CUDA runner's host blocks read and written back carry a sequence'
   CudaModelRunner runner(cfg, 11, opt);
   REQUIRE(runner.num_swap_blocks() >= 4);
   std::mt19937 rng(5);
-  std::vector<TokenId> tokens(33);
-  for (auto& t : tokens) t = static_cast<TokenId>(rng() % cfg.vocab_size);
+  const std::vector<TokenId> tokens = random_tokens(rng, cfg);
 
   StepBatch prefill;
   prefill.seqs.push_back(chunk_of(0, tokens, 0, 32, {0, 1}));
@@ -66,12 +76,7 @@ TEST_CASE("the CUDA runner's steps wait for the swaps whose blocks they use, and
   CudaModelRunner runner(cfg, 13, opt);
   REQUIRE(runner.num_swap_blocks() >= 402);
   std::mt19937 rng(6);
-  const auto random_tokens = [&] {
-    std::vector<TokenId> t(33);
-    for (auto& x : t) x = static_cast<TokenId>(rng() % cfg.vocab_size);
-    return t;
-  };
-  const std::vector<TokenId> a = random_tokens(), b = random_tokens();
+  const std::vector<TokenId> a = random_tokens(rng, cfg), b = random_tokens(rng, cfg);
   SamplingParams greedy;
   greedy.temperature = 0;
   const auto prefill = [&](SeqId seq, const std::vector<TokenId>& tokens, std::vector<int32_t> table) {
