@@ -48,6 +48,13 @@
 //       Gemm::linear_fp8 (the product of the codes and the scale pass), all three timed together, and beside them
 //       the quantisation and the scale pass each alone.
 //
+//   bench_cuda_runner prefill-ops [--prompt 2048] [--tokens 16384] [--fp8] [--fp8-kv]
+//       One layer of a prefill step of whole prompts (`tokens` rows, `prompt` tokens each), each kernel as the runner
+//       enqueues it timed with CUDA events: the four products (TFLOP/s), the prefill attention (TFLOP/s of its causal
+//       multiply-adds) and the passes around them (norms, RoPE and the cache write, SiLU-and-mul; with --fp8 the FP8
+//       path's: the norms writing the products' input codes, the products left unscaled for the kernel after them,
+//       act_and_mul_fp8), and their shares of the layer: where a prefill-bound step's time goes.
+//
 //   bench_cuda_runner lora [--rows 1,16,64,256,2048,16384] [--rank 16] [--slots 1]
 //       The LoRA pairs of one Llama-3-8B layer (kernels/cuda/lora.h) at each row count: rank-r pairs on every
 //       projection (q, k, v, o, gate, up, down) in slots of room for r, the rows all of one adapter (--slots S:
@@ -593,6 +600,136 @@ int run_ops(std::map<std::string, std::string>& f) {
   return 0;
 }
 
+// One layer of a prefill step, kernel by kernel, as the runner enqueues it for `tokens` rows that are whole prompts
+// of `prompt` tokens: bf16, or with --fp8 the FP8 path (the norms writing the products' input codes, the products
+// left unscaled for the kernel after them, act_and_mul_fp8), with --fp8-kv the FP8 cache. Where a prefill-bound
+// step goes between the products, the attention and the passes around them.
+int run_prefill_ops(std::map<std::string, std::string>& f) {
+  using cuda::bf16;
+  const int P = f.count("prompt") ? std::stoi(f["prompt"]) : 2048;
+  const int want = f.count("tokens") ? std::stoi(f["tokens"]) : 16384;
+  const bool fp8 = f.count("fp8") > 0, fp8_kv = f.count("fp8-kv") > 0;
+  const int bs = 16;
+  if (P <= 0 || P % bs != 0 || want < P)
+    throw std::runtime_error("--prompt: a positive multiple of 16, at most --tokens");
+  const int S = want / P, T = S * P;  // whole prompts
+  const ModelConfig cfg = llama3_8b();
+  const int H = cfg.hidden_size, I = cfg.intermediate_size, D = cfg.head_dim;
+  const int heads = cfg.num_heads, kvh = cfg.num_kv_heads, qkv_dim = (heads + 2 * kvh) * D;
+  const int blocks_per_seq = P / bs, num_blocks = S * blocks_per_seq;
+  cudaStream_t s = nullptr;
+  cuda_ok(cudaStreamCreate(&s), "stream");
+  auto random = [&](size_t n, float scale, float offset = 0.f) {
+    bf16* p = device_array<bf16>(n);
+    cuda_ok(cuda::fill_random_bf16(p, n, n, scale, offset, s), "fill");
+    return p;
+  };
+  // A linear layer's weight [n][k]: bf16, and with --fp8 its codes and row scales as the runner quantises them.
+  struct Weight {
+    bf16* w;
+    uint8_t* q = nullptr;
+    float* scale = nullptr;
+  };
+  auto weight = [&](int n, int k) {
+    Weight w{random(size_t(n) * k, 0.02f)};
+    if (fp8) {
+      w.q = device_array<uint8_t>(size_t(n) * k);
+      w.scale = device_array<float>(n);
+      cuda_ok(cuda::quantize_rows_fp8(w.w, n, k, w.q, w.scale, s), "quantise");
+    }
+    return w;
+  };
+  const Weight w_qkv = weight(qkv_dim, H), w_o = weight(H, heads * D), w_gu = weight(2 * I, H), w_down = weight(H, I);
+  bf16* norm_w = random(H, 0.f, 1.f);
+  bf16 *x = random(size_t(T) * H, 1.f), *res = random(size_t(T) * H, 1.f), *normed = random(size_t(T) * H, 1.f);
+  bf16 *qkv = random(size_t(T) * qkv_dim, 1.f), *attn = random(size_t(T) * heads * D, 1.f);
+  bf16 *gu = random(size_t(T) * 2 * I, 1.f), *act = random(size_t(T) * I, 1.f);
+  uint8_t* codes = device_array<uint8_t>(size_t(T) * I);  // the next product's input codes (I >= H)
+  float* row_scale = device_array<float>(T);
+  cuda_ok(cuda::quantize_rows_fp8(act, T, I, codes, row_scale, s), "quantise");
+  const size_t cache_bytes = std::max<size_t>(size_t(num_blocks) * kvh * bs * D * sizeof(bf16),
+                                              size_t(num_blocks) * cuda::kv_fp8_block_bytes(kvh, bs, D));
+  char *kc = device_array<char>(cache_bytes), *vc = device_array<char>(cache_bytes);
+  cuda_ok(cudaMemset(kc, 0, cache_bytes), "memset");
+  cuda_ok(cudaMemset(vc, 0, cache_bytes), "memset");
+  // Sequence q's blocks are q * blocks_per_seq onwards, so token t's slot is t.
+  std::vector<int32_t> tables(num_blocks), starts(S + 1), lens(S, P), positions(T);
+  std::vector<int64_t> slots(T);
+  for (int i = 0; i < num_blocks; ++i) tables[i] = i;
+  for (int q = 0; q <= S; ++q) starts[q] = q * P;
+  for (int t = 0; t < T; ++t) positions[t] = t % P, slots[t] = t;
+  int32_t *d_tables = device_array<int32_t>(num_blocks), *d_starts = device_array<int32_t>(S + 1);
+  int32_t *d_lens = device_array<int32_t>(S), *d_pos = device_array<int32_t>(T);
+  int64_t* d_slots = device_array<int64_t>(T);
+  cuda_ok(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice), "copy");
+  cuda_ok(cudaMemcpy(d_starts, starts.data(), starts.size() * 4, cudaMemcpyHostToDevice), "copy");
+  cuda_ok(cudaMemcpy(d_lens, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "copy");
+  cuda_ok(cudaMemcpy(d_pos, positions.data(), positions.size() * 4, cudaMemcpyHostToDevice), "copy");
+  cuda_ok(cudaMemcpy(d_slots, slots.data(), slots.size() * 8, cudaMemcpyHostToDevice), "copy");
+  const std::vector<float> freq = cfg.rope_inv_freq();
+  float* d_freq = device_array<float>(freq.size());
+  cuda_ok(cudaMemcpy(d_freq, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice), "copy");
+  cuda::Gemm gemm;
+  auto* const k8 = fp8_kv ? reinterpret_cast<uint8_t*>(kc) : nullptr;
+  auto* const v8 = fp8_kv ? reinterpret_cast<uint8_t*>(vc) : nullptr;
+  bf16* const kb = fp8_kv ? nullptr : reinterpret_cast<bf16*>(kc);
+  bf16* const vb = fp8_kv ? nullptr : reinterpret_cast<bf16*>(vc);
+  const cuda::PagedAttentionArgs a{.out = attn, .q = qkv, .q_stride = qkv_dim, .k_cache = kb, .v_cache = vb,
+                                   .k_fp8 = k8, .v_fp8 = v8, .block_tables = d_tables, .query_start = d_starts,
+                                   .context_lens = d_lens, .num_seqs = S, .max_blocks_per_seq = blocks_per_seq,
+                                   .num_heads = heads, .num_kv_heads = kvh, .head_dim = D, .block_size = bs,
+                                   .scale = 0.0884f};
+  // The attention's multiply-adds: causal, every query head against the keys up to its position.
+  const double attention_flop = 4.0 * S * (double(P) * (P + 1) / 2) * heads * D;
+  double products_us = 0, attention_us = 0, passes_us = 0;
+  enum Kind { kProduct, kAttention, kPass };
+  auto time = [&](const char* name, Kind kind, double flop, auto&& launch) {
+    const double us = mean_launch_us(s, 2, 10, name, [&](int) { return launch(); });
+    (kind == kProduct ? products_us : kind == kAttention ? attention_us : passes_us) += us;
+    std::printf("  %-40s %9.1f us", name, us);
+    if (flop > 0) std::printf("  %6.0f TFLOP/s", flop / us / 1e6);
+    std::printf("\n");
+  };
+  const auto product = [&](bf16* y, const bf16* in, const Weight& w, int n, int k) {
+    return fp8 ? gemm.product_fp8(y, codes, w.q, T, n, k, s) : gemm.linear(y, in, w.w, nullptr, T, n, k, false, s);
+  };
+  const cuda::Fp8Rows rows = fp8 ? cuda::Fp8Rows{codes, row_scale} : cuda::Fp8Rows{};
+  const auto pending = [&](const Weight& w) {
+    return fp8 ? cuda::Fp8Product{row_scale, w.scale, nullptr} : cuda::Fp8Product{};
+  };
+  std::printf("prefill ops: %d prompts of %d tokens (%d rows), %s weights, %s cache (Llama-3-8B shapes), back-to-back "
+              "launches:\n", S, P, T, fp8 ? "FP8" : "bf16", fp8_kv ? "FP8" : "bf16");
+  time(fp8 ? "add_rms_norm (down's scales, codes)" : "add_rms_norm", kPass, 0, [&] {
+    return cuda::add_rms_norm(normed, res, x, norm_w, T, H, 1e-5f, 0.0f, s, rows, pending(w_down));
+  });
+  time("product qkv", kProduct, 2.0 * T * qkv_dim * H, [&] { return product(qkv, normed, w_qkv, qkv_dim, H); });
+  time(fp8 ? "rope_and_cache (qkv's scales)" : "rope_and_cache", kPass, 0, [&] {
+    const cuda::RopeExtras extras{.product = pending(w_qkv), .k_fp8 = k8, .v_fp8 = v8};
+    return cuda::rope_and_cache(qkv, kb, vb, d_pos, d_slots, d_freq, T, heads, kvh, D, D, 1.0f, bs, qkv_dim, s,
+                                extras);
+  });
+  time("attention prefill", kAttention, attention_flop, [&] { return cuda::paged_attention_prefill(a, P, s); });
+  if (fp8)
+    time("quantize_rows_fp8 (o's input)", kPass, 0,
+         [&] { return cuda::quantize_rows_fp8(attn, T, heads * D, codes, row_scale, s); });
+  time("product o", kProduct, 2.0 * T * H * heads * D, [&] { return product(x, attn, w_o, H, heads * D); });
+  time(fp8 ? "add_rms_norm (o's scales, codes)" : "add_rms_norm", kPass, 0, [&] {
+    return cuda::add_rms_norm(normed, res, x, norm_w, T, H, 1e-5f, 0.0f, s, rows, pending(w_o));
+  });
+  time("product gate_up", kProduct, 4.0 * T * I * H, [&] { return product(gu, normed, w_gu, 2 * I, H); });
+  time(fp8 ? "act_and_mul_fp8" : "silu_and_mul", kPass, 0, [&] {
+    return fp8 ? cuda::act_and_mul_fp8(act, codes, row_scale, gu, row_scale, w_gu.scale, T, I, false, s)
+               : cuda::silu_and_mul(act, gu, T, I, s);
+  });
+  time("product down", kProduct, 2.0 * T * H * I, [&] { return product(x, act, w_down, H, I); });
+  const double layer_us = products_us + attention_us + passes_us;
+  std::printf("  one layer %.1f us: products %.1f (%.0f%%), attention %.1f (%.0f%%), passes %.1f (%.0f%%); 32 layers "
+              "= %.1f ms a step\n",
+              layer_us, products_us, 100 * products_us / layer_us, attention_us, 100 * attention_us / layer_us,
+              passes_us, 100 * passes_us / layer_us, 32 * layer_us / 1e3);
+  return 0;
+}
+
 int run_gemv(std::map<std::string, std::string>& f) {
   using cuda::bf16;
   const int layers = f.count("layers") ? std::stoi(f["layers"]) : 32;
@@ -1119,7 +1256,8 @@ int run_parity(std::map<std::string, std::string>& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_cuda_runner decode|ops|gemv|gemm|lora|moe-gemm|fp8-error|parity [flags]\n");
+    std::fprintf(stderr,
+                 "usage: bench_cuda_runner decode|ops|prefill-ops|gemv|gemm|lora|moe-gemm|fp8-error|parity [flags]\n");
     return 2;
   }
   if (paged::cuda_device_count() == 0) {
@@ -1132,6 +1270,7 @@ int main(int argc, char** argv) {
     if (mode == "decode") return run_decode(f);
     if (mode == "parity") return run_parity(f);
     if (mode == "ops") return run_ops(f);
+    if (mode == "prefill-ops") return run_prefill_ops(f);
     if (mode == "gemm") return run_gemm(f);
     if (mode == "gemv") return run_gemv(f);
     if (mode == "lora") return run_lora(f);
