@@ -398,6 +398,16 @@ if wanted profile; then
     add_row "paged bench --profile, $ds, 1000 requests" "$(status_word $s)" \
       "$(tok_per_s "$(bench_json "profile_$ds")") output tok/s"
   done
+  # Where a prefill-bound step goes: one layer of 16k rows of 2,048-token prompts kernel by kernel (products,
+  # attention, passes), bf16 and FP8 weights with the FP8 cache.
+  for q in "" "--fp8 --fp8-kv"; do
+    name=prefill_ops${q:+_fp8}
+    # shellcheck disable=SC2086
+    run "$name" 120 "$BIN/bench_cuda_runner" prefill-ops --prompt 2048 --tokens 16384 $q
+    s=$?
+    add_row "bench_cuda_runner prefill-ops, 2,048-token prompts${q:+, FP8 + FP8 KV}" "$(status_word $s)" \
+      "$(grep 'one layer' "$LOG_DIR/$name.log")"
+  done
   for ds in random sharegpt-like; do
     echo "step profile, $ds:"
     sed -n '/^Step profile/,/^all /p' "$LOG_DIR/profile_$ds.log"
