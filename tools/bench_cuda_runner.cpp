@@ -350,6 +350,13 @@ T* device_array(size_t n) {
   return static_cast<T*>(p);
 }
 
+// n random bf16 values on the device (seeded by n), uniform in offset +- scale.
+cuda::bf16* random_bf16(size_t n, float scale, float offset, cudaStream_t s) {
+  cuda::bf16* p = device_array<cuda::bf16>(n);
+  cuda_ok(cuda::fill_random_bf16(p, n, n, scale, offset, s), "fill");
+  return p;
+}
+
 // Mean microseconds of one launch(i): `warmup` untimed calls (i = 0 .. warmup - 1), then `reps` calls enqueued back
 // to back on `s` (i = warmup ..) between two events.
 template <class Launch>
@@ -379,11 +386,7 @@ int run_ops(std::map<std::string, std::string>& f) {
   const int blocks_per_seq = (ctx + bs - 1) / bs, num_blocks = m * blocks_per_seq;
   cudaStream_t s = nullptr;
   cuda_ok(cudaStreamCreate(&s), "stream");
-  auto random = [&](size_t n, float scale, float offset = 0.f) {
-    bf16* p = device_array<bf16>(n);
-    cuda_ok(cuda::fill_random_bf16(p, n, n, scale, offset, s), "fill");
-    return p;
-  };
+  auto random = [&](size_t n, float scale, float offset = 0.f) { return random_bf16(n, scale, offset, s); };
   bf16 *w_qkv = random(size_t(qkv_dim) * H, 0.02f), *w_o = random(size_t(H) * heads * D, 0.02f);
   bf16 *w_gu = random(size_t(2) * I * H, 0.02f), *w_down = random(size_t(H) * I, 0.02f);
   bf16 *w_head = random(size_t(V) * H, 0.02f), *norm_w = random(H, 0.f, 1.f);
@@ -619,11 +622,7 @@ int run_prefill_ops(std::map<std::string, std::string>& f) {
   const int blocks_per_seq = P / bs, num_blocks = S * blocks_per_seq;
   cudaStream_t s = nullptr;
   cuda_ok(cudaStreamCreate(&s), "stream");
-  auto random = [&](size_t n, float scale, float offset = 0.f) {
-    bf16* p = device_array<bf16>(n);
-    cuda_ok(cuda::fill_random_bf16(p, n, n, scale, offset, s), "fill");
-    return p;
-  };
+  auto random = [&](size_t n, float scale, float offset = 0.f) { return random_bf16(n, scale, offset, s); };
   // A linear layer's weight [n][k]: bf16, and with --fp8 its codes and row scales as the runner quantises them.
   struct Weight {
     bf16* w;
