@@ -717,7 +717,7 @@ int run_prefill_ops(std::map<std::string, std::string>& f) {
   });
   time("product gate_up", kProduct, 4.0 * T * I * H, [&] { return product(gu, normed, w_gu, 2 * I, H); });
   time(fp8 ? "act_and_mul_fp8" : "silu_and_mul", kPass, 0, [&] {
-    return fp8 ? cuda::act_and_mul_fp8(act, codes, row_scale, gu, row_scale, w_gu.scale, T, I, false, s)
+    return fp8 ? cuda::act_and_mul_fp8(codes, row_scale, gu, row_scale, w_gu.scale, T, I, false, s)
                : cuda::silu_and_mul(act, gu, T, I, s);
   });
   time("product down", kProduct, 2.0 * T * H * I, [&] { return product(x, act, w_down, H, I); });

@@ -853,7 +853,7 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       moe_mlp(proj.get(), normed.get(), L, T, false);
     } else if (fp8_mlp) {
       PAGED_CUDA_CHECK(gemm->product_fp8(gate_up.get(), act_fp8.get(), L.gate_up8.q, T, 2 * inter, hidden, s));
-      PAGED_CUDA_CHECK(cuda::act_and_mul_fp8(act.get(), act_fp8.get(), act_scale.get(), gate_up.get(), act_scale.get(),
+      PAGED_CUDA_CHECK(cuda::act_and_mul_fp8(act_fp8.get(), act_scale.get(), gate_up.get(), act_scale.get(),
                                              L.gate_up8.scale, T, inter, cfg.activation == Activation::gelu_tanh, s));
       if (defer_scales) {
         PAGED_CUDA_CHECK(gemm->product_fp8(proj.get(), act_fp8.get(), L.down8.q, T, hidden, inter, s));

@@ -54,6 +54,11 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 
 __device__ __forceinline__ Bf16x8 load_bf16x8(const bf16* p) { return *reinterpret_cast<const Bf16x8*>(p); }
 __device__ __forceinline__ void store_bf16x8(bf16* p, const Bf16x8& v) { *reinterpret_cast<Bf16x8*>(p) = v; }
+// Eight floats from p (16-byte aligned) in two 16-byte loads.
+__device__ __forceinline__ void load_float8(const float* p, float (&f)[8]) {
+  const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
+  f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w, f[4] = hi.x, f[5] = hi.y, f[6] = hi.z, f[7] = hi.w;
+}
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {

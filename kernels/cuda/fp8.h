@@ -32,11 +32,12 @@ cudaError_t scale_fp8_product(bf16* y,               // [m][n]
 
 /// A gated MLP's activation on its FP8 gate/up product, ready for the down projection: per token t, the gate and up
 /// halves of gate_up (a product of codes not yet scaled, as Gemm::product_fp8 leaves it) scaled by x_scale[t] and
-/// w_scale (no bias), act(gate) * up (SiLU, or with gelu_tanh GELU-tanh) into act, and that row quantised into q and
-/// scale: the bits of scale_fp8_product, silu_and_mul (or gelu_tanh_and_mul) and quantize_rows_fp8 in sequence, in
-/// one pass. scale may alias x_scale. inter a positive multiple of 8; act, gate_up 16-byte and q 8-byte aligned.
-cudaError_t act_and_mul_fp8(bf16* act,              // [tokens][inter]
-                            uint8_t* q,             // [tokens][inter]
+/// w_scale (no bias), act(gate) * up (SiLU, or with gelu_tanh GELU-tanh) rounded to bf16, and that row quantised into
+/// q and scale: the codes and scales of scale_fp8_product, silu_and_mul (or gelu_tanh_and_mul) and quantize_rows_fp8
+/// in sequence, in one pass that never writes the bf16 row (it stays in shared memory). scale may alias x_scale.
+/// inter a positive multiple of 8 of at most 116,224 (a row in 227 KB); gate_up, w_scale 16-byte and q 8-byte
+/// aligned.
+cudaError_t act_and_mul_fp8(uint8_t* q,             // [tokens][inter]
                             float* scale,           // [tokens]
                             const bf16* gate_up,    // [tokens][2 * inter]: gate, then up
                             const float* x_scale,   // [tokens]
