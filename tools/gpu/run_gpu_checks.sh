@@ -95,21 +95,25 @@ print(("PASS" if ok else "FAIL") + f"|mean matched prefix {sum(ours) / max(1, le
 PY
 }
 
-# perplexity MODEL FLAGS...: the model's perplexity (through prompt logprobs) on 200 stories that stories260K samples
-# (temperature 1, seeded, four openings x 50), with the engine flags given; prints PASS|figure, or FAIL|why.
+# The 200 stories that stories260K samples (temperature 1, seeded, four openings x 50), once: ppl_stories.jsonl.
+stories() {
+  [ -s "$LOG_DIR/ppl_stories.jsonl" ] && return
+  printf '{"prompt": "%s"}\n' "Once upon a time" "One day" "There was a" "Tom and" >"$LOG_DIR/ppl_openings.jsonl"
+  "$BIN/paged" generate --model "$HERE/../../models/stories260K" --device cpu --prompts-file "$LOG_DIR/ppl_openings.jsonl" \
+    --n 50 --seed 20261201 --temperature 1 --max-tokens 200 --json 2>"$LOG_DIR/ppl_stories.err" |
+    python3 -c 'import json, sys
+for l in sys.stdin:
+    o = json.loads(l)
+    for c in o["outputs"]: print(json.dumps({"prompt": o["prompt"] + c["text"]}))' >"$LOG_DIR/ppl_stories.jsonl"
+}
+
+# perplexity MODEL FLAGS...: the model's perplexity (through prompt logprobs) on the 200 stories, with the engine
+# flags given; prints PASS|figure, or FAIL|why.
 perplexity() {
   local model=$1 tag
   shift
   tag=$(echo "$*" | tr -c 'a-z0-9' _)
-  if [ ! -s "$LOG_DIR/ppl_stories.jsonl" ]; then
-    printf '{"prompt": "%s"}\n' "Once upon a time" "One day" "There was a" "Tom and" >"$LOG_DIR/ppl_openings.jsonl"
-    "$BIN/paged" generate --model "$HERE/../../models/stories260K" --device cpu --prompts-file "$LOG_DIR/ppl_openings.jsonl" \
-      --n 50 --seed 20261201 --temperature 1 --max-tokens 200 --json 2>"$LOG_DIR/ppl_stories.err" |
-      python3 -c 'import json, sys
-for l in sys.stdin:
-    o = json.loads(l)
-    for c in o["outputs"]: print(json.dumps({"prompt": o["prompt"] + c["text"]}))' >"$LOG_DIR/ppl_stories.jsonl"
-  fi
+  stories
   "$BIN/paged" generate --model "$model" --device cuda --prompts-file "$LOG_DIR/ppl_stories.jsonl" --max-tokens 1 \
     --prompt-logprobs 0 --temperature 0 --json "$@" >"$LOG_DIR/ppl_$tag.json" 2>"$LOG_DIR/ppl_$tag.err" || {
     echo "FAIL|paged generate failed: $(tail -n 1 "$LOG_DIR/ppl_$tag.err")"
@@ -120,6 +124,38 @@ import json, math, sys
 lps = [x for l in open(sys.argv[1]) if l.startswith("{") for x in json.loads(l)["prompt_logprobs"]]
 n = sum(1 for l in open(sys.argv[1]) if l.startswith("{"))
 print(("PASS" if n == 200 else "FAIL") + f"|perplexity {math.exp(-sum(lps) / len(lps)):.4f} over {len(lps)} tokens of {n} stories")
+PY
+}
+
+# agreement MODEL BAR FLAGS...: how far 64 greedy tokens on CUDA with the engine flags given follow the float32 CPU
+# runner's (which HF float32 parity holds to), over 200 prompts: the first 20 words of each story (all distinct).
+# Prints PASS|figures when the mean matched prefix is at least BAR, else FAIL|figures.
+agreement() {
+  local model=$1 bar=$2 tag
+  shift 2
+  tag=$(echo "$*" | tr -c 'a-z0-9' _)
+  stories
+  if [ ! -s "$LOG_DIR/agree_f32.json" ]; then
+    python3 -c 'import json, sys
+for l in open(sys.argv[1]): print(json.dumps({"prompt": " ".join(json.loads(l)["prompt"].split()[:20])}))' \
+      "$LOG_DIR/ppl_stories.jsonl" >"$LOG_DIR/agree_prompts.jsonl"
+    "$BIN/paged" generate --model "$model" --device cpu --prompts-file "$LOG_DIR/agree_prompts.jsonl" --max-tokens 64 \
+      --temperature 0 --ignore-eos --json >"$LOG_DIR/agree_f32.json" 2>"$LOG_DIR/agree_f32.err"
+  fi
+  "$BIN/paged" generate --model "$model" --device cuda --prompts-file "$LOG_DIR/agree_prompts.jsonl" --max-tokens 64 \
+    --temperature 0 --ignore-eos --json "$@" >"$LOG_DIR/agree_$tag.json" 2>"$LOG_DIR/agree_$tag.err"
+  python3 - "$LOG_DIR/agree_f32.json" "$LOG_DIR/agree_$tag.json" "$bar" <<'PY'
+import json, sys
+def ids(path): return [json.loads(l)["outputs"][0]["token_ids"] for l in open(path) if l.startswith("{")]
+ref, ours = ids(sys.argv[1]), ids(sys.argv[2])
+def prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+    return n
+p = [prefix(a, b) for a, b in zip(ours, ref)]
+mean = sum(p) / max(1, len(p))
+ok = len(ref) == 200 and len(ours) == len(ref) and mean >= float(sys.argv[3])
+print(("PASS" if ok else "FAIL") + f"|mean matched prefix {mean:.2f} of 64 on {len(p)} prompts, {sum(x == 64 for x in p)} all 64")
 PY
 }
 
@@ -436,6 +472,15 @@ if wanted fp8; then
       # shellcheck disable=SC2086
       result=$(perplexity "$BIN/stories-distill-9M" $flags)
       add_row "stories-distill-9M perplexity, 200 stories of stories260K, $flags" "${result%%|*}" "${result#*|}"
+    done
+    # Greedy agreement with float32 over 200 prompts: bf16 sets the bar, FP8 keeps at least 80% of its prefix.
+    result=$(agreement "$BIN/stories-distill-9M" 0 --quantization none)
+    add_row "stories-distill-9M greedy vs float32 (CPU runner), 200 prompts, bf16" "${result%%|*}" "${result#*|}"
+    bar=$(echo "${result#*|}" | awk '{print 0.8 * $4}')
+    for flags in "--quantization fp8" "--kv-cache-dtype fp8" "--quantization fp8 --kv-cache-dtype fp8"; do
+      # shellcheck disable=SC2086
+      result=$(agreement "$BIN/stories-distill-9M" "$bar" $flags)
+      add_row "stories-distill-9M greedy vs float32 (CPU runner), 200 prompts, $flags" "${result%%|*}" "${result#*|}"
     done
   fi
   declare -A decode_flags=([bf16]="" [fp8]="--fp8" [fp8_kv]="--fp8 --fp8-kv")
