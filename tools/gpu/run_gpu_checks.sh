@@ -78,13 +78,10 @@ for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": c["p
 # against golden file $1's HF float32 ids, at least 58 of 64 to pass, beside HF's own bf16 run.
 golden_prefix() {
   python3 - "$1" "$2" "${3:-bf16}" <<'PY'
-import json, sys
+import json, os, sys
 cases = json.load(open(sys.argv[1]))["cases"]
 runs = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
-def prefix(a, b):
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
-    return n
+def prefix(a, b): return len(os.path.commonprefix([a, b]))
 ours = [prefix(r["outputs"][0]["token_ids"], c["greedy_ids"]) for r, c in zip(runs, cases)]
 hf16 = [prefix(c["greedy_ids_hf_bf16"], c["greedy_ids"]) for c in cases]
 # bf16: the bar of issue 14; FP8 (a coarser model): within 80% of what HF's own bf16 run keeps.
@@ -145,14 +142,10 @@ for l in open(sys.argv[1]): print(json.dumps({"prompt": " ".join(json.loads(l)["
   "$BIN/paged" generate --model "$model" --device cuda --prompts-file "$LOG_DIR/agree_prompts.jsonl" --max-tokens 64 \
     --temperature 0 --ignore-eos --json "$@" >"$LOG_DIR/agree_$tag.json" 2>"$LOG_DIR/agree_$tag.err"
   python3 - "$LOG_DIR/agree_f32.json" "$LOG_DIR/agree_$tag.json" "$bar" <<'PY'
-import json, sys
+import json, os, sys
 def ids(path): return [json.loads(l)["outputs"][0]["token_ids"] for l in open(path) if l.startswith("{")]
 ref, ours = ids(sys.argv[1]), ids(sys.argv[2])
-def prefix(a, b):
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
-    return n
-p = [prefix(a, b) for a, b in zip(ours, ref)]
+p = [len(os.path.commonprefix([a, b])) for a, b in zip(ours, ref)]
 mean = sum(p) / max(1, len(p))
 ok = len(ref) == 200 and len(ours) == len(ref) and mean >= float(sys.argv[3])
 print(("PASS" if ok else "FAIL") + f"|mean matched prefix {mean:.2f} of 64 on {len(p)} prompts, {sum(x == 64 for x in p)} all 64")
@@ -348,13 +341,9 @@ for c in json.load(open(sys.argv[1]))["cases"]: print(json.dumps({"prompt": pref
   "$BIN/paged" generate --prompts-file "$LOG_DIR/shared.jsonl" "${greedy[@]}" --no-enable-prefix-caching --stats \
     >"$LOG_DIR/shared_off.json" 2>"$LOG_DIR/shared_off.err"
   result=$(python3 - "$LOG_DIR/shared_on.json" "$LOG_DIR/shared_off.json" <<'PY'
-import json, sys
+import json, os, sys
 on, off = ([json.loads(l) for l in open(p) if l.startswith("{") and "outputs" in l] for p in sys.argv[1:3])
-def prefix(a, b):
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
-    return n
-m = [prefix(a["outputs"][0]["token_ids"], b["outputs"][0]["token_ids"]) for a, b in zip(on, off)]
+m = [len(os.path.commonprefix([a["outputs"][0]["token_ids"], b["outputs"][0]["token_ids"]])) for a, b in zip(on, off)]
 ok = len(m) == 12 and sum(m) / len(m) >= 58
 print(("PASS" if ok else "FAIL") + f"|mean matched prefix {sum(m) / max(1, len(m)):.1f} of 64 on {len(m)} prompts")
 PY
