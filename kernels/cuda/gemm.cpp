@@ -54,6 +54,12 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, std::spa
   const cublasOperation_t trans_w = CUBLAS_OP_T, trans_x = CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w, sizeof trans_w);
   cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_x, sizeof trans_x);
+  if (key.fp8) {
+    // FP8 products accumulate over the whole k in the tensor cores' own accumulator, without cuBLASLt's periodic
+    // promotion to float32 (what vLLM's CUTLASS FP8 kernels and TensorRT-LLM run).
+    const int8_t fast = 1;
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+  }
   if (key.bias) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bias_type = CUDA_R_16BF;
