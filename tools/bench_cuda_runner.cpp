@@ -699,7 +699,7 @@ int run_prefill_ops(std::map<std::string, std::string>& f) {
   std::printf("prefill ops: %d prompts of %d tokens (%d rows), %s weights, %s cache (Llama-3-8B shapes), back-to-back "
               "launches:\n", S, P, T, fp8 ? "FP8" : "bf16", fp8_kv ? "FP8" : "bf16");
   time(fp8 ? "add_rms_norm (down's scales, codes)" : "add_rms_norm", kPass, 0, [&] {
-    return cuda::add_rms_norm(normed, res, x, norm_w, T, H, 1e-5f, 0.0f, s, rows, pending(w_down));
+    return cuda::add_rms_norm(fp8 ? nullptr : normed, res, x, norm_w, T, H, 1e-5f, 0.0f, s, rows, pending(w_down));
   });
   time("product qkv", kProduct, 2.0 * T * qkv_dim * H, [&] { return product(qkv, normed, w_qkv, qkv_dim, H); });
   time(fp8 ? "rope_and_cache (qkv's scales)" : "rope_and_cache", kPass, 0, [&] {
@@ -713,7 +713,7 @@ int run_prefill_ops(std::map<std::string, std::string>& f) {
          [&] { return cuda::quantize_rows_fp8(attn, T, heads * D, codes, row_scale, s); });
   time("product o", kProduct, 2.0 * T * H * heads * D, [&] { return product(x, attn, w_o, H, heads * D); });
   time(fp8 ? "add_rms_norm (o's scales, codes)" : "add_rms_norm", kPass, 0, [&] {
-    return cuda::add_rms_norm(normed, res, x, norm_w, T, H, 1e-5f, 0.0f, s, rows, pending(w_o));
+    return cuda::add_rms_norm(fp8 ? nullptr : normed, res, x, norm_w, T, H, 1e-5f, 0.0f, s, rows, pending(w_o));
   });
   time("product gate_up", kProduct, 4.0 * T * I * H, [&] { return product(gu, normed, w_gu, 2 * I, H); });
   time(fp8 ? "act_and_mul_fp8" : "silu_and_mul", kPass, 0, [&] {

@@ -767,13 +767,15 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
       }
       PAGED_CUDA_CHECK(cuda::gemv(args, s, gemv_tile[kGemvQkv]));
     } else {
-      // FP8 weights: the norm also writes its rows' codes and scales, the QKV product's input.
+      // FP8 weights: the norm also writes its rows' codes and scales, the QKV product's input, and only those
+      // unless LoRA pairs read the bf16 rows.
       const cuda::Fp8Rows qkv_in = L.qkv8.q ? fp8_rows : cuda::Fp8Rows{};
+      bf16* const qkv_normed = L.qkv8.q && !plan.lora ? nullptr : normed.get();
       if (l == 0)
         PAGED_CUDA_CHECK(
-            cuda::rms_norm(normed.get(), residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s, qkv_in));
+            cuda::rms_norm(qkv_normed, residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s, qkv_in));
       else
-        PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.attn_norm, T, hidden, eps,
+        PAGED_CUDA_CHECK(cuda::add_rms_norm(qkv_normed, residual.get(), sublayer_out, L.attn_norm, T, hidden, eps,
                                             norm_offset, s, qkv_in, std::exchange(pending, {})));
       // FP8 QKV: the product's scale pass is rope_and_cache's (not with LoRA rows: their pairs add to the scaled
       // product).
@@ -846,8 +848,8 @@ void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
     // launch, took about a third of the products' time at decode batch sizes). Steps with LoRA rows take the
     // passes apart (the gate/up pairs add to the scaled product, before the activation).
     const bool fp8_mlp = !cfg.is_moe() && L.gate_up8.q && L.down8.q && !plan.lora;
-    PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, L.ffn_norm, T, hidden, eps,
-                                        norm_offset, s, fp8_mlp ? fp8_rows : cuda::Fp8Rows{},
+    PAGED_CUDA_CHECK(cuda::add_rms_norm(fp8_mlp ? nullptr : normed.get(), residual.get(), sublayer_out, L.ffn_norm, T,
+                                        hidden, eps, norm_offset, s, fp8_mlp ? fp8_rows : cuda::Fp8Rows{},
                                         std::exchange(pending, {})));
     if (cfg.is_moe()) {
       moe_mlp(proj.get(), normed.get(), L, T, false);

@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[c][j] = (w[j] + weight_offset) * (v[c][j] * inv);
     const Bf16x8 rounded = float_to_bf16x8(v[c]);
-    store_bf16x8(out + row + i, rounded);
+    if (out) store_bf16x8(out + row + i, rounded);
     if (fp8.q) {
       bf16x8_to_float(rounded, v[c]);
 #pragma unroll
@@ -185,9 +185,10 @@ cudaError_t gather_rows(bf16* out, const bf16* table, const int32_t* rows, int n
 namespace {
 
 // Why a norm's FP8 arguments cannot be taken, or "" when they can.
-std::string fp8_arguments_error(const Fp8Rows& fp8, const Fp8Product& product) {
+std::string fp8_arguments_error(const Fp8Rows& fp8, const Fp8Product& product, const bf16* out) {
   if (reinterpret_cast<uintptr_t>(fp8.q) % 8 != 0 || (fp8.q && !fp8.scale))
     return "FP8 rows need q 8-byte aligned and their scales";
+  if (!out && !fp8.q) return "out may be null only with FP8 rows";
   if (product.x_scale && (!product.w_scale || !aligned16(product.bias)))
     return "an FP8 product needs both scale vectors and a 16-byte aligned bias";
   return "";
@@ -200,7 +201,7 @@ cudaError_t rms_norm(bf16* out, const bf16* x, const bf16* weight, int rows, int
   if (hidden <= 0 || hidden % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(weight))
     return bad_width("rms_norm", "hidden", hidden);
   if (hidden > kMaxNormHidden) return too_wide("rms_norm", hidden);
-  if (const std::string why = fp8_arguments_error(fp8, {}); !why.empty())
+  if (const std::string why = fp8_arguments_error(fp8, {}, out); !why.empty())
     return launch_failure(cudaErrorInvalidValue, "rms_norm: " + why);
   if (rows <= 0) return cudaSuccess;
   return launch_rms_norm<false>(rows, hidden, stream, out, nullptr, x, weight, eps, weight_offset, fp8, {});
@@ -212,7 +213,7 @@ cudaError_t add_rms_norm(bf16* out, bf16* residual, const bf16* x, const bf16* w
       !aligned16(weight))
     return bad_width("add_rms_norm", "hidden", hidden);
   if (hidden > kMaxNormHidden) return too_wide("add_rms_norm", hidden);
-  if (const std::string why = fp8_arguments_error(fp8, x_product); !why.empty())
+  if (const std::string why = fp8_arguments_error(fp8, x_product, out); !why.empty())
     return launch_failure(cudaErrorInvalidValue, "add_rms_norm: " + why);
   if (rows <= 0) return cudaSuccess;
   return launch_rms_norm<true>(rows, hidden, stream, out, residual, x, weight, eps, weight_offset, fp8, x_product);

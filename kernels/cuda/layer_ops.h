@@ -24,7 +24,8 @@ cudaError_t gather_rows(bf16* out,            // [n][width]
                         int n, int width, int table_rows, float scale, cudaStream_t stream);
 
 /// Where a norm also puts its output as the FP8 input of a product (q null: nowhere): each row's e4m3 codes and
-/// scale, the bits quantize_rows_fp8 (kernels/cuda/fp8.h) gives for `out`. q 8-byte aligned.
+/// scale, the bits quantize_rows_fp8 (kernels/cuda/fp8.h) gives for `out`. q 8-byte aligned. With FP8 rows `out` may
+/// be null: the codes alone, when nothing reads the bf16 rows (a sixth of the pass's bytes fewer).
 struct Fp8Rows {
   uint8_t* q = nullptr;     // [rows][hidden]
   float* scale = nullptr;  // [rows]

@@ -148,6 +148,21 @@ TEST_CASE("rms_norm and add_rms_norm with FP8 rows write quantize_rows_fp8's cod
       CHECK(to_float(got_res.download()) == to_float(want_res.download()));
       CHECK(q.download() == want_q.download());
       CHECK(scale.download() == want_s.download());
+      // The codes alone (out null): the same codes, scales and residual.
+      DeviceArray<bf16> codes_res(to_bf16(residual));
+      DeviceArray<uint8_t> q2(x.size());
+      DeviceArray<float> scale2(rows);
+      const cuda::Fp8Rows alone{q2.get(), scale2.get()};
+      CUDA_REQUIRE(add ? cuda::add_rms_norm(nullptr, codes_res.get(), d_x.get(), d_w.get(), rows, hidden, 1e-5f, 0.f,
+                                            nullptr, alone)
+                       : cuda::rms_norm(nullptr, d_x.get(), d_w.get(), rows, hidden, 1e-5f, 0.f, nullptr, alone));
+      CHECK(q2.download() == want_q.download());
+      CHECK(scale2.download() == want_s.download());
+      if (add) CHECK(to_float(codes_res.download()) == to_float(want_res.download()));
+      // Without FP8 rows there must be an out.
+      CHECK((add ? cuda::add_rms_norm(nullptr, codes_res.get(), d_x.get(), d_w.get(), rows, hidden, 1e-5f, 0.f, nullptr)
+                 : cuda::rms_norm(nullptr, d_x.get(), d_w.get(), rows, hidden, 1e-5f, 0.f, nullptr)) ==
+            cudaErrorInvalidValue);
     }
     // x as an FP8 product still to scale: the scale pass, then the norm; the row scales written over x_scale.
     for (const bool with_bias : {false, true}) {
