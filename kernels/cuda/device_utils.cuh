@@ -53,6 +53,15 @@ __device__ __forceinline__ void e4m3x8_to_float(const uint2& v, float (&f)[8]) {
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 __device__ __forceinline__ Bf16x8 load_bf16x8(const bf16* p) { return *reinterpret_cast<const Bf16x8*>(p); }
+// 16 bytes read once (evict first), so that they push nothing else out of L1 and L2: weights streamed by a GEMV, a
+// product row read by one pass. p 16-byte aligned.
+__device__ __forceinline__ uint4 load_streaming(const void* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ Bf16x8 load_streaming_bf16x8(const bf16* p) {
+  const uint4 v = load_streaming(p);
+  Bf16x8 r;
+  memcpy(&r, &v, sizeof r);
+  return r;
+}
 __device__ __forceinline__ void store_bf16x8(bf16* p, const Bf16x8& v) { *reinterpret_cast<Bf16x8*>(p) = v; }
 // Eight floats from p (16-byte aligned) in two 16-byte loads.
 __device__ __forceinline__ void load_float8(const float* p, float (&f)[8]) {

@@ -3,7 +3,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-
 #include <string>
 
 #include "kernels/cuda/device_utils.cuh"
@@ -50,14 +49,6 @@ __global__ void __launch_bounds__(kThreads)
   store_bf16x8(out, float_to_bf16x8(f));
 }
 
-// Eight bf16 read once (evict first): act_and_mul_fp8's product rows, which must not push its weight scales out of L1.
-__device__ __forceinline__ Bf16x8 load_streaming_bf16x8(const bf16* p) {
-  const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
-  Bf16x8 r;
-  memcpy(&r, &v, sizeof r);
-  return r;
-}
-
 // grid: (tokens); block: kThreads; dynamic shared memory: inter bf16. Row t of the gated MLP's FP8 product: its gate
 // and up halves scaled as scale_fp8_product does (no bias) and rounded to bf16, act(gate) * up rounded to bf16 (as
 // act_and_mul) into shared memory, then that row quantised as quantize_rows_fp8 does: the three passes in one, each
@@ -75,6 +66,7 @@ __global__ void __launch_bounds__(kThreads)
   const float sx = x_scale[t];
   float absmax = 0.f;
   for (int c = threadIdx.x * 8; c < inter; c += kThreads * 8) {
+    // The product rows are read once (load_streaming): they must not push the weight scales out of L1.
     float g[8], u[8], wg[8], wu[8];
     bf16x8_to_float(load_streaming_bf16x8(in + c), g);
     bf16x8_to_float(load_streaming_bf16x8(in + inter + c), u);

@@ -19,10 +19,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-__device__ __forceinline__ uint4 load_streaming(const void* p) {
-  return __ldcs(reinterpret_cast<const uint4*>(p));  // read once: evict first, keep L2 for activations
-}
-
 // Asks L2 for `bytes` bytes from p (16-byte aligned, a multiple of 16) without waiting (GemvArgs::prefetch_l2).
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
