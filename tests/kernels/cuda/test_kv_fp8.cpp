@@ -92,7 +92,9 @@ TEST_CASE("rope_and_cache's FP8 extras are scale_fp8_product, rope_and_cache in 
           if (!product && !fp8_cache) continue;  // the plain kernel: test_rope_cache.cpp
           INFO(describe(s) << (product ? ", FP8 product" : "") << (norms ? ", head norms" : "")
                            << (fp8_cache ? ", FP8 cache" : ", bf16 cache"));
-          const int tokens = 41, num_blocks = 12, D = s.head_dim, rotary = D * 3 / 4;
+          // Block size 16: enough tokens for the launch of a prefill step (one block a token).
+          const int tokens = s.block_size == 16 ? 1100 : 41, num_blocks = tokens / s.block_size + 8;
+          const int D = s.head_dim, rotary = D * 3 / 4;
           const int64_t width = int64_t{s.heads + 2 * s.kv_heads} * D, stride = width + 8;
           // A product of codes as Gemm::product_fp8 leaves it (large, unscaled), or plain values.
           std::vector<float> qkv = random_bf16_values(rng, size_t(tokens) * stride, 3.0f);

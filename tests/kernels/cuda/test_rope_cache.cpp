@@ -22,7 +22,8 @@ TEST_CASE("rope_and_cache matches (rms_norm per head +) rope + reshape_and_cache
           for (const int norm : {0, 1, 2})  // none; q/k norms; with Gemma's weight offset 1
             for (const bool in_place : {false, true}) {
               const float norm_offset = norm == 2 ? 1.0f : 0.0f, eps = 1e-6f;
-              const int tokens = 45, num_blocks = 20;
+              // Block size 16: enough tokens for the launch of a prefill step (one block a token).
+              const int tokens = block_size == 16 ? 1100 : 45, num_blocks = tokens / block_size + 8;
               const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim + 8;  // padded row
               INFO("head_dim " << head_dim << " block " << block_size << " heads " << heads << "/" << kv_heads
                                 << " rotary_dim " << rotary_dim << " attention factor " << attention_factor
