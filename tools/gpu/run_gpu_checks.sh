@@ -16,6 +16,12 @@
 #   LOG_DIR  where the logs go (default /tmp/paged_gpu_logs)
 #   SANITIZER_LIMIT  seconds allowed to each compute-sanitizer run (default 420)
 #   SANITIZER_TESTS  Catch2 test filter for the sanitizer runs (default: all tests)
+#   FP8_WORKLOADS  fp8 stage: which offline workloads (default: sharegpt 128x128 2048x128 1000x1000)
+#   FP8_MODES  fp8 stage: which of none (bf16), fp8 (weights) and fp8_kv (weights and cache) run them (default: all)
+#   FP8_REQUESTS  fp8 stage: "trt" gives the fixed workloads TensorRT-LLM's own request counts for its published
+#            figures (30,000 at 128/128, 3,000 at 2048/128 and 1000/1000: steady state, minutes a run); default
+#            2,000 / 1,000 / 1,000
+#   FP8_RUN_LIMIT  fp8 stage: seconds allowed to each of its benchmark runs (default 500)
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -481,27 +487,35 @@ if wanted fp8; then
     run "decode_$q" 300 "$BIN/bench_cuda_runner" decode --batches 1,64,256 --prompt 512 --steps 64 ${decode_flags[$q]}
     add_row "runner decode, $q" "$(status_word $?)" "$(grep -E '^batch' "$LOG_DIR/decode_$q.log" | sed 's/ \+/ /g' | paste -sd ';' -)"
   done
-  declare -A fp8_mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like"
-                      [128x128]="--num-prompts 2000 --dataset-name random --random-input-len 128 --random-output-len 128"
-                      [2048x128]="--num-prompts 1000 --dataset-name random --random-input-len 2048 --random-output-len 128"
-                      [1000x1000]="--num-prompts 1000 --dataset-name random --random-input-len 1000 --random-output-len 1000")
+  declare -A fp8_requests=([128x128]=2000 [2048x128]=1000 [1000x1000]=1000)
+  # TensorRT-LLM's published Llama-3.1-8B FP8 output tok/s on one H200 (issue 17's bar).
+  declare -A fp8_trt=([128x128]=27911 [2048x128]=3538 [1000x1000]=17744)
+  # TensorRT-LLM's perf-overview.md (its trtllm-bench runs): 30,000 requests at 128/128, 3,000 at 2048/128 and
+  # 1000/1000.
+  [ "${FP8_REQUESTS:-}" = trt ] && fp8_requests=([128x128]=30000 [2048x128]=3000 [1000x1000]=3000)
+  declare -A fp8_mix=([sharegpt]="--num-prompts 1000 --dataset-name sharegpt-like")
+  for w in 128x128 2048x128 1000x1000; do
+    fp8_mix[$w]="--num-prompts ${fp8_requests[$w]} --dataset-name random --random-input-len ${w%x*} --random-output-len ${w#*x}"
+  done
   declare -A fp8_modes=([none]="--quantization none" [fp8]="--quantization fp8"
                         [fp8_kv]="--quantization fp8 --kv-cache-dtype fp8")
   declare -A fp8_tok fp8_blocks
   for w in ${FP8_WORKLOADS:-sharegpt 128x128 2048x128 1000x1000}; do
-    for q in none fp8 fp8_kv; do
+    for q in ${FP8_MODES:-none fp8 fp8_kv}; do
       # shellcheck disable=SC2086
-      run "fp8_${w}_$q" 500 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy ${fp8_mix[$w]} --json \
+      run "fp8_${w}_$q" "${FP8_RUN_LIMIT:-500}" "$BIN/paged" bench --model "$M" --device cuda --load-format dummy ${fp8_mix[$w]} --json \
         ${fp8_modes[$q]} --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}"
       fp8_tok[${w}_$q]=$(tok_per_s "$(bench_json "fp8_${w}_$q")")
       fp8_blocks[$q]=$(bench_json "fp8_${w}_$q" | grep -o '"kv_blocks_total":[0-9]*' | cut -d: -f2)
     done
+    bf=${fp8_tok[${w}_none]:-} f8=${fp8_tok[${w}_fp8]:-} kv=${fp8_tok[${w}_fp8_kv]:-}
     add_row "paged bench $w ($(echo "${fp8_mix[$w]}" | grep -o 'num-prompts [0-9]*')), FP8 weights / + FP8 KV vs bf16" \
-      "$(awk -v a="${fp8_tok[${w}_fp8]}" -v k="${fp8_tok[${w}_fp8_kv]}" -v b="${fp8_tok[${w}_none]}" \
+      "$(awk -v a="$f8" -v k="$kv" -v b="$bf" \
         'BEGIN { if (b > 0) printf "%.2fx / %.2fx", a / b, k / b; else print "?" }')" \
-      "bf16 ${fp8_tok[${w}_none]}, fp8 ${fp8_tok[${w}_fp8]}, fp8 + fp8 KV ${fp8_tok[${w}_fp8_kv]} tok/s"
+      "bf16 ${bf:--}, fp8 ${f8:--}, fp8 + fp8 KV ${kv:--} tok/s$(awk -v k="$kv" -v t="${fp8_trt[$w]:-0}" \
+        'BEGIN { if (t > 0 && k > 0) printf "; fp8 + fp8 KV %.1f%% of TensorRT-LLM'"'"'s %d", 100 * k / t, t }')"
   done
-  if [ -n "${fp8_blocks[none]:-}" ]; then
+  if [ -n "${fp8_blocks[none]:-}" ] && [ -n "${fp8_blocks[fp8_kv]:-}" ]; then
     add_row "max concurrency at 8k context (16-token blocks)" "bf16 KV / FP8 KV" \
       "$(awk -v a="${fp8_blocks[none]}" -v b="${fp8_blocks[fp8_kv]}" \
         'BEGIN { printf "%.1f / %.1f sequences (%d / %d blocks)", a * 16 / 8192, b * 16 / 8192, a, b }')"
