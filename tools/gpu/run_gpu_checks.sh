@@ -9,7 +9,7 @@
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
 #   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner gemv parity throughput remote
-#            golden serve structured profile fp8 tiers families moe prefill preempt lora
+#            golden serve structured profile fp8 tiers families moe prefill preempt lora candidates
 #   BASE_BIN prefill stage: a folder with a baseline build's paged and bench_cuda_attention (e.g. main before a
 #            change), run beside BIN's in the same call; without it the stage runs BIN's alone
 #   PARITY_ONLY  parity stage: comma-separated parts of config names to run (default: all)
@@ -22,10 +22,14 @@
 #            figures (30,000 at 128/128, 3,000 at 2048/128 and 1000/1000: steady state, minutes a run); default
 #            2,000 / 1,000 / 1,000
 #   FP8_RUN_LIMIT  fp8 stage: seconds allowed to each of its benchmark runs (default 500)
+#   CANDIDATE_SHAPES  candidates stage: the decode attention shapes, BATCHxCONTEXT (default: 512x1500 900x576 160x600
+#            32x300 1000x2000); the candidates are BIN_DIR/candidates/NAME (tools/gpu/candidates.sh builds them)
+#   OVERLAP_BATCH  candidates stage: the decode batch of a gemm_* candidate's two-stream split (default 880)
+#   CANDIDATES  candidates stage: which of them (names, default: all)
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe prefill preempt lora"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe prefill preempt lora candidates"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -672,6 +676,80 @@ if wanted prefill; then
     --max-num-batched-tokens "${MAX_BATCHED:-16384}"
   add_row "paged bench 2048x128, FP8 weights + FP8 KV (new)" "$(status_word $?)" \
     "$(tok_per_s "$(bench_json prefill_2048x128_fp8)") tok/s (TensorRT-LLM FP8 H200: 3,538)"
+fi
+if wanted candidates; then
+  # Every candidate tools/gpu/candidates.sh built into BIN/candidates/NAME, against BIN's own binaries in the same
+  # call: its GPU tests ([attention],[kv]); the decode attention at each shape (FP8 and bf16 caches, best partition,
+  # base and candidate alternating); a `gemm_*` candidate's two-stream split (`bench_cuda_runner ops` at a decode
+  # batch of the fixed 512/128 workload, under each SMT / PRIO setting its patch reads). Then, for the decode
+  # candidate whose FP8 time has the best geometric mean against base (if below 1), 1000/1000 and the ShareGPT-like
+  # mix with FP8 weights and FP8 KV, base and candidate, and its tests under memcheck and racecheck.
+  best="" best_mean=0
+  # "FP8_US BF16_US" of a bench_cuda_attention log (each cache's best partition).
+  attention_us() { grep RESULT "$1" | sed 's/.*FP8 cache \([0-9.]*\) us vs bf16 \([0-9.]*\) us.*/\1 \2/'; }
+  for dir in "$BIN"/candidates/*/; do
+    [ -d "$dir" ] || continue
+    name=$(basename "$dir")
+    [ -z "${CANDIDATES:-}" ] || [[ " $CANDIDATES " == *" $name "* ]] || continue
+    run "cand_${name}_tests" 300 "$dir/paged_gpu_tests" "[attention],[kv]"
+    add_row "candidate $name: paged_gpu_tests [attention],[kv]" "$(status_word $?)" \
+      "$(grep -E 'test cases|All tests passed' "$LOG_DIR/cand_${name}_tests.log" | tail -n 1)"
+    if [[ $name == gemm_* ]]; then
+      for cfg in "SMT=0" "SMT=0 PRIO=1" "SMT=100 PRIO=1" "SMT=80 PRIO=1" "SMT=100 PRIO=1 MLP_FIRST=1"; do
+        # shellcheck disable=SC2086
+        env $cfg timeout 120 "$dir/bench_cuda_runner" ops --batch "${OVERLAP_BATCH:-880}" --context 576 \
+          >"$LOG_DIR/cand_${name}_ops.log" 2>&1
+        add_row "candidate $name: two streams, $cfg" "$(status_word $?)" \
+          "$(grep 'two streams' "$LOG_DIR/cand_${name}_ops.log" | sed 's/.*two streams: //')"
+      done
+      continue
+    fi
+    ratios=""
+    for shape in ${CANDIDATE_SHAPES:-512x1500 900x576 160x600 32x300 1000x2000}; do
+      for who in base "$name"; do
+        exe="$BIN/bench_cuda_attention"
+        [ "$who" = base ] || exe="$dir/bench_cuda_attention"
+        timeout 120 "$exe" "${shape%x*}" "${shape#*x}" 50 >"$LOG_DIR/cand_${name}_${shape}_$who.log" 2>&1
+      done
+      read -r b8 b16 <<<"$(attention_us "$LOG_DIR/cand_${name}_${shape}_base.log")"
+      read -r c8 c16 <<<"$(attention_us "$LOG_DIR/cand_${name}_${shape}_$name.log")"
+      ratios+="$shape FP8 $c8 / $b8 us, bf16 $c16 / $b16 us; "
+      echo "$c8 $b8" >>"$LOG_DIR/cand_${name}_ratios.txt"
+    done
+    mean=$(awk '$1 > 0 && $2 > 0 { s += log($1 / $2); n++ } END { if (n) printf "%.4f", exp(s / n); else print 0 }' \
+      "$LOG_DIR/cand_${name}_ratios.txt")
+    rm -f "$LOG_DIR/cand_${name}_ratios.txt"
+    add_row "candidate $name: decode attention, candidate / base" "FP8 x$mean" "${ratios%; }"
+    if grep -q 'All tests passed' "$LOG_DIR/cand_${name}_tests.log" &&
+      awk -v m="$mean" -v b="${best_mean:-0}" 'BEGIN { exit !(m > 0 && m < 1 && (b == 0 || m < b)) }'; then
+      best=$name best_mean=$mean
+    fi
+  done
+  if [ -n "$best" ]; then
+    M=$(llama3_8b_shape)
+    for w in 1000x1000 sharegpt; do
+      declare -A cand_tok=()
+      for who in base "$best"; do
+        exe="$BIN/paged"
+        [ "$who" = base ] || exe="$BIN/candidates/$best/paged"
+        load=(--num-prompts 500 --dataset-name random --random-input-len 1000 --random-output-len 1000)
+        [ $w = sharegpt ] && load=(--num-prompts 1000 --dataset-name sharegpt-like)
+        run "cand_${w}_$who" 400 "$exe" bench --model "$M" --device cuda --load-format dummy --json "${load[@]}" \
+          --quantization fp8 --kv-cache-dtype fp8 --max-num-seqs "${MAX_NUM_SEQS:-1024}" \
+          --max-num-batched-tokens "${MAX_BATCHED:-16384}"
+        cand_tok[$who]=$(tok_per_s "$(bench_json "cand_${w}_$who")")
+      done
+      add_row "candidate $best: paged bench $w, FP8 + FP8 KV" \
+        "$(awk -v a="${cand_tok[$best]}" -v b="${cand_tok[base]}" 'BEGIN { if (a > 0 && b > 0) printf "%.3fx", a / b; else print "?" }')" \
+        "candidate ${cand_tok[$best]} tok/s, base ${cand_tok[base]} tok/s"
+    done
+    for tool in memcheck racecheck; do
+      PAGED_GPU_TESTS_QUICK=1 run "cand_$tool" "${SANITIZER_LIMIT:-420}" "$SANITIZER" --tool $tool --error-exitcode 99 \
+        "$BIN/candidates/$best/paged_gpu_tests" "[attention]"
+      add_row "candidate $best: compute-sanitizer $tool [attention]" "$(status_word $?)" \
+        "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG_DIR/cand_$tool.log" | tail -n 1)"
+    done
+  fi
 fi
 if wanted preempt; then
   # Preemption under memory pressure (issue 14): the ShareGPT-like mix on a pool of 3,000 KV blocks (about 48k tokens
