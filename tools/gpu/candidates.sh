@@ -23,7 +23,8 @@ for name in "${names[@]}"; do
   git apply "$patch"
   trap 'git apply -R "$patch"' EXIT
   cmake --build "$BUILD" -j"${PAGED_JOBS:-2}" --target paged paged_gpu_tests bench_cuda_attention bench_cuda_runner \
-    >"$BUILD/candidate_$name.log" 2>&1 || { echo "candidates: $name failed to build (see $BUILD/candidate_$name.log)" >&2; exit 1; }
+    >"$BUILD/candidate_$name.log" 2>&1 ||
+    { echo "candidates: $name failed to build (see $BUILD/candidate_$name.log)" >&2; exit 1; }
   git apply -R "$patch"
   trap - EXIT
   mkdir -p "$BUILD/ship/candidates/$name"

