@@ -30,7 +30,8 @@
 //       size with '*' at the runner's, the LM head, greedy sampling) with CUDA events, and the step they add up to:
 //       where a decode step's time goes. From batch 2, also whether two
 //       halves of the batch overlap on two streams: one half's attention beside the other's gate/up and down
-//       products, alone and together (the question before splitting decode steps into nano-batches).
+//       products, alone and together, the products on a high-priority stream limited to 100-50% of the SMs (the
+//       question before splitting decode steps into nano-batches).
 //
 //   bench_cuda_runner gemv [--layers 32]
 //       The one-stream GEMVs (kernels/cuda/gemv.h) of the Llama-3-8B projections over `layers` layers' own weights
@@ -562,11 +563,16 @@ int run_ops(std::map<std::string, std::string>& f) {
   if (m <= 256) per_step("one GEMV layer", gemv_layer_us);
   if (m < 2) return 0;
   // Whether two halves of the batch overlap on two streams: one half's attention (reads the KV cache) beside the
-  // other half's gate/up and down products (read the weights, and compute), each alone and then together.
+  // other half's gate/up and down products (read the weights, and compute), each alone on the whole GPU and then
+  // together, the products on a stream of the highest priority and limited to a share of the SMs (cuBLASLt's SM
+  // count target): unlimited, its kernels take every SM and the two run one after the other.
   const int half = m / 2, rest = m - half;
-  cudaStream_t s2 = nullptr;
+  int least = 0, greatest = 0;
+  cuda_ok(cudaDeviceGetStreamPriorityRange(&least, &greatest), "priorities");
+  cudaStream_t s2 = nullptr, s_products = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   cuda_ok(cudaStreamCreate(&s2), "stream");
+  cuda_ok(cudaStreamCreateWithPriority(&s_products, cudaStreamNonBlocking, greatest), "stream");
   cuda_ok(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "event");
   cuda_ok(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "event");
   cuda::PagedAttentionArgs first = a;  // sequences 0 .. half - 1
@@ -575,31 +581,42 @@ int run_ops(std::map<std::string, std::string>& f) {
   const auto attention = [&](cudaStream_t st) {
     return cuda::paged_attention_decode(first, ctx, partition, attn_ws, attn_ws_bytes, st);
   };
-  const auto mlp = [&](cudaStream_t st) {  // rows half .. m - 1
-    cudaError_t e = gemm.linear(gu + size_t(half) * 2 * I, normed + size_t(half) * H, w_gu, nullptr, rest, 2 * I, H,
-                                false, st);
+  const auto mlp = [&](cuda::Gemm& g, cudaStream_t st) {  // rows half .. m - 1
+    cudaError_t e =
+        g.linear(gu + size_t(half) * 2 * I, normed + size_t(half) * H, w_gu, nullptr, rest, 2 * I, H, false, st);
     if (e == cudaSuccess)
-      e = gemm.linear(x + size_t(half) * H, act + size_t(half) * I, w_down, nullptr, rest, H, I, false, st);
+      e = g.linear(x + size_t(half) * H, act + size_t(half) * I, w_down, nullptr, rest, H, I, false, st);
     return e;
   };
   const double attention_us = mean_launch_us(s, 3, 50, "attention half", [&](int) { return attention(s); });
-  const double mlp_us = mean_launch_us(s, 3, 50, "mlp half", [&](int) { return mlp(s); });
-  const double both_us = mean_launch_us(s, 3, 50, "both halves", [&](int) {
-    cudaError_t e = cudaEventRecord(fork, s);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(s2, fork);
-    if (e == cudaSuccess) e = attention(s2);
-    if (e == cudaSuccess) e = mlp(s);
-    if (e == cudaSuccess) e = cudaEventRecord(join, s2);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(s, join);
-    return e;
-  });
-  std::printf("  two streams: attention of %d sequences (partition %d) %.1f us, gate_up + down of %d rows %.1f us; "
-              "together %.1f us against %.1f one after the other (%.0f%% of the shorter hidden)\n",
-              half, partition, attention_us, rest, mlp_us, both_us, attention_us + mlp_us,
-              100.0 * (attention_us + mlp_us - both_us) / std::min(attention_us, mlp_us));
+  const double mlp_us = mean_launch_us(s, 3, 50, "mlp half", [&](int) { return mlp(gemm, s); });
+  const double serial_us = attention_us + mlp_us;
+  std::printf("  two streams: attention of %d sequences (partition %d) %.1f us, gate_up + down of %d rows %.1f us, "
+              "%.1f us one after the other\n",
+              half, partition, attention_us, rest, mlp_us, serial_us);
+  for (const int percent : {100, 90, 75, 60, 50}) {
+    cuda::Gemm limited(size_t{32} << 20, cuda::GemmTuning{.sm_count_target = percent < 100 ? sms * percent / 100 : 0});
+    const double alone_us = mean_launch_us(s, 3, 50, "mlp half, limited", [&](int) { return mlp(limited, s); });
+    const double both_us = mean_launch_us(s, 3, 50, "both halves", [&](int) {
+      cudaError_t e = cudaEventRecord(fork, s);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(s2, fork);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(s_products, fork);
+      if (e == cudaSuccess) e = attention(s2);
+      if (e == cudaSuccess) e = mlp(limited, s_products);
+      if (e == cudaSuccess) e = cudaEventRecord(join, s2);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(s, join);
+      if (e == cudaSuccess) e = cudaEventRecord(join, s_products);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(s, join);
+      return e;
+    });
+    std::printf("    products on %3d%% of the SMs (alone %.1f us): together %.1f us, %.1f%% less than one after the "
+                "other\n",
+                percent, alone_us, both_us, 100.0 * (serial_us - both_us) / serial_us);
+  }
   cudaEventDestroy(fork);
   cudaEventDestroy(join);
   cudaStreamDestroy(s2);
+  cudaStreamDestroy(s_products);
   return 0;
 }
 

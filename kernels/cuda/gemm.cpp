@@ -60,6 +60,9 @@ cudaError_t Gemm::plan(const Key& key, Plan& p, void* y, const void* x, std::spa
     const int8_t fast = 1;
     cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
   }
+  if (tuning_.sm_count_target > 0)
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &tuning_.sm_count_target,
+                                   sizeof tuning_.sm_count_target);
   if (key.bias) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bias_type = CUDA_R_16BF;

@@ -16,9 +16,12 @@ namespace paged::cuda {
 
 /// How a Gemm picks the algorithm of a new shape: for m <= max_rows it times up to `candidates` of cuBLASLt's
 /// heuristic choices and keeps the fastest; above, or with candidates <= 1, it takes the heuristic's first.
+/// sm_count_target > 0 asks cuBLASLt for kernels that use that many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), so
+/// that a kernel on another stream runs beside them: its kernels otherwise take every SM.
 struct GemmTuning {
   int max_rows = 64;
   int candidates = 8;
+  int sm_count_target = 0;
 };
 
 /// One cuBLASLt handle, its workspace and the plans (descriptors + chosen algorithm) of every shape seen so far.

@@ -24,7 +24,6 @@
 #   FP8_RUN_LIMIT  fp8 stage: seconds allowed to each of its benchmark runs (default 500)
 #   CANDIDATE_SHAPES  candidates stage: the decode attention shapes, BATCHxCONTEXT (default: 512x1500 900x576 160x600
 #            32x300 1000x2000); the candidates are BIN_DIR/candidates/NAME (tools/gpu/candidates.sh builds them)
-#   OVERLAP_BATCH  candidates stage: the decode batch of a gemm_* candidate's two-stream split (default 880)
 #   CANDIDATES  candidates stage: which of them (names, default: all)
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
@@ -679,11 +678,10 @@ if wanted prefill; then
 fi
 if wanted candidates; then
   # Every candidate tools/gpu/candidates.sh built into BIN/candidates/NAME, against BIN's own binaries in the same
-  # call: its GPU tests ([attention],[kv]); the decode attention at each shape (FP8 and bf16 caches, best partition,
-  # base and candidate alternating); a `gemm_*` candidate's two-stream split (`bench_cuda_runner ops` at a decode
-  # batch of the fixed 512/128 workload, under each SMT / PRIO setting its patch reads). Then, for the decode
-  # candidate whose FP8 time has the best geometric mean against base (if below 1), 1000/1000 and the ShareGPT-like
-  # mix with FP8 weights and FP8 KV, base and candidate, and its tests under memcheck and racecheck.
+  # call: its GPU tests ([attention],[kv]) and the decode attention at each shape (FP8 and bf16 caches, best
+  # partition, base and candidate alternating). Then, for the candidate whose FP8 time has the best geometric mean
+  # against base (if below 1), 1000/1000 and the ShareGPT-like mix with FP8 weights and FP8 KV, base and
+  # candidate, and its tests under memcheck and racecheck.
   best="" best_mean=0
   # "FP8_US BF16_US" of a bench_cuda_attention log (each cache's best partition).
   attention_us() { grep RESULT "$1" | sed 's/.*FP8 cache \([0-9.]*\) us vs bf16 \([0-9.]*\) us.*/\1 \2/'; }
@@ -694,16 +692,6 @@ if wanted candidates; then
     run "cand_${name}_tests" 300 "$dir/paged_gpu_tests" "[attention],[kv]"
     add_row "candidate $name: paged_gpu_tests [attention],[kv]" "$(status_word $?)" \
       "$(grep -E 'test cases|All tests passed' "$LOG_DIR/cand_${name}_tests.log" | tail -n 1)"
-    if [[ $name == gemm_* ]]; then
-      for cfg in "SMT=0" "SMT=0 PRIO=1" "SMT=100 PRIO=1" "SMT=80 PRIO=1" "SMT=100 PRIO=1 MLP_FIRST=1"; do
-        # shellcheck disable=SC2086
-        env $cfg timeout 120 "$dir/bench_cuda_runner" ops --batch "${OVERLAP_BATCH:-880}" --context 576 \
-          >"$LOG_DIR/cand_${name}_ops.log" 2>&1
-        add_row "candidate $name: two streams, $cfg" "$(status_word $?)" \
-          "$(grep 'two streams' "$LOG_DIR/cand_${name}_ops.log" | sed 's/.*two streams: //')"
-      done
-      continue
-    fi
     ratios=""
     for shape in ${CANDIDATE_SHAPES:-512x1500 900x576 160x600 32x300 1000x2000}; do
       for who in base "$name"; do
