@@ -266,6 +266,7 @@ CudaRunnerOptions cuda_options(const EngineConfig& c, int max_model_len) {
           .max_logits_rows = max_sampled_positions(c.max_num_seqs, c.speculative_config),
           .max_model_len = max_model_len,
           .cuda_graphs = !c.enforce_eager,
+          .nano_batch_rows = c.nano_batch_rows,
           .fp8_weights = c.quantization == "fp8",
           .fp8_kv = c.kv_cache_dtype == "fp8",
           .max_loras = c.enable_lora ? c.max_loras : 0,

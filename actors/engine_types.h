@@ -42,6 +42,9 @@ struct EngineConfig {
   std::string dtype = "auto";
   /// vLLM's --enforce-eager: no CUDA graphs (every decode step launched kernel by kernel).
   bool enforce_eager = false;
+  /// --nano-batch-rows N (CUDA): decode steps of at least N rows run as two nano-batches, the attention of one
+  /// beside the linear layers of the other (CudaRunnerOptions::nano_batch_rows); 0: never.
+  int nano_batch_rows = 0;
   /// vLLM's --seed (`paged serve`): the seeds of requests that give none are drawn from a generator started at
   /// this value, one a request in the order they arrive, so that the same requests sent in the same order sample
   /// the same tokens; unset: started from std::random_device.

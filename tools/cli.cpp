@@ -257,6 +257,7 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
   c.kv_cache_dtype = args.get("kv-cache-dtype").value_or(c.kv_cache_dtype);
   c.dtype = args.get("dtype").value_or(c.dtype);
   c.enforce_eager = args.get_bool("enforce-eager", c.enforce_eager);
+  c.nano_batch_rows = args.get_int("nano-batch-rows", c.nano_batch_rows);
   c.max_logprobs = args.get_int("max-logprobs", c.max_logprobs);
   c.enable_lora = args.get_bool("enable-lora", c.enable_lora);
   for (const std::string& value : args.get_all("lora-modules"))
@@ -292,6 +293,7 @@ EngineConfig engine_config(Args& args, const std::string& default_model) {
     throw UsageError("--device must be auto, cpu or cuda");
   if (c.block_size < 1 || c.block_size > 256) throw UsageError("--block-size must be in [1, 256]");
   if (c.max_num_seqs < 1) throw UsageError("--max-num-seqs must be positive");
+  if (c.nano_batch_rows < 0) throw UsageError("--nano-batch-rows must be >= 0 (0: decode steps run whole)");
   if (c.max_num_batched_tokens < 1) throw UsageError("--max-num-batched-tokens must be positive");
   if (c.long_prefill_token_threshold < 0) throw UsageError("--long-prefill-token-threshold must be >= 0");
   if (c.max_model_len && *c.max_model_len < 1) throw UsageError("--max-model-len must be positive");

@@ -76,6 +76,8 @@ engine flags:
   --kv-cache-dtype auto|fp8 (fp8: e4m3 KV with per-token scales, about twice the blocks; CUDA)
   --dtype auto|bfloat16|float32 (the device's: bfloat16 on CUDA, float32 on the CPU)  --enforce-eager (no CUDA
             graphs)  --max-logprobs N (20)  --trust-remote-code (taken: every family is built in)
+  --nano-batch-rows N (CUDA: decode steps of N rows or more as two nano-batches on two streams, the attention of
+            one beside the linear layers of the other; 0: off)
   --workers HOST:PORT[,HOST:PORT...] (one replica per `paged worker`; a lost one is reconnected and its requests
             move to another; --remote-executor HOST:PORT is one)
   --tls-dir DIR (mutual TLS with the workers, with the files of `paged gen-certs DIR`)

@@ -30,6 +30,7 @@
 
 #include <cstring>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "model/loader/fp8_checkpoint.h"
@@ -302,14 +303,16 @@ void CudaModelRunner::Impl::quantize_weight(const WeightSlot& slot) {
   PAGED_CUDA_CHECK(cudaStreamSynchronize(compute));  // the staging is reused by the next tensor
 }
 
-void CudaModelRunner::Impl::linear(bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias,
-                                   int rows, int n, int k, bool x_quantized) {
+void CudaModelRunner::Impl::linear(const Slice& sl, bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8,
+                                   const bf16* bias, int n, int k, bool x_quantized) {
   if (!w8.q) {
-    PAGED_CUDA_CHECK(gemm->linear(y, x, w, bias, rows, n, k, false, compute));
+    PAGED_CUDA_CHECK(sl.gemm->linear(y, x, w, bias, sl.tokens, n, k, false, sl.stream));
     return;
   }
-  if (!x_quantized) PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(x, rows, k, act_fp8.get(), act_scale.get(), compute));
-  PAGED_CUDA_CHECK(gemm->linear_fp8(y, act_fp8.get(), act_scale.get(), w8.q, w8.scale, bias, rows, n, k, compute));
+  uint8_t* const codes = sl.row(act_fp8.get(), fp8_row_width);
+  float* const code_scales = sl.row(act_scale.get(), 1);
+  if (!x_quantized) PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(x, sl.tokens, k, codes, code_scales, sl.stream));
+  PAGED_CUDA_CHECK(sl.gemm->linear_fp8(y, codes, code_scales, w8.q, w8.scale, bias, sl.tokens, n, k, sl.stream));
 }
 
 void CudaModelRunner::Impl::random_weights(uint64_t seed) {
@@ -372,7 +375,8 @@ void CudaModelRunner::Impl::allocate_runtime() {
   act = device_alloc<bf16>(T * inter);
   if (cfg.sandwich_norms) post_normed = device_alloc<bf16>(T * hidden);
   if (opt.fp8_weights) {
-    act_fp8 = device_alloc<uint8_t>(T * std::max({hidden, inter, heads * head_dim}));
+    fp8_row_width = std::max({hidden, inter, heads * head_dim});
+    act_fp8 = device_alloc<uint8_t>(T * fp8_row_width);
     act_scale = device_alloc<float>(T);
   }
   last_hidden = device_alloc<bf16>(int64_t{max_rows} * hidden);
@@ -391,6 +395,27 @@ void CudaModelRunner::Impl::allocate_runtime() {
       decode_ws_bytes =
           std::max(decode_ws_bytes, cuda::paged_attention_decode_workspace(b, heads, head_dim, c, partition));
     }
+  if (nano_batched()) {
+    // Nano-batched decode steps: both nano-batches' workspaces side by side, each 256-byte aligned.
+    int highest_priority = 0;
+    PAGED_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(nullptr, &highest_priority));
+    PAGED_CUDA_CHECK(cudaStreamCreateWithPriority(&nano_stream, cudaStreamNonBlocking, highest_priority));
+    for (cudaEvent_t* e : {&products_done[0], &products_done[1], &attention_done[0], &attention_done[1]})
+      PAGED_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    nano_gemm = std::make_unique<cuda::Gemm>(size_t{32} << 20, cuda::GemmTuning{.sm_count_target = sm_count * 3 / 4});
+    for (int b : buckets) {
+      if (b < opt.nano_batch_rows) continue;
+      for (int c : ctx_buckets) {
+        size_t bytes = 0;
+        for (const auto& [first, rows] : nano_batches(b)) {
+          const int partition = cuda::decode_partition(rows, kv_heads, c, sm_count, opt.block_size);
+          bytes += static_cast<size_t>(round_up(
+              static_cast<int64_t>(cuda::paged_attention_decode_workspace(rows, heads, head_dim, c, partition)), 256));
+        }
+        decode_ws_bytes = std::max(decode_ws_bytes, bytes);
+      }
+    }
+  }
   decode_ws = device_alloc<char>(decode_ws_bytes);
 
   token_ids.allocate(T);
@@ -675,6 +700,12 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
     plan.grid_ctx = *std::lower_bound(ctx_buckets.begin(), ctx_buckets.end(), lead_ctx);
     plan.partition = cuda::decode_partition(plan.decode_seqs, kv_heads, plan.grid_ctx, sm_count, B);
   }
+  if (decode && nano_batched() && !plan.lora && plan.seqs >= opt.nano_batch_rows) {
+    const auto batches = nano_batches(plan.seqs);
+    plan.nano_first = batches[0].second;
+    for (int i = 0; i < 2; ++i)
+      plan.nano_partition[i] = cuda::decode_partition(batches[i].second, kv_heads, plan.grid_ctx, sm_count, B);
+  }
   // Uploads on the compute stream: ordered before the kernels that read them, after the previous step's.
   PAGED_CUDA_CHECK(token_ids.upload(plan.tokens, compute));
   PAGED_CUDA_CHECK(positions.upload(plan.tokens, compute));
@@ -697,200 +728,283 @@ CudaModelRunner::Impl::Plan CudaModelRunner::Impl::prepare(const StepBatch& batc
   return plan;
 }
 
+std::array<std::pair<int, int>, 2> CudaModelRunner::Impl::nano_batches(int rows) {
+  const int first = rows / 2;
+  return {std::pair{0, first}, std::pair{first, rows - first}};
+}
+
 void CudaModelRunner::Impl::enqueue_forward(const Plan& plan) {
   const int T = plan.tokens;
-  cudaStream_t s = compute;
-  // Row-parallel GEMMs leave a partial sum of `proj` [T][hidden] on every rank; the all-reduce completes it.
-  const auto reduce_proj = [&] {
-    if (opt.tp_size > 1) opt.comm->all_reduce_sum(proj.get(), size_t(T) * hidden, NcclType::bf16, s);
-  };
   PAGED_CUDA_CHECK(
-      cuda::gather_rows(residual.get(), embed, token_ids.device.get(), T, hidden, vocab, embedding_scale, s));
-  cuda::PagedAttentionArgs a{.out = attn.get(), .q = qkv.get(), .q_stride = qkv_dim,
-                             .k_cache = nullptr, .v_cache = nullptr,  // set per layer
-                             .block_tables = nullptr,  // set per layer
-                             .query_start = query_start.device.get(),
-                             .context_lens = context_lens.device.get(), .num_seqs = plan.seqs,
-                             .max_blocks_per_seq = table_stride, .num_heads = heads, .num_kv_heads = kv_heads,
-                             .head_dim = head_dim, .block_size = opt.block_size, .scale = scale};
+      cuda::gather_rows(residual.get(), embed, token_ids.device.get(), T, hidden, vocab, embedding_scale, compute));
+  if (plan.nano_first == 0) {
+    Slice whole{.tokens = T, .seqs = plan.seqs, .decode_seqs = plan.decode_seqs, .partition = plan.partition,
+                .stream = compute, .gemm = gemm.get(), .decode_ws = decode_ws.get(),
+                .decode_ws_bytes = decode_ws_bytes};
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      enqueue_before_attention(plan, whole, l);
+      enqueue_attention(plan, whole, l, compute);
+      enqueue_after_attention(plan, whole, l);
+    }
+    if (opt.tp_rank == 0) enqueue_final_norm(plan, whole);
+  } else {
+    // Two nano-batches: the attention of one on the compute stream beside the linear layers of the other on
+    // nano_stream, in turn (NanoFlow). nano_stream: norm, QKV, RoPE of layer 0 for nano-batch 0, then 1; the compute
+    // stream: layer 0's attention of nano-batch 0 (beside nano-batch 1's QKV), then 1 (beside nano-batch 0's O, MLP
+    // and layer 1's QKV), and so on. Each hand-over is an event; all of it is captured into the decode graphs
+    // (the nano stream joins the capture at its first wait).
+    const auto hand_over = [](cudaEvent_t e, cudaStream_t from, cudaStream_t to) {
+      PAGED_CUDA_CHECK(cudaEventRecord(e, from));
+      PAGED_CUDA_CHECK(cudaStreamWaitEvent(to, e, 0));
+    };
+    const auto batches = nano_batches(plan.seqs);
+    std::array<Slice, 2> nano;
+    size_t ws_offset = 0;
+    for (int i = 0; i < 2; ++i) {
+      const auto [first, rows] = batches[i];
+      const size_t ws = cuda::paged_attention_decode_workspace(rows, heads, head_dim, plan.grid_ctx,
+                                                               plan.nano_partition[i]);
+      nano[i] = Slice{.first = first, .tokens = rows, .seqs = rows, .decode_seqs = rows,
+                      .partition = plan.nano_partition[i], .stream = nano_stream, .gemm = nano_gemm.get(),
+                      .decode_ws = decode_ws.get() + ws_offset, .decode_ws_bytes = decode_ws_bytes - ws_offset};
+      ws_offset += static_cast<size_t>(round_up(static_cast<int64_t>(ws), 256));
+    }
+    hand_over(products_done[0], compute, nano_stream);
+    for (Slice& sl : nano) {
+      enqueue_before_attention(plan, sl, 0);
+      PAGED_CUDA_CHECK(cudaEventRecord(products_done[&sl - nano.data()], nano_stream));
+    }
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      for (int i = 0; i < 2; ++i) {
+        PAGED_CUDA_CHECK(cudaStreamWaitEvent(compute, products_done[i], 0));
+        enqueue_attention(plan, nano[i], l, compute);
+        PAGED_CUDA_CHECK(cudaEventRecord(attention_done[i], compute));
+      }
+      for (int i = 0; i < 2; ++i) {
+        PAGED_CUDA_CHECK(cudaStreamWaitEvent(nano_stream, attention_done[i], 0));
+        enqueue_after_attention(plan, nano[i], l);
+        if (l + 1 < cfg.num_layers)
+          enqueue_before_attention(plan, nano[i], l + 1);
+        else
+          enqueue_final_norm(plan, nano[i]);
+        PAGED_CUDA_CHECK(cudaEventRecord(products_done[i], nano_stream));
+      }
+    }
+    hand_over(products_done[1], nano_stream, compute);  // after nano-batch 0's too (same stream)
+  }
+  if (opt.tp_rank != 0 || plan.logits_rows == 0) return;  // only rank 0 computes logits
+  const bf16* rows = normed.get();
+  if (!plan.decode) {
+    PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), last_rows.device.get(), plan.logits_rows,
+                                       hidden, T, 1.0f, compute));
+    rows = last_hidden.get();
+  }
+  lm_head_logits(rows, plan.logits_rows);
+}
+
+void CudaModelRunner::Impl::enqueue_before_attention(const Plan& plan, Slice& sl, int l) {
+  const int T = sl.tokens;
+  const cudaStream_t s = sl.stream;
+  const LayerWeights& L = layers[l];
+  bf16* const residual_rows = sl.row(residual.get(), hidden);
+  bf16* const normed_rows = sl.row(normed.get(), hidden);
+  bf16* const qkv_rows = sl.row(qkv.get(), qkv_dim);
   // Single-token steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
   // residual stream themselves, gate/up applies SiLU-and-mul, and the QKV and gate/up GEMVs normalise the residual
   // they read themselves (no norm kernel between the sublayers, but before the LM head and a MoE block).
   // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
   // Not with Gemma's post norms either: a sublayer's output is normed before it joins the residual stream.
   const bool fused = T == 1 && one_stream_gemvs() && !plan.lora;
-  // What the next add_rms_norm folds into the residual: `proj`, or with post norms `post_normed`.
-  bf16* sublayer_out = cfg.sandwich_norms ? post_normed.get() : proj.get();
+  // Gemma 3's sliding layers: their own RoPE base, no scaling. The FP8 cache: RoPE in place (no caches here), then
+  // the keys and values quantised into it.
+  const bool local_rope = cfg.uses_local_rope(l);
+  const cuda::GemvRope rope{
+      .k_cache = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(k_cache(l)),
+      .v_cache = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(v_cache(l)),
+      .position = sl.row(positions.device.get(), 1), .slot = sl.row(layer_slots(l), 1),
+      .inv_freq = local_rope ? local_inv_freq.get() : inv_freq.get(), .num_heads = heads, .num_kv_heads = kv_heads,
+      .head_dim = head_dim, .rotary_dim = cfg.rotary_dims(), .block_size = opt.block_size,
+      .attention_factor = local_rope ? 1.0f : static_cast<float>(cfg.rope_scaling.attention_factor)};
+  // One stream: the QKV GEMV applies RoPE and writes the cache itself, unless per-head norms come between.
+  const bool rope_in_gemv = fused && !L.q_norm;
+  if (fused) {
+    cuda::GemvArgs args = gemv_args(kGemvQkv, L, qkv_rows, residual_rows);
+    if (rope_in_gemv) {
+      args.output = cuda::GemvOutput::kRope;
+      args.rope = rope;
+    }
+    PAGED_CUDA_CHECK(cuda::gemv(args, s, gemv_tile[kGemvQkv]));
+  } else {
+    // FP8 weights: the norm also writes its rows' codes and scales, the QKV product's input, and only those unless
+    // LoRA pairs read the bf16 rows.
+    uint8_t* const codes = sl.row(act_fp8.get(), fp8_row_width);
+    float* const code_scales = sl.row(act_scale.get(), 1);
+    const cuda::Fp8Rows qkv_in = L.qkv8.q ? cuda::Fp8Rows{codes, code_scales} : cuda::Fp8Rows{};
+    bf16* const qkv_normed = L.qkv8.q && !plan.lora ? nullptr : normed_rows;
+    // What add_rms_norm folds into the residual: the previous sublayer's output, `proj` or with post norms
+    // `post_normed`.
+    bf16* const sublayer_out = sl.row(cfg.sandwich_norms ? post_normed.get() : proj.get(), hidden);
+    if (l == 0)
+      PAGED_CUDA_CHECK(cuda::rms_norm(qkv_normed, residual_rows, L.attn_norm, T, hidden, eps, norm_offset, s, qkv_in));
+    else
+      PAGED_CUDA_CHECK(cuda::add_rms_norm(qkv_normed, residual_rows, sublayer_out, L.attn_norm, T, hidden, eps,
+                                          norm_offset, s, qkv_in, std::exchange(sl.pending, {})));
+    // FP8 QKV: the product's scale pass is rope_and_cache's (not with LoRA rows: their pairs add to the scaled
+    // product).
+    if (L.qkv8.q && !plan.lora) {
+      PAGED_CUDA_CHECK(sl.gemm->product_fp8(qkv_rows, codes, L.qkv8.q, T, qkv_dim, hidden, s));
+      sl.qkv_scales = {code_scales, L.qkv8.scale, L.bqkv};
+    } else {
+      linear(sl, qkv_rows, normed_rows, L.wqkv, L.qkv8, L.bqkv, qkv_dim, hidden, qkv_in.q != nullptr);
+      lora(plan, sl, qkv_rows, normed_rows, l, kLoraQkv);
+    }
+  }
+  auto* const k8 = opt.fp8_kv ? reinterpret_cast<uint8_t*>(k_cache(l)) : nullptr;
+  auto* const v8 = opt.fp8_kv ? reinterpret_cast<uint8_t*>(v_cache(l)) : nullptr;
+  if (rope_in_gemv) {
+    if (opt.fp8_kv)  // the GEMV rotated the keys in place
+      PAGED_CUDA_CHECK(cuda::cache_kv_fp8(qkv_rows, k8, v8, rope.slot, T, heads, kv_heads, head_dim, opt.block_size,
+                                          qkv_dim, s));
+    return;
+  }
+  // The product's scales, the per-head norms, RoPE and the cache write (FP8: quantised) in one pass.
+  const cuda::RopeExtras extras{.product = std::exchange(sl.qkv_scales, {}), .q_norm = L.q_norm, .k_norm = L.k_norm,
+                                .norm_eps = eps, .norm_offset = norm_offset, .k_fp8 = k8, .v_fp8 = v8};
+  PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv_rows, rope.k_cache, rope.v_cache, rope.position, rope.slot, rope.inv_freq,
+                                        T, heads, kv_heads, head_dim, rope.rotary_dim, rope.attention_factor,
+                                        opt.block_size, qkv_dim, s, extras));
+}
+
+void CudaModelRunner::Impl::enqueue_attention(const Plan& plan, const Slice& sl, int l, cudaStream_t s) {
+  const bool fp8_kv = opt.fp8_kv;
+  cuda::PagedAttentionArgs a{.out = sl.row(attn.get(), heads * head_dim), .q = sl.row(qkv.get(), qkv_dim),
+                             .q_stride = qkv_dim,
+                             .k_cache = fp8_kv ? nullptr : reinterpret_cast<bf16*>(k_cache(l)),
+                             .v_cache = fp8_kv ? nullptr : reinterpret_cast<bf16*>(v_cache(l)),
+                             .k_fp8 = fp8_kv ? reinterpret_cast<uint8_t*>(k_cache(l)) : nullptr,
+                             .v_fp8 = fp8_kv ? reinterpret_cast<uint8_t*>(v_cache(l)) : nullptr,
+                             .block_tables = sl.row(layer_tables(l), table_stride),
+                             .query_start = query_start.device.get(),  // prefill rows: whole steps only
+                             .context_lens = sl.row(context_lens.device.get(), 1), .num_seqs = sl.decode_seqs,
+                             .max_blocks_per_seq = table_stride, .num_heads = heads, .num_kv_heads = kv_heads,
+                             .head_dim = head_dim, .block_size = opt.block_size, .scale = scale,
+                             .window = cfg.sliding_window(l)};
+  if (sl.decode_seqs > 0)
+    PAGED_CUDA_CHECK(cuda::paged_attention_decode(a, plan.grid_ctx, sl.partition, sl.decode_ws,
+                                                  sl.decode_ws_bytes, s));
+  if (sl.decode_seqs < sl.seqs) {  // the other sequences: their rows of the same arrays
+    a.block_tables += int64_t{sl.decode_seqs} * table_stride;
+    a.query_start += sl.decode_seqs;
+    a.context_lens += sl.decode_seqs;
+    a.num_seqs = sl.seqs - sl.decode_seqs;
+    PAGED_CUDA_CHECK(cuda::paged_attention_prefill(a, plan.max_q, s));
+  }
+}
+
+void CudaModelRunner::Impl::enqueue_after_attention(const Plan& plan, Slice& sl, int l) {
+  const int T = sl.tokens;
+  const cudaStream_t s = sl.stream;
+  const LayerWeights& L = layers[l];
+  bf16* const residual_rows = sl.row(residual.get(), hidden);
+  bf16* const normed_rows = sl.row(normed.get(), hidden);
+  bf16* const attn_rows = sl.row(attn.get(), heads * head_dim);
+  bf16* const proj_rows = sl.row(proj.get(), hidden);
+  bf16* const gate_up_rows = sl.row(gate_up.get(), 2 * inter);
+  bf16* const act_rows = sl.row(act.get(), inter);
+  uint8_t* const codes = sl.row(act_fp8.get(), fp8_row_width);  // the input codes of the next FP8 product
+  float* const code_scales = sl.row(act_scale.get(), 1);
+  if (T == 1 && one_stream_gemvs() && !plan.lora) {  // the GEMVs (enqueue_before_attention)
+    PAGED_CUDA_CHECK(cuda::gemv(gemv_args(kGemvO, L, residual_rows, attn_rows), s, gemv_tile[kGemvO]));
+    if (cfg.is_moe()) {
+      PAGED_CUDA_CHECK(cuda::rms_norm(normed_rows, residual_rows, L.ffn_norm, T, hidden, eps, norm_offset, s));
+      moe_mlp(residual_rows, normed_rows, L, T, true);
+      return;
+    }
+    PAGED_CUDA_CHECK(cuda::gemv(gemv_args(kGemvGateUp, L, act_rows, residual_rows), s, gemv_tile[kGemvGateUp]));
+    PAGED_CUDA_CHECK(cuda::gemv(gemv_args(kGemvDown, L, residual_rows, act_rows), s, gemv_tile[kGemvDown]));
+    return;
+  }
+  // Row-parallel GEMMs leave a partial sum of `proj` [T][hidden] on every rank; the all-reduce completes it.
+  const auto reduce_proj = [&] {
+    if (opt.tp_size > 1) opt.comm->all_reduce_sum(proj_rows, size_t(T) * hidden, NcclType::bf16, s);
+  };
   const auto post_norm = [&](const bf16* weight) {
-    if (weight) PAGED_CUDA_CHECK(cuda::rms_norm(post_normed.get(), proj.get(), weight, T, hidden, eps, norm_offset, s));
+    if (weight)
+      PAGED_CUDA_CHECK(cuda::rms_norm(sl.row(post_normed.get(), hidden), proj_rows, weight, T, hidden, eps,
+                                      norm_offset, s));
   };
-  const auto gemv = [&](GemvProjection p, const LayerWeights& L, bf16* y, const bf16* x) {
-    PAGED_CUDA_CHECK(cuda::gemv(gemv_args(p, L, y, x), s, gemv_tile[p]));
-  };
-  // Layer l's LoRA pairs of linear layer p over its input x, added to its output y (before any all-reduce: a
-  // row-parallel layer's pairs hold this rank's columns of A).
-  const auto lora = [&](bf16* y, const bf16* x, int l, LoraProjection p) {
-    if (!plan.lora) return;
-    const LoraBlock& b = lora_map.layers[l][p];
-    const int64_t S = opt.max_loras;
-    const cuda::LoraArgs args{.row_slot = lora_rows.device.get(), .a = lora_weights.get() + S * b.a,
-                              .b = lora_weights.get() + S * b.b, .scales = lora_scales.get() + S * b.scale,
-                              .slots = opt.max_loras, .rank = b.rank, .n = b.n, .k = b.k};
-    PAGED_CUDA_CHECK(cuda::add_lora(*gemm, y, x, lora_v.get(), lora_v16.get(), T, args, s));
-  };
-  const cuda::Fp8Rows fp8_rows{act_fp8.get(), act_scale.get()};  // the input codes of the next FP8 product
+  bf16* const sublayer_out = sl.row(cfg.sandwich_norms ? post_normed.get() : proj.get(), hidden);
   // On one GPU without post norms, the scale pass of the O and down projections' FP8 products is left to the
   // add_rms_norm that reads them (with tensor parallelism the partial products are summed first, at their scales).
   // Not in steps with LoRA rows: their pairs add to the scaled products.
   const bool defer_scales = opt.tp_size == 1 && !cfg.sandwich_norms && !plan.lora;
-  cuda::Fp8Product pending;  // `proj` holds an FP8 product still to scale: its scales, for the next add_rms_norm
-  cuda::Fp8Product qkv_scales;  // `qkv` likewise, for rope_and_cache
-  for (int l = 0; l < cfg.num_layers; ++l) {
-    const LayerWeights& L = layers[l];
-    // Gemma 3's sliding layers: their own RoPE base, no scaling. The FP8 cache: RoPE in place (no caches here),
-    // then the keys and values quantised into it.
-    const bool local_rope = cfg.uses_local_rope(l);
-    const cuda::GemvRope rope{
-        .k_cache = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(k_cache(l)),
-        .v_cache = opt.fp8_kv ? nullptr : reinterpret_cast<bf16*>(v_cache(l)),
-        .position = positions.device.get(), .slot = layer_slots(l),
-        .inv_freq = local_rope ? local_inv_freq.get() : inv_freq.get(), .num_heads = heads,
-        .num_kv_heads = kv_heads, .head_dim = head_dim, .rotary_dim = cfg.rotary_dims(), .block_size = opt.block_size,
-        .attention_factor = local_rope ? 1.0f : static_cast<float>(cfg.rope_scaling.attention_factor)};
-    // One stream: the QKV GEMV applies RoPE and writes the cache itself, unless per-head norms come between.
-    const bool rope_in_gemv = fused && !L.q_norm;
-    if (fused) {
-      cuda::GemvArgs args = gemv_args(kGemvQkv, L, qkv.get(), residual.get());
-      if (rope_in_gemv) {
-        args.output = cuda::GemvOutput::kRope;
-        args.rope = rope;
-      }
-      PAGED_CUDA_CHECK(cuda::gemv(args, s, gemv_tile[kGemvQkv]));
-    } else {
-      // FP8 weights: the norm also writes its rows' codes and scales, the QKV product's input, and only those
-      // unless LoRA pairs read the bf16 rows.
-      const cuda::Fp8Rows qkv_in = L.qkv8.q ? fp8_rows : cuda::Fp8Rows{};
-      bf16* const qkv_normed = L.qkv8.q && !plan.lora ? nullptr : normed.get();
-      if (l == 0)
-        PAGED_CUDA_CHECK(
-            cuda::rms_norm(qkv_normed, residual.get(), L.attn_norm, T, hidden, eps, norm_offset, s, qkv_in));
-      else
-        PAGED_CUDA_CHECK(cuda::add_rms_norm(qkv_normed, residual.get(), sublayer_out, L.attn_norm, T, hidden, eps,
-                                            norm_offset, s, qkv_in, std::exchange(pending, {})));
-      // FP8 QKV: the product's scale pass is rope_and_cache's (not with LoRA rows: their pairs add to the scaled
-      // product).
-      if (L.qkv8.q && !plan.lora) {
-        PAGED_CUDA_CHECK(gemm->product_fp8(qkv.get(), act_fp8.get(), L.qkv8.q, T, qkv_dim, hidden, s));
-        qkv_scales = {act_scale.get(), L.qkv8.scale, L.bqkv};
-      } else {
-        linear(qkv.get(), normed.get(), L.wqkv, L.qkv8, L.bqkv, T, qkv_dim, hidden, qkv_in.q != nullptr);
-        lora(qkv.get(), normed.get(), l, kLoraQkv);
-      }
-    }
-    auto* const k8 = opt.fp8_kv ? reinterpret_cast<uint8_t*>(k_cache(l)) : nullptr;
-    auto* const v8 = opt.fp8_kv ? reinterpret_cast<uint8_t*>(v_cache(l)) : nullptr;
-    if (rope_in_gemv) {
-      if (opt.fp8_kv)  // the GEMV rotated the keys in place
-        PAGED_CUDA_CHECK(cuda::cache_kv_fp8(qkv.get(), k8, v8, layer_slots(l), T, heads, kv_heads, head_dim,
-                                            opt.block_size, qkv_dim, s));
-    } else {
-      // The product's scales, the per-head norms, RoPE and the cache write (FP8: quantised) in one pass.
-      const cuda::RopeExtras extras{.product = std::exchange(qkv_scales, {}), .q_norm = L.q_norm,
-                                    .k_norm = L.k_norm, .norm_eps = eps, .norm_offset = norm_offset, .k_fp8 = k8,
-                                    .v_fp8 = v8};
-      PAGED_CUDA_CHECK(cuda::rope_and_cache(qkv.get(), rope.k_cache, rope.v_cache, rope.position, rope.slot,
-                                            rope.inv_freq, T, heads, kv_heads, head_dim, rope.rotary_dim,
-                                            rope.attention_factor, opt.block_size, qkv_dim, s, extras));
-    }
-    a.k_fp8 = k8;
-    a.v_fp8 = v8;
-    a.k_cache = rope.k_cache;
-    a.v_cache = rope.v_cache;
-    a.window = cfg.sliding_window(l);
-    a.block_tables = layer_tables(l);
-    if (plan.decode_seqs > 0) {
-      cuda::PagedAttentionArgs d = a;
-      d.num_seqs = plan.decode_seqs;
-      PAGED_CUDA_CHECK(cuda::paged_attention_decode(d, plan.grid_ctx, plan.partition, decode_ws.get(),
-                                                    decode_ws_bytes, s));
-    }
-    if (plan.decode_seqs < plan.seqs) {  // the other sequences: their rows of the same arrays
-      cuda::PagedAttentionArgs p = a;
-      p.block_tables += int64_t{plan.decode_seqs} * table_stride;
-      p.query_start += plan.decode_seqs;
-      p.context_lens += plan.decode_seqs;
-      p.num_seqs = plan.seqs - plan.decode_seqs;
-      PAGED_CUDA_CHECK(cuda::paged_attention_prefill(p, plan.max_q, s));
-    }
-    if (fused) {
-      gemv(kGemvO, L, residual.get(), attn.get());
-      if (cfg.is_moe()) {
-        PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), L.ffn_norm, T, hidden, eps, norm_offset, s));
-        moe_mlp(residual.get(), normed.get(), L, T, true);
-        continue;
-      }
-      gemv(kGemvGateUp, L, act.get(), residual.get());
-      gemv(kGemvDown, L, residual.get(), act.get());
-      continue;
-    }
-    if (L.o8.q && defer_scales) {
-      PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(attn.get(), T, heads * head_dim, act_fp8.get(), act_scale.get(), s));
-      PAGED_CUDA_CHECK(gemm->product_fp8(proj.get(), act_fp8.get(), L.o8.q, T, hidden, heads * head_dim, s));
-      pending = {act_scale.get(), L.o8.scale, L.bo};
-    } else {
-      linear(proj.get(), attn.get(), L.wo, L.o8, L.bo, T, hidden, heads * head_dim);
-      lora(proj.get(), attn.get(), l, kLoraO);
-    }
-    reduce_proj();
-    post_norm(L.post_attn_norm);
-    // FP8 MLP: the norm writes the gate/up product's input codes; the gate/up product's scale pass, the activation
-    // and the quantisation of the down projection's input are one kernel (the passes around FP8 products, each a
-    // launch, took about a third of the products' time at decode batch sizes). Steps with LoRA rows take the
-    // passes apart (the gate/up pairs add to the scaled product, before the activation).
-    const bool fp8_mlp = !cfg.is_moe() && L.gate_up8.q && L.down8.q && !plan.lora;
-    PAGED_CUDA_CHECK(cuda::add_rms_norm(fp8_mlp ? nullptr : normed.get(), residual.get(), sublayer_out, L.ffn_norm, T,
-                                        hidden, eps, norm_offset, s, fp8_mlp ? fp8_rows : cuda::Fp8Rows{},
-                                        std::exchange(pending, {})));
-    if (cfg.is_moe()) {
-      moe_mlp(proj.get(), normed.get(), L, T, false);
-    } else if (fp8_mlp) {
-      PAGED_CUDA_CHECK(gemm->product_fp8(gate_up.get(), act_fp8.get(), L.gate_up8.q, T, 2 * inter, hidden, s));
-      PAGED_CUDA_CHECK(cuda::act_and_mul_fp8(act_fp8.get(), act_scale.get(), gate_up.get(), act_scale.get(),
-                                             L.gate_up8.scale, T, inter, cfg.activation == Activation::gelu_tanh, s));
-      if (defer_scales) {
-        PAGED_CUDA_CHECK(gemm->product_fp8(proj.get(), act_fp8.get(), L.down8.q, T, hidden, inter, s));
-        pending = {act_scale.get(), L.down8.scale, nullptr};
-      } else {
-        PAGED_CUDA_CHECK(gemm->linear_fp8(proj.get(), act_fp8.get(), act_scale.get(), L.down8.q, L.down8.scale,
-                                          nullptr, T, hidden, inter, s));
-      }
-    } else {
-      linear(gate_up.get(), normed.get(), L.w_gate_up, L.gate_up8, nullptr, T, 2 * inter, hidden);
-      lora(gate_up.get(), normed.get(), l, kLoraGateUp);
-      if (cfg.activation == Activation::gelu_tanh)
-        PAGED_CUDA_CHECK(cuda::gelu_tanh_and_mul(act.get(), gate_up.get(), T, inter, s));
-      else
-        PAGED_CUDA_CHECK(cuda::silu_and_mul(act.get(), gate_up.get(), T, inter, s));
-      linear(proj.get(), act.get(), L.w_down, L.down8, nullptr, T, hidden, inter);
-      lora(proj.get(), act.get(), l, kLoraDown);
-    }
-    reduce_proj();
-    post_norm(L.post_ffn_norm);
+  if (L.o8.q && defer_scales) {
+    PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(attn_rows, T, heads * head_dim, codes, code_scales, s));
+    PAGED_CUDA_CHECK(sl.gemm->product_fp8(proj_rows, codes, L.o8.q, T, hidden, heads * head_dim, s));
+    sl.pending = {code_scales, L.o8.scale, L.bo};
+  } else {
+    linear(sl, proj_rows, attn_rows, L.wo, L.o8, L.bo, hidden, heads * head_dim);
+    lora(plan, sl, proj_rows, attn_rows, l, kLoraO);
   }
-  if (opt.tp_rank != 0) return;  // only rank 0 computes logits
-  if (fused)
-    PAGED_CUDA_CHECK(cuda::rms_norm(normed.get(), residual.get(), final_norm, T, hidden, eps, norm_offset, s));
+  reduce_proj();
+  post_norm(L.post_attn_norm);
+  // FP8 MLP: the norm writes the gate/up product's input codes; the gate/up product's scale pass, the activation and
+  // the quantisation of the down projection's input are one kernel (the passes around FP8 products, each a launch,
+  // took about a third of the products' time at decode batch sizes). Steps with LoRA rows take the passes apart
+  // (the gate/up pairs add to the scaled product, before the activation).
+  const bool fp8_mlp = !cfg.is_moe() && L.gate_up8.q && L.down8.q && !plan.lora;
+  PAGED_CUDA_CHECK(cuda::add_rms_norm(fp8_mlp ? nullptr : normed_rows, residual_rows, sublayer_out, L.ffn_norm, T,
+                                      hidden, eps, norm_offset, s,
+                                      fp8_mlp ? cuda::Fp8Rows{codes, code_scales} : cuda::Fp8Rows{},
+                                      std::exchange(sl.pending, {})));
+  if (cfg.is_moe()) {
+    moe_mlp(proj_rows, normed_rows, L, T, false);
+  } else if (fp8_mlp) {
+    PAGED_CUDA_CHECK(sl.gemm->product_fp8(gate_up_rows, codes, L.gate_up8.q, T, 2 * inter, hidden, s));
+    PAGED_CUDA_CHECK(cuda::act_and_mul_fp8(codes, code_scales, gate_up_rows, code_scales, L.gate_up8.scale, T, inter,
+                                           cfg.activation == Activation::gelu_tanh, s));
+    if (defer_scales) {
+      PAGED_CUDA_CHECK(sl.gemm->product_fp8(proj_rows, codes, L.down8.q, T, hidden, inter, s));
+      sl.pending = {code_scales, L.down8.scale, nullptr};
+    } else {
+      PAGED_CUDA_CHECK(sl.gemm->linear_fp8(proj_rows, codes, code_scales, L.down8.q, L.down8.scale, nullptr, T,
+                                           hidden, inter, s));
+    }
+  } else {
+    linear(sl, gate_up_rows, normed_rows, L.w_gate_up, L.gate_up8, nullptr, 2 * inter, hidden);
+    lora(plan, sl, gate_up_rows, normed_rows, l, kLoraGateUp);
+    if (cfg.activation == Activation::gelu_tanh)
+      PAGED_CUDA_CHECK(cuda::gelu_tanh_and_mul(act_rows, gate_up_rows, T, inter, s));
+    else
+      PAGED_CUDA_CHECK(cuda::silu_and_mul(act_rows, gate_up_rows, T, inter, s));
+    linear(sl, proj_rows, act_rows, L.w_down, L.down8, nullptr, hidden, inter);
+    lora(plan, sl, proj_rows, act_rows, l, kLoraDown);
+  }
+  reduce_proj();
+  post_norm(L.post_ffn_norm);
+}
+
+void CudaModelRunner::Impl::enqueue_final_norm(const Plan& plan, Slice& sl) {
+  bf16* const normed_rows = sl.row(normed.get(), hidden);
+  bf16* const residual_rows = sl.row(residual.get(), hidden);
+  if (sl.tokens == 1 && one_stream_gemvs() && !plan.lora)  // the GEMVs added every sublayer into the residual
+    PAGED_CUDA_CHECK(
+        cuda::rms_norm(normed_rows, residual_rows, final_norm, sl.tokens, hidden, eps, norm_offset, sl.stream));
   else
-    PAGED_CUDA_CHECK(cuda::add_rms_norm(normed.get(), residual.get(), sublayer_out, final_norm, T, hidden, eps,
-                                        norm_offset, s, {}, std::exchange(pending, {})));
-  if (plan.logits_rows == 0) return;
-  const bf16* rows = normed.get();
-  if (!plan.decode) {
-    PAGED_CUDA_CHECK(cuda::gather_rows(last_hidden.get(), normed.get(), last_rows.device.get(), plan.logits_rows,
-                                       hidden, T, 1.0f, s));
-    rows = last_hidden.get();
-  }
-  lm_head_logits(rows, plan.logits_rows);
+    PAGED_CUDA_CHECK(cuda::add_rms_norm(normed_rows, residual_rows,
+                                        sl.row(cfg.sandwich_norms ? post_normed.get() : proj.get(), hidden),
+                                        final_norm, sl.tokens, hidden, eps, norm_offset, sl.stream, {},
+                                        std::exchange(sl.pending, {})));
+}
+
+void CudaModelRunner::Impl::lora(const Plan& plan, const Slice& sl, bf16* y, const bf16* x, int l, LoraProjection p) {
+  if (!plan.lora) return;
+  const LoraBlock& b = lora_map.layers[l][p];
+  const int64_t S = opt.max_loras;
+  const cuda::LoraArgs args{.row_slot = sl.row(lora_rows.device.get(), 1), .a = lora_weights.get() + S * b.a,
+                            .b = lora_weights.get() + S * b.b, .scales = lora_scales.get() + S * b.scale,
+                            .slots = opt.max_loras, .rank = b.rank, .n = b.n, .k = b.k};
+  PAGED_CUDA_CHECK(cuda::add_lora(*sl.gemm, y, x, lora_v.get(), lora_v16.get(), sl.tokens, args, sl.stream));
 }
 
 void CudaModelRunner::Impl::lm_head_logits(const bf16* rows, int n) {
@@ -957,7 +1071,8 @@ void CudaModelRunner::Impl::run(const StepBatch& batch, Plan& plan) {
   }
   PAGED_CUDA_CHECK(cudaStreamEndCapture(compute, &graph));
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  // Kernel nodes keep their stream's priority (the nano-batches' linear layers ahead of the attention beside them).
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   cudaGraphDestroy(graph);
   check(e, "cudaGraphInstantiate");
   graphs.emplace(key, exec);
@@ -975,7 +1090,7 @@ void CudaModelRunner::Impl::tune_decode_gemms() {
   if (act_fp8) PAGED_CUDA_CHECK(cuda::quantize_rows_fp8(act.get(), top, inter, act_fp8.get(), act_scale.get(), compute));
   const int step = std::max(1, cfg.num_layers / 8);
   // One product over the sampled layers' weights of member `w` (bf16) or `w8` (FP8 codes), whichever each holds.
-  const auto tune = [&](int m, bf16* y, const bf16* x, int n, int k, bf16* LayerWeights::*w,
+  const auto tune = [&](cuda::Gemm& g, int m, bf16* y, const bf16* x, int n, int k, bf16* LayerWeights::*w,
                         Fp8Weight LayerWeights::*w8, const bf16* bias) {
     std::vector<const bf16*> ws;
     std::vector<const uint8_t*> codes;
@@ -985,25 +1100,30 @@ void CudaModelRunner::Impl::tune_decode_gemms() {
       else
         ws.push_back(layers[l].*w);
     }
-    if (!ws.empty()) PAGED_CUDA_CHECK(gemm->tune_linear(y, x, ws, bias, m, n, k, false, compute));
-    if (!codes.empty()) PAGED_CUDA_CHECK(gemm->tune_product_fp8(y, act_fp8.get(), codes, m, n, k, compute));
+    if (!ws.empty()) PAGED_CUDA_CHECK(g.tune_linear(y, x, ws, bias, m, n, k, false, compute));
+    if (!codes.empty()) PAGED_CUDA_CHECK(g.tune_product_fp8(y, act_fp8.get(), codes, m, n, k, compute));
   };
   const LayerWeights& L0 = layers.front();
-  for (const int m : buckets) {
-    if (m > 1 || !one_stream_gemvs()) {
-      tune(m, qkv.get(), normed.get(), qkv_dim, hidden, &LayerWeights::wqkv, &LayerWeights::qkv8, L0.bqkv);
-      tune(m, proj.get(), attn.get(), hidden, heads * head_dim, &LayerWeights::wo, &LayerWeights::o8, L0.bo);
-      if (!cfg.is_moe()) {
-        tune(m, gate_up.get(), normed.get(), 2 * inter, hidden, &LayerWeights::w_gate_up, &LayerWeights::gate_up8,
-             nullptr);
-        tune(m, proj.get(), act.get(), hidden, inter, &LayerWeights::w_down, &LayerWeights::down8, nullptr);
-      }
+  const auto tune_layer = [&](cuda::Gemm& g, int m) {
+    tune(g, m, qkv.get(), normed.get(), qkv_dim, hidden, &LayerWeights::wqkv, &LayerWeights::qkv8, L0.bqkv);
+    tune(g, m, proj.get(), attn.get(), hidden, heads * head_dim, &LayerWeights::wo, &LayerWeights::o8, L0.bo);
+    if (!cfg.is_moe()) {
+      tune(g, m, gate_up.get(), normed.get(), 2 * inter, hidden, &LayerWeights::w_gate_up, &LayerWeights::gate_up8,
+           nullptr);
+      tune(g, m, proj.get(), act.get(), hidden, inter, &LayerWeights::w_down, &LayerWeights::down8, nullptr);
     }
+  };
+  std::set<int> nano_rows;  // the nano-batches' row counts, for nano_gemm
+  for (const int m : buckets) {
+    if (m > 1 || !one_stream_gemvs()) tune_layer(*gemm, m);
+    if (nano_gemm && m >= opt.nano_batch_rows)
+      for (const auto& [first, rows] : nano_batches(m)) nano_rows.insert(rows);
     if (opt.tp_rank == 0) {
       const bf16* head[] = {lm_head};
       PAGED_CUDA_CHECK(gemm->tune_linear(logits.get(), normed.get(), head, nullptr, m, vocab, hidden, true, compute));
     }
   }
+  for (const int m : nano_rows) tune_layer(*nano_gemm, m);
 }
 
 CudaModelRunner::CudaModelRunner(const ModelConfig& config, const SafeTensors& weights, CudaRunnerOptions options)

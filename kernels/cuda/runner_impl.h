@@ -145,6 +145,12 @@ struct CudaModelRunner::Impl {
   float embedding_scale = 1.f; // Gemma's sqrt(hidden), rounded to bf16 as HF rounds it to the model's dtype
 
   cudaStream_t compute = nullptr, copy = nullptr;
+  // Nano-batched decode steps (opt.nano_batch_rows): the stream of the linear layers (highest priority), their
+  // Gemm (cuBLASLt kernels for three quarters of the SMs), and the hand-over events between the two streams (the
+  // products and the attention of each nano-batch). Null when the runner never splits a step.
+  cudaStream_t nano_stream = nullptr;
+  std::unique_ptr<cuda::Gemm> nano_gemm;
+  std::array<cudaEvent_t, 2> products_done{}, attention_done{};
   cudaEvent_t compute_done = nullptr, swap_done = nullptr;
   // The step's device time (StepCost): its start, the end of its forward pass and sampling, and the previous end.
   cudaEvent_t step_start = nullptr, step_end = nullptr, prev_end = nullptr;
@@ -174,6 +180,7 @@ struct CudaModelRunner::Impl {
   DevicePtr<bf16> post_normed;  // sandwich_norms: a sublayer's output after its post norm [max_tokens][hidden]
   DevicePtr<uint8_t> act_fp8;
   DevicePtr<float> act_scale;
+  int fp8_row_width = 0;  // act_fp8's row stride for a nano-batch's first row: max(hidden, inter, heads * head_dim)
   DevicePtr<float> logits;  // [max_rows][vocab]
   // Mixture of experts (cfg.is_moe()), for max_tokens rows of top_k slots each: router logits [max_tokens][experts],
   // the choices [max_tokens][top_k], their grouping by expert (cuda::group_experts; tiles for the larger count of
@@ -245,8 +252,10 @@ struct CudaModelRunner::Impl {
 
   ~Impl() {
     for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
-    for (cudaEvent_t e : {step_start, step_end, prev_end})
+    for (cudaEvent_t e : {step_start, step_end, prev_end, products_done[0], products_done[1], attention_done[0],
+                          attention_done[1]})
       if (e) cudaEventDestroy(e);
+    if (nano_stream) cudaStreamDestroy(nano_stream);
     if (compute_done) cudaEventDestroy(compute_done);
     if (swap_done) cudaEventDestroy(swap_done);
     if (compute) cudaStreamDestroy(compute);
@@ -258,11 +267,12 @@ struct CudaModelRunner::Impl {
   std::vector<WeightSlot> weight_params();
   // Quantises the bf16 tensor of `slot` in fp8_staging into its FP8 twin (--quantization fp8).
   void quantize_weight(const WeightSlot& slot);
-  // y = x w^T (+ bias) on the compute stream for `rows` rows: the bf16 GEMM, or with FP8 weights x quantised per
-  // row and the FP8 GEMM.
-  // x_quantized: with FP8 weights, x's codes and scales are already in act_fp8 / act_scale (a norm wrote them).
-  void linear(bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int rows, int n, int k,
-              bool x_quantized = false);
+  struct Slice;
+  // y = x w^T (+ bias) for the slice's rows of x and y, on its stream with its Gemm: the bf16 GEMM, or with FP8
+  // weights x quantised per row (into the slice's rows of act_fp8 / act_scale) and the FP8 GEMM.
+  // x_quantized: with FP8 weights, x's codes and scales are already there (a norm wrote them).
+  void linear(const Slice& sl, bf16* y, const bf16* x, const bf16* w, const Fp8Weight& w8, const bf16* bias, int n,
+              int k, bool x_quantized = false);
   void allocate_weights();
   void load_weights(const SafeTensors& w);
   void random_weights(uint64_t seed);
@@ -309,12 +319,50 @@ struct CudaModelRunner::Impl {
     // with the rest, at no extra launch). grid_ctx and partition: the decode kernel's grid context and partition.
     int decode_seqs = 0;
     int grid_ctx = 0, partition = 0;
+    // A decode step of at least opt.nano_batch_rows rows: the rows of its first nano-batch (the rest the second's)
+    // and each one's decode partition; 0: the step runs whole.
+    int nano_first = 0;
+    std::array<int, 2> nano_partition{};
     std::vector<int> logits_row;      // per chunk: its (first) row of `logits`, -1 when it samples nothing
     int logits_rows = 0;
     bool lora = false;  // some row runs an adapter (lora_rows uploaded)
   };
   Plan prepare(const StepBatch& batch);
+  // Rows [first, first + tokens) of a step (the whole step, or a nano-batch of a decode step: then its sequences are
+  // its rows), the stream and Gemm their linear layers take, the decode kernel's share of them and its workspace, and
+  // the FP8 products whose scale passes are left to the next kernel that reads them.
+  struct Slice {
+    int first = 0, tokens = 0, seqs = 0;
+    int decode_seqs = 0, partition = 0;
+    cudaStream_t stream = nullptr;
+    cuda::Gemm* gemm = nullptr;
+    char* decode_ws = nullptr;
+    size_t decode_ws_bytes = 0;
+    cuda::Fp8Product pending{};     // `proj` holds an FP8 product still to scale: its scales, for add_rms_norm
+    cuda::Fp8Product qkv_scales{};  // `qkv` likewise, for rope_and_cache
+    // p + the slice's first row of a [rows][width] array (null stays null: a buffer the runner does not have).
+    template <typename T>
+    T* row(T* p, int64_t width) const {
+      return p ? p + first * width : p;
+    }
+  };
+  // Whether decode steps of at least opt.nano_batch_rows rows run as two nano-batches: one GPU, no MoE.
+  bool nano_batched() const { return opt.nano_batch_rows > 0 && opt.tp_size == 1 && !cfg.is_moe(); }
+  // The nano-batches of a decode step of `rows` rows: (first row, rows) of each, in order.
+  static std::array<std::pair<int, int>, 2> nano_batches(int rows);
+  // The forward pass of the plan's rows: embedding, layers (whole, or two nano-batches beside each other), final
+  // norm, LM head on the sampled rows.
   void enqueue_forward(const Plan& plan);
+  // Layer l of a slice in three parts: its norm, QKV product and RoPE + cache write; its attention (on `stream`); the
+  // rest (O product, MLP) on the slice's stream.
+  void enqueue_before_attention(const Plan& plan, Slice& sl, int l);
+  void enqueue_attention(const Plan& plan, const Slice& sl, int l, cudaStream_t stream);
+  void enqueue_after_attention(const Plan& plan, Slice& sl, int l);
+  // The final norm of a slice's rows into `normed`, on its stream.
+  void enqueue_final_norm(const Plan& plan, Slice& sl);
+  // Layer l's LoRA pairs of linear layer p over the slice's rows x, added to its output rows y (before any
+  // all-reduce: a row-parallel layer's pairs hold this rank's columns of A); nothing in steps without LoRA rows.
+  void lora(const Plan& plan, const Slice& sl, bf16* y, const bf16* x, int l, LoraProjection p);
   // The LM head over n rows of `rows` [n][hidden] into `logits` [n][vocab] on the compute stream, soft-capped when
   // the model says (final_logit_softcapping).
   void lm_head_logits(const bf16* rows, int n);

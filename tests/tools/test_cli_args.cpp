@@ -128,7 +128,7 @@ TEST_CASE("--speculative-config takes vLLM's JSON for n-gram speculation, from t
   CHECK_FALSE(engine_config(none).speculative_config.enabled());
 }
 
-TEST_CASE("vLLM's --dtype, --enforce-eager, --max-logprobs and --trust-remote-code are taken", "[cli]") {
+TEST_CASE("vLLM's --dtype, --enforce-eager, --max-logprobs, --trust-remote-code; --nano-batch-rows", "[cli]") {
   Args args = args_of({"m", "--dtype", "bfloat16", "--enforce-eager", "--max-logprobs", "5", "--trust-remote-code"});
   const EngineConfig c = engine_config(args);
   args.reject_unknown();
@@ -143,6 +143,10 @@ TEST_CASE("vLLM's --dtype, --enforce-eager, --max-logprobs and --trust-remote-co
   };
   CHECK(refused({"m", "--dtype", "float16"}).find("--dtype must be auto, bfloat16 (CUDA) or float32 (CPU)") == 0);
   CHECK(refused({"m", "--max-logprobs", "21"}).find("--max-logprobs must be in [0, 20]") == 0);
+  CHECK(refused({"m", "--nano-batch-rows", "-1"}).find("--nano-batch-rows must be >= 0") == 0);
+  CHECK(engine_config(args).nano_batch_rows == 0);
+  Args nano = args_of({"m", "--nano-batch-rows", "512"});
+  CHECK(engine_config(nano).nano_batch_rows == 512);
 }
 
 TEST_CASE("vLLM's --enable-lora --lora-modules take NAME=PATH and JSON entries, several after the flag", "[cli]") {

@@ -9,7 +9,7 @@
 #            H200 machine lacks (libcaf_core, libcaf_io, libboost_json) and, for the throughput stage, a Llama 3
 #            tokenizer (tokenizer.json, tokenizer_config.json); default build/ship (tools/gpu/ship.sh makes it)
 #   STAGES   which stages to run (default: all): tests attention memcheck racecheck runner gemv parity throughput remote
-#            golden serve structured profile fp8 tiers families moe prefill preempt lora candidates
+#            golden serve structured profile fp8 tiers families moe prefill preempt lora candidates nano
 #   BASE_BIN prefill stage: a folder with a baseline build's paged and bench_cuda_attention (e.g. main before a
 #            change), run beside BIN's in the same call; without it the stage runs BIN's alone
 #   PARITY_ONLY  parity stage: comma-separated parts of config names to run (default: all)
@@ -25,10 +25,15 @@
 #   CANDIDATE_SHAPES  candidates stage: the decode attention shapes, BATCHxCONTEXT (default: 512x1500 900x576 160x600
 #            32x300 1000x2000); the candidates are BIN_DIR/candidates/NAME (tools/gpu/candidates.sh builds them)
 #   CANDIDATES  candidates stage: which of them (names, default: all)
+#   NANO_WORKLOADS  nano stage: WORKLOAD:MODE pairs, WORKLOAD sharegpt or INxOUT, MODE none (bf16) or fp8_kv (FP8
+#            weights and cache) (default: 512x128:none sharegpt:none 1000x1000:fp8_kv)
+#   NANO_ROWS  nano stage: the --nano-batch-rows values each workload runs at, the first the baseline (default
+#            0 256 512)
+#   NANO_PROMPTS  nano stage: requests a run (default 1000)
 set -uo pipefail
 BIN=$(cd "${1:-build/ship}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe prefill preempt lora candidates"}
+STAGES=${STAGES:-"tests attention memcheck racecheck runner gemv parity throughput remote golden serve structured profile fp8 tiers families moe prefill preempt lora candidates nano"}
 LOG_DIR=${LOG_DIR:-/tmp/paged_gpu_logs}
 mkdir -p "$LOG_DIR"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -755,6 +760,34 @@ if wanted preempt; then
   add_row "ShareGPT-like on 3,000 KV blocks, swap vs recompute preemption" \
     "$(awk -v a="${preempt_tok[swap]}" -v b="${preempt_tok[recompute]}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "?" }')" \
     "swap ${preempt_tok[swap]} tok/s (${preempt_count[swap]} preemptions), recompute ${preempt_tok[recompute]} tok/s (${preempt_count[recompute]} preemptions)"
+fi
+if wanted nano; then
+  # Nano-batched decode steps (--nano-batch-rows, issues 14 and 17): the runner's test of them, then each workload on
+  # the Llama-3-8B shape at each threshold (0: steps whole), in turn, in the same call.
+  run nano_tests 300 "$BIN/paged_gpu_tests" "[nano]"
+  add_row "paged_gpu_tests [nano]" "$(status_word $?)" \
+    "$(grep -E 'test cases|All tests passed' "$LOG_DIR/nano_tests.log" | tail -n 1)"
+  M=$(llama3_8b_shape)
+  declare -A nano_mix=([sharegpt]="--dataset-name sharegpt-like")
+  declare -A nano_modes=([none]="--quantization none" [fp8_kv]="--quantization fp8 --kv-cache-dtype fp8")
+  for wq in ${NANO_WORKLOADS:-512x128:none sharegpt:none 1000x1000:fp8_kv}; do
+    w=${wq%:*} q=${wq#*:}
+    [ -n "${nano_mix[$w]:-}" ] ||
+      nano_mix[$w]="--dataset-name random --random-input-len ${w%x*} --random-output-len ${w#*x}"
+    figures="" first=""
+    for rows in ${NANO_ROWS:-0 256 512}; do
+      # shellcheck disable=SC2086
+      run "nano_${w}_${q}_$rows" 500 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy \
+        --num-prompts "${NANO_PROMPTS:-1000}" ${nano_mix[$w]} ${nano_modes[$q]} --json --nano-batch-rows "$rows" \
+        --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}"
+      now=$(tok_per_s "$(bench_json "nano_${w}_${q}_$rows")")
+      [ -n "$first" ] || first=$now
+      figures+="${figures:+; }$rows: $now tok/s"
+      figures+=$(awk -v a="$now" -v b="$first" 'BEGIN { if (b > 0) printf " (%.3fx)", a / b }')
+    done
+    add_row "paged bench $w ${NANO_PROMPTS:-1000} requests, $q, by --nano-batch-rows" "${NANO_ROWS:-0 256 512}" \
+      "$figures"
+  done
 fi
 echo
 echo "| check | result | figures |"
