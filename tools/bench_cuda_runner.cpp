@@ -2,7 +2,7 @@
 //
 //   bench_cuda_runner decode [--batches 1,16,64,256] [--prompt 512] [--steps 128] [--max-model-len 2048]
 //                            [--logprobs-rows K] [--penalty-rows K] [--fp8] [--fp8-kv]
-//                            [--shape llama3-8b|qwen3-30b-a3b]
+//                            [--shape llama3-8b|qwen3-30b-a3b] [--nano-batch-rows N] [--nano-sm-percent P]
 //       A Llama-3-8B-shaped model with random bf16 weights (32 layers, hidden 4096, 32 heads, 8 KV heads,
 //       intermediate 14336, vocab 128256): prefill of `batch` random prompts, then `steps` greedy decode steps
 //       timed end to end (host work, CUDA graphs, sampling and the token download included). Batch 1 is set
@@ -14,6 +14,8 @@
 //       --shape qwen3-30b-a3b: a Qwen3-30B-A3B-shaped mixture of experts instead (48 layers, hidden 2048, 32 heads,
 //       4 KV heads, head_dim 128, 128 experts of intermediate 768, top-8, vocab 151936), batch 1 set against its
 //       weight-read limit: the active parameters (3.3B) x 2 bytes / 4.8 TB/s.
+//       --nano-batch-rows N: decode steps of N rows or more as two nano-batches (CudaRunnerOptions::nano_batch_rows),
+//       their linear layers on nano-sm-percent of the SMs (75).
 //
 //   bench_cuda_runner moe-gemm [--tokens 1,16,64,256,1024,4096,16384]
 //       The grouped expert GEMMs (kernels/cuda/moe.h) of the Qwen3-30B-A3B shape at each token count, tokens routed
@@ -292,6 +294,8 @@ int run_decode(std::map<std::string, std::string>& f) {
   opt.swap_space_gib = 0;
   opt.fp8_weights = f.count("fp8") > 0;
   opt.fp8_kv = f.count("fp8-kv") > 0;
+  if (f.count("nano-batch-rows")) opt.nano_batch_rows = std::stoi(f["nano-batch-rows"]);
+  if (f.count("nano-sm-percent")) opt.nano_sm_percent = std::stoi(f["nano-sm-percent"]);
   const auto t_load = std::chrono::steady_clock::now();
   CudaModelRunner runner(cfg, uint64_t{42}, opt);
   std::printf("%s shape, random %s weights: ready in %.1f s, %d KV blocks of %d tokens (%s); %.2fB active "

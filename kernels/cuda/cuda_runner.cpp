@@ -402,7 +402,8 @@ void CudaModelRunner::Impl::allocate_runtime() {
     PAGED_CUDA_CHECK(cudaStreamCreateWithPriority(&nano_stream, cudaStreamNonBlocking, highest_priority));
     for (cudaEvent_t* e : {&products_done[0], &products_done[1], &attention_done[0], &attention_done[1]})
       PAGED_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-    nano_gemm = std::make_unique<cuda::Gemm>(size_t{32} << 20, cuda::GemmTuning{.sm_count_target = sm_count * 3 / 4});
+    const int sms = opt.nano_sm_percent < 100 ? std::max(1, sm_count * opt.nano_sm_percent / 100) : 0;
+    nano_gemm = std::make_unique<cuda::Gemm>(size_t{32} << 20, cuda::GemmTuning{.sm_count_target = sms});
     for (int b : buckets) {
       if (b < opt.nano_batch_rows) continue;
       for (int c : ctx_buckets) {

@@ -33,9 +33,10 @@ struct CudaRunnerOptions {
   bool cuda_graphs = true;             // replay decode-only steps from CUDA graphs (with their all-reduces)
   /// --nano-batch-rows N: decode steps of at least N rows run as two nano-batches (NanoFlow) on two streams, the
   /// attention of one beside the linear layers of the other, which take a stream of the highest priority and
-  /// cuBLASLt kernels planned for three quarters of the SMs; 0: never. One GPU, no MoE; steps with LoRA rows run
-  /// whole.
+  /// cuBLASLt kernels planned for nano_sm_percent of the SMs (100: all); 0: never. One GPU, no MoE; steps with LoRA
+  /// rows run whole.
   int nano_batch_rows = 0;
+  int nano_sm_percent = 75;
   /// --quantization fp8: the linear layers' weights as FP8 e4m3 with a scale per output channel, quantised at load
   /// (embedding, norms and LM head stay bf16); their inputs quantised per token each step. Needs compute
   /// capability 8.9 or newer. An FP8 checkpoint's weights (ModelConfig::fp8_checkpoint) load as they are with

@@ -146,7 +146,7 @@ struct CudaModelRunner::Impl {
 
   cudaStream_t compute = nullptr, copy = nullptr;
   // Nano-batched decode steps (opt.nano_batch_rows): the stream of the linear layers (highest priority), their
-  // Gemm (cuBLASLt kernels for three quarters of the SMs), and the hand-over events between the two streams (the
+  // Gemm (cuBLASLt kernels for opt.nano_sm_percent of the SMs), and the hand-over events between the two streams (the
   // products and the attention of each nano-batch). Null when the runner never splits a step.
   cudaStream_t nano_stream = nullptr;
   std::unique_ptr<cuda::Gemm> nano_gemm;

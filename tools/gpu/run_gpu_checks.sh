@@ -775,14 +775,14 @@ if wanted nano; then
     [ -n "${nano_mix[$w]:-}" ] ||
       nano_mix[$w]="--dataset-name random --random-input-len ${w%x*} --random-output-len ${w#*x}"
     figures="" first=""
-    for rows in ${NANO_ROWS:-0 256 512}; do
+    for n in ${NANO_ROWS:-0 256 512}; do
       # shellcheck disable=SC2086
-      run "nano_${w}_${q}_$rows" 500 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy \
-        --num-prompts "${NANO_PROMPTS:-1000}" ${nano_mix[$w]} ${nano_modes[$q]} --json --nano-batch-rows "$rows" \
+      run "nano_${w}_${q}_$n" 500 "$BIN/paged" bench --model "$M" --device cuda --load-format dummy \
+        --num-prompts "${NANO_PROMPTS:-1000}" ${nano_mix[$w]} ${nano_modes[$q]} --json --nano-batch-rows "$n" \
         --max-num-seqs "${MAX_NUM_SEQS:-1024}" --max-num-batched-tokens "${MAX_BATCHED:-16384}"
-      now=$(tok_per_s "$(bench_json "nano_${w}_${q}_$rows")")
+      now=$(tok_per_s "$(bench_json "nano_${w}_${q}_$n")")
       [ -n "$first" ] || first=$now
-      figures+="${figures:+; }$rows: $now tok/s"
+      figures+="${figures:+; }$n: $now tok/s"
       figures+=$(awk -v a="$now" -v b="$first" 'BEGIN { if (b > 0) printf " (%.3fx)", a / b }')
     done
     add_row "paged bench $w ${NANO_PROMPTS:-1000} requests, $q, by --nano-batch-rows" "${NANO_ROWS:-0 256 512}" \
