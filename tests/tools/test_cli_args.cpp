@@ -60,6 +60,7 @@ TEST_CASE("conf/serve.json's engine object holds the engine's built-in defaults"
   CHECK(c.max_waiting_requests == d.max_waiting_requests);
   CHECK(c.workers == d.workers);
   CHECK(c.tls_dir == d.tls_dir);
+  CHECK(c.nano_batch_rows == d.nano_batch_rows);
 }
 
 TEST_CASE("file values apply where no flag is given, and flags win", "[cli]") {
