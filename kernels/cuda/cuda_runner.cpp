@@ -810,12 +810,7 @@ void CudaModelRunner::Impl::enqueue_before_attention(const Plan& plan, Slice& sl
   bf16* const residual_rows = sl.row(residual.get(), hidden);
   bf16* const normed_rows = sl.row(normed.get(), hidden);
   bf16* const qkv_rows = sl.row(qkv.get(), qkv_dim);
-  // Single-token steps on one GPU take the GEMVs (kernels/cuda/gemv.h): the O and down projections add into the
-  // residual stream themselves, gate/up applies SiLU-and-mul, and the QKV and gate/up GEMVs normalise the residual
-  // they read themselves (no norm kernel between the sublayers, but before the LM head and a MoE block).
-  // Otherwise `proj` holds the sublayer's output until the next add_rms_norm folds it into the residual.
-  // Not with Gemma's post norms either: a sublayer's output is normed before it joins the residual stream.
-  const bool fused = T == 1 && one_stream_gemvs() && !plan.lora;
+  const bool fused = takes_gemvs(plan, sl);
   // Gemma 3's sliding layers: their own RoPE base, no scaling. The FP8 cache: RoPE in place (no caches here), then
   // the keys and values quantised into it.
   const bool local_rope = cfg.uses_local_rope(l);
@@ -914,7 +909,7 @@ void CudaModelRunner::Impl::enqueue_after_attention(const Plan& plan, Slice& sl,
   bf16* const act_rows = sl.row(act.get(), inter);
   uint8_t* const codes = sl.row(act_fp8.get(), fp8_row_width);  // the input codes of the next FP8 product
   float* const code_scales = sl.row(act_scale.get(), 1);
-  if (T == 1 && one_stream_gemvs() && !plan.lora) {  // the GEMVs (enqueue_before_attention)
+  if (takes_gemvs(plan, sl)) {
     PAGED_CUDA_CHECK(cuda::gemv(gemv_args(kGemvO, L, residual_rows, attn_rows), s, gemv_tile[kGemvO]));
     if (cfg.is_moe()) {
       PAGED_CUDA_CHECK(cuda::rms_norm(normed_rows, residual_rows, L.ffn_norm, T, hidden, eps, norm_offset, s));
@@ -988,7 +983,7 @@ void CudaModelRunner::Impl::enqueue_after_attention(const Plan& plan, Slice& sl,
 void CudaModelRunner::Impl::enqueue_final_norm(const Plan& plan, Slice& sl) {
   bf16* const normed_rows = sl.row(normed.get(), hidden);
   bf16* const residual_rows = sl.row(residual.get(), hidden);
-  if (sl.tokens == 1 && one_stream_gemvs() && !plan.lora)  // the GEMVs added every sublayer into the residual
+  if (takes_gemvs(plan, sl))  // the GEMVs added every sublayer into the residual
     PAGED_CUDA_CHECK(
         cuda::rms_norm(normed_rows, residual_rows, final_norm, sl.tokens, hidden, eps, norm_offset, sl.stream));
   else

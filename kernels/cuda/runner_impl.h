@@ -348,6 +348,14 @@ struct CudaModelRunner::Impl {
   };
   // Whether decode steps of at least opt.nano_batch_rows rows run as two nano-batches: one GPU, no MoE.
   bool nano_batched() const { return opt.nano_batch_rows > 0 && opt.tp_size == 1 && !cfg.is_moe(); }
+  // Whether the slice takes the GEMVs (kernels/cuda/gemv.h): single-token steps on one GPU (one_stream_gemvs) without
+  // LoRA rows. Then the O and down projections add into the residual stream themselves, gate/up applies
+  // SiLU-and-mul, and the QKV and gate/up GEMVs normalise the residual they read themselves (no norm kernel between
+  // the sublayers, but before the LM head and a MoE block). Otherwise `proj` holds the sublayer's output until the
+  // next add_rms_norm folds it into the residual.
+  bool takes_gemvs(const Plan& plan, const Slice& sl) const {
+    return sl.tokens == 1 && one_stream_gemvs() && !plan.lora;
+  }
   // The nano-batches of a decode step of `rows` rows: (first row, rows) of each, in order.
   static std::array<std::pair<int, int>, 2> nano_batches(int rows);
   // The forward pass of the plan's rows: embedding, layers (whole, or two nano-batches beside each other), final
