@@ -43,4 +43,20 @@ inline SeqChunk with_tables(SeqChunk c, std::vector<std::vector<int32_t>>& table
   return c;
 }
 
+/// The chunk of sequence `seq` computing tokens[from, to) and sampling its last position, on the sequence's own
+/// blocks of a pool where every sequence has `per_seq` blocks in each of `groups` KV groups: block b of group g is
+/// (seq * per_seq + b) * groups + g (a pool of sequences * per_seq * groups blocks).
+inline SeqChunk own_blocks_chunk(SeqId seq, const std::vector<TokenId>& tokens, int from, int to, int per_seq,
+                                 int groups) {
+  const auto table = [&](int g) {
+    std::vector<int32_t> t(per_seq);
+    for (int b = 0; b < per_seq; ++b) t[b] = (static_cast<int>(seq) * per_seq + b) * groups + g;
+    return t;
+  };
+  SeqChunk c = chunk_of(seq, tokens, from, to, table(0));
+  for (int g = 1; g < groups; ++g) c.group_tables.push_back(table(g));
+  c.samples.push_back({});
+  return c;
+}
+
 }  // namespace paged::test

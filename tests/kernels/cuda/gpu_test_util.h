@@ -44,6 +44,24 @@ inline std::string trained_model_dir(const std::string& name) {
   return std::ifstream(path + "/config.json") ? path : "";
 }
 
+/// The checkpoints the runner tests run on that are present: the trained Llama (trained_model_dir
+/// "stories-distill-9M": long contexts, GQA) and the tiny Gemma 3 of tests/models (sliding layers, post norms); a WARN
+/// names an absent one.
+inline std::vector<std::string> runner_test_models() {
+  std::vector<std::string> dirs;
+  const std::string llama = trained_model_dir("stories-distill-9M");
+  if (llama.empty())
+    WARN("skipped stories-distill-9M: it needs $PAGED_GPU_MODELS (tools/gpu/run_gpu_checks.sh)");
+  else
+    dirs.push_back(llama);
+  const std::string gemma = std::string(PAGED_SOURCE_DIR) + "/tests/models/gemma3";
+  if (std::ifstream(gemma + "/config.json"))
+    dirs.push_back(gemma);
+  else
+    WARN("skipped the tiny Gemma 3: " << gemma << " is absent");
+  return dirs;
+}
+
 /// Fails the test unless a CUDA device is present (the gpu label keeps this binary off machines without one).
 inline void require_device() {
   int n = 0;

@@ -5,7 +5,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <random>
 
 #include "kernels/cpu/cpu_runner.h"
@@ -19,7 +18,7 @@
 
 using namespace paged;
 using namespace paged::gpu_test;
-using paged::test::chunk_of;
+using paged::test::own_blocks_chunk;
 
 TEST_CASE("a mixed step's decode rows (decode kernel) and prefill chunks (prefill kernel) give the CPU runner's "
           "logits",
@@ -28,12 +27,7 @@ TEST_CASE("a mixed step's decode rows (decode kernel) and prefill chunks (prefil
   int device = 0, sms = 0;
   REQUIRE(cudaGetDevice(&device) == cudaSuccess);
   REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
-  const std::string gemma = std::string(PAGED_SOURCE_DIR) + "/tests/models/gemma3";
-  for (const std::string dir : {trained_model_dir("stories-distill-9M"), gemma}) {
-    if (dir.empty() || !std::filesystem::exists(dir + "/config.json")) {
-      WARN("skipped: a model is absent (stories-distill-9M needs $PAGED_GPU_MODELS: tools/gpu/run_gpu_checks.sh)");
-      continue;
-    }
+  for (const std::string& dir : runner_test_models()) {
     const ModelConfig cfg = load_model_config(dir);
     const SafeTensors weights(dir);
     const KvGroups groups = kv_groups_of(cfg);
@@ -42,12 +36,7 @@ TEST_CASE("a mixed step's decode rows (decode kernel) and prefill chunks (prefil
     const int decode_rows = (sms + cfg.num_kv_heads - 1) / cfg.num_kv_heads + 3;
     const int num_seqs = decode_rows + 2;
     const int max_len = std::min(1024, cfg.max_position_embeddings);
-    const int per_seq = max_len / 16;  // blocks of a sequence in each group: sequence i, group g, block b is
-    const auto table = [&](int i, int g) {  // (i * per_seq + b) * G + g
-      std::vector<int32_t> t(per_seq);
-      for (int b = 0; b < per_seq; ++b) t[b] = (i * per_seq + b) * G + g;
-      return t;
-    };
+    const int per_seq = max_len / 16;  // blocks of a sequence in each group (own_blocks_chunk)
     // Random tokens; sequence i (< decode_rows) prefills `split[i]` tokens in step one and decodes one in step two,
     // two of them long (more than one decode partition at the runner's rule); the next one prefills in two chunks,
     // the last one's whole prompt comes in step two.
@@ -60,12 +49,7 @@ TEST_CASE("a mixed step's decode rows (decode kernel) and prefill chunks (prefil
       for (auto& t : tokens[i]) t = static_cast<TokenId>(3 + rng() % (cfg.vocab_size - 3));
       split[i] = i < decode_rows ? len : i == decode_rows ? 40 : 0;
     }
-    const auto chunk = [&](int i, int from, int to) {
-      SeqChunk c = chunk_of(i, tokens[i], from, to, table(i, 0));
-      for (int g = 1; g < G; ++g) c.group_tables.push_back(table(i, g));
-      c.samples.push_back({});
-      return c;
-    };
+    const auto chunk = [&](int i, int from, int to) { return own_blocks_chunk(i, tokens[i], from, to, per_seq, G); };
     StepBatch first, mixed;
     for (int i = 0; i < num_seqs; ++i)
       if (split[i] > 0) first.seqs.push_back(chunk(i, 0, split[i]));

@@ -7,7 +7,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <random>
 
 #include "kernels/cpu/cpu_runner.h"
@@ -21,16 +20,11 @@
 
 using namespace paged;
 using namespace paged::gpu_test;
-using paged::test::chunk_of;
+using paged::test::own_blocks_chunk;
 
 TEST_CASE("nano-batched decode steps give the CPU runner's logits and the whole step's", "[gpu][runner][nano]") {
   require_device();
-  const std::string gemma = std::string(PAGED_SOURCE_DIR) + "/tests/models/gemma3";
-  for (const std::string dir : {trained_model_dir("stories-distill-9M"), gemma}) {
-    if (dir.empty() || !std::filesystem::exists(dir + "/config.json")) {
-      WARN("skipped: a model is absent (stories-distill-9M needs $PAGED_GPU_MODELS: tools/gpu/run_gpu_checks.sh)");
-      continue;
-    }
+  for (const std::string& dir : runner_test_models()) {
     const ModelConfig cfg = load_model_config(dir);
     const SafeTensors weights(dir);
     const KvGroups groups = kv_groups_of(cfg);
@@ -38,12 +32,7 @@ TEST_CASE("nano-batched decode steps give the CPU runner's logits and the whole 
     // 37 sequences in the decode bucket of 40 (three padding rows, all in the second nano-batch); two long ones.
     const int num_seqs = 37, max_seqs = 40, decode_steps = 3;
     const int max_len = std::min(1024, cfg.max_position_embeddings);
-    const int per_seq = max_len / 16;  // sequence i, group g, block b is (i * per_seq + b) * G + g
-    const auto table = [&](int i, int g) {
-      std::vector<int32_t> t(per_seq);
-      for (int b = 0; b < per_seq; ++b) t[b] = (i * per_seq + b) * G + g;
-      return t;
-    };
+    const int per_seq = max_len / 16;  // blocks of a sequence in each group (own_blocks_chunk)
     std::mt19937 rng(41);
     std::vector<std::vector<TokenId>> tokens(num_seqs);
     std::vector<int> prompt(num_seqs);
@@ -56,10 +45,7 @@ TEST_CASE("nano-batched decode steps give the CPU runner's logits and the whole 
       StepBatch b;
       for (int i = 0; i < num_seqs; ++i) {
         const int from = k == 0 ? 0 : prompt[i] + k - 1;
-        SeqChunk c = chunk_of(i, tokens[i], from, prompt[i] + k, table(i, 0));
-        for (int g = 1; g < G; ++g) c.group_tables.push_back(table(i, g));
-        c.samples.push_back({});
-        b.seqs.push_back(std::move(c));
+        b.seqs.push_back(own_blocks_chunk(i, tokens[i], from, prompt[i] + k, per_seq, G));
       }
       return b;
     };
